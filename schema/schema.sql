@@ -1,0 +1,152 @@
+-- tracker trace store, schema v1: tables
+-- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
+-- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
+
+-- What a metric name means: unit, description and how it rolls up over launches.
+--   rollup: sum, avg, max or ratio
+--   source: ncu, nvprof or events
+CREATE TABLE metric_def (
+    name VARCHAR NOT NULL,
+    unit VARCHAR NOT NULL,
+    description TEXT NOT NULL,
+    rollup VARCHAR NOT NULL,
+    source VARCHAR NOT NULL,
+    PRIMARY KEY (name)
+);
+
+-- One profile of one network at one batch size: its settings, provenance and outcome.
+--   status: running, complete, failed or interrupted
+--   phases: fwd, bwd or both
+--   variants: op -> kernel variant
+--   backend: ncu, events or model
+--   device_name: the GPU measured, or the catalog device predicted for
+--   repeat: measured iterations per launch
+--   predicted_peak_bytes: model's peak memory of one training step
+--   measured_peak_bytes: device memory high-water mark
+--   process_start: start time of the process, to tell a reused pid
+CREATE TABLE run (
+    id INTEGER NOT NULL,
+    status VARCHAR NOT NULL,
+    network VARCHAR NOT NULL,
+    network_options JSON NOT NULL,
+    batch INTEGER NOT NULL,
+    phases VARCHAR NOT NULL,
+    dtype_bits INTEGER NOT NULL,
+    variants JSON NOT NULL,
+    l1_bypass BOOLEAN NOT NULL,
+    backend VARCHAR NOT NULL,
+    backend_reason VARCHAR NOT NULL,
+    device_name VARCHAR,
+    compute_capability VARCHAR,
+    sm_count INTEGER,
+    sm_clock_mhz DOUBLE,
+    mem_clock_mhz DOUBLE,
+    driver_version VARCHAR,
+    cuda_version VARCHAR,
+    ncu_version VARCHAR,
+    ncu_replay_mode VARCHAR,
+    ncu_cache_control VARCHAR,
+    ncu_clock_control VARCHAR,
+    repeat INTEGER NOT NULL,
+    predicted_peak_bytes INTEGER,
+    measured_peak_bytes INTEGER,
+    command_line VARCHAR NOT NULL,
+    tracker_version VARCHAR NOT NULL,
+    host VARCHAR NOT NULL,
+    pid INTEGER NOT NULL,
+    process_start VARCHAR,
+    started_at DATETIME NOT NULL,
+    finished_at DATETIME,
+    error TEXT,
+    PRIMARY KEY (id),
+    CONSTRAINT run_status CHECK (status IN ('running', 'complete', 'failed', 'interrupted'))
+);
+
+-- One row: the schema version this database was created with.
+CREATE TABLE schema_info (
+    version INTEGER NOT NULL,
+    tracker_version VARCHAR NOT NULL,
+    created_at DATETIME NOT NULL,
+    PRIMARY KEY (version)
+);
+
+-- A layer of the run's network with its resolved shapes (per sample) and parameter count.
+--   inputs: names of the layers feeding it ('input': the network input)
+CREATE TABLE layer (
+    run_id INTEGER NOT NULL,
+    layer_id INTEGER NOT NULL,
+    name VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL,
+    attributes JSON NOT NULL,
+    inputs JSON NOT NULL,
+    input_shapes JSON NOT NULL,
+    output_shape JSON NOT NULL,
+    params INTEGER NOT NULL,
+    PRIMARY KEY (run_id, layer_id),
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
+);
+CREATE UNIQUE INDEX layer_by_name ON layer (run_id, name);
+
+-- One kernel launch, in invocation order, with the layer and phase it belongs to (pass 1).
+--   repeat: which measured iteration, from 0
+--   l1_policy: ca (cache in L1) or cg (bypass L1)
+--   time_ms: CUDA-event time
+CREATE TABLE launch (
+    run_id INTEGER NOT NULL,
+    invocation INTEGER NOT NULL,
+    layer_id INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    repeat INTEGER NOT NULL,
+    kernel_name VARCHAR NOT NULL,
+    variant VARCHAR NOT NULL,
+    l1_policy VARCHAR NOT NULL,
+    grid_x INTEGER NOT NULL,
+    grid_y INTEGER NOT NULL,
+    grid_z INTEGER NOT NULL,
+    block_x INTEGER NOT NULL,
+    block_y INTEGER NOT NULL,
+    block_z INTEGER NOT NULL,
+    shared_bytes INTEGER NOT NULL,
+    registers INTEGER,
+    time_ms FLOAT,
+    PRIMARY KEY (run_id, invocation),
+    FOREIGN KEY(run_id, layer_id) REFERENCES layer (run_id, layer_id) ON DELETE CASCADE,
+    CONSTRAINT launch_phase CHECK (phase IN ('fwd', 'bwd_data', 'bwd_weight')),
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
+);
+CREATE INDEX launch_by_layer ON launch (run_id, layer_id, phase);
+
+-- The analytic model's figures for a layer and phase, with the counting convention used.
+--   bytes: compulsory bytes at the run's dtype_bits
+--   intensity: ops per byte
+--   attainable_gflops: roofline, when a device is known
+--   bound: compute or memory
+--   convention: what ops counts for this layer kind
+CREATE TABLE prediction (
+    run_id INTEGER NOT NULL,
+    layer_id INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    macs INTEGER NOT NULL,
+    ops INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    intensity FLOAT NOT NULL,
+    attainable_gflops FLOAT,
+    predicted_ms FLOAT,
+    bound VARCHAR,
+    convention TEXT NOT NULL,
+    PRIMARY KEY (run_id, layer_id, phase),
+    FOREIGN KEY(run_id, layer_id) REFERENCES layer (run_id, layer_id) ON DELETE CASCADE,
+    CONSTRAINT prediction_phase CHECK (phase IN ('fwd', 'bwd_data', 'bwd_weight'))
+);
+
+-- One counter of one launch (pass 2), narrow.
+CREATE TABLE metric (
+    run_id INTEGER NOT NULL,
+    invocation INTEGER NOT NULL,
+    name VARCHAR NOT NULL,
+    value FLOAT,
+    PRIMARY KEY (run_id, invocation, name),
+    FOREIGN KEY(run_id, invocation) REFERENCES launch (run_id, invocation) ON DELETE CASCADE,
+    FOREIGN KEY(name) REFERENCES metric_def (name)
+);
+CREATE INDEX metric_by_name ON metric (name, run_id);

@@ -1,0 +1,75 @@
+"""The ``tracker`` command. Thin: parse, call the library, print.
+
+Every error a user can cause ends as one line on stderr and a non-zero exit, never a traceback
+(``TRACKER_DEBUG=1`` shows one for a bug). Heavy libraries (SQLAlchemy, matplotlib) are imported
+inside the commands that need them, so ``tracker --help`` and ``tracker model`` start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from tracker import __version__
+from tracker.errors import TrackerError
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+class TrackerGroup(click.Group):
+    """A click group whose errors are one line each."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name or "tracker", complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+            _fail(exc.format_message().replace("\n", " ") + hint, 2)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        except click.Abort:
+            _fail("aborted", 1)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        except TrackerError as exc:
+            _fail(str(exc), 1)
+        except BrokenPipeError:  # `tracker ... | head`
+            sys.stderr.close()
+            sys.exit(1)
+        except Exception as exc:
+            if os.environ.get("TRACKER_DEBUG"):
+                raise
+            _fail(f"internal error: {type(exc).__name__}: {exc} (TRACKER_DEBUG=1 shows the traceback)", 1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=TrackerGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="tracker")
+def cli() -> None:
+    """Profile what each layer of a CNN does to an NVIDIA GPU, forward and backward.
+
+    \b
+    Start here:
+      tracker profile alexnet --batch 128     profile into ./trace.db (no GPU: the analytic model)
+      tracker runs                            what is stored
+      tracker show last                       one run, layer by layer
+      tracker model alexnet --device h100     FLOPs, bytes, roofline and memory; no GPU needed
+      tracker sql "SELECT * FROM layer_phase" query the store (read-only)
+    """
+
+
+def main() -> None:
+    cli.main()
+
+
+from tracker.cli import catalog, trace  # noqa: E402  (commands register themselves on cli)
+
+__all__ = ["catalog", "cli", "main", "trace"]

@@ -1,0 +1,174 @@
+"""Commands that need no database and no GPU: networks, devices, model."""
+
+from __future__ import annotations
+
+import click
+
+from tracker.cli import cli
+from tracker.cli.options import emit, format_option, net_kwargs, network_options
+from tracker.cli.output import cell, to_json
+from tracker.errors import TrackerError
+from tracker.model import CATALOG, DTYPE_BITS, PHASE_SETS, lookup, memory, predict
+from tracker.model.roofline import MAX_BATCH
+from tracker.nets import NETWORKS, build
+
+batch_option = click.option(
+    "--batch", "-b", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True,
+    help="Images per mini-batch.",
+)
+device_option = click.option(
+    "--device", "-d", metavar="NAME", default=None,
+    help="A catalog GPU for the roofline (h100, a100, gtx1080, 'NVIDIA H100 80GB HBM3', ...; see `tracker devices`).",
+)
+dtype_option = click.option(
+    "--dtype-bits", type=click.Choice([str(b) for b in DTYPE_BITS]), default="32", show_default=True,
+    help="Bits per value for the byte counts (the roof stays the FP32 peak, as in paper 000).",
+)
+phases_option = click.option(
+    "--phases", type=click.Choice(list(PHASE_SETS)), default="both", show_default=True,
+    help="fwd, bwd (bwd_data and bwd_weight) or both.",
+)
+
+
+@cli.command()
+@click.argument("network", required=False)
+@network_options
+@format_option
+def networks(network, fmt, **kwargs):
+    """List the networks, or one network's layers with shapes and stable IDs.
+
+    \b
+    Examples:
+      tracker networks
+      tracker networks alexnet --format json
+      tracker networks unet2d --conv-type separable --second-stride 2
+    """
+    options = net_kwargs(kwargs)
+    if network is None:
+        if any(v is not None for v in options.values()):
+            raise TrackerError("network options need a network: tracker networks NAME --option ...")
+        rows = []
+        for name, entry in NETWORKS.items():
+            net = entry.build()
+            rows.append({"network": name, "summary": entry.summary, "input_shape": list(net.input_shape),
+                         "layers": len(net.layers), "params": net.params,
+                         "grouped_convolutions": net.grouped_convolutions,
+                         "options": ["--" + o.replace("_", "-") for o in entry.options], "notes": net.notes})
+        columns = None if fmt == "json" else ("network", "summary", "input_shape", "layers", "params", "options")
+        emit(rows, fmt, columns)
+        return
+    net = build(network, **options)
+    if fmt == "json":
+        click.echo(to_json(net.to_dict()))
+        return
+    rows = [layer.to_dict() for layer in net.layers]
+    emit(rows, fmt, ("layer_id", "layer", "kind", "inputs", "output_shape", "params", "phases", "attributes"))
+    if fmt == "table":
+        click.echo(f"\n{net.name}: input {cell('', list(net.input_shape))}, {len(net.layers)} layers, "
+                   f"{net.params:,} parameters, grouped convolutions: {'yes' if net.grouped_convolutions else 'no'}")
+        for note in net.notes:
+            click.echo(f"  - {note}")
+
+
+@cli.command()
+@click.argument("name", required=False)
+@format_option
+def devices(name, fmt):
+    """List the GPU catalog, or one GPU with the source of each figure.
+
+    \b
+    Examples:
+      tracker devices
+      tracker devices h100 --format json
+      tracker devices "NVIDIA GeForce GTX 1080"
+    """
+    if name:
+        device = lookup(name).to_dict()
+        if fmt != "table":
+            click.echo(to_json(device) if fmt == "json" else _csv_one(device))
+            return
+        for key, value in device.items():
+            if key != "sources":
+                click.echo(f"{key:>20}: {cell(key, value)}  {_source(device, key)}".rstrip())
+        return
+    rows = [d.to_dict() for d in CATALOG]
+    columns = None if fmt == "json" else ("device", "name", "compute_capability", "sm_count", "fp32_tflops",
+                                          "dram_gbps", "l2_kib", "shared_kib_per_sm", "ridge_flop_per_byte")
+    emit(rows, fmt, columns)
+    if fmt == "table":
+        click.echo("\nsources of every figure: tracker devices NAME")
+
+
+def _source(device: dict, key: str) -> str:
+    source = device["sources"].get(key)
+    return f"[{source}]" if source else ""
+
+
+def _csv_one(device: dict) -> str:
+    from tracker.cli.output import to_csv
+
+    flat = {k: v for k, v in device.items() if k != "sources"}
+    flat.update({f"source_{k}": v for k, v in device["sources"].items()})
+    return to_csv([flat])
+
+
+MODEL_COLUMNS = ("layer_id", "layer", "kind", "phase", "output_shape", "params", "macs", "ops", "bytes", "intensity")
+ROOF_COLUMNS = ("attainable_gflops", "predicted_ms", "bound")
+
+
+@cli.command()
+@click.argument("network")
+@batch_option
+@device_option
+@dtype_option
+@phases_option
+@network_options
+@click.option("--memory", "show_memory", is_flag=True, help="Print the peak-memory breakdown instead of the layers.")
+@click.option("--plot", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Draw the roofline (needs --device) into this PNG file.")
+@format_option
+def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **kwargs):
+    """Analytic FLOPs, bytes, arithmetic intensity, roofline and memory per layer and phase.
+
+    Ops follow paper 003 (a multiply-add is 2 ops, bias not counted); bytes are compulsory
+    traffic (each input, weight and output moved once). No GPU needed.
+
+    \b
+    Examples:
+      tracker model alexnet --batch 1 --format json
+      tracker model alexnet --batch 128 --device h100 --plot roofline.png
+      tracker model unet2d --batch 16 --device rtx2060-super --conv-type separable
+      tracker model unet3d --batch 2 --memory
+    """
+    net = build(network, **net_kwargs(kwargs))
+    gpu = lookup(device) if device else None
+    if plot and gpu is None:
+        raise TrackerError("--plot needs --device: the roofline is drawn against a device's roof")
+    bits = int(dtype_bits)
+    peak = memory(net, batch, bits)
+    if show_memory:
+        emit([{"item": k, "bytes": v} for k, v in peak.to_dict().items()], fmt)
+        return
+    rows = predict(net, batch, gpu, bits, phases)
+    emit([r.to_dict(with_device=gpu is not None) for r in rows], fmt,
+         None if fmt == "json" else MODEL_COLUMNS + (ROOF_COLUMNS if gpu else ()))
+    if fmt == "table":
+        _model_footer(net, batch, gpu, bits, rows, peak)
+    if plot:
+        from tracker.plots import roofline_plot
+
+        roofline_plot(rows, gpu, plot, title=f"{net.name}, batch {batch}, {bits}-bit, on {gpu.name}")
+        click.echo(f"roofline written to {plot}", err=fmt != "table")
+
+
+def _model_footer(net, batch, gpu, bits, rows, peak) -> None:
+    ops = sum(r.ops for r in rows)
+    nbytes = sum(r.bytes for r in rows)
+    line = f"\ntotal: {cell('', ops)} ops, {cell('bytes', nbytes)} compulsory traffic"
+    if gpu:
+        line += f", {sum(r.predicted_ms for r in rows):.4g} ms predicted on {gpu.name} (roofline, FP32 peak)"
+    click.echo(line)
+    click.echo(f"peak memory of one training step: {cell('bytes', peak.peak_bytes)} "
+               f"(params {cell('bytes', peak.param_bytes)}, activations {cell('bytes', peak.activation_bytes)}; "
+               "details: --memory)")
+    click.echo("ops: paper 003's convention (multiply-add = 2, bias not counted); each row's rule: --format json")

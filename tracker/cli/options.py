@@ -1,0 +1,50 @@
+"""Option bundles shared by commands: one --format, one --db, one set of network options."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from tracker.cli.output import FORMATS, render
+from tracker.nets import OPTIONS
+
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+    help="Output: an aligned table for people, csv or json for programs.",
+)
+
+db_option = click.option(
+    "--db", metavar="PATH|URL", default=None,
+    help="Trace database: a SQLite file or a SQLAlchemy URL (postgresql://...). "
+         "Default: $TRACKER_DB, else ./trace.db.",
+)
+
+
+def network_options(command: Callable) -> Callable:
+    """Add every network option (``--depth``, ``--conv-type``, ...); each network takes some."""
+    for opt in reversed(OPTIONS):
+        if opt.choices and opt.type is str:
+            kind = click.Choice(opt.choices)
+        elif opt.choices:
+            kind = click.IntRange(min(opt.choices), max(opt.choices))
+        else:
+            kind = click.IntRange(min=1) if opt.type is int else str
+        command = click.option("--" + opt.name.replace("_", "-"), opt.name, type=kind, default=None,
+                               help=f"[{', '.join(n for n in _takers(opt.name))}] {opt.help}.")(command)
+    return command
+
+
+def _takers(option: str) -> list[str]:
+    from tracker.nets import NETWORKS
+
+    return [name for name, entry in NETWORKS.items() if option in entry.options]
+
+
+def net_kwargs(kwargs: dict) -> dict:
+    """Pop the network options out of a command's keyword arguments."""
+    return {opt.name: kwargs.pop(opt.name) for opt in OPTIONS}
+
+
+def emit(rows: list[dict], fmt: str, columns=None) -> None:
+    click.echo(render(rows, fmt, columns))

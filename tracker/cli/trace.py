@@ -1,0 +1,156 @@
+"""Commands that read or write the trace database: profile, runs, show, sql."""
+
+from __future__ import annotations
+
+import click
+
+from tracker.cli import cli
+from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
+from tracker.cli.options import db_option, emit, format_option, net_kwargs, network_options
+from tracker.cli.output import cell, to_json
+from tracker.model.roofline import MAX_BATCH
+from tracker.profile import BACKENDS
+
+
+@cli.command()
+@click.argument("network")
+@click.option("--batch", "-b", type=click.IntRange(1, MAX_BATCH), default=128, show_default=True,
+              help="Images per mini-batch (paper 003 used 16, 64 and 128).")
+@db_option
+@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+              help="auto: ncu with a GPU and Nsight Compute, events with a GPU only, model without a GPU.")
+@phases_option
+@click.option("--variant", default=None, metavar="V|OP=V,...",
+              help="Kernel variant: one name for every op that has it (shared), or per op (conv=fused,lrn=shared).")
+@click.option("--l1-bypass", is_flag=True, help="Compile the kernels to bypass L1 (-Xptxas -dlcm=cg).")
+@device_option
+@dtype_option
+@network_options
+@format_option
+def profile(network, batch, db, backend, phases, variant, l1_bypass, device, dtype_bits, fmt, **kwargs):
+    """Profile a network forward and backward, layer by layer, into the trace database.
+
+    Chooses the backend (ncu, events or model) from what this machine has and says which and
+    why. Without a GPU the run holds the analytic model's predictions, labelled as such.
+
+    \b
+    Examples:
+      tracker profile alexnet --batch 128
+      tracker profile alexnet --batch 64 --device h100 --db runs.db
+      tracker profile unet2d --batch 16 --conv-type separable --backend model
+    """
+    from tracker.model import lookup
+    from tracker.nets import build
+    from tracker.profile import profile as run_profile
+    from tracker.store import open_store
+    from tracker.variants import parse_variants
+
+    net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
+    gpu = lookup(device) if device else None
+    variants = parse_variants(variant)
+    store = open_store(db, write=True)
+    say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
+    result = run_profile(store, net, batch, backend=backend, phases=phases, variants=variants,
+                         l1_bypass=l1_bypass, device=gpu, dtype_bits=int(dtype_bits), echo=say)
+    ops = sum(p.ops for p in result.predictions)
+    nbytes = sum(p.bytes for p in result.predictions)
+    summary = {"run_id": result.run_id, "db": store.where, "backend": result.backend, "reason": result.reason,
+               "network": net.name, "batch": batch, "layers": len(net.layers),
+               "predictions": len(result.predictions), "ops": ops, "bytes": nbytes,
+               "predicted_ms": sum(p.predicted_ms for p in result.predictions) if gpu else None,
+               "predicted_peak_bytes": result.memory.peak_bytes, "measured": result.backend != "model"}
+    if fmt != "table":
+        emit([summary], fmt)
+        return
+    click.echo(f"run {result.run_id} complete: {net.name}, batch {batch}, {cell('', ops)} ops, "
+               f"{cell('bytes', nbytes)} compulsory traffic, peak memory {cell('bytes', result.memory.peak_bytes)}")
+    if result.backend == "model":
+        click.echo("  these are analytic predictions: nothing was measured" +
+                   ("" if gpu else " (add --device NAME for roofline times)"))
+    if variants or l1_bypass:
+        click.echo("  --variant and --l1-bypass are recorded on the run; the model's compulsory bytes do not depend on them")
+    click.echo(f"  stored in {store.where}; next: tracker show {result.run_id}")
+
+
+@cli.command()
+@db_option
+@format_option
+def runs(db, fmt):
+    """List the runs in the trace database, oldest first.
+
+    A run whose process died without marking it shows as 'interrupted'.
+
+    \b
+    Examples:
+      tracker runs
+      tracker runs --db runs.db --format json
+    """
+    from tracker.store import list_runs, open_store
+
+    rows = list_runs(open_store(db, write=False))
+    if not rows and fmt == "table":
+        click.echo("no runs yet: tracker profile alexnet --batch 128")
+        return
+    emit(rows, fmt)
+
+
+SHOW_COLUMNS = MODEL_COLUMNS + ROOF_COLUMNS + ("launches", "measured_ms", "achieved_gflops")
+
+
+@cli.command()
+@click.argument("run", default="last")
+@db_option
+@format_option
+def show(run, db, fmt):
+    """Show one run: its settings, then per layer and phase the prediction beside any measurement.
+
+    RUN is a run id from `tracker runs`, or 'last' (the default).
+
+    \b
+    Examples:
+      tracker show 3
+      tracker show last --format json
+    """
+    from tracker.store import find_run, launch_rows, layer_rows, metric_rows, open_store, run_dict
+
+    store = open_store(db, write=False)
+    info = run_dict(find_run(store, run))
+    rows = layer_rows(store, info["id"])
+    if fmt == "json":
+        click.echo(to_json({"run": info, "layers": rows, "launches": launch_rows(store, info["id"]),
+                            "metrics": metric_rows(store, info["id"])}))
+        return
+    if fmt == "csv":
+        emit(rows, fmt)
+        return
+    keys = ("id", "status", "network", "network_options", "batch", "phases", "dtype_bits", "backend",
+            "backend_reason", "device_name", "variants", "l1_bypass", "predicted_peak_bytes", "measured_peak_bytes",
+            "started_at", "finished_at", "error", "command_line")
+    for key in keys:
+        if info[key] not in (None, {}, ""):
+            click.echo(f"{key:>20}: {cell(key, info[key])}")
+    if info["backend"] == "model":
+        click.echo("\nanalytic predictions (backend model): nothing in this run was measured")
+    click.echo()
+    emit(rows, fmt, [c for c in SHOW_COLUMNS if any(row.get(c) is not None for row in rows)])
+
+
+@cli.command()
+@click.argument("statement")
+@db_option
+@format_option
+def sql(statement, db, fmt):
+    """Run one SQL statement on a read-only connection to the trace database.
+
+    Tables: run, layer, prediction, launch, metric, metric_def. Views: layer_phase, layer_time,
+    run_summary (schema/*.sql documents every column). A statement that would write is refused.
+
+    \b
+    Examples:
+      tracker sql "SELECT layer, phase, ops, bound FROM layer_phase WHERE run_id = 1"
+      tracker sql "SELECT kind, SUM(ops) FROM layer_phase GROUP BY kind" --format csv
+    """
+    from tracker.store import open_store, run_sql
+
+    columns, rows = run_sql(open_store(db, write=False), statement)
+    emit([dict(zip(columns, row)) for row in rows], fmt, columns)

@@ -1,0 +1,36 @@
+"""The one exceptions module. Each message says what went wrong and, where it can, what to do.
+
+The CLI turns a TrackerError into a one-line error and a non-zero exit; nothing else catches it.
+"""
+
+
+class TrackerError(Exception):
+    """Bad input or a state tracker cannot work with; the message is for the user."""
+
+
+class UnknownName(TrackerError):
+    """An unknown network, device, variant or option value."""
+
+
+class StoreError(TrackerError):
+    """The trace database cannot be opened, is not a tracker database, or refused a statement."""
+
+
+class BackendUnavailable(TrackerError):
+    """The requested profiling backend cannot run on this machine."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that one code path marks a run interrupted."""
+
+
+def did_you_mean(name: str, known: list[str]) -> str:
+    """' (did you mean X?)' when a known name is close to ``name``, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown(what: str, name: str, known: list[str]) -> UnknownName:
+    return UnknownName(f"unknown {what} '{name}'{did_you_mean(name, known)}; known: {', '.join(known)}")

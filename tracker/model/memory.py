@@ -1,0 +1,47 @@
+"""Peak memory of one training step (paper 002's activations + weights model, extended).
+
+Paper 002 predicts peak memory as activation maps plus model weights and shows that this falls
+short of the measured peak. We add what a training step also holds: weight gradients, the
+largest pair of activation gradients alive at once, and the workspace of a GEMM convolution.
+What is still missing (allocator rounding and caching, library workspaces, the CUDA context) is
+what the GPU runner's measured peak shows beside this prediction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from tracker.model.roofline import check_batch, check_dtype_bits
+from tracker.nets import Network, numel
+
+
+@dataclass(frozen=True)
+class Memory:
+    param_bytes: int  # weights and biases
+    activation_bytes: int  # the input and every layer output, kept for the backward pass
+    weight_grad_bytes: int  # one gradient per parameter
+    activation_grad_bytes: int  # the largest (output gradient + input gradient) of one layer
+    workspace_bytes: int  # the largest im2col buffer of one sample (GEMM convolution)
+    peak_bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def memory(net: Network, batch: int, dtype_bits: int = 32) -> Memory:
+    check_batch(batch)
+    width = check_dtype_bits(dtype_bits) // 8
+    params = net.params * width
+    activations = batch * (numel(net.input_shape) + sum(numel(l.output_shape) for l in net.layers)) * width
+    act_grads = max(
+        batch * (numel(l.output_shape) + (sum(map(numel, l.input_shapes)) if l.needs_input_grad else 0))
+        for l in net.layers
+    ) * width
+    workspace = max(
+        (numel(l.output_shape[1:]) * (l.input_shapes[0][0] // l.op.groups) * math.prod(l.op.kernel)
+         for l in net.layers if l.kind == "conv"),
+        default=0,
+    ) * width
+    peak = params + activations + params + act_grads + workspace
+    return Memory(params, activations, params, act_grads, workspace, peak)

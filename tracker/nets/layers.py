@@ -1,0 +1,319 @@
+"""Layer specs with shape inference.
+
+Shapes are per sample, channels first: ``(C, H, W)`` for 2-D nets, ``(C, D, H, W)`` for 3-D nets,
+``(F,)`` after a fully-connected layer. The batch size is never part of a spec: the model and the
+runners multiply by it. One op class per layer kind; each knows its output shape and parameter
+count, nothing about cost (that is ``tracker.model``'s job).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
+
+from tracker.errors import TrackerError
+
+Shape = tuple[int, ...]
+
+
+def _tuple(value: int | tuple[int, ...], dims: int) -> tuple[int, ...]:
+    return (value,) * dims if isinstance(value, int) else tuple(value)
+
+
+def numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+@dataclass(frozen=True)
+class Op:
+    """A layer's operation. Subclasses set ``kind`` and implement ``infer``."""
+
+    kind: ClassVar[str] = ""
+    has_weights: ClassVar[bool] = False
+
+    def infer(self, inputs: list[Shape]) -> Shape:
+        raise NotImplementedError
+
+    def params(self, inputs: list[Shape]) -> int:
+        return 0
+
+    def biases(self) -> int:
+        """How many of ``params`` are biases (the paper's convention does not count their ops)."""
+        return 0
+
+    def attrs(self) -> dict:
+        """The op's settings, JSON-ready, for ``tracker networks`` and the store."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def _only(inputs: list[Shape], kind: str) -> Shape:
+    if len(inputs) != 1:
+        raise TrackerError(f"{kind} takes one input, got {len(inputs)}")
+    return inputs[0]
+
+
+def _window_out(size: int, kernel: int, stride: int, pad: int, what: str) -> int:
+    out = (size + 2 * pad - kernel) // stride + 1
+    if out < 1:
+        raise TrackerError(f"{what}: input {size} is too small for kernel {kernel} (stride {stride}, pad {pad})")
+    return out
+
+
+@dataclass(frozen=True)
+class Conv(Op):
+    """N-d convolution, cross-correlation as in every framework. ``groups`` = C_in is depthwise."""
+
+    kind: ClassVar[str] = "conv"
+    has_weights: ClassVar[bool] = True
+    out_channels: int
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    groups: int = 1
+    bias: bool = True
+
+    def infer(self, inputs: list[Shape]) -> Shape:
+        c, *spatial = _only(inputs, self.kind)
+        if c % self.groups or self.out_channels % self.groups:
+            raise TrackerError(f"conv: channels {c}->{self.out_channels} not divisible by groups {self.groups}")
+        out = [_window_out(s, k, st, p, "conv") for s, k, st, p in zip(spatial, self.kernel, self.stride, self.padding)]
+        return (self.out_channels, *out)
+
+    def params(self, inputs: list[Shape]) -> int:
+        c = inputs[0][0]
+        return self.out_channels * (c // self.groups) * math.prod(self.kernel) + self.biases()
+
+    def biases(self) -> int:
+        return self.out_channels if self.bias else 0
+
+
+@dataclass(frozen=True)
+class ConvTranspose(Op):
+    """N-d transposed convolution (the U-Net up-convolution), no padding."""
+
+    kind: ClassVar[str] = "convtranspose"
+    has_weights: ClassVar[bool] = True
+    out_channels: int
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    bias: bool = True
+
+    def infer(self, inputs: list[Shape]) -> Shape:
+        _, *spatial = _only(inputs, self.kind)
+        out = [(s - 1) * st + k for s, k, st in zip(spatial, self.kernel, self.stride)]
+        return (self.out_channels, *out)
+
+    def params(self, inputs: list[Shape]) -> int:
+        return inputs[0][0] * self.out_channels * math.prod(self.kernel) + self.biases()
+
+    def biases(self) -> int:
+        return self.out_channels if self.bias else 0
+
+
+@dataclass(frozen=True)
+class Linear(Op):
+    """Fully-connected layer; a multi-dimensional input is flattened (AlexNet's pool5 -> fc6)."""
+
+    kind: ClassVar[str] = "linear"
+    has_weights: ClassVar[bool] = True
+    out_features: int
+    bias: bool = True
+
+    def infer(self, inputs: list[Shape]) -> Shape:
+        _only(inputs, self.kind)
+        return (self.out_features,)
+
+    def params(self, inputs: list[Shape]) -> int:
+        return numel(inputs[0]) * self.out_features + self.biases()
+
+    def biases(self) -> int:
+        return self.out_features if self.bias else 0
+
+
+@dataclass(frozen=True)
+class Elementwise(Op):
+    def infer(self, inputs: list[Shape]) -> Shape:
+        return _only(inputs, self.kind)
+
+
+@dataclass(frozen=True)
+class ReLU(Elementwise):
+    kind: ClassVar[str] = "relu"
+
+
+@dataclass(frozen=True)
+class Sigmoid(Elementwise):
+    """Output activation; its backward is fused with the binary cross-entropy loss."""
+
+    kind: ClassVar[str] = "sigmoid"
+
+
+@dataclass(frozen=True)
+class Softmax(Elementwise):
+    """Softmax over channels; its backward is fused with the cross-entropy loss (paper 003)."""
+
+    kind: ClassVar[str] = "softmax"
+
+
+@dataclass(frozen=True)
+class LRN(Elementwise):
+    """Local response normalisation across channels (AlexNet): x / (k + alpha/n * sum x^2)^beta."""
+
+    kind: ClassVar[str] = "lrn"
+    size: int = 5
+    alpha: float = 1e-4
+    beta: float = 0.75
+    k: float = 2.0
+
+
+@dataclass(frozen=True)
+class BatchNorm(Elementwise):
+    """Batch normalisation in training mode (batch statistics), learned scale and shift."""
+
+    kind: ClassVar[str] = "batchnorm"
+    has_weights: ClassVar[bool] = True
+
+    def params(self, inputs: list[Shape]) -> int:
+        return 2 * inputs[0][0]
+
+
+@dataclass(frozen=True)
+class MaxPool(Op):
+    kind: ClassVar[str] = "maxpool"
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+
+    def infer(self, inputs: list[Shape]) -> Shape:
+        c, *spatial = _only(inputs, self.kind)
+        return (c, *[_window_out(s, k, st, 0, "maxpool") for s, k, st in zip(spatial, self.kernel, self.stride)])
+
+
+@dataclass(frozen=True)
+class Upsample(Op):
+    """Nearest-neighbour up-sampling by an integer factor in every spatial dimension."""
+
+    kind: ClassVar[str] = "upsample"
+    scale: int = 2
+
+    def infer(self, inputs: list[Shape]) -> Shape:
+        c, *spatial = _only(inputs, self.kind)
+        return (c, *[s * self.scale for s in spatial])
+
+
+@dataclass(frozen=True)
+class Concat(Op):
+    """Channel concatenation (U-Net skip connections)."""
+
+    kind: ClassVar[str] = "concat"
+
+    def infer(self, inputs: list[Shape]) -> Shape:
+        spatial = {s[1:] for s in inputs}
+        if len(inputs) < 2 or len(spatial) != 1:
+            raise TrackerError(f"concat needs two or more inputs of one spatial size, got {inputs}")
+        return (sum(s[0] for s in inputs), *inputs[0][1:])
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a network, with its shapes resolved. ``id`` counts from 1 in network order."""
+
+    id: int
+    name: str
+    op: Op
+    inputs: tuple[str, ...]
+    input_shapes: tuple[Shape, ...]
+    output_shape: Shape
+    params: int
+    needs_input_grad: bool
+
+    @property
+    def kind(self) -> str:
+        return self.op.kind
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """fwd always; bwd_data unless nothing upstream needs a gradient; bwd_weight if it has weights."""
+        return (
+            ("fwd",)
+            + (("bwd_data",) if self.needs_input_grad else ())
+            + (("bwd_weight",) if self.op.has_weights else ())
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "layer_id": self.id,
+            "layer": self.name,
+            "kind": self.kind,
+            "inputs": list(self.inputs),
+            "input_shapes": [list(s) for s in self.input_shapes],
+            "output_shape": list(self.output_shape),
+            "params": self.params,
+            "phases": list(self.phases),
+            "attributes": self.op.attrs(),
+        }
+
+
+INPUT = "input"
+
+
+@dataclass
+class Network:
+    """A network: its input shape, layers in network order, the options that built it and notes."""
+
+    name: str
+    input_shape: Shape
+    options: dict
+    notes: list[str] = field(default_factory=list)
+    layers: list[Layer] = field(default_factory=list)
+
+    def add(self, name: str, op: Op, *inputs: str) -> str:
+        """Append a layer fed by ``inputs`` (default: the previous layer); return its name."""
+        sources = inputs or (self.layers[-1].name if self.layers else INPUT,)
+        shapes = tuple(self.shape_of(src) for src in sources)
+        try:
+            out = op.infer(list(shapes))
+        except TrackerError as exc:
+            raise TrackerError(f"{self.name}: layer {name}: {exc}") from None
+        grad = any(src != INPUT for src in sources)
+        self.layers.append(Layer(len(self.layers) + 1, name, op, sources, shapes, out, op.params(list(shapes)), grad))
+        return name
+
+    def shape_of(self, name: str) -> Shape:
+        if name == INPUT:
+            return self.input_shape
+        for layer in self.layers:
+            if layer.name == name:
+                return layer.output_shape
+        raise TrackerError(f"{self.name}: no layer named {name}")
+
+    def layer(self, name: str) -> Layer:
+        return next(layer for layer in self.layers if layer.name == name)
+
+    @property
+    def params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def grouped_convolutions(self) -> bool:
+        return any(isinstance(layer.op, Conv) and layer.op.groups > 1 for layer in self.layers)
+
+    def to_dict(self) -> dict:
+        return {
+            "network": self.name,
+            "input_shape": list(self.input_shape),
+            "options": self.options,
+            "params": self.params,
+            "grouped_convolutions": self.grouped_convolutions,
+            "notes": self.notes,
+            "layers": [layer.to_dict() for layer in self.layers],
+        }
+
+
+def conv(out: int, kernel: int, stride: int = 1, pad: int = 0, dims: int = 2, groups: int = 1, bias: bool = True) -> Conv:
+    """A convolution with the same kernel, stride and padding in every spatial dimension."""
+    return Conv(out, _tuple(kernel, dims), _tuple(stride, dims), _tuple(pad, dims), groups, bias)
+
+
+def maxpool(kernel: int, stride: int, dims: int = 2) -> MaxPool:
+    return MaxPool(_tuple(kernel, dims), _tuple(stride, dims))

@@ -1,0 +1,22 @@
+"""The trace store: SQLAlchemy 2 ORM over SQLite (default) or PostgreSQL (by URL).
+
+Importing this package imports SQLAlchemy; the CLI does so only in commands that touch a database.
+"""
+
+from tracker.store.db import DEFAULT_DB, Store, open_store, resolve
+from tracker.store.queries import (
+    find_run,
+    launch_rows,
+    layer_rows,
+    list_runs,
+    metric_rows,
+    run_dict,
+    run_sql,
+)
+from tracker.store.runs import RunWriter, effective_status, recording
+from tracker.store.schema import SCHEMA_VERSION
+
+__all__ = [
+    "DEFAULT_DB", "SCHEMA_VERSION", "RunWriter", "Store", "effective_status", "find_run", "launch_rows",
+    "layer_rows", "list_runs", "metric_rows", "open_store", "recording", "resolve", "run_dict", "run_sql",
+]

@@ -1,0 +1,191 @@
+"""Opening the trace store: a SQLite file by default, any SQLAlchemy URL otherwise.
+
+``open_store(db, write=True)`` creates the schema in an empty database and refuses anything that
+is not a tracker database, or has a newer schema, before it changes a byte. SQLite runs in WAL
+mode with foreign keys on and a busy timeout; write transactions take the write lock up front
+(BEGIN IMMEDIATE) so that concurrent writers queue instead of failing on a lock upgrade.
+``write=False`` opens read-only (SQLite ``mode=ro`` and ``query_only``; PostgreSQL read-only
+transactions): reading never creates or changes a file.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
+
+from tracker import __version__
+from tracker.errors import StoreError
+from tracker.store.schema import SCHEMA_VERSION, Base, SchemaInfo
+from tracker.store.views import VIEWS
+
+DEFAULT_DB = "trace.db"
+BUSY_TIMEOUT_S = 60
+_PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
+
+
+@dataclass
+class Store:
+    engine: Engine
+    where: str  # the path, or the URL without its password, for messages
+    writable: bool
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session whose transaction commits on success and rolls back on any exception."""
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def resolve(db: str | None) -> str:
+    """The database to use: ``--db``, else ``$TRACKER_DB``, else ./trace.db."""
+    return db or os.environ.get("TRACKER_DB") or DEFAULT_DB
+
+
+def open_store(db: str | None = None, *, write: bool) -> Store:
+    target = resolve(db)
+    if "://" not in target:
+        return _open_sqlite(Path(target).expanduser(), write)
+    try:
+        url = make_url(target)
+    except ArgumentError:
+        raise StoreError(f"malformed database URL '{target}' (expected e.g. postgresql://user@host/db)") from None
+    if url.get_backend_name() == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise StoreError("an in-memory SQLite database cannot hold a trace; give a file path")
+        return _open_sqlite(Path(url.database).expanduser(), write)
+    return _open_url(url, write)
+
+
+def _open_sqlite(path: Path, write: bool) -> Store:
+    path = path.absolute()
+    where = str(path)
+    if path.is_dir():
+        raise StoreError(f"{where} is a directory, not a trace database")
+    if write:
+        _check_writable(path)
+    elif not path.exists():
+        raise StoreError(f"no trace database at {where} (run `tracker profile` to create one, or give --db)")
+
+    def connect() -> sqlite3.Connection:
+        if write:
+            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        else:
+            conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+                                   isolation_level=None)
+            conn.execute("PRAGMA query_only = ON")
+            conn.set_authorizer(_deny_attach)
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+        return conn
+
+    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
+    begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+    event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
+    store = Store(engine, where, write)
+    _prepare(store)
+    if write:  # only now that the file is known to be ours: WAL is a persistent change
+        with closing(connect()) as conn:
+            conn.execute("PRAGMA journal_mode = WAL")
+    return store
+
+
+def _deny_attach(action: int, *args) -> int:
+    """ATTACH (and VACUUM INTO, which attaches) would create files even on a read-only connection."""
+    return sqlite3.SQLITE_DENY if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH) else sqlite3.SQLITE_OK
+
+
+def _check_writable(path: Path) -> None:
+    parent = path.parent
+    if not parent.is_dir():
+        raise StoreError(f"cannot create {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise StoreError(f"cannot write {path}: permission denied")
+
+
+def _open_url(url, write: bool) -> Store:
+    where = url.render_as_string(hide_password=True)
+    args = {}
+    if url.get_backend_name() == "postgresql" and not write:
+        args["connect_args"] = {"options": "-c default_transaction_read_only=on"}
+    try:
+        engine = create_engine(url, poolclass=NullPool, **args)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise StoreError(f"cannot use database URL '{where}': {_first_line(exc)}") from None
+    except ImportError as exc:
+        raise StoreError(f"no driver for '{where}': {exc} (for PostgreSQL: pip install 'psycopg[binary]')") from None
+    store = Store(engine, where, write)
+    _prepare(store)
+    return store
+
+
+def _prepare(store: Store) -> None:
+    """Check the database is ours and current; create the schema in an empty one (write mode)."""
+    try:
+        with store.engine.connect() as conn:
+            state = _check_schema(conn, store.where)
+            conn.rollback()
+            if state == "empty" and store.writable:
+                _create_schema(conn, store.where)
+    except DBAPIError as exc:
+        store.dispose()
+        raise StoreError(f"cannot open {store.where}: {_first_line(exc.orig or exc)}") from None
+    except StoreError:
+        store.dispose()
+        raise
+
+
+def _check_schema(conn: Connection, where: str) -> str:
+    tables = set(inspect(conn).get_table_names())
+    if not tables:
+        return "empty"
+    if SchemaInfo.__tablename__ not in tables:
+        raise StoreError(f"{where} is not a tracker trace database (it has tables but no schema_info); "
+                         "refusing to touch it")
+    version = conn.execute(select(SchemaInfo.version)).scalar()
+    if version is None or version > SCHEMA_VERSION:
+        raise StoreError(f"{where} has trace schema v{version}, newer than this tracker's v{SCHEMA_VERSION}: "
+                         "upgrade tracker to read it")
+    if version < SCHEMA_VERSION:
+        raise StoreError(f"{where} has trace schema v{version}, older than this tracker's v{SCHEMA_VERSION}, "
+                         "and no migration exists yet")
+    return "current"
+
+
+def _create_schema(conn: Connection, where: str) -> None:
+    with conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(text(f"SELECT pg_advisory_xact_lock({_PG_SCHEMA_LOCK})"))
+        if _check_schema(conn, where) == "current":  # another process created it while we waited
+            return
+        Base.metadata.create_all(conn)
+        for view in VIEWS:
+            conn.exec_driver_sql(view.create())
+        conn.execute(SchemaInfo.__table__.insert().values(
+            version=SCHEMA_VERSION, tracker_version=__version__, created_at=datetime.now(timezone.utc)))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,0 +1,110 @@
+"""Reading the trace store: plain rows (dicts) for the CLI, the analyses and notebooks."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
+
+from tracker.errors import StoreError
+from tracker.store.db import Store
+from tracker.store.schema import Launch, Metric, Run
+
+RUN_LIST_COLUMNS = ("run_id", "status", "network", "batch", "phases", "backend", "device_name",
+                    "started_at", "layers", "launches", "ops", "predicted_ms", "measured_ms")
+
+
+def _plain(value: Any) -> Any:
+    """JSON text from SQLite views becomes lists; datetimes become ISO strings."""
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _rows(store: Store, sql: str, **params) -> list[dict]:
+    with store.connect() as conn:
+        result = conn.execute(text(sql), params)
+        return [{k: _plain(v) for k, v in row.items()} for row in result.mappings()]
+
+
+def list_runs(store: Store) -> list[dict]:
+    """Every run, newest last, with its effective status (dead ``running`` runs: ``interrupted``)."""
+    from tracker.store.runs import effective_status
+
+    with store.session() as session:
+        runs = {run.id: effective_status(run) for run in session.scalars(select(Run))}
+    rows = _rows(store, f"SELECT {', '.join(RUN_LIST_COLUMNS)} FROM run_summary ORDER BY run_id")
+    for row in rows:
+        row["status"] = runs[row["run_id"]]
+    return rows
+
+
+def find_run(store: Store, ref: str | int) -> Run:
+    """A run by id, or the newest with 'last'."""
+    with store.session() as session:
+        if str(ref).lower() in ("last", "latest"):
+            run = session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
+            if run is None:
+                raise StoreError(f"{store.where} holds no runs yet")
+            return run
+        try:
+            run_id = int(ref)
+        except ValueError:
+            raise StoreError(f"run '{ref}' is not a run id (a number, or 'last')") from None
+        run = session.get(Run, run_id)
+        if run is None:
+            raise StoreError(f"no run {run_id} in {store.where} (see `tracker runs`)")
+        return run
+
+
+def run_dict(run: Run) -> dict:
+    from tracker.store.runs import effective_status
+
+    row = {c.name: _plain(getattr(run, c.key)) for c in Run.__table__.columns}
+    row["status"] = effective_status(run)
+    return row
+
+
+def layer_rows(store: Store, run_id: int) -> list[dict]:
+    """The layer_phase view for one run: prediction and measurement per layer and phase."""
+    return _rows(store, "SELECT * FROM layer_phase WHERE run_id = :run ORDER BY layer_id, "
+                        "CASE phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 ELSE 2 END", run=run_id)
+
+
+def launch_rows(store: Store, run_id: int) -> list[dict]:
+    with store.session() as session:
+        launches = session.scalars(select(Launch).where(Launch.run_id == run_id).order_by(Launch.invocation))
+        return [{c.name: getattr(k, c.key) for c in Launch.__table__.columns} for k in launches]
+
+
+def metric_rows(store: Store, run_id: int) -> list[dict]:
+    with store.session() as session:
+        metrics = session.scalars(select(Metric).where(Metric.run_id == run_id)
+                                  .order_by(Metric.invocation, Metric.name))
+        return [{"invocation": m.invocation, "name": m.name, "value": m.value} for m in metrics]
+
+
+def run_sql(store: Store, statement: str) -> tuple[list[str], list[tuple]]:
+    """Run one statement on a read-only connection: (column names, rows). Writes are refused."""
+    try:
+        with store.connect() as conn:
+            result = conn.exec_driver_sql(statement)
+            if not result.returns_rows:
+                return [], []
+            columns = list(result.keys())
+            rows = [tuple(_plain(v) for v in row) for row in result.fetchall()]
+            conn.rollback()
+            return columns, rows
+    except DBAPIError as exc:
+        message = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        if any(word in message for word in ("readonly", "read-only", "not authorized")):
+            raise StoreError(f"refused: tracker sql is read-only ({message})") from None
+        raise StoreError(f"SQL error: {message}") from None

@@ -1,0 +1,141 @@
+"""Writing a run: its row first (status ``running``), its data in transactions, its outcome last.
+
+``recording`` is the one way to write a run. A failure marks the run ``failed`` with the error;
+Ctrl-C or SIGTERM marks it ``interrupted``; a transaction cut short rolls back, so no half-written
+rows stay; earlier runs are never touched. A process killed outright (SIGKILL, power loss)
+cannot mark its run: ``effective_status`` shows such a run as ``interrupted`` once its process is
+gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+from sqlalchemy import update
+
+from tracker import __version__
+from tracker.errors import Interrupted
+from tracker.model import Prediction
+from tracker.nets import Network
+from tracker.store.db import Store
+from tracker.store.schema import Layer, Run
+from tracker.store.schema import Prediction as PredictionRow
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of proc(5), counted after the comm field
+
+
+def process_alive(host: str, pid: int, started: str | None) -> bool | None:
+    """True or False for a process on this host; None when it ran elsewhere and we cannot tell."""
+    if host != socket.gethostname():
+        return None
+    if started is not None and Path("/proc").is_dir():
+        return process_start(pid) == started
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def effective_status(run: Run) -> str:
+    """The stored status, except that a ``running`` run whose process is gone is ``interrupted``."""
+    if run.status == "running" and process_alive(run.host, run.pid, run.process_start) is False:
+        return "interrupted"
+    return run.status
+
+
+class RunWriter:
+    """What a backend writes into its run; each call is one transaction."""
+
+    def __init__(self, store: Store, run_id: int):
+        self.store = store
+        self.run_id = run_id
+
+    def add_layers(self, net: Network, predictions: list[Prediction]) -> None:
+        with self.store.session() as session:
+            session.add_all(
+                Layer(run_id=self.run_id, layer_id=layer.id, name=layer.name, kind=layer.kind,
+                      attributes=layer.op.attrs(), inputs=list(layer.inputs),
+                      input_shapes=[list(s) for s in layer.input_shapes],
+                      output_shape=list(layer.output_shape), params=layer.params)
+                for layer in net.layers
+            )
+            session.flush()  # layers before the predictions that reference them
+            session.add_all(
+                PredictionRow(run_id=self.run_id, layer_id=p.layer_id, phase=p.phase, macs=p.macs, ops=p.ops,
+                              bytes=p.bytes, intensity=p.intensity, attainable_gflops=p.attainable_gflops,
+                              predicted_ms=p.predicted_ms, bound=p.bound, convention=p.convention)
+                for p in predictions
+            )
+
+    def update(self, **fields) -> None:
+        """Set run fields learned while running (device, versions, peak memory, ...)."""
+        with self.store.session() as session:
+            session.execute(update(Run).where(Run.id == self.run_id).values(**fields))
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(f"signal {signum}")
+
+
+@contextmanager
+def _on_sigterm(handler) -> Iterator[None]:
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def recording(store: Store, **fields) -> Iterator[RunWriter]:
+    """Create a run from ``fields`` (the Run columns), yield its writer, and record how it ended."""
+    pid = os.getpid()
+    fields = {"command_line": " ".join(sys.argv), "tracker_version": __version__, **fields}
+    run = Run(status="running", host=socket.gethostname(), pid=pid, process_start=process_start(pid),
+              started_at=_now(), **fields)
+    with store.session() as session:
+        session.add(run)
+    writer = RunWriter(store, run.id)
+    with _on_sigterm(_raise_interrupted):
+        try:
+            yield writer
+        except KeyboardInterrupt:
+            _finish(store, run.id, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
+            raise
+        except BaseException as exc:
+            _finish(store, run.id, "failed", f"{type(exc).__name__}: {exc}")
+            raise
+        _finish(store, run.id, "complete", None)
+
+
+def _finish(store: Store, run_id: int, status: str, error: str | None) -> None:
+    with _on_sigterm(signal.SIG_IGN):  # a second SIGTERM must not stop the run being marked
+        with store.session() as session:
+            session.execute(update(Run).where(Run.id == run_id).values(status=status, error=error,
+                                                                        finished_at=_now()))
+

@@ -1,0 +1,192 @@
+"""The trace store's tables as a typed SQLAlchemy 2 ORM. ``schema/schema.sql`` is rendered from here.
+
+Keys (DESIGN.md): a run has layers (run_id, layer_id); the model's predictions are per layer and
+phase (run_id, layer_id, phase); every kernel launch is (run_id, invocation) in launch order and
+names its layer and phase; metrics are narrow (run_id, invocation, name) -> value so that new
+counters need no migration, and ``metric_def`` says what each name means.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+SCHEMA_VERSION = 1
+
+STATUSES = ("running", "complete", "failed", "interrupted")
+PHASES = ("fwd", "bwd_data", "bwd_weight")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    # Counts outgrow 32 bits (ops at batch 128), so integers are BIGINT; SQLite's INTEGER is 64-bit.
+    type_annotation_map = {
+        int: BigInteger().with_variant(Integer(), "sqlite"),
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        str: String,
+        datetime: DateTime(timezone=True),
+    }
+
+
+class SchemaInfo(Base):
+    """One row: the schema version this database was created with."""
+
+    __tablename__ = "schema_info"
+    version: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    tracker_version: Mapped[str]
+    created_at: Mapped[datetime]
+
+
+class Run(Base):
+    """One profile of one network at one batch size: its settings, provenance and outcome."""
+
+    __tablename__ = "run"
+    __table_args__ = (CheckConstraint(_in("status", STATUSES), name="run_status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    status: Mapped[str] = mapped_column(doc="running, complete, failed or interrupted")
+    network: Mapped[str]
+    network_options: Mapped[dict[str, Any]]
+    batch: Mapped[int]
+    phases: Mapped[str] = mapped_column(doc="fwd, bwd or both")
+    dtype_bits: Mapped[int]
+    variants: Mapped[dict[str, Any]] = mapped_column(doc="op -> kernel variant")
+    l1_bypass: Mapped[bool]
+    backend: Mapped[str] = mapped_column(doc="ncu, events or model")
+    backend_reason: Mapped[str]
+    device_name: Mapped[str | None] = mapped_column(doc="the GPU measured, or the catalog device predicted for")
+    compute_capability: Mapped[str | None]
+    sm_count: Mapped[int | None]
+    sm_clock_mhz: Mapped[float | None]
+    mem_clock_mhz: Mapped[float | None]
+    driver_version: Mapped[str | None]
+    cuda_version: Mapped[str | None]
+    ncu_version: Mapped[str | None]
+    ncu_replay_mode: Mapped[str | None]
+    ncu_cache_control: Mapped[str | None]
+    ncu_clock_control: Mapped[str | None]
+    repeat: Mapped[int] = mapped_column(doc="measured iterations per launch")
+    predicted_peak_bytes: Mapped[int | None] = mapped_column(doc="model's peak memory of one training step")
+    measured_peak_bytes: Mapped[int | None] = mapped_column(doc="device memory high-water mark")
+    command_line: Mapped[str]
+    tracker_version: Mapped[str]
+    host: Mapped[str]
+    pid: Mapped[int]
+    process_start: Mapped[str | None] = mapped_column(doc="start time of the process, to tell a reused pid")
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class Layer(Base):
+    """A layer of the run's network with its resolved shapes (per sample) and parameter count."""
+
+    __tablename__ = "layer"
+    __table_args__ = (Index("layer_by_name", "run_id", "name", unique=True),)  # show/sql by layer name
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    name: Mapped[str]
+    kind: Mapped[str]
+    attributes: Mapped[dict[str, Any]]
+    inputs: Mapped[list[Any]] = mapped_column(doc="names of the layers feeding it ('input': the network input)")
+    input_shapes: Mapped[list[Any]]
+    output_shape: Mapped[list[Any]]
+    params: Mapped[int]
+
+
+class Prediction(Base):
+    """The analytic model's figures for a layer and phase, with the counting convention used."""
+
+    __tablename__ = "prediction"
+    __table_args__ = (
+        ForeignKeyConstraint(["run_id", "layer_id"], ["layer.run_id", "layer.layer_id"], ondelete="CASCADE"),
+        CheckConstraint(_in("phase", PHASES), name="prediction_phase"),
+    )
+
+    run_id: Mapped[int] = mapped_column(primary_key=True)
+    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    phase: Mapped[str] = mapped_column(primary_key=True)
+    macs: Mapped[int]
+    ops: Mapped[int]
+    bytes: Mapped[int] = mapped_column(doc="compulsory bytes at the run's dtype_bits")
+    intensity: Mapped[float] = mapped_column(Float, doc="ops per byte")
+    attainable_gflops: Mapped[float | None] = mapped_column(Float, doc="roofline, when a device is known")
+    predicted_ms: Mapped[float | None] = mapped_column(Float)
+    bound: Mapped[str | None] = mapped_column(doc="compute or memory")
+    convention: Mapped[str] = mapped_column(Text, doc="what ops counts for this layer kind")
+
+
+class Launch(Base):
+    """One kernel launch, in invocation order, with the layer and phase it belongs to (pass 1)."""
+
+    __tablename__ = "launch"
+    __table_args__ = (
+        ForeignKeyConstraint(["run_id", "layer_id"], ["layer.run_id", "layer.layer_id"], ondelete="CASCADE"),
+        CheckConstraint(_in("phase", PHASES), name="launch_phase"),
+        Index("launch_by_layer", "run_id", "layer_id", "phase"),  # per-layer rollups (layer_phase view)
+    )
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    invocation: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    layer_id: Mapped[int]
+    phase: Mapped[str]
+    repeat: Mapped[int] = mapped_column(doc="which measured iteration, from 0")
+    kernel_name: Mapped[str]
+    variant: Mapped[str]
+    l1_policy: Mapped[str] = mapped_column(doc="ca (cache in L1) or cg (bypass L1)")
+    grid_x: Mapped[int]
+    grid_y: Mapped[int]
+    grid_z: Mapped[int]
+    block_x: Mapped[int]
+    block_y: Mapped[int]
+    block_z: Mapped[int]
+    shared_bytes: Mapped[int]
+    registers: Mapped[int | None]
+    time_ms: Mapped[float | None] = mapped_column(Float, doc="CUDA-event time")
+
+
+class MetricDef(Base):
+    """What a metric name means: unit, description and how it rolls up over launches."""
+
+    __tablename__ = "metric_def"
+
+    name: Mapped[str] = mapped_column(primary_key=True)
+    unit: Mapped[str]
+    description: Mapped[str] = mapped_column(Text)
+    rollup: Mapped[str] = mapped_column(doc="sum, avg, max or ratio")
+    source: Mapped[str] = mapped_column(doc="ncu, nvprof or events")
+
+
+class Metric(Base):
+    """One counter of one launch (pass 2), narrow."""
+
+    __tablename__ = "metric"
+    __table_args__ = (
+        ForeignKeyConstraint(["run_id", "invocation"], ["launch.run_id", "launch.invocation"], ondelete="CASCADE"),
+        Index("metric_by_name", "name", "run_id"),  # one metric across runs (compare, experiments)
+    )
+
+    run_id: Mapped[int] = mapped_column(primary_key=True)
+    invocation: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(ForeignKey("metric_def.name"), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)

@@ -24,7 +24,8 @@ def _si(value: float) -> str:
 def _iec(value: float) -> str:
     for scale, suffix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if abs(value) >= scale:
-            return f"{value / scale:.3g} {suffix}"
+            scaled = value / scale
+            return f"{scaled:.{0 if scaled >= 100 else 1 if scaled >= 10 else 2}f} {suffix}"
     return f"{value:.0f} B"
 
 

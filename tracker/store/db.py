@@ -128,8 +128,9 @@ def _check_writable(path: Path) -> None:
 def _open_url(url, write: bool) -> Store:
     where = url.render_as_string(hide_password=True)
     args = {}
-    if url.get_backend_name() == "postgresql" and not write:
-        args["connect_args"] = {"options": "-c default_transaction_read_only=on"}
+    if url.get_backend_name() == "postgresql" and not write:  # keep the URL's own options (search_path)
+        options = f"{url.query.get('options', '')} -c default_transaction_read_only=on".strip()
+        args["connect_args"] = {"options": options}
     try:
         engine = create_engine(url, poolclass=NullPool, **args)
     except (ArgumentError, NoSuchModuleError) as exc:

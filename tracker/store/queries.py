@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select, text
@@ -18,7 +19,9 @@ RUN_LIST_COLUMNS = ("run_id", "status", "network", "batch", "phases", "backend",
 
 
 def _plain(value: Any) -> Any:
-    """JSON text from SQLite views becomes lists; datetimes become ISO strings."""
+    """JSON text from SQLite views becomes lists, datetimes ISO strings, PostgreSQL's decimal sums numbers."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
     if isinstance(value, str) and value[:1] in "[{":

@@ -1,0 +1,55 @@
+"""Shared fixtures. Store tests take ``db`` and run once on SQLite and once on PostgreSQL
+(TRACKER_TEST_PG_URL, e.g. postgresql+psycopg://postgres@127.0.0.1:55432/postgres; .ci/run
+starts such a server). Without that variable the PostgreSQL cases skip, unless
+TRACKER_REQUIRE_PG is set, as in CI, where a skip would hide a missing server."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from click.testing import CliRunner
+
+PG_URL = os.environ.get("TRACKER_TEST_PG_URL")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "gpu" in item.keywords:
+            from tracker.gpu.detect import cuda_devices
+
+            if not cuda_devices()[0]:
+                item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU"))
+
+
+@pytest.fixture
+def pg_url():
+    """A URL into a fresh, empty PostgreSQL schema, dropped afterwards."""
+    if not PG_URL:
+        if os.environ.get("TRACKER_REQUIRE_PG"):
+            pytest.fail("TRACKER_REQUIRE_PG is set but TRACKER_TEST_PG_URL is not")
+        pytest.skip("no PostgreSQL server (set TRACKER_TEST_PG_URL)")
+    from sqlalchemy import create_engine, text
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db(request, tmp_path):
+    """A trace database that does not exist yet: a SQLite path, or a PostgreSQL URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "trace.db")
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()

@@ -70,7 +70,7 @@ def open_store(db: str | None = None, *, write: bool) -> Store:
         return _open_sqlite(Path(target).expanduser(), write)
     try:
         url = make_url(target)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         raise StoreError(f"malformed database URL '{target}' (expected e.g. postgresql://user@host/db)") from None
     if url.get_backend_name() == "sqlite":
         if not url.database or url.database == ":memory:":

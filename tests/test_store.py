@@ -1,0 +1,265 @@
+"""The trace store on SQLite and PostgreSQL: round trips, the SQL contract, refusals that change
+nothing, interrupted and failed runs, and concurrent writers."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+
+from tracker.errors import StoreError
+from tracker.model import predict
+from tracker.nets import build
+from tracker.profile import profile
+from tracker.store import (
+    find_run, launch_rows, layer_rows, list_runs, metric_rows, open_store, recording, run_dict, run_sql,
+)
+from tracker.store.contract import ROOT, schema_sql, views_sql
+from tracker.store.schema import Launch, Metric, MetricDef
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def model_run(db: str, batch: int = 4) -> int:
+    return profile(open_store(db, write=True), build("alexnet"), batch, backend="model").run_id
+
+
+def test_profile_round_trip(db):
+    run_id = model_run(db, batch=128)
+    store = open_store(db, write=False)
+    (row,) = list_runs(store)
+    assert row["run_id"] == run_id and row["status"] == "complete" and row["layers"] == 21
+    assert row["ops"] == sum(p.ops for p in predict(build("alexnet"), 128))
+    info = run_dict(find_run(store, "last"))
+    assert info["backend"] == "model" and info["batch"] == 128 and info["network"] == "alexnet"
+    assert info["backend_reason"] and info["finished_at"]
+    rows = layer_rows(store, run_id)
+    expected = predict(build("alexnet"), 128)
+    assert [(r["layer"], r["phase"], r["ops"], r["bytes"]) for r in rows] == \
+           [(p.layer, p.phase, p.ops, p.bytes) for p in expected]
+    assert rows[0]["output_shape"] == [96, 55, 55]
+    assert rows[0]["measured_ms"] is None  # a model run measures nothing
+
+
+def test_launches_and_metrics_round_trip_through_the_views(db):
+    run_id = model_run(db)
+    store = open_store(db, write=True)
+    with store.session() as s:
+        s.add(MetricDef(name="gpu__time_duration.sum", unit="ns", description="kernel duration",
+                        rollup="sum", source="ncu"))
+        for invocation, (repeat, ms) in enumerate([(0, 1.0), (0, 0.5), (1, 3.0), (1, 0.5)]):
+            s.add(Launch(run_id=run_id, invocation=invocation, layer_id=5, phase="fwd", repeat=repeat,
+                         kernel_name="conv2d_fwd_shared", variant="shared", l1_policy="ca", grid_x=8, grid_y=1,
+                         grid_z=1, block_x=256, block_y=1, block_z=1, shared_bytes=4096, registers=40, time_ms=ms))
+        s.flush()
+        s.add(Metric(run_id=run_id, invocation=0, name="gpu__time_duration.sum", value=1e6))
+    reader = open_store(db, write=False)
+    conv2 = next(r for r in layer_rows(reader, run_id) if r["layer"] == "conv2" and r["phase"] == "fwd")
+    assert conv2["launches"] == 2  # per repeat
+    assert conv2["measured_ms"] == pytest.approx(2.5)  # (1.0 + 0.5 + 3.0 + 0.5) / 2 repeats
+    assert conv2["achieved_gflops"] == pytest.approx(conv2["ops"] / 2.5e6)
+    assert len(launch_rows(reader, run_id)) == 4
+    assert metric_rows(reader, run_id) == [{"invocation": 0, "name": "gpu__time_duration.sum", "value": 1e6}]
+
+
+def test_schema_files_are_rendered_from_the_orm():
+    assert (ROOT / "schema.sql").read_text() == schema_sql(), "run: python -m tracker.store.contract"
+    assert (ROOT / "views.sql").read_text() == views_sql(), "run: python -m tracker.store.contract"
+
+
+def _catalog(path: Path) -> list[tuple]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name != 'schema_info'"
+                            " AND name NOT LIKE 'sqlite_autoindex%' ORDER BY type, name").fetchall()
+        columns = {name: conn.execute(f"PRAGMA table_xinfo({name})").fetchall() for _, name, _, _ in rows}
+    normal = [(t, n, tb, re.sub(r"\s+", " ", s or "").strip()) for t, n, tb, s in rows]
+    return normal + sorted(columns.items())
+
+
+def test_schema_sql_creates_what_the_orm_creates(tmp_path):
+    model_run(str(tmp_path / "orm.db"))
+    contract = tmp_path / "contract.db"
+    with sqlite3.connect(contract) as conn:
+        conn.executescript((ROOT / "schema.sql").read_text() + (ROOT / "views.sql").read_text())
+    assert _catalog(contract) == _catalog(tmp_path / "orm.db")
+
+
+def test_views_run_on_both_backends(db):
+    model_run(db)
+    store = open_store(db, write=False)
+    for view in ("layer_phase", "layer_time", "run_summary"):
+        run_sql(store, f"SELECT * FROM {view}")
+
+
+def test_foreign_keys_are_enforced(db):
+    store = open_store(db, write=True)
+    with pytest.raises(Exception):
+        with store.session() as s:
+            s.add(Launch(run_id=999, invocation=0, layer_id=1, phase="fwd", repeat=0, kernel_name="k",
+                         variant="global", l1_policy="ca", grid_x=1, grid_y=1, grid_z=1, block_x=1, block_y=1,
+                         block_z=1, shared_bytes=0))
+
+
+def test_sqlite_runs_in_wal_mode(tmp_path):
+    path = tmp_path / "trace.db"
+    model_run(str(path))
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_foreign_sqlite_database_is_refused_untouched(tmp_path):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    before = digest(path)
+    for write in (True, False):
+        with pytest.raises(StoreError, match="not a tracker trace database"):
+            open_store(str(path), write=write)
+    assert digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
+def test_a_file_that_is_not_a_database_is_refused_untouched(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database, just some text that is long enough to have a header\n" * 20)
+    before = digest(path)
+    for write in (True, False):
+        with pytest.raises(StoreError, match="cannot open"):
+            open_store(str(path), write=write)
+    assert digest(path) == before
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "trace.db"
+    model_run(str(path))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE schema_info SET version = version + 1")
+    before = digest(path)
+    with pytest.raises(StoreError, match="newer than this tracker"):
+        open_store(str(path), write=True)
+    assert digest(path) == before
+
+
+@pytest.mark.parametrize("target, message", [
+    ("{tmp}/missing/dir/trace.db", "does not exist"),
+    ("{tmp}", "is a directory"),
+    ("postgresql://user@:::1:bad/db", "malformed database URL|cannot"),
+    ("nosuchdialect://localhost/db", "cannot use database URL"),
+])
+def test_bad_database_targets(tmp_path, target, message):
+    with pytest.raises(StoreError, match=message):
+        open_store(target.format(tmp=tmp_path), write=True)
+    assert not (tmp_path / "missing").exists()
+
+
+def test_reading_a_missing_database_creates_nothing(tmp_path):
+    with pytest.raises(StoreError, match="no trace database"):
+        open_store(str(tmp_path / "none.db"), write=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("statement", [
+    "DELETE FROM run", "DROP TABLE run", "UPDATE run SET batch = 1",
+    "INSERT INTO metric_def VALUES ('x', 'u', 'd', 'sum', 'ncu')", "CREATE TABLE t (x INTEGER)",
+])
+def test_sql_is_read_only(db, statement):
+    model_run(db)
+    store = open_store(db, write=False)
+    with pytest.raises(StoreError, match="read-only"):
+        run_sql(store, statement)
+    assert run_sql(store, "SELECT COUNT(*) FROM run")[1] == [(1,)]
+    assert run_sql(store, "SELECT COUNT(*) FROM metric_def")[1] == [(0,)]
+
+
+@pytest.mark.parametrize("statement", ["ATTACH DATABASE '{tmp}/new.db' AS x", "VACUUM INTO '{tmp}/copy.db'"])
+def test_sqlite_sql_cannot_create_files(tmp_path, statement):
+    path = tmp_path / "trace.db"
+    model_run(str(path))
+    before = digest(path)
+    with pytest.raises(StoreError, match="read-only|cannot VACUUM"):
+        run_sql(open_store(str(path), write=False), statement.format(tmp=tmp_path))
+    assert digest(path) == before
+    assert not (tmp_path / "new.db").exists() and not (tmp_path / "copy.db").exists()
+
+
+def test_sql_errors_are_one_line(db):
+    model_run(db)
+    with pytest.raises(StoreError, match="SQL error") as err:
+        run_sql(open_store(db, write=False), "SELEC * FROM run")
+    assert "\n" not in str(err.value)
+
+
+def test_a_failed_run_is_marked_and_leaves_no_half_written_rows(db):
+    earlier = model_run(db)
+    store = open_store(db, write=True)
+    net = build("alexnet")
+    rows = predict(net, 1)
+    with pytest.raises(IntegrityError):
+        with recording(store, network="alexnet", network_options={}, batch=1, phases="both", dtype_bits=32,
+                       variants={}, l1_bypass=False, backend="model", backend_reason="test", repeat=0) as run:
+            run.add_layers(net, rows[:-1] + [rows[0]])  # a duplicate key fails the one transaction
+    reader = open_store(db, write=False)
+    runs = {r["run_id"]: r for r in list_runs(reader)}
+    assert runs[run.run_id]["status"] == "failed" and runs[run.run_id]["layers"] == 0
+    assert "IntegrityError" in run_dict(find_run(reader, run.run_id))["error"]
+    assert runs[earlier]["status"] == "complete" and runs[earlier]["layers"] == 21
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    from tracker.model import predict
+    from tracker.nets import build
+    from tracker.store import open_store, recording
+    store = open_store(sys.argv[1], write=True)
+    net = build("alexnet")
+    with recording(store, network="alexnet", network_options={}, batch=1, phases="both", dtype_bits=32,
+                   variants={}, l1_bypass=False, backend="model", backend_reason="test", repeat=0) as run:
+        run.add_layers(net, predict(net, 1))
+        print(run.run_id, flush=True)
+        time.sleep(60)
+""")
+
+
+@pytest.mark.parametrize("sig, stored", [(signal.SIGTERM, "interrupted"), (signal.SIGINT, "interrupted"),
+                                         (signal.SIGKILL, "running")])
+def test_interrupted_runs_are_marked_and_earlier_runs_untouched(db, sig, stored):
+    earlier = model_run(db)
+    before = run_dict(find_run(open_store(db, write=False), earlier))
+    child = subprocess.Popen([sys.executable, "-c", CHILD, db], stdout=subprocess.PIPE, text=True)
+    run_id = int(child.stdout.readline())
+    child.send_signal(sig)
+    child.wait(timeout=30)
+    reader = open_store(db, write=False)
+    with reader.connect() as conn:
+        status = conn.execute(text("SELECT status FROM run WHERE id = :id"), {"id": run_id}).scalar()
+    assert status == stored
+    runs = {r["run_id"]: r for r in list_runs(reader)}
+    assert runs[run_id]["status"] == "interrupted"  # a dead 'running' run shows as interrupted
+    assert runs[run_id]["layers"] == 21  # what was committed before the signal stays
+    assert run_dict(find_run(reader, earlier)) == before
+
+
+def test_four_processes_write_runs_at_once(db):
+    open_store(db, write=True).dispose() if db.startswith("postgresql") else None
+    env = {**os.environ, "TRACKER_DB": db}
+    procs = [subprocess.Popen([sys.executable, "-m", "tracker", "profile", "alexnet", "--batch", str(b),
+                               "--backend", "model", "--format", "json"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for b in (16, 32, 64, 128)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in results]
+    runs = list_runs(open_store(db, write=False))
+    assert sorted(r["batch"] for r in runs) == [16, 32, 64, 128]
+    assert all(r["status"] == "complete" and r["layers"] == 21 for r in runs)

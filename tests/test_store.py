@@ -33,7 +33,7 @@ def digest(path: Path) -> str:
 
 
 def model_run(db: str, batch: int = 4) -> int:
-    return profile(open_store(db, write=True), build("alexnet"), batch, backend="model").run_id
+    return profile(db, build("alexnet"), batch, backend="model").run_id
 
 
 def test_profile_round_trip(db):

@@ -22,6 +22,7 @@ BACKENDS = ("auto", "ncu", "events", "model")
 @dataclass(frozen=True)
 class Profile:
     run_id: int
+    db: str  # where it was stored, for messages
     backend: str
     reason: str
     predictions: list[Prediction]
@@ -47,7 +48,7 @@ def choose_backend(requested: str) -> tuple[str, str]:
 
 
 def profile(
-    store,
+    db: str | None,
     net: Network,
     batch: int,
     *,
@@ -59,11 +60,12 @@ def profile(
     dtype_bits: int = 32,
     echo: Callable[[str], None] = lambda line: None,
 ) -> Profile:
-    """Profile ``net`` at ``batch`` into ``store`` and return what was stored."""
-    from tracker.store import recording
+    """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored."""
+    from tracker.store import open_store, recording
 
-    chosen, reason = choose_backend(backend)
+    chosen, reason = choose_backend(backend)  # before the database: a refusal creates no file
     echo(f"backend: {chosen} ({reason})")
+    store = open_store(db, write=True)
     predictions = predict(net, batch, device, dtype_bits, phases)
     peak = memory(net, batch, dtype_bits)
     fields = dict(
@@ -77,4 +79,5 @@ def profile(
     with recording(store, **fields) as run:
         echo(f"run {run.run_id}: storing {len(net.layers)} layers and {len(predictions)} layer-phase predictions")
         run.add_layers(net, predictions)
-    return Profile(run.run_id, chosen, reason, predictions, peak)
+    store.dispose()
+    return Profile(run.run_id, store.where, chosen, reason, predictions, peak)

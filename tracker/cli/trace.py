@@ -42,19 +42,17 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, device, dty
     from tracker.model import lookup
     from tracker.nets import build
     from tracker.profile import profile as run_profile
-    from tracker.store import open_store
     from tracker.variants import parse_variants
 
     net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
     gpu = lookup(device) if device else None
     variants = parse_variants(variant)
-    store = open_store(db, write=True)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
-    result = run_profile(store, net, batch, backend=backend, phases=phases, variants=variants,
+    result = run_profile(db, net, batch, backend=backend, phases=phases, variants=variants,
                          l1_bypass=l1_bypass, device=gpu, dtype_bits=int(dtype_bits), echo=say)
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)
-    summary = {"run_id": result.run_id, "db": store.where, "backend": result.backend, "reason": result.reason,
+    summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,
                "network": net.name, "batch": batch, "layers": len(net.layers),
                "predictions": len(result.predictions), "ops": ops, "bytes": nbytes,
                "predicted_ms": sum(p.predicted_ms for p in result.predictions) if gpu else None,
@@ -69,7 +67,7 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, device, dty
                    ("" if gpu else " (add --device NAME for roofline times)"))
     if variants or l1_bypass:
         click.echo("  --variant and --l1-bypass are recorded on the run; the model's compulsory bytes do not depend on them")
-    click.echo(f"  stored in {store.where}; next: tracker show {result.run_id}")
+    click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}")
 
 
 @cli.command()

@@ -1,0 +1,211 @@
+"""The CLI through click's runner, plus one smoke test of the installed `tracker` command."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tracker.cli import cli
+
+README = (Path(__file__).parents[1] / "README.md").read_text()
+COMMANDS = sorted(cli.commands)
+
+
+def run(runner, *args, ok=True):
+    result = runner.invoke(cli, [str(a) for a in args])
+    if ok:
+        assert result.exit_code == 0, (args, result.output, result.exception)
+    return result
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_an_example_and_is_in_the_readme(runner, command):
+    text = run(runner, command, "--help").output
+    assert "Example" in text and f"tracker {command}" in text
+    assert f"tracker {command}" in README
+
+
+def test_version_and_top_level_help(runner):
+    assert "tracker, version" in run(runner, "--version").output
+    text = run(runner, "--help").output
+    assert all(command in text for command in COMMANDS)
+
+
+def test_model_json_has_per_layer_ops_in_paper_003_convention(runner):
+    rows = json.loads(run(runner, "model", "alexnet", "--batch", 1, "--format", "json").output)
+    assert {"layer_id", "layer", "kind", "phase", "output_shape", "params", "macs", "ops", "bytes",
+            "intensity", "convention"} <= set(rows[0])
+    fwd = {r["layer"]: r for r in rows if r["phase"] == "fwd"}
+    assert fwd["conv1"]["ops"] == 210_830_400 and fwd["conv1"]["output_shape"] == [96, 55, 55]
+    assert fwd["fc6"]["ops"] == 75_497_472
+    assert "attainable_gflops" not in rows[0]
+
+
+def test_model_with_a_device(runner):
+    rows = json.loads(run(runner, "model", "alexnet", "-b", 128, "--device", "H100-SXM", "--format", "json").output)
+    assert {r["bound"] for r in rows} == {"compute", "memory"}
+    assert all(r["predicted_ms"] > 0 and r["attainable_gflops"] > 0 for r in rows)
+    table = run(runner, "model", "alexnet", "-b", 128, "--device", "h100").output
+    assert "bound" in table and "ms predicted on H100 SXM5" in table
+
+
+def test_model_csv_and_memory(runner):
+    rows = list(csv.DictReader(io.StringIO(run(runner, "model", "unet2d", "--format", "csv").output)))
+    assert rows[0]["layer"] == "enc1_conv1" and rows[0]["output_shape"] == "32x128x128"
+    items = json.loads(run(runner, "model", "unet3d", "--input-size", 32, "--memory", "--format", "json").output)
+    assert [i["item"] for i in items][-1] == "peak_bytes"
+
+
+def test_model_plot_writes_a_png(runner, tmp_path):
+    png = tmp_path / "roof.png"
+    run(runner, "model", "alexnet", "-b", 128, "--device", "h100", "--plot", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_networks_and_devices(runner):
+    nets = json.loads(run(runner, "networks", "--format", "json").output)
+    assert [n["network"] for n in nets] == ["alexnet", "unet2d", "unet3d"]
+    alexnet = json.loads(run(runner, "networks", "alexnet", "--format", "json").output)
+    assert alexnet["grouped_convolutions"] is False and any("ungrouped" in n for n in alexnet["notes"])
+    assert len(alexnet["layers"]) == 21
+    assert "enc1_conv1_dw" in run(runner, "networks", "unet2d", "--conv-type", "separable").output
+    devices = json.loads(run(runner, "devices", "--format", "json").output)
+    assert len(devices) == 14 and all(d["sources"] for d in devices)
+    assert "paper 003" in run(runner, "devices", "gtx1080").output
+
+
+def test_profile_runs_show_sql(runner, tmp_path):
+    db = tmp_path / "trace.db"
+    out = run(runner, "profile", "alexnet", "--batch", 128, "--db", db).output
+    assert "backend: model" in out and "nothing was measured" in out and "tracker show 1" in out
+    runs = json.loads(run(runner, "runs", "--db", db, "--format", "json").output)
+    assert runs[0]["status"] == "complete" and runs[0]["batch"] == 128 and runs[0]["backend"] == "model"
+    shown = json.loads(run(runner, "show", 1, "--db", db, "--format", "json").output)
+    assert shown["run"]["network"] == "alexnet" and len(shown["layers"]) == 49 and shown["launches"] == []
+    assert "analytic predictions" in run(runner, "show", "--db", db).output
+    got = run(runner, "sql", "SELECT layer, ops FROM layer_phase WHERE phase = 'fwd' AND layer = 'conv2'",
+              "--db", db, "--format", "csv").output
+    assert got.splitlines() == ["layer,ops", f"conv2,{128 * 2 * 256 * 27 * 27 * 96 * 25}"]
+
+
+def test_profile_json_reports_the_backend_and_why(runner, tmp_path):
+    result = run(runner, "profile", "alexnet", "--db", tmp_path / "t.db", "--format", "json", "--device", "a100")
+    summary = json.loads(result.stdout)[0]
+    assert summary["backend"] == "model" and summary["reason"] and summary["measured"] is False
+    assert summary["predicted_ms"] > 0
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
+
+
+def assert_one_line_error(result, *words):
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+@pytest.fixture
+def tracker_db(runner, tmp_path) -> Path:
+    db = tmp_path / "trace.db"
+    run(runner, "profile", "alexnet", "--batch", 2, "--db", db)
+    return db
+
+
+@pytest.mark.parametrize("args, words", [
+    (["model", "alexnett"], ["unknown network", "did you mean alexnet"]),
+    (["model", "alexnet", "--device", "h1000"], ["unknown device"]),
+    (["model", "alexnet", "--batch", 0], ["--batch"]),
+    (["model", "alexnet", "--batch", 10**9], ["--batch"]),
+    (["model", "alexnet", "--dtype-bits", 12], ["--dtype-bits"]),
+    (["model", "unet2d", "--conv-type", "fancy"], ["--conv-type"]),
+    (["model", "alexnet", "--depth", 3], ["alexnet does not take --depth"]),
+    (["model", "unet2d", "--input-size", 100], ["not divisible"]),
+    (["model", "alexnet", "--plot", "x.png"], ["--plot needs --device"]),
+    (["devices", "titan x"], ["ambiguous"]),
+    (["profile", "alexnet", "--backend", "events"], ["needs an NVIDIA GPU"]),
+    (["profile", "alexnet", "--backend", "ncu"], ["needs an NVIDIA GPU"]),
+    (["profile", "alexnet", "--variant", "turbo"], ["unknown variant"]),
+    (["profile", "alexnet", "--variant", "conv=warp"], ["conv has no variant 'warp'"]),
+    (["sql", "SELEC 1"], ["SQL error"]),
+    (["sql", "DELETE FROM run"], ["read-only"]),
+    (["show", 99], ["no run 99"]),
+    (["show", "abc"], ["not a run id"]),
+    (["nosuchcommand"], ["No such command"]),
+])
+def test_bad_input_is_one_line_and_changes_nothing(runner, tracker_db, args, words):
+    before = digest(tracker_db)
+    result = runner.invoke(cli, [str(a) for a in args] + (["--db", str(tracker_db)] if args[0] in
+                                                           ("profile", "sql", "show") else []))
+    assert_one_line_error(result, *words)
+    assert digest(tracker_db) == before
+
+
+def test_profile_with_an_unavailable_backend_creates_no_database(runner, tmp_path):
+    result = runner.invoke(cli, ["profile", "alexnet", "--backend", "events", "--db", str(tmp_path / "t.db")])
+    assert_one_line_error(result, "--backend model")
+    assert not (tmp_path / "t.db").exists()
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p.write_text("hello, not a database\n" * 100), ["cannot open"]),
+    (lambda p: sqlite3.connect(p).execute("CREATE TABLE mine (x)").connection.close(), ["not a tracker"]),
+])
+@pytest.mark.parametrize("command", [["profile", "alexnet"], ["runs"], ["sql", "SELECT 1"]])
+def test_foreign_files_are_refused_untouched(runner, tmp_path, make, words, command):
+    path = tmp_path / "other.db"
+    make(path)
+    before = digest(path)
+    assert_one_line_error(runner.invoke(cli, command + ["--db", str(path)]), *words)
+    assert digest(path) == before
+
+
+def test_newer_schema_is_refused(runner, tracker_db):
+    with sqlite3.connect(tracker_db) as conn:
+        conn.execute("UPDATE schema_info SET version = 99")
+    before = digest(tracker_db)
+    for command in (["runs"], ["profile", "alexnet"]):
+        assert_one_line_error(runner.invoke(cli, command + ["--db", str(tracker_db)]), "newer", "upgrade tracker")
+    assert digest(tracker_db) == before
+
+
+@pytest.mark.parametrize("target, words", [
+    ("{tmp}/no/such/dir/trace.db", ["does not exist"]),
+    ("postgresql://u@h:notaport/db", ["malformed database URL"]),
+    ("{tmp}/none.db", ["no trace database"]),
+])
+def test_bad_database_paths(runner, tmp_path, target, words):
+    command = ["runs"] if "none.db" in target else ["profile", "alexnet"]
+    result = runner.invoke(cli, command + ["--db", target.format(tmp=tmp_path)])
+    assert_one_line_error(result, *words)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tracker_db_environment_variable(runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACKER_DB", str(tmp_path / "env.db"))
+    run(runner, "profile", "alexnet", "-b", 1)
+    assert (tmp_path / "env.db").exists()
+    assert json.loads(run(runner, "runs", "--format", "json").output)[0]["batch"] == 1
+
+
+def test_installed_tracker_command(tmp_path):
+    exe = shutil.which("tracker")
+    assert exe, "the tracker entry point is not installed (pip install -e .)"
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("tracker, version")
+    out = subprocess.run([exe, "profile", "alexnet", "--batch", "128", "--db", str(tmp_path / "t.db")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "backend: model" in out
+    bad = subprocess.run([exe, "model", "nonet"], capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr

@@ -48,7 +48,9 @@ def cell(column: str, value: Any) -> str:
     if isinstance(value, int):
         return _si(value) if abs(value) >= 100_000 else str(value)
     if isinstance(value, float):
-        return _si(value)
+        if abs(value) >= 100_000:
+            return _si(value)
+        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
     return str(value)
 
 

@@ -29,8 +29,8 @@ SOURCES = {
     "nv-hopper": "NVIDIA H100 Tensor Core GPU architecture whitepaper; H100 datasheet",
     "nv-h200": "NVIDIA H200 Tensor Core GPU datasheet",
     "nv-ada": "NVIDIA Ada GPU architecture whitepaper; L4 and RTX 4090 datasheets",
-    "seen-h100": "cudaGetDeviceProperties on the lent H100 80GB HBM3, 2026-11-13 (tracker device notes)",
-    "seen-h200": "cudaGetDeviceProperties on the lent H200, 2026-10-28 (tracker device notes)",
+    "seen-h100": "device properties PyTorch reported on the lent H100 80GB HBM3 (device tool notes, 2026-11-13)",
+    "seen-h200": "device properties PyTorch reported on the lent H200 (device tool notes, 2026-10-28)",
 }
 
 

@@ -35,7 +35,18 @@ def _plain(value: Any) -> Any:
 def _rows(store: Store, sql: str, **params) -> list[dict]:
     with store.connect() as conn:
         result = conn.execute(text(sql), params)
-        return [{k: _plain(v) for k, v in row.items()} for row in result.mappings()]
+        return [{k: _plain(_timestamp(v) if k.endswith("_at") else v) for k, v in row.items()}
+                for row in result.mappings()]
+
+
+def _timestamp(value: Any) -> Any:
+    """SQLite hands timestamps to raw SQL as text; make them datetimes like the ORM does."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    return value
 
 
 def list_runs(store: Store) -> list[dict]:

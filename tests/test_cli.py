@@ -9,6 +9,7 @@ import json
 import shutil
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,15 @@ def test_installed_tracker_command(tmp_path):
     assert "backend: model" in out
     bad = subprocess.run([exe, "model", "nonet"], capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+HEAVY = ("sqlalchemy", "pandas", "matplotlib", "seaborn", "cupy", "numpy")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["model", "alexnet", "--batch", "1"], ["networks"], ["devices"]])
+def test_fast_paths_import_nothing_heavy(args):
+    """The CLI's cold start stays fast because these paths never import a heavy library."""
+    code = ("import sys\nfrom tracker.cli import cli\ntry:\n    cli.main(%r)\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in %r if m in sys.modules))" % (args, HEAVY))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"

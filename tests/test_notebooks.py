@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tracker.nets import build
 from tracker.model import lookup
+from tracker.nets import build
 from tracker.profile import profile
 
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))

@@ -22,7 +22,15 @@ from tracker.model import predict
 from tracker.nets import build
 from tracker.profile import profile
 from tracker.store import (
-    find_run, launch_rows, layer_rows, list_runs, metric_rows, open_store, recording, run_dict, run_sql,
+    find_run,
+    launch_rows,
+    layer_rows,
+    list_runs,
+    metric_rows,
+    open_store,
+    recording,
+    run_dict,
+    run_sql,
 )
 from tracker.store.contract import ROOT, schema_sql, views_sql
 from tracker.store.schema import Launch, Metric, MetricDef

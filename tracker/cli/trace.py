@@ -66,7 +66,8 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, device, dty
         click.echo("  these are analytic predictions: nothing was measured" +
                    ("" if gpu else " (add --device NAME for roofline times)"))
     if variants or l1_bypass:
-        click.echo("  --variant and --l1-bypass are recorded on the run; the model's compulsory bytes do not depend on them")
+        click.echo("  --variant and --l1-bypass are recorded on the run; "
+                   "the model's compulsory bytes do not depend on them")
     click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}")
 
 

@@ -9,7 +9,7 @@ it forgives case, spaces, dashes and vendor prefixes and knows the CUDA device n
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tracker.errors import UnknownName, unknown
 

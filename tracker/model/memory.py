@@ -33,14 +33,15 @@ def memory(net: Network, batch: int, dtype_bits: int = 32) -> Memory:
     check_batch(batch)
     width = check_dtype_bits(dtype_bits) // 8
     params = net.params * width
-    activations = batch * (numel(net.input_shape) + sum(numel(l.output_shape) for l in net.layers)) * width
+    layers = net.layers
+    activations = batch * (numel(net.input_shape) + sum(numel(layer.output_shape) for layer in layers)) * width
     act_grads = max(
-        batch * (numel(l.output_shape) + (sum(map(numel, l.input_shapes)) if l.needs_input_grad else 0))
-        for l in net.layers
+        batch * (numel(layer.output_shape) + (sum(map(numel, layer.input_shapes)) if layer.needs_input_grad else 0))
+        for layer in layers
     ) * width
     workspace = max(
-        (numel(l.output_shape[1:]) * (l.input_shapes[0][0] // l.op.groups) * math.prod(l.op.kernel)
-         for l in net.layers if l.kind == "conv"),
+        (numel(layer.output_shape[1:]) * (layer.input_shapes[0][0] // layer.op.groups) * math.prod(layer.op.kernel)
+         for layer in layers if layer.kind == "conv"),
         default=0,
     ) * width
     peak = params + activations + params + act_grads + workspace

@@ -310,7 +310,9 @@ class Network:
         }
 
 
-def conv(out: int, kernel: int, stride: int = 1, pad: int = 0, dims: int = 2, groups: int = 1, bias: bool = True) -> Conv:
+def conv(
+    out: int, kernel: int, stride: int = 1, pad: int = 0, dims: int = 2, groups: int = 1, bias: bool = True
+) -> Conv:
     """A convolution with the same kernel, stride and padding in every spatial dimension."""
     return Conv(out, _tuple(kernel, dims), _tuple(stride, dims), _tuple(pad, dims), groups, bias)
 

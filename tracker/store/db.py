@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -107,9 +108,24 @@ def _open_sqlite(path: Path, write: bool) -> Store:
     store = Store(engine, where, write)
     _prepare(store)
     if write:  # only now that the file is known to be ours: WAL is a persistent change
-        with closing(connect()) as conn:
-            conn.execute("PRAGMA journal_mode = WAL")
+        _use_wal(connect, where)
     return store
+
+
+def _use_wal(connect, where: str) -> None:
+    """Switch to WAL once. The switch needs the database to itself and SQLite does not wait for
+    that (no busy handler), so a process that finds others connected retries until they finish."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        with closing(connect()) as conn:
+            try:
+                if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal":
+                    return
+            except sqlite3.OperationalError:
+                pass
+        if time.monotonic() > deadline:
+            raise StoreError(f"cannot switch {where} to WAL mode: the database stayed locked")
+        time.sleep(0.05)
 
 
 def _deny_attach(action: int, *args) -> int:

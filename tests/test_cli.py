@@ -222,3 +222,15 @@ def test_fast_paths_import_nothing_heavy(args):
             "print(sorted(m for m in %r if m in sys.modules))" % (args, HEAVY))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_profile_records_its_settings(runner, tmp_path):
+    db = tmp_path / "t.db"
+    run(runner, "profile", "unet2d", "-b", 2, "--conv-type", "separable", "--phases", "fwd",
+        "--variant", "conv=fused,lrn=shared", "--l1-bypass", "--dtype-bits", 16, "--db", db)
+    info = json.loads(run(runner, "show", "--db", db, "--format", "json").output)
+    assert info["run"]["network_options"]["conv_type"] == "separable"
+    assert info["run"]["variants"] == {"conv": "fused", "lrn": "shared"} and info["run"]["l1_bypass"] is True
+    assert info["run"]["dtype_bits"] == 16 and info["run"]["phases"] == "fwd"
+    assert {row["phase"] for row in info["layers"]} == {"fwd"}
+    assert info["layers"][0]["layer"] == "enc1_conv1_dw"

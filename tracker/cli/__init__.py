@@ -16,6 +16,10 @@ from tracker import __version__
 from tracker.errors import TrackerError
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _fail(message: str, code: int) -> None:
     click.echo(f"Error: {message}", err=True)
     sys.exit(code)
@@ -47,7 +51,9 @@ class TrackerGroup(click.Group):
         except Exception as exc:
             if os.environ.get("TRACKER_DEBUG"):
                 raise
-            _fail(f"internal error: {type(exc).__name__}: {exc} (TRACKER_DEBUG=1 shows the traceback)", 1)
+            if type(exc).__module__.split(".")[0] in ("sqlalchemy", "sqlite3", "psycopg"):
+                _fail(f"database error: {_first_line(getattr(exc, 'orig', None) or exc)}", 1)
+            _fail(f"internal error: {type(exc).__name__}: {_first_line(exc)} (TRACKER_DEBUG=1 shows the traceback)", 1)
         sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -271,3 +271,12 @@ def test_four_processes_write_runs_at_once(db):
     runs = list_runs(open_store(db, write=False))
     assert sorted(r["batch"] for r in runs) == [16, 32, 64, 128]
     assert all(r["status"] == "complete" and r["layers"] == 21 for r in runs)
+
+
+def test_sql_passes_the_statement_untouched(db):
+    """'%' and ':name' are SQL here, not placeholders, on both backends."""
+    model_run(db)
+    columns, rows = run_sql(open_store(db, write=False),
+                            "SELECT layer FROM layer_phase WHERE layer LIKE 'conv%' AND '12:30' <> ':x' "
+                            "AND phase = 'fwd' ORDER BY layer_id")
+    assert columns == ["layer"] and rows == [(f"conv{i}",) for i in range(1, 6)]

@@ -8,7 +8,6 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select, text
-from sqlalchemy.exc import DBAPIError
 
 from tracker.errors import StoreError
 from tracker.store.db import Store
@@ -107,18 +106,24 @@ def metric_rows(store: Store, run_id: int) -> list[dict]:
 
 
 def run_sql(store: Store, statement: str) -> tuple[list[str], list[tuple]]:
-    """Run one statement on a read-only connection: (column names, rows). Writes are refused."""
-    try:
-        with store.connect() as conn:
-            result = conn.exec_driver_sql(statement)
-            if not result.returns_rows:
-                return [], []
-            columns = list(result.keys())
-            rows = [tuple(_plain(v) for v in row) for row in result.fetchall()]
-            conn.rollback()
-            return columns, rows
-    except DBAPIError as exc:
-        message = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        if any(word in message for word in ("readonly", "read-only", "not authorized")):
-            raise StoreError(f"refused: tracker sql is read-only ({message})") from None
-        raise StoreError(f"SQL error: {message}") from None
+    """Run one statement on a read-only connection: (column names, rows). Writes are refused.
+
+    The statement goes to the driver's own cursor untouched: no layer may read '%' or ':name'
+    in it as a placeholder (LIKE 'conv%' must work on PostgreSQL too).
+    """
+    with store.connect() as conn:
+        dbapi = conn.connection
+        cursor = dbapi.cursor()
+        try:
+            cursor.execute(statement)
+            columns = [d[0] for d in cursor.description or ()]
+            rows = [tuple(_plain(v) for v in row) for row in cursor.fetchall()] if columns else []
+        except conn.dialect.loaded_dbapi.Error as exc:
+            message = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if any(word in message for word in ("readonly", "read-only", "not authorized", "authorization denied")):
+                raise StoreError(f"refused: tracker sql is read-only ({message})") from None
+            raise StoreError(f"SQL error: {message}") from None
+        finally:
+            cursor.close()
+            dbapi.rollback()
+        return columns, rows

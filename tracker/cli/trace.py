@@ -8,8 +8,12 @@ from tracker.cli import cli
 from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
 from tracker.cli.options import db_option, emit, format_option, net_kwargs, network_options
 from tracker.cli.output import cell, to_json
+from tracker.model import lookup
 from tracker.model.roofline import MAX_BATCH
+from tracker.nets import build
 from tracker.profile import BACKENDS
+from tracker.profile import profile as run_profile
+from tracker.variants import parse_variants
 
 
 @cli.command()
@@ -39,11 +43,6 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, device, dty
       tracker profile alexnet --batch 64 --device h100 --db runs.db
       tracker profile unet2d --batch 16 --conv-type separable --backend model
     """
-    from tracker.model import lookup
-    from tracker.nets import build
-    from tracker.profile import profile as run_profile
-    from tracker.variants import parse_variants
-
     net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
     gpu = lookup(device) if device else None
     variants = parse_variants(variant)

@@ -11,6 +11,7 @@ from sqlalchemy import select, text
 
 from tracker.errors import StoreError
 from tracker.store.db import Store
+from tracker.store.runs import effective_status
 from tracker.store.schema import Launch, Metric, Run
 
 RUN_LIST_COLUMNS = ("run_id", "status", "network", "batch", "phases", "backend", "device_name",
@@ -50,8 +51,6 @@ def _timestamp(value: Any) -> Any:
 
 def list_runs(store: Store) -> list[dict]:
     """Every run, newest last, with its effective status (dead ``running`` runs: ``interrupted``)."""
-    from tracker.store.runs import effective_status
-
     with store.session() as session:
         runs = {run.id: effective_status(run) for run in session.scalars(select(Run))}
     rows = _rows(store, f"SELECT {', '.join(RUN_LIST_COLUMNS)} FROM run_summary ORDER BY run_id")
@@ -79,8 +78,6 @@ def find_run(store: Store, ref: str | int) -> Run:
 
 
 def run_dict(run: Run) -> dict:
-    from tracker.store.runs import effective_status
-
     row = {c.name: _plain(getattr(run, c.key)) for c in Run.__table__.columns}
     row["status"] = effective_status(run)
     return row

@@ -1,0 +1,113 @@
+"""The NumPy reference: forward against plain loops, backward against finite differences (float64)."""
+
+import numpy as np
+import pytest
+
+from tracker import reference as ref
+
+rng = np.random.default_rng(7)
+
+
+def numeric_grad(f, x, eps=1e-6):
+    """Central differences of the scalar f at every element of x."""
+    grad = np.zeros_like(x)
+    flat, g = x.reshape(-1), grad.reshape(-1)
+    for i in range(flat.size):
+        keep = flat[i]
+        flat[i] = keep + eps
+        up = f()
+        flat[i] = keep - eps
+        down = f()
+        flat[i] = keep
+        g[i] = (up - down) / (2 * eps)
+    return grad
+
+
+def close(a, b):
+    assert np.abs(a - b).max() <= 1e-6 * max(1.0, np.abs(b).max()), np.abs(a - b).max()
+
+
+@pytest.mark.parametrize("stride, pad", [(1, 0), (1, 1), (2, 2), (4, 0)])
+def test_conv2d(stride, pad):
+    x, w, b = rng.normal(size=(2, 3, 11, 11)), rng.normal(size=(4, 3, 3, 3)), rng.normal(size=4)
+    y = ref.conv2d_fwd(x, w, b, stride, pad)
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    loops = np.zeros_like(y)
+    for n, k, p, q in np.ndindex(*y.shape):
+        loops[n, k, p, q] = (xp[n, :, p * stride:p * stride + 3, q * stride:q * stride + 3] * w[k]).sum() + b[k]
+    close(y, loops)
+    g = rng.normal(size=y.shape)
+
+    def loss():
+        return (ref.conv2d_fwd(x, w, b, stride, pad) * g).sum()
+
+    close(ref.conv2d_bwd_data(g, w, x.shape, stride, pad), numeric_grad(loss, x))
+    dw, db = ref.conv2d_bwd_weight(g, x, w.shape, stride, pad)
+    close(dw, numeric_grad(loss, w))
+    close(db, numeric_grad(loss, b))
+
+
+def test_linear():
+    x, w, b = rng.normal(size=(3, 2, 2, 2)), rng.normal(size=(5, 8)), rng.normal(size=5)
+    y = ref.linear_fwd(x, w, b)
+    close(y, np.stack([w @ xi.ravel() + b for xi in x]))
+    g = rng.normal(size=y.shape)
+
+    def loss():
+        return (ref.linear_fwd(x, w, b) * g).sum()
+
+    close(ref.linear_bwd_data(g, w, x.shape), numeric_grad(loss, x))
+    dw, db = ref.linear_bwd_weight(g, x)
+    close(dw, numeric_grad(loss, w))
+    close(db, numeric_grad(loss, b))
+
+
+def test_relu():
+    x = rng.normal(size=(2, 3, 4, 4))
+    x[np.abs(x) < 1e-3] = 0.5  # keep finite differences away from the kink
+    g = rng.normal(size=x.shape)
+    assert (ref.relu_fwd(x) >= 0).all()
+    close(ref.relu_bwd(g, ref.relu_fwd(x)), numeric_grad(lambda: (ref.relu_fwd(x) * g).sum(), x))
+
+
+@pytest.mark.parametrize("size, stride", [(3, 2), (2, 2), (3, 1)])
+def test_maxpool(size, stride):
+    x = rng.normal(size=(2, 3, 9, 9))
+    y = ref.maxpool_fwd(x, size, stride)
+    for n, c, p, q in np.ndindex(*y.shape):
+        assert y[n, c, p, q] == x[n, c, p * stride:p * stride + size, q * stride:q * stride + size].max()
+    g = rng.normal(size=y.shape)
+    grad = ref.maxpool_bwd(g, x, size, stride)
+    close(grad, numeric_grad(lambda: (ref.maxpool_fwd(x, size, stride) * g).sum(), x))
+    assert np.isclose(grad.sum(), g.sum())  # every output gradient lands once, overlaps accumulate
+
+
+def test_lrn():
+    x = rng.normal(size=(2, 7, 3, 3)) * 3
+    params = dict(size=5, alpha=0.5, beta=0.75, k=2.0)  # a large alpha makes the window matter
+    y = ref.lrn_fwd(x, **params)
+    n, c = 1, 3
+    window = x[n, 1:6, 1, 1]
+    assert np.isclose(y[n, c, 1, 1], x[n, c, 1, 1] / (2.0 + 0.5 / 5 * (window**2).sum()) ** 0.75)
+    edge = x[n, 0:3, 1, 1]  # channel 0's window is clipped to channels 0..2
+    assert np.isclose(y[n, 0, 1, 1], x[n, 0, 1, 1] / (2.0 + 0.5 / 5 * (edge**2).sum()) ** 0.75)
+    g = rng.normal(size=x.shape)
+    close(ref.lrn_bwd(g, x, y, **params), numeric_grad(lambda: (ref.lrn_fwd(x, **params) * g).sum(), x))
+
+
+def test_softmax_cross_entropy():
+    x = rng.normal(size=(4, 10))
+    labels = np.array([0, 3, 9, 3])
+    p = ref.softmax_fwd(x)
+    assert np.allclose(p.sum(axis=1), 1) and (p > 0).all()
+    assert np.allclose(ref.softmax_fwd(x + 100), p)  # shift-invariant: no overflow
+    grad = ref.softmax_xent_bwd(p, labels)
+    close(grad, numeric_grad(lambda: ref.cross_entropy(ref.softmax_fwd(x), labels), x))
+
+
+def test_alexnet_shapes_run_through_the_reference():
+    """One image through conv1..pool1 at AlexNet's real sizes, in float32 as the GPU will."""
+    x = rng.normal(size=(1, 3, 227, 227)).astype(np.float32)
+    w = (rng.normal(size=(96, 3, 11, 11)) * 0.01).astype(np.float32)
+    y = ref.maxpool_fwd(ref.lrn_fwd(ref.relu_fwd(ref.conv2d_fwd(x, w, stride=4))))
+    assert y.shape == (1, 96, 27, 27) and y.dtype == np.float32

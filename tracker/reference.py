@@ -1,0 +1,143 @@
+"""NumPy forward and backward of every op tracker's kernels implement: the CPU truth.
+
+Layout NCHW; any float dtype (tests use float64; GPU checks compare float32 kernels against
+float64 here). Conventions match the kernels and cuDNN/PyTorch, so the benchmark compares like
+with like:
+- conv2d is cross-correlation with zero padding; weights (K, C, R, S); bias (K,).
+- linear: y = x W^T + b with W (out, in); a 4-D input is flattened per sample.
+- LRN across channels: y = x / (k + alpha/n * sum over the n-window of x^2)^beta, the window
+  centred on the channel and clipped at the edges (cuDNN and PyTorch divide alpha by n; paper
+  003's eq. 5 prints alpha alone).
+- max-pool: no padding; the gradient goes to the first maximum of each window, and overlapping
+  windows (AlexNet's 3x3 stride 2) accumulate.
+- softmax over classes (axis 1); its backward is fused with the mean cross-entropy loss over the
+  batch: (p - onehot(labels)) / N, as in paper 003's softmax backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+
+def _pad(x: np.ndarray, pad: int) -> np.ndarray:
+    return np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))) if pad else x
+
+
+def _windows(x: np.ndarray, r: int, s: int, stride: int) -> np.ndarray:
+    """(N, C, P, Q, R, S) view of every r x s window of x at ``stride``."""
+    return sliding_window_view(x, (r, s), axis=(2, 3))[:, :, ::stride, ::stride]
+
+
+# conv2d ---------------------------------------------------------------------------------------
+
+def conv2d_fwd(x, w, b=None, stride=1, pad=0):
+    k, _, r, s = w.shape
+    y = np.einsum("ncpqrs,kcrs->nkpq", _windows(_pad(x, pad), r, s, stride), w, optimize=True)
+    return y + b.reshape(1, k, 1, 1) if b is not None else y
+
+
+def conv2d_bwd_data(dy, w, x_shape, stride=1, pad=0):
+    """Gradient of the input: every output gradient scattered back through its window."""
+    n, c, h, wd = x_shape
+    _, _, r, s = w.shape
+    p, q = dy.shape[2:]
+    dx = np.zeros((n, c, h + 2 * pad, wd + 2 * pad), dtype=dy.dtype)
+    contrib = np.einsum("nkpq,kcrs->ncpqrs", dy, w, optimize=True)
+    for i in range(r):
+        for j in range(s):
+            dx[:, :, i:i + stride * p:stride, j:j + stride * q:stride] += contrib[:, :, :, :, i, j]
+    return dx[:, :, pad:pad + h, pad:pad + wd]
+
+
+def conv2d_bwd_weight(dy, x, w_shape, stride=1, pad=0):
+    """(gradient of the weights, gradient of the bias)."""
+    _, _, r, s = w_shape
+    dw = np.einsum("nkpq,ncpqrs->kcrs", dy, _windows(_pad(x, pad), r, s, stride), optimize=True)
+    return dw, dy.sum(axis=(0, 2, 3))
+
+
+# linear ---------------------------------------------------------------------------------------
+
+def linear_fwd(x, w, b=None):
+    y = x.reshape(x.shape[0], -1) @ w.T
+    return y + b if b is not None else y
+
+
+def linear_bwd_data(dy, w, x_shape):
+    return (dy @ w).reshape(x_shape)
+
+
+def linear_bwd_weight(dy, x):
+    return dy.T @ x.reshape(x.shape[0], -1), dy.sum(axis=0)
+
+
+# relu -----------------------------------------------------------------------------------------
+
+def relu_fwd(x):
+    return np.maximum(x, 0)
+
+
+def relu_bwd(dy, y):
+    """Gradient through ReLU, masked by the forward output (y > 0)."""
+    return np.where(y > 0, dy, 0)
+
+
+# max-pool -------------------------------------------------------------------------------------
+
+def maxpool_fwd(x, size=3, stride=2):
+    return _windows(x, size, size, stride).max(axis=(4, 5))
+
+
+def maxpool_bwd(dy, x, size=3, stride=2):
+    n, c, p, q = dy.shape
+    win = _windows(x, size, size, stride).reshape(n, c, p, q, size * size)
+    first = win.argmax(axis=4)  # the first maximum, as the kernels pick it
+    dx = np.zeros_like(x, dtype=dy.dtype)
+    ni, ci, pi, qi = np.indices((n, c, p, q))
+    rows = pi * stride + first // size
+    cols = qi * stride + first % size
+    np.add.at(dx, (ni, ci, rows, cols), dy)  # overlapping windows accumulate
+    return dx
+
+
+# LRN ------------------------------------------------------------------------------------------
+
+def _window_sum(v, size):
+    """Sum over the channel window [c - size//2, c + size//2], clipped at the edges."""
+    half = size // 2
+    padded = np.pad(v, ((0, 0), (half, half), (0, 0), (0, 0)))
+    csum = np.concatenate([np.zeros_like(padded[:, :1]), np.cumsum(padded, axis=1)], axis=1)
+    return csum[:, size:] - csum[:, :-size]
+
+
+def lrn_scale(x, size=5, alpha=1e-4, k=2.0):
+    return k + alpha / size * _window_sum(x * x, size)
+
+
+def lrn_fwd(x, size=5, alpha=1e-4, beta=0.75, k=2.0):
+    return x * lrn_scale(x, size, alpha, k) ** -beta
+
+
+def lrn_bwd(dy, x, y, size=5, alpha=1e-4, beta=0.75, k=2.0):
+    s = lrn_scale(x, size, alpha, k)
+    return dy * s ** -beta - 2 * alpha * beta / size * x * _window_sum(dy * y / s, size)
+
+
+# softmax + cross-entropy ----------------------------------------------------------------------
+
+def softmax_fwd(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def cross_entropy(p, labels):
+    """Mean negative log-likelihood over the batch."""
+    return -np.log(p[np.arange(len(labels)), labels]).mean()
+
+
+def softmax_xent_bwd(p, labels):
+    """Gradient of mean cross-entropy with respect to the softmax input."""
+    grad = p.copy()
+    grad[np.arange(len(labels)), labels] -= 1
+    return grad / len(labels)

@@ -1,0 +1,66 @@
+"""The compile check: every kernel variant compiles with NVRTC for sm_80 and sm_90, in both L1
+policies, with the runtime's options, and none spills."""
+
+import json
+
+import pytest
+
+from tracker.cli import cli
+from tracker.gpu import verified
+from tracker.gpu.compile import build, variant_rows
+from tracker.gpu.kernels import ARCHS, L1_POLICIES, PHASES_OF, SOURCES, TABLE, compile_options, source_hash
+from tracker.variants import VARIANTS
+
+
+def test_the_table_covers_every_op_phase_and_variant_once():
+    expected = {(op, phase, v) for op, names in VARIANTS.items() for phase in PHASES_OF[op] for v in names}
+    keys = [(v.op, v.phase, v.variant) for v in TABLE]
+    assert sorted(keys) == sorted(expected)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("policy", L1_POLICIES)
+def test_every_kernel_compiles_without_spills(arch, policy):
+    builds = {source: build(source, arch, policy) for source in SOURCES}
+    for variant in TABLE:
+        for source, name in variant.kernels:
+            assert name in builds[source].kernels, f"{variant.key}: no kernel {name} in {source}"
+    for b in builds.values():
+        for name, r in b.kernels.items():
+            assert (r.spill_stores, r.spill_loads, r.stack_bytes) == (0, 0, 0), (b.source, name, r)
+            assert r.registers <= 128 and r.shared_bytes <= 48 * 1024, (b.source, name, r)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_l1_bypass_reaches_the_machine_code(source):
+    assert build(source, "sm_90", "ca").cubin_sha != build(source, "sm_90", "cg").cubin_sha
+    assert "-dlcm=cg" in compile_options("cg") and "-dlcm=ca" in compile_options("ca")
+
+
+def test_only_the_constant_variant_uses_constant_memory():
+    rows = variant_rows("sm_90", ("ca",))
+    for row in rows:
+        uses = row["variant"] == "constant" and row["phase"] != "bwd_weight"
+        assert (row["constant_bytes"] == 64 * 1024) == uses, row
+
+
+def test_kernels_command_lists_the_variant_matrix(runner):
+    result = runner.invoke(cli, ["kernels", "--arch", "sm_80", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == 2 * len(TABLE) == 76
+    assert {r["l1"] for r in rows} == {"ca", "cg"}
+    assert all(r["verified_on"] is None for r in rows)  # nothing has run on a GPU yet
+
+
+def test_verification_status_follows_the_source_hash(tmp_path):
+    variant = next(v for v in TABLE if v.key == "relu/fwd/global")
+    record = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-22",
+              "variants": {variant.key: {"source_hash": source_hash(variant.sources), "passed": True}}}
+    (tmp_path / "a.json").write_text(json.dumps(record))
+    assert verified.status(variant, verified.records(tmp_path)) == ("NVIDIA H100 80GB HBM3", False)
+    record["variants"][variant.key]["source_hash"] = "0" * 16
+    (tmp_path / "a.json").write_text(json.dumps(record))
+    assert verified.status(variant, verified.records(tmp_path)) == ("NVIDIA H100 80GB HBM3", True)
+    other = next(v for v in TABLE if v.key == "lrn/fwd/shared")
+    assert verified.status(other, verified.records(tmp_path)) == (None, None)

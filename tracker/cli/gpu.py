@@ -1,0 +1,41 @@
+"""Commands about tracker's CUDA kernels: kernels (later: selftest)."""
+
+from __future__ import annotations
+
+import click
+
+from tracker.cli import cli
+from tracker.cli.options import emit, format_option
+
+KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "shared_bytes", "constant_bytes",
+                  "spill_bytes", "verified_on", "changed_since")
+
+
+@cli.command()
+@click.option("--arch", type=click.Choice(["sm_80", "sm_90"]), default="sm_90", show_default=True,
+              help="GPU architecture to compile for.")
+@click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
+              help="L1 policy: ca caches global loads in L1, cg bypasses it (-Xptxas -dlcm=cg).")
+@format_option
+def kernels(arch, l1, fmt):
+    """Compile every kernel variant with NVRTC (no GPU needed) and list its resources.
+
+    Per op, phase, variant and L1 policy: the kernels it launches, registers, static shared
+    memory, constant memory and spill bytes (the worst of its kernels), and the GPU that last
+    verified it against the NumPy reference (tracker selftest --record), or '-' if none has.
+
+    \b
+    Examples:
+      tracker kernels
+      tracker kernels --arch sm_80 --l1 cg --format csv
+    """
+    from tracker.gpu.compile import variant_rows
+
+    policies = ("ca", "cg") if l1 == "both" else (l1,)
+    click.echo(f"compiling {arch} kernels with NVRTC ...", err=True)
+    rows = variant_rows(arch, policies)
+    emit(rows, fmt, None if fmt == "json" else KERNEL_COLUMNS)
+    if fmt == "table":
+        unverified = sum(row["verified_on"] is None for row in rows)
+        click.echo(f"\n{len(rows)} variant builds, {sum(r['spill_bytes'] > 0 for r in rows)} with spills; "
+                   f"{unverified} never verified on a GPU")

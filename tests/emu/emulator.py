@@ -1,0 +1,80 @@
+"""Run tracker's CUDA kernels on the CPU through cuda_emu.h, as a ``launchers.Backend``.
+
+Each kernel module is compiled once per test session with g++ (C++20) into a shared library;
+arrays are NumPy float32 (int32 labels). For tests only: see cuda_emu.h for what it checks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from tracker.gpu.kernels import KERNEL_DIR, source_text
+from tracker.gpu.launchers import Struct
+
+HERE = Path(__file__).parent
+_KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\w+\)\s*)?(\w+)\(')
+_CONSTANT = re.compile(r"__constant__ float (\w+)\[")
+_DYNAMIC = re.compile(r"extern __shared__ float (\w+)\[\];")
+
+
+def available() -> bool:
+    return shutil.which("g++") is not None
+
+
+class Emulator:
+    def __init__(self, build_dir: Path):
+        self.build_dir = build_dir
+        self.libs: dict[str, ctypes.CDLL] = {}
+        self.launches: list[tuple[str, str, tuple, tuple]] = []
+
+    def _lib(self, source: str) -> ctypes.CDLL:
+        if source not in self.libs:
+            text = _DYNAMIC.sub(r"float* \1 = reinterpret_cast<float*>(emu_dynamic_shared);", source_text(source))
+            registry = "".join(f'static bool emu_k_{n} = emu_register("{n}", &{n});\n' for n in _KERNEL.findall(text))
+            registry += "".join(f'static bool emu_s_{s} = (emu_symbols()["{s}"] = {{{s}, sizeof {s}}}, true);\n'
+                                for s in _CONSTANT.findall(text))
+            cpp = self.build_dir / f"{source}.cpp"
+            cpp.write_text('#include "cuda_emu.h"\n' + text + "\n" + registry)
+            lib = self.build_dir / f"{source}.so"
+            subprocess.run(["g++", "-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", "-w", f"-I{HERE}",
+                            f"-I{KERNEL_DIR}", str(cpp), "-o", str(lib)], check=True, capture_output=True)
+            self.libs[source] = ctypes.CDLL(str(lib))
+        return self.libs[source]
+
+    def launch(self, source, kernel, grid, block, args, shared_bytes=0):
+        assert shared_bytes <= 48 * 1024, f"{kernel}: {shared_bytes} bytes of dynamic shared memory"
+        grid, block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
+        assert np.prod(block) <= 1024 and max(grid) <= 65535
+        values = [_c_value(a) for a in args]
+        pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        self.launches.append((source, kernel, grid, block))
+        status = self._lib(source).emu_launch(kernel.encode(), *[ctypes.c_uint(v) for v in grid + block], pointers)
+        assert status == 0, f"no kernel {kernel} in {source}"
+
+    def empty(self, shape):
+        return np.full(shape, np.nan, dtype=np.float32)  # scratch starts poisoned, like every output
+
+    def to_constant(self, source, symbol, array):
+        data = np.ascontiguousarray(array, dtype=np.float32)
+        assert self._lib(source).emu_to_symbol(symbol.encode(), data.ctypes.data_as(ctypes.c_void_p),
+                                               ctypes.c_size_t(data.nbytes)) == 0
+
+
+def _c_value(arg):
+    if arg is None:
+        return ctypes.c_void_p(None)
+    if isinstance(arg, np.ndarray):
+        assert arg.flags.c_contiguous and arg.dtype in (np.float32, np.int32), (arg.dtype, arg.flags)
+        return ctypes.c_void_p(arg.ctypes.data)
+    if isinstance(arg, Struct):
+        fields = [(n, ctypes.c_int32 if t == "i" else ctypes.c_float) for n, t in arg.fields]
+        return type(arg.name, (ctypes.Structure,), {"_fields_": fields})(*arg.values)
+    if isinstance(arg, (bool, int, np.integer)):
+        return ctypes.c_int(int(arg))
+    return ctypes.c_float(float(arg))

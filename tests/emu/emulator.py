@@ -60,6 +60,15 @@ class Emulator:
     def empty(self, shape):
         return np.full(shape, np.nan, dtype=np.float32)  # scratch starts poisoned, like every output
 
+    def asarray(self, array):
+        return np.array(array, dtype=np.int32 if array.dtype.kind in "iu" else np.float32)
+
+    def asnumpy(self, array):
+        return np.asarray(array)
+
+    def synchronize(self):
+        pass
+
     def to_constant(self, source, symbol, array):
         data = np.ascontiguousarray(array, dtype=np.float32)
         assert self._lib(source).emu_to_symbol(symbol.encode(), data.ctypes.data_as(ctypes.c_void_p),

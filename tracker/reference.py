@@ -141,3 +141,55 @@ def softmax_xent_bwd(p, labels):
     grad = p.copy()
     grad[np.arange(len(labels)), labels] -= 1
     return grad / len(labels)
+
+
+# a whole network ------------------------------------------------------------------------------
+
+def network_step(net, params: dict, x: np.ndarray, labels: np.ndarray) -> tuple[float, dict]:
+    """Forward and backward of a chain network made of the ops above, with softmax cross-entropy
+    at the end: (loss, {layer: (dw, db)}). ``params``: {layer: (w, b)}. Float64 throughout."""
+    acts = {"input": x.astype(np.float64)}
+    for layer in net.layers:
+        acts[layer.name] = _forward(layer, params, acts[layer.inputs[0]])
+    probs = acts[net.layers[-1].name]
+    loss = cross_entropy(probs, labels)
+    grads: dict = {}
+    dy = softmax_xent_bwd(probs, labels)
+    for layer in reversed(net.layers[:-1]):
+        x_in = acts[layer.inputs[0]]
+        dy, grads[layer.name] = _backward(layer, params, x_in, acts[layer.name], dy)
+    return loss, {name: g for name, g in grads.items() if g is not None}
+
+
+def _forward(layer, params, x):
+    op = layer.op
+    if layer.kind == "conv":
+        w, b = params[layer.name]
+        return conv2d_fwd(x, w.astype(np.float64), b.astype(np.float64), op.stride[0], op.padding[0])
+    if layer.kind == "linear":
+        w, b = params[layer.name]
+        return linear_fwd(x, w.astype(np.float64), b.astype(np.float64))
+    if layer.kind == "relu":
+        return relu_fwd(x)
+    if layer.kind == "maxpool":
+        return maxpool_fwd(x, op.kernel[0], op.stride[0])
+    if layer.kind == "lrn":
+        return lrn_fwd(x, op.size, op.alpha, op.beta, op.k)
+    return softmax_fwd(x.reshape(x.shape[0], -1))
+
+
+def _backward(layer, params, x, y, dy):
+    """(gradient of the layer's input, (dw, db) or None)."""
+    op = layer.op
+    if layer.kind == "conv":
+        w = params[layer.name][0].astype(np.float64)
+        stride, pad = op.stride[0], op.padding[0]
+        return conv2d_bwd_data(dy, w, x.shape, stride, pad), conv2d_bwd_weight(dy, x, w.shape, stride, pad)
+    if layer.kind == "linear":
+        w = params[layer.name][0].astype(np.float64)
+        return linear_bwd_data(dy, w, x.shape), linear_bwd_weight(dy, x)
+    if layer.kind == "relu":
+        return relu_bwd(dy, y), None
+    if layer.kind == "maxpool":
+        return maxpool_bwd(dy, x, op.kernel[0], op.stride[0]), None
+    return lrn_bwd(dy, x, y, op.size, op.alpha, op.beta, op.k), None

@@ -1,0 +1,73 @@
+"""The runner's plan (no GPU): order, variants, fusion; and a whole training step of a small
+AlexNet-like network on the CPU emulation against the NumPy reference."""
+
+import numpy as np
+import pytest
+
+from tracker.errors import TrackerError
+from tracker.gpu.network import FUSED_INTO, Executor, plan, resolve
+from tracker.nets import build
+from tracker.nets.layers import LRN, Linear, Network, ReLU, Softmax, conv, maxpool
+from tracker.reference import network_step
+
+
+def small_net() -> Network:
+    net = Network("small", (3, 19, 19), options={})
+    net.add("conv1", conv(8, 3, stride=2))
+    net.add("relu1", ReLU())
+    net.add("lrn1", LRN(alpha=0.1))
+    net.add("pool1", maxpool(3, 2))
+    net.add("conv2", conv(12, 3, pad=1))
+    net.add("relu2", ReLU())
+    net.add("fc3", Linear(16))
+    net.add("relu3", ReLU())
+    net.add("fc4", Linear(10))
+    net.add("softmax", Softmax())
+    return net
+
+
+def test_plan_order_and_phases():
+    steps = plan(build("alexnet"), {})
+    names = [(s.layer.name, s.phase) for s in steps]
+    assert names[:2] == [("conv1", "fwd"), ("relu1", "fwd")] and names[20] == ("softmax", "fwd")
+    assert names[21:24] == [("softmax", "bwd_data"), ("fc8", "bwd_weight"), ("fc8", "bwd_data")]
+    assert names[-1] == ("conv1", "bwd_weight")  # the first layer has no bwd_data
+    assert len(steps) == 49  # one step per predicted layer phase
+    assert [s.phase for s in plan(build("alexnet"), {}, "fwd")] == ["fwd"] * 21
+
+
+def test_variant_resolution_and_fusion():
+    net = build("alexnet")
+    variants = resolve(net, {"conv": "fused", "linear": "fused", "lrn": "global"})
+    assert variants["conv1"] == "fused" and variants["relu1"] == FUSED_INTO
+    assert variants["fc7"] == "fused" and variants["relu7"] == FUSED_INTO
+    assert variants["fc8"] == "shared"  # softmax follows: nothing to fuse
+    assert variants["lrn1"] == "global" and variants["pool1"] == "global"  # the default
+    assert resolve(net, {})["conv2"] == "shared"
+
+
+def test_networks_without_kernels_are_refused():
+    with pytest.raises(TrackerError, match="no kernels yet: concat"):
+        resolve(build("unet2d"), {})
+
+
+emu = pytest.importorskip("emu.emulator")
+
+
+@pytest.mark.skipif(not emu.available(), reason="needs g++ for the CUDA emulation")
+@pytest.mark.parametrize("chosen", [{}, {"conv": "fused", "linear": "fused"},
+                                    {"conv": "gemm", "linear": "global", "lrn": "global", "softmax": "global"},
+                                    {"conv": "constant", "maxpool": "shared"}])
+def test_a_training_step_matches_the_reference(tmp_path, chosen):
+    net = small_net()
+    backend = emu.Emulator(tmp_path)
+    run = Executor(backend, net, batch=2, chosen=chosen, seed=5)
+    run.iteration()
+    t = run.t
+    params = {name: tuple(np.asarray(a) for a in pair) for name, pair in t.params.items()}
+    loss, grads = network_step(net, params, np.asarray(t.act["input"]), np.asarray(t.labels))
+    assert np.asarray(t.loss).mean() == pytest.approx(loss, rel=1e-5)
+    for name, (dw, db) in grads.items():
+        got_dw, got_db = (np.asarray(a, dtype=np.float64) for a in t.param_grads[name])
+        assert np.linalg.norm(got_dw - dw) / np.linalg.norm(dw) < 1e-4, name
+        assert np.linalg.norm(got_db - db) / np.linalg.norm(db) < 1e-4, name

@@ -53,3 +53,12 @@ def db(request, tmp_path):
 @pytest.fixture
 def runner():
     return CliRunner()
+
+
+@pytest.fixture(scope="session")
+def emulator(tmp_path_factory):
+    """tracker's CUDA kernels on the CPU (tests/emu), compiled once per session."""
+    emu = pytest.importorskip("emu.emulator")
+    if not emu.available():
+        pytest.skip("needs g++ for the CUDA emulation")
+    return emu.Emulator(tmp_path_factory.mktemp("emu"))

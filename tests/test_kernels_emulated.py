@@ -9,9 +9,6 @@ import pytest
 from tracker.gpu.kernels import VARIANTS
 from tracker.gpu.selftest import Case, run_case
 
-emu = pytest.importorskip("emu.emulator")
-pytestmark = pytest.mark.skipif(not emu.available(), reason="needs g++ for the CUDA emulation")
-
 CASES = [
     Case("conv", "k70-s1-p1", dict(x=(2, 3, 9, 9), w=(70, 3, 3, 3), stride=1, pad=1)),  # two GEMM tiles of K
     Case("conv", "big-filters", dict(x=(1, 64, 13, 13), w=(5, 64, 11, 11), stride=2, pad=0)),  # 3 constant chunks
@@ -26,15 +23,10 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def gpu(tmp_path_factory):
-    return emu.Emulator(tmp_path_factory.mktemp("emu"))
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.op}-{c.layer}")
-def test_every_variant_matches_the_reference(gpu, case):
+def test_every_variant_matches_the_reference(emulator, case):
     for variant in VARIANTS[case.op]:
-        results = run_case(gpu, case, variant, seed=1)
+        results = run_case(emulator, case, variant, seed=1)
         assert results and {r.phase for r in results} >= {"fwd", "bwd_data"}
         failed = [(r.variant, r.phase, r.output, r.error) for r in results if not r.passed]
         assert not failed, failed

@@ -51,17 +51,12 @@ def test_networks_without_kernels_are_refused():
         resolve(build("unet2d"), {})
 
 
-emu = pytest.importorskip("emu.emulator")
-
-
-@pytest.mark.skipif(not emu.available(), reason="needs g++ for the CUDA emulation")
 @pytest.mark.parametrize("chosen", [{}, {"conv": "fused", "linear": "fused"},
                                     {"conv": "gemm", "linear": "global", "lrn": "global", "softmax": "global"},
                                     {"conv": "constant", "maxpool": "shared"}])
-def test_a_training_step_matches_the_reference(tmp_path, chosen):
+def test_a_training_step_matches_the_reference(emulator, chosen):
     net = small_net()
-    backend = emu.Emulator(tmp_path)
-    run = Executor(backend, net, batch=2, chosen=chosen, seed=5)
+    run = Executor(emulator, net, batch=2, chosen=chosen, seed=5)
     run.iteration()
     t = run.t
     params = {name: tuple(np.asarray(a) for a in pair) for name, pair in t.params.items()}

@@ -3,17 +3,17 @@
 Backends (DESIGN.md): ``ncu`` (CUDA device and usable Nsight Compute), ``events`` (CUDA device,
 CUDA-event times only), ``model`` (no GPU: analytic predictions, labelled as such). Every backend
 stores the model's predictions so that each measured figure sits beside its prediction.
-This build has the ``model`` backend; ``events`` and ``ncu`` arrive with the GPU runner and the
-Nsight Compute wrapper.
+This build has ``model`` and ``events``; ``ncu`` arrives with the Nsight Compute wrapper.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Callable
 
-from tracker.errors import BackendUnavailable
-from tracker.model import Device, Memory, Prediction, memory, predict
+from tracker.errors import BackendUnavailable, UnknownName
+from tracker.model import Device, Memory, Prediction, lookup, memory, predict
 from tracker.nets import Network
 
 BACKENDS = ("auto", "ncu", "events", "model")
@@ -29,22 +29,36 @@ class Profile:
     memory: Memory
 
 
+def require_gpu(what: str) -> str:
+    """Raise unless this machine has a CUDA device and CuPy; return how we know the device."""
+    from tracker.gpu.detect import cuda_devices
+
+    count, why = cuda_devices()
+    if not count:
+        raise BackendUnavailable(f"{what} needs an NVIDIA GPU, and this machine has none ({why})")
+    if importlib.util.find_spec("cupy") is None:
+        raise BackendUnavailable(f"{what} needs CuPy: pip install -e '.[gpu]'")
+    return why
+
+
 def choose_backend(requested: str) -> tuple[str, str]:
     """(backend, why) for ``--backend requested``; a backend that cannot run here is an error."""
     if requested == "model":
         return "model", "asked for with --backend model"
-    from tracker.gpu.detect import cuda_devices
-
-    count, why = cuda_devices()
     if requested in ("ncu", "events"):
-        if not count:
-            raise BackendUnavailable(f"--backend {requested} needs an NVIDIA GPU, and this machine has none "
-                                     f"({why}); use --backend model")
-        raise BackendUnavailable(f"the {requested} backend is not built yet in this version of tracker; "
-                                 "use --backend model")
-    if not count:
-        return "model", f"no CUDA device: {why}"
-    return "model", f"{why} found, but the events and ncu backends are not built yet in this version"
+        try:
+            why = require_gpu(f"--backend {requested}")
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(f"{exc}; use --backend model") from None
+        if requested == "ncu":
+            raise BackendUnavailable("the ncu backend is not built yet in this version of tracker; "
+                                     "use --backend events")
+        return "events", f"asked for with --backend events ({why})"
+    try:
+        why = require_gpu("a GPU backend")
+    except BackendUnavailable as exc:
+        return "model", str(exc).replace("a GPU backend needs", "the GPU backends need")
+    return "events", f"{why} found; the ncu backend is not built yet in this version"
 
 
 def profile(
@@ -58,6 +72,8 @@ def profile(
     l1_bypass: bool = False,
     device: Device | None = None,
     dtype_bits: int = 32,
+    repeat: int = 5,
+    warmup: int = 1,
     echo: Callable[[str], None] = lambda line: None,
 ) -> Profile:
     """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored."""
@@ -66,18 +82,37 @@ def profile(
     chosen, reason = choose_backend(backend)  # before the database: a refusal creates no file
     echo(f"backend: {chosen} ({reason})")
     store = open_store(db, write=True)
+    measured = None
+    if chosen == "events":
+        from tracker.gpu.runner import profile_events
+
+        measured = profile_events(net, batch, variants or {}, phases, l1_bypass, repeat, warmup, echo)
+        device = device or _catalog_device(measured.device["device_name"])
     predictions = predict(net, batch, device, dtype_bits, phases)
     peak = memory(net, batch, dtype_bits)
     fields = dict(
         network=net.name, network_options=net.options, batch=batch, phases=phases, dtype_bits=dtype_bits,
-        variants=variants or {}, l1_bypass=l1_bypass, backend=chosen, backend_reason=reason, repeat=0,
-        predicted_peak_bytes=peak.peak_bytes,
+        variants=variants or {}, l1_bypass=l1_bypass, backend=chosen, backend_reason=reason,
+        repeat=repeat if measured else 0, predicted_peak_bytes=peak.peak_bytes,
     )
-    if device is not None:
+    if measured:
+        fields.update(measured.device, measured_peak_bytes=measured.peak_bytes)
+    elif device is not None:
         fields.update(device_name=device.name, compute_capability=device.compute_capability,
                       sm_count=device.sm_count)
     with recording(store, **fields) as run:
         echo(f"run {run.run_id}: storing {len(net.layers)} layers and {len(predictions)} layer-phase predictions")
         run.add_layers(net, predictions)
+        if measured:
+            echo(f"run {run.run_id}: storing {len(measured.launches)} launches")
+            run.add_launches(measured.launches)
     store.dispose()
     return Profile(run.run_id, store.where, chosen, reason, predictions, peak)
+
+
+def _catalog_device(cuda_name: str) -> Device | None:
+    """The catalog entry of the GPU measured, for the roofline beside the measurement."""
+    try:
+        return lookup(cuda_name)
+    except UnknownName:
+        return None

@@ -32,6 +32,7 @@ class Emulator:
         self.build_dir = build_dir
         self.libs: dict[str, ctypes.CDLL] = {}
         self.launches: list[tuple[str, str, tuple, tuple]] = []
+        self.context = None  # set by the executor to the step being run
 
     def _lib(self, source: str) -> ctypes.CDLL:
         if source not in self.libs:

@@ -1,4 +1,4 @@
-"""Commands about tracker's CUDA kernels: kernels (later: selftest)."""
+"""Commands about tracker's CUDA kernels: kernels, selftest."""
 
 from __future__ import annotations
 
@@ -39,3 +39,43 @@ def kernels(arch, l1, fmt):
         unverified = sum(row["verified_on"] is None for row in rows)
         click.echo(f"\n{len(rows)} variant builds, {sum(r['spill_bytes'] > 0 for r in rows)} with spills; "
                    f"{unverified} never verified on a GPU")
+
+
+@cli.command()
+@click.option("--batch", "-b", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Images per batch for the AlexNet layer shapes.")
+@click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
+              help="L1 policies to compile and check.")
+@click.option("--record", is_flag=True,
+              help="Write a verification record under tests/data/verified/ (commit it).")
+@format_option
+def selftest(batch, l1, record, fmt):
+    """Check every kernel variant against the NumPy reference on this machine's GPU.
+
+    Fresh random inputs of every AlexNet layer's shapes at a small batch; outputs start as NaN
+    so an element never written fails; relative error under 1e-5 (element-wise) or 1e-4
+    (reductions, convolutions) against the float64 reference.
+
+    \b
+    Examples:
+      tracker selftest
+      tracker selftest --batch 4 --record
+    """
+    from tracker.gpu.runner import selftest as run_selftest
+    from tracker.gpu.runner import summarize
+    from tracker.nets import build
+    from tracker.profile import require_gpu
+
+    require_gpu("tracker selftest")
+    policies = ("ca", "cg") if l1 == "both" else (l1,)
+    results, device = run_selftest(build("alexnet"), batch, policies, lambda line: click.echo(line, err=True))
+    rows = summarize(results)
+    emit(rows, fmt)
+    failed = [r for r in rows if not r["passed"]]
+    click.echo(f"{len(rows) - len(failed)} passed, {len(failed)} failed on {device['device_name']}", err=True)
+    if record:
+        from tracker.gpu.verified import write_record
+
+        click.echo(f"record written to {write_record(rows, device)}", err=True)
+    if failed:
+        raise SystemExit(1)

@@ -27,11 +27,16 @@ from tracker.variants import parse_variants
 @click.option("--variant", default=None, metavar="V|OP=V,...",
               help="Kernel variant: one name for every op that has it (shared), or per op (conv=fused,lrn=shared).")
 @click.option("--l1-bypass", is_flag=True, help="Compile the kernels to bypass L1 (-Xptxas -dlcm=cg).")
+@click.option("--repeat", type=click.IntRange(1, 1000), default=5, show_default=True,
+              help="Measured iterations (GPU backends); every launch is timed in each.")
+@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True,
+              help="Unmeasured iterations first (the first one compiles the kernels).")
 @device_option
 @dtype_option
 @network_options
 @format_option
-def profile(network, batch, db, backend, phases, variant, l1_bypass, device, dtype_bits, fmt, **kwargs):
+def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, warmup, device, dtype_bits, fmt,
+            **kwargs):
     """Profile a network forward and backward, layer by layer, into the trace database.
 
     Chooses the backend (ncu, events or model) from what this machine has and says which and
@@ -48,7 +53,8 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, device, dty
     variants = parse_variants(variant)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = run_profile(db, net, batch, backend=backend, phases=phases, variants=variants,
-                         l1_bypass=l1_bypass, device=gpu, dtype_bits=int(dtype_bits), echo=say)
+                         l1_bypass=l1_bypass, device=gpu, dtype_bits=int(dtype_bits), repeat=repeat,
+                         warmup=warmup, echo=say)
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)
     summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,
@@ -64,7 +70,7 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, device, dty
     if result.backend == "model":
         click.echo("  these are analytic predictions: nothing was measured" +
                    ("" if gpu else " (add --device NAME for roofline times)"))
-    if variants or l1_bypass:
+    if result.backend == "model" and (variants or l1_bypass):
         click.echo("  --variant and --l1-bypass are recorded on the run; "
                    "the model's compulsory bytes do not depend on them")
     click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}")

@@ -132,6 +132,7 @@ class Executor:
 
     def iteration(self) -> None:
         for step in self.steps:
+            self.b.context = step  # the backend tags its launches with the step they serve
             with self.region(step):
                 self.run(step)
 

@@ -10,9 +10,11 @@ whether its source changed since.
 from __future__ import annotations
 
 import json
+import re
+from datetime import date
 from pathlib import Path
 
-from tracker.gpu.kernels import Variant, source_hash
+from tracker.gpu.kernels import TABLE, Variant, source_hash
 
 RECORD_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "verified"
 
@@ -30,3 +32,26 @@ def status(variant: Variant, history: list[dict]) -> tuple[str | None, bool | No
         if entry and entry.get("passed"):
             return record["gpu"], entry.get("source_hash") != source_hash(variant.sources)
     return None, None
+
+
+def write_record(results: list[dict], device: dict, directory: Path = RECORD_DIR) -> Path:
+    """Write a record of one selftest (rows of ``runner.summarize``); returns its path."""
+    variants: dict[str, dict] = {}
+    for variant in TABLE:
+        rows = [r for r in results if (r["op"], r["variant"]) == (variant.op, variant.variant)
+                and r["phase"] == variant.phase]
+        if rows:
+            errors: dict[str, float | None] = {}
+            for row in rows:
+                worst = errors.get(row["l1"], 0.0)
+                errors[row["l1"]] = None if row["error"] is None or worst is None else max(worst, row["error"])
+            variants[variant.key] = {"source_hash": source_hash(variant.sources),
+                                     "passed": all(r["passed"] for r in rows), "errors": errors}
+    today = date.today().isoformat()
+    record = {"gpu": device["device_name"], "driver": device["driver_version"], "cuda": device["cuda_version"],
+              "date": today, "variants": variants}
+    slug = re.sub(r"[^a-z0-9]+", "-", device["device_name"].lower()).strip("-")
+    path = directory / f"{today}-{slug}.json"
+    directory.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path

@@ -25,7 +25,7 @@ from tracker.errors import Interrupted
 from tracker.model import Prediction
 from tracker.nets import Network
 from tracker.store.db import Store
-from tracker.store.schema import Layer, Run
+from tracker.store.schema import Launch, Layer, Run
 from tracker.store.schema import Prediction as PredictionRow
 
 
@@ -87,6 +87,11 @@ class RunWriter:
                               predicted_ms=p.predicted_ms, bound=p.bound, convention=p.convention)
                 for p in predictions
             )
+
+    def add_launches(self, rows: list[dict]) -> None:
+        """The launch log of pass 1, in invocation order, in one transaction."""
+        with self.store.session() as session:
+            session.add_all(Launch(run_id=self.run_id, **row) for row in rows)
 
     def update(self, **fields) -> None:
         """Set run fields learned while running (device, versions, peak memory, ...)."""

@@ -1,0 +1,127 @@
+"""The CuPy backend: compiles each kernel module once per L1 policy, launches kernels, times every
+launch with CUDA events, marks regions with NVTX, and tracks the memory pool's high-water mark.
+
+The only module that imports CuPy; ``tracker.gpu.runner`` imports it lazily.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from tracker.gpu.kernels import compile_options, source_text
+from tracker.gpu.launchers import Struct
+
+
+@dataclass
+class Launch:
+    """One kernel launch as the backend saw it; ``time_ms`` is filled in after a synchronize."""
+
+    source: str
+    kernel: str
+    grid: tuple
+    block: tuple
+    shared_bytes: int
+    registers: int
+    start: Any = None
+    end: Any = None
+    time_ms: float | None = None
+    context: Any = None  # what the caller was doing (the runner: its step)
+
+
+class CupyBackend:
+    def __init__(self, l1_policy: str = "ca", timed: bool = True):
+        self.l1_policy = l1_policy
+        self.timed = timed
+        self.modules: dict[str, cp.RawModule] = {}
+        self.log: list[Launch] = []
+        self.context: Any = None
+        self.pool = cp.get_default_memory_pool()
+        self.peak_bytes = 0
+
+    def module(self, source: str) -> cp.RawModule:
+        if source not in self.modules:
+            self.modules[source] = cp.RawModule(code=source_text(source), options=compile_options(self.l1_policy))
+        return self.modules[source]
+
+    def launch(self, source, kernel, grid, block, args, shared_bytes=0):
+        function = self.module(source).get_function(kernel)
+        if shared_bytes > 48 * 1024:
+            function.max_dynamic_shared_size_bytes = shared_bytes
+        record = Launch(source, kernel, tuple(grid), tuple(block), shared_bytes, function.num_regs,
+                        context=self.context)
+        if self.timed:
+            record.start, record.end = cp.cuda.Event(), cp.cuda.Event()
+            record.start.record()
+        function(tuple(grid), tuple(block), tuple(_argument(a) for a in args), shared_mem=shared_bytes)
+        if self.timed:
+            record.end.record()
+        self.log.append(record)
+        self.peak_bytes = max(self.peak_bytes, self.pool.total_bytes())
+
+    def empty(self, shape):
+        array = cp.empty(shape, dtype=cp.float32)
+        self.peak_bytes = max(self.peak_bytes, self.pool.total_bytes())
+        return array
+
+    def asarray(self, array: np.ndarray):
+        out = cp.asarray(array)
+        self.peak_bytes = max(self.peak_bytes, self.pool.total_bytes())
+        return out
+
+    def asnumpy(self, array) -> np.ndarray:
+        return cp.asnumpy(array)
+
+    def to_constant(self, source, symbol, array):
+        data = cp.ascontiguousarray(array, dtype=cp.float32)
+        self.module(source).get_global(symbol).copy_from_device(data.data, data.nbytes)
+
+    def synchronize(self) -> None:
+        cp.cuda.Device().synchronize()
+        for record in self.log:
+            if record.start is not None and record.time_ms is None:
+                record.time_ms = cp.cuda.get_elapsed_time(record.start, record.end)
+
+    @contextmanager
+    def region(self, name: str):
+        """An NVTX range, so that Nsight tools see layer/phase around its kernels."""
+        cp.cuda.nvtx.RangePush(name)
+        try:
+            yield
+        finally:
+            cp.cuda.nvtx.RangePop()
+
+
+def _argument(arg):
+    """Kernel arguments with explicit C types: int32 and float32 scalars (CuPy would pass Python
+    ints as 64-bit), structs as NumPy structured scalars, None as a null pointer."""
+    if isinstance(arg, Struct):
+        return arg.numpy()
+    if isinstance(arg, bool) or isinstance(arg, (int, np.integer)):
+        return np.int32(arg)
+    if isinstance(arg, float):
+        return np.float32(arg)
+    return arg
+
+
+def device_info() -> dict:
+    """Name, compute capability, SM count, clocks and versions of the current device."""
+    device = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(device.id)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else name
+    driver = cp.cuda.runtime.driverGetVersion()
+    runtime = cp.cuda.runtime.runtimeGetVersion()
+    return {
+        "device_name": name,
+        "compute_capability": f"{props['major']}.{props['minor']}",
+        "sm_count": props["multiProcessorCount"],
+        "sm_clock_mhz": props.get("clockRate", 0) / 1000 or None,
+        "mem_clock_mhz": props.get("memoryClockRate", 0) / 1000 or None,
+        "driver_version": f"{driver // 1000}.{driver % 1000 // 10}",
+        "cuda_version": f"{runtime // 1000}.{runtime % 1000 // 10}",
+    }

@@ -1,0 +1,91 @@
+"""The ``events`` backend (pass 1) and the GPU selftest: CuPy runs, everything else plans.
+
+A profile compiles the kernels, runs warm-up iterations, then brackets the measured iterations
+with cudaProfilerStart/Stop (so Nsight Compute with --profile-from-start off sees only them),
+times every launch with CUDA events and returns the launch log in invocation order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from tracker.errors import BackendUnavailable
+from tracker.gpu.network import Executor
+from tracker.nets import Network
+
+
+@dataclass(frozen=True)
+class Measured:
+    launches: list[dict]  # rows of the launch table, without run_id
+    device: dict  # device_info()
+    peak_bytes: int  # memory-pool high-water mark
+    iteration_ms: list[float]  # event time summed per measured iteration
+
+
+def _cupy_backend(l1_policy: str):
+    try:
+        from tracker.gpu.cupy_backend import CupyBackend, device_info
+    except ImportError as exc:
+        raise BackendUnavailable(f"the GPU backends need CuPy ({exc}): pip install -e '.[gpu]'") from None
+    return CupyBackend(l1_policy), device_info()
+
+
+def profile_events(net: Network, batch: int, chosen: dict[str, str], phases: str, l1_bypass: bool,
+                   repeat: int, warmup: int, echo: Callable[[str], None]) -> Measured:
+    import cupy as cp
+
+    policy = "cg" if l1_bypass else "ca"
+    backend, device = _cupy_backend(policy)
+    echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs)")
+    run = Executor(backend, net, batch, chosen, phases)
+    for i in range(warmup):
+        echo(f"warm-up {i + 1}/{warmup} (compiles the kernels the first time)")
+        run.iteration()
+        backend.synchronize()
+    backend.log.clear()
+    rows, totals = [], []
+    cp.cuda.profiler.start()
+    try:
+        for r in range(repeat):
+            first = len(backend.log)
+            run.iteration()
+            backend.synchronize()
+            launches = backend.log[first:]
+            totals.append(sum(k.time_ms for k in launches))
+            rows += [_row(len(rows) + i, r, k, policy) for i, k in enumerate(launches)]
+            echo(f"iteration {r + 1}/{repeat}: {len(launches)} launches, {totals[-1]:.3f} ms of kernel time")
+    finally:
+        cp.cuda.profiler.stop()
+    return Measured(rows, device, backend.peak_bytes, totals)
+
+
+def _row(invocation: int, repeat: int, k, policy: str) -> dict:
+    step = k.context
+    return dict(invocation=invocation, layer_id=step.layer.id, phase=step.phase, repeat=repeat,
+                kernel_name=k.kernel, variant=step.variant, l1_policy=policy,
+                grid_x=k.grid[0], grid_y=(k.grid + (1, 1))[1], grid_z=(k.grid + (1, 1, 1))[2],
+                block_x=k.block[0], block_y=(k.block + (1, 1))[1], block_z=(k.block + (1, 1, 1))[2],
+                shared_bytes=k.shared_bytes, registers=k.registers, time_ms=k.time_ms)
+
+
+def selftest(net: Network, batch: int, policies: tuple[str, ...], echo: Callable[[str], None]):
+    """Every variant of every layer of ``net`` against the reference: (results, device_info)."""
+    from tracker.gpu.kernels import VARIANTS
+    from tracker.gpu.selftest import network_cases, run_case
+
+    results, device = [], None
+    for policy in policies:
+        backend, device = _cupy_backend(policy)
+        for case in network_cases(net, batch):
+            for variant in VARIANTS[case.op]:
+                echo(f"{policy} {case.layer} {variant}")
+                results += [(policy, r) for r in run_case(backend, case, variant)]
+    return results, device
+
+
+def summarize(results) -> list[dict]:
+    return [{"l1": policy, "layer": r.layer, "op": r.op, "variant": r.variant, "phase": r.phase,
+             "output": r.output, "error": r.error if math.isfinite(r.error) else None,
+             "tolerance": r.tolerance, "passed": r.passed} for policy, r in results]

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (the device tool): verify every kernel variant against the
+# reference and record it, profile AlexNet at batch 128 with the events backend, run the `gpu`
+# tests, and run compute-sanitizer (memcheck, racecheck) over a selftest of every variant.
+# Everything lands in $OUT. NOT YET RUN ON A GPU: the first session with one runs it.
+#
+# The device machine has CuPy, NumPy, pandas and click but no SQLAlchemy: carry it as wheels
+# (device README, "a Python package missing there"), e.g. in the repo root here:
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl sqlalchemy
+# then run: command "bash tools/gpu_session.sh", carry [".whl"].
+set -uo pipefail
+out=${OUT:-/tmp/tracker-gpu}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH="/tmp/site:$PWD" || exit 1
+fi
+tracker() { python3 -m tracker "$@"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/gpu.csv"
+ncu --version > "$out/ncu-version.txt" 2>&1
+tracker selftest --batch 2 --record --format csv > "$out/selftest.csv" 2> "$out/selftest.log"
+echo "selftest exit $?: $(tail -n 2 "$out/selftest.log" | tr '\n' ' ')"
+cp tests/data/verified/*.json "$out/" 2>/dev/null
+tracker profile alexnet --batch 128 --backend events --repeat 5 --db "$out/trace.db" 2>&1 | tee "$out/profile.log"
+tracker show last --db "$out/trace.db" --format csv > "$out/show.csv"
+python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/pytest-gpu.log"
+for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --print-limit 20 python3 -m tracker selftest --batch 1 --l1 ca \
+        > "$out/sanitizer-$tool.log" 2>&1
+    echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -n 1)"
+done

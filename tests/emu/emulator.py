@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from tracker.gpu.kernels import KERNEL_DIR, source_text
-from tracker.gpu.launchers import Struct
+from tracker.gpu.launchers import LaunchRecord, Struct
 
 HERE = Path(__file__).parent
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\w+\)\s*)?(\w+)\(')
@@ -31,7 +31,7 @@ class Emulator:
     def __init__(self, build_dir: Path):
         self.build_dir = build_dir
         self.libs: dict[str, ctypes.CDLL] = {}
-        self.launches: list[tuple[str, str, tuple, tuple]] = []
+        self.log: list[LaunchRecord] = []
         self.context = None  # set by the executor to the step being run
 
     def _lib(self, source: str) -> ctypes.CDLL:
@@ -54,7 +54,7 @@ class Emulator:
         assert np.prod(block) <= 1024 and max(grid) <= 65535
         values = [_c_value(a) for a in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        self.launches.append((source, kernel, grid, block))
+        self.log.append(LaunchRecord(source, kernel, grid, block, shared_bytes, None, self.context))
         status = self._lib(source).emu_launch(kernel.encode(), *[ctypes.c_uint(v) for v in grid + block], pointers)
         assert status == 0, f"no kernel {kernel} in {source}"
 

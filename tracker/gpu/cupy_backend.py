@@ -7,30 +7,13 @@ The only module that imports CuPy; ``tracker.gpu.runner`` imports it lazily.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import cupy as cp
 import numpy as np
 
 from tracker.gpu.kernels import compile_options, source_text
-from tracker.gpu.launchers import Struct
-
-
-@dataclass
-class Launch:
-    """One kernel launch as the backend saw it; ``time_ms`` is filled in after a synchronize."""
-
-    source: str
-    kernel: str
-    grid: tuple
-    block: tuple
-    shared_bytes: int
-    registers: int
-    start: Any = None
-    end: Any = None
-    time_ms: float | None = None
-    context: Any = None  # what the caller was doing (the runner: its step)
+from tracker.gpu.launchers import LaunchRecord, Struct
 
 
 class CupyBackend:
@@ -38,7 +21,7 @@ class CupyBackend:
         self.l1_policy = l1_policy
         self.timed = timed
         self.modules: dict[str, cp.RawModule] = {}
-        self.log: list[Launch] = []
+        self.log: list[LaunchRecord] = []
         self.context: Any = None
         self.pool = cp.get_default_memory_pool()
         self.peak_bytes = 0
@@ -52,8 +35,8 @@ class CupyBackend:
         function = self.module(source).get_function(kernel)
         if shared_bytes > 48 * 1024:
             function.max_dynamic_shared_size_bytes = shared_bytes
-        record = Launch(source, kernel, tuple(grid), tuple(block), shared_bytes, function.num_regs,
-                        context=self.context)
+        record = LaunchRecord(source, kernel, tuple(grid), tuple(block), shared_bytes, function.num_regs,
+                              context=self.context)
         if self.timed:
             record.start, record.end = cp.cuda.Event(), cp.cuda.Event()
             record.start.record()

@@ -52,7 +52,28 @@ def lrn_shape(N, C, HW, size, alpha, beta, k) -> Struct:
     return Struct("LrnShape", fields, (N, C, HW, size, alpha, beta, k))
 
 
+@dataclass
+class LaunchRecord:
+    """One kernel launch as a backend logs it; ``time_ms`` is filled in after a synchronize."""
+
+    source: str
+    kernel: str
+    grid: tuple
+    block: tuple
+    shared_bytes: int
+    registers: int | None
+    context: Any = None  # what the caller was doing (the executor: its Step)
+    start: Any = None
+    end: Any = None
+    time_ms: float | None = None
+
+
 class Backend(Protocol):
+    """Launches kernels (logging a LaunchRecord, tagged with ``context``, to ``log``), allocates."""
+
+    log: list[LaunchRecord]
+    context: Any
+
     def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple,
                shared_bytes: int = 0) -> None: ...
 

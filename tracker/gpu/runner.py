@@ -40,34 +40,46 @@ def profile_events(net: Network, batch: int, chosen: dict[str, str], phases: str
     backend, device = _cupy_backend(policy)
     echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs)")
     run = Executor(backend, net, batch, chosen, phases)
+    rows, totals = measure(run, repeat, warmup, policy, echo,
+                           around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
+    return Measured(rows, device, backend.peak_bytes, totals)
+
+
+def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable[[str], None],
+            around: tuple[Callable, Callable] = (lambda: None, lambda: None)) -> tuple[list[dict], list[float]]:
+    """Warm up, then run ``repeat`` measured iterations between ``around`` (cudaProfilerStart/Stop):
+    (the launch rows in invocation order, kernel time per iteration)."""
+    backend = run.b
     for i in range(warmup):
-        echo(f"warm-up {i + 1}/{warmup} (compiles the kernels the first time)")
+        echo(f"warm-up {i + 1}/{warmup} (the first compiles the kernels)")
         run.iteration()
         backend.synchronize()
     backend.log.clear()
     rows, totals = [], []
-    cp.cuda.profiler.start()
+    start, stop = around
+    start()
     try:
         for r in range(repeat):
             first = len(backend.log)
             run.iteration()
             backend.synchronize()
             launches = backend.log[first:]
-            totals.append(sum(k.time_ms for k in launches))
+            totals.append(sum(k.time_ms or 0.0 for k in launches))
             rows += [_row(len(rows) + i, r, k, policy) for i, k in enumerate(launches)]
             echo(f"iteration {r + 1}/{repeat}: {len(launches)} launches, {totals[-1]:.3f} ms of kernel time")
     finally:
-        cp.cuda.profiler.stop()
-    return Measured(rows, device, backend.peak_bytes, totals)
+        stop()
+    return rows, totals
 
 
 def _row(invocation: int, repeat: int, k, policy: str) -> dict:
+    """A launch-table row (without run_id) from a LaunchRecord tagged with its Step."""
     step = k.context
+    grid, block = (tuple(k.grid) + (1, 1))[:3], (tuple(k.block) + (1, 1))[:3]
     return dict(invocation=invocation, layer_id=step.layer.id, phase=step.phase, repeat=repeat,
                 kernel_name=k.kernel, variant=step.variant, l1_policy=policy,
-                grid_x=k.grid[0], grid_y=(k.grid + (1, 1))[1], grid_z=(k.grid + (1, 1, 1))[2],
-                block_x=k.block[0], block_y=(k.block + (1, 1))[1], block_z=(k.block + (1, 1, 1))[2],
-                shared_bytes=k.shared_bytes, registers=k.registers, time_ms=k.time_ms)
+                grid_x=grid[0], grid_y=grid[1], grid_z=grid[2], block_x=block[0], block_y=block[1],
+                block_z=block[2], shared_bytes=k.shared_bytes, registers=k.registers, time_ms=k.time_ms)
 
 
 def selftest(net: Network, batch: int, policies: tuple[str, ...], echo: Callable[[str], None]):

@@ -77,6 +77,8 @@ def test_launches_and_metrics_round_trip_through_the_views(db):
     conv2 = next(r for r in layer_rows(reader, run_id) if r["layer"] == "conv2" and r["phase"] == "fwd")
     assert conv2["launches"] == 2  # per repeat
     assert conv2["measured_ms"] == pytest.approx(2.5)  # (1.0 + 0.5 + 3.0 + 0.5) / 2 repeats
+    assert conv2["median_ms"] == pytest.approx(2.5)  # median of 1.5 and 3.5
+    assert conv2["spread_pct"] == pytest.approx(80.0)  # (3.5 - 1.5) / 2.5
     assert conv2["achieved_gflops"] == pytest.approx(conv2["ops"] / 2.5e6)
     assert len(launch_rows(reader, run_id)) == 4
     assert metric_rows(reader, run_id) == [{"invocation": 0, "name": "gpu__time_duration.sum", "value": 1e6}]

@@ -98,7 +98,7 @@ def runs(db, fmt):
     emit(rows, fmt)
 
 
-SHOW_COLUMNS = MODEL_COLUMNS + ROOF_COLUMNS + ("launches", "measured_ms", "achieved_gflops")
+SHOW_COLUMNS = MODEL_COLUMNS + ROOF_COLUMNS + ("launches", "median_ms", "spread_pct", "achieved_gflops")
 
 
 @cli.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -84,9 +85,20 @@ def run_dict(run: Run) -> dict:
 
 
 def layer_rows(store: Store, run_id: int) -> list[dict]:
-    """The layer_phase view for one run: prediction and measurement per layer and phase."""
-    return _rows(store, "SELECT * FROM layer_phase WHERE run_id = :run ORDER BY layer_id, "
+    """The layer_phase view for one run: prediction and measurement per layer and phase, plus the
+    median over repeats of each phase's time and its spread ((max - min) / median, in %)."""
+    rows = _rows(store, "SELECT * FROM layer_phase WHERE run_id = :run ORDER BY layer_id, "
                         "CASE phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 ELSE 2 END", run=run_id)
+    per_repeat: dict[tuple, list[float]] = {}
+    for t in _rows(store, "SELECT layer_id, phase, SUM(time_ms) AS ms FROM launch WHERE run_id = :run "
+                          "AND time_ms IS NOT NULL GROUP BY layer_id, phase, repeat", run=run_id):
+        per_repeat.setdefault((t["layer_id"], t["phase"]), []).append(t["ms"])
+    for row in rows:
+        times = per_repeat.get((row["layer_id"], row["phase"]))
+        median = statistics.median(times) if times else None
+        row["median_ms"] = median
+        row["spread_pct"] = (max(times) - min(times)) / median * 100 if median else None
+    return rows
 
 
 def launch_rows(store: Store, run_id: int) -> list[dict]:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine (the device tool): verify every kernel variant against the
 # reference and record it, profile AlexNet at batch 128 with the events backend, run the `gpu`
-# tests, and run compute-sanitizer (memcheck, racecheck) over a selftest of every variant.
+# tests, the kernel benchmark (benchmarks/RESULTS.md), and compute-sanitizer (memcheck,
+# racecheck) over a selftest of every variant.
 # Everything lands in $OUT. NOT YET RUN ON A GPU: the first session with one runs it.
 #
 # The device machine has CuPy, NumPy, pandas and click but no SQLAlchemy: carry it as wheels
@@ -28,6 +29,7 @@ cp tests/data/verified/*.json "$out/" 2>/dev/null
 tracker profile alexnet --batch 128 --backend events --repeat 5 --db "$out/trace.db" 2>&1 | tee "$out/profile.log"
 tracker show last --db "$out/trace.db" --format csv > "$out/show.csv"
 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$out/pytest-gpu.log"
+python3 benchmarks/kernels.py --out "$out/RESULTS.md" 2>&1 | tee "$out/benchmark.log"
 for tool in memcheck racecheck; do
     compute-sanitizer --tool "$tool" --print-limit 20 python3 -m tracker selftest --batch 1 --l1 ca \
         > "$out/sanitizer-$tool.log" 2>&1

@@ -1,16 +1,23 @@
--- tracker trace store, schema v1: tables
+-- tracker trace store, schema v2: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
--- What a metric name means: unit, description and how it rolls up over launches.
---   rollup: sum, avg, max or ratio
---   source: ncu, nvprof or events
+-- What a metric name means, from the catalog (tracker/profilers/catalog.py): unit, meaning,
+--     how it rolls up over launches, and the ncu and nvprof names it is collected as.
+--   family: time, fp, stall, issue, cache, traffic, throughput, utilization, peak
+--   rollup: sum, max or weighted:<metric>
+--   ncu: Nsight Compute metric name (sm_70+)
+--   nvprof: nvprof metric name
+--   category: stalls: paper 003's (nvprof's) name for the reason
 CREATE TABLE metric_def (
     name VARCHAR NOT NULL,
+    family VARCHAR NOT NULL,
     unit VARCHAR NOT NULL,
     description TEXT NOT NULL,
     rollup VARCHAR NOT NULL,
-    source VARCHAR NOT NULL,
+    ncu VARCHAR,
+    nvprof VARCHAR,
+    category VARCHAR,
     PRIMARY KEY (name)
 );
 

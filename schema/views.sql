@@ -1,4 +1,4 @@
--- tracker trace store, schema v1: views
+-- tracker trace store, schema v2: views
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 
@@ -32,3 +32,322 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
        (SELECT SUM(t.measured_ms) FROM layer_time t WHERE t.run_id = r.id) AS measured_ms,
        r.predicted_peak_bytes, r.measured_peak_bytes
 FROM run r;
+
+-- One row per profiled launch: the launch log (pass 1) beside every counter of the catalog (pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma.
+CREATE VIEW launch_metrics AS
+SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
+       k.l1_policy, k.time_ms,
+       MAX(CASE WHEN m.name = 'duration_ns' THEN m.value END) AS duration_ns,
+       MAX(CASE WHEN m.name = 'cycles_elapsed' THEN m.value END) AS cycles_elapsed,
+       MAX(CASE WHEN m.name = 'sm_active_cycles' THEN m.value END) AS sm_active_cycles,
+       MAX(CASE WHEN m.name = 'sm_clock_hz' THEN m.value END) AS sm_clock_hz,
+       MAX(CASE WHEN m.name = 'dram_clock_hz' THEN m.value END) AS dram_clock_hz,
+       MAX(CASE WHEN m.name = 'l2_clock_hz' THEN m.value END) AS l2_clock_hz,
+       MAX(CASE WHEN m.name = 'l1_clock_hz' THEN m.value END) AS l1_clock_hz,
+       MAX(CASE WHEN m.name = 'fadd' THEN m.value END) AS fadd,
+       MAX(CASE WHEN m.name = 'fmul' THEN m.value END) AS fmul,
+       MAX(CASE WHEN m.name = 'ffma' THEN m.value END) AS ffma,
+       MAX(CASE WHEN m.name = 'fp32_inst' THEN m.value END) AS fp32_inst,
+       MAX(CASE WHEN m.name = 'instructions' THEN m.value END) AS instructions,
+       MAX(CASE WHEN m.name = 'stall_barrier' THEN m.value END) AS stall_barrier,
+       MAX(CASE WHEN m.name = 'stall_branch_resolving' THEN m.value END) AS stall_branch_resolving,
+       MAX(CASE WHEN m.name = 'stall_dispatch_stall' THEN m.value END) AS stall_dispatch_stall,
+       MAX(CASE WHEN m.name = 'stall_drain' THEN m.value END) AS stall_drain,
+       MAX(CASE WHEN m.name = 'stall_imc_miss' THEN m.value END) AS stall_imc_miss,
+       MAX(CASE WHEN m.name = 'stall_lg_throttle' THEN m.value END) AS stall_lg_throttle,
+       MAX(CASE WHEN m.name = 'stall_long_scoreboard' THEN m.value END) AS stall_long_scoreboard,
+       MAX(CASE WHEN m.name = 'stall_math_pipe_throttle' THEN m.value END) AS stall_math_pipe_throttle,
+       MAX(CASE WHEN m.name = 'stall_membar' THEN m.value END) AS stall_membar,
+       MAX(CASE WHEN m.name = 'stall_mio_throttle' THEN m.value END) AS stall_mio_throttle,
+       MAX(CASE WHEN m.name = 'stall_misc' THEN m.value END) AS stall_misc,
+       MAX(CASE WHEN m.name = 'stall_no_instruction' THEN m.value END) AS stall_no_instruction,
+       MAX(CASE WHEN m.name = 'stall_not_selected' THEN m.value END) AS stall_not_selected,
+       MAX(CASE WHEN m.name = 'stall_short_scoreboard' THEN m.value END) AS stall_short_scoreboard,
+       MAX(CASE WHEN m.name = 'stall_sleeping' THEN m.value END) AS stall_sleeping,
+       MAX(CASE WHEN m.name = 'stall_tex_throttle' THEN m.value END) AS stall_tex_throttle,
+       MAX(CASE WHEN m.name = 'stall_wait' THEN m.value END) AS stall_wait,
+       MAX(CASE WHEN m.name = 'stall_gmma' THEN m.value END) AS stall_gmma,
+       MAX(CASE WHEN m.name = 'stall_exec_dependency' THEN m.value END) AS stall_exec_dependency,
+       MAX(CASE WHEN m.name = 'stall_memory_throttle' THEN m.value END) AS stall_memory_throttle,
+       MAX(CASE WHEN m.name = 'stall_pipe_busy' THEN m.value END) AS stall_pipe_busy,
+       MAX(CASE WHEN m.name = 'stall_sync' THEN m.value END) AS stall_sync,
+       MAX(CASE WHEN m.name = 'stall_other' THEN m.value END) AS stall_other,
+       MAX(CASE WHEN m.name = 'stall_selected' THEN m.value END) AS stall_selected,
+       MAX(CASE WHEN m.name = 'warps_per_issue' THEN m.value END) AS warps_per_issue,
+       MAX(CASE WHEN m.name = 'l1_hit_rate' THEN m.value END) AS l1_hit_rate,
+       MAX(CASE WHEN m.name = 'l1_global_load_hit_rate' THEN m.value END) AS l1_global_load_hit_rate,
+       MAX(CASE WHEN m.name = 'l2_hit_rate' THEN m.value END) AS l2_hit_rate,
+       MAX(CASE WHEN m.name = 'l2_read_hit_rate' THEN m.value END) AS l2_read_hit_rate,
+       MAX(CASE WHEN m.name = 'l2_write_hit_rate' THEN m.value END) AS l2_write_hit_rate,
+       MAX(CASE WHEN m.name = 'l1_global_load_requests' THEN m.value END) AS l1_global_load_requests,
+       MAX(CASE WHEN m.name = 'l1_global_load_sectors' THEN m.value END) AS l1_global_load_sectors,
+       MAX(CASE WHEN m.name = 'l1_global_store_requests' THEN m.value END) AS l1_global_store_requests,
+       MAX(CASE WHEN m.name = 'l1_global_store_sectors' THEN m.value END) AS l1_global_store_sectors,
+       MAX(CASE WHEN m.name = 'l1_local_load_sectors' THEN m.value END) AS l1_local_load_sectors,
+       MAX(CASE WHEN m.name = 'l1_local_store_sectors' THEN m.value END) AS l1_local_store_sectors,
+       MAX(CASE WHEN m.name = 'l1_requests' THEN m.value END) AS l1_requests,
+       MAX(CASE WHEN m.name = 'l1_sectors' THEN m.value END) AS l1_sectors,
+       MAX(CASE WHEN m.name = 'l1_bytes' THEN m.value END) AS l1_bytes,
+       MAX(CASE WHEN m.name = 'shared_load_wavefronts' THEN m.value END) AS shared_load_wavefronts,
+       MAX(CASE WHEN m.name = 'shared_store_wavefronts' THEN m.value END) AS shared_store_wavefronts,
+       MAX(CASE WHEN m.name = 'shared_load_bank_conflicts' THEN m.value END) AS shared_load_bank_conflicts,
+       MAX(CASE WHEN m.name = 'shared_store_bank_conflicts' THEN m.value END) AS shared_store_bank_conflicts,
+       MAX(CASE WHEN m.name = 'shared_bytes' THEN m.value END) AS shared_bytes,
+       MAX(CASE WHEN m.name = 'l2_read_sectors' THEN m.value END) AS l2_read_sectors,
+       MAX(CASE WHEN m.name = 'l2_write_sectors' THEN m.value END) AS l2_write_sectors,
+       MAX(CASE WHEN m.name = 'l2_sectors' THEN m.value END) AS l2_sectors,
+       MAX(CASE WHEN m.name = 'l2_bytes' THEN m.value END) AS l2_bytes,
+       MAX(CASE WHEN m.name = 'l2_to_l1_read_bytes' THEN m.value END) AS l2_to_l1_read_bytes,
+       MAX(CASE WHEN m.name = 'l1_to_l2_write_bytes' THEN m.value END) AS l1_to_l2_write_bytes,
+       MAX(CASE WHEN m.name = 'dram_read_sectors' THEN m.value END) AS dram_read_sectors,
+       MAX(CASE WHEN m.name = 'dram_write_sectors' THEN m.value END) AS dram_write_sectors,
+       MAX(CASE WHEN m.name = 'dram_read_bytes' THEN m.value END) AS dram_read_bytes,
+       MAX(CASE WHEN m.name = 'dram_write_bytes' THEN m.value END) AS dram_write_bytes,
+       MAX(CASE WHEN m.name = 'l1_lg_writeback_cycles' THEN m.value END) AS l1_lg_writeback_cycles,
+       MAX(CASE WHEN m.name = 'sm_throughput_pct' THEN m.value END) AS sm_throughput_pct,
+       MAX(CASE WHEN m.name = 'memory_throughput_pct' THEN m.value END) AS memory_throughput_pct,
+       MAX(CASE WHEN m.name = 'l1_throughput_pct' THEN m.value END) AS l1_throughput_pct,
+       MAX(CASE WHEN m.name = 'shared_throughput_pct' THEN m.value END) AS shared_throughput_pct,
+       MAX(CASE WHEN m.name = 'l2_throughput_pct' THEN m.value END) AS l2_throughput_pct,
+       MAX(CASE WHEN m.name = 'dram_throughput_pct' THEN m.value END) AS dram_throughput_pct,
+       MAX(CASE WHEN m.name = 'achieved_occupancy' THEN m.value END) AS achieved_occupancy,
+       MAX(CASE WHEN m.name = 'sm_efficiency' THEN m.value END) AS sm_efficiency,
+       MAX(CASE WHEN m.name = 'ipc' THEN m.value END) AS ipc,
+       MAX(CASE WHEN m.name = 'issue_slot_pct' THEN m.value END) AS issue_slot_pct,
+       MAX(CASE WHEN m.name = 'eligible_warps' THEN m.value END) AS eligible_warps,
+       MAX(CASE WHEN m.name = 'warp_execution_efficiency' THEN m.value END) AS warp_execution_efficiency,
+       MAX(CASE WHEN m.name = 'fma_pipe_pct' THEN m.value END) AS fma_pipe_pct,
+       MAX(CASE WHEN m.name = 'alu_pipe_pct' THEN m.value END) AS alu_pipe_pct,
+       MAX(CASE WHEN m.name = 'lsu_pipe_pct' THEN m.value END) AS lsu_pipe_pct,
+       MAX(CASE WHEN m.name = 'xu_pipe_pct' THEN m.value END) AS xu_pipe_pct,
+       MAX(CASE WHEN m.name = 'ffma_peak_per_cycle' THEN m.value END) AS ffma_peak_per_cycle,
+       MAX(CASE WHEN m.name = 'dram_bytes_peak_per_cycle' THEN m.value END) AS dram_bytes_peak_per_cycle,
+       MAX(CASE WHEN m.name = 'l2_to_l1_bytes_peak_per_cycle' THEN m.value END) AS l2_to_l1_bytes_peak_per_cycle,
+       MAX(CASE WHEN m.name = 'l1_lg_writeback_peak_per_cycle' THEN m.value END) AS l1_lg_writeback_peak_per_cycle,
+       MAX(CASE WHEN m.name = 'replay_passes' THEN m.value END) AS replay_passes,
+       COALESCE(MAX(CASE WHEN m.name = 'fadd' THEN m.value END), 0)
+         + COALESCE(MAX(CASE WHEN m.name = 'fmul' THEN m.value END), 0)
+         + 2 * COALESCE(MAX(CASE WHEN m.name = 'ffma' THEN m.value END), 0) AS flops
+FROM launch k
+JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
+JOIN metric m ON m.run_id = k.run_id AND m.invocation = k.invocation
+GROUP BY k.run_id, k.invocation, k.layer_id, l.name, k.phase, k.repeat, k.kernel_name, k.variant,
+         k.l1_policy, k.time_ms;
+
+-- Each metric rolled up over one layer phase's launches in one measured iteration, as its metric_def.rollup says: sum, max, or an average weighted by another metric of the same launch.
+CREATE VIEW layer_metric_repeat AS
+SELECT k.run_id, k.layer_id, k.phase, k.repeat, m.name,
+       CASE WHEN d.rollup = 'sum' THEN SUM(m.value)
+            WHEN d.rollup = 'max' THEN MAX(m.value)
+            ELSE SUM(m.value * w.value) / NULLIF(SUM(CASE WHEN m.value IS NOT NULL THEN w.value END), 0)
+       END AS value
+FROM metric m
+JOIN launch k ON k.run_id = m.run_id AND k.invocation = m.invocation
+JOIN metric_def d ON d.name = m.name
+LEFT JOIN metric w ON w.run_id = m.run_id AND w.invocation = m.invocation
+                  AND d.rollup LIKE 'weighted:%' AND w.name = SUBSTR(d.rollup, 10)
+GROUP BY k.run_id, k.layer_id, k.phase, k.repeat, m.name, d.rollup;
+
+-- Per run, layer, phase and metric: the median over measured repeats, the smallest and largest value, and the spread (max - min) as a percentage of the median.
+CREATE VIEW layer_metric AS
+WITH ranked AS (
+  SELECT run_id, layer_id, phase, name, value,
+         ROW_NUMBER() OVER (PARTITION BY run_id, layer_id, phase, name ORDER BY value) AS i,
+         COUNT(*) OVER (PARTITION BY run_id, layer_id, phase, name) AS n
+  FROM layer_metric_repeat WHERE value IS NOT NULL
+)
+SELECT run_id, layer_id, phase, name,
+       AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END) AS value,
+       MIN(value) AS min_value, MAX(value) AS max_value, MAX(n) AS repeats,
+       CASE WHEN AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END) <> 0
+            THEN 100.0 * (MAX(value) - MIN(value))
+                 / ABS(AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END)) END AS spread_pct
+FROM ranked
+GROUP BY run_id, layer_id, phase, name;
+
+-- Per run, layer and phase (median over repeats): kernel time from ncu, FP32 FLOPs measured against the model's ops, and bytes per memory level against the model's compulsory bytes.
+CREATE VIEW layer_summary AS
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.duration_ns * 1.0e-6 AS duration_ms, w.instructions,
+       (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, p.ops AS model_ops, CASE WHEN p.ops > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / p.ops END AS flops_per_model_op,
+       w.l1_bytes, w.shared_bytes, w.l2_bytes, (w.dram_read_bytes + w.dram_write_bytes) AS dram_bytes,
+       p.bytes AS model_bytes, CASE WHEN p.bytes > 0 THEN (w.dram_read_bytes + w.dram_write_bytes) * 1.0 / p.bytes END AS dram_per_model_byte
+FROM (SELECT s.run_id, s.layer_id, s.phase,
+       MAX(CASE WHEN s.name = 'duration_ns' THEN s.value END) AS duration_ns,
+       MAX(CASE WHEN s.name = 'instructions' THEN s.value END) AS instructions,
+       MAX(CASE WHEN s.name = 'fadd' THEN s.value END) AS fadd,
+       MAX(CASE WHEN s.name = 'fmul' THEN s.value END) AS fmul,
+       MAX(CASE WHEN s.name = 'ffma' THEN s.value END) AS ffma,
+       MAX(CASE WHEN s.name = 'l1_bytes' THEN s.value END) AS l1_bytes,
+       MAX(CASE WHEN s.name = 'shared_bytes' THEN s.value END) AS shared_bytes,
+       MAX(CASE WHEN s.name = 'l2_bytes' THEN s.value END) AS l2_bytes,
+       MAX(CASE WHEN s.name = 'dram_read_bytes' THEN s.value END) AS dram_read_bytes,
+       MAX(CASE WHEN s.name = 'dram_write_bytes' THEN s.value END) AS dram_write_bytes
+      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+
+-- Per run, layer and phase: each stall reason as a fraction of all stalls (the ncu warp states, or nvprof's stall_* on older GPUs; 'selected' is not a stall), and the two dominant reasons as paper 003 (nvprof) names them, with their shares.
+CREATE VIEW stall_breakdown AS
+WITH shares AS (
+  SELECT s.run_id, s.layer_id, s.phase, s.name,
+         CASE s.name WHEN 'stall_barrier' THEN 'sync' WHEN 'stall_branch_resolving' THEN 'other' WHEN 'stall_dispatch_stall' THEN 'other' WHEN 'stall_drain' THEN 'memory_throttle' WHEN 'stall_imc_miss' THEN 'constant_memory_dependency' WHEN 'stall_lg_throttle' THEN 'memory_throttle' WHEN 'stall_long_scoreboard' THEN 'memory_dependency' WHEN 'stall_math_pipe_throttle' THEN 'pipe_busy' WHEN 'stall_membar' THEN 'sync' WHEN 'stall_mio_throttle' THEN 'pipe_busy' WHEN 'stall_misc' THEN 'other' WHEN 'stall_no_instruction' THEN 'inst_fetch' WHEN 'stall_not_selected' THEN 'not_selected' WHEN 'stall_short_scoreboard' THEN 'exec_dependency' WHEN 'stall_sleeping' THEN 'sleeping' WHEN 'stall_tex_throttle' THEN 'texture' WHEN 'stall_wait' THEN 'exec_dependency' WHEN 'stall_gmma' THEN 'pipe_busy' WHEN 'stall_exec_dependency' THEN 'exec_dependency' WHEN 'stall_memory_throttle' THEN 'memory_throttle' WHEN 'stall_pipe_busy' THEN 'pipe_busy' WHEN 'stall_sync' THEN 'sync' WHEN 'stall_other' THEN 'other' END AS category,
+         s.value / NULLIF(SUM(s.value) OVER (PARTITION BY s.run_id, s.layer_id, s.phase), 0) AS share
+  FROM layer_metric s JOIN metric_def d ON d.name = s.name AND d.family = 'stall'
+), categories AS (
+  SELECT run_id, layer_id, phase, category, SUM(share) AS share,
+         ROW_NUMBER() OVER (PARTITION BY run_id, layer_id, phase ORDER BY SUM(share) DESC, category) AS place
+  FROM shares GROUP BY run_id, layer_id, phase, category
+)
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase,
+       c1.category AS first_reason, c1.share AS first_share,
+       c2.category AS second_reason, c2.share AS second_share,
+       w.stall_barrier, w.stall_branch_resolving, w.stall_dispatch_stall, w.stall_drain, w.stall_imc_miss, w.stall_lg_throttle, w.stall_long_scoreboard, w.stall_math_pipe_throttle, w.stall_membar, w.stall_mio_throttle, w.stall_misc, w.stall_no_instruction, w.stall_not_selected, w.stall_short_scoreboard, w.stall_sleeping, w.stall_tex_throttle, w.stall_wait, w.stall_gmma, w.stall_exec_dependency, w.stall_memory_throttle, w.stall_pipe_busy, w.stall_sync, w.stall_other
+FROM (SELECT s.run_id, s.layer_id, s.phase,
+       MAX(CASE WHEN s.name = 'stall_barrier' THEN s.share END) AS stall_barrier,
+       MAX(CASE WHEN s.name = 'stall_branch_resolving' THEN s.share END) AS stall_branch_resolving,
+       MAX(CASE WHEN s.name = 'stall_dispatch_stall' THEN s.share END) AS stall_dispatch_stall,
+       MAX(CASE WHEN s.name = 'stall_drain' THEN s.share END) AS stall_drain,
+       MAX(CASE WHEN s.name = 'stall_imc_miss' THEN s.share END) AS stall_imc_miss,
+       MAX(CASE WHEN s.name = 'stall_lg_throttle' THEN s.share END) AS stall_lg_throttle,
+       MAX(CASE WHEN s.name = 'stall_long_scoreboard' THEN s.share END) AS stall_long_scoreboard,
+       MAX(CASE WHEN s.name = 'stall_math_pipe_throttle' THEN s.share END) AS stall_math_pipe_throttle,
+       MAX(CASE WHEN s.name = 'stall_membar' THEN s.share END) AS stall_membar,
+       MAX(CASE WHEN s.name = 'stall_mio_throttle' THEN s.share END) AS stall_mio_throttle,
+       MAX(CASE WHEN s.name = 'stall_misc' THEN s.share END) AS stall_misc,
+       MAX(CASE WHEN s.name = 'stall_no_instruction' THEN s.share END) AS stall_no_instruction,
+       MAX(CASE WHEN s.name = 'stall_not_selected' THEN s.share END) AS stall_not_selected,
+       MAX(CASE WHEN s.name = 'stall_short_scoreboard' THEN s.share END) AS stall_short_scoreboard,
+       MAX(CASE WHEN s.name = 'stall_sleeping' THEN s.share END) AS stall_sleeping,
+       MAX(CASE WHEN s.name = 'stall_tex_throttle' THEN s.share END) AS stall_tex_throttle,
+       MAX(CASE WHEN s.name = 'stall_wait' THEN s.share END) AS stall_wait,
+       MAX(CASE WHEN s.name = 'stall_gmma' THEN s.share END) AS stall_gmma,
+       MAX(CASE WHEN s.name = 'stall_exec_dependency' THEN s.share END) AS stall_exec_dependency,
+       MAX(CASE WHEN s.name = 'stall_memory_throttle' THEN s.share END) AS stall_memory_throttle,
+       MAX(CASE WHEN s.name = 'stall_pipe_busy' THEN s.share END) AS stall_pipe_busy,
+       MAX(CASE WHEN s.name = 'stall_sync' THEN s.share END) AS stall_sync,
+       MAX(CASE WHEN s.name = 'stall_other' THEN s.share END) AS stall_other
+      FROM shares s GROUP BY s.run_id, s.layer_id, s.phase) w
+JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
+LEFT JOIN categories c1 ON c1.run_id = w.run_id AND c1.layer_id = w.layer_id AND c1.phase = w.phase AND c1.place = 1
+LEFT JOIN categories c2 ON c2.run_id = w.run_id AND c2.layer_id = w.layer_id AND c2.phase = w.phase AND c2.place = 2;
+
+-- Per run, layer and phase: L1/TEX and L2 hit rates in %, each averaged over the layer's launches weighted by the sectors it is a rate of (under ncu's default --cache-control all, cold caches).
+CREATE VIEW cache_hit_rate AS
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.l1_hit_rate, w.l1_global_load_hit_rate, w.l2_hit_rate, w.l2_read_hit_rate, w.l2_write_hit_rate
+FROM (SELECT s.run_id, s.layer_id, s.phase,
+       MAX(CASE WHEN s.name = 'l1_hit_rate' THEN s.value END) AS l1_hit_rate,
+       MAX(CASE WHEN s.name = 'l1_global_load_hit_rate' THEN s.value END) AS l1_global_load_hit_rate,
+       MAX(CASE WHEN s.name = 'l2_hit_rate' THEN s.value END) AS l2_hit_rate,
+       MAX(CASE WHEN s.name = 'l2_read_hit_rate' THEN s.value END) AS l2_read_hit_rate,
+       MAX(CASE WHEN s.name = 'l2_write_hit_rate' THEN s.value END) AS l2_write_hit_rate
+      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+
+-- Per run, layer and phase: requests, sectors and bytes per memory level (L1/TEX global and local, shared, L2, DRAM), throughput in bytes per second of kernel time, and % of each level's peak.
+CREATE VIEW memory_traffic AS
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.l1_global_load_requests, w.l1_global_load_sectors, w.l1_global_store_requests,
+       w.l1_global_store_sectors, w.l1_local_load_sectors, w.l1_local_store_sectors, w.l1_bytes,
+       w.shared_load_wavefronts, w.shared_store_wavefronts, w.shared_load_bank_conflicts,
+       w.shared_store_bank_conflicts, w.shared_bytes, w.l2_read_sectors, w.l2_write_sectors, w.l2_bytes,
+       w.dram_read_sectors, w.dram_write_sectors, w.dram_read_bytes, w.dram_write_bytes,
+       CASE WHEN w.duration_ns > 0 THEN w.l1_bytes / (w.duration_ns * 1.0e-9) END AS l1_bytes_per_s, CASE WHEN w.duration_ns > 0 THEN w.shared_bytes / (w.duration_ns * 1.0e-9) END AS shared_bytes_per_s,
+       CASE WHEN w.duration_ns > 0 THEN w.l2_bytes / (w.duration_ns * 1.0e-9) END AS l2_bytes_per_s,
+       CASE WHEN w.duration_ns > 0 THEN (w.dram_read_bytes + w.dram_write_bytes) / (w.duration_ns * 1.0e-9) END AS dram_bytes_per_s,
+       w.l1_throughput_pct, w.shared_throughput_pct, w.l2_throughput_pct, w.dram_throughput_pct
+FROM (SELECT s.run_id, s.layer_id, s.phase,
+       MAX(CASE WHEN s.name = 'duration_ns' THEN s.value END) AS duration_ns,
+       MAX(CASE WHEN s.name = 'l1_global_load_requests' THEN s.value END) AS l1_global_load_requests,
+       MAX(CASE WHEN s.name = 'l1_global_load_sectors' THEN s.value END) AS l1_global_load_sectors,
+       MAX(CASE WHEN s.name = 'l1_global_store_requests' THEN s.value END) AS l1_global_store_requests,
+       MAX(CASE WHEN s.name = 'l1_global_store_sectors' THEN s.value END) AS l1_global_store_sectors,
+       MAX(CASE WHEN s.name = 'l1_local_load_sectors' THEN s.value END) AS l1_local_load_sectors,
+       MAX(CASE WHEN s.name = 'l1_local_store_sectors' THEN s.value END) AS l1_local_store_sectors,
+       MAX(CASE WHEN s.name = 'l1_bytes' THEN s.value END) AS l1_bytes,
+       MAX(CASE WHEN s.name = 'shared_load_wavefronts' THEN s.value END) AS shared_load_wavefronts,
+       MAX(CASE WHEN s.name = 'shared_store_wavefronts' THEN s.value END) AS shared_store_wavefronts,
+       MAX(CASE WHEN s.name = 'shared_load_bank_conflicts' THEN s.value END) AS shared_load_bank_conflicts,
+       MAX(CASE WHEN s.name = 'shared_store_bank_conflicts' THEN s.value END) AS shared_store_bank_conflicts,
+       MAX(CASE WHEN s.name = 'shared_bytes' THEN s.value END) AS shared_bytes,
+       MAX(CASE WHEN s.name = 'l2_read_sectors' THEN s.value END) AS l2_read_sectors,
+       MAX(CASE WHEN s.name = 'l2_write_sectors' THEN s.value END) AS l2_write_sectors,
+       MAX(CASE WHEN s.name = 'l2_bytes' THEN s.value END) AS l2_bytes,
+       MAX(CASE WHEN s.name = 'dram_read_sectors' THEN s.value END) AS dram_read_sectors,
+       MAX(CASE WHEN s.name = 'dram_write_sectors' THEN s.value END) AS dram_write_sectors,
+       MAX(CASE WHEN s.name = 'dram_read_bytes' THEN s.value END) AS dram_read_bytes,
+       MAX(CASE WHEN s.name = 'dram_write_bytes' THEN s.value END) AS dram_write_bytes,
+       MAX(CASE WHEN s.name = 'l1_throughput_pct' THEN s.value END) AS l1_throughput_pct,
+       MAX(CASE WHEN s.name = 'shared_throughput_pct' THEN s.value END) AS shared_throughput_pct,
+       MAX(CASE WHEN s.name = 'l2_throughput_pct' THEN s.value END) AS l2_throughput_pct,
+       MAX(CASE WHEN s.name = 'dram_throughput_pct' THEN s.value END) AS dram_throughput_pct
+      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+
+-- Per run, layer and phase: FP32 add, multiply and FMA thread instructions, all FP32 instructions, FLOPs = fadd + fmul + 2 ffma against the model's ops, and achieved FLOP/s.
+CREATE VIEW fp_instructions AS
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.fadd, w.fmul, w.ffma, w.fp32_inst, (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, p.ops AS model_ops,
+       CASE WHEN p.ops > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / p.ops END AS flops_per_model_op, CASE WHEN w.duration_ns > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) / (w.duration_ns * 1.0e-9) END AS flops_per_s
+FROM (SELECT s.run_id, s.layer_id, s.phase,
+       MAX(CASE WHEN s.name = 'duration_ns' THEN s.value END) AS duration_ns,
+       MAX(CASE WHEN s.name = 'fadd' THEN s.value END) AS fadd,
+       MAX(CASE WHEN s.name = 'fmul' THEN s.value END) AS fmul,
+       MAX(CASE WHEN s.name = 'ffma' THEN s.value END) AS ffma,
+       MAX(CASE WHEN s.name = 'fp32_inst' THEN s.value END) AS fp32_inst
+      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+
+-- Per run, layer and phase: occupancy, SM efficiency, IPC, issue slots, eligible warps, warp execution efficiency, pipe utilization (FMA, ALU, LSU, XU) and compute/memory throughput, in %.
+CREATE VIEW utilization AS
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.achieved_occupancy, w.sm_efficiency, w.ipc, w.issue_slot_pct, w.eligible_warps,
+       w.warp_execution_efficiency, w.fma_pipe_pct, w.alu_pipe_pct, w.lsu_pipe_pct, w.xu_pipe_pct,
+       w.sm_throughput_pct, w.memory_throughput_pct
+FROM (SELECT s.run_id, s.layer_id, s.phase,
+       MAX(CASE WHEN s.name = 'achieved_occupancy' THEN s.value END) AS achieved_occupancy,
+       MAX(CASE WHEN s.name = 'sm_efficiency' THEN s.value END) AS sm_efficiency,
+       MAX(CASE WHEN s.name = 'ipc' THEN s.value END) AS ipc,
+       MAX(CASE WHEN s.name = 'issue_slot_pct' THEN s.value END) AS issue_slot_pct,
+       MAX(CASE WHEN s.name = 'eligible_warps' THEN s.value END) AS eligible_warps,
+       MAX(CASE WHEN s.name = 'warp_execution_efficiency' THEN s.value END) AS warp_execution_efficiency,
+       MAX(CASE WHEN s.name = 'fma_pipe_pct' THEN s.value END) AS fma_pipe_pct,
+       MAX(CASE WHEN s.name = 'alu_pipe_pct' THEN s.value END) AS alu_pipe_pct,
+       MAX(CASE WHEN s.name = 'lsu_pipe_pct' THEN s.value END) AS lsu_pipe_pct,
+       MAX(CASE WHEN s.name = 'xu_pipe_pct' THEN s.value END) AS xu_pipe_pct,
+       MAX(CASE WHEN s.name = 'sm_throughput_pct' THEN s.value END) AS sm_throughput_pct,
+       MAX(CASE WHEN s.name = 'memory_throughput_pct' THEN s.value END) AS memory_throughput_pct
+      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+
+-- Per run, layer and phase: achieved FP32 FLOP/s and arithmetic intensity (FLOPs per byte) at L1 (local/global writeback x 128 B), L2 (L2-to-L1 reads) and DRAM, against the peaks ncu measures (per-cycle peak x the clock during the run), as ncu's hierarchical roofline does.
+CREATE VIEW roofline AS
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, CASE WHEN w.duration_ns > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) / (w.duration_ns * 1.0e-9) END AS flops_per_s,
+       CASE WHEN (128 * w.l1_lg_writeback_cycles) > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / (128 * w.l1_lg_writeback_cycles) END AS l1_intensity,
+       CASE WHEN w.l2_to_l1_read_bytes > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / w.l2_to_l1_read_bytes END AS l2_intensity,
+       CASE WHEN (w.dram_read_bytes + w.dram_write_bytes) > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / (w.dram_read_bytes + w.dram_write_bytes) END AS dram_intensity,
+       2 * w.ffma_peak_per_cycle * w.sm_clock_hz AS peak_flops_per_s,
+       128 * w.l1_lg_writeback_peak_per_cycle * w.l1_clock_hz AS l1_peak_bytes_per_s,
+       w.l2_to_l1_bytes_peak_per_cycle * w.l2_clock_hz AS l2_peak_bytes_per_s,
+       w.dram_bytes_peak_per_cycle * w.dram_clock_hz AS dram_peak_bytes_per_s,
+       p.intensity AS model_intensity
+FROM (SELECT s.run_id, s.layer_id, s.phase,
+       MAX(CASE WHEN s.name = 'duration_ns' THEN s.value END) AS duration_ns,
+       MAX(CASE WHEN s.name = 'fadd' THEN s.value END) AS fadd,
+       MAX(CASE WHEN s.name = 'fmul' THEN s.value END) AS fmul,
+       MAX(CASE WHEN s.name = 'ffma' THEN s.value END) AS ffma,
+       MAX(CASE WHEN s.name = 'l1_lg_writeback_cycles' THEN s.value END) AS l1_lg_writeback_cycles,
+       MAX(CASE WHEN s.name = 'l2_to_l1_read_bytes' THEN s.value END) AS l2_to_l1_read_bytes,
+       MAX(CASE WHEN s.name = 'dram_read_bytes' THEN s.value END) AS dram_read_bytes,
+       MAX(CASE WHEN s.name = 'dram_write_bytes' THEN s.value END) AS dram_write_bytes,
+       MAX(CASE WHEN s.name = 'ffma_peak_per_cycle' THEN s.value END) AS ffma_peak_per_cycle,
+       MAX(CASE WHEN s.name = 'sm_clock_hz' THEN s.value END) AS sm_clock_hz,
+       MAX(CASE WHEN s.name = 'l1_lg_writeback_peak_per_cycle' THEN s.value END) AS l1_lg_writeback_peak_per_cycle,
+       MAX(CASE WHEN s.name = 'l1_clock_hz' THEN s.value END) AS l1_clock_hz,
+       MAX(CASE WHEN s.name = 'l2_to_l1_bytes_peak_per_cycle' THEN s.value END) AS l2_to_l1_bytes_peak_per_cycle,
+       MAX(CASE WHEN s.name = 'l2_clock_hz' THEN s.value END) AS l2_clock_hz,
+       MAX(CASE WHEN s.name = 'dram_bytes_peak_per_cycle' THEN s.value END) AS dram_bytes_peak_per_cycle,
+       MAX(CASE WHEN s.name = 'dram_clock_hz' THEN s.value END) AS dram_clock_hz
+      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;

@@ -32,8 +32,9 @@ from tracker.store import (
     run_dict,
     run_sql,
 )
+from tracker.profilers.catalog import CATALOG
 from tracker.store.contract import ROOT, schema_sql, views_sql
-from tracker.store.schema import Launch, Metric, MetricDef
+from tracker.store.schema import Launch, Metric
 
 
 def digest(path: Path) -> str:
@@ -65,14 +66,12 @@ def test_launches_and_metrics_round_trip_through_the_views(db):
     run_id = model_run(db)
     store = open_store(db, write=True)
     with store.session() as s:
-        s.add(MetricDef(name="gpu__time_duration.sum", unit="ns", description="kernel duration",
-                        rollup="sum", source="ncu"))
         for invocation, (repeat, ms) in enumerate([(0, 1.0), (0, 0.5), (1, 3.0), (1, 0.5)]):
             s.add(Launch(run_id=run_id, invocation=invocation, layer_id=5, phase="fwd", repeat=repeat,
                          kernel_name="conv2d_fwd_shared", variant="shared", l1_policy="ca", grid_x=8, grid_y=1,
                          grid_z=1, block_x=256, block_y=1, block_z=1, shared_bytes=4096, registers=40, time_ms=ms))
         s.flush()
-        s.add(Metric(run_id=run_id, invocation=0, name="gpu__time_duration.sum", value=1e6))
+        s.add(Metric(run_id=run_id, invocation=0, name="duration_ns", value=1e6))  # the catalog is seeded
     reader = open_store(db, write=False)
     conv2 = next(r for r in layer_rows(reader, run_id) if r["layer"] == "conv2" and r["phase"] == "fwd")
     assert conv2["launches"] == 2  # per repeat
@@ -81,7 +80,7 @@ def test_launches_and_metrics_round_trip_through_the_views(db):
     assert conv2["spread_pct"] == pytest.approx(80.0)  # (3.5 - 1.5) / 2.5
     assert conv2["achieved_gflops"] == pytest.approx(conv2["ops"] / 2.5e6)
     assert len(launch_rows(reader, run_id)) == 4
-    assert metric_rows(reader, run_id) == [{"invocation": 0, "name": "gpu__time_duration.sum", "value": 1e6}]
+    assert metric_rows(reader, run_id) == [{"invocation": 0, "name": "duration_ns", "value": 1e6}]
 
 
 def test_schema_files_are_rendered_from_the_orm():
@@ -182,7 +181,7 @@ def test_reading_a_missing_database_creates_nothing(tmp_path):
 
 @pytest.mark.parametrize("statement", [
     "DELETE FROM run", "DROP TABLE run", "UPDATE run SET batch = 1",
-    "INSERT INTO metric_def VALUES ('x', 'u', 'd', 'sum', 'ncu')", "CREATE TABLE t (x INTEGER)",
+    "INSERT INTO metric_def (name, family, unit, description, rollup) VALUES ('x', 'f', 'u', 'd', 'sum')", "CREATE TABLE t (x INTEGER)",
 ])
 def test_sql_is_read_only(db, statement):
     model_run(db)
@@ -190,7 +189,7 @@ def test_sql_is_read_only(db, statement):
     with pytest.raises(StoreError, match="read-only"):
         run_sql(store, statement)
     assert run_sql(store, "SELECT COUNT(*) FROM run")[1] == [(1,)]
-    assert run_sql(store, "SELECT COUNT(*) FROM metric_def")[1] == [(0,)]
+    assert run_sql(store, "SELECT COUNT(*) FROM metric_def")[1] == [(len(CATALOG),)]
 
 
 @pytest.mark.parametrize("statement", ["ATTACH DATABASE '{tmp}/new.db' AS x", "VACUUM INTO '{tmp}/copy.db'"])

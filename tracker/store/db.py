@@ -27,7 +27,8 @@ from sqlalchemy.pool import NullPool
 
 from tracker import __version__
 from tracker.errors import StoreError
-from tracker.store.schema import SCHEMA_VERSION, Base, SchemaInfo
+from tracker.profilers.catalog import metric_def_rows
+from tracker.store.schema import SCHEMA_VERSION, Base, MetricDef, SchemaInfo
 from tracker.store.views import VIEWS
 
 DEFAULT_DB = "trace.db"
@@ -200,6 +201,7 @@ def _create_schema(conn: Connection, where: str) -> None:
         Base.metadata.create_all(conn)
         for view in VIEWS:
             conn.exec_driver_sql(view.create())
+        conn.execute(MetricDef.__table__.insert(), metric_def_rows())
         conn.execute(SchemaInfo.__table__.insert().values(
             version=SCHEMA_VERSION, tracker_version=__version__, created_at=datetime.now(timezone.utc)))
 

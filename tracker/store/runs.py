@@ -18,14 +18,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import update
+from sqlalchemy import insert, update
 
 from tracker import __version__
 from tracker.errors import Interrupted
 from tracker.model import Prediction
 from tracker.nets import Network
 from tracker.store.db import Store
-from tracker.store.schema import Launch, Layer, Run
+from tracker.store.schema import Launch, Layer, Metric, Run
 from tracker.store.schema import Prediction as PredictionRow
 
 
@@ -92,6 +92,11 @@ class RunWriter:
         """The launch log of pass 1, in invocation order, in one transaction."""
         with self.store.session() as session:
             session.add_all(Launch(run_id=self.run_id, **row) for row in rows)
+
+    def add_metrics(self, rows: list[dict]) -> None:
+        """Counters of pass 2 as (invocation, name, value) rows, in one transaction: all or none."""
+        with self.store.session() as session:
+            session.execute(insert(Metric), [dict(run_id=self.run_id, **row) for row in rows])
 
     def update(self, **fields) -> None:
         """Set run fields learned while running (device, versions, peak memory, ...)."""

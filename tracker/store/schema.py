@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 STATUSES = ("running", "complete", "failed", "interrupted")
 PHASES = ("fwd", "bwd_data", "bwd_weight")
@@ -166,15 +166,19 @@ class Launch(Base):
 
 
 class MetricDef(Base):
-    """What a metric name means: unit, description and how it rolls up over launches."""
+    """What a metric name means, from the catalog (tracker/profilers/catalog.py): unit, meaning,
+    how it rolls up over launches, and the ncu and nvprof names it is collected as."""
 
     __tablename__ = "metric_def"
 
     name: Mapped[str] = mapped_column(primary_key=True)
+    family: Mapped[str] = mapped_column(doc="time, fp, stall, issue, cache, traffic, throughput, utilization, peak")
     unit: Mapped[str]
     description: Mapped[str] = mapped_column(Text)
-    rollup: Mapped[str] = mapped_column(doc="sum, avg, max or ratio")
-    source: Mapped[str] = mapped_column(doc="ncu, nvprof or events")
+    rollup: Mapped[str] = mapped_column(doc="sum, max or weighted:<metric>")
+    ncu: Mapped[str | None] = mapped_column(doc="Nsight Compute metric name (sm_70+)")
+    nvprof: Mapped[str | None] = mapped_column(doc="nvprof metric name")
+    category: Mapped[str | None] = mapped_column(doc="stalls: paper 003's (nvprof's) name for the reason")
 
 
 class Metric(Base):

@@ -1,12 +1,17 @@
 """Views over the trace store, in SQL that SQLite and PostgreSQL both run.
 
 Analyses read these views and users query the same ones with ``tracker sql``; ``schema/views.sql``
-is rendered from this list. Later counters add views here (stall_breakdown, cache_hit_rate, ...).
+is rendered from this list. The counter views are generated from the metric catalog
+(tracker/profilers/catalog.py): a metric rolls up over a layer's launches as its ``metric_def``
+says, then the median over measured repeats is taken. Every counter view is per run, layer and
+phase, one measured iteration.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tracker.profilers.catalog import CATALOG, STALLS
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,206 @@ class View:
     def create(self) -> str:
         return f"CREATE VIEW {self.name} AS\n{self.select.strip()}"
 
+
+
+def _pivot(names, source: str = "s") -> str:
+    """One column per metric name, from a narrow (name, value) source."""
+    return ",\n".join(f"       MAX(CASE WHEN {source}.name = '{n}' THEN {source}.value END) AS {n}" for n in names)
+
+
+def _per_layer(columns: str, names) -> str:
+    """A wide per-layer-phase view: the medians of ``names`` pivoted, then ``columns`` computed on them."""
+    return f"""
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, {columns}
+FROM (SELECT s.run_id, s.layer_id, s.phase,
+{_pivot(names)}
+      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
+"""
+
+
+FLOPS = "(COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0))"
+DRAM_BYTES = "(w.dram_read_bytes + w.dram_write_bytes)"
+SECONDS = "(w.duration_ns * 1.0e-9)"
+
+
+def _per_second(expr: str) -> str:
+    return f"CASE WHEN w.duration_ns > 0 THEN {expr} / {SECONDS} END"
+
+
+def _ratio(num: str, den: str) -> str:
+    return f"CASE WHEN {den} > 0 THEN {num} * 1.0 / {den} END"
+
+
+_STALL_NAMES = [m.name for m in STALLS]
+_STALL_CATEGORIES = {m.name: m.category for m in STALLS}
+_CATEGORY_OF = " ".join(f"WHEN '{n}' THEN '{c}'" for n, c in _STALL_CATEGORIES.items())
+
+COUNTER_VIEWS = (
+    View(
+        "launch_metrics",
+        "One row per profiled launch: the launch log (pass 1) beside every counter of the catalog "
+        "(pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma.",
+        f"""
+SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
+       k.l1_policy, k.time_ms,
+{_pivot([m.name for m in CATALOG], "m")},
+       COALESCE(MAX(CASE WHEN m.name = 'fadd' THEN m.value END), 0)
+         + COALESCE(MAX(CASE WHEN m.name = 'fmul' THEN m.value END), 0)
+         + 2 * COALESCE(MAX(CASE WHEN m.name = 'ffma' THEN m.value END), 0) AS flops
+FROM launch k
+JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
+JOIN metric m ON m.run_id = k.run_id AND m.invocation = k.invocation
+GROUP BY k.run_id, k.invocation, k.layer_id, l.name, k.phase, k.repeat, k.kernel_name, k.variant,
+         k.l1_policy, k.time_ms
+""",
+    ),
+    View(
+        "layer_metric_repeat",
+        "Each metric rolled up over one layer phase's launches in one measured iteration, as its "
+        "metric_def.rollup says: sum, max, or an average weighted by another metric of the same launch.",
+        """
+SELECT k.run_id, k.layer_id, k.phase, k.repeat, m.name,
+       CASE WHEN d.rollup = 'sum' THEN SUM(m.value)
+            WHEN d.rollup = 'max' THEN MAX(m.value)
+            ELSE SUM(m.value * w.value) / NULLIF(SUM(CASE WHEN m.value IS NOT NULL THEN w.value END), 0)
+       END AS value
+FROM metric m
+JOIN launch k ON k.run_id = m.run_id AND k.invocation = m.invocation
+JOIN metric_def d ON d.name = m.name
+LEFT JOIN metric w ON w.run_id = m.run_id AND w.invocation = m.invocation
+                  AND d.rollup LIKE 'weighted:%' AND w.name = SUBSTR(d.rollup, 10)
+GROUP BY k.run_id, k.layer_id, k.phase, k.repeat, m.name, d.rollup
+""",
+    ),
+    View(
+        "layer_metric",
+        "Per run, layer, phase and metric: the median over measured repeats, the smallest and largest "
+        "value, and the spread (max - min) as a percentage of the median.",
+        """
+WITH ranked AS (
+  SELECT run_id, layer_id, phase, name, value,
+         ROW_NUMBER() OVER (PARTITION BY run_id, layer_id, phase, name ORDER BY value) AS i,
+         COUNT(*) OVER (PARTITION BY run_id, layer_id, phase, name) AS n
+  FROM layer_metric_repeat WHERE value IS NOT NULL
+)
+SELECT run_id, layer_id, phase, name,
+       AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END) AS value,
+       MIN(value) AS min_value, MAX(value) AS max_value, MAX(n) AS repeats,
+       CASE WHEN AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END) <> 0
+            THEN 100.0 * (MAX(value) - MIN(value))
+                 / ABS(AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END)) END AS spread_pct
+FROM ranked
+GROUP BY run_id, layer_id, phase, name
+""",
+    ),
+    View(
+        "layer_summary",
+        "Per run, layer and phase (median over repeats): kernel time from ncu, FP32 FLOPs measured "
+        "against the model's ops, and bytes per memory level against the model's compulsory bytes.",
+        _per_layer(f"""w.duration_ns * 1.0e-6 AS duration_ms, w.instructions,
+       {FLOPS} AS flops, p.ops AS model_ops, {_ratio(FLOPS, "p.ops")} AS flops_per_model_op,
+       w.l1_bytes, w.shared_bytes, w.l2_bytes, {DRAM_BYTES} AS dram_bytes,
+       p.bytes AS model_bytes, {_ratio(DRAM_BYTES, "p.bytes")} AS dram_per_model_byte""",
+                   ["duration_ns", "instructions", "fadd", "fmul", "ffma", "l1_bytes", "shared_bytes", "l2_bytes",
+                    "dram_read_bytes", "dram_write_bytes"]),
+    ),
+    View(
+        "stall_breakdown",
+        "Per run, layer and phase: each stall reason as a fraction of all stalls (the ncu warp states, "
+        "or nvprof's stall_* on older GPUs; 'selected' is not a stall), and the two dominant reasons "
+        "as paper 003 (nvprof) names them, with their shares.",
+        f"""
+WITH shares AS (
+  SELECT s.run_id, s.layer_id, s.phase, s.name,
+         CASE s.name {_CATEGORY_OF} END AS category,
+         s.value / NULLIF(SUM(s.value) OVER (PARTITION BY s.run_id, s.layer_id, s.phase), 0) AS share
+  FROM layer_metric s JOIN metric_def d ON d.name = s.name AND d.family = 'stall'
+), categories AS (
+  SELECT run_id, layer_id, phase, category, SUM(share) AS share,
+         ROW_NUMBER() OVER (PARTITION BY run_id, layer_id, phase ORDER BY SUM(share) DESC, category) AS place
+  FROM shares GROUP BY run_id, layer_id, phase, category
+)
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase,
+       c1.category AS first_reason, c1.share AS first_share,
+       c2.category AS second_reason, c2.share AS second_share,
+       {", ".join(f"w.{n}" for n in _STALL_NAMES)}
+FROM (SELECT s.run_id, s.layer_id, s.phase,
+{_pivot(_STALL_NAMES, "s").replace("s.value", "s.share")}
+      FROM shares s GROUP BY s.run_id, s.layer_id, s.phase) w
+JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
+LEFT JOIN categories c1 ON c1.run_id = w.run_id AND c1.layer_id = w.layer_id AND c1.phase = w.phase AND c1.place = 1
+LEFT JOIN categories c2 ON c2.run_id = w.run_id AND c2.layer_id = w.layer_id AND c2.phase = w.phase AND c2.place = 2
+""",
+    ),
+    View(
+        "cache_hit_rate",
+        "Per run, layer and phase: L1/TEX and L2 hit rates in %, each averaged over the layer's launches "
+        "weighted by the sectors it is a rate of (under ncu's default --cache-control all, cold caches).",
+        _per_layer("w.l1_hit_rate, w.l1_global_load_hit_rate, w.l2_hit_rate, w.l2_read_hit_rate, w.l2_write_hit_rate",
+                   ["l1_hit_rate", "l1_global_load_hit_rate", "l2_hit_rate", "l2_read_hit_rate",
+                    "l2_write_hit_rate"]),
+    ),
+    View(
+        "memory_traffic",
+        "Per run, layer and phase: requests, sectors and bytes per memory level (L1/TEX global and "
+        "local, shared, L2, DRAM), throughput in bytes per second of kernel time, and % of each level's peak.",
+        _per_layer(f"""w.l1_global_load_requests, w.l1_global_load_sectors, w.l1_global_store_requests,
+       w.l1_global_store_sectors, w.l1_local_load_sectors, w.l1_local_store_sectors, w.l1_bytes,
+       w.shared_load_wavefronts, w.shared_store_wavefronts, w.shared_load_bank_conflicts,
+       w.shared_store_bank_conflicts, w.shared_bytes, w.l2_read_sectors, w.l2_write_sectors, w.l2_bytes,
+       w.dram_read_sectors, w.dram_write_sectors, w.dram_read_bytes, w.dram_write_bytes,
+       {_per_second("w.l1_bytes")} AS l1_bytes_per_s, {_per_second("w.shared_bytes")} AS shared_bytes_per_s,
+       {_per_second("w.l2_bytes")} AS l2_bytes_per_s,
+       {_per_second(DRAM_BYTES)} AS dram_bytes_per_s,
+       w.l1_throughput_pct, w.shared_throughput_pct, w.l2_throughput_pct, w.dram_throughput_pct""",
+                   ["duration_ns", "l1_global_load_requests", "l1_global_load_sectors", "l1_global_store_requests",
+                    "l1_global_store_sectors", "l1_local_load_sectors", "l1_local_store_sectors", "l1_bytes",
+                    "shared_load_wavefronts", "shared_store_wavefronts", "shared_load_bank_conflicts",
+                    "shared_store_bank_conflicts", "shared_bytes", "l2_read_sectors", "l2_write_sectors",
+                    "l2_bytes", "dram_read_sectors", "dram_write_sectors", "dram_read_bytes", "dram_write_bytes",
+                    "l1_throughput_pct", "shared_throughput_pct", "l2_throughput_pct", "dram_throughput_pct"]),
+    ),
+    View(
+        "fp_instructions",
+        "Per run, layer and phase: FP32 add, multiply and FMA thread instructions, all FP32 "
+        "instructions, FLOPs = fadd + fmul + 2 ffma against the model's ops, and achieved FLOP/s.",
+        _per_layer(f"""w.fadd, w.fmul, w.ffma, w.fp32_inst, {FLOPS} AS flops, p.ops AS model_ops,
+       {_ratio(FLOPS, "p.ops")} AS flops_per_model_op, {_per_second(FLOPS)} AS flops_per_s""",
+                   ["duration_ns", "fadd", "fmul", "ffma", "fp32_inst"]),
+    ),
+    View(
+        "utilization",
+        "Per run, layer and phase: occupancy, SM efficiency, IPC, issue slots, eligible warps, warp "
+        "execution efficiency, pipe utilization (FMA, ALU, LSU, XU) and compute/memory throughput, in %.",
+        _per_layer("""w.achieved_occupancy, w.sm_efficiency, w.ipc, w.issue_slot_pct, w.eligible_warps,
+       w.warp_execution_efficiency, w.fma_pipe_pct, w.alu_pipe_pct, w.lsu_pipe_pct, w.xu_pipe_pct,
+       w.sm_throughput_pct, w.memory_throughput_pct""",
+                   ["achieved_occupancy", "sm_efficiency", "ipc", "issue_slot_pct", "eligible_warps",
+                    "warp_execution_efficiency", "fma_pipe_pct", "alu_pipe_pct", "lsu_pipe_pct", "xu_pipe_pct",
+                    "sm_throughput_pct", "memory_throughput_pct"]),
+    ),
+    View(
+        "roofline",
+        "Per run, layer and phase: achieved FP32 FLOP/s and arithmetic intensity (FLOPs per byte) at "
+        "L1 (local/global writeback x 128 B), L2 (L2-to-L1 reads) and DRAM, against the peaks ncu "
+        "measures (per-cycle peak x the clock during the run), as ncu's hierarchical roofline does.",
+        _per_layer(f"""{FLOPS} AS flops, {_per_second(FLOPS)} AS flops_per_s,
+       {_ratio(FLOPS, "(128 * w.l1_lg_writeback_cycles)")} AS l1_intensity,
+       {_ratio(FLOPS, "w.l2_to_l1_read_bytes")} AS l2_intensity,
+       {_ratio(FLOPS, DRAM_BYTES)} AS dram_intensity,
+       2 * w.ffma_peak_per_cycle * w.sm_clock_hz AS peak_flops_per_s,
+       128 * w.l1_lg_writeback_peak_per_cycle * w.l1_clock_hz AS l1_peak_bytes_per_s,
+       w.l2_to_l1_bytes_peak_per_cycle * w.l2_clock_hz AS l2_peak_bytes_per_s,
+       w.dram_bytes_peak_per_cycle * w.dram_clock_hz AS dram_peak_bytes_per_s,
+       p.intensity AS model_intensity""",
+                   ["duration_ns", "fadd", "fmul", "ffma", "l1_lg_writeback_cycles", "l2_to_l1_read_bytes",
+                    "dram_read_bytes", "dram_write_bytes", "ffma_peak_per_cycle", "sm_clock_hz",
+                    "l1_lg_writeback_peak_per_cycle", "l1_clock_hz", "l2_to_l1_bytes_peak_per_cycle",
+                    "l2_clock_hz", "dram_bytes_peak_per_cycle", "dram_clock_hz"]),
+    ),
+)
 
 VIEWS = (
     View(
@@ -63,4 +268,5 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
 FROM run r
 """,
     ),
+    *COUNTER_VIEWS,
 )

@@ -33,7 +33,7 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
        r.predicted_peak_bytes, r.measured_peak_bytes
 FROM run r;
 
--- One row per profiled launch: the launch log (pass 1) beside every counter of the catalog (pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma.
+-- One row per profiled launch: the launch log (pass 1) beside every counter of the catalog (pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma (or nvprof's total).
 CREATE VIEW launch_metrics AS
 SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
        k.l1_policy, k.time_ms,
@@ -47,6 +47,7 @@ SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k
        MAX(CASE WHEN m.name = 'fadd' THEN m.value END) AS fadd,
        MAX(CASE WHEN m.name = 'fmul' THEN m.value END) AS fmul,
        MAX(CASE WHEN m.name = 'ffma' THEN m.value END) AS ffma,
+       MAX(CASE WHEN m.name = 'fp32_flops' THEN m.value END) AS fp32_flops,
        MAX(CASE WHEN m.name = 'fp32_inst' THEN m.value END) AS fp32_inst,
        MAX(CASE WHEN m.name = 'instructions' THEN m.value END) AS instructions,
        MAX(CASE WHEN m.name = 'stall_barrier' THEN m.value END) AS stall_barrier,
@@ -120,14 +121,22 @@ SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k
        MAX(CASE WHEN m.name = 'alu_pipe_pct' THEN m.value END) AS alu_pipe_pct,
        MAX(CASE WHEN m.name = 'lsu_pipe_pct' THEN m.value END) AS lsu_pipe_pct,
        MAX(CASE WHEN m.name = 'xu_pipe_pct' THEN m.value END) AS xu_pipe_pct,
+       MAX(CASE WHEN m.name = 'fp32_fu_utilization_level' THEN m.value END) AS fp32_fu_utilization_level,
+       MAX(CASE WHEN m.name = 'ldst_fu_utilization_level' THEN m.value END) AS ldst_fu_utilization_level,
+       MAX(CASE WHEN m.name = 'special_fu_utilization_level' THEN m.value END) AS special_fu_utilization_level,
+       MAX(CASE WHEN m.name = 'shared_utilization_level' THEN m.value END) AS shared_utilization_level,
+       MAX(CASE WHEN m.name = 'l1_utilization_level' THEN m.value END) AS l1_utilization_level,
+       MAX(CASE WHEN m.name = 'l2_utilization_level' THEN m.value END) AS l2_utilization_level,
+       MAX(CASE WHEN m.name = 'dram_utilization_level' THEN m.value END) AS dram_utilization_level,
        MAX(CASE WHEN m.name = 'ffma_peak_per_cycle' THEN m.value END) AS ffma_peak_per_cycle,
        MAX(CASE WHEN m.name = 'dram_bytes_peak_per_cycle' THEN m.value END) AS dram_bytes_peak_per_cycle,
        MAX(CASE WHEN m.name = 'l2_to_l1_bytes_peak_per_cycle' THEN m.value END) AS l2_to_l1_bytes_peak_per_cycle,
        MAX(CASE WHEN m.name = 'l1_lg_writeback_peak_per_cycle' THEN m.value END) AS l1_lg_writeback_peak_per_cycle,
        MAX(CASE WHEN m.name = 'replay_passes' THEN m.value END) AS replay_passes,
-       COALESCE(MAX(CASE WHEN m.name = 'fadd' THEN m.value END), 0)
-         + COALESCE(MAX(CASE WHEN m.name = 'fmul' THEN m.value END), 0)
-         + 2 * COALESCE(MAX(CASE WHEN m.name = 'ffma' THEN m.value END), 0) AS flops
+       COALESCE(MAX(CASE WHEN m.name = 'fp32_flops' THEN m.value END),
+                COALESCE(MAX(CASE WHEN m.name = 'fadd' THEN m.value END), 0)
+                + COALESCE(MAX(CASE WHEN m.name = 'fmul' THEN m.value END), 0)
+                + 2 * COALESCE(MAX(CASE WHEN m.name = 'ffma' THEN m.value END), 0)) AS flops
 FROM launch k
 JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
 JOIN metric m ON m.run_id = k.run_id AND m.invocation = k.invocation
@@ -168,7 +177,7 @@ GROUP BY run_id, layer_id, phase, name;
 -- Per run, layer and phase (median over repeats): kernel time from ncu, FP32 FLOPs measured against the model's ops, and bytes per memory level against the model's compulsory bytes.
 CREATE VIEW layer_summary AS
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.duration_ns * 1.0e-6 AS duration_ms, w.instructions,
-       (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, p.ops AS model_ops, CASE WHEN p.ops > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / p.ops END AS flops_per_model_op,
+       COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, p.ops AS model_ops, CASE WHEN p.ops > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / p.ops END AS flops_per_model_op,
        w.l1_bytes, w.shared_bytes, w.l2_bytes, (w.dram_read_bytes + w.dram_write_bytes) AS dram_bytes,
        p.bytes AS model_bytes, CASE WHEN p.bytes > 0 THEN (w.dram_read_bytes + w.dram_write_bytes) * 1.0 / p.bytes END AS dram_per_model_byte
 FROM (SELECT s.run_id, s.layer_id, s.phase,
@@ -177,6 +186,7 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'fadd' THEN s.value END) AS fadd,
        MAX(CASE WHEN s.name = 'fmul' THEN s.value END) AS fmul,
        MAX(CASE WHEN s.name = 'ffma' THEN s.value END) AS ffma,
+       MAX(CASE WHEN s.name = 'fp32_flops' THEN s.value END) AS fp32_flops,
        MAX(CASE WHEN s.name = 'l1_bytes' THEN s.value END) AS l1_bytes,
        MAX(CASE WHEN s.name = 'shared_bytes' THEN s.value END) AS shared_bytes,
        MAX(CASE WHEN s.name = 'l2_bytes' THEN s.value END) AS l2_bytes,
@@ -286,13 +296,14 @@ LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.
 
 -- Per run, layer and phase: FP32 add, multiply and FMA thread instructions, all FP32 instructions, FLOPs = fadd + fmul + 2 ffma against the model's ops, and achieved FLOP/s.
 CREATE VIEW fp_instructions AS
-SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.fadd, w.fmul, w.ffma, w.fp32_inst, (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, p.ops AS model_ops,
-       CASE WHEN p.ops > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / p.ops END AS flops_per_model_op, CASE WHEN w.duration_ns > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) / (w.duration_ns * 1.0e-9) END AS flops_per_s
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.fadd, w.fmul, w.ffma, w.fp32_inst, COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, p.ops AS model_ops,
+       CASE WHEN p.ops > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / p.ops END AS flops_per_model_op, CASE WHEN w.duration_ns > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) / (w.duration_ns * 1.0e-9) END AS flops_per_s
 FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'duration_ns' THEN s.value END) AS duration_ns,
        MAX(CASE WHEN s.name = 'fadd' THEN s.value END) AS fadd,
        MAX(CASE WHEN s.name = 'fmul' THEN s.value END) AS fmul,
        MAX(CASE WHEN s.name = 'ffma' THEN s.value END) AS ffma,
+       MAX(CASE WHEN s.name = 'fp32_flops' THEN s.value END) AS fp32_flops,
        MAX(CASE WHEN s.name = 'fp32_inst' THEN s.value END) AS fp32_inst
       FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
@@ -322,10 +333,10 @@ LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.
 
 -- Per run, layer and phase: achieved FP32 FLOP/s and arithmetic intensity (FLOPs per byte) at L1 (local/global writeback x 128 B), L2 (L2-to-L1 reads) and DRAM, against the peaks ncu measures (per-cycle peak x the clock during the run), as ncu's hierarchical roofline does.
 CREATE VIEW roofline AS
-SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, CASE WHEN w.duration_ns > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) / (w.duration_ns * 1.0e-9) END AS flops_per_s,
-       CASE WHEN (128 * w.l1_lg_writeback_cycles) > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / (128 * w.l1_lg_writeback_cycles) END AS l1_intensity,
-       CASE WHEN w.l2_to_l1_read_bytes > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / w.l2_to_l1_read_bytes END AS l2_intensity,
-       CASE WHEN (w.dram_read_bytes + w.dram_write_bytes) > 0 THEN (COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / (w.dram_read_bytes + w.dram_write_bytes) END AS dram_intensity,
+SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, CASE WHEN w.duration_ns > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) / (w.duration_ns * 1.0e-9) END AS flops_per_s,
+       CASE WHEN (128 * w.l1_lg_writeback_cycles) > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / (128 * w.l1_lg_writeback_cycles) END AS l1_intensity,
+       CASE WHEN w.l2_to_l1_read_bytes > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / w.l2_to_l1_read_bytes END AS l2_intensity,
+       CASE WHEN (w.dram_read_bytes + w.dram_write_bytes) > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / (w.dram_read_bytes + w.dram_write_bytes) END AS dram_intensity,
        2 * w.ffma_peak_per_cycle * w.sm_clock_hz AS peak_flops_per_s,
        128 * w.l1_lg_writeback_peak_per_cycle * w.l1_clock_hz AS l1_peak_bytes_per_s,
        w.l2_to_l1_bytes_peak_per_cycle * w.l2_clock_hz AS l2_peak_bytes_per_s,
@@ -336,6 +347,7 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'fadd' THEN s.value END) AS fadd,
        MAX(CASE WHEN s.name = 'fmul' THEN s.value END) AS fmul,
        MAX(CASE WHEN s.name = 'ffma' THEN s.value END) AS ffma,
+       MAX(CASE WHEN s.name = 'fp32_flops' THEN s.value END) AS fp32_flops,
        MAX(CASE WHEN s.name = 'l1_lg_writeback_cycles' THEN s.value END) AS l1_lg_writeback_cycles,
        MAX(CASE WHEN s.name = 'l2_to_l1_read_bytes' THEN s.value END) AS l2_to_l1_read_bytes,
        MAX(CASE WHEN s.name = 'dram_read_bytes' THEN s.value END) AS dram_read_bytes,

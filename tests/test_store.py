@@ -21,6 +21,7 @@ from tracker.errors import StoreError
 from tracker.model import predict
 from tracker.nets import build
 from tracker.profile import profile
+from tracker.profilers.catalog import CATALOG
 from tracker.store import (
     find_run,
     launch_rows,
@@ -32,7 +33,6 @@ from tracker.store import (
     run_dict,
     run_sql,
 )
-from tracker.profilers.catalog import CATALOG
 from tracker.store.contract import ROOT, schema_sql, views_sql
 from tracker.store.schema import Launch, Metric
 
@@ -181,7 +181,8 @@ def test_reading_a_missing_database_creates_nothing(tmp_path):
 
 @pytest.mark.parametrize("statement", [
     "DELETE FROM run", "DROP TABLE run", "UPDATE run SET batch = 1",
-    "INSERT INTO metric_def (name, family, unit, description, rollup) VALUES ('x', 'f', 'u', 'd', 'sum')", "CREATE TABLE t (x INTEGER)",
+    "INSERT INTO metric_def (name, family, unit, description, rollup) VALUES ('x', 'f', 'u', 'd', 'sum')",
+    "CREATE TABLE t (x INTEGER)",
 ])
 def test_sql_is_read_only(db, statement):
     model_run(db)

@@ -3,7 +3,8 @@
 Backends (DESIGN.md): ``ncu`` (CUDA device and usable Nsight Compute), ``events`` (CUDA device,
 CUDA-event times only), ``model`` (no GPU: analytic predictions, labelled as such). Every backend
 stores the model's predictions so that each measured figure sits beside its prediction.
-This build has ``model`` and ``events``; ``ncu`` arrives with the Nsight Compute wrapper.
+``ncu`` runs the events pass first (launch log and times), then the same workload in a child
+process under Nsight Compute, and joins the counters onto the launch log (tracker/profilers).
 """
 
 from __future__ import annotations
@@ -42,23 +43,35 @@ def require_gpu(what: str) -> str:
 
 
 def choose_backend(requested: str) -> tuple[str, str]:
-    """(backend, why) for ``--backend requested``; a backend that cannot run here is an error."""
+    """(backend, why) for ``--backend requested``; a backend that cannot run here is an error.
+    ``auto`` picks ncu where a GPU, CuPy and ncu are found; a run that then finds the counters
+    restricted falls back to events (``profile``)."""
     if requested == "model":
         return "model", "asked for with --backend model"
     if requested in ("ncu", "events"):
         try:
             why = require_gpu(f"--backend {requested}")
+            if requested == "ncu":
+                ncu, version = _ncu()
+                why += f"; ncu {version} at {ncu}"
         except BackendUnavailable as exc:
-            raise BackendUnavailable(f"{exc}; use --backend model") from None
-        if requested == "ncu":
-            raise BackendUnavailable("the ncu backend is not built yet in this version of tracker; "
-                                     "use --backend events")
-        return "events", f"asked for with --backend events ({why})"
+            raise BackendUnavailable(f"{exc}; use --backend {'events' if requested == 'ncu' else 'model'}") from None
+        return requested, f"asked for with --backend {requested} ({why})"
     try:
         why = require_gpu("a GPU backend")
     except BackendUnavailable as exc:
         return "model", str(exc).replace("a GPU backend needs", "the GPU backends need")
-    return "events", f"{why} found; the ncu backend is not built yet in this version"
+    try:
+        ncu, version = _ncu()
+    except BackendUnavailable as exc:
+        return "events", f"{why} found; {exc}"
+    return "ncu", f"{why} found, ncu {version} at {ncu}"
+
+
+def _ncu() -> tuple[str, str]:
+    from tracker.profilers.collect import usable_ncu
+
+    return usable_ncu()
 
 
 def profile(
@@ -76,38 +89,78 @@ def profile(
     warmup: int = 1,
     echo: Callable[[str], None] = lambda line: None,
 ) -> Profile:
-    """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored."""
+    """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored.
+
+    The run's row is written first (status running), then the passes run and their results are
+    written, each in one transaction; a failure or interruption marks the run and keeps nothing
+    half-written."""
     from tracker.store import open_store, recording
 
     chosen, reason = choose_backend(backend)  # before the database: a refusal creates no file
     echo(f"backend: {chosen} ({reason})")
     store = open_store(db, write=True)
-    measured = None
-    if chosen == "events":
-        from tracker.gpu.runner import profile_events
-
-        measured = profile_events(net, batch, variants or {}, phases, l1_bypass, repeat, warmup, echo)
-        device = device or _catalog_device(measured.device["device_name"])
-    predictions = predict(net, batch, device, dtype_bits, phases)
     peak = memory(net, batch, dtype_bits)
     fields = dict(
         network=net.name, network_options=net.options, batch=batch, phases=phases, dtype_bits=dtype_bits,
         variants=variants or {}, l1_bypass=l1_bypass, backend=chosen, backend_reason=reason,
-        repeat=repeat if measured else 0, predicted_peak_bytes=peak.peak_bytes,
+        repeat=repeat if chosen != "model" else 0, predicted_peak_bytes=peak.peak_bytes,
     )
-    if measured:
-        fields.update(measured.device, measured_peak_bytes=measured.peak_bytes)
-    elif device is not None:
+    if chosen == "model" and device is not None:
         fields.update(device_name=device.name, compute_capability=device.compute_capability,
                       sm_count=device.sm_count)
     with recording(store, **fields) as run:
-        echo(f"run {run.run_id}: storing {len(net.layers)} layers and {len(predictions)} layer-phase predictions")
-        run.add_layers(net, predictions)
-        if measured:
-            echo(f"run {run.run_id}: storing {len(measured.launches)} launches")
-            run.add_launches(measured.launches)
+        echo(f"run {run.run_id} in {store.where}")
+        if chosen == "model":
+            predictions = predict(net, batch, device, dtype_bits, phases)
+            run.add_layers(net, predictions)
+        else:
+            chosen, reason, predictions = _measure(run, chosen, reason, net, batch, variants or {}, phases,
+                                                   l1_bypass, repeat, warmup, device, dtype_bits, echo)
     store.dispose()
     return Profile(run.run_id, store.where, chosen, reason, predictions, peak)
+
+
+def _measure(run, backend, reason, net, batch, variants, phases, l1_bypass, repeat, warmup, device, dtype_bits,
+             echo):
+    """Pass 1 (events), then pass 2 (ncu) if asked for; store both. Returns (backend, reason, predictions)."""
+    from tracker.gpu.runner import profile_events
+
+    measured = profile_events(net, batch, variants, phases, l1_bypass, repeat, warmup, echo)
+    device = device or _catalog_device(measured.device["device_name"])
+    predictions = predict(net, batch, device, dtype_bits, phases)
+    counters = None
+    if backend == "ncu":
+        counters, backend, reason = _pass2(net, batch, variants, phases, l1_bypass, repeat, warmup, measured,
+                                          reason, echo)
+    run.update(**measured.device, measured_peak_bytes=measured.peak_bytes, backend=backend, backend_reason=reason,
+               **(counters.run_fields if counters else {}))
+    echo(f"storing {len(net.layers)} layers, {len(predictions)} predictions, {len(measured.launches)} launches")
+    run.add_layers(net, predictions)
+    run.add_launches(measured.launches)
+    if counters:
+        echo(f"storing {len(counters.rows)} counter values")
+        run.add_metrics(counters.rows)
+    return backend, reason, predictions
+
+
+def _pass2(net, batch, variants, phases, l1_bypass, repeat, warmup, measured, reason, echo):
+    """(Counters or None, backend, reason): ncu's counters; under --backend auto a GPU whose counters
+    are restricted falls back to events, saying why."""
+    from tracker.gpu.workload import Workload
+    from tracker.profilers.collect import collect
+    from tracker.profilers.ncu import Settings
+
+    names = {layer.id: layer.name for layer in net.layers}
+    launches = [dict(row, range=f"{names[row['layer_id']]}/{row['phase']}") for row in measured.launches]
+    workload = Workload(net.name, net.options, batch, variants, phases, l1_bypass, repeat, warmup)
+    try:
+        counters = collect(workload, launches, float(measured.device["compute_capability"]), Settings(), echo)
+    except BackendUnavailable as exc:
+        if not reason.startswith("asked for"):
+            echo(f"falling back to events: {exc}")
+            return None, "events", f"{reason}; but {exc}"
+        raise
+    return counters, "ncu", reason
 
 
 def _catalog_device(cuda_name: str) -> Device | None:

@@ -115,6 +115,8 @@ CATALOG: tuple[MetricDef, ...] = (
       ncu="smsp__sass_thread_inst_executed_op_fmul_pred_on.sum", nvprof="flop_count_sp_mul"),
     M("ffma", "fp", "inst", "FP32 fused multiply-add instructions executed by threads (2 FLOPs each)", "sum",
       ncu="smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", nvprof="flop_count_sp_fma"),
+    M("fp32_flops", "fp", "FLOP", "FP32 FLOPs as nvprof counts them (fadd + fmul + 2 ffma); ncu runs derive "
+      "the same from the three counters", "sum", nvprof="flop_count_sp"),
     M("fp32_inst", "fp", "inst", "all FP32 instructions executed by threads", "sum",
       ncu="smsp__sass_thread_inst_executed_op_fp32_pred_on.sum", nvprof="inst_fp_32"),
     M("instructions", "issue", "inst", "warp instructions executed", "sum",
@@ -217,6 +219,14 @@ CATALOG: tuple[MetricDef, ...] = (
       ncu="smsp__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active"),
     M("xu_pipe_pct", "utilization", "%", "special-function (XU) pipe instructions, % of peak", _TIME_WEIGHTED,
       ncu="smsp__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"),
+    # nvprof's utilization levels, 0 (idle) to 10 (max): the units paper 003's Figures 12 and 17 use
+    *(M(f"{unit}_utilization_level", "utilization", "level 0-10", f"nvprof {what} utilization level", _TIME_WEIGHTED,
+        nvprof=f"{nvprof}_utilization")
+      for unit, nvprof, what in (("fp32_fu", "single_precision_fu", "single-precision function unit"),
+                                 ("ldst_fu", "ldst_fu", "load/store function unit"),
+                                 ("special_fu", "special_fu", "special function unit"),
+                                 ("shared", "shared", "shared memory"), ("l1", "tex", "unified (L1/TEX) cache"),
+                                 ("l2", "l2", "L2 cache"), ("dram", "dram", "device memory"))),
     # peaks per cycle, for the roofline (x the measured clock)
     M("ffma_peak_per_cycle", "peak", "inst/cycle", "peak FFMA thread instructions per SM cycle, whole GPU", "max",
       ncu="sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained"),
@@ -247,3 +257,17 @@ def metric_def_rows() -> list[dict]:
     """The catalog as rows of the store's ``metric_def`` table."""
     return [dict(name=m.name, family=m.family, unit=m.unit, description=m.description, rollup=m.rollup,
                  ncu=m.ncu, nvprof=m.nvprof, category=m.category) for m in CATALOG]
+
+
+def from_ncu(values: dict[str, float | None]) -> dict[str, float | None]:
+    """Catalog name -> value, from ncu metric name -> value (names outside the catalog dropped)."""
+    return {BY_NCU[n].name: _scaled(v, BY_NCU[n].ncu_scale) for n, v in values.items() if n in BY_NCU}
+
+
+def from_nvprof(values: dict[str, float | None]) -> dict[str, float | None]:
+    """Catalog name -> value, from nvprof metric name -> value."""
+    return {BY_NVPROF[n].name: _scaled(v, BY_NVPROF[n].nvprof_scale) for n, v in values.items() if n in BY_NVPROF}
+
+
+def _scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else value * scale

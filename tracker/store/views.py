@@ -42,7 +42,9 @@ LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.
 """
 
 
-FLOPS = "(COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0))"
+# nvprof on old GPUs may give only its total (fp32_flops); ncu gives the three instruction counts.
+FLOPS = "COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0))"
+FLOP_INPUTS = ("fadd", "fmul", "ffma", "fp32_flops")
 DRAM_BYTES = "(w.dram_read_bytes + w.dram_write_bytes)"
 SECONDS = "(w.duration_ns * 1.0e-9)"
 
@@ -63,14 +65,15 @@ COUNTER_VIEWS = (
     View(
         "launch_metrics",
         "One row per profiled launch: the launch log (pass 1) beside every counter of the catalog "
-        "(pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma.",
+        "(pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma (or nvprof's total).",
         f"""
 SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
        k.l1_policy, k.time_ms,
 {_pivot([m.name for m in CATALOG], "m")},
-       COALESCE(MAX(CASE WHEN m.name = 'fadd' THEN m.value END), 0)
-         + COALESCE(MAX(CASE WHEN m.name = 'fmul' THEN m.value END), 0)
-         + 2 * COALESCE(MAX(CASE WHEN m.name = 'ffma' THEN m.value END), 0) AS flops
+       COALESCE(MAX(CASE WHEN m.name = 'fp32_flops' THEN m.value END),
+                COALESCE(MAX(CASE WHEN m.name = 'fadd' THEN m.value END), 0)
+                + COALESCE(MAX(CASE WHEN m.name = 'fmul' THEN m.value END), 0)
+                + 2 * COALESCE(MAX(CASE WHEN m.name = 'ffma' THEN m.value END), 0)) AS flops
 FROM launch k
 JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
 JOIN metric m ON m.run_id = k.run_id AND m.invocation = k.invocation
@@ -125,7 +128,7 @@ GROUP BY run_id, layer_id, phase, name
        {FLOPS} AS flops, p.ops AS model_ops, {_ratio(FLOPS, "p.ops")} AS flops_per_model_op,
        w.l1_bytes, w.shared_bytes, w.l2_bytes, {DRAM_BYTES} AS dram_bytes,
        p.bytes AS model_bytes, {_ratio(DRAM_BYTES, "p.bytes")} AS dram_per_model_byte""",
-                   ["duration_ns", "instructions", "fadd", "fmul", "ffma", "l1_bytes", "shared_bytes", "l2_bytes",
+                   ["duration_ns", "instructions", *FLOP_INPUTS, "l1_bytes", "shared_bytes", "l2_bytes",
                     "dram_read_bytes", "dram_write_bytes"]),
     ),
     View(
@@ -190,7 +193,7 @@ LEFT JOIN categories c2 ON c2.run_id = w.run_id AND c2.layer_id = w.layer_id AND
         "instructions, FLOPs = fadd + fmul + 2 ffma against the model's ops, and achieved FLOP/s.",
         _per_layer(f"""w.fadd, w.fmul, w.ffma, w.fp32_inst, {FLOPS} AS flops, p.ops AS model_ops,
        {_ratio(FLOPS, "p.ops")} AS flops_per_model_op, {_per_second(FLOPS)} AS flops_per_s""",
-                   ["duration_ns", "fadd", "fmul", "ffma", "fp32_inst"]),
+                   ["duration_ns", *FLOP_INPUTS, "fp32_inst"]),
     ),
     View(
         "utilization",
@@ -217,7 +220,7 @@ LEFT JOIN categories c2 ON c2.run_id = w.run_id AND c2.layer_id = w.layer_id AND
        w.l2_to_l1_bytes_peak_per_cycle * w.l2_clock_hz AS l2_peak_bytes_per_s,
        w.dram_bytes_peak_per_cycle * w.dram_clock_hz AS dram_peak_bytes_per_s,
        p.intensity AS model_intensity""",
-                   ["duration_ns", "fadd", "fmul", "ffma", "l1_lg_writeback_cycles", "l2_to_l1_read_bytes",
+                   ["duration_ns", *FLOP_INPUTS, "l1_lg_writeback_cycles", "l2_to_l1_read_bytes",
                     "dram_read_bytes", "dram_write_bytes", "ffma_peak_per_cycle", "sm_clock_hz",
                     "l1_lg_writeback_peak_per_cycle", "l1_clock_hz", "l2_to_l1_bytes_peak_per_cycle",
                     "l2_clock_hz", "dram_bytes_peak_per_cycle", "dram_clock_hz"]),

@@ -1,0 +1,55 @@
+"""Pass 2 with Nsight Compute: run the workload under ncu, export, parse and join onto pass 1.
+
+Returns the metric rows to store and the ncu settings to record on the run; raises before
+anything is stored when a step fails (see ``join`` for the checks).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tracker.errors import BackendUnavailable
+from tracker.gpu.workload import Workload
+from tracker.profilers import catalog, ncu, ncu_csv
+from tracker.profilers.join import join
+
+
+@dataclass(frozen=True)
+class Counters:
+    rows: list[dict]  # (invocation, name, value)
+    run_fields: dict  # ncu_version, replay, cache and clock control
+    skipped: list[str]  # catalog metrics this GPU's ncu does not know
+
+
+def usable_ncu() -> tuple[str, str]:
+    """(path, version) of an ncu that runs; BackendUnavailable with the reason otherwise."""
+    path = ncu.find()
+    if path is None:
+        raise BackendUnavailable("Nsight Compute (ncu) was not found on PATH, in $TRACKER_NCU or under "
+                                 "/usr/local/cuda and /opt/nvidia/nsight-compute")
+    return path, ncu.version(path)
+
+
+def collect(workload: Workload, launches: list[dict], compute_capability: float, settings: ncu.Settings,
+            echo: Callable[[str], None]) -> Counters:
+    """Counters for every launch of pass 1 (``launches``, each with ``range`` = layer/phase)."""
+    path, version = usable_ncu()
+    wanted = catalog.ncu_metrics(compute_capability)
+    known = ncu.available_metrics(path)
+    metrics = [m for m in wanted if m.split(".", 1)[0] in known]
+    skipped = [m for m in wanted if m not in metrics]
+    if skipped:
+        echo(f"ncu {version} does not know {len(skipped)} catalog metrics on this GPU: {', '.join(skipped)}")
+    echo(f"pass 2: ncu {version}, {len(metrics)} metrics, {len(launches)} launches to profile")
+    with tempfile.TemporaryDirectory(prefix="tracker-ncu-") as tmp:
+        report = Path(tmp) / "pass2.ncu-rep"
+        ncu.run(ncu.command(path, metrics, report, workload.program(), settings), report, len(launches), echo)
+        profiled = ncu_csv.parse(ncu.export(path, report), "the ncu report's raw page")
+        named = ncu_csv.parse(ncu.export(path, report, nvtx_names=True), "the ncu report's NVTX names")
+    rows = join(launches, profiled, [launch.kernel for launch in named])
+    fields = dict(ncu_version=version, ncu_replay_mode=settings.replay_mode,
+                  ncu_cache_control=settings.cache_control, ncu_clock_control=settings.clock_control)
+    return Counters(rows, fields, skipped)

@@ -1,0 +1,65 @@
+"""The two-pass join (DESIGN.md): pass 1's launch log and pass 2's counters, matched on
+invocation order, with the kernel name and the NVTX ``layer/phase`` range checked on every row.
+
+A missing launch, an extra one, or a row whose kernel or range differs fails the whole join
+with a message naming the first bad invocation; nothing is returned half-joined, so nothing is
+stored half-joined.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tracker.errors import TrackerError
+from tracker.profilers.ncu_csv import ProfiledLaunch
+
+
+class JoinError(TrackerError):
+    """Pass 2 does not line up with pass 1."""
+
+
+def kernel_base(name: str) -> str:
+    """The function name in a kernel name as a profiler prints it: no return type, template
+    arguments or parameter list (``void k<32>(float*, int)`` -> ``k``)."""
+    name = re.sub(r"^(void|__global__ void)\s+", "", name.strip())
+    name = name.split("(", 1)[0]
+    depth, out = 0, []
+    for char in name:
+        depth += char == "<"
+        if depth == 0:
+            out.append(char)
+        depth -= char == ">" and depth > 0
+    return "".join(out).rsplit("::", 1)[-1].strip()
+
+
+def _describe(row: dict) -> str:
+    return f"invocation {row['invocation']} ({row['range']}, {row['kernel_name']})"
+
+
+def join(launches: list[dict], profiled: list[ProfiledLaunch], ranges: list[str] | None) -> list[dict]:
+    """Metric rows (invocation, name, value) for ``launches`` (pass 1, in invocation order, each
+    with ``range`` = "layer/phase") from ``profiled`` (pass 2, in ID order) and the innermost NVTX
+    range of each profiled launch (``ranges``; None where the profiler cannot report ranges)."""
+    if ranges is not None and len(ranges) != len(profiled):
+        raise JoinError(f"pass 2 reports {len(profiled)} launches but NVTX ranges for {len(ranges)}")
+    for i, (row, got) in enumerate(zip(launches, profiled)):
+        if kernel_base(got.kernel) != kernel_base(row["kernel_name"]):
+            raise JoinError(f"{_describe(row)}: pass 2 profiled kernel '{got.kernel}' there")
+        if ranges is not None and not _same_range(ranges[i], row["range"]):
+            raise JoinError(f"{_describe(row)}: pass 2 saw it inside NVTX range '{ranges[i]}'")
+    if len(profiled) < len(launches):
+        raise JoinError(f"{_describe(launches[len(profiled)])} is missing from pass 2, which profiled "
+                        f"{len(profiled)} of {len(launches)} launches")
+    if len(profiled) > len(launches):
+        extra = profiled[len(launches)]
+        raise JoinError(f"pass 2 profiled {len(profiled)} launches, pass 1 logged {len(launches)}; the first "
+                        f"extra one is #{extra.id} ({extra.kernel})")
+    return [dict(invocation=row["invocation"], name=name, value=value)
+            for row, got in zip(launches, profiled) for name, value in got.metrics.items()]
+
+
+def _same_range(printed: str, expected: str) -> bool:
+    """ncu prints the innermost push/pop range, possibly behind a domain (``domain@range``) or
+    its enclosing ranges; the expected ``layer/phase`` must be the whole of its end."""
+    printed = printed.rsplit("@", 1)[-1].strip().rstrip("/")
+    return printed == expected or printed.endswith("/" + expected)

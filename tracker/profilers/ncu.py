@@ -1,0 +1,143 @@
+"""Nsight Compute as pass 2: find it, build its command, run the workload child under it with
+progress, say clearly what failed, and export its report as CSV for ``ncu_csv``.
+
+The command (../shared/ncu/METRICS.md §9): ``--profile-from-start off`` (only the iterations
+between cudaProfilerStart/Stop), the catalog's metrics in one ``--metrics`` list (ncu schedules
+the fewest replay passes that cover them), ``--nvtx`` (each launch's layer/phase range),
+``--target-processes all`` (the workload is a Python child), and explicit replay mode, cache
+control and clock control, all recorded on the run. The report is exported twice with
+``ncu --import``: once with kernel names and every metric, once with ``--print-nvtx-rename
+kernel`` for each launch's innermost NVTX range, so that the join can check both.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from glob import glob
+from pathlib import Path
+from typing import Callable
+
+from tracker.errors import BackendUnavailable, TrackerError
+
+CACHE_CONTROL = ("all", "none")
+CLOCK_CONTROL = ("base", "none")
+REPLAY_MODES = ("kernel", "application")
+_PROGRESS = re.compile(r'==PROF== Profiling "(?P<kernel>[^"]+)"(?: - (?P<id>\d+))?:.*?(?:(?P<passes>\d+) pass)?')
+PERMISSION_HELP = (
+    "the driver restricts GPU performance counters to administrators (ERR_NVGPUCTRPERM). Run as root "
+    "or with CAP_SYS_ADMIN (CAP_PERFMON from driver R565), start a container with --cap-add=SYS_ADMIN, or "
+    "allow all users: put 'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d/, "
+    "rebuild the initramfs and reboot ('grep RmProfilingAdminOnly /proc/driver/nvidia/params' shows 1 "
+    "while restricted). Or profile with --backend events"
+)
+
+
+class NcuFailed(TrackerError):
+    """Nsight Compute ran but did not produce a usable report."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    replay_mode: str = "kernel"
+    cache_control: str = "all"
+    clock_control: str = "base"
+
+
+def find() -> str | None:
+    """The ncu executable: $TRACKER_NCU, PATH, then the usual install locations."""
+    candidates = [os.environ.get("TRACKER_NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu",
+                  *sorted(glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True),
+                  *sorted(glob("/usr/local/cuda-*/bin/ncu"), reverse=True)]
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+def version(ncu: str) -> str:
+    """``2025.3.1.0`` from ``ncu --version``."""
+    out = _output([ncu, "--version"], "ncu --version")
+    match = re.search(r"Version (\S+)", out)
+    if not match:
+        raise BackendUnavailable(f"cannot read the version from '{ncu} --version': {out.strip()[:200]}")
+    return match.group(1)
+
+
+def available_metrics(ncu: str) -> set[str]:
+    """The base metric names ncu lists for the GPU here (``ncu --query-metrics``)."""
+    return parse_query_metrics(_output([ncu, "--query-metrics"], "ncu --query-metrics"))
+
+
+def parse_query_metrics(text: str) -> set[str]:
+    """Base names from a ``--query-metrics`` listing (a table after a dashed rule)."""
+    names, in_table = set(), False
+    for line in text.splitlines():
+        if line.startswith("----"):
+            in_table = True
+            continue
+        word = line.split(" ", 1)[0]
+        if in_table and "__" in word:
+            names.add(word)
+    return names
+
+
+def command(ncu: str, metrics: list[str], report: Path, program: list[str], settings: Settings) -> list[str]:
+    return [ncu, "--profile-from-start", "off", "--nvtx", "--target-processes", "all",
+            "--replay-mode", settings.replay_mode, "--cache-control", settings.cache_control,
+            "--clock-control", settings.clock_control, "--metrics", ",".join(metrics),
+            "--export", str(report), "--force-overwrite", *program]
+
+
+def run(cmd: list[str], report: Path, expected: int, echo: Callable[[str], None]) -> None:
+    """Run ncu, echoing progress per profiled launch; raise NcuFailed with the reason on failure."""
+    errors, lines, profiled = [], [], 0
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            lines.append(line)
+            if line.startswith("==ERROR=="):
+                errors.append(line)
+            match = _PROGRESS.match(line)
+            if match:
+                profiled += 1
+                passes = f", {match.group('passes')} passes" if match.group("passes") else ""
+                echo(f"ncu: launch {profiled}/{expected} {match.group('kernel')}{passes}")
+    _check(proc.returncode, errors, lines, report)
+
+
+def _check(code: int, errors: list[str], lines: list[str], report: Path) -> None:
+    text = "\n".join(errors)
+    if "ERR_NVGPUCTRPERM" in text:
+        raise BackendUnavailable(f"ncu cannot read counters: {PERMISSION_HELP}")
+    if errors:
+        raise NcuFailed(f"ncu failed: {errors[0].removeprefix('==ERROR==').strip()}")
+    if code != 0:
+        tail = next((line for line in reversed(lines) if line.strip()), "no output")
+        raise NcuFailed(f"ncu exited with status {code}: {tail.strip()}")
+    if not report.exists() or report.stat().st_size == 0:
+        raise NcuFailed(f"ncu finished but wrote no report at {report} (output truncated?)")
+
+
+def export(ncu: str, report: Path, nvtx_names: bool = False) -> str:
+    """The report as raw-page CSV in base units (``ncu --import``); with ``nvtx_names`` each
+    launch is named by its innermost NVTX range instead of its kernel."""
+    cmd = [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
+    if nvtx_names:
+        cmd += ["--print-nvtx-rename", "kernel"]
+    return _output(cmd, f"ncu --import {report.name}")
+
+
+def _output(cmd: list[str], what: str) -> str:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot run {what}: {exc}") from None
+    except subprocess.TimeoutExpired:
+        raise NcuFailed(f"{what} did not finish in 10 minutes") from None
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
+        if "ERR_NVGPUCTRPERM" in done.stdout + done.stderr:
+            raise BackendUnavailable(f"ncu cannot read counters: {PERMISSION_HELP}")
+        raise NcuFailed(f"{what} failed with status {done.returncode}: {message[0]}")
+    return done.stdout

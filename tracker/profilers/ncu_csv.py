@@ -1,0 +1,160 @@
+"""Parsing Nsight Compute's CSV output: the raw page (one row per launch) and the details page
+(one row per launch and metric), from any ncu since 2020, with units normalised.
+
+Why CSV and not the ``.ncu-rep`` through NVIDIA's ``ncu_report`` module: the CSV comes from the
+same ncu binary that recorded the report (``ncu --import rep --csv``), so it always matches the
+report's version, needs nothing importable in our Python, and is what every public sample is;
+``ncu_report`` ships inside the ncu install for particular Python versions and is not
+importable from an arbitrary virtual environment. The parser tolerates what real files hold
+(../shared/ncu/samples/SOURCES.md): a BOM, CRLF, ``==PROF==`` lines and the program's own output
+before the header, thousands separators, ``n/a``, a units row (raw page), and kernel names with
+commas.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+
+from tracker.errors import TrackerError
+from tracker.profilers.catalog import from_ncu
+
+HEADER_START = '"ID","Process ID",'
+
+
+class ParseError(TrackerError):
+    """Output of a profiler that cannot be read: says which file and what is wrong."""
+
+
+@dataclass
+class ProfiledLaunch:
+    id: int  # ncu's ID: the order of the launch among the profiled ones
+    kernel: str  # "Kernel Name" as ncu printed it
+    values: dict[str, float | None] = field(default_factory=dict)  # the tool's metric name -> value, base units
+    units: dict[str, str] = field(default_factory=dict)  # the tool's metric name -> base unit
+    attributes: dict[str, str] = field(default_factory=dict)  # non-numeric columns (Block Size, Device, ...)
+    metrics: dict[str, float | None] = field(default_factory=dict)  # catalog name -> value: what the store keeps
+
+
+# Scaled units ncu prints under --print-units auto, and their factor to the base unit. Time is
+# stored in nanoseconds (ncu's base time unit), everything else in SI base units.
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_TIME = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
+_PER_TIME = {"nsecond": 1e9, "ns": 1e9, "usecond": 1e6, "us": 1e6, "msecond": 1e3, "ms": 1e3, "second": 1.0, "s": 1.0}
+_COUNTED = ("byte", "cycle", "inst", "sector", "request", "warp", "thread", "block", "wavefront", "pass")
+_NUMBER = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)?(\.\d*)?([eE][-+]?\d+)?$")
+
+
+def normalise(value: float, unit: str) -> tuple[float, str]:
+    """``value`` in ``unit`` (as ncu prints it) in the base unit: (value, base unit)."""
+    if unit in _TIME:
+        return value * _TIME[unit], "nsecond"
+    if unit.lower().endswith("hz"):
+        return value * _PREFIX.get(unit[:-2].upper(), 1.0), "hz"
+    top, _, bottom = unit.partition("/")
+    scale = 1.0
+    for base in _COUNTED:
+        if top.endswith(base) and top[: -len(base)] in _PREFIX:
+            scale, top = _PREFIX[top[: -len(base)]], base
+            break
+    if bottom in _PER_TIME:
+        return value * scale * _PER_TIME[bottom], f"{top}/second"
+    return value * scale, f"{top}/{bottom}" if bottom else top
+
+
+def number(text: str) -> float | None:
+    """A value cell as a float: thousands separators allowed; ``n/a`` and empty are None."""
+    text = text.strip()
+    if text in ("", "n/a", "N/A", "nan"):
+        return None
+    if not _NUMBER.match(text) or not any(c.isdigit() for c in text):
+        raise ValueError(text)
+    return float(text.replace(",", ""))
+
+
+def _table(text: str, where: str) -> list[list[str]]:
+    text = text.lstrip("\ufeff")
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.lstrip("\ufeff").startswith(HEADER_START)), None)
+    if start is None:
+        errors = [line for line in lines if line.startswith("==ERROR==")]
+        why = f": {errors[0]}" if errors else " (no line starts with the header \"ID\",\"Process ID\",...)"
+        raise ParseError(f"{where} holds no ncu CSV table{why}")
+    rows = [row for row in csv.reader(lines[start:]) if row and not row[0].startswith("==")]
+    width = len(rows[0])
+    for i, row in enumerate(rows[1:], start + 2):
+        if len(row) != width:
+            raise ParseError(f"{where}: line {i} has {len(row)} fields, the header {width} (truncated output?)")
+    return rows
+
+
+def parse(text: str, where: str = "ncu output") -> list[ProfiledLaunch]:
+    """The launches in ncu CSV ``text`` (raw or details page), in ID order."""
+    rows = _table(text, where)
+    header = rows[0]
+    for column in ("ID", "Kernel Name"):
+        if column not in header:
+            raise ParseError(f"{where}: the header has no '{column}' column")
+    if "Metric Name" in header and "Metric Value" in header:
+        launches = _details(header, rows[1:], where)
+    else:
+        launches = _raw(header, rows[1:], where)
+    for launch in launches.values():
+        launch.metrics = from_ncu(launch.values)
+    return sorted(launches.values(), key=lambda launch: launch.id)
+
+
+def _launch(launches: dict[int, ProfiledLaunch], row: list[str], header: list[str], where: str) -> ProfiledLaunch:
+    try:
+        launch_id = int(row[header.index("ID")].replace(",", ""))
+    except ValueError:
+        raise ParseError(f"{where}: launch ID '{row[header.index('ID')]}' is not a number") from None
+    kernel = row[header.index("Kernel Name")]
+    launch = launches.setdefault(launch_id, ProfiledLaunch(launch_id, kernel))
+    if launch.kernel != kernel:
+        raise ParseError(f"{where}: launch {launch_id} is named both '{launch.kernel}' and '{kernel}'")
+    return launch
+
+
+def _set(launch: ProfiledLaunch, name: str, cell: str, unit: str, where: str) -> None:
+    try:
+        value = number(cell)
+    except ValueError:
+        launch.attributes[name] = cell
+        return
+    if value is not None:
+        value, unit = normalise(value, unit)
+    if name in launch.values and launch.values[name] != value:
+        raise ParseError(f"{where}: launch {launch.id} has two values for {name}")
+    launch.values[name] = value
+    launch.units[name] = unit
+
+
+_IDENTITY = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context", "Stream")
+
+
+def _raw(header: list[str], rows: list[list[str]], where: str) -> dict[int, ProfiledLaunch]:
+    """Raw page: one row per launch, every metric a column, and a units row first."""
+    if not rows or rows[0][0] != "":
+        raise ParseError(f"{where}: a raw-page table starts with a units row (empty ID), and this one does not")
+    units, launches = rows[0], {}
+    for row in rows[1:]:
+        launch = _launch(launches, row, header, where)
+        for name, unit, cell in zip(header, units, row):
+            if name not in _IDENTITY:
+                _set(launch, name, cell, unit, where)
+    return launches
+
+
+def _details(header: list[str], rows: list[list[str]], where: str) -> dict[int, ProfiledLaunch]:
+    """Details page: one row per launch, section and metric."""
+    name_at, unit_at, value_at = (header.index(c) for c in ("Metric Name", "Metric Unit", "Metric Value"))
+    launches: dict[int, ProfiledLaunch] = {}
+    for row in rows:
+        launch = _launch(launches, row, header, where)
+        for column in ("Block Size", "Grid Size", "Device", "CC"):
+            if column in header:
+                launch.attributes[column] = row[header.index(column)]
+        _set(launch, row[name_at], row[value_at], row[unit_at], where)
+    return launches

@@ -26,7 +26,7 @@ from tracker.errors import BackendUnavailable, TrackerError
 CACHE_CONTROL = ("all", "none")
 CLOCK_CONTROL = ("base", "none")
 REPLAY_MODES = ("kernel", "application")
-_PROGRESS = re.compile(r'==PROF== Profiling "(?P<kernel>[^"]+)"(?: - (?P<id>\d+))?:.*?(?:(?P<passes>\d+) pass)?')
+_PROGRESS = re.compile(r'==PROF== Profiling "(?P<kernel>[^"]+)"(?: - (?P<id>\d+))?:(?:.* - (?P<passes>\d+) pass)?')
 PERMISSION_HELP = (
     "the driver restricts GPU performance counters to administrators (ERR_NVGPUCTRPERM). Run as root "
     "or with CAP_SYS_ADMIN (CAP_PERFMON from driver R565), start a container with --cap-add=SYS_ADMIN, or "

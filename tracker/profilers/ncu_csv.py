@@ -89,14 +89,20 @@ def _table(text: str, where: str) -> list[list[str]]:
     return rows
 
 
+def columns(header: list[str], names: tuple[str, ...], where: str) -> list[int]:
+    """The positions of ``names`` in ``header``; a ParseError names the first one missing."""
+    for name in names:
+        if name not in header:
+            raise ParseError(f"{where}: the header has no '{name}' column")
+    return [header.index(name) for name in names]
+
+
 def parse(text: str, where: str = "ncu output") -> list[ProfiledLaunch]:
     """The launches in ncu CSV ``text`` (raw or details page), in ID order."""
     rows = _table(text, where)
     header = rows[0]
-    for column in ("ID", "Kernel Name"):
-        if column not in header:
-            raise ParseError(f"{where}: the header has no '{column}' column")
-    if "Metric Name" in header and "Metric Value" in header:
+    columns(header, ("ID", "Kernel Name"), where)
+    if "Metric Name" in header or "Metric Value" in header:
         launches = _details(header, rows[1:], where)
     else:
         launches = _raw(header, rows[1:], where)
@@ -149,7 +155,7 @@ def _raw(header: list[str], rows: list[list[str]], where: str) -> dict[int, Prof
 
 def _details(header: list[str], rows: list[list[str]], where: str) -> dict[int, ProfiledLaunch]:
     """Details page: one row per launch, section and metric."""
-    name_at, unit_at, value_at = (header.index(c) for c in ("Metric Name", "Metric Unit", "Metric Value"))
+    name_at, unit_at, value_at = columns(header, ("Metric Name", "Metric Unit", "Metric Value"), where)
     launches: dict[int, ProfiledLaunch] = {}
     for row in rows:
         launch = _launch(launches, row, header, where)

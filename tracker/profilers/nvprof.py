@@ -15,7 +15,7 @@ import csv
 import re
 
 from tracker.profilers.catalog import CATALOG, from_nvprof
-from tracker.profilers.ncu_csv import ParseError, ProfiledLaunch, normalise, number
+from tracker.profilers.ncu_csv import ParseError, ProfiledLaunch, columns, normalise, number
 
 _LEVEL = re.compile(r"^\s*[A-Za-z]+ \((\d+)\)\s*$")  # "High (8)"
 _WITH_UNIT = re.compile(r"^\s*([-+]?[\d.,]+(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]+)\s*$")  # "636.79GB/s", "83.3%"
@@ -67,11 +67,11 @@ def parse_metrics(text: str, where: str = "nvprof output") -> dict[str, dict]:
     """``--csv --metrics`` output: kernel name -> {"invocations": n, "values": catalog name -> Avg}."""
     rows = _rows(text, '"Device","Kernel","Invocations","Metric Name"', where)
     header = rows[0]
-    kernel_at, calls_at, name_at, avg_at = (header.index(c) for c in ("Kernel", "Invocations", "Metric Name", "Avg"))
+    kernel_at, calls_at, name_at, avg_at = columns(header, ("Kernel", "Invocations", "Metric Name", "Avg"), where)
     kernels: dict[str, dict] = {}
     for row in rows[1:]:
-        entry = kernels.setdefault(row[kernel_at], {"invocations": int(row[calls_at]), "raw": {}})
         try:
+            entry = kernels.setdefault(row[kernel_at], {"invocations": int(row[calls_at]), "raw": {}})
             entry["raw"][row[name_at]] = value(row[avg_at])
         except ValueError:
             raise ParseError(f"{where}: cannot read '{row[avg_at]}' ({row[name_at]} of {row[kernel_at]})") from None
@@ -82,8 +82,10 @@ def parse_trace(text: str, where: str = "nvprof output") -> list[ProfiledLaunch]
     """``--csv --print-gpu-trace`` output: the kernel launches in order (memory copies left out),
     with Duration in ns as ``duration_ns`` and any metric columns mapped onto the catalog."""
     rows = _rows(text, '"Start","Duration"', where)
+    if len(rows) < 2:
+        raise ParseError(f"{where}: the GPU trace has no units row")
     header, units = rows[0], rows[1]
-    name_at = header.index("Name")
+    (name_at,) = columns(header, ("Name",), where)
     launches = []
     for row in rows[2:]:
         if row[name_at].startswith("[CUDA "):

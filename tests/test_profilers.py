@@ -1,0 +1,281 @@
+"""The metric catalog, the ncu and nvprof parsers (on real public output, tests/data/ncu), the
+two-pass join, and the ncu runner's error handling."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tracker.errors import BackendUnavailable
+from tracker.profilers import catalog, ncu, ncu_csv, nvprof
+from tracker.profilers.join import JoinError, join, kernel_base
+
+DATA = Path(__file__).parent / "data" / "ncu"
+NCU_FILES = sorted(DATA.glob("ncu-*.csv"))
+
+
+def read(name: str) -> str:
+    return (DATA / name).read_text(encoding="utf-8")
+
+
+# --- catalog -----------------------------------------------------------------------------------
+
+def test_every_ncu_name_exists_on_a_real_sm86_listing():
+    known = ncu.parse_query_metrics(read("ncu-query-metrics-rtx3080-sm86.txt"))
+    assert len(known) > 1700 and "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active" in known
+    missing = [m.ncu for m in catalog.CATALOG if m.ncu and m.requested and m.min_cc <= 8.6 and m.ncu_base not in known]
+    assert missing == []
+
+
+def test_catalog_is_consistent():
+    names = [m.name for m in catalog.CATALOG]
+    assert len(names) == len(set(names))
+    assert len(catalog.BY_NCU) == sum(1 for m in catalog.CATALOG if m.ncu)  # one logical name per ncu name
+    for m in catalog.CATALOG:
+        assert m.ncu or m.nvprof, m.name
+        if m.rollup.startswith("weighted:"):
+            assert m.rollup.removeprefix("weighted:") in catalog.BY_NAME, m.name
+        else:
+            assert m.rollup in ("sum", "max"), m.name
+    stalls = [m for m in catalog.CATALOG if m.family == "stall"]
+    nvprof_stalls = {"stall_constant_memory_dependency", "stall_exec_dependency", "stall_inst_fetch",
+                     "stall_memory_dependency", "stall_memory_throttle", "stall_not_selected", "stall_other",
+                     "stall_pipe_busy", "stall_sleeping", "stall_sync", "stall_texture"}
+    assert {m.nvprof for m in stalls if m.nvprof} == nvprof_stalls  # every nvprof reason on Volta is mapped
+    assert {f"stall_{m.category}" for m in stalls} == nvprof_stalls  # ... and names a paper-003 category
+
+
+def test_ncu_metric_list_depends_on_the_gpu():
+    volta, hopper = catalog.ncu_metrics(7.0), catalog.ncu_metrics(9.0)
+    assert "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio" in set(hopper) - set(volta)
+    assert "l1tex__lsu_writeback_active_mem_lg.sum" in set(hopper) - set(volta)  # CC 7.5 and later
+    assert "profiler__replayer_passes" not in hopper  # reported unasked; asking would fail
+
+
+# --- ncu CSV -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", NCU_FILES, ids=lambda p: p.name)
+def test_every_ncu_sample_parses(path):
+    launches = ncu_csv.parse(path.read_text(encoding="utf-8"), path.name)
+    assert launches and [launch.id for launch in launches] == list(range(len(launches)))
+    assert all(launch.kernel and launch.values for launch in launches)
+
+
+def test_details_page_with_bom_crlf_and_program_output():
+    (launch,) = ncu_csv.parse(read("ncu-details-rtx5070-sm120-ncu2026.2-gemm_tiled.csv"))
+    assert launch.kernel == "void unnamed>::gemm_tiled_kernel<32>(const float *, const float *, float *, int, int, int)"
+    assert launch.values["gpu__time_duration.sum"] == 10_195_552 and launch.units["gpu__time_duration.sum"] == "nsecond"
+    assert launch.values["dram__bytes_op_read.sum"] == 53_261_312
+    assert launch.attributes["Block Size"] == "(32, 32, 1)" and launch.attributes["CC"] == "12.0"
+    assert launch.metrics["l2_hit_rate"] == 87.5
+    assert launch.metrics["l1_global_load_sectors"] == 67_108_864
+    assert launch.metrics["warp_execution_efficiency"] == pytest.approx(100.0)  # 32 threads of 32
+
+
+def test_old_details_page_from_2020():
+    launches = ncu_csv.parse(read("ncu-details-v100-ncu2020.1-nvtx-dram.csv"))
+    assert len(launches) == 8
+    assert launches[0].kernel.startswith("ij_deriv_kernel(int, int, int, thrust::complex<double> const*")
+    assert launches[0].values["dram__bytes.sum"] == 690_960_320
+    assert launches[0].metrics["sm_clock_hz"] == pytest.approx(1_309_394_950.84)
+    assert launches[0].metrics["cycles_elapsed"] == pytest.approx(1_209_252.43)
+
+
+def test_raw_page_with_units_row():
+    launches = ncu_csv.parse(read("ncu-raw-b200-sm100-flashattn-decode.csv"))
+    assert len(launches) == 16
+    first = launches[0]
+    assert first.kernel.startswith("void flash_fwd_splitkv_combine_kernel<")
+    assert first.metrics["duration_ns"] == 11904 and first.metrics["replay_passes"] == 11
+    assert first.attributes["device__attribute_display_name"] == "NVIDIA B200"
+    assert first.attributes["Grid Size"] == "(64, 1, 1)"
+
+
+@pytest.mark.parametrize("value, unit, expected", [
+    (1.5, "usecond", (1500.0, "nsecond")), (2.0, "msecond", (2e6, "nsecond")), (3.0, "ns", (3.0, "nsecond")),
+    (4.0, "Mbyte", (4e6, "byte")), (1.2, "Gbyte/second", (1.2e9, "byte/second")),
+    (1.4, "cycle/nsecond", (1.4e9, "cycle/second")), (1.98, "Ghz", (1.98e9, "hz")), (87.5, "%", (87.5, "%")),
+    (5.0, "Kinst", (5000.0, "inst")), (2.0, "register/thread", (2.0, "register/thread")),
+])
+def test_units_are_normalised(value, unit, expected):
+    got = ncu_csv.normalise(value, unit)
+    assert got[0] == pytest.approx(expected[0]) and got[1] == expected[1]
+
+
+def test_clear_errors_for_bad_output():
+    with pytest.raises(ncu_csv.ParseError, match="ERR_NVGPUCTRPERM"):
+        ncu_csv.parse("==PROF== Connected\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission\n")
+    with pytest.raises(ncu_csv.ParseError, match="no ncu CSV table"):
+        ncu_csv.parse("hello\n")
+    text = read("ncu-raw-b200-sm100-flashattn-decode.csv")
+    cut = text[: len(text) - 5000]  # a log cut off mid-row
+    with pytest.raises(ncu_csv.ParseError, match=r"line \d+ has \d+ fields, the header 475"):
+        ncu_csv.parse(cut, "cut.csv")
+
+
+SAMPLE = read("ncu-details-v100-ncu2020.1-nvtx-dram.csv")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_fuzzed_ncu_output_parses_or_fails_clearly(data):
+    """Cut, spliced or garbled output: a list of launches or a ParseError, never a crash."""
+    text = data.draw(st.one_of(
+        st.text(max_size=300),
+        st.builds(lambda i, j: SAMPLE[:i] + SAMPLE[j:], st.integers(0, len(SAMPLE)), st.integers(0, len(SAMPLE))),
+        st.builds(lambda i, junk: SAMPLE[:i] + junk + SAMPLE[i:], st.integers(0, len(SAMPLE)), st.text(max_size=20)),
+    ))
+    try:
+        ncu_csv.parse(text)
+    except ncu_csv.ParseError:
+        pass
+
+
+# --- nvprof ------------------------------------------------------------------------------------
+
+def test_nvprof_metrics_map_onto_the_catalog():
+    kernels = nvprof.parse_metrics(read("nvprof-metrics-csv-k20c-stalls.csv"))
+    assert len(kernels) == 4
+    k1 = kernels["__kernel___forma_kernel__1__(float*, int, int, float*)"]
+    assert k1["invocations"] == 3
+    v = k1["values"]
+    assert v["stall_long_scoreboard"] == pytest.approx(23.316966)  # stall_memory_dependency
+    assert v["stall_exec_dependency"] == pytest.approx(17.855091)
+    assert v["achieved_occupancy"] == pytest.approx(85.1412)  # nvprof's 0.851412, as a percentage
+    assert v["fp32_flops"] == 673_384_360 and v["l1_global_load_sectors"] == 19_998_022
+
+
+def test_nvprof_gpu_trace():
+    launches = nvprof.parse_trace(read("nvprof-gputrace-csv-k20c.csv"))
+    assert len(launches) == 12  # memory copies left out
+    assert launches[0].kernel == "__kernel___forma_kernel__0__(float*, int, int, float*)"  # no [correlation id]
+    assert launches[0].metrics["duration_ns"] == pytest.approx(7_922_282)  # 7.922282 ms
+    assert launches[0].values["Grid X"] == 257
+
+
+@pytest.mark.parametrize("text, expected", [("83.340104%", 83.340104), ("636.79GB/s", 636.79e9),
+                                            ("High (8)", 8.0), ("3.3255e+10", 3.3255e10), ("0.000000", 0.0)])
+def test_nvprof_values(text, expected):
+    assert nvprof.value(text) == pytest.approx(expected)
+
+
+def test_nvprof_command_profiles_per_launch_between_start_and_stop():
+    cmd = nvprof.command(["python", "w.py"], ["achieved_occupancy", "stall_sync"], "log.csv")
+    assert cmd[:3] == ["nvprof", "--profile-from-start", "off"] and "--print-gpu-trace" in cmd
+    assert cmd[cmd.index("--metrics") + 1] == "achieved_occupancy,stall_sync" and cmd[-2:] == ["python", "w.py"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400))
+def test_fuzzed_nvprof_output_fails_clearly(text):
+    for parse in (nvprof.parse_metrics, nvprof.parse_trace):
+        try:
+            parse('"Device","Kernel","Invocations","Metric Name"' + text)
+            parse('"Start","Duration"' + text)
+        except ncu_csv.ParseError:
+            pass
+
+
+# --- the two-pass join -------------------------------------------------------------------------
+
+def _pass1(launches, ranges) -> list[dict]:
+    return [dict(invocation=i, kernel_name=kernel_base(launch.kernel), range=r)
+            for i, (launch, r) in enumerate(zip(launches, ranges))]
+
+
+def test_join_matches_names_and_ranges():
+    profiled = ncu_csv.parse(SAMPLE)
+    ranges = [f"layer{i}/fwd" for i in range(len(profiled))]
+    rows = join(_pass1(profiled, ranges), profiled, [f"dom@{r}" for r in ranges])
+    assert len(rows) == sum(len(p.metrics) for p in profiled)
+    assert {r["name"] for r in rows} == {"cycles_elapsed", "sm_clock_hz"}
+
+
+def test_join_names_the_first_bad_invocation():
+    profiled = ncu_csv.parse(SAMPLE)
+    ranges = [f"layer{i}/fwd" for i in range(len(profiled))]
+    pass1 = _pass1(profiled, ranges)
+    swapped = pass1[:3] + [dict(pass1[3], kernel_name="relu_fwd")] + pass1[4:]
+    with pytest.raises(JoinError, match=r"^invocation 3 \(layer3/fwd, relu_fwd\): pass 2 profiled kernel"):
+        join(swapped, profiled, ranges)
+    with pytest.raises(JoinError, match=r"invocation 5 .*inside NVTX range 'layer4/fwd'"):
+        join(pass1, profiled, ranges[:5] + ["layer4/fwd"] + ranges[6:])
+    with pytest.raises(JoinError, match=r"invocation 6 .* is missing from pass 2, which profiled 6 of 8"):
+        join(pass1, profiled[:6], ranges[:6])
+    with pytest.raises(JoinError, match=r"pass 2 profiled 8 launches, pass 1 logged 7; the first extra one is #7"):
+        join(pass1[:7], profiled, ranges)
+
+
+@pytest.mark.parametrize("printed, base", [
+    ("void unnamed>::gemm_tiled_kernel<32>(const float *, int)", "gemm_tiled_kernel"),
+    ("conv2d_fwd_shared", "conv2d_fwd_shared"),
+    ("ij_deriv_kernel(int, int, thrust::complex<double> const*)", "ij_deriv_kernel"),
+    ("void flash::kernel<Traits<128, (bool)1>>(Params)", "kernel"),
+])
+def test_kernel_base(printed, base):
+    assert kernel_base(printed) == base
+
+
+# --- running ncu (a stand-in executable plays ncu's part: these test our process handling) ------
+
+def _stand_in(tmp_path: Path, script: str) -> str:
+    path = tmp_path / "ncu"
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_permission_error_says_how_to_fix_it(tmp_path):
+    fake = _stand_in(tmp_path, "echo '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
+                               "NVIDIA GPU Performance Counters on the target device 0.'\nexit 1\n")
+    with pytest.raises(BackendUnavailable, match="NVreg_RestrictProfilingToAdminUsers=0"):
+        ncu.run([fake], tmp_path / "r.ncu-rep", 1, lambda line: None)
+
+
+def test_child_failure_and_missing_report(tmp_path):
+    fake = _stand_in(tmp_path, "echo '==ERROR== The application returned an error code (1).'\nexit 1\n")
+    with pytest.raises(ncu.NcuFailed, match=r"ncu failed: The application returned an error code \(1\)"):
+        ncu.run([fake], tmp_path / "r.ncu-rep", 1, lambda line: None)
+    fake = _stand_in(tmp_path, "echo done\n")
+    with pytest.raises(ncu.NcuFailed, match="wrote no report"):
+        ncu.run([fake], tmp_path / "r.ncu-rep", 1, lambda line: None)
+
+
+def test_progress_per_profiled_launch(tmp_path):
+    report = tmp_path / "r.ncu-rep"
+    fake = _stand_in(tmp_path, f"""echo '==PROF== Connected to process 1'
+echo '==PROF== Profiling "conv2d_fwd_shared" - 0: 0%....50%....100% - 11 passes'
+echo '==PROF== Profiling "relu_fwd" - 1: 0%....50%....100% - 11 passes'
+echo report > {report}
+""")
+    lines = []
+    ncu.run([fake], report, 2, lines.append)
+    assert lines == ["ncu: launch 1/2 conv2d_fwd_shared, 11 passes", "ncu: launch 2/2 relu_fwd, 11 passes"]
+
+
+def test_command_records_every_choice():
+    cmd = ncu.command("ncu", ["a.sum", "b.ratio"], Path("/tmp/r"), ["python", "-m", "w"], ncu.Settings())
+    for flag, value in (("--profile-from-start", "off"), ("--replay-mode", "kernel"), ("--cache-control", "all"),
+                        ("--clock-control", "base"), ("--target-processes", "all"), ("--metrics", "a.sum,b.ratio")):
+        assert cmd[cmd.index(flag) + 1] == value
+    assert "--nvtx" in cmd and cmd[-3:] == ["python", "-m", "w"]
+
+
+def test_ncu_is_found_through_the_environment(tmp_path, monkeypatch):
+    fake = _stand_in(tmp_path, "echo 'NVIDIA (R) Nsight Compute Command Line Profiler'\n"
+                               "echo 'Version 2025.3.1.0 (build 36398880) (public-release)'\n")
+    monkeypatch.setenv("TRACKER_NCU", fake)
+    assert ncu.find() == fake and ncu.version(fake) == "2025.3.1.0"
+
+
+@pytest.mark.skipif(ncu.find() is None or not os.access(DATA, os.R_OK), reason="needs Nsight Compute (ncu)")
+def test_the_real_report_exports_and_parses():
+    """The .ncu-rep sample through `ncu --import` (needs ncu, not a GPU): the same 8 launches as its CSV."""
+    text = ncu.export(ncu.find(), DATA / "ncu-report-v100-ncu2020.1-nvtx-dram.ncu-rep")
+    launches = ncu_csv.parse(text)
+    assert [launch.kernel for launch in launches] == [launch.kernel for launch in ncu_csv.parse(SAMPLE)]

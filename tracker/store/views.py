@@ -16,6 +16,8 @@ from tracker.profilers.catalog import CATALOG, STALLS
 
 @dataclass(frozen=True)
 class View:
+    """A view; its SQL holds no '%' (psycopg would read it as a placeholder)."""
+
     name: str
     doc: str
     select: str
@@ -84,18 +86,20 @@ GROUP BY k.run_id, k.invocation, k.layer_id, l.name, k.phase, k.repeat, k.kernel
     View(
         "layer_metric_repeat",
         "Each metric rolled up over one layer phase's launches in one measured iteration, as its "
-        "metric_def.rollup says: sum, max, or an average weighted by another metric of the same launch.",
+        "metric_def.rollup says: sum, max, or an average weighted by another metric of the same launch "
+        "(a plain average where that metric was not collected).",
         """
 SELECT k.run_id, k.layer_id, k.phase, k.repeat, m.name,
        CASE WHEN d.rollup = 'sum' THEN SUM(m.value)
             WHEN d.rollup = 'max' THEN MAX(m.value)
+            WHEN COUNT(w.value) = 0 THEN AVG(m.value)
             ELSE SUM(m.value * w.value) / NULLIF(SUM(CASE WHEN m.value IS NOT NULL THEN w.value END), 0)
        END AS value
 FROM metric m
 JOIN launch k ON k.run_id = m.run_id AND k.invocation = m.invocation
 JOIN metric_def d ON d.name = m.name
 LEFT JOIN metric w ON w.run_id = m.run_id AND w.invocation = m.invocation
-                  AND d.rollup LIKE 'weighted:%' AND w.name = SUBSTR(d.rollup, 10)
+                  AND SUBSTR(d.rollup, 1, 9) = 'weighted:' AND w.name = SUBSTR(d.rollup, 10)
 GROUP BY k.run_id, k.layer_id, k.phase, k.repeat, m.name, d.rollup
 """,
     ),

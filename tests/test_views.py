@@ -1,0 +1,106 @@
+"""The counter views on a store filled from real profiler output, on SQLite and PostgreSQL.
+
+No trace of our own kernels has been recorded yet (no GPU so far), so this store is built from
+the public Tesla K20c nvprof sample (tests/data/ncu): its 12 launches (4 kernels x 3 iterations,
+durations from the GPU trace, counters from the metrics run) are assigned, for the test only, to
+AlexNet's first four layers, forward. The figures below are computed by hand from those files.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from tracker.model import predict
+from tracker.nets import build
+from tracker.profilers import nvprof
+from tracker.store import open_store, recording, run_sql
+
+DATA = Path(__file__).parent / "data" / "ncu"
+LAYERS = ("conv1", "relu1", "lrn1", "pool1")  # layer IDs 1-4
+LABEL = ("test store: nvprof counters of a public Tesla K20c sample (tests/data/ncu), assigned to AlexNet "
+         "layers to exercise the views; not a measurement of AlexNet")
+
+
+def sample_store(db: str) -> int:
+    trace = nvprof.parse_trace((DATA / "nvprof-gputrace-csv-k20c.csv").read_text())
+    kernels = nvprof.parse_metrics((DATA / "nvprof-metrics-csv-k20c-stalls.csv").read_text())
+    net = build("alexnet")
+    names = sorted(kernels)  # __kernel___forma_kernel__0__ ... 3__
+    launches, metrics = [], []
+    for i, launch in enumerate(trace):
+        layer = net.layer(LAYERS[names.index(launch.kernel)])
+        launches.append(dict(invocation=i, layer_id=layer.id, phase="fwd", repeat=i // 4, kernel_name=launch.kernel,
+                             variant="sample", l1_policy="ca", grid_x=257, grid_y=257, grid_z=1, block_x=32,
+                             block_y=32, block_z=1, shared_bytes=0, registers=16,
+                             time_ms=launch.metrics["duration_ns"] / 1e6))
+        values = {**kernels[launch.kernel]["values"], "duration_ns": launch.metrics["duration_ns"]}
+        metrics += [dict(invocation=i, name=n, value=v) for n, v in values.items()]
+    store = open_store(db, write=True)
+    with recording(store, network="alexnet", network_options={}, batch=1, phases="fwd", dtype_bits=32, variants={},
+                   l1_bypass=False, backend="nvprof", backend_reason=LABEL, repeat=3,
+                   device_name="Tesla K20c") as run:
+        run.add_layers(net, predict(net, 1, phases="fwd"))
+        run.add_launches(launches)
+        run.add_metrics(metrics)
+    store.dispose()
+    return run.run_id
+
+
+def query(db: str, sql: str) -> list[dict]:
+    columns, rows = run_sql(open_store(db, write=False), sql)
+    return [dict(zip(columns, row)) for row in rows]
+
+
+@pytest.fixture
+def sample(db):
+    return db, sample_store(db)
+
+
+def test_median_and_spread_over_repeats(sample):
+    db, run_id = sample
+    (row,) = query(db, f"SELECT * FROM layer_metric WHERE run_id = {run_id} AND layer_id = 1 AND name = 'duration_ns'")
+    durations = [7.922282e6, 7.924363e6, 7.924203e6]  # conv1 = forma_kernel 0, in the GPU trace
+    assert row["value"] == pytest.approx(statistics.median(durations))
+    assert row["repeats"] == 3 and row["min_value"] == pytest.approx(7.922282e6)
+    assert row["spread_pct"] == pytest.approx(100 * (7.924363 - 7.922282) / 7.924203)
+
+
+def test_stall_breakdown_has_a_row_per_layer_and_phase(sample):
+    db, run_id = sample
+    rows = query(db, f"SELECT * FROM stall_breakdown WHERE run_id = {run_id} ORDER BY layer_id")
+    assert [(r["layer"], r["phase"]) for r in rows] == [(name, "fwd") for name in LAYERS]
+    relu1 = rows[1]  # forma_kernel 1: sync 0 %, exec 17.855091 %, memory 23.316966 %
+    total = 17.855091 + 23.316966
+    assert relu1["stall_long_scoreboard"] == pytest.approx(23.316966 / total)
+    assert relu1["stall_exec_dependency"] == pytest.approx(17.855091 / total)
+    assert relu1["stall_sync"] == 0 and relu1["stall_wait"] is None
+    assert (relu1["first_reason"], relu1["second_reason"]) == ("memory_dependency", "exec_dependency")
+    assert relu1["first_share"] == pytest.approx(23.316966 / total)
+
+
+def test_fp_utilization_and_traffic(sample):
+    db, run_id = sample
+    fp = query(db, f"SELECT * FROM fp_instructions WHERE run_id = {run_id} AND layer = 'conv1'")[0]
+    ops = next(p.ops for p in predict(build("alexnet"), 1, phases="fwd") if p.layer == "conv1")
+    assert fp["flops"] == 673_384_360 and fp["model_ops"] == ops
+    assert fp["flops_per_model_op"] == pytest.approx(673_384_360 / ops)
+    assert fp["flops_per_s"] == pytest.approx(673_384_360 / 7.924203e-3)
+    use = query(db, f"SELECT * FROM utilization WHERE run_id = {run_id} AND layer = 'conv1'")[0]
+    assert use["achieved_occupancy"] == pytest.approx(85.0643)  # nvprof's 0.850643
+    assert use["warp_execution_efficiency"] == pytest.approx(99.819246)
+    traffic = query(db, f"SELECT * FROM memory_traffic WHERE run_id = {run_id} AND layer = 'conv1'")[0]
+    assert traffic["l1_global_load_sectors"] == 19_998_022 and traffic["l1_global_store_sectors"] == 4_209_678
+    assert traffic["dram_bytes_per_s"] is None  # not collected by this sample
+
+
+def test_every_counter_view_answers(sample):
+    db, run_id = sample
+    for view in ("launch_metrics", "layer_summary", "cache_hit_rate", "roofline", "layer_metric_repeat"):
+        assert query(db, f"SELECT * FROM {view} WHERE run_id = {run_id}"), view
+    wide = query(db, f"SELECT * FROM launch_metrics WHERE run_id = {run_id} ORDER BY invocation")
+    assert len(wide) == 12 and wide[0]["flops"] == 673_384_360 and wide[0]["kernel_name"].startswith("__kernel")
+    summary = query(db, f"SELECT * FROM layer_summary WHERE run_id = {run_id} AND layer = 'conv1'")[0]
+    assert summary["duration_ms"] == pytest.approx(7.924203)

@@ -234,3 +234,28 @@ def test_profile_records_its_settings(runner, tmp_path):
     assert info["run"]["dtype_bits"] == 16 and info["run"]["phases"] == "fwd"
     assert {row["phase"] for row in info["layers"]} == {"fwd"}
     assert info["layers"][0]["layer"] == "enc1_conv1_dw"
+
+
+def test_metrics_lists_the_catalog(runner):
+    from tracker.profilers.catalog import CATALOG
+
+    result = runner.invoke(cli, ["metrics", "--format", "json"])
+    rows = json.loads(result.output)
+    assert result.exit_code == 0 and len(rows) == len(CATALOG)
+    stalls = json.loads(runner.invoke(cli, ["metrics", "--family", "stall", "--format", "json"]).output)
+    long_scoreboard = next(r for r in stalls if r["name"] == "stall_long_scoreboard")
+    assert long_scoreboard["nvprof"] == "stall_memory_dependency" and long_scoreboard["category"] == "memory_dependency"
+    one = runner.invoke(cli, ["metrics", "l2_hit_rate", "--format", "csv"])
+    assert "lts__t_sector_hit_rate.pct" in one.output and "l2_tex_hit_rate" in one.output
+
+
+def test_unknown_metric_is_one_line(runner):
+    result = runner.invoke(cli, ["metrics", "l2_hitrate"])
+    assert result.exit_code == 1 and "did you mean l2_hit_rate" in result.output
+
+
+def test_ncu_backend_without_a_gpu_is_one_line(runner, tmp_path):
+    db = tmp_path / "t.db"
+    result = runner.invoke(cli, ["profile", "alexnet", "--backend", "ncu", "--db", str(db)])
+    assert result.exit_code == 1 and "needs an NVIDIA GPU" in result.output and "use --backend events" in result.output
+    assert not db.exists()

@@ -1,4 +1,4 @@
-"""Commands that need no database and no GPU: networks, devices, model."""
+"""Commands that need no database and no GPU: networks, devices, model, metrics."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import click
 from tracker.cli import cli
 from tracker.cli.options import emit, format_option, net_kwargs, network_options
 from tracker.cli.output import cell, to_json
-from tracker.errors import TrackerError
+from tracker.errors import TrackerError, unknown
 from tracker.model import CATALOG, DTYPE_BITS, PHASE_SETS, lookup, memory, predict
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import NETWORKS, build
+from tracker.profilers.catalog import FAMILIES
 
 batch_option = click.option(
     "--batch", "-b", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True,
@@ -172,3 +173,31 @@ def _model_footer(net, batch, gpu, bits, rows, peak) -> None:
                f"(params {cell('bytes', peak.param_bytes)}, activations {cell('bytes', peak.activation_bytes)}; "
                "details: --memory)")
     click.echo("ops: paper 003's convention (multiply-add = 2, bias not counted); each row's rule: --format json")
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--family", type=click.Choice(FAMILIES), help="Only the metrics of this family.")
+@format_option
+def metrics(name, family, fmt):
+    """List the metric catalog: what tracker collects, under which ncu and nvprof names.
+
+    Every counter in a trace database is one of these names (table metric, view launch_metrics);
+    the views roll them up per layer and phase as the rollup column says.
+
+    \b
+    Examples:
+      tracker metrics
+      tracker metrics --family stall
+      tracker metrics l2_hit_rate
+      tracker metrics --format json
+    """
+    from tracker.profilers.catalog import BY_NAME, metric_def_rows
+
+    rows = [r for r in metric_def_rows() if family in (None, r["family"])]
+    if name:
+        if name not in BY_NAME:
+            raise unknown("metric", name, list(BY_NAME))
+        rows = [r for r in rows if r["name"] == name]
+    columns = None if fmt == "json" or name else ("name", "family", "unit", "rollup", "ncu", "nvprof")
+    emit(rows, fmt, columns)

@@ -279,3 +279,35 @@ def test_the_real_report_exports_and_parses():
     text = ncu.export(ncu.find(), DATA / "ncu-report-v100-ncu2020.1-nvtx-dram.ncu-rep")
     launches = ncu_csv.parse(text)
     assert [launch.kernel for launch in launches] == [launch.kernel for launch in ncu_csv.parse(SAMPLE)]
+
+
+def test_collect_runs_ncu_exports_twice_and_joins(tmp_path, monkeypatch):
+    """Pass 2's orchestration with a stand-in ncu that answers with real output: the sm_86 metric
+    listing for --query-metrics and the V100 sample for both exports of the report."""
+    from tracker.gpu.workload import Workload
+    from tracker.profilers.collect import collect
+
+    log = tmp_path / "calls"
+    fake = _stand_in(tmp_path, f"""echo "$@" >> {log}
+case "$*" in
+  *--version*) echo 'Version 2025.3.1.0 (build 1)';;
+  *--query-metrics*) cat {DATA / "ncu-query-metrics-rtx3080-sm86.txt"};;
+  *--import*) cat {DATA / "ncu-details-v100-ncu2020.1-nvtx-dram.csv"};;
+  *) for a in "$@"; do [ "$prev" = --export ] && echo rep > "$a"; prev=$a; done;;
+esac
+""")
+    monkeypatch.setenv("TRACKER_NCU", fake)
+    profiled = ncu_csv.parse(SAMPLE)
+    launches = [dict(invocation=i, kernel_name=kernel_base(p.kernel), range=p.kernel) for i, p in enumerate(profiled)]
+    lines = []
+    kept = tmp_path / "kept.ncu-rep"
+    counters = collect(Workload("alexnet", batch=2), launches, 9.0, ncu.Settings(), lines.append, str(kept))
+    assert kept.read_text() == "rep\n"
+    assert counters.run_fields == dict(ncu_version="2025.3.1.0", ncu_replay_mode="kernel", ncu_cache_control="all",
+                                       ncu_clock_control="base")
+    assert "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio" in counters.skipped  # not on sm_86
+    assert {r["name"] for r in counters.rows} == {"cycles_elapsed", "sm_clock_hz"}
+    calls = log.read_text().splitlines()
+    profile_call = next(c for c in calls if "--export" in c)
+    assert "-m tracker.gpu.workload" in profile_call and "gmma" not in profile_call
+    assert sum("--import" in c for c in calls) == 2 and any("--print-nvtx-rename kernel" in c for c in calls)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine (the device tool): verify every kernel variant against the
 # reference and record it, profile AlexNet at batch 128 with the events backend, run the `gpu`
-# tests, the kernel benchmark (benchmarks/RESULTS.md), and compute-sanitizer (memcheck,
-# racecheck) over a selftest of every variant.
+# tests, the kernel benchmark (benchmarks/RESULTS.md), compute-sanitizer (memcheck, racecheck)
+# over a selftest of every variant; then pass 2 (issue 5): ncu's metric listing for this GPU,
+# the batch-16 fixture database and its report, and the wall time of the ncu backend against
+# `ncu --set full` on the same workload. Pass 2 is skipped with TRACKER_SKIP_NCU=1.
 # Everything lands in $OUT. NOT YET RUN ON A GPU: the first session with one runs it.
 #
 # The device machine has CuPy, NumPy, pandas and click but no SQLAlchemy: carry it as wheels
@@ -34,4 +36,26 @@ for tool in memcheck racecheck; do
     compute-sanitizer --tool "$tool" --print-limit 20 python3 -m tracker selftest --batch 1 --l1 ca \
         > "$out/sanitizer-$tool.log" 2>&1
     echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -n 1)"
+done
+
+[ -n "${TRACKER_SKIP_NCU:-}" ] && exit 0
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | tr 'A-Z ' 'a-z-')
+ncu --query-metrics > "$out/ncu-query-metrics-$gpu.txt" 2>&1
+echo "query-metrics: $(wc -l < "$out/ncu-query-metrics-$gpu.txt") lines"
+tracker profile alexnet --batch 16 --backend ncu --repeat 1 --db "$out/alexnet-b16-$gpu.db" \
+    --ncu-report "$out/alexnet-b16-$gpu.ncu-rep" 2>&1 | tee "$out/profile-ncu-b16.log"
+for page in raw details; do
+    ncu --import "$out/alexnet-b16-$gpu.ncu-rep" --csv --page "$page" --print-units base > "$out/ncu-$page-alexnet-b16-$gpu.csv"
+done
+tracker sql "SELECT * FROM stall_breakdown" --db "$out/alexnet-b16-$gpu.db" --format csv > "$out/stalls-b16.csv"
+start=$(date +%s.%N)
+tracker profile alexnet --batch 128 --backend ncu --repeat 1 --db "$out/alexnet-b128-ncu.db" 2>&1 | tail -n 5 | tee "$out/profile-ncu-b128.log"
+echo "tracker ncu backend, batch 128: $(echo "$(date +%s.%N) - $start" | bc) s" | tee "$out/wall.txt"
+spec=$(python3 -c 'from tracker.gpu.workload import Workload; print(Workload("alexnet", batch=128).to_json())')
+start=$(date +%s.%N)
+ncu --set full --profile-from-start off --target-processes all -f -o "$out/full-b128" python3 -m tracker.gpu.workload "$spec" > "$out/ncu-full.log" 2>&1
+echo "ncu --set full, batch 128: $(echo "$(date +%s.%N) - $start" | bc) s" | tee -a "$out/wall.txt"
+rm -f "$out/full-b128.ncu-rep"  # large; the wall time is what we keep
+for view in stall_breakdown cache_hit_rate; do
+    tracker sql "SELECT * FROM $view WHERE phase != 'fwd'" --db "$out/alexnet-b128-ncu.db" --format csv > "$out/$view-b128.csv"
 done

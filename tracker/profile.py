@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tracker.errors import BackendUnavailable, UnknownName
+from tracker.gpu.workload import Workload
 from tracker.model import Device, Memory, Prediction, lookup, memory, predict
 from tracker.nets import Network
 
@@ -87,6 +88,7 @@ def profile(
     dtype_bits: int = 32,
     repeat: int = 5,
     warmup: int = 1,
+    ncu_report: str | None = None,
     echo: Callable[[str], None] = lambda line: None,
 ) -> Profile:
     """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored.
@@ -114,24 +116,24 @@ def profile(
             predictions = predict(net, batch, device, dtype_bits, phases)
             run.add_layers(net, predictions)
         else:
-            chosen, reason, predictions = _measure(run, chosen, reason, net, batch, variants or {}, phases,
-                                                   l1_bypass, repeat, warmup, device, dtype_bits, echo)
+            workload = Workload(net.name, net.options, batch, variants or {}, phases, l1_bypass, repeat, warmup)
+            chosen, reason, predictions = _measure(run, chosen, reason, net, workload, device, dtype_bits,
+                                                   ncu_report, echo)
     store.dispose()
     return Profile(run.run_id, store.where, chosen, reason, predictions, peak)
 
 
-def _measure(run, backend, reason, net, batch, variants, phases, l1_bypass, repeat, warmup, device, dtype_bits,
-             echo):
+def _measure(run, backend: str, reason: str, net: Network, w: Workload, device: Device | None, dtype_bits: int,
+             ncu_report: str | None, echo: Callable[[str], None]) -> tuple[str, str, list[Prediction]]:
     """Pass 1 (events), then pass 2 (ncu) if asked for; store both. Returns (backend, reason, predictions)."""
     from tracker.gpu.runner import profile_events
 
-    measured = profile_events(net, batch, variants, phases, l1_bypass, repeat, warmup, echo)
+    measured = profile_events(net, w.batch, w.variants, w.phases, w.l1_bypass, w.repeat, w.warmup, echo)
     device = device or _catalog_device(measured.device["device_name"])
-    predictions = predict(net, batch, device, dtype_bits, phases)
+    predictions = predict(net, w.batch, device, dtype_bits, w.phases)
     counters = None
     if backend == "ncu":
-        counters, backend, reason = _pass2(net, batch, variants, phases, l1_bypass, repeat, warmup, measured,
-                                          reason, echo)
+        counters, backend, reason = _pass2(net, w, measured, reason, ncu_report, echo)
     run.update(**measured.device, measured_peak_bytes=measured.peak_bytes, backend=backend, backend_reason=reason,
                **(counters.run_fields if counters else {}))
     echo(f"storing {len(net.layers)} layers, {len(predictions)} predictions, {len(measured.launches)} launches")
@@ -143,18 +145,17 @@ def _measure(run, backend, reason, net, batch, variants, phases, l1_bypass, repe
     return backend, reason, predictions
 
 
-def _pass2(net, batch, variants, phases, l1_bypass, repeat, warmup, measured, reason, echo):
+def _pass2(net: Network, workload: Workload, measured, reason: str, ncu_report: str | None, echo):
     """(Counters or None, backend, reason): ncu's counters; under --backend auto a GPU whose counters
     are restricted falls back to events, saying why."""
-    from tracker.gpu.workload import Workload
     from tracker.profilers.collect import collect
     from tracker.profilers.ncu import Settings
 
     names = {layer.id: layer.name for layer in net.layers}
     launches = [dict(row, range=f"{names[row['layer_id']]}/{row['phase']}") for row in measured.launches]
-    workload = Workload(net.name, net.options, batch, variants, phases, l1_bypass, repeat, warmup)
+    cc = float(measured.device["compute_capability"])
     try:
-        counters = collect(workload, launches, float(measured.device["compute_capability"]), Settings(), echo)
+        counters = collect(workload, launches, cc, Settings(), echo, keep_report=ncu_report)
     except BackendUnavailable as exc:
         if not reason.startswith("asked for"):
             echo(f"falling back to events: {exc}")

@@ -31,12 +31,14 @@ from tracker.variants import parse_variants
               help="Measured iterations (GPU backends); every launch is timed in each.")
 @click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True,
               help="Unmeasured iterations first (the first one compiles the kernels).")
+@click.option("--ncu-report", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
+              help="Keep Nsight Compute's report (.ncu-rep) of pass 2 here, to open in ncu-ui (backend ncu).")
 @device_option
 @dtype_option
 @network_options
 @format_option
-def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, warmup, device, dtype_bits, fmt,
-            **kwargs):
+def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, warmup, ncu_report, device, dtype_bits,
+            fmt, **kwargs):
     """Profile a network forward and backward, layer by layer, into the trace database.
 
     Chooses the backend (ncu, events or model) from what this machine has and says which and
@@ -46,6 +48,7 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
     Examples:
       tracker profile alexnet --batch 128
       tracker profile alexnet --batch 64 --device h100 --db runs.db
+      tracker profile alexnet --batch 16 --backend ncu --repeat 3 --ncu-report alexnet.ncu-rep
       tracker profile unet2d --batch 16 --conv-type separable --backend model
     """
     net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
@@ -54,7 +57,7 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = run_profile(db, net, batch, backend=backend, phases=phases, variants=variants,
                          l1_bypass=l1_bypass, device=gpu, dtype_bits=int(dtype_bits), repeat=repeat,
-                         warmup=warmup, echo=say)
+                         warmup=warmup, ncu_report=ncu_report, echo=say)
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)
     summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,

@@ -6,6 +6,7 @@ anything is stored when a step fails (see ``join`` for the checks).
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,9 @@ def usable_ncu() -> tuple[str, str]:
 
 
 def collect(workload: Workload, launches: list[dict], compute_capability: float, settings: ncu.Settings,
-            echo: Callable[[str], None]) -> Counters:
-    """Counters for every launch of pass 1 (``launches``, each with ``range`` = layer/phase)."""
+            echo: Callable[[str], None], keep_report: str | None = None) -> Counters:
+    """Counters for every launch of pass 1 (``launches``, each with ``range`` = layer/phase);
+    ``keep_report``: where to keep ncu's report."""
     path, version = usable_ncu()
     wanted = catalog.ncu_metrics(compute_capability)
     known = ncu.available_metrics(path)
@@ -49,6 +51,9 @@ def collect(workload: Workload, launches: list[dict], compute_capability: float,
         ncu.run(ncu.command(path, metrics, report, workload.program(), settings), report, len(launches), echo)
         profiled = ncu_csv.parse(ncu.export(path, report), "the ncu report's raw page")
         named = ncu_csv.parse(ncu.export(path, report, nvtx_names=True), "the ncu report's NVTX names")
+        if keep_report:
+            shutil.copyfile(report, keep_report)
+            echo(f"ncu report kept at {keep_report}")
     rows = join(launches, profiled, [launch.kernel for launch in named])
     fields = dict(ncu_version=version, ncu_replay_mode=settings.replay_mode,
                   ncu_cache_control=settings.cache_control, ncu_clock_control=settings.clock_control)

@@ -311,3 +311,39 @@ esac
     profile_call = next(c for c in calls if "--export" in c)
     assert "-m tracker.gpu.workload" in profile_call and "gmma" not in profile_call
     assert sum("--import" in c for c in calls) == 2 and any("--print-nvtx-rename kernel" in c for c in calls)
+
+
+def test_a_failed_join_marks_the_run_and_stores_no_launch(tmp_path, monkeypatch):
+    """The ncu path of `tracker profile` with both passes stood in (pass 1 needs a GPU): the
+    run's row exists from the start, the join's failure marks it failed with the reason, and
+    neither launches nor counters are stored."""
+    import tracker.gpu.runner
+    import tracker.profile
+    import tracker.profilers.collect
+    from tracker.gpu.runner import Measured
+    from tracker.nets import build
+    from tracker.profile import profile
+    from tracker.store import open_store, run_sql
+
+    row = dict(invocation=0, layer_id=1, phase="fwd", repeat=0, kernel_name="conv2d_fwd_shared", variant="shared",
+               l1_policy="ca", grid_x=1, grid_y=1, grid_z=1, block_x=256, block_y=1, block_z=1, shared_bytes=0,
+               registers=32, time_ms=1.0)
+    device = dict(device_name="stand-in", compute_capability="9.0", sm_count=132)
+    seen = {}
+
+    def collect(workload, launches, cc, settings, echo, keep_report=None):
+        seen.update(launches=launches, cc=cc)
+        raise JoinError("invocation 0 (conv1/fwd, conv2d_fwd_shared): pass 2 profiled kernel 'relu_fwd' there")
+
+    monkeypatch.setattr(tracker.profile, "choose_backend", lambda requested: ("ncu", "asked for with --backend ncu"))
+    monkeypatch.setattr(tracker.gpu.runner, "profile_events", lambda *args: Measured([row], device, 0, [1.0]))
+    monkeypatch.setattr(tracker.profilers.collect, "collect", collect)
+    db = str(tmp_path / "t.db")
+    with pytest.raises(JoinError):
+        profile(db, build("alexnet"), 2, backend="ncu", repeat=1)
+    assert seen["launches"][0]["range"] == "conv1/fwd" and seen["cc"] == 9.0
+    store = open_store(db, write=False)
+    (status, error), = run_sql(store, "SELECT status, error FROM run")[1]
+    assert status == "failed" and "invocation 0 (conv1/fwd" in error
+    assert run_sql(store, "SELECT COUNT(*) FROM launch")[1] == [(0,)]
+    assert run_sql(store, "SELECT COUNT(*) FROM metric")[1] == [(0,)]

@@ -43,8 +43,7 @@ def sample_store(db: str) -> int:
                    l1_bypass=False, backend="nvprof", backend_reason=LABEL, repeat=3,
                    device_name="Tesla K20c") as run:
         run.add_layers(net, predict(net, 1, phases="fwd"))
-        run.add_launches(launches)
-        run.add_metrics(metrics)
+        run.add_launches(launches, metrics)
     store.dispose()
     return run.run_id
 

@@ -138,10 +138,9 @@ def _measure(run, backend: str, reason: str, net: Network, w: Workload, device: 
                **(counters.run_fields if counters else {}))
     echo(f"storing {len(net.layers)} layers, {len(predictions)} predictions, {len(measured.launches)} launches")
     run.add_layers(net, predictions)
-    run.add_launches(measured.launches)
     if counters:
         echo(f"storing {len(counters.rows)} counter values")
-        run.add_metrics(counters.rows)
+    run.add_launches(measured.launches, counters.rows if counters else [])
     return backend, reason, predictions
 
 

@@ -88,15 +88,14 @@ class RunWriter:
                 for p in predictions
             )
 
-    def add_launches(self, rows: list[dict]) -> None:
-        """The launch log of pass 1, in invocation order, in one transaction."""
+    def add_launches(self, rows: list[dict], metrics: list[dict] = ()) -> None:
+        """The launch log of pass 1, in invocation order, and pass 2's counters on it as
+        (invocation, name, value) rows: one transaction, so a run never holds half a join."""
         with self.store.session() as session:
             session.add_all(Launch(run_id=self.run_id, **row) for row in rows)
-
-    def add_metrics(self, rows: list[dict]) -> None:
-        """Counters of pass 2 as (invocation, name, value) rows, in one transaction: all or none."""
-        with self.store.session() as session:
-            session.execute(insert(Metric), [dict(run_id=self.run_id, **row) for row in rows])
+            if metrics:
+                session.flush()  # launches before the metrics that reference them
+                session.execute(insert(Metric), [dict(run_id=self.run_id, **row) for row in metrics])
 
     def update(self, **fields) -> None:
         """Set run fields learned while running (device, versions, peak memory, ...)."""

@@ -76,6 +76,8 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
     if result.backend == "model" and (variants or l1_bypass):
         click.echo("  --variant and --l1-bypass are recorded on the run; "
                    "the model's compulsory bytes do not depend on them")
+    if ncu_report and result.backend != "ncu":
+        click.echo(f"  --ncu-report ignored: the {result.backend} backend runs no Nsight Compute")
     click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}")
 
 

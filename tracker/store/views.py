@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracker.profilers.catalog import CATALOG, STALLS
+from tracker.profilers.catalog import BY_NAME, CATALOG, STALLS
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,11 @@ class View:
 
 
 def _pivot(names, source: str = "s") -> str:
-    """One column per metric name, from a narrow (name, value) source."""
+    """One column per metric name, from a narrow (name, value) source. A name outside the catalog
+    would only ever be NULL, so it stops the import instead."""
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise ValueError(f"views name metrics the catalog does not have: {unknown}")
     return ",\n".join(f"       MAX(CASE WHEN {source}.name = '{n}' THEN {source}.value END) AS {n}" for n in names)
 
 

@@ -1,6 +1,26 @@
--- tracker trace store, schema v2: tables
+-- tracker trace store, schema v3: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
+
+-- A set of runs recorded together to answer one question (l1-bypass, fusion, variants, batch).
+--   kind: l1-bypass, fusion, variants or batch
+--   status: running, complete, failed or interrupted
+--   settings: batch(es), backend, repeat, warmup, device
+CREATE TABLE experiment (
+    id INTEGER NOT NULL,
+    kind VARCHAR NOT NULL,
+    status VARCHAR NOT NULL,
+    network VARCHAR NOT NULL,
+    network_options JSON NOT NULL,
+    settings JSON NOT NULL,
+    command_line VARCHAR NOT NULL,
+    tracker_version VARCHAR NOT NULL,
+    started_at DATETIME NOT NULL,
+    finished_at DATETIME,
+    error TEXT,
+    PRIMARY KEY (id),
+    CONSTRAINT experiment_status CHECK (status IN ('running', 'complete', 'failed', 'interrupted'))
+);
 
 -- What a metric name means, from the catalog (tracker/profilers/catalog.py): unit, meaning,
 --     how it rolls up over launches, and the ncu and nvprof names it is collected as.
@@ -75,6 +95,23 @@ CREATE TABLE schema_info (
     tracker_version VARCHAR NOT NULL,
     created_at DATETIME NOT NULL,
     PRIMARY KEY (version)
+);
+
+-- One run of an experiment: its arm, the comparison it belongs to, and whether it is that
+--     comparison's baseline (every other run of the comparison is measured against it).
+--   position: order in which the arms ran, from 0
+--   arm: what this run varies, e.g. 'shared cg', 'fused', 'batch 64'
+--   comparison: the runs compared with each other (e.g. one variant's ca and cg)
+CREATE TABLE experiment_run (
+    experiment_id INTEGER NOT NULL,
+    run_id INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    arm VARCHAR NOT NULL,
+    comparison VARCHAR NOT NULL,
+    baseline BOOLEAN NOT NULL,
+    PRIMARY KEY (experiment_id, run_id),
+    FOREIGN KEY(experiment_id) REFERENCES experiment (id) ON DELETE CASCADE,
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
 );
 
 -- A layer of the run's network with its resolved shapes (per sample) and parameter count.

@@ -1,4 +1,4 @@
--- tracker trace store, schema v2: views
+-- tracker trace store, schema v3: views
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 
@@ -9,6 +9,13 @@ SELECT run_id, layer_id, phase,
        SUM(time_ms) / COUNT(DISTINCT repeat) AS measured_ms
 FROM launch
 GROUP BY run_id, layer_id, phase;
+
+-- Measured time per run, layer, phase and measured iteration: the event time of the phase's launches in that iteration (the median and spread over iterations are taken from this).
+CREATE VIEW layer_time_repeat AS
+SELECT run_id, layer_id, phase, repeat, COUNT(*) AS launches, SUM(time_ms) AS measured_ms
+FROM launch
+WHERE time_ms IS NOT NULL
+GROUP BY run_id, layer_id, phase, repeat;
 
 -- One row per run, layer and phase: the model's prediction beside the measurement. achieved_gflops = model ops / measured time.
 CREATE VIEW layer_phase AS

@@ -76,6 +76,6 @@ def main() -> None:
     cli.main()
 
 
-from tracker.cli import catalog, gpu, trace  # noqa: E402  (commands register themselves on cli)
+from tracker.cli import catalog, gpu, study, trace  # noqa: E402  (commands register themselves on cli)
 
-__all__ = ["catalog", "cli", "gpu", "main", "trace"]
+__all__ = ["catalog", "cli", "gpu", "main", "study", "trace"]

@@ -163,3 +163,24 @@ def sql(statement, db, fmt):
 
     columns, rows = run_sql(open_store(db, write=False), statement)
     emit([dict(zip(columns, row)) for row in rows], fmt, columns)
+
+
+@cli.command()
+@db_option
+def upgrade(db):
+    """Bring a trace database to this tracker's schema, keeping every run.
+
+    Opening a database to write (tracker profile, tracker experiment) upgrades it too; reading
+    commands refuse an older schema rather than change the file.
+    """
+    from pathlib import Path
+
+    from tracker.errors import StoreError
+    from tracker.store import SCHEMA_VERSION, open_store, resolve
+
+    target = resolve(db)
+    if "://" not in target and not Path(target).exists():
+        raise StoreError(f"no trace database at {Path(target).absolute()}")
+    store = open_store(target, write=True)
+    store.dispose()
+    click.echo(f"{store.where}: trace schema v{SCHEMA_VERSION}")

@@ -4,6 +4,7 @@ Importing this package imports SQLAlchemy; the CLI does so only in commands that
 """
 
 from tracker.store.db import DEFAULT_DB, Store, open_store, resolve
+from tracker.store.experiments import experiment_dict, find_experiment, recording_experiment
 from tracker.store.queries import (
     find_run,
     launch_rows,
@@ -17,6 +18,7 @@ from tracker.store.runs import RunWriter, effective_status, recording
 from tracker.store.schema import SCHEMA_VERSION
 
 __all__ = [
-    "DEFAULT_DB", "SCHEMA_VERSION", "RunWriter", "Store", "effective_status", "find_run", "launch_rows",
-    "layer_rows", "list_runs", "metric_rows", "open_store", "recording", "resolve", "run_dict", "run_sql",
+    "DEFAULT_DB", "SCHEMA_VERSION", "RunWriter", "Store", "effective_status", "experiment_dict",
+    "find_experiment", "find_run", "launch_rows", "layer_rows", "list_runs", "metric_rows", "open_store",
+    "recording", "recording_experiment", "resolve", "run_dict", "run_sql",
 ]

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session
@@ -33,6 +33,7 @@ from tracker.store.views import VIEWS
 
 DEFAULT_DB = "trace.db"
 BUSY_TIMEOUT_S = 60
+MIGRATABLE_FROM = 2  # schema versions from which _migrate reaches the current one
 _PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
 
 
@@ -167,6 +168,12 @@ def _prepare(store: Store) -> None:
             conn.rollback()
             if state == "empty" and store.writable:
                 _create_schema(conn, store.where)
+            elif state == "older" and store.writable:
+                _migrate(conn, store.where)
+            elif state == "older":
+                raise StoreError(f"{store.where} has an older trace schema than this tracker's "
+                                 f"v{SCHEMA_VERSION}: `tracker upgrade --db {store.where}` adds what is new "
+                                 "and keeps every run")
     except DBAPIError as exc:
         store.dispose()
         raise StoreError(f"cannot open {store.where}: {_first_line(exc.orig or exc)}") from None
@@ -186,10 +193,10 @@ def _check_schema(conn: Connection, where: str) -> str:
     if version is None or version > SCHEMA_VERSION:
         raise StoreError(f"{where} has trace schema v{version}, newer than this tracker's v{SCHEMA_VERSION}: "
                          "upgrade tracker to read it")
-    if version < SCHEMA_VERSION:
+    if version < MIGRATABLE_FROM:
         raise StoreError(f"{where} has trace schema v{version}, older than this tracker's v{SCHEMA_VERSION}, "
-                         "and no migration exists yet")
-    return "current"
+                         "and no migration exists from it")
+    return "current" if version == SCHEMA_VERSION else "older"
 
 
 def _create_schema(conn: Connection, where: str) -> None:
@@ -204,6 +211,23 @@ def _create_schema(conn: Connection, where: str) -> None:
         conn.execute(MetricDef.__table__.insert(), metric_def_rows())
         conn.execute(SchemaInfo.__table__.insert().values(
             version=SCHEMA_VERSION, tracker_version=__version__, created_at=datetime.now(timezone.utc)))
+
+
+def _migrate(conn: Connection, where: str) -> None:
+    """v2 -> v3 added tables (experiment, experiment_run) and a view (layer_time_repeat): create them.
+    Any write opening migrates (``tracker upgrade`` is one); a read-only one refuses an older file."""
+    with conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(text(f"SELECT pg_advisory_xact_lock({_PG_SCHEMA_LOCK})"))
+        if _check_schema(conn, where) == "current":
+            return
+        Base.metadata.create_all(conn)  # creates only the missing tables
+        cascade = " CASCADE" if conn.dialect.name == "postgresql" else ""
+        for view in reversed(VIEWS):  # views hold no data: recreate them all, as this version defines them
+            conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view.name}{cascade}")
+        for view in VIEWS:
+            conn.exec_driver_sql(view.create())
+        conn.execute(update(SchemaInfo).values(version=SCHEMA_VERSION))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -129,22 +129,28 @@ def recording(store: Store, **fields) -> Iterator[RunWriter]:
               started_at=_now(), **fields)
     with store.session() as session:
         session.add(run)
-    writer = RunWriter(store, run.id)
+    with marking(store, Run, run.id):
+        yield RunWriter(store, run.id)
+
+
+@contextmanager
+def marking(store: Store, table, row_id: int) -> Iterator[None]:
+    """Mark the row ``row_id`` of ``table`` (Run or Experiment) complete, failed (with the error) or
+    interrupted (Ctrl-C, SIGTERM) by how the block ends."""
     with _on_sigterm(_raise_interrupted):
         try:
-            yield writer
+            yield
         except KeyboardInterrupt:
-            _finish(store, run.id, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
+            _finish(store, table, row_id, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
             raise
         except BaseException as exc:
-            _finish(store, run.id, "failed", f"{type(exc).__name__}: {exc}")
+            _finish(store, table, row_id, "failed", f"{type(exc).__name__}: {exc}")
             raise
-        _finish(store, run.id, "complete", None)
+        _finish(store, table, row_id, "complete", None)
 
 
-def _finish(store: Store, run_id: int, status: str, error: str | None) -> None:
-    with _on_sigterm(signal.SIG_IGN):  # a second SIGTERM must not stop the run being marked
+def _finish(store: Store, table, row_id: int, status: str, error: str | None) -> None:
+    with _on_sigterm(signal.SIG_IGN):  # a second SIGTERM must not stop the row being marked
         with store.session() as session:
-            session.execute(update(Run).where(Run.id == run_id).values(status=status, error=error,
-                                                                        finished_at=_now()))
-
+            session.execute(update(table).where(table.id == row_id).values(status=status, error=error,
+                                                                         finished_at=_now()))

@@ -3,7 +3,9 @@
 Keys (DESIGN.md): a run has layers (run_id, layer_id); the model's predictions are per layer and
 phase (run_id, layer_id, phase); every kernel launch is (run_id, invocation) in launch order and
 names its layer and phase; metrics are narrow (run_id, invocation, name) -> value so that new
-counters need no migration, and ``metric_def`` says what each name means.
+counters need no migration, and ``metric_def`` says what each name means. An experiment is a set
+of runs recorded together (``experiment_run``: each run's arm, the comparison it belongs to, and
+whether it is that comparison's baseline).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 STATUSES = ("running", "complete", "failed", "interrupted")
 PHASES = ("fwd", "bwd_data", "bwd_weight")
@@ -194,3 +196,36 @@ class Metric(Base):
     invocation: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     name: Mapped[str] = mapped_column(ForeignKey("metric_def.name"), primary_key=True)
     value: Mapped[float | None] = mapped_column(Float)
+
+
+class Experiment(Base):
+    """A set of runs recorded together to answer one question (l1-bypass, fusion, variants, batch)."""
+
+    __tablename__ = "experiment"
+    __table_args__ = (CheckConstraint(_in("status", STATUSES), name="experiment_status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(doc="l1-bypass, fusion, variants or batch")
+    status: Mapped[str] = mapped_column(doc="running, complete, failed or interrupted")
+    network: Mapped[str]
+    network_options: Mapped[dict[str, Any]]
+    settings: Mapped[dict[str, Any]] = mapped_column(doc="batch(es), backend, repeat, warmup, device")
+    command_line: Mapped[str]
+    tracker_version: Mapped[str]
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class ExperimentRun(Base):
+    """One run of an experiment: its arm, the comparison it belongs to, and whether it is that
+    comparison's baseline (every other run of the comparison is measured against it)."""
+
+    __tablename__ = "experiment_run"
+
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(doc="order in which the arms ran, from 0")
+    arm: Mapped[str] = mapped_column(doc="what this run varies, e.g. 'shared cg', 'fused', 'batch 64'")
+    comparison: Mapped[str] = mapped_column(doc="the runs compared with each other (e.g. one variant's ca and cg)")
+    baseline: Mapped[bool]

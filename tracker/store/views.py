@@ -249,6 +249,17 @@ GROUP BY run_id, layer_id, phase
 """,
     ),
     View(
+        "layer_time_repeat",
+        "Measured time per run, layer, phase and measured iteration: the event time of the phase's "
+        "launches in that iteration (the median and spread over iterations are taken from this).",
+        """
+SELECT run_id, layer_id, phase, repeat, COUNT(*) AS launches, SUM(time_ms) AS measured_ms
+FROM launch
+WHERE time_ms IS NOT NULL
+GROUP BY run_id, layer_id, phase, repeat
+""",
+    ),
+    View(
         "layer_phase",
         "One row per run, layer and phase: the model's prediction beside the measurement. "
         "achieved_gflops = model ops / measured time.",

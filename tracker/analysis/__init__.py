@@ -1,0 +1,54 @@
+"""Analyses: pandas DataFrames from the trace store's views, one module per question.
+
+    runtime        time per layer and phase (median, spread), beside the model's prediction
+    stalls         stall breakdown and what bounds each layer (compute, memory, latency)
+    caches         L1/TEX and L2 hit rates
+    traffic        requests, bytes and throughput per memory level
+    fp             FP32 instruction counts and FLOPs
+    utilization    occupancy, IPC, pipe and per-level utilization
+    roofline       hierarchical roofline points (L1, L2, DRAM) against the device's peaks
+    reconcile      model FLOPs and bytes against the measured ones, as ratios; peak memory
+    speedup        one run against another, per layer and phase, with noise marked
+    experiments    an experiment's runs and their speedups
+
+Every function takes an open store (``tracker.store.open_store``) and a run id; the views are the
+only SQL (``view``), so a notebook and ``tracker report`` see the same numbers as ``tracker sql``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from sqlalchemy import text
+
+from tracker.store import Store
+
+PHASE_ORDER = {"fwd": 0, "bwd_data": 1, "bwd_weight": 2}
+
+
+def view(store: Store, name: str, run_id: int | None = None) -> pd.DataFrame:
+    """A view (or table) as a DataFrame, for one run or all, in layer and phase order."""
+    where = "" if run_id is None else " WHERE run_id = :run"
+    with store.connect() as conn:
+        frame = pd.read_sql(text(f"SELECT * FROM {name}{where}"), conn, params={"run": run_id})
+    return in_layer_order(frame)
+
+
+def in_layer_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows by run, layer ID and phase (fwd, bwd_data, bwd_weight), as the network runs them forward."""
+    keys = [k for k in ("run_id", "layer_id") if k in frame.columns]
+    if "phase" in frame.columns:
+        frame = frame.assign(_phase=frame["phase"].map(PHASE_ORDER))
+        keys.append("_phase")
+    if keys:
+        frame = frame.sort_values(keys, kind="stable").reset_index(drop=True)
+    return frame.drop(columns="_phase", errors="ignore")
+
+
+def label(frame: pd.DataFrame) -> pd.Series:
+    """'conv2 bwd_weight': how figures and findings name a layer phase."""
+    return frame["layer"] + " " + frame["phase"]
+
+
+def has_counters(frame: pd.DataFrame, *columns: str) -> bool:
+    """Whether a view answered with any value in ``columns`` (a run without ncu counters has none)."""
+    return not frame.empty and any(frame[c].notna().any() for c in columns if c in frame.columns)

@@ -1,0 +1,127 @@
+"""An experiment's results: its runs, each arm's speedup over its comparison's baseline per layer,
+phase and iteration, fusion per fused pair with the DRAM bytes it saved, and batch scaling."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+from sqlalchemy import text
+
+from tracker.analysis import in_layer_order, view
+from tracker.analysis.runtime import runtime
+from tracker.analysis.speedup import compare, compare_iterations
+from tracker.store import Store
+
+
+def runs(store: Store, experiment_id: int) -> pd.DataFrame:
+    """The experiment's runs in the order they ran: arm, comparison, baseline, and run settings."""
+    with store.connect() as conn:
+        return pd.read_sql(text(
+            "SELECT e.experiment_id, e.position, e.arm, e.comparison, e.baseline, r.id AS run_id, r.status, "
+            "r.batch, r.l1_bypass, r.variants, r.backend, r.device_name FROM experiment_run e "
+            "JOIN run r ON r.id = e.run_id WHERE e.experiment_id = :e ORDER BY e.position"), conn,
+            params={"e": experiment_id})
+
+
+def _pairs(store: Store, experiment_id: int):
+    """(baseline row, other row) for every non-baseline run of each comparison."""
+    table = runs(store, experiment_id)
+    for _, group in table.groupby("comparison", sort=False):
+        base = group[group["baseline"].astype(bool)]
+        if base.empty:
+            continue
+        for _, other in group[~group["baseline"].astype(bool)].iterrows():
+            yield base.iloc[0], other
+
+
+def speedups(store: Store, experiment_id: int) -> pd.DataFrame:
+    """Per comparison and arm: every layer phase's speedup over the baseline, plus an 'iteration' row
+    per arm (the whole fwd+bwd), with spreads and noise marked (tracker/analysis/speedup.py)."""
+    frames = []
+    for base, other in _pairs(store, experiment_id):
+        per_layer = compare(store, int(base.run_id), int(other.run_id))
+        total = pd.DataFrame([compare_iterations(store, int(base.run_id), int(other.run_id))])
+        frame = pd.concat([per_layer, total], ignore_index=True)
+        frame.insert(0, "arm", other.arm)
+        frame.insert(0, "baseline_arm", base.arm)
+        frame.insert(0, "comparison", base.comparison)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def fused_pairs(store: Store, experiment_id: int) -> pd.DataFrame:
+    """Fusion per conv/fc + ReLU pair and phase: separate_ms (both layers) against fused_ms (the fused
+    kernel; its ReLU launches nothing), speedup, noise, and the DRAM bytes fusion saved against the
+    model's compulsory bytes of the ReLU removed (measured only with counters)."""
+    frames = []
+    for base, other in _pairs(store, experiment_id):
+        sep, fused = runtime(store, int(base.run_id)), runtime(store, int(other.run_id))
+        layers = view(store, "layer", int(base.run_id))
+        gone = fused[(fused["kind"] == "relu") & (fused["launches"] == 0)]
+        feeds = layers.set_index("name")["inputs"].map(_first_input)
+        for _, relu in gone.iterrows():
+            frames.append(_pair(store, int(base.run_id), int(other.run_id), feeds[relu.layer], relu, sep))
+    return in_layer_order(pd.DataFrame(frames)) if frames else pd.DataFrame()
+
+
+def _first_input(inputs) -> str:
+    return (json.loads(inputs) if isinstance(inputs, str) else inputs)[0]
+
+
+def _pair(store: Store, run_sep: int, run_fused: int, producer: str, relu, sep: pd.DataFrame) -> dict:
+    """One fused pair in one phase (the ReLU's phase: its fwd folds into the producer's fwd, its
+    bwd_data into the producer's bwd_data)."""
+    names, phase = (producer, relu.layer), relu.phase
+    a, b = (_pair_times(store, run, names, phase) for run in (run_sep, run_fused))
+    judged = len(a) > 1 and len(b) > 1
+    separate, fused = (float(t.median()) if len(t) else None for t in (a, b))
+    dram = [_dram(store, run, names, phase) for run in (run_sep, run_fused)]
+    return {"layer_id": int(sep.loc[sep.layer == producer, "layer_id"].iloc[0]), "layer": producer,
+            "relu": relu.layer, "phase": phase, "separate_ms": separate, "fused_ms": fused,
+            "speedup": separate / fused if separate and fused else None,
+            "noise": bool(a.min() <= b.max() and b.min() <= a.max()) if judged else None,
+            "dram_bytes_saved": dram[0] - dram[1] if None not in dram else None,
+            "model_relu_bytes": int(sep.loc[(sep.layer == relu.layer) & (sep.phase == phase), "bytes"].iloc[0])}
+
+
+def _pair_times(store: Store, run_id: int, names, phase: str) -> pd.Series:
+    """The pair's summed time per measured iteration."""
+    times = view(store, "layer_time_repeat", run_id).merge(view(store, "layer", run_id)[["layer_id", "name"]],
+                                                           on="layer_id")
+    return times[times["name"].isin(names) & (times["phase"] == phase)].groupby("repeat")["measured_ms"].sum()
+
+
+def _dram(store: Store, run_id: int, names, phase: str) -> float | None:
+    t = view(store, "memory_traffic", run_id)
+    rows = t[t["layer"].isin(names) & (t["phase"] == phase)]
+    total = (rows["dram_read_bytes"] + rows["dram_write_bytes"]).sum(min_count=1)
+    return None if rows.empty or pd.isna(total) else float(total)
+
+
+def scaling(store: Store, experiment_id: int) -> pd.DataFrame:
+    """Batch experiments: per layer and phase, the time at each batch size and per image."""
+    frames = []
+    for _, run in runs(store, experiment_id).iterrows():
+        frame = runtime(store, int(run.run_id))[["layer_id", "layer", "kind", "phase", "ms", "spread_pct", "source"]]
+        frames.append(frame.assign(batch=int(run.batch), ms_per_image=frame["ms"] / int(run.batch),
+                                   run_id=int(run.run_id)))
+    return in_layer_order(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+
+
+def results(store: Store, experiment_id: int, kind: str) -> pd.DataFrame:
+    """The table ``tracker experiment`` prints: fused pairs for fusion, time per batch for batch,
+    speedups per arm, layer and phase for the others."""
+    if kind == "batch":
+        return scaling(store, experiment_id)
+    frame = speedups(store, experiment_id)
+    if kind == "fusion":
+        pairs = fused_pairs(store, experiment_id)
+        iteration = frame[frame["layer"] == "iteration"] if not frame.empty else frame
+        return pd.concat([pairs, iteration.rename(columns={"a_ms": "separate_ms", "b_ms": "fused_ms"})],
+                         ignore_index=True)[[c for c in FUSION_COLUMNS if c in pairs.columns or c in iteration]]
+    return frame
+
+
+FUSION_COLUMNS = ("layer", "relu", "phase", "separate_ms", "fused_ms", "speedup", "noise", "dram_bytes_saved",
+                  "model_relu_bytes")

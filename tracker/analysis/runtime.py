@@ -1,0 +1,47 @@
+"""Runtime per layer and phase: the median over measured iterations, its spread, and the model's
+prediction beside it (paper 003 Figures 6/7). A model-backend run has predictions only."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tracker.analysis import in_layer_order, view
+from tracker.store import Store
+
+
+def runtime(store: Store, run_id: int) -> pd.DataFrame:
+    """Per layer and phase: median_ms, min_ms, max_ms, spread_pct ((max - min) / median), repeats,
+    launches, predicted_ms, ops, bytes, and ``ms``: the median of a measured run (0 for a layer
+    phase that launched nothing), the prediction of a model run, with ``source`` saying which."""
+    layers = view(store, "layer_phase", run_id)[
+        ["run_id", "layer_id", "layer", "kind", "phase", "ops", "bytes", "predicted_ms", "bound"]]
+    times = view(store, "layer_time_repeat", run_id)
+    stats = (times.groupby(["layer_id", "phase"])["measured_ms"]
+             .agg(median_ms="median", min_ms="min", max_ms="max", repeats="count").reset_index())
+    launches = times.groupby(["layer_id", "phase"])["launches"].median().rename("launches").reset_index()
+    frame = layers.merge(stats, on=["layer_id", "phase"], how="left").merge(launches, on=["layer_id", "phase"],
+                                                                             how="left")
+    frame["spread_pct"] = 100 * (frame["max_ms"] - frame["min_ms"]) / frame["median_ms"].where(frame["median_ms"] > 0)
+    if times.empty:  # the model's run: its predictions are all there is
+        frame["ms"], frame["source"] = frame["predicted_ms"], "model"
+    else:  # a layer phase that launched nothing (a ReLU fused into the conv before it) took no time
+        frame[["median_ms", "min_ms", "max_ms", "launches"]] = frame[
+            ["median_ms", "min_ms", "max_ms", "launches"]].fillna(0)
+        frame["ms"], frame["source"] = frame["median_ms"], "measured"
+    return in_layer_order(frame)
+
+
+def iteration(store: Store, run_id: int) -> dict:
+    """The whole fwd+bwd iteration: median, min and max over measured iterations of the summed
+    kernel time, or the model's total where nothing was measured."""
+    times = view(store, "layer_time_repeat", run_id)
+    if not times.empty:
+        per_repeat = times.groupby("repeat")["measured_ms"].sum()
+        median = float(per_repeat.median())
+        return {"ms": median, "min_ms": float(per_repeat.min()), "max_ms": float(per_repeat.max()),
+                "spread_pct": 100 * float(per_repeat.max() - per_repeat.min()) / median if median else None,
+                "repeats": int(per_repeat.size), "source": "measured"}
+    predicted = view(store, "layer_phase", run_id)["predicted_ms"]
+    total = float(predicted.sum()) if predicted.notna().any() else None
+    return {"ms": total, "min_ms": total, "max_ms": total, "spread_pct": None, "repeats": 0,
+            "source": "model" if total is not None else None}

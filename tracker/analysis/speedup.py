@@ -1,0 +1,101 @@
+"""One run against another, per layer and phase: speedup, its noise, and what the counters did.
+
+``speedup = a_ms / b_ms``: above 1, run B is faster. A speedup is marked ``noise`` when the two
+runs' ranges over their measured iterations ([min, max]) overlap: the difference is then no larger
+than the run-to-run spread. Only like is compared with like: the same network and layers, phases,
+and both measured or both the model's predictions; anything else is refused, saying why.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tracker.analysis import in_layer_order, view
+from tracker.analysis.runtime import iteration, runtime
+from tracker.errors import TrackerError
+from tracker.store import Store
+
+KEY = ["layer_id", "layer", "kind", "phase"]
+# (view, column) pairs whose change between two runs compare reports, when both runs have counters.
+DELTAS = (("cache_hit_rate", "l1_hit_rate"), ("cache_hit_rate", "l2_hit_rate"),
+          ("memory_traffic", "dram_read_bytes"), ("memory_traffic", "dram_write_bytes"),
+          ("stall_breakdown", "first_reason"), ("stall_breakdown", "first_share"))
+
+
+class Mismatch(TrackerError):
+    """Two runs that cannot be compared layer by layer."""
+
+
+def _check_comparable(a: pd.DataFrame, b: pd.DataFrame, run_a: int, run_b: int) -> None:
+    layers_a = list(a.drop_duplicates("layer_id")[["layer", "kind"]].itertuples(index=False))
+    layers_b = list(b.drop_duplicates("layer_id")[["layer", "kind"]].itertuples(index=False))
+    if layers_a != layers_b:
+        first = next((i for i, (x, y) in enumerate(zip(layers_a, layers_b)) if x != y),
+                     min(len(layers_a), len(layers_b)))
+        at = lambda layers: f"{layers[first][0]} ({layers[first][1]})" if first < len(layers) else "nothing"  # noqa: E731
+        raise Mismatch(f"runs {run_a} and {run_b} have different layers: layer {first + 1} is {at(layers_a)} in run "
+                       f"{run_a} but {at(layers_b)} in run {run_b}")
+    phases_a, phases_b = set(zip(a.layer_id, a.phase)), set(zip(b.layer_id, b.phase))
+    if phases_a != phases_b:
+        raise Mismatch(f"runs {run_a} and {run_b} ran different phases ({len(phases_a)} and {len(phases_b)} layer "
+                       "phases): profile both with the same --phases")
+    sources = {run_a: set(a.source.dropna()), run_b: set(b.source.dropna())}
+    for run, found in sources.items():
+        if not found:
+            raise Mismatch(f"run {run} has no times: it is a model run without a device "
+                           "(profile it with --device NAME for the roofline's times)")
+    if sources[run_a] != sources[run_b]:
+        kind = {run: "measured" if "measured" in s else "the model's prediction" for run, s in sources.items()}
+        raise Mismatch(f"run {run_a} is {kind[run_a]} and run {run_b} is {kind[run_b]}: "
+                       "compare two measured runs or two model runs")
+
+
+def compare(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
+    """Per layer and phase: a_ms, b_ms, their spreads, speedup, change_pct and noise."""
+    a, b = runtime(store, run_a), runtime(store, run_b)
+    _check_comparable(a, b, run_a, run_b)
+    cols = ["ms", "min_ms", "max_ms", "spread_pct", "repeats"]
+    frame = a[KEY + cols].merge(b[KEY + cols], on=KEY, suffixes=("_a", "_b"))
+    frame = frame.rename(columns={"ms_a": "a_ms", "ms_b": "b_ms"})
+    frame["speedup"] = frame["a_ms"] / frame["b_ms"].where(frame["b_ms"] > 0)
+    frame["change_pct"] = 100 * (frame["speedup"] - 1)
+    frame["noise"] = noise(frame)
+    frame.insert(0, "run_b", run_b)
+    frame.insert(0, "run_a", run_a)
+    return in_layer_order(frame.drop(columns=["repeats_a", "repeats_b"]))
+
+
+def noise(frame: pd.DataFrame) -> pd.Series:
+    """True where the runs' [min, max] ranges overlap; None where a run has a single iteration (no
+    spread to judge by) or nothing ran in either (a fused-away layer)."""
+    overlap = (frame["min_ms_a"] <= frame["max_ms_b"]) & (frame["min_ms_b"] <= frame["max_ms_a"])
+    judged = (frame["repeats_a"] > 1) & (frame["repeats_b"] > 1) & ((frame["a_ms"] > 0) | (frame["b_ms"] > 0))
+    return overlap.astype(object).where(judged, None)
+
+
+def compare_iterations(store: Store, run_a: int, run_b: int) -> dict:
+    """The whole iteration of each run, the speedup and whether it is within the spread."""
+    a, b = iteration(store, run_a), iteration(store, run_b)
+    speedup = a["ms"] / b["ms"] if a["ms"] and b["ms"] else None
+    judged = a["repeats"] > 1 and b["repeats"] > 1
+    overlap = judged and a["min_ms"] <= b["max_ms"] and b["min_ms"] <= a["max_ms"]
+    return {"run_a": run_a, "run_b": run_b, "layer": "iteration", "phase": "all", "a_ms": a["ms"], "b_ms": b["ms"],
+            "spread_pct_a": a["spread_pct"], "spread_pct_b": b["spread_pct"], "speedup": speedup,
+            "change_pct": 100 * (speedup - 1) if speedup else None, "noise": overlap if judged else None}
+
+
+def metric_deltas(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
+    """Per layer and phase, each DELTAS column in both runs and its change (B - A); empty when either
+    run has no counters."""
+    frames = []
+    for name in dict.fromkeys(v for v, _ in DELTAS):
+        columns = [c for v, c in DELTAS if v == name]
+        a, b = view(store, name, run_a), view(store, name, run_b)
+        if a.empty or b.empty:
+            return pd.DataFrame()
+        both = a[KEY + columns].merge(b[KEY + columns], on=KEY, suffixes=("_a", "_b"))
+        for c in columns:
+            if pd.api.types.is_numeric_dtype(both[f"{c}_a"]):
+                both[f"{c}_change"] = both[f"{c}_b"] - both[f"{c}_a"]
+        frames.append(both.set_index(KEY))
+    return in_layer_order(pd.concat(frames, axis=1).reset_index())

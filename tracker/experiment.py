@@ -1,0 +1,89 @@
+"""``tracker experiment``: a set of runs recorded together to answer one of paper 003's questions.
+
+    l1-bypass   every variant compiled with and without -Xptxas -dlcm=cg (compared per variant)
+    fusion      conv and fc with a separate ReLU against the fused kernels
+    variants    global vs constant vs shared vs gemm vs fused, each op's kernels where it has one
+    batch       the same network at several batch sizes (runtime per layer per batch)
+
+Each arm is one ``tracker profile`` run; the ``experiment`` row links them (tracker/store) and the
+analyses (tracker/analysis/experiments.py) compare each comparison's runs with its baseline. The
+analytic model does not see variants or the L1 policy, so only ``batch`` runs on the model backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tracker.errors import TrackerError
+from tracker.model import Device
+from tracker.nets import Network
+from tracker.profile import choose_backend, profile
+from tracker.variants import parse_variants
+
+KINDS = ("l1-bypass", "fusion", "variants", "batch")
+VARIANT_NAMES = ("global", "constant", "shared", "gemm", "fused")  # the first is the variants baseline
+SEPARATE = {"conv": "shared", "linear": "shared"}  # fusion's baseline: the fused kernels' own body, then ReLU
+FUSED = {"conv": "fused", "linear": "fused"}
+
+
+@dataclass(frozen=True)
+class Arm:
+    label: str
+    comparison: str
+    baseline: bool
+    batch: int
+    variants: dict[str, str] = field(default_factory=dict)
+    l1_bypass: bool = False
+
+
+def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
+    """The runs of an experiment, in the order they run."""
+    if kind == "l1-bypass":
+        return [Arm(f"{name} {'cg' if bypass else 'ca'}", name, not bypass, batch, parse_variants(name), bypass)
+                for name in VARIANT_NAMES for bypass in (False, True)]
+    if kind == "fusion":
+        return [Arm("separate", "fusion", True, batch, SEPARATE), Arm("fused", "fusion", False, batch, FUSED)]
+    if kind == "variants":
+        return [Arm(name, "variants", i == 0, batch, parse_variants(name)) for i, name in enumerate(VARIANT_NAMES)]
+    if kind == "batch":
+        sizes = batches or (batch,)
+        return [Arm(f"batch {b}", "batch", i == 0, b) for i, b in enumerate(sizes)]
+    raise TrackerError(f"unknown experiment '{kind}'; known: {', '.join(KINDS)}")
+
+
+def check(kind: str, backend: str, device: Device | None) -> tuple[str, str]:
+    """(backend, why) for the experiment, refusing what cannot answer its question."""
+    chosen, why = choose_backend(backend)
+    if chosen == "model" and kind != "batch":
+        raise TrackerError(f"experiment {kind} needs a GPU backend (events or ncu): the analytic model does not "
+                           f"depend on kernel variants or the L1 policy, and here {why}")
+    if chosen == "model" and device is None:
+        raise TrackerError("experiment batch on the model backend needs --device NAME for the roofline's times")
+    return chosen, why
+
+
+def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batches: tuple[int, ...] = (),
+                   backend: str = "auto", repeat: int = 5, warmup: int = 1, device: Device | None = None,
+                   echo: Callable[[str], None] = lambda line: None) -> int:
+    """Run every arm of ``kind`` into ``db``, link the runs in an experiment row; its id."""
+    from tracker.store import open_store, recording_experiment
+
+    plan = arms(kind, batch, batches)
+    chosen, why = check(kind, backend, device)
+    echo(f"experiment {kind}: {len(plan)} runs of {net.name} on backend {chosen} ({why})")
+    store = open_store(db, write=True)
+    settings = dict(batch=batch, batches=list(batches), backend=chosen, repeat=repeat, warmup=warmup,
+                    device=device.name if device else None)
+    with recording_experiment(store, kind=kind, network=net.name, network_options=net.options,
+                              settings=settings) as experiment:
+        echo(f"experiment e{experiment.experiment_id} in {store.where}")
+        for i, arm in enumerate(plan, 1):
+            echo(f"[{i}/{len(plan)}] {arm.label}")
+            result = profile(db, net, arm.batch, backend=chosen,
+                             variants=arm.variants, l1_bypass=arm.l1_bypass, device=device, repeat=repeat,
+                             warmup=warmup, echo=lambda line: echo(f"    {line}"))
+            experiment.add_run(result.run_id, arm.label, arm.comparison, arm.baseline)
+    store.dispose()
+    return experiment.experiment_id
+

@@ -1,0 +1,64 @@
+"""Writing and finding experiments: an ``experiment`` row first (status running), each run linked
+as it completes, the outcome last (as for a run: failed, interrupted or complete)."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Iterator
+
+from sqlalchemy import select
+
+from tracker import __version__
+from tracker.errors import StoreError
+from tracker.store.db import Store
+from tracker.store.runs import marking
+from tracker.store.schema import Experiment, ExperimentRun
+
+
+class ExperimentWriter:
+    def __init__(self, store: Store, experiment_id: int):
+        self.store = store
+        self.experiment_id = experiment_id
+        self.position = 0
+
+    def add_run(self, run_id: int, arm: str, comparison: str, baseline: bool) -> None:
+        with self.store.session() as session:
+            session.add(ExperimentRun(experiment_id=self.experiment_id, run_id=run_id, position=self.position,
+                                      arm=arm, comparison=comparison, baseline=baseline))
+        self.position += 1
+
+
+@contextmanager
+def recording_experiment(store: Store, **fields) -> Iterator[ExperimentWriter]:
+    """Create an experiment from ``fields`` (kind, network, network_options, settings), yield its
+    writer, and record how it ended."""
+    row = Experiment(status="running", command_line=" ".join(sys.argv), tracker_version=__version__,
+                     started_at=datetime.now(timezone.utc), **fields)
+    with store.session() as session:
+        session.add(row)
+    with marking(store, Experiment, row.id):
+        yield ExperimentWriter(store, row.id)
+
+
+def find_experiment(store: Store, ref: str | int) -> Experiment:
+    """An experiment by id ('2' or 'e2'), or the newest with 'last'."""
+    with store.session() as session:
+        if str(ref).lower() in ("last", "latest"):
+            found = session.scalars(select(Experiment).order_by(Experiment.id.desc()).limit(1)).first()
+            if found is None:
+                raise StoreError(f"{store.where} holds no experiments yet")
+            return found
+        try:
+            experiment_id = int(str(ref).lower().removeprefix("e"))
+        except ValueError:
+            raise StoreError(f"experiment '{ref}' is not an experiment id (e.g. e2, or 'last')") from None
+        found = session.get(Experiment, experiment_id)
+        if found is None:
+            raise StoreError(f"no experiment {experiment_id} in {store.where} (see `tracker experiments`)")
+        return found
+
+
+def experiment_dict(experiment: Experiment) -> dict:
+    return {c.name: getattr(experiment, c.key) for c in Experiment.__table__.columns}

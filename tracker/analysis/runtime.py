@@ -23,7 +23,8 @@ def runtime(store: Store, run_id: int) -> pd.DataFrame:
                                                                              how="left")
     frame["spread_pct"] = 100 * (frame["max_ms"] - frame["min_ms"]) / frame["median_ms"].where(frame["median_ms"] > 0)
     if times.empty:  # the model's run: its predictions are all there is
-        frame["ms"], frame["source"] = frame["predicted_ms"], "model"
+        frame["ms"] = frame["predicted_ms"]
+        frame["source"] = frame["ms"].notna().map({True: "model", False: None})
     else:  # a layer phase that launched nothing (a ReLU fused into the conv before it) took no time
         frame[["median_ms", "min_ms", "max_ms", "launches"]] = frame[
             ["median_ms", "min_ms", "max_ms", "launches"]].fillna(0)

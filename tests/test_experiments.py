@@ -1,0 +1,140 @@
+"""Experiments and compare, end to end through tracker profile's events path.
+
+No GPU here: the events pass runs our kernels on the CPU emulation of CUDA (tests/emu), which
+gives real launch logs (kernel names, fusion: a fused ReLU launches nothing) but no times. The
+times are made up below, by a rule the assertions recompute: they test the arithmetic and the
+bookkeeping (speedups, spreads, noise, pairs), never a GPU's behaviour.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+import tracker.experiment
+import tracker.profile
+from tracker.analysis import experiments, runtime, speedup
+from tracker.errors import TrackerError
+from tracker.experiment import arms, run_experiment
+from tracker.gpu.runner import Measured
+from tracker.nets.layers import LRN, Linear, Network, ReLU, Softmax, conv, maxpool
+from tracker.store import launch_rows, open_store
+
+JITTER = (1.00, 1.01, 0.99)
+
+
+def small_net() -> Network:
+    """Every op the experiments vary, small enough for the CPU emulation (10 runs in seconds)."""
+    net = Network("tiny", (3, 8, 8), options={})
+    net.add("conv1", conv(4, 3))
+    net.add("relu1", ReLU())
+    net.add("lrn1", LRN(alpha=0.1))
+    net.add("pool1", maxpool(2, 2))
+    net.add("conv2", conv(4, 3, pad=1))
+    net.add("relu2", ReLU())
+    net.add("fc3", Linear(8))
+    net.add("relu3", ReLU())
+    net.add("fc4", Linear(5))
+    net.add("softmax", Softmax())
+    return net  # per measured iteration: a 2 % spread
+
+
+def made_up_ms(row: dict) -> float:
+    """0.1 ms per layer ID; L1 bypass makes conv 10 % faster and everything else 0.5 % slower;
+    the fused kernels take their own time plus half the ReLU's; jitter per iteration."""
+    base = 0.1 * row["layer_id"]
+    if row["l1_policy"] == "cg":
+        base *= 0.9 if row["kernel_name"].startswith("conv") else 1.005
+    if row["variant"] == "fused":
+        base += 0.05 * (row["layer_id"] + 1)  # the ReLU that follows has ID + 1
+    return base * JITTER[row["repeat"] % 3]
+
+
+@pytest.fixture
+def emulated_events(emulator, monkeypatch):
+    """tracker profile --backend events, with the emulator for the GPU and made-up times."""
+    from tracker.gpu.network import Executor
+    from tracker.gpu.runner import measure
+
+    def profile_events(net, batch, chosen, phases, l1_bypass, repeat, warmup, echo):
+        policy = "cg" if l1_bypass else "ca"
+        rows, _ = measure(Executor(emulator, net, batch, chosen, phases), repeat, warmup, policy, echo)
+        for row in rows:
+            row["time_ms"] = made_up_ms(row)
+        return Measured(rows, {"device_name": "CPU emulation (tests/emu)"}, 0, [])
+
+    def choose_backend(requested):
+        return ("model", "asked for") if requested == "model" else ("events", "test: CPU emulation, made-up times")
+
+    monkeypatch.setattr(tracker.profile, "choose_backend", choose_backend)
+    monkeypatch.setattr(tracker.experiment, "choose_backend", choose_backend)
+    monkeypatch.setattr("tracker.gpu.runner.profile_events", profile_events)
+
+
+def test_l1_bypass_pairs_every_variant_and_computes_speedups(tmp_path, emulated_events):
+    # SQLite only: 10 emulated runs take a while; the fusion and compare tests cover PostgreSQL
+    db = str(tmp_path / "trace.db")
+    experiment_id = run_experiment(db, "l1-bypass", small_net(), 1, repeat=2, warmup=0)
+    store = open_store(db, write=False)
+    table = experiments.runs(store, experiment_id)
+    assert list(table.arm) == [a.label for a in arms("l1-bypass", 1)] and len(table) == 10
+    assert table.groupby("comparison")["baseline"].sum().eq(1).all()
+    result = experiments.speedups(store, experiment_id)
+    shared = result[(result.comparison == "shared") & (result.layer == "conv1") & (result.phase == "fwd")].iloc[0]
+    assert shared.speedup == pytest.approx(1 / 0.9)  # made_up_ms: conv under cg is 10 % faster
+    assert shared.noise is False  # 11 % apart, 1 % spread
+    relu = result[(result.comparison == "shared") & (result.layer == "relu1") & (result.phase == "fwd")].iloc[0]
+    assert relu.speedup == pytest.approx(1 / 1.005) and relu.noise is True  # 0.5 % apart: within the spread
+    whole = result[(result.comparison == "shared") & (result.layer == "iteration")].iloc[0]
+    per_repeat = {}
+    for row in launch_rows(store, int(table.run_id[4])):  # shared ca, from the launch table itself
+        per_repeat[row["repeat"]] = per_repeat.get(row["repeat"], 0) + row["time_ms"]
+    assert whole.a_ms == pytest.approx(statistics.median(per_repeat.values()))
+    assert whole.spread_pct_a == pytest.approx(100 * (max(per_repeat.values()) - min(per_repeat.values()))
+                                               / statistics.median(per_repeat.values()))
+
+
+def test_fusion_pairs_each_relu_with_its_producer(db, emulated_events):
+    experiment_id = run_experiment(db, "fusion", small_net(), 1, repeat=3, warmup=0)
+    store = open_store(db, write=False)
+    pairs = experiments.fused_pairs(store, experiment_id)
+    assert set(zip(pairs.layer, pairs.relu)) == {("conv1", "relu1"), ("conv2", "relu2"), ("fc3", "relu3")}
+    conv2 = pairs[(pairs.layer == "conv2") & (pairs.phase == "fwd")].iloc[0]
+    # separate: conv2 (ID 5) 0.5 + relu2 (ID 6) 0.6 ms; fused: 0.5 + 0.05 * 6 = 0.8 ms (median: jitter 1.00)
+    assert conv2.separate_ms == pytest.approx(1.1) and conv2.fused_ms == pytest.approx(0.8)
+    assert conv2.speedup == pytest.approx(1.1 / 0.8) and conv2.noise is False
+    assert conv2.model_relu_bytes > 0 and conv2.dram_bytes_saved is None  # events: no counters
+    table = experiments.results(store, experiment_id, "fusion")
+    assert table.layer.iloc[-1] == "iteration" and table.speedup.iloc[-1] > 1
+
+
+def test_compare_refuses_runs_that_do_not_match(db, emulated_events):
+    from tracker.model import lookup
+    from tracker.nets import build
+    from tracker.profile import profile
+
+    small = profile(db, small_net(), 1, repeat=2, warmup=0).run_id
+    small_model = profile(db, small_net(), 1, backend="model", device=lookup("h100")).run_id
+    alexnet = profile(db, build("alexnet"), 4, backend="model", device=lookup("h100")).run_id
+    alexnet_fwd = profile(db, build("alexnet"), 4, backend="model", device=lookup("h100"), phases="fwd").run_id
+    no_device = profile(db, build("alexnet"), 4, backend="model").run_id
+    store = open_store(db, write=False)
+    with pytest.raises(speedup.Mismatch, match=r"layer 7 is fc3 \(linear\) in run 1 but lrn2 \(lrn\) in run 3"):
+        speedup.compare(store, small, alexnet)
+    with pytest.raises(speedup.Mismatch, match="ran different phases"):
+        speedup.compare(store, alexnet, alexnet_fwd)
+    with pytest.raises(speedup.Mismatch, match="run 5 has no times"):
+        speedup.compare(store, alexnet, no_device)
+    with pytest.raises(speedup.Mismatch, match="run 1 is measured and run 2 is the model's prediction"):
+        speedup.compare(store, small, small_model)
+    assert speedup.compare(store, small, small).speedup.dropna().eq(1).all()
+
+
+def test_model_backend_refuses_what_it_cannot_answer(tmp_path):
+    db = str(tmp_path / "trace.db")
+    with pytest.raises(TrackerError, match="experiment fusion needs a GPU backend"):
+        run_experiment(db, "fusion", small_net(), 1, backend="model")
+    with pytest.raises(TrackerError, match="needs --device"):
+        run_experiment(db, "batch", small_net(), 1, batches=(1, 2), backend="model")
+    assert not (tmp_path / "trace.db").exists()  # refused before the database was opened

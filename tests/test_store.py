@@ -282,3 +282,26 @@ def test_sql_passes_the_statement_untouched(db):
                             "SELECT layer FROM layer_phase WHERE layer LIKE 'conv%' AND '12:30' <> ':x' "
                             "AND phase = 'fwd' ORDER BY layer_id")
     assert columns == ["layer"] and rows == [(f"conv{i}",) for i in range(1, 6)]
+
+
+def test_a_v2_database_is_upgraded_in_place_keeping_its_runs(runner, tmp_path):
+    """v2 (before experiments) is v3 less two tables and a view: made so here, then upgraded."""
+    import sqlite3
+
+    from tracker.cli import cli
+
+    db = tmp_path / "old.db"
+    assert runner.invoke(cli, ["profile", "alexnet", "--backend", "model", "--db", str(db)]).exit_code == 0
+    with sqlite3.connect(db) as conn:
+        conn.executescript("DROP TABLE experiment_run; DROP TABLE experiment; DROP VIEW layer_time_repeat; "
+                           "UPDATE schema_info SET version = 2;")
+    before = db.read_bytes()
+    refused = runner.invoke(cli, ["runs", "--db", str(db)])
+    assert refused.exit_code == 1 and "tracker upgrade --db" in refused.output and db.read_bytes() == before
+    assert runner.invoke(cli, ["upgrade", "--db", str(tmp_path / "typo.db")]).exit_code == 1
+    assert not (tmp_path / "typo.db").exists()
+    upgraded = runner.invoke(cli, ["upgrade", "--db", str(db)])
+    assert upgraded.exit_code == 0 and "trace schema v3" in upgraded.output
+    runs = runner.invoke(cli, ["runs", "--db", str(db), "--format", "csv"])
+    assert runs.exit_code == 0 and runs.output.splitlines()[1].startswith("1,complete,alexnet")
+    assert runner.invoke(cli, ["experiments", "--db", str(db)]).output.startswith("no experiments yet")

@@ -14,7 +14,7 @@ import pytest
 
 import tracker.experiment
 import tracker.profile
-from tracker.analysis import experiments, runtime, speedup
+from tracker.analysis import experiments, speedup
 from tracker.errors import TrackerError
 from tracker.experiment import arms, run_experiment
 from tracker.gpu.runner import Measured

@@ -4,7 +4,8 @@
 # tests, the kernel benchmark (benchmarks/RESULTS.md), compute-sanitizer (memcheck, racecheck)
 # over a selftest of every variant; then pass 2 (issue 5): ncu's metric listing for this GPU,
 # the batch-16 fixture database and its report, and the wall time of the ncu backend against
-# `ncu --set full` on the same workload. Pass 2 is skipped with TRACKER_SKIP_NCU=1.
+# `ncu --set full` on the same workload; the issue-6 experiments and reports. Pass 2 is skipped
+# with TRACKER_SKIP_NCU=1, the experiments with TRACKER_SKIP_EXPERIMENTS=1.
 # Everything lands in $OUT. NOT YET RUN ON A GPU: the first session with one runs it.
 #
 # The device machine has CuPy, NumPy, pandas and click but no SQLAlchemy: carry it as wheels
@@ -37,6 +38,24 @@ for tool in memcheck racecheck; do
         > "$out/sanitizer-$tool.log" 2>&1
     echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -n 1)"
 done
+
+# Issue 6: the experiments at batch 128 on CUDA-event times (fast), their reports, and fusion once
+# more under ncu for the DRAM bytes it saves. Skipped with TRACKER_SKIP_EXPERIMENTS=1. The reports
+# need matplotlib and seaborn: carry their wheels too if the device lacks them.
+if [ -z "${TRACKER_SKIP_EXPERIMENTS:-}" ]; then
+    exp_db="$out/experiments-b128.db"
+    for kind in l1-bypass fusion variants; do
+        tracker experiment "$kind" alexnet --batch 128 --backend events --repeat 5 --db "$exp_db" --format csv \
+            > "$out/experiment-$kind.csv" 2> "$out/experiment-$kind.log"
+        echo "experiment $kind exit $?: $(tail -n 1 "$out/experiment-$kind.log")"
+    done
+    tracker experiment batch alexnet --batches 16,64,128 --backend events --repeat 5 --db "$exp_db" --format csv \
+        > "$out/experiment-batch.csv" 2> "$out/experiment-batch.log"
+    for e in e1 e2 e3 e4; do tracker report "$e" --db "$exp_db" --out "$out/report-$e" > "$out/report-$e.log" 2>&1; done
+    tracker report 1 --db "$exp_db" --out "$out/report-run1" > "$out/report-run1.log" 2>&1
+    [ -z "${TRACKER_SKIP_NCU:-}" ] && tracker experiment fusion alexnet --batch 128 --backend ncu --repeat 1 \
+        --db "$out/fusion-ncu-b128.db" --format csv > "$out/experiment-fusion-ncu.csv" 2> "$out/experiment-fusion-ncu.log"
+fi
 
 [ -n "${TRACKER_SKIP_NCU:-}" ] && exit 0
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | tr 'A-Z ' 'a-z-')

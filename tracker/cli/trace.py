@@ -172,6 +172,11 @@ def upgrade(db):
 
     Opening a database to write (tracker profile, tracker experiment) upgrades it too; reading
     commands refuse an older schema rather than change the file.
+
+    \b
+    Examples:
+      tracker upgrade
+      tracker upgrade --db runs.db
     """
     from pathlib import Path
 

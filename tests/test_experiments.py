@@ -138,3 +138,27 @@ def test_model_backend_refuses_what_it_cannot_answer(tmp_path):
     with pytest.raises(TrackerError, match="needs --device"):
         run_experiment(db, "batch", small_net(), 1, batches=(1, 2), backend="model")
     assert not (tmp_path / "trace.db").exists()  # refused before the database was opened
+
+
+def test_an_interrupted_experiment_keeps_its_finished_runs_and_is_marked(tmp_path, emulated_events, monkeypatch):
+    import tracker.gpu.runner as runner
+
+    measured = runner.profile_events
+    calls = []
+
+    def interrupted_second(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measured(*args)
+
+    monkeypatch.setattr(runner, "profile_events", interrupted_second)
+    db = str(tmp_path / "trace.db")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(db, "fusion", small_net(), 1, repeat=1, warmup=0)
+    store = open_store(db, write=False)
+    from tracker.store import find_experiment, list_runs
+
+    assert find_experiment(store, "e1").status == "interrupted"
+    assert [r["status"] for r in list_runs(store)] == ["complete", "interrupted"]
+    assert list(experiments.runs(store, 1).arm) == ["separate"]  # the finished run stays linked

@@ -110,7 +110,7 @@ def experiments(db, fmt):
         rows.append({"experiment": f"e{experiment_id}", "kind": info["kind"], "status": info["status"],
                      "network": info["network"], "backend": info["settings"].get("backend"),
                      "runs": ",".join(str(r) for r in arms.run_id), "arms": ", ".join(arms.arm),
-                     "started_at": info["started_at"]})
+                     "started_at": info["started_at"].isoformat(timespec="seconds")})
     if not rows and fmt == "table":
         click.echo("no experiments yet: tracker experiment fusion alexnet --batch 128")
         return

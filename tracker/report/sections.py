@@ -18,6 +18,7 @@ from tracker.analysis import (
     utilization,
 )
 from tracker.analysis import view as read_view
+from tracker.errors import StoreError
 from tracker.report import Section
 from tracker.report import figures as fig
 from tracker.store import Store, experiment_dict, find_experiment
@@ -221,6 +222,8 @@ def for_comparison(store: Store, run_a: int, run_b: int) -> list[Section]:
 def for_experiment(store: Store, experiment_id: int) -> tuple[str, dict, list[Section]]:
     info = experiment_dict(find_experiment(store, experiment_id))
     arms = experiments.runs(store, experiment_id)
+    if arms.empty:
+        raise StoreError(f"experiment e{experiment_id} ({info['status']}) has no completed run to report on")
     base = int(arms[arms["baseline"].astype(bool)]["run_id"].iloc[0])
     sub = f"{_subtitle(store, base)}; experiment e{experiment_id} {info['kind']}"
     about = {"experiment": f"e{experiment_id}", "kind": info["kind"], "status": info["status"],

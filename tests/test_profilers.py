@@ -150,6 +150,21 @@ def test_nvprof_metrics_map_onto_the_catalog():
     assert v["fp32_flops"] == 673_384_360 and v["l1_global_load_sectors"] == 19_998_022
 
 
+def test_nvprof_plain_text_metrics():
+    """The V100 excerpt: nvprof without --csv, the full Volta stall set, hit rates, FP counts."""
+    text = read("nvprof-metrics-text-v100-kernel-excerpt.txt")
+    (kernel,) = nvprof.parse_metrics_text(text).values()
+    v = kernel["values"]
+    assert kernel["invocations"] == 1
+    assert v["ffma"] == 5.6236e10 and v["fmul"] == 1_320_801_560 and v["fadd"] == 0
+    assert v["l1_hit_rate"] == 52.71 and v["l2_hit_rate"] == 24.81  # tex_cache_hit_rate, l2_tex_hit_rate
+    assert v["stall_no_instruction"] == 47.62 and v["stall_long_scoreboard"] == 25.9  # inst_fetch, memory_dep.
+    assert v["achieved_occupancy"] == pytest.approx(12.3716) and v["l2_utilization_level"] == 2  # "Low (2)"
+    line = next(x for x in text.splitlines() if "sm_efficiency (80 instances)" in x)
+    per_sm = [float(c.rstrip("%")) for c in line[line.index("[") + 1:line.index("]")].split()]
+    assert len(per_sm) == 80 and v["sm_efficiency"] == pytest.approx(sum(per_sm) / 80)  # one value per SM
+
+
 def test_nvprof_gpu_trace():
     launches = nvprof.parse_trace(read("nvprof-gputrace-csv-k20c.csv"))
     assert len(launches) == 12  # memory copies left out
@@ -173,10 +188,10 @@ def test_nvprof_command_profiles_per_launch_between_start_and_stop():
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=400))
 def test_fuzzed_nvprof_output_fails_clearly(text):
-    for parse in (nvprof.parse_metrics, nvprof.parse_trace):
+    for parse, head in ((nvprof.parse_metrics, '"Device","Kernel","Invocations","Metric Name"'),
+                        (nvprof.parse_trace, '"Start","Duration"'), (nvprof.parse_metrics_text, "Kernel: k\n")):
         try:
-            parse('"Device","Kernel","Invocations","Metric Name"' + text)
-            parse('"Start","Duration"' + text)
+            parse(head + text)
         except ncu_csv.ParseError:
             pass
 
@@ -347,3 +362,16 @@ def test_a_failed_join_marks_the_run_and_stores_no_launch(tmp_path, monkeypatch)
     assert status == "failed" and "invocation 0 (conv1/fwd" in error
     assert run_sql(store, "SELECT COUNT(*) FROM launch")[1] == [(0,)]
     assert run_sql(store, "SELECT COUNT(*) FROM metric")[1] == [(0,)]
+
+
+NVPROF_TEXT = read("nvprof-metrics-text-v100-kernel-excerpt.txt")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, len(NVPROF_TEXT)), st.integers(0, len(NVPROF_TEXT)), st.text(max_size=30))
+def test_fuzzed_nvprof_text_parses_or_fails_clearly(i, j, junk):
+    try:
+        kernels = nvprof.parse_metrics_text(NVPROF_TEXT[:i] + junk + NVPROF_TEXT[j:])
+    except ncu_csv.ParseError:
+        return
+    assert all(isinstance(k["values"], dict) for k in kernels.values())

@@ -7,7 +7,7 @@ import re
 
 import pandas as pd
 import pytest
-from test_views import sample_store
+from test_views import sample_store, v100_sample_store
 
 from tracker.cli import cli
 from tracker.model import lookup
@@ -27,6 +27,7 @@ def db(tmp_path_factory):
     result = CliRunner().invoke(cli, ["experiment", "batch", "alexnet", "--batches", "16,128", "--backend", "model",
                                       "--device", "h100", "--db", path])
     assert result.exit_code == 0, result.output  # experiment e1: runs 4, 5
+    assert v100_sample_store(path) == 6
     return path
 
 
@@ -41,6 +42,17 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     md = (tmp_path / "report.md").read_text()
     assert "**Finding:** pool1 fwd: top stalls memory_dependency, exec_dependency -> memory-bound" in md
     assert "alexnet, batch 1, Tesla K20c, backend nvprof (run 1)" in md
+
+
+def test_the_v100_sample_draws_fp_stalls_and_hit_rates(runner, db, tmp_path):
+    result = runner.invoke(cli, ["report", "6", "--db", db, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert {p.stem for p in tmp_path.glob("*.svg")} == {"fp_instructions", "stalls", "cache_hit_rates", "traffic"}
+    md = (tmp_path / "report.md").read_text()
+    assert "**Finding:** fma is 98% of FP32 instructions; most in conv2 fwd" in md  # 5.6236e10 of 5.7557e10
+    assert "**Finding:** hit rates: L1/TEX 53-53% (lowest conv2 fwd); L2 25-25% (lowest conv2 fwd)" in md
+    assert "conv2 fwd: top stalls inst_fetch, memory_dependency -> latency-bound" in md
+    assert "no launch times were recorded" in md  # the excerpt has no duration
 
 
 def test_model_report_gives_runtime_and_the_models_roofline(runner, db, tmp_path):

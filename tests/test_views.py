@@ -3,7 +3,9 @@
 No trace of our own kernels has been recorded yet (no GPU so far), so this store is built from
 the public Tesla K20c nvprof sample (tests/data/ncu): its 12 launches (4 kernels x 3 iterations,
 durations from the GPU trace, counters from the metrics run) are assigned, for the test only, to
-AlexNet's first four layers, forward. The figures below are computed by hand from those files.
+AlexNet's first four layers, forward. A second store holds the one kernel of the public V100
+excerpt (stalls, hit rates, FP counts) as conv2 forward. The figures below are computed by hand
+from those files.
 """
 
 from __future__ import annotations
@@ -32,16 +34,38 @@ def sample_store(db: str) -> int:
     launches, metrics = [], []
     for i, launch in enumerate(trace):
         layer = net.layer(LAYERS[names.index(launch.kernel)])
-        launches.append(dict(invocation=i, layer_id=layer.id, phase="fwd", repeat=i // 4, kernel_name=launch.kernel,
-                             variant="sample", l1_policy="ca", grid_x=257, grid_y=257, grid_z=1, block_x=32,
-                             block_y=32, block_z=1, shared_bytes=0, registers=16,
-                             time_ms=launch.metrics["duration_ns"] / 1e6))
+        launches.append(_launch(i, layer.id, i // 4, launch.kernel, launch.metrics["duration_ns"] / 1e6))
         values = {**kernels[launch.kernel]["values"], "duration_ns": launch.metrics["duration_ns"]}
         metrics += [dict(invocation=i, name=n, value=v) for n, v in values.items()]
+    return _store(db, net, launches, metrics, LABEL, "Tesla K20c", repeat=3)
+
+
+V100_LABEL = ("test store: nvprof counters of one kernel of a public Tesla V100 sample (tests/data/ncu, plain-text "
+              "excerpt, no duration), assigned to AlexNet's conv2 forward to exercise the views; not a measurement "
+              "of AlexNet")
+
+
+def v100_sample_store(db: str) -> int:
+    """The V100 excerpt: the full Volta stall set, L1/L2 hit rates and FP32 instruction counts."""
+    (kernel, entry), = nvprof.parse_metrics_text((DATA / "nvprof-metrics-text-v100-kernel-excerpt.txt").read_text()
+                                                 ).items()
+    net = build("alexnet")
+    metrics = [dict(invocation=0, name=n, value=v) for n, v in entry["values"].items()]
+    return _store(db, net, [_launch(0, net.layer("conv2").id, 0, kernel, None)], metrics, V100_LABEL,
+                  "Tesla V100-SXM2-16GB", repeat=1)
+
+
+def _launch(invocation: int, layer_id: int, repeat: int, kernel: str, time_ms: float | None) -> dict:
+    return dict(invocation=invocation, layer_id=layer_id, phase="fwd", repeat=repeat, kernel_name=kernel,
+                variant="sample", l1_policy="ca", grid_x=257, grid_y=257, grid_z=1, block_x=32, block_y=32,
+                block_z=1, shared_bytes=0, registers=16, time_ms=time_ms)
+
+
+def _store(db: str, net, launches: list[dict], metrics: list[dict], label: str, device: str, repeat: int) -> int:
     store = open_store(db, write=True)
     with recording(store, network="alexnet", network_options={}, batch=1, phases="fwd", dtype_bits=32, variants={},
-                   l1_bypass=False, backend="nvprof", backend_reason=LABEL, repeat=3,
-                   device_name="Tesla K20c") as run:
+                   l1_bypass=False, backend="nvprof", backend_reason=label, repeat=repeat,
+                   device_name=device) as run:
         run.add_layers(net, predict(net, 1, phases="fwd"))
         run.add_launches(launches, metrics)
     store.dispose()
@@ -93,6 +117,18 @@ def test_fp_utilization_and_traffic(sample):
     traffic = query(db, f"SELECT * FROM memory_traffic WHERE run_id = {run_id} AND layer = 'conv1'")[0]
     assert traffic["l1_global_load_sectors"] == 19_998_022 and traffic["l1_global_store_sectors"] == 4_209_678
     assert traffic["dram_bytes_per_s"] is None  # not collected by this sample
+
+
+def test_the_v100_sample_fills_stalls_hit_rates_and_fp(db):
+    run_id = v100_sample_store(db)
+    (stall,) = query(db, f"SELECT * FROM stall_breakdown WHERE run_id = {run_id}")
+    total = 47.62 + 22.52 + 25.9 + 1.12 + 0.05 + 0.87 + 1.42 + 0.5  # its nonzero stall_* percentages
+    assert stall["layer"] == "conv2" and stall["first_reason"] == "inst_fetch"
+    assert stall["first_share"] == pytest.approx(47.62 / total) and stall["second_reason"] == "memory_dependency"
+    (hits,) = query(db, f"SELECT * FROM cache_hit_rate WHERE run_id = {run_id}")
+    assert (hits["l1_hit_rate"], hits["l2_hit_rate"]) == (52.71, 24.81)
+    (fp,) = query(db, f"SELECT * FROM fp_instructions WHERE run_id = {run_id}")
+    assert fp["flops"] == 1_320_801_560 + 2 * 5.6236e10 and fp["flops_per_s"] is None  # no duration
 
 
 def test_every_counter_view_answers(sample):

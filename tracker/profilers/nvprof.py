@@ -5,8 +5,9 @@ nvprof writes its tables to stderr, after ``==PID==`` lines. Two CSV shapes matt
 ``--csv --metrics ...`` (one row per kernel name and metric, aggregated over its invocations:
 Min, Max, Avg) and ``--csv --print-gpu-trace`` (one row per launch, a units row after the
 header, kernel names suffixed with ``[correlation id]``). With ``--print-gpu-trace --metrics``
-the trace gains one column per metric, which is what a per-launch join needs. Values carry
-their units (``83.3%``, ``636.79GB/s``, ``High (8)``).
+the trace gains one column per metric, which is what a per-launch join needs. Without ``--csv``
+the metrics come as aligned text (``parse_metrics_text``), as in many published profiles. Values
+carry their units (``83.3%``, ``636.79GB/s``, ``High (8)``).
 """
 
 from __future__ import annotations
@@ -75,6 +76,36 @@ def parse_metrics(text: str, where: str = "nvprof output") -> dict[str, dict]:
             entry["raw"][row[name_at]] = value(row[avg_at])
         except ValueError:
             raise ParseError(f"{where}: cannot read '{row[avg_at]}' ({row[name_at]} of {row[kernel_at]})") from None
+    return {k: {"invocations": e["invocations"], "values": from_nvprof(e["raw"])} for k, e in kernels.items()}
+
+
+_KERNEL_LINE = re.compile(r"^\s*Kernel: (.+?)\s*$")
+_VALUE = r"(?:[A-Za-z]+ \(\d+\)|\S+)"  # "High (8)" or one token
+_METRIC_LINE = re.compile(rf"^\s*(\d+)\s+(\w+)\s+(.*?)\s+({_VALUE})\s+({_VALUE})\s+({_VALUE})\s*$")
+# "sm_efficiency (80 instances)  Multiprocessor Activity  -  -  [ 99.99% ... ]": one value per SM
+_INSTANCES_LINE = re.compile(r"^\s*(\d+)\s+(\w+) \(\d+ instances\)\s+.*?\[(.*)\]\s*$")
+
+
+def parse_metrics_text(text: str, where: str = "nvprof output") -> dict[str, dict]:
+    """nvprof's plain-text ``--metrics`` output (no ``--csv``): per ``Kernel:`` line, one line per
+    metric (Invocations, Metric Name, Metric Description, Min, Max, Avg); the same result as
+    ``parse_metrics``."""
+    kernels: dict[str, dict] = {}
+    kernel = None
+    for number_, line in enumerate(text.lstrip("\ufeff").splitlines(), 1):
+        if (found := _KERNEL_LINE.match(line)):
+            kernel = kernels.setdefault(found.group(1), {"invocations": 0, "raw": {}})
+        elif kernel is not None and (metric := _INSTANCES_LINE.match(line) or _METRIC_LINE.match(line)):
+            cells = metric.group(3).split() if metric.re is _INSTANCES_LINE else [metric.group(6)]
+            try:
+                values = [value(cell) for cell in cells]
+            except ValueError:
+                raise ParseError(f"{where}: line {number_}: cannot read {metric.group(2)} ({line.strip()[:60]})") \
+                    from None
+            kernel["raw"][metric.group(2)] = sum(values) / len(values)  # per-instance lines: their average
+            kernel["invocations"] = int(metric.group(1))
+    if not kernels:
+        raise ParseError(f"{where} holds no nvprof metrics (no 'Kernel:' line)")
     return {k: {"invocations": e["invocations"], "values": from_nvprof(e["raw"])} for k, e in kernels.items()}
 
 

@@ -23,6 +23,14 @@ def _names(frame: pd.DataFrame) -> pd.Series:
     return (frame["layer"] + " " + frame["phase"].map(PHASE_SHORT).fillna(frame["phase"])).str.strip()
 
 
+def _log_axis(ax, values: pd.Series) -> None:
+    """Log scale with room below the smallest bar, so bars keep a visible length."""
+    ax.set_yscale("log")
+    positive = values[values > 0]
+    if not positive.empty:
+        ax.set_ylim(bottom=positive.min() / 10)
+
+
 def _figure(n: int, title: str, subtitle: str, height: float = 4.8):
     width = min(22.0, max(9.0, 0.32 * n + 3))
     fig, ax = plt.subplots(figsize=(width, height), dpi=110)
@@ -35,7 +43,7 @@ def _finish(fig, ax, ylabel: str, legend: str | None = None):
     ax.set_ylabel(ylabel)
     ax.tick_params(axis="x", labelrotation=75, labelsize=8)
     if legend and ax.get_legend():
-        ax.legend(title=legend, fontsize=8, title_fontsize=9, loc="best")
+        ax.legend(title=legend, fontsize=8, title_fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return fig
 
@@ -58,7 +66,7 @@ def _grouped(frame: pd.DataFrame, value: str, hue: str, title: str, subtitle: st
     fig, ax = _figure(frame["name"].nunique(), title, subtitle)
     sns.barplot(data=frame, x="name", y=value, hue=hue, ax=ax)
     if log:
-        ax.set_yscale("log")
+        _log_axis(ax, frame[value])
     return _finish(fig, ax, ylabel, hue)
 
 
@@ -131,7 +139,7 @@ def traffic(frame: pd.DataFrame, subtitle: str):
     fig, axes = plt.subplots(len(panels), 1, figsize=(width, 4.2 * len(panels)), dpi=110, squeeze=False)
     for ax, (column, label) in zip(axes[:, 0], panels):
         sns.barplot(data=frame[frame[column].notna()], x="name", y=column, hue="level", ax=ax)
-        ax.set_yscale("log")
+        _log_axis(ax, frame[column].astype(float))
         ax.set_ylabel(label)
         ax.set_xlabel("")
         ax.tick_params(axis="x", labelrotation=75, labelsize=8)

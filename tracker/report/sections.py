@@ -64,7 +64,9 @@ def _runtime(store, run_id, sub) -> Section:
     total = runtime.iteration(store, run_id)
     known = frame[frame["ms"].notna()]
     if known.empty:
-        return Section("runtime", "Runtime per layer", "Figures 6/7", None, "no times: a model run without a device",
+        model = read_view(store, "run", None).set_index("id").loc[run_id, "backend"] == "model"
+        return Section("runtime", "Runtime per layer", "Figures 6/7", None,
+                       "no times: a model run without a device" if model else "no launch times were recorded",
                        missing="profile with --device NAME for the model's times, or on a GPU")
     top = known.loc[known["ms"].idxmax()]
     finding = (f"{top['layer']} {top['phase']} takes the most time: {top['ms']:.3g} ms, "

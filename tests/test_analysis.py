@@ -77,3 +77,14 @@ def test_what_the_sample_lacks_is_empty_not_invented(store):
     assert roofline.peaks(store, 1) == {"flops_per_s": None, "L1": None, "L2": None, "DRAM": None}
     use = utilization.utilization(store, 1).set_index("layer")
     assert use.loc["conv1", "achieved_occupancy"] == pytest.approx(85.0643)
+
+
+def test_metric_deltas_of_a_run_against_itself(store):
+    from tracker.analysis.speedup import metric_deltas
+
+    deltas = metric_deltas(store, 1, 1).set_index(["layer", "phase"])
+    relu1 = deltas.loc[("relu1", "fwd")]
+    assert relu1.first_reason_a == relu1.first_reason_b == "memory_dependency"
+    assert relu1.first_share_change == 0 and relu1.first_share_a == pytest.approx(23.316966 / (17.855091 + 23.316966))
+    assert list(deltas.index.get_level_values("layer")) == ["conv1", "relu1", "lrn1", "pool1"]
+    assert metric_deltas(store, 1, 2).empty  # the model run has no counters

@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from tracker.analysis import in_layer_order, view
 from tracker.analysis.runtime import runtime
-from tracker.analysis.speedup import compare, compare_iterations
+from tracker.analysis.speedup import KEY, compare, compare_iterations, metric_deltas
 from tracker.store import Store
 
 
@@ -37,10 +37,14 @@ def _pairs(store: Store, experiment_id: int):
 
 def speedups(store: Store, experiment_id: int) -> pd.DataFrame:
     """Per comparison and arm: every layer phase's speedup over the baseline, plus an 'iteration' row
-    per arm (the whole fwd+bwd), with spreads and noise marked (tracker/analysis/speedup.py)."""
+    per arm (the whole fwd+bwd), with spreads and noise marked (tracker/analysis/speedup.py), and,
+    where both runs have counters, the change in L1/L2 hit rates, DRAM bytes and dominant stall."""
     frames = []
     for base, other in _pairs(store, experiment_id):
         per_layer = compare(store, int(base.run_id), int(other.run_id))
+        deltas = metric_deltas(store, int(base.run_id), int(other.run_id))
+        if not deltas.empty:  # with counters: how hit rates, DRAM bytes and the dominant stall moved
+            per_layer = per_layer.merge(deltas, on=KEY, how="left")
         total = pd.DataFrame([compare_iterations(store, int(base.run_id), int(other.run_id))])
         frame = pd.concat([per_layer, total], ignore_index=True)
         frame.insert(0, "arm", other.arm)

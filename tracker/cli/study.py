@@ -81,7 +81,8 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, devic
     experiment_id = run_experiment(db, kind, net, batch, batches=batches, backend=backend, repeat=repeat,
                                    warmup=warmup, device=gpu, echo=say)
     frame = results(open_store(db, write=False), experiment_id, kind)
-    columns = BATCH_COLUMNS if kind == "batch" else None if kind == "fusion" else SPEEDUP_COLUMNS
+    columns = BATCH_COLUMNS if kind == "batch" else None if kind == "fusion" else [
+        c for c in SPEEDUP_COLUMNS + ("l1_hit_rate_change", "l2_hit_rate_change") if c in frame.columns]
     if fmt == "table":
         click.echo(f"experiment e{experiment_id} complete; speedup = baseline time / arm time; "
                    f"next: tracker report e{experiment_id} --out report/")

@@ -254,7 +254,8 @@ def for_experiment(store: Store, experiment_id: int) -> tuple[str, dict, list[Se
     paper = {"l1-bypass": "paper 003 section 4 (6.2 %)", "variants": "memory placement",
              "fusion": "paper 003 section 4"}[info["kind"]]
     columns = ["comparison", "arm", "layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup",
-               "change_pct", "noise"]
+               "change_pct", "noise", "l1_hit_rate_change", "l2_hit_rate_change", "first_reason_a", "first_reason_b"]
+    columns = [c for c in columns if c in frame.columns]
     sections.append(Section(info["kind"].replace("-", "_"), title, paper, fig.speedup(frame, title, sub),
                             _speedup_finding(frame), frame[columns] if not frame.empty else None))
     return heading, about, sections

@@ -151,8 +151,11 @@ def show(run, db, fmt):
 def sql(statement, db, fmt):
     """Run one SQL statement on a read-only connection to the trace database.
 
-    Tables: run, layer, prediction, launch, metric, metric_def. Views: layer_phase, layer_time,
-    run_summary (schema/*.sql documents every column). A statement that would write is refused.
+    Tables: run, layer, prediction, launch, metric, metric_def, experiment, experiment_run. Views:
+    layer_phase, layer_time, layer_time_repeat, run_summary, and the counter views launch_metrics,
+    layer_metric, layer_summary, stall_breakdown, cache_hit_rate, memory_traffic, fp_instructions,
+    utilization, roofline (schema/*.sql documents every column). A statement that would write is
+    refused.
 
     \b
     Examples:

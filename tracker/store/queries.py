@@ -90,9 +90,8 @@ def layer_rows(store: Store, run_id: int) -> list[dict]:
     rows = _rows(store, "SELECT * FROM layer_phase WHERE run_id = :run ORDER BY layer_id, "
                         "CASE phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 ELSE 2 END", run=run_id)
     per_repeat: dict[tuple, list[float]] = {}
-    for t in _rows(store, "SELECT layer_id, phase, SUM(time_ms) AS ms FROM launch WHERE run_id = :run "
-                          "AND time_ms IS NOT NULL GROUP BY layer_id, phase, repeat", run=run_id):
-        per_repeat.setdefault((t["layer_id"], t["phase"]), []).append(t["ms"])
+    for t in _rows(store, "SELECT layer_id, phase, measured_ms FROM layer_time_repeat WHERE run_id = :run", run=run_id):
+        per_repeat.setdefault((t["layer_id"], t["phase"]), []).append(t["measured_ms"])
     for row in rows:
         times = per_repeat.get((row["layer_id"], row["phase"]))
         median = statistics.median(times) if times else None

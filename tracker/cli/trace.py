@@ -78,7 +78,8 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
                    "the model's compulsory bytes do not depend on them")
     if ncu_report and result.backend != "ncu":
         click.echo(f"  --ncu-report ignored: the {result.backend} backend runs no Nsight Compute")
-    click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}")
+    click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}, "
+               f"tracker report {result.run_id} --out report/")
 
 
 @cli.command()

@@ -116,6 +116,72 @@ def library(case: Case, phase: str):
     return {"fwd": lambda: F.linear(x, w), "bwd_data": lambda: dy @ w, "bwd_weight": lambda: dy.t() @ x}[phase]
 
 
+def torch_step(net, batch: int):
+    """The same training step in PyTorch (cuDNN / cuBLAS, fp32): forward layer by layer,
+    cross-entropy, backward into every parameter; the same initial parameters as ours."""
+    from tracker.gpu.network import initial_parameters
+
+    x = torch.randn(batch, *net.input_shape, device="cuda")
+    labels = torch.randint(0, net.layers[-1].output_shape[0], (batch,), device="cuda")
+    params = {name: [torch.tensor(a, device="cuda", requires_grad=True) for a in wb]
+              for name, wb in initial_parameters(net, 0).items()}
+
+    def step():
+        acts, loss = {"input": x}, None
+        for layer in net.layers:
+            h, op = acts[layer.inputs[0]], layer.op
+            if layer.kind == "conv":
+                h = F.conv2d(h, *params[layer.name], stride=op.stride, padding=op.padding, groups=op.groups)
+            elif layer.kind == "linear":
+                h = F.linear(h.flatten(1), *params[layer.name])
+            elif layer.kind == "relu":
+                h = F.relu(h)
+            elif layer.kind == "maxpool":
+                h = F.max_pool2d(h, op.kernel, op.stride)
+            elif layer.kind == "lrn":
+                h = F.local_response_norm(h, op.size, op.alpha, op.beta, op.k)
+            elif layer.kind == "softmax":
+                loss = F.cross_entropy(h, labels)
+            acts[layer.name] = h
+        for p in params.values():
+            p[0].grad = p[1].grad = None
+        loss.backward()
+    return step
+
+
+def iteration(net, batch: int, reps: int) -> list[str]:
+    """Our whole training step (default variants) against PyTorch's: CUDA-event time of one
+    step, launch gaps included, median of ``reps`` after a warm-up; warm L2, as in training."""
+    from tracker.gpu.network import Executor
+
+    run = Executor(CupyBackend("ca", timed=False), net, batch, {})
+    ours_ms, ours_spread = _step_time(run.iteration, reps)
+    torch_ms, torch_spread = _step_time(torch_step(net, batch), reps)
+    return ["", f"## Whole training iteration, batch {batch}", "",
+            "| | median ms (spread) | images/s |", "|---|---|---|",
+            f"| ours (default variants) | {ours_ms:.2f} ({ours_spread:.0%}) | {batch / ours_ms * 1e3:.0f} |",
+            f"| PyTorch {torch.__version__} (cuDNN, cuBLAS; fp32, TF32 off) | {torch_ms:.2f} ({torch_spread:.0%}) "
+            f"| {batch / torch_ms * 1e3:.0f} |",
+            "", f"Ours takes {ours_ms / torch_ms:.1f}x PyTorch's time for the same step."]
+
+
+def _step_time(fn, reps: int) -> tuple[float, float]:
+    fn()
+    cp.cuda.Device().synchronize()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        torch.cuda.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end))
+    median = statistics.median(times)
+    return median, (max(times) - min(times)) / median
+
+
 def _conv_out(s):
     return [(n + 2 * s["pad"] - k) // s["stride"] + 1 for n, k in zip(s["x"][2:], s["w"][2:])]
 
@@ -129,10 +195,15 @@ def main() -> None:
     args.add_argument("--batch", type=int, default=128)
     args.add_argument("--reps", type=int, default=20)
     args.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
+    args.add_argument("--iteration-only", action="store_true", help="only the whole-iteration comparison")
     opts = args.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    net, timer, backend = build("alexnet"), Timer(opts.reps), CupyBackend("ca", timed=False)
+    net = build("alexnet")
+    if opts.iteration_only:
+        print("\n".join(iteration(net, opts.batch, opts.reps)))
+        return
+    timer, backend = Timer(opts.reps), CupyBackend("ca", timed=False)
     rng = np.random.default_rng(0)
     predicted = {layer.name: costs(layer, opts.batch) for layer in net.layers}
     lines = []
@@ -169,6 +240,8 @@ def main() -> None:
         "| layer | phase | our variants, median ms (spread) | best | baseline | ratio | target | met |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    lines += iteration(net, opts.batch, opts.reps)
+    print("\n".join(lines[-7:]))
     Path(opts.out).write_text("\n".join(header + lines) + "\n")
     print(f"wrote {opts.out}")
 

@@ -3,6 +3,7 @@ Marked `gpu`: skipped without a CUDA device (see conftest.py)."""
 
 import pytest
 
+from tracker.gpu.selftest import network_cases
 from tracker.nets import build
 
 pytestmark = pytest.mark.gpu
@@ -11,7 +12,7 @@ pytestmark = pytest.mark.gpu
 def test_selftest_passes_every_variant():
     from tracker.gpu.runner import selftest, summarize
 
-    results, device = selftest(build("alexnet"), 2, ("ca", "cg"), lambda line: None)
+    results, device = selftest(tuple(network_cases(build("alexnet"), 2)), ("ca", "cg"), lambda line: None)
     failed = [r for r in summarize(results) if not r["passed"]]
     assert not failed, failed
 

@@ -50,7 +50,18 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     rows = json.loads(result.stdout)
     assert len(rows) == 2 * len(TABLE) == 76
     assert {r["l1"] for r in rows} == {"ca", "cg"}
-    assert all(r["verified_on"] is None for r in rows)  # nothing has run on a GPU yet
+    # The committed record (tests/data/verified/2026-11-22-nvidia-h100-80gb-hbm3.json): every
+    # variant passed on an H100; a kernel changed since keeps that GPU, flagged changed_since.
+    assert {r["verified_on"] for r in rows} == {"NVIDIA H100 80GB HBM3"}
+    assert all(isinstance(r["changed_since"], bool) for r in rows)
+
+
+def test_the_committed_h100_record_vouches_for_every_variant_with_small_errors():
+    record = next(r for r in verified.records() if r["gpu"] == "NVIDIA H100 80GB HBM3")
+    assert set(record["variants"]) == {v.key for v in TABLE}
+    for key, entry in record["variants"].items():
+        assert entry["passed"] and set(entry["errors"]) == {"ca", "cg"}, key
+        assert max(entry["errors"].values()) < 1e-4, key
 
 
 def test_verification_status_follows_the_source_hash(tmp_path):

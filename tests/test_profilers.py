@@ -226,6 +226,39 @@ def test_join_names_the_first_bad_invocation():
         join(pass1[:7], profiled, ranges)
 
 
+H100_B1 = "ncu-raw-h100-sm90-ncu2025.3-alexnet-b1.csv"  # tools/gpu_stage.sh 1 on an H100; SOURCES.md
+
+
+def _planned_launches(batch_net: str = "alexnet") -> list[dict]:
+    """Pass 1's launch log as our plan makes it: the kernels of every step, with its NVTX range."""
+    from tracker.gpu.kernels import TABLE
+    from tracker.gpu.network import FUSED_INTO, plan
+    from tracker.nets import build
+
+    kernels = {(v.op, v.phase, v.variant): v.kernels for v in TABLE}
+    launches = []
+    for step in plan(build(batch_net), {}):
+        if step.variant != FUSED_INTO:
+            for _, kernel in kernels[step.layer.kind, step.phase, step.variant]:
+                launches.append(dict(invocation=len(launches), kernel_name=kernel,
+                                     range=f"{step.layer.name}/{step.phase}"))
+    return launches
+
+
+def test_join_on_a_real_h100_recording_of_our_alexnet():
+    """ncu 2025.3 names each launch 'layer/phase/kernel' under --print-nvtx-rename kernel; both
+    exports of a real batch-1 run join onto the launches our plan makes, every one checked."""
+    profiled = ncu_csv.parse(read(H100_B1))
+    named = [p.kernel for p in ncu_csv.parse(read(H100_B1.replace("raw-", "raw-nvtx-")))]
+    assert named[0] == "conv1/fwd/conv2d_fwd_implicit" and len(profiled) == 57
+    launches = _planned_launches()
+    rows = join(launches, profiled, named)
+    assert len({r["invocation"] for r in rows}) == 57
+    assert {r["name"] for r in rows} >= {"duration_ns", "dram_read_bytes", "l2_hit_rate"}
+    with pytest.raises(JoinError, match=r"invocation 1 \(relu1/fwd, relu_fwd_global\): .* 'lrn1/fwd/"):
+        join(launches, profiled, [named[0], named[2], *named[2:]])
+
+
 @pytest.mark.parametrize("printed, base", [
     ("void unnamed>::gemm_tiled_kernel<32>(const float *, int)", "gemm_tiled_kernel"),
     ("conv2d_fwd_shared", "conv2d_fwd_shared"),

@@ -46,10 +46,13 @@ def kernels(arch, l1, fmt):
               help="Images per batch for the AlexNet layer shapes.")
 @click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
               help="L1 policies to compile and check.")
+@click.option("--shapes", type=click.Choice(["alexnet", "small"]), default="alexnet", show_default=True,
+              help="alexnet: every AlexNet layer's shapes at --batch; small: the CPU emulation's small "
+                   "cases, which reach every code path (fast; for compute-sanitizer).")
 @click.option("--record", is_flag=True,
               help="Write a verification record under tests/data/verified/ (commit it).")
 @format_option
-def selftest(batch, l1, record, fmt):
+def selftest(batch, l1, shapes, record, fmt):
     """Check every kernel variant against the NumPy reference on this machine's GPU.
 
     Fresh random inputs of every AlexNet layer's shapes at a small batch; outputs start as NaN
@@ -60,15 +63,20 @@ def selftest(batch, l1, record, fmt):
     Examples:
       tracker selftest
       tracker selftest --batch 4 --record
+      compute-sanitizer --tool racecheck tracker selftest --shapes small --l1 ca
     """
     from tracker.gpu.runner import selftest as run_selftest
     from tracker.gpu.runner import summarize
+    from tracker.gpu.selftest import SMALL_CASES, network_cases
     from tracker.nets import build
     from tracker.profile import require_gpu
 
     require_gpu("tracker selftest")
     policies = ("ca", "cg") if l1 == "both" else (l1,)
-    results, device = run_selftest(build("alexnet"), batch, policies, lambda line: click.echo(line, err=True))
+    if record and shapes != "alexnet":
+        raise click.UsageError("--record vouches for AlexNet's shapes: drop --shapes small")
+    cases = SMALL_CASES if shapes == "small" else tuple(network_cases(build("alexnet"), batch))
+    results, device = run_selftest(cases, policies, lambda line: click.echo(line, err=True))
     rows = summarize(results)
     emit(rows, fmt)
     failed = [r for r in rows if not r["passed"]]

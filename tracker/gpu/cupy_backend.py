@@ -6,6 +6,7 @@ The only module that imports CuPy; ``tracker.gpu.runner`` imports it lazily.
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,6 +24,10 @@ class CupyBackend:
         self.modules: dict[str, cp.RawModule] = {}
         self.log: list[LaunchRecord] = []
         self.context: Any = None
+        if os.environ.get("TRACKER_CUPY_POOL") == "off":
+            # Under compute-sanitizer: a pool hands out slices of one allocation, so an overrun
+            # into a neighbouring array would go unseen. Every array gets its own cudaMalloc.
+            cp.cuda.set_allocator(None)
         self.pool = cp.get_default_memory_pool()
         self.peak_bytes = 0
 
@@ -97,7 +102,9 @@ def device_info() -> dict:
     props = cp.cuda.runtime.getDeviceProperties(device.id)
     name = props["name"]
     name = name.decode() if isinstance(name, bytes) else name
-    driver = cp.cuda.runtime.driverGetVersion()
+    from tracker.gpu.detect import driver_version
+
+    cuda_driver = cp.cuda.runtime.driverGetVersion()  # the CUDA version the driver supports
     runtime = cp.cuda.runtime.runtimeGetVersion()
     return {
         "device_name": name,
@@ -105,6 +112,6 @@ def device_info() -> dict:
         "sm_count": props["multiProcessorCount"],
         "sm_clock_mhz": props.get("clockRate", 0) / 1000 or None,
         "mem_clock_mhz": props.get("memoryClockRate", 0) / 1000 or None,
-        "driver_version": f"{driver // 1000}.{driver % 1000 // 10}",
+        "driver_version": driver_version() or f"CUDA {cuda_driver // 1000}.{cuda_driver % 1000 // 10}",
         "cuda_version": f"{runtime // 1000}.{runtime % 1000 // 10}",
     }

@@ -20,3 +20,24 @@ def cuda_devices() -> tuple[int, str]:
     if driver.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
         return 0, "the NVIDIA driver reports no CUDA device"
     return count.value, f"{count.value} CUDA device(s)"
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (``580.159.04``), as nvidia-smi prints it; None if unknown.
+    Not cudaDriverGetVersion, which gives the CUDA version the driver supports (13.0)."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    try:
+        match = re.search(r"Kernel Module\s+(\d+\.\d+(?:\.\d+)?)", Path("/proc/driver/nvidia/version").read_text())
+        if match:
+            return match.group(1)
+    except OSError:
+        pass
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+        return done.stdout.split()[0] if done.returncode == 0 and done.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None

@@ -82,15 +82,16 @@ def _row(invocation: int, repeat: int, k, policy: str) -> dict:
                 block_z=block[2], shared_bytes=k.shared_bytes, registers=k.registers, time_ms=k.time_ms)
 
 
-def selftest(net: Network, batch: int, policies: tuple[str, ...], echo: Callable[[str], None]):
-    """Every variant of every layer of ``net`` against the reference: (results, device_info)."""
+def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None]):
+    """Every variant of every case (``selftest.network_cases`` or ``SMALL_CASES``) against the
+    reference: (results, device_info)."""
     from tracker.gpu.kernels import VARIANTS
-    from tracker.gpu.selftest import network_cases, run_case
+    from tracker.gpu.selftest import run_case
 
     results, device = [], None
     for policy in policies:
         backend, device = _cupy_backend(policy)
-        for case in network_cases(net, batch):
+        for case in cases:
             for variant in VARIANTS[case.op]:
                 echo(f"{policy} {case.layer} {variant}")
                 results += [(policy, r) for r in run_case(backend, case, variant)]

@@ -177,6 +177,23 @@ def _softmax(c: _Check, rng, x):
     c.compare("bwd_data", "loss", LOSS, -np.log(expected[np.arange(x[0]), labels]), ELEMENTWISE)
 
 
+# Small shapes that still reach every code path: several tiles, constant-memory chunks, vector
+# loops with tails. The CPU emulation runs them; on a GPU they are what compute-sanitizer's
+# racecheck can afford (it slows shared-memory kernels a thousandfold).
+SMALL_CASES = (
+    Case("conv", "k70-s1-p1", dict(x=(2, 3, 9, 9), w=(70, 3, 3, 3), stride=1, pad=1)),  # two GEMM tiles of K
+    Case("conv", "big-filters", dict(x=(1, 64, 13, 13), w=(5, 64, 11, 11), stride=2, pad=0)),  # 3 constant chunks
+    Case("conv", "conv1-like", dict(x=(1, 3, 27, 27), w=(4, 3, 11, 11), stride=4, pad=0)),
+    Case("linear", "fc", dict(x=(3, 70), w=(66, 70))),  # two GEMM tiles of N, five of K
+    Case("relu", "odd", dict(x=(2, 3, 5, 7))),  # 210 elements: the float4 loop and its tail
+    Case("maxpool", "3s2", dict(x=(2, 3, 13, 13), size=3, stride=2)),
+    Case("maxpool", "3s2-tiles", dict(x=(1, 2, 35, 35), size=3, stride=2)),  # several 16 x 16 tiles
+    Case("maxpool", "2s2", dict(x=(1, 2, 20, 20), size=2, stride=2)),
+    Case("lrn", "strips", dict(x=(2, 7, 5, 8), size=5, alpha=0.5, beta=0.75, k=2.0)),  # 40 positions
+    Case("softmax", "1000", dict(x=(3, 1000))),
+)
+
+
 def network_cases(net: Network, batch: int) -> Iterator[Case]:
     """One case per layer with kernels: the layer's own shapes at ``batch``."""
     for layer in net.layers:

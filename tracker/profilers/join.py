@@ -45,7 +45,7 @@ def join(launches: list[dict], profiled: list[ProfiledLaunch], ranges: list[str]
     for i, (row, got) in enumerate(zip(launches, profiled)):
         if kernel_base(got.kernel) != kernel_base(row["kernel_name"]):
             raise JoinError(f"{_describe(row)}: pass 2 profiled kernel '{got.kernel}' there")
-        if ranges is not None and not _same_range(ranges[i], row["range"]):
+        if ranges is not None and not _same_range(ranges[i], row["range"], kernel_base(got.kernel)):
             raise JoinError(f"{_describe(row)}: pass 2 saw it inside NVTX range '{ranges[i]}'")
     if len(profiled) < len(launches):
         raise JoinError(f"{_describe(launches[len(profiled)])} is missing from pass 2, which profiled "
@@ -58,8 +58,10 @@ def join(launches: list[dict], profiled: list[ProfiledLaunch], ranges: list[str]
             for row, got in zip(launches, profiled) for name, value in got.metrics.items()]
 
 
-def _same_range(printed: str, expected: str) -> bool:
+def _same_range(printed: str, expected: str, kernel: str) -> bool:
     """ncu prints the innermost push/pop range, possibly behind a domain (``domain@range``) or
-    its enclosing ranges; the expected ``layer/phase`` must be the whole of its end."""
-    printed = printed.rsplit("@", 1)[-1].strip().rstrip("/")
+    its enclosing ranges, and (ncu 2025.3 on an H100) followed by the kernel's name:
+    ``conv1/fwd/conv2d_fwd_implicit``. The expected ``layer/phase`` must be the whole of what is
+    left at the end."""
+    printed = printed.rsplit("@", 1)[-1].strip().rstrip("/").removesuffix("/" + kernel)
     return printed == expected or printed.endswith("/" + expected)

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1, 2 or 3.
+#
+#   1  preflight; selftest --record; a batch-1 ncu smoke profile (the join); events at batch 128;
+#      this GPU's ncu --query-metrics; the batch-16 ncu fixture database with its raw CSV pages
+#   2  the kernel benchmark; l1-bypass, fusion, variants and batch experiments on events; reports
+#   3  compute-sanitizer memcheck and racecheck at batch 1 (CuPy's pool off); the batch-128 ncu
+#      run and its wall time beside `ncu --set full`; fusion under ncu
+#
+# Each stage fits one 10-minute command: every step runs under its own `timeout`, cut to what is
+# left of the stage's budget (TRACKER_STAGE_BUDGET_S, default 560 s). Everything lands in a scratch
+# folder; $OUT gets exactly two files whatever happens: stageN.tar.gz (the folder) and summary.txt
+# (one line per step: exit code, seconds, key figure). A failed step stops the stage where the
+# next steps depend on it; TRACKER_STAGE_KEEP_GOING=1 runs the rest anyway, and
+# TRACKER_STAGE_ONLY="step step ..." runs only those steps (after the preflight).
+#
+# The device machine lacks SQLAlchemy and adjustText: carry them as wheels (README, "On a GPU"):
+#   device run: command "bash tools/gpu_stage.sh 1", carry [".whl"]
+set -uo pipefail
+stage=${1:-}
+out=${OUT:-/tmp/tracker-gpu-out}
+mkdir -p "$out"
+summary="$out/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+case "$stage" in 1|2|3) ;; *) note "usage: tools/gpu_stage.sh 1|2|3 (got '${stage}')"; exit 2 ;; esac
+
+work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
+w="$work/stage$stage"
+mkdir -p "$w"
+pack() { cp "$summary" "$w/summary.txt"; tar -czf "$out/stage$stage.tar.gz" -C "$work" "stage$stage"; }
+trap pack EXIT
+
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD" MPLBACKEND=Agg
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        > "$w/wheels.log" 2>&1 && export PYTHONPATH="/tmp/site:$PWD"
+fi
+tracker() { python3 -m tracker "$@"; }
+export -f tracker
+
+deadline=$((SECONDS + ${TRACKER_STAGE_BUDGET_S:-560}))
+usec() { echo "${EPOCHREALTIME/./}"; }
+
+# step NAME LIMIT_S 'COMMAND': runs COMMAND in bash under timeout (cut to the stage's budget),
+# output in $w/NAME.log; the key figure is $w/NAME.key if the command wrote one, else the log's
+# last line. Returns the command's exit code (124: timed out).
+step() {
+    local name=$1 limit=$2 command=$3 left rc t0 tenths key
+    if [ -n "${TRACKER_STAGE_ONLY:-}" ] && [[ " $TRACKER_STAGE_ONLY preflight " != *" $name "* ]]; then
+        return 0  # not asked for this time
+    fi
+    left=$((deadline - SECONDS - 15))
+    ((limit > left)) && limit=$left
+    if ((limit < 10)); then
+        printf '%-20s rc=%-3s %6ss  %s\n' "$name" skip 0 "no time left in the stage" | tee -a "$summary"
+        return 124
+    fi
+    t0=$(usec)
+    timeout --kill-after=10 "$limit" bash -c "$command" > "$w/$name.log" 2>&1
+    rc=$?
+    tenths=$((($(usec) - t0) / 100000))
+    key=$(cat "$w/$name.key" 2>/dev/null || grep -v '^[[:space:]]*$' "$w/$name.log" | tail -n 1)
+    ((rc == 124)) && key="timed out after ${limit}s; last: $key"
+    printf '%-20s rc=%-3s %4d.%ds  %s\n' "$name" "$rc" $((tenths / 10)) $((tenths % 10)) "${key:0:220}" \
+        | tee -a "$summary"
+    return $rc
+}
+# stop_unless_ok RC WHY: end the stage after a failed step the rest depends on.
+stop_unless_ok() {
+    (($1 == 0)) && return 0
+    [ -n "${TRACKER_STAGE_KEEP_GOING:-}" ] && { note "  (continuing: TRACKER_STAGE_KEEP_GOING)"; return 0; }
+    note "stage $stage stopped: $2"
+    exit 1
+}
+
+note "tracker GPU stage $stage, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+step preflight 120 'python3 tools/gpu_preflight.py'
+stop_unless_ok $? "preflight failed (see preflight above; no GPU, or a missing tool or package)"
+export W="$w" NCU="$(python3 -c 'from tracker.profilers.ncu import find; print(find() or "")')"
+export SANITIZER="$(python3 -c 'from tracker.profilers.ncu import find_sanitizer; print(find_sanitizer() or "")')"
+export GPU="$(python3 -c 'from tracker.gpu.cupy_backend import device_info; import re
+print(re.sub("[^a-z0-9]+", "-", device_info()["device_name"].lower()).strip("-"))')"
+nvidia-smi -q > "$w/nvidia-smi.txt" 2>&1
+"$NCU" --version > "$w/ncu-version.txt" 2>&1
+
+# export_pages REPORT STEM: ncu's raw page, by kernel and by NVTX range, as CSV beside the report.
+export_pages() {
+    "$NCU" --import "$1" --csv --page raw --print-units base > "$W/$2-raw.csv" 2> "$W/$2-raw.err"
+    "$NCU" --import "$1" --csv --page raw --print-units base --print-nvtx-rename kernel > "$W/$2-raw-nvtx.csv" 2>&1
+}
+export -f export_pages
+
+stage1() {
+    step selftest 240 'tracker selftest --batch 2 --record --format csv > $W/selftest.csv
+        rc=$?; cp tests/data/verified/*.json $W/ 2>/dev/null; exit $rc'
+    stop_unless_ok $? "a kernel variant failed its check against the reference (selftest.csv)"
+    step ncu-smoke-b1 200 'tracker profile alexnet --batch 1 --backend ncu --repeat 1 --db $W/smoke-b1.db \
+        --ncu-report $W/smoke-b1.ncu-rep; rc=$?
+        [ -f $W/smoke-b1.ncu-rep ] && export_pages $W/smoke-b1.ncu-rep smoke-b1; exit $rc'
+    stop_unless_ok $? "the batch-1 ncu profile failed (its raw CSV pages are in the tarball when ncu wrote a report)"
+    step events-b128 180 'tracker profile alexnet --batch 128 --backend events --repeat 5 --db $W/events-b128.db \
+        && tracker show last --db $W/events-b128.db --format csv > $W/events-b128-show.csv \
+        && grep "iteration 5/5" $W/events-b128.log > $W/events-b128.key'
+    step query-metrics 60 '"$NCU" --query-metrics > $W/ncu-query-metrics-$GPU.txt &&
+        echo "$(wc -l < $W/ncu-query-metrics-$GPU.txt) lines listed" > $W/query-metrics.key'
+    step ncu-fixture-b16 300 'tracker profile alexnet --batch 16 --backend ncu --repeat 1 \
+        --db $W/alexnet-b16-$GPU.db --ncu-report $W/b16.ncu-rep; rc=$?
+        [ -f $W/b16.ncu-rep ] && export_pages $W/b16.ncu-rep alexnet-b16-$GPU && rm -f $W/b16.ncu-rep; exit $rc'
+}
+
+stage2() {
+    # The experiments first: l1-bypass and fusion are the fixture the tests read.
+    export EXP_DB="$w/experiments-b128.db"
+    local kind limit
+    for kind in l1-bypass:200 fusion:60 variants:120; do
+        limit=${kind#*:} kind=${kind%:*}
+        step "exp-$kind" "$limit" "tracker experiment $kind alexnet --batch 128 --backend events --repeat 5 \
+            --db \$EXP_DB --format csv > \$W/experiment-$kind.csv"
+    done
+    step exp-batch 60 'tracker experiment batch alexnet --batches 16,64,128 --backend events --repeat 5 \
+        --db $EXP_DB --format csv > $W/experiment-batch.csv'
+    step benchmark 300 'python3 benchmarks/kernels.py --reps 10 --out $W/RESULTS.md'
+    step reports 60 'for e in e1 e2 e3 e4; do tracker report $e --db $EXP_DB --out $W/report-$e || exit; done'
+}
+
+stage3() {
+    step ncu-b128 200 'tracker profile alexnet --batch 128 --backend ncu --repeat 1 --db $W/alexnet-b128-ncu.db'
+    step ncu-full-b128 200 'spec=$(python3 -c "from tracker.gpu.workload import Workload
+print(Workload(\"alexnet\", batch=128).to_json())")
+        "$NCU" --set full --profile-from-start off --target-processes all -f -o /tmp/full-b128 \
+            python3 -m tracker.gpu.workload "$spec"'
+    step exp-fusion-ncu 200 'tracker experiment fusion alexnet --batch 128 --backend ncu --repeat 1 \
+        --db $W/fusion-ncu-b128.db --format csv > $W/experiment-fusion-ncu.csv'
+    # CuPy's pool hands out slices of one allocation: an overrun into a neighbour would go unseen.
+    # memcheck at AlexNet's shapes (batch 1); racecheck and synccheck, which slow shared-memory
+    # kernels a thousandfold, on the small cases that reach every code path.
+    local check
+    for check in "memcheck alexnet" "racecheck small" "synccheck small"; do
+        set -- $check
+        step "sanitizer-$1" 150 "TRACKER_CUPY_POOL=off \"\$SANITIZER\" --tool $1 --print-limit 20 \
+            python3 -m tracker selftest --batch 1 --shapes $2 --l1 both; rc=\$?
+            grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \$W/sanitizer-$1.log | tail -n 1 > \$W/sanitizer-$1.key
+            exit \$rc"
+    done
+}
+
+"stage$stage"
+note "stage $stage done: $(grep -c ' rc=0 ' "$summary") steps ok of $(grep -c ' rc=' "$summary")"

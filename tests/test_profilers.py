@@ -32,6 +32,15 @@ def test_every_ncu_name_exists_on_a_real_sm86_listing():
     assert missing == []
 
 
+def test_every_ncu_name_for_sm90_exists_on_a_real_h100_listing():
+    """ncu 2025.3's --query-metrics on the H100 we profiled (tools/gpu_stage.sh 1, 2026-11-22)."""
+    known = ncu.parse_query_metrics(read("ncu-query-metrics-h100-sm90.txt"))
+    assert len(known) > 3000 and "smsp__average_warps_issue_stalled_gmma_per_issue_active" in known
+    wanted = catalog.ncu_metrics(9.0)
+    assert len(wanted) == 80 and [m for m in wanted if m.split(".", 1)[0] not in known] == []
+    assert "l1tex__lsu_writeback_active_mem_lg" not in known  # hence max_cc 8.9: no L1 roofline on sm_90 yet
+
+
 def test_catalog_is_consistent():
     names = [m.name for m in catalog.CATALOG]
     assert len(names) == len(set(names))
@@ -51,9 +60,10 @@ def test_catalog_is_consistent():
 
 
 def test_ncu_metric_list_depends_on_the_gpu():
-    volta, hopper = catalog.ncu_metrics(7.0), catalog.ncu_metrics(9.0)
+    volta, ampere, hopper = catalog.ncu_metrics(7.0), catalog.ncu_metrics(8.6), catalog.ncu_metrics(9.0)
     assert "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio" in set(hopper) - set(volta)
-    assert "l1tex__lsu_writeback_active_mem_lg.sum" in set(hopper) - set(volta)  # CC 7.5 and later
+    writeback = "l1tex__lsu_writeback_active_mem_lg.sum"  # CC 7.5 to 8.9: listed for an RTX 3080, not an H100
+    assert writeback in set(ampere) - set(volta) - set(hopper)
     assert "profiler__replayer_passes" not in hopper  # reported unasked; asking would fail
 
 

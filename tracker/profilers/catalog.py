@@ -34,6 +34,7 @@ class MetricDef:
     ncu_scale: float = 1.0
     category: str | None = None  # stalls: paper 003's (nvprof's) name for the reason
     min_cc: float = 7.0  # the ncu name exists from this compute capability on
+    max_cc: float = 99.0  # ... up to this one (ncu 2025.3 lists no lsu_writeback on an H100)
     requested: bool = True  # False: ncu reports it unasked (raw page), so never put it in --metrics
 
     @property
@@ -183,7 +184,7 @@ CATALOG: tuple[MetricDef, ...] = (
     M("dram_write_bytes", "traffic", "bytes", "bytes written to DRAM", "sum", ncu="dram__bytes_write.sum"),
     M("l1_lg_writeback_cycles", "traffic", "cycles",
       "cycles L1/TEX wrote back local/global data (x128 bytes: the L1 roofline's traffic)", "sum",
-      ncu="l1tex__lsu_writeback_active_mem_lg.sum", min_cc=7.5),
+      ncu="l1tex__lsu_writeback_active_mem_lg.sum", min_cc=7.5, max_cc=8.9),
     # throughput, % of the unit's peak
     M("sm_throughput_pct", "throughput", "%", "compute (SM) throughput, % of peak", _TIME_WEIGHTED,
       ncu="sm__throughput.avg.pct_of_peak_sustained_elapsed"),
@@ -236,7 +237,7 @@ CATALOG: tuple[MetricDef, ...] = (
       ncu="l1tex__m_xbar2l1tex_read_bytes.sum.peak_sustained"),
     M("l1_lg_writeback_peak_per_cycle", "peak", "cycles/cycle",
       "peak L1/TEX local/global writeback per L1 cycle (x128 bytes)", "max",
-      ncu="l1tex__lsu_writeback_active_mem_lg.sum.peak_sustained", min_cc=7.5),
+      ncu="l1tex__lsu_writeback_active_mem_lg.sum.peak_sustained", min_cc=7.5, max_cc=8.9),
     # what ncu adds to every raw-page row
     M("replay_passes", "profiler", "passes", "replay passes ncu needed for this launch", "max",
       ncu="profiler__replayer_passes", requested=False),
@@ -250,7 +251,7 @@ FAMILIES = tuple(dict.fromkeys(m.family for m in CATALOG))
 
 def ncu_metrics(cc: float | None = None) -> list[str]:
     """The names to pass to ``ncu --metrics`` for a GPU of compute capability ``cc``."""
-    return [m.ncu for m in CATALOG if m.ncu and m.requested and (cc is None or cc >= m.min_cc)]
+    return [m.ncu for m in CATALOG if m.ncu and m.requested and (cc is None or m.min_cc <= cc <= m.max_cc)]
 
 
 def metric_def_rows() -> list[dict]:

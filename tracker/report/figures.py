@@ -155,7 +155,11 @@ def level_utilization(frame: pd.DataFrame, subtitle: str):
 
 
 def roofline(points: pd.DataFrame, peaks: dict, subtitle: str):
-    """Hierarchical roofline: achieved FLOP/s against intensity at L1, L2 and DRAM, under the roofs."""
+    """Hierarchical roofline: achieved FLOP/s against intensity at L1, L2 and DRAM, under the roofs.
+    A point with no FLOPs or no bytes at a level (a max-pool's backward, a level it never touched)
+    has no place on log axes and is left out."""
+    positive = np.isfinite(points["intensity"].astype(float)) & (points["intensity"] > 0) & (points["flops_per_s"] > 0)
+    points = points[positive]
     if points.empty:
         return None
     fig, ax = plt.subplots(figsize=(11, 7), dpi=110)

@@ -66,7 +66,9 @@ def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable
             launches = backend.log[first:]
             totals.append(sum(k.time_ms or 0.0 for k in launches))
             rows += [_row(len(rows) + i, r, k, policy) for i, k in enumerate(launches)]
-            echo(f"iteration {r + 1}/{repeat}: {len(launches)} launches, {totals[-1]:.3f} ms of kernel time")
+            timed = (f", {totals[-1]:.3f} ms of kernel time" if getattr(backend, "timed", True)
+                     else " (untimed: under the profiler)")
+            echo(f"iteration {r + 1}/{repeat}: {len(launches)} launches{timed}")
     finally:
         stop()
     return rows, totals

@@ -7,6 +7,17 @@
 // broadcast or hit distinct banks and the epilogue's stores coalesce).
 #pragma once
 
+// Kernel pointers are `T* RESTRICT`. By default that is __restrict__, and the compiler, knowing
+// that an input aliases no output, loads it through the read-only path (LDG.E.CONSTANT), which
+// caches in L1 whatever -dlcm says. The L1-bypass build (-DTRACKER_L1_BYPASS beside -Xptxas
+// -dlcm=cg) drops __restrict__, so that every global load is a plain LDG, which -dlcm=cg sends
+// around L1. `tracker kernels` shows each build's load mix, read from its SASS.
+#ifdef TRACKER_L1_BYPASS
+#define RESTRICT
+#else
+#define RESTRICT __restrict__
+#endif
+
 #define GEMM_THREADS 256
 #define TILE_M 64
 #define TILE_N 64
@@ -14,7 +25,7 @@
 
 // Dense row-major matrix: element (r, c) at p[r * ld + c]; consecutive c are contiguous.
 struct Mat {
-    const float* __restrict__ p;
+    const float* RESTRICT p;
     int ld;
     static constexpr bool second_contiguous = true;
     __device__ __forceinline__ float operator()(int r, int c) const { return p[(size_t)r * ld + c]; }
@@ -22,7 +33,7 @@ struct Mat {
 
 // Transposed view of a row-major matrix: element (r, c) at p[c * ld + r].
 struct MatT {
-    const float* __restrict__ p;
+    const float* RESTRICT p;
     int ld;
     static constexpr bool second_contiguous = false;
     __device__ __forceinline__ float operator()(int r, int c) const { return p[(size_t)c * ld + r]; }
@@ -50,9 +61,9 @@ struct ConvShape {
 
 // Epilogue: C[m * ldc + n] = (accumulate ? C : 0) + v + bias, then ReLU if asked.
 struct Store {
-    float* __restrict__ c;
+    float* RESTRICT c;
     int ldc;
-    const float* __restrict__ bias;  // nullptr: none
+    const float* RESTRICT bias;  // nullptr: none
     bool bias_per_row;              // bias[m] (conv: per output channel) or bias[n] (linear)
     bool relu;
     bool accumulate;

@@ -18,8 +18,8 @@
 
 // --- direct (global) ------------------------------------------------------------------------
 
-extern "C" __global__ void conv2d_fwd_global(const float* __restrict__ x, const float* __restrict__ w,
-                                             const float* __restrict__ bias, float* __restrict__ y,
+extern "C" __global__ void conv2d_fwd_global(const float* RESTRICT x, const float* RESTRICT w,
+                                             const float* RESTRICT bias, float* RESTRICT y,
                                              ConvShape s) {
     const int total = s.N * s.K * s.P * s.Q;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
@@ -48,8 +48,8 @@ __device__ __forceinline__ int tap(int h, int r, const ConvShape& s, int extent)
     return p < extent ? p : -1;
 }
 
-extern "C" __global__ void conv2d_bwd_data_global(const float* __restrict__ dy, const float* __restrict__ w,
-                                                  float* __restrict__ dx, ConvShape s) {
+extern "C" __global__ void conv2d_bwd_data_global(const float* RESTRICT dy, const float* RESTRICT w,
+                                                  float* RESTRICT dx, ConvShape s) {
     const int total = s.N * s.C * s.H * s.W;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         const int v = i % s.W, h = (i / s.W) % s.H, c = (i / (s.W * s.H)) % s.C, n = i / (s.W * s.H * s.C);
@@ -69,8 +69,8 @@ extern "C" __global__ void conv2d_bwd_data_global(const float* __restrict__ dy, 
     }
 }
 
-extern "C" __global__ void conv2d_bwd_weight_global(const float* __restrict__ dy, const float* __restrict__ x,
-                                                    float* __restrict__ dw, ConvShape s) {
+extern "C" __global__ void conv2d_bwd_weight_global(const float* RESTRICT dy, const float* RESTRICT x,
+                                                    float* RESTRICT dw, ConvShape s) {
     const int total = s.K * s.C * s.R * s.S;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         const int t = i % s.S, r = (i / s.S) % s.R, c = (i / (s.S * s.R)) % s.C, k = i / (s.S * s.R * s.C);
@@ -97,8 +97,8 @@ __constant__ float c_filters[CONSTANT_FLOATS];
 
 // Output channels k0 .. k0 + gridDim.y - 1, whose filters the host copied to c_filters.
 // Grid: (ceil(P*Q / blockDim.x), channels in the chunk, N).
-extern "C" __global__ void conv2d_fwd_constant(const float* __restrict__ x, const float* __restrict__ bias,
-                                               float* __restrict__ y, ConvShape s, int k0) {
+extern "C" __global__ void conv2d_fwd_constant(const float* RESTRICT x, const float* RESTRICT bias,
+                                               float* RESTRICT y, ConvShape s, int k0) {
     const int pq = blockIdx.x * blockDim.x + threadIdx.x, kl = blockIdx.y, n = blockIdx.z, k = k0 + kl;
     if (pq >= s.P * s.Q) return;
     const int p = pq / s.Q, q = pq % s.Q;
@@ -119,7 +119,7 @@ extern "C" __global__ void conv2d_fwd_constant(const float* __restrict__ x, cons
 
 // Adds the input gradient from output channels k0 .. k0 + kc - 1 (filters in c_filters);
 // the first chunk writes (accumulate = 0), later chunks add. Grid: (ceil(H*W / blockDim.x), C, N).
-extern "C" __global__ void conv2d_bwd_data_constant(const float* __restrict__ dy, float* __restrict__ dx,
+extern "C" __global__ void conv2d_bwd_data_constant(const float* RESTRICT dy, float* RESTRICT dx,
                                                     ConvShape s, int k0, int kc, int accumulate) {
     const int hw = blockIdx.x * blockDim.x + threadIdx.x, c = blockIdx.y, n = blockIdx.z;
     if (hw >= s.H * s.W) return;
@@ -142,7 +142,7 @@ extern "C" __global__ void conv2d_bwd_data_constant(const float* __restrict__ dy
 
 // B(k = (c, r, t), n = (p, q)) of the forward GEMM: one image's input through its im2col view.
 struct Im2col {
-    const float* __restrict__ x;  // one image, C x H x W
+    const float* RESTRICT x;  // one image, C x H x W
     ConvShape s;
     static constexpr bool second_contiguous = true;
     __device__ __forceinline__ float operator()(int k, int n) const {
@@ -154,7 +154,7 @@ struct Im2col {
 
 // A(m = c, k = (k, r, t)) of the backward-data GEMM: the filters, output channel outermost.
 struct FiltersByInput {
-    const float* __restrict__ w;
+    const float* RESTRICT w;
     ConvShape s;
     static constexpr bool second_contiguous = true;
     __device__ __forceinline__ float operator()(int c, int k) const {
@@ -165,7 +165,7 @@ struct FiltersByInput {
 
 // B(k = (k, r, t), n = (h, v)) of the backward-data GEMM: the output gradient an input meets.
 struct GradByInput {
-    const float* __restrict__ g;  // one image, K x P x Q
+    const float* RESTRICT g;  // one image, K x P x Q
     ConvShape s;
     static constexpr bool second_contiguous = true;
     __device__ __forceinline__ float operator()(int k, int n) const {
@@ -177,7 +177,7 @@ struct GradByInput {
 
 // A(m = k, k = (n, p, q)) of the backward-weight GEMM: the output gradient, all images.
 struct GradByChannel {
-    const float* __restrict__ g;
+    const float* RESTRICT g;
     ConvShape s;
     static constexpr bool second_contiguous = true;
     __device__ __forceinline__ float operator()(int k, int j) const {
@@ -188,7 +188,7 @@ struct GradByChannel {
 
 // B(k = (n, p, q), n = (c, r, t)) of the backward-weight GEMM: every image's im2col, transposed.
 struct Im2colT {
-    const float* __restrict__ x;
+    const float* RESTRICT x;
     ConvShape s;
     static constexpr bool second_contiguous = false;
     __device__ __forceinline__ float operator()(int j, int col) const {
@@ -201,8 +201,8 @@ struct Im2colT {
 
 // Grid: (ceil(P*Q / 64), ceil(K / 64), N). relu != 0 is the fused variant's epilogue.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-conv2d_fwd_implicit(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ bias,
-                    float* __restrict__ y, ConvShape s, int relu) {
+conv2d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const float* RESTRICT bias,
+                    float* RESTRICT y, ConvShape s, int relu) {
     const int n = blockIdx.z, crs = s.C * s.R * s.S, pq = s.P * s.Q;
     gemm_tile(s.K, pq, crs, Mat{w, crs}, Im2col{x + (size_t)n * s.C * s.H * s.W, s},
               Store{y + (size_t)n * s.K * pq, pq, bias, true, relu != 0, false});
@@ -210,8 +210,8 @@ conv2d_fwd_implicit(const float* __restrict__ x, const float* __restrict__ w, co
 
 // Grid: (ceil(H*W / 64), ceil(C / 64), N). relu_y: the fused forward's output, or nullptr.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-conv2d_bwd_data_implicit(const float* __restrict__ dy, const float* __restrict__ w,
-                         const float* __restrict__ relu_y, float* __restrict__ dx, ConvShape s) {
+conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w,
+                         const float* RESTRICT relu_y, float* RESTRICT dx, ConvShape s) {
     const int n = blockIdx.z, hw = s.H * s.W;
     const size_t image = (size_t)n * s.K * s.P * s.Q;
     const float* mask = relu_y != nullptr ? relu_y + image : nullptr;
@@ -222,8 +222,8 @@ conv2d_bwd_data_implicit(const float* __restrict__ dy, const float* __restrict__
 
 // Grid: (ceil(C*R*S / 64), ceil(K / 64), 1); the GEMM's reduction runs over every image.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-conv2d_bwd_weight_implicit(const float* __restrict__ dy, const float* __restrict__ x,
-                           const float* __restrict__ relu_y, float* __restrict__ dw, ConvShape s) {
+conv2d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x,
+                           const float* RESTRICT relu_y, float* RESTRICT dw, ConvShape s) {
     const int crs = s.C * s.R * s.S;
     const Masked<GradByChannel> grad{GradByChannel{dy, s}, GradByChannel{relu_y, s}, relu_y != nullptr};
     gemm_tile(s.K, crs, s.N * s.P * s.Q, grad, Im2colT{x, s}, Store{dw, crs, nullptr, false, false, false});
@@ -232,7 +232,7 @@ conv2d_bwd_weight_implicit(const float* __restrict__ dy, const float* __restrict
 // --- explicit im2col / col2im (gemm) --------------------------------------------------------
 
 // col[(c, r, t)][(p, q)] of one image.
-extern "C" __global__ void im2col(const float* __restrict__ x, float* __restrict__ col, ConvShape s) {
+extern "C" __global__ void im2col(const float* RESTRICT x, float* RESTRICT col, ConvShape s) {
     const int pq = s.P * s.Q, total = s.C * s.R * s.S * pq;
     const Im2col view{x, s};
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x)
@@ -240,7 +240,7 @@ extern "C" __global__ void im2col(const float* __restrict__ x, float* __restrict
 }
 
 // dx[c][h][v] of one image = the sum of the col entries that input fed: a gather, no atomics.
-extern "C" __global__ void col2im(const float* __restrict__ col, float* __restrict__ dx, ConvShape s) {
+extern "C" __global__ void col2im(const float* RESTRICT col, float* RESTRICT dx, ConvShape s) {
     const int pq = s.P * s.Q, total = s.C * s.H * s.W;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         const int v = i % s.W, h = (i / s.W) % s.H, c = i / (s.W * s.H);

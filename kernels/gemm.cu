@@ -13,8 +13,8 @@
 #include "common.cuh"
 
 #define GEMM_ARGS                                                                                   \
-    const float *__restrict__ a, const float *__restrict__ a_mask, const float *__restrict__ b,      \
-        float *__restrict__ c, int M, int N, int K, int lda, int ldb, const float *__restrict__ bias, \
+    const float *RESTRICT a, const float *RESTRICT a_mask, const float *RESTRICT b,      \
+        float *RESTRICT c, int M, int N, int K, int lda, int ldb, const float *RESTRICT bias, \
         int bias_per_row, int relu, int accumulate
 
 #define GEMM_EPILOGUE Store{c, N, bias, bias_per_row != 0, relu != 0, accumulate != 0}
@@ -32,8 +32,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS) gemm_nt(GEMM_ARGS) {
 }
 
 // dy is N x K x L (conv: L = P*Q; linear: L = 1). Grid: (K), any multiple of 32 threads.
-extern "C" __global__ void bias_grad(const float* __restrict__ dy, const float* __restrict__ relu_y,
-                                     float* __restrict__ db, int N, int K, int L) {
+extern "C" __global__ void bias_grad(const float* RESTRICT dy, const float* RESTRICT relu_y,
+                                     float* RESTRICT db, int N, int K, int L) {
     const int k = blockIdx.x;
     float acc = 0.f;
     for (int i = threadIdx.x; i < N * L; i += blockDim.x) {

@@ -10,8 +10,8 @@
 // Every variant's bias gradient is gemm.cu's bias_grad with L = 1.
 #include "common.cuh"
 
-extern "C" __global__ void linear_fwd_global(const float* __restrict__ x, const float* __restrict__ w,
-                                             const float* __restrict__ bias, float* __restrict__ y,
+extern "C" __global__ void linear_fwd_global(const float* RESTRICT x, const float* RESTRICT w,
+                                             const float* RESTRICT bias, float* RESTRICT y,
                                              int N, int I, int O) {
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < N * O; e += gridDim.x * blockDim.x) {
         const int n = e / O, o = e % O;
@@ -21,8 +21,8 @@ extern "C" __global__ void linear_fwd_global(const float* __restrict__ x, const 
     }
 }
 
-extern "C" __global__ void linear_bwd_data_global(const float* __restrict__ dy, const float* __restrict__ w,
-                                                  float* __restrict__ dx, int N, int I, int O) {
+extern "C" __global__ void linear_bwd_data_global(const float* RESTRICT dy, const float* RESTRICT w,
+                                                  float* RESTRICT dx, int N, int I, int O) {
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < N * I; e += gridDim.x * blockDim.x) {
         const int n = e / I, i = e % I;
         float acc = 0.f;
@@ -31,8 +31,8 @@ extern "C" __global__ void linear_bwd_data_global(const float* __restrict__ dy, 
     }
 }
 
-extern "C" __global__ void linear_bwd_weight_global(const float* __restrict__ dy, const float* __restrict__ x,
-                                                    float* __restrict__ dw, int N, int I, int O) {
+extern "C" __global__ void linear_bwd_weight_global(const float* RESTRICT dy, const float* RESTRICT x,
+                                                    float* RESTRICT dw, int N, int I, int O) {
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < O * I; e += gridDim.x * blockDim.x) {
         const int o = e / I, i = e % I;
         float acc = 0.f;

@@ -28,7 +28,7 @@ __device__ __forceinline__ float lrn_scale(const At& at, int c, const LrnShape& 
 }
 
 struct Strided {  // channel j of one position in global memory
-    const float* __restrict__ p;
+    const float* RESTRICT p;
     int HW;
     __device__ __forceinline__ float operator()(int j) const { return p[(size_t)j * HW]; }
 };
@@ -39,7 +39,7 @@ struct Column {  // channel j of one position in shared memory, [C][strip] layou
     __device__ __forceinline__ float operator()(int j) const { return p[j * strip]; }
 };
 
-extern "C" __global__ void lrn_fwd_global(const float* __restrict__ x, float* __restrict__ y, LrnShape s) {
+extern "C" __global__ void lrn_fwd_global(const float* RESTRICT x, float* RESTRICT y, LrnShape s) {
     const int total = s.N * s.C * s.HW;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
         const int hw = e % s.HW, c = (e / s.HW) % s.C, n = e / (s.HW * s.C);
@@ -48,8 +48,8 @@ extern "C" __global__ void lrn_fwd_global(const float* __restrict__ x, float* __
     }
 }
 
-extern "C" __global__ void lrn_bwd_global(const float* __restrict__ dy, const float* __restrict__ x,
-                                          const float* __restrict__ y, float* __restrict__ dx, LrnShape s) {
+extern "C" __global__ void lrn_bwd_global(const float* RESTRICT dy, const float* RESTRICT x,
+                                          const float* RESTRICT y, float* RESTRICT dx, LrnShape s) {
     const int total = s.N * s.C * s.HW, half = s.size / 2;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
         const int hw = e % s.HW, c = (e / s.HW) % s.C, n = e / (s.HW * s.C);
@@ -66,7 +66,7 @@ extern "C" __global__ void lrn_bwd_global(const float* __restrict__ dy, const fl
 
 // Block (strip, rows): thread (t, r) handles position hw0 + t, channels r, r + rows, ...
 // Grid: (ceil(HW / strip), N).
-extern "C" __global__ void lrn_fwd_shared(const float* __restrict__ x, float* __restrict__ y, LrnShape s) {
+extern "C" __global__ void lrn_fwd_shared(const float* RESTRICT x, float* RESTRICT y, LrnShape s) {
     extern __shared__ float xs[];  // [C][strip]
     const int strip = blockDim.x, t = threadIdx.x, hw = blockIdx.x * strip + t;
     const size_t base = (size_t)blockIdx.y * s.C * s.HW;
@@ -79,8 +79,8 @@ extern "C" __global__ void lrn_fwd_shared(const float* __restrict__ x, float* __
         y[base + (size_t)c * s.HW + hw] = xs[c * strip + t] * powf(lrn_scale(col, c, s), -s.beta);
 }
 
-extern "C" __global__ void lrn_bwd_shared(const float* __restrict__ dy, const float* __restrict__ x,
-                                          const float* __restrict__ y, float* __restrict__ dx, LrnShape s) {
+extern "C" __global__ void lrn_bwd_shared(const float* RESTRICT dy, const float* RESTRICT x,
+                                          const float* RESTRICT y, float* RESTRICT dx, LrnShape s) {
     extern __shared__ float smem[];  // x, dy, s, dy*y/s: [C][strip] each
     const int strip = blockDim.x, t = threadIdx.x, hw = blockIdx.x * strip + t, half = s.size / 2;
     const int plane = s.C * strip;

@@ -26,7 +26,7 @@ __device__ __forceinline__ int first_max(const X& x, int p, int q, const PoolSha
     return best;
 }
 
-extern "C" __global__ void maxpool_fwd_global(const float* __restrict__ x, float* __restrict__ y, PoolShape s) {
+extern "C" __global__ void maxpool_fwd_global(const float* RESTRICT x, float* RESTRICT y, PoolShape s) {
     const int total = s.N * s.C * s.P * s.Q;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
         const int q = e % s.Q, p = (e / s.Q) % s.P, plane = e / (s.Q * s.P);
@@ -45,13 +45,13 @@ __device__ __forceinline__ void covering(int h, int size, int stride, int extent
 }
 
 struct Plane {
-    const float* __restrict__ p;
+    const float* RESTRICT p;
     int W;
     __device__ __forceinline__ float operator()(int h, int v) const { return p[h * W + v]; }
 };
 
-extern "C" __global__ void maxpool_bwd_global(const float* __restrict__ dy, const float* __restrict__ x,
-                                              float* __restrict__ dx, PoolShape s) {
+extern "C" __global__ void maxpool_bwd_global(const float* RESTRICT dy, const float* RESTRICT x,
+                                              float* RESTRICT dx, PoolShape s) {
     const int total = s.N * s.C * s.H * s.W;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
         const int v = e % s.W, h = (e / s.W) % s.H, plane = e / (s.W * s.H);
@@ -81,7 +81,7 @@ struct SharedPlane {
 
 // Block (16, 16) per 16 x 16 output tile; grid (ceil(Q/16), ceil(P/16), N*C);
 // dynamic shared memory: span^2 floats, span = 15 * stride + size.
-extern "C" __global__ void maxpool_fwd_shared(const float* __restrict__ x, float* __restrict__ y, PoolShape s) {
+extern "C" __global__ void maxpool_fwd_shared(const float* RESTRICT x, float* RESTRICT y, PoolShape s) {
     extern __shared__ float tile[];
     const int plane = blockIdx.z, p0 = blockIdx.y * POOL_TILE, q0 = blockIdx.x * POOL_TILE;
     const int span = (POOL_TILE - 1) * s.stride + s.size, h0 = p0 * s.stride, v0 = q0 * s.stride;
@@ -102,8 +102,8 @@ extern "C" __global__ void maxpool_fwd_shared(const float* __restrict__ x, float
 // whose windows meet the tile (at most n = (14 + size) / stride + 1 per side) and the input
 // region those windows read (span = (n - 1) * stride + size per side): dynamic shared memory
 // of span^2 + n^2 floats.
-extern "C" __global__ void maxpool_bwd_shared(const float* __restrict__ dy, const float* __restrict__ x,
-                                              float* __restrict__ dx, PoolShape s) {
+extern "C" __global__ void maxpool_bwd_shared(const float* RESTRICT dy, const float* RESTRICT x,
+                                              float* RESTRICT dx, PoolShape s) {
     extern __shared__ float smem[];
     const int plane = blockIdx.z, h_first = blockIdx.y * POOL_TILE, v_first = blockIdx.x * POOL_TILE;
     const int h_last = min(h_first + POOL_TILE, s.H) - 1, v_last = min(v_first + POOL_TILE, s.W) - 1;

@@ -7,7 +7,7 @@
 
 __device__ __forceinline__ float relu_mask(float g, float y) { return y > 0.f ? g : 0.f; }
 
-extern "C" __global__ void relu_fwd_global(const float* __restrict__ x, float* __restrict__ y, int n) {
+extern "C" __global__ void relu_fwd_global(const float* RESTRICT x, float* RESTRICT y, int n) {
     const int stride = gridDim.x * blockDim.x, vectors = n / 4;
     const float4* x4 = reinterpret_cast<const float4*>(x);
     float4* y4 = reinterpret_cast<float4*>(y);
@@ -18,8 +18,8 @@ extern "C" __global__ void relu_fwd_global(const float* __restrict__ x, float* _
     for (int i = 4 * vectors + blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = fmaxf(x[i], 0.f);
 }
 
-extern "C" __global__ void relu_bwd_global(const float* __restrict__ dy, const float* __restrict__ y,
-                                           float* __restrict__ dx, int n) {
+extern "C" __global__ void relu_bwd_global(const float* RESTRICT dy, const float* RESTRICT y,
+                                           float* RESTRICT dx, int n) {
     const int stride = gridDim.x * blockDim.x, vectors = n / 4;
     const float4* g4 = reinterpret_cast<const float4*>(dy);
     const float4* y4 = reinterpret_cast<const float4*>(y);

@@ -8,7 +8,7 @@
 //           shared memory); bwd reads the row's label once.
 #include "common.cuh"
 
-extern "C" __global__ void softmax_fwd_global(const float* __restrict__ x, float* __restrict__ y, int N, int C) {
+extern "C" __global__ void softmax_fwd_global(const float* RESTRICT x, float* RESTRICT y, int N, int C) {
     const int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
     const float* row = x + (size_t)n * C;
@@ -18,7 +18,7 @@ extern "C" __global__ void softmax_fwd_global(const float* __restrict__ x, float
     for (int c = 0; c < C; ++c) y[(size_t)n * C + c] = expf(row[c] - m) / sum;
 }
 
-extern "C" __global__ void softmax_fwd_shared(const float* __restrict__ x, float* __restrict__ y, int N, int C) {
+extern "C" __global__ void softmax_fwd_shared(const float* RESTRICT x, float* RESTRICT y, int N, int C) {
     const float* row = x + (size_t)blockIdx.x * C;
     float m = __int_as_float(0xff800000);
     for (int c = threadIdx.x; c < C; c += blockDim.x) m = fmaxf(m, row[c]);
@@ -29,8 +29,8 @@ extern "C" __global__ void softmax_fwd_shared(const float* __restrict__ x, float
     for (int c = threadIdx.x; c < C; c += blockDim.x) y[(size_t)blockIdx.x * C + c] = expf(row[c] - m) / sum;
 }
 
-extern "C" __global__ void softmax_xent_bwd_global(const float* __restrict__ p, const int* __restrict__ labels,
-                                                   float* __restrict__ dx, float* __restrict__ loss, int N, int C) {
+extern "C" __global__ void softmax_xent_bwd_global(const float* RESTRICT p, const int* RESTRICT labels,
+                                                   float* RESTRICT dx, float* RESTRICT loss, int N, int C) {
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < N * C; e += gridDim.x * blockDim.x) {
         const int n = e / C, c = e % C, hit = labels[n] == c;
         dx[e] = (p[e] - (hit ? 1.f : 0.f)) / N;
@@ -38,8 +38,8 @@ extern "C" __global__ void softmax_xent_bwd_global(const float* __restrict__ p, 
     }
 }
 
-extern "C" __global__ void softmax_xent_bwd_shared(const float* __restrict__ p, const int* __restrict__ labels,
-                                                   float* __restrict__ dx, float* __restrict__ loss, int N, int C) {
+extern "C" __global__ void softmax_xent_bwd_shared(const float* RESTRICT p, const int* RESTRICT labels,
+                                                   float* RESTRICT dx, float* RESTRICT loss, int N, int C) {
     __shared__ int label;
     const size_t row = (size_t)blockIdx.x * C;
     if (threadIdx.x == 0) label = labels[blockIdx.x];

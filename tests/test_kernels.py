@@ -1,14 +1,16 @@
 """The compile check: every kernel variant compiles with NVRTC for sm_80 and sm_90, in both L1
-policies, with the runtime's options, and none spills."""
+policies, with the runtime's options, and none spills; the SASS proves the L1 bypass."""
 
+import hashlib
 import json
 
 import pytest
 
 from tracker.cli import cli
 from tracker.gpu import verified
-from tracker.gpu.compile import build, variant_rows
-from tracker.gpu.kernels import ARCHS, L1_POLICIES, PHASES_OF, SOURCES, TABLE, compile_options, source_hash
+from tracker.gpu.compile import build, global_loads, variant_rows
+from tracker.gpu.kernels import (ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, PHASES_OF, SOURCES, TABLE,
+                                 compile_options, source_hash, source_text)
 from tracker.variants import VARIANTS
 
 
@@ -31,10 +33,39 @@ def test_every_kernel_compiles_without_spills(arch, policy):
             assert r.registers <= 128 and r.shared_bytes <= 48 * 1024, (b.source, name, r)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("source", SOURCES)
-def test_l1_bypass_reaches_the_machine_code(source):
-    assert build(source, "sm_90", "ca").cubin_sha != build(source, "sm_90", "cg").cubin_sha
+def test_the_l1_bypass_build_sends_every_global_load_around_l1(source, arch):
+    """Read from the SASS (cuobjdump): under cg no load is LDG.E.CONSTANT (the read-only path,
+    cached in L1 whatever -dlcm says) or SM-scoped; under ca every load is cached in L1."""
+    cached, bypassed = build(source, arch, "ca"), build(source, arch, "cg")
+    for name, r in bypassed.kernels.items():
+        ca = cached.kernels[name]
+        assert ca.global_loads > 0 and ca.l1_loads == ca.global_loads, (source, name, "ca", ca)
+        assert r.global_loads > 0 and r.l1_loads == 0, (source, name, "cg", r)
+
+
+def test_load_mix_is_read_from_real_sass():
+    text = """
+        Function : k1
+        /*0080*/  LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;
+        /*0090*/  LDG.E.STRONG.SM R5, desc[UR4][R2.64] ;
+        /*00a0*/  @!P0 LDG.E.STRONG.GPU R6, desc[UR4][R2.64] ;
+        /*00b0*/  STG.E desc[UR4][R2.64], R6 ;
+        Function : k2
+        /*0010*/  LDS R1, [R2] ;
+    """
+    assert global_loads(text) == {"k1": {"global_loads": 3, "l1_loads": 2},
+                                  "k2": {"global_loads": 0, "l1_loads": 0}}
+
+
+def test_the_compile_check_uses_the_options_and_text_that_run():
     assert "-dlcm=cg" in compile_options("cg") and "-dlcm=ca" in compile_options("ca")
+    assert "-DTRACKER_L1_BYPASS" in compile_options("cg") and "-DTRACKER_L1_BYPASS" not in compile_options("ca")
+    assert CUPY_ADDS == ("-ftz=true",)  # cupy/cuda/compiler.py appends it to every RawModule's options
+    # CuPy's disk cache keys on the source text: the header's hash is part of it
+    header = hashlib.sha256((KERNEL_DIR / "common.cuh").read_bytes()).hexdigest()[:16]
+    assert source_text("relu.cu").rstrip().endswith(f"// common.cuh: sha256 {header}")
 
 
 def test_only_the_constant_variant_uses_constant_memory():

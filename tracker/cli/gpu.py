@@ -8,21 +8,24 @@ from tracker.cli import cli
 from tracker.cli.options import emit, format_option
 
 KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "shared_bytes", "constant_bytes",
-                  "spill_bytes", "verified_on", "changed_since")
+                  "spill_bytes", "global_loads", "l1_loads", "verified_on", "changed_since")
 
 
 @cli.command()
 @click.option("--arch", type=click.Choice(["sm_80", "sm_90"]), default="sm_90", show_default=True,
               help="GPU architecture to compile for.")
 @click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
-              help="L1 policy: ca caches global loads in L1, cg bypasses it (-Xptxas -dlcm=cg).")
+              help="L1 policy: ca caches global loads in L1, cg bypasses it (-Xptxas -dlcm=cg, no "
+                   "read-only path).")
 @format_option
 def kernels(arch, l1, fmt):
     """Compile every kernel variant with NVRTC (no GPU needed) and list its resources.
 
     Per op, phase, variant and L1 policy: the kernels it launches, registers, static shared
-    memory, constant memory and spill bytes (the worst of its kernels), and the GPU that last
-    verified it against the NumPy reference (tracker selftest --record), or '-' if none has.
+    memory, constant memory and spill bytes (the worst of its kernels), its global load
+    instructions and how many of them go through L1 (read from the SASS: the cg build sends
+    every one around L1), and the GPU that last verified it against the NumPy reference
+    (tracker selftest --record), or '-' if none has.
 
     \b
     Examples:

@@ -1,21 +1,27 @@
-"""Compile kernel modules with NVRTC and read their resource use, with no GPU and no CuPy.
+"""Compile kernel modules with NVRTC and read their resource use and load mix, with no GPU and
+no CuPy.
 
 NVRTC (pip: ``nvidia-cuda-nvrtc``, through ``cuda-bindings``) emits a cubin for a named
 architecture on a machine without a driver; ``-Xptxas -v`` makes ptxas report each kernel's
 registers, shared memory, stack and spills. ptxas does not say which kernel uses ``__constant__``
-memory, so that is read from the PTX: the ``.const`` arrays each entry's body names. The options
-are ``compile_options``: the runtime's own.
+memory, so that is read from the PTX: the ``.const`` arrays each entry's body names. Which global
+loads go through L1 is read from the SASS (``cuobjdump -sass``; pip: ``nvidia-cuda-cuobjdump``).
+The options are the runtime's own: ``compile_options`` and what CuPy adds (``CUPY_ADDS``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 
 from tracker.errors import TrackerError
-from tracker.gpu.kernels import compile_options, source_text
+from tracker.gpu.kernels import CUPY_ADDS, compile_options, source_text
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,8 @@ class Resources:
     spill_stores: int
     spill_loads: int
     constant_bytes: int = 0  # __constant__ arrays the kernel reads
+    global_loads: int = 0  # LDG instructions in the SASS
+    l1_loads: int = 0  # ... of which go through L1 (read-only path, or SM-scoped)
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,7 @@ def _check(result, what: str):
 def build(source: str, arch: str, l1_policy: str) -> Build:
     """Compile kernels/``source`` for ``arch`` (sm_80, sm_90) with L1 policy ``ca`` or ``cg``."""
     nvrtc = _nvrtc()
-    options = [o.encode() for o in (*compile_options(l1_policy, arch), "-Xptxas", "-v")]
+    options = [o.encode() for o in (*compile_options(l1_policy, arch), *CUPY_ADDS, "-Xptxas", "-v")]
     program = _check(nvrtc.nvrtcCreateProgram(source_text(source).encode(), source.encode(), 0, [], []),
                      "create")
     try:
@@ -66,23 +74,70 @@ def build(source: str, arch: str, l1_policy: str) -> Build:
         if int(status) != 0:
             raise TrackerError(f"{source} does not compile for {arch} (-dlcm={l1_policy}):\n{log}")
         cubin = _read(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, program, "cubin")
-        ptx = _read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, program, "PTX").decode()
+        ptx = _read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, program, "PTX").rstrip(b"\0").decode()
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    constants = constant_use(ptx)
-    kernels = {name: replace(r, constant_bytes=constants.get(name, 0)) for name, r in parse_ptxas(log).items()}
+    constants, loads = constant_use(ptx), global_loads(sass(cubin))
+    kernels = {name: replace(r, constant_bytes=constants.get(name, 0), **loads.get(name, {}))
+               for name, r in parse_ptxas(log).items()}
     return Build(source, arch, l1_policy, kernels, hashlib.sha256(cubin).hexdigest()[:16])
 
 
 def _read(get_size, get, program, what: str) -> bytes:
+    """The whole buffer: a cubin may end in zero bytes, so nothing is stripped here."""
     size = _check(get_size(program), f"{what} size")
     data = b" " * size
     _check(get(program, data), what)
-    return data.rstrip(b"\0")
+    return data
 
 
 def _log(nvrtc, program) -> str:
-    return _read(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, program, "log").decode(errors="replace")
+    log = _read(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, program, "log")
+    return log.rstrip(b"\0").decode(errors="replace")
+
+
+def cuobjdump() -> str:
+    """NVIDIA's cuobjdump: on PATH, or from the pip package nvidia-cuda-cuobjdump."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import nvidia
+    except ImportError:
+        nvidia = None
+    for root in getattr(nvidia, "__path__", []):
+        for candidate in sorted(Path(root).glob("cu*/bin/cuobjdump"), reverse=True):
+            return str(candidate)
+    raise TrackerError("reading the SASS needs cuobjdump: pip install nvidia-cuda-cuobjdump "
+                       "(or pip install -e '.[test]')")
+
+
+def sass(cubin: bytes) -> str:
+    """``cuobjdump -sass`` of a cubin."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        done = subprocess.run([cuobjdump(), "-sass", file.name], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0 or "Function :" not in done.stdout:
+        raise TrackerError(f"cuobjdump -sass failed: {(done.stderr or done.stdout).strip()[:200]}")
+    return done.stdout
+
+
+_FUNCTION = re.compile(r"^\s*Function : (\S+)", re.M)
+_LDG = re.compile(r"\bLDG(?:\.[A-Z0-9]+)*")
+
+
+def global_loads(sass_text: str) -> dict[str, dict[str, int]]:
+    """Per kernel: its global loads (LDG) and how many of them go through L1. A load goes around L1
+    only as ``.STRONG.GPU`` (or ``.SYS``): what -dlcm=cg makes of a plain load. The read-only path
+    (``.CONSTANT``) and SM-scoped loads (``.STRONG.SM``, -dlcm=ca) are cached in L1."""
+    counts: dict[str, dict[str, int]] = {}
+    parts = _FUNCTION.split(sass_text)
+    for name, body in zip(parts[1::2], parts[2::2]):
+        loads = _LDG.findall(body)
+        around = [op for op in loads if (".STRONG.GPU" in op or ".STRONG.SYS" in op) and ".CONSTANT" not in op]
+        counts[name] = {"global_loads": len(loads), "l1_loads": len(loads) - len(around)}
+    return counts
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
@@ -136,6 +191,8 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...]) -> list[dict]:
                 "constant_bytes": max(r.constant_bytes for r in used),
                 "spill_bytes": sum(r.spill_stores + r.spill_loads for r in used),
                 "stack_bytes": max(r.stack_bytes for r in used),
+                "global_loads": sum(r.global_loads for r in used),
+                "l1_loads": sum(r.l1_loads for r in used),
                 "verified_on": verified_on, "changed_since": changed, "note": variant.note,
             })
     return rows

@@ -110,21 +110,36 @@ TABLE: tuple[Variant, ...] = tuple(
 SOURCES: tuple[str, ...] = tuple(dict.fromkeys(source for v in TABLE for source in v.sources))
 
 
+# What CuPy's RawModule adds to our options (cupy/cuda/compiler.py, _compile_with_cache_cuda),
+# besides the device's architecture: the compile check adds it too, so that it compiles exactly
+# what runs.
+CUPY_ADDS = ("-ftz=true",)
+
+
 def compile_options(l1_policy: str, arch: str | None = None) -> tuple[str, ...]:
-    """NVRTC options for every kernel module. CuPy adds the architecture of the device itself."""
+    """NVRTC options for every kernel module. CuPy adds the architecture of the device itself,
+    and CUPY_ADDS."""
     if l1_policy not in L1_POLICIES:
         raise ValueError(f"L1 policy {l1_policy!r} is not one of {L1_POLICIES}")
     options = ("--std=c++17", f"--include-path={KERNEL_DIR}", "-lineinfo", "-Xptxas", f"-dlcm={l1_policy}")
+    if l1_policy == "cg":  # and no read-only path either (kernels/common.cuh, RESTRICT)
+        options += ("-DTRACKER_L1_BYPASS",)
     return options + ((f"--gpu-architecture={arch}",) if arch else ())
 
 
 def source_text(source: str) -> str:
-    return (KERNEL_DIR / source).read_text()
+    """A module's source as compiled, stamped with the hash of the headers it includes: CuPy's
+    on-disk cache keys on the source text alone, so a changed header must change the text."""
+    text = (KERNEL_DIR / source).read_text()
+    if source in HEADERS:
+        return text
+    stamp = hashlib.sha256(b"".join((KERNEL_DIR / h).read_bytes() for h in HEADERS)).hexdigest()[:16]
+    return f"{text}\n// {', '.join(HEADERS)}: sha256 {stamp}\n"
 
 
 def source_hash(sources: tuple[str, ...]) -> str:
     """A short hash of the sources and the shared headers: what a verification record vouches for."""
     digest = hashlib.sha256()
     for name in sorted({*sources, *HEADERS}):
-        digest.update(name.encode() + b"\0" + source_text(name).encode())
+        digest.update(name.encode() + b"\0" + (KERNEL_DIR / name).read_bytes())
     return digest.hexdigest()[:16]

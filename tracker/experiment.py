@@ -1,6 +1,6 @@
 """``tracker experiment``: a set of runs recorded together to answer one of paper 003's questions.
 
-    l1-bypass   every variant compiled with and without -Xptxas -dlcm=cg (compared per variant)
+    l1-bypass   every variant with and without the L1-bypass build (compared per variant)
     fusion      conv and fc with a separate ReLU against the fused kernels
     variants    global vs constant vs shared vs gemm vs fused, each op's kernels where it has one
     batch       the same network at several batch sizes (runtime per layer per batch)

@@ -54,7 +54,7 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, devic
 
     \b
     KIND:
-      l1-bypass  every kernel variant with and without -dlcm=cg (L1 bypassed), per variant
+      l1-bypass  every kernel variant with and without the L1-bypass build, per variant
       fusion     conv/fc + separate ReLU against the fused kernels, per fused pair
       variants   global, constant, shared, gemm and fused kernels against global
       batch      runtime per layer at each of --batches (model backend: with --device)

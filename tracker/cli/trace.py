@@ -26,7 +26,8 @@ from tracker.variants import parse_variants
 @phases_option
 @click.option("--variant", default=None, metavar="V|OP=V,...",
               help="Kernel variant: one name for every op that has it (shared), or per op (conv=fused,lrn=shared).")
-@click.option("--l1-bypass", is_flag=True, help="Compile the kernels to bypass L1 (-Xptxas -dlcm=cg).")
+@click.option("--l1-bypass", is_flag=True, help="Compile the kernels to bypass L1: -Xptxas -dlcm=cg and no read-only path, so "
+              "every global load goes around L1 (tracker kernels shows the load mix).")
 @click.option("--repeat", type=click.IntRange(1, 1000), default=5, show_default=True,
               help="Measured iterations (GPU backends); every launch is timed in each.")
 @click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True,

@@ -162,3 +162,42 @@ def test_an_interrupted_experiment_keeps_its_finished_runs_and_is_marked(tmp_pat
     assert find_experiment(store, "e1").status == "interrupted"
     assert [r["status"] for r in list_runs(store)] == ["complete", "interrupted"]
     assert list(experiments.runs(store, 1).arm) == ["separate"]  # the finished run stays linked
+
+
+def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chosen(tmp_path, emulated_events,
+                                                                                  monkeypatch):
+    """--backend auto picks ncu where it is found; counters restricted to administrators then fall
+    back to events, for profile and for every arm of an experiment (the first arm finds out, the
+    rest follow it). --backend ncu, asked for by name, fails instead."""
+    import tracker.profilers.collect as collect
+    from tracker.errors import BackendUnavailable
+    from tracker.profile import profile
+
+    def choose_backend(requested):
+        return (requested, "asked for by name") if requested != "auto" else ("ncu", "test: ncu found")
+
+    attempts = []
+
+    def restricted(*args, **kwargs):
+        attempts.append(1)
+        raise BackendUnavailable("ncu cannot read counters: ERR_NVGPUCTRPERM")
+
+    import tracker.gpu.runner as runner
+
+    emulated = runner.profile_events
+
+    def with_a_compute_capability(*args):  # pass 2 asks which metrics this GPU has
+        measured = emulated(*args)
+        return Measured(measured.launches, {**measured.device, "compute_capability": "9.0"}, 0, [])
+
+    monkeypatch.setattr(runner, "profile_events", with_a_compute_capability)
+    monkeypatch.setattr(tracker.profile, "choose_backend", choose_backend)
+    monkeypatch.setattr(tracker.experiment, "choose_backend", choose_backend)
+    monkeypatch.setattr(collect, "collect", restricted)
+    db = str(tmp_path / "trace.db")
+    run_experiment(db, "fusion", small_net(), 1, backend="auto", repeat=1, warmup=0)
+    store = open_store(db, write=False)
+    arms_run = experiments.runs(store, 1)
+    assert list(arms_run.backend) == ["events", "events"] and len(attempts) == 1
+    with pytest.raises(BackendUnavailable, match="ERR_NVGPUCTRPERM"):
+        profile(db, small_net(), 1, backend="ncu", repeat=1, warmup=0)

@@ -46,6 +46,23 @@ def test_variant_resolution_and_fusion():
     assert resolve(net, {})["conv2"] == "shared"
 
 
+def test_unknown_variants_never_reach_a_launch():
+    """--variant is checked by the CLI; an API or workload caller reaches the plan and the
+    launchers directly, and both refuse a name the kernel table does not know."""
+    from tracker.errors import UnknownName
+    from tracker.gpu import launchers as L
+
+    with pytest.raises(UnknownName, match=r"unknown relu variant 'banana'; known: global"):
+        resolve(build("alexnet"), {"relu": "banana"})
+    with pytest.raises(UnknownName, match=r"unknown op 'convolution'"):
+        resolve(build("alexnet"), {"convolution": "shared"})
+    launched = []
+    backend = type("Recorder", (), {"launch": lambda self, *a, **k: launched.append(a)})()
+    with pytest.raises(UnknownName, match=r"unknown linear fwd variant 'banana'; known: global, shared, fused"):
+        L.linear_fwd(backend, "banana", None, None, None, None)
+    assert launched == []
+
+
 def test_networks_without_kernels_are_refused():
     with pytest.raises(TrackerError, match="no kernels yet: concat"):
         resolve(build("unet2d"), {})

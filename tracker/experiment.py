@@ -78,12 +78,14 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     with recording_experiment(store, kind=kind, network=net.name, network_options=net.options,
                               settings=settings) as experiment:
         echo(f"experiment e{experiment.experiment_id} in {store.where}")
+        runs_on = backend  # the first arm chooses as profile does (auto may fall back); the rest follow it
         for i, arm in enumerate(plan, 1):
             echo(f"[{i}/{len(plan)}] {arm.label}")
-            result = profile(db, net, arm.batch, backend=chosen,
+            result = profile(db, net, arm.batch, backend=runs_on,
                              variants=arm.variants, l1_bypass=arm.l1_bypass, device=device, repeat=repeat,
                              warmup=warmup, echo=lambda line: echo(f"    {line}"))
             experiment.add_run(result.run_id, arm.label, arm.comparison, arm.baseline)
+            runs_on = result.backend
     store.dispose()
     return experiment.experiment_id
 

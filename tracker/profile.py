@@ -117,15 +117,17 @@ def profile(
             run.add_layers(net, predictions)
         else:
             workload = Workload(net.name, net.options, batch, variants or {}, phases, l1_bypass, repeat, warmup)
-            chosen, reason, predictions = _measure(run, chosen, reason, net, workload, device, dtype_bits,
-                                                   ncu_report, echo)
+            chosen, reason, predictions = _measure(run, chosen, reason, backend == "auto", net, workload, device,
+                                                   dtype_bits, ncu_report, echo)
     store.dispose()
     return Profile(run.run_id, store.where, chosen, reason, predictions, peak)
 
 
-def _measure(run, backend: str, reason: str, net: Network, w: Workload, device: Device | None, dtype_bits: int,
-             ncu_report: str | None, echo: Callable[[str], None]) -> tuple[str, str, list[Prediction]]:
-    """Pass 1 (events), then pass 2 (ncu) if asked for; store both. Returns (backend, reason, predictions)."""
+def _measure(run, backend: str, reason: str, may_fall_back: bool, net: Network, w: Workload, device: Device | None,
+             dtype_bits: int, ncu_report: str | None,
+             echo: Callable[[str], None]) -> tuple[str, str, list[Prediction]]:
+    """Pass 1 (events), then pass 2 (ncu) if asked for; store both. Returns (backend, reason, predictions).
+    ``may_fall_back``: the backend was chosen (--backend auto), so restricted counters fall back to events."""
     from tracker.gpu.runner import profile_events
 
     measured = profile_events(net, w.batch, w.variants, w.phases, w.l1_bypass, w.repeat, w.warmup, echo)
@@ -133,7 +135,7 @@ def _measure(run, backend: str, reason: str, net: Network, w: Workload, device: 
     predictions = predict(net, w.batch, device, dtype_bits, w.phases)
     counters = None
     if backend == "ncu":
-        counters, backend, reason = _pass2(net, w, measured, reason, ncu_report, echo)
+        counters, backend, reason = _pass2(net, w, measured, reason, may_fall_back, ncu_report, echo)
     run.update(**measured.device, measured_peak_bytes=measured.peak_bytes, backend=backend, backend_reason=reason,
                **(counters.run_fields if counters else {}))
     echo(f"storing {len(net.layers)} layers, {len(predictions)} predictions, {len(measured.launches)} launches")
@@ -144,7 +146,8 @@ def _measure(run, backend: str, reason: str, net: Network, w: Workload, device: 
     return backend, reason, predictions
 
 
-def _pass2(net: Network, workload: Workload, measured, reason: str, ncu_report: str | None, echo):
+def _pass2(net: Network, workload: Workload, measured, reason: str, may_fall_back: bool, ncu_report: str | None,
+           echo):
     """(Counters or None, backend, reason): ncu's counters; under --backend auto a GPU whose counters
     are restricted falls back to events, saying why."""
     from tracker.profilers.collect import collect
@@ -156,7 +159,7 @@ def _pass2(net: Network, workload: Workload, measured, reason: str, ncu_report: 
     try:
         counters = collect(workload, launches, cc, Settings(), echo, keep_report=ncu_report)
     except BackendUnavailable as exc:
-        if not reason.startswith("asked for"):
+        if may_fall_back:
             echo(f"falling back to events: {exc}")
             return None, "events", f"{reason}; but {exc}"
         raise

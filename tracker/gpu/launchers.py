@@ -9,11 +9,13 @@ Arrays are NCHW float32 (labels int32); launchers write into the output arrays t
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from tracker.errors import unknown
 from tracker.gpu.kernels import TABLE
 
 CONSTANT_FLOATS = 16384  # kernels/conv2d.cu: c_filters, 64 KiB
@@ -93,8 +95,18 @@ def _tiles(n: int, tile: int) -> int:
 KERNELS = {(v.op, v.phase, v.variant): v.kernels for v in TABLE}
 
 
-def _names(op: str, phase: str, variant: str) -> tuple[tuple[str, str], ...]:
-    return KERNELS[op, phase, variant]
+def launches(op: str, phase: str):
+    """Marks a launcher of ``op``'s ``phase``: a variant the kernel table does not know never
+    reaches a launch (it would otherwise fall into some branch's kernel)."""
+    def wrap(launcher):
+        @functools.wraps(launcher)
+        def checked(b, variant: str, *args, **kwargs):
+            if (op, phase, variant) not in KERNELS:
+                raise unknown(f"{op} {phase} variant", variant,
+                              [v for (o, p, v) in KERNELS if (o, p) == (op, phase)])
+            return launcher(b, variant, *args, **kwargs)
+        return checked
+    return wrap
 
 
 # conv2d ---------------------------------------------------------------------------------------
@@ -114,6 +126,7 @@ def _filter_chunks(s: Struct) -> int:
     return min(K, CONSTANT_FLOATS // per_channel)
 
 
+@launches("conv", "fwd")
 def conv_fwd(b: Backend, variant: str, x, w, bias, y, stride: int, pad: int) -> None:
     s = conv_geometry(x.shape, w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
@@ -138,6 +151,7 @@ def conv_fwd(b: Backend, variant: str, x, w, bias, y, stride: int, pad: int) -> 
         raise ValueError(f"conv has no variant {variant!r}")
 
 
+@launches("conv", "bwd_data")
 def conv_bwd_data(b: Backend, variant: str, dy, w, dx, stride: int, pad: int, relu_y=None) -> None:
     s = conv_geometry(dx.shape, w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
@@ -162,6 +176,7 @@ def conv_bwd_data(b: Backend, variant: str, dy, w, dx, stride: int, pad: int, re
         raise ValueError(f"conv has no variant {variant!r}")
 
 
+@launches("conv", "bwd_weight")
 def conv_bwd_weight(b: Backend, variant: str, dy, x, dw, db, stride: int, pad: int, relu_y=None) -> None:
     s = conv_geometry(x.shape, dw.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
@@ -193,6 +208,7 @@ def bias_grad(b: Backend, dy, relu_y, db, N: int, K: int, L: int) -> None:
     b.launch("gemm.cu", "bias_grad", (K,), (THREADS,), (dy, relu_y, db, N, K, L))
 
 
+@launches("linear", "fwd")
 def linear_fwd(b: Backend, variant: str, x, w, bias, y) -> None:
     N, n_in = x.shape[0], w.shape[1]
     n_out = w.shape[0]
@@ -202,6 +218,7 @@ def linear_fwd(b: Backend, variant: str, x, w, bias, y) -> None:
         _gemm(b, "gemm_nt", x, None, w, y, N, n_out, n_in, n_in, n_in, bias, 0, int(variant == "fused"), 0)
 
 
+@launches("linear", "bwd_data")
 def linear_bwd_data(b: Backend, variant: str, dy, w, dx, relu_y=None) -> None:
     N, n_out, n_in = dy.shape[0], w.shape[0], w.shape[1]
     mask = relu_y if variant == "fused" else None
@@ -211,6 +228,7 @@ def linear_bwd_data(b: Backend, variant: str, dy, w, dx, relu_y=None) -> None:
         _gemm(b, "gemm_nn", dy, mask, w, dx, N, n_in, n_out, n_out, n_in, None, 0, 0, 0)
 
 
+@launches("linear", "bwd_weight")
 def linear_bwd_weight(b: Backend, variant: str, dy, x, dw, db, relu_y=None) -> None:
     N, n_out, n_in = dy.shape[0], dw.shape[0], dw.shape[1]
     mask = relu_y if variant == "fused" else None
@@ -225,10 +243,12 @@ def linear_bwd_weight(b: Backend, variant: str, dy, x, dw, db, relu_y=None) -> N
 
 # element-wise and pooling ---------------------------------------------------------------------
 
+@launches("relu", "fwd")
 def relu_fwd(b: Backend, variant: str, x, y) -> None:
     b.launch("relu.cu", "relu_fwd_global", (_blocks(x.size // 4 + 1),), (THREADS,), (x, y, x.size))
 
 
+@launches("relu", "bwd_data")
 def relu_bwd(b: Backend, variant: str, dy, y, dx) -> None:
     b.launch("relu.cu", "relu_bwd_global", (_blocks(dy.size // 4 + 1),), (THREADS,), (dy, y, dx, dy.size))
 
@@ -238,6 +258,7 @@ def pool_geometry(x_shape, size: int, stride: int) -> Struct:
     return pool_shape(N, C, H, W, (H - size) // stride + 1, (W - size) // stride + 1, size, stride)
 
 
+@launches("maxpool", "fwd")
 def maxpool_fwd(b: Backend, variant: str, x, y, size: int, stride: int) -> None:
     s = pool_geometry(x.shape, size, stride)
     N, C, H, W, P, Q, *_ = s.values
@@ -249,6 +270,7 @@ def maxpool_fwd(b: Backend, variant: str, x, y, size: int, stride: int) -> None:
                  (POOL_TILE, POOL_TILE), (x, y, s), shared_bytes=4 * span * span)
 
 
+@launches("maxpool", "bwd_data")
 def maxpool_bwd(b: Backend, variant: str, dy, x, dx, size: int, stride: int) -> None:
     s = pool_geometry(x.shape, size, stride)
     N, C, H, W, *_ = s.values
@@ -261,6 +283,7 @@ def maxpool_bwd(b: Backend, variant: str, dy, x, dx, size: int, stride: int) -> 
                  (POOL_TILE, POOL_TILE), (dy, x, dx, s), shared_bytes=4 * (span * span + outputs * outputs))
 
 
+@launches("lrn", "fwd")
 def lrn_fwd(b: Backend, variant: str, x, y, size=5, alpha=1e-4, beta=0.75, k=2.0) -> None:
     N, C, H, W = x.shape
     s = lrn_shape(N, C, H * W, size, alpha, beta, k)
@@ -272,6 +295,7 @@ def lrn_fwd(b: Backend, variant: str, x, y, size=5, alpha=1e-4, beta=0.75, k=2.0
                  shared_bytes=4 * C * strip)
 
 
+@launches("lrn", "bwd_data")
 def lrn_bwd(b: Backend, variant: str, dy, x, y, dx, size=5, alpha=1e-4, beta=0.75, k=2.0) -> None:
     N, C, H, W = x.shape
     s = lrn_shape(N, C, H * W, size, alpha, beta, k)
@@ -283,6 +307,7 @@ def lrn_bwd(b: Backend, variant: str, dy, x, y, dx, size=5, alpha=1e-4, beta=0.7
                  (dy, x, y, dx, s), shared_bytes=4 * 4 * C * strip)
 
 
+@launches("softmax", "fwd")
 def softmax_fwd(b: Backend, variant: str, x, y) -> None:
     N, C = x.shape
     if variant == "global":
@@ -291,6 +316,7 @@ def softmax_fwd(b: Backend, variant: str, x, y) -> None:
         b.launch("softmax.cu", "softmax_fwd_shared", (N,), (THREADS,), (x, y, N, C))
 
 
+@launches("softmax", "bwd_data")
 def softmax_xent_bwd(b: Backend, variant: str, p, labels, dx, loss=None) -> None:
     N, C = p.shape
     if variant == "global":

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tracker.errors import TrackerError
+from tracker.errors import TrackerError, unknown
 from tracker.gpu import launchers as L
 from tracker.nets import Layer, Network
 from tracker.variants import VARIANTS
@@ -38,6 +38,11 @@ def resolve(net: Network, chosen: dict[str, str]) -> dict[str, str]:
     missing = sorted({layer.kind for layer in net.layers} - set(VARIANTS))
     if missing:
         raise TrackerError(f"{net.name} has layers with no kernels yet: {', '.join(missing)}")
+    for op, name in chosen.items():  # an API or workload caller skips parse_variants: check here too
+        if op not in VARIANTS:
+            raise unknown("op", op, list(VARIANTS))
+        if name not in VARIANTS[op]:
+            raise unknown(f"{op} variant", name, list(VARIANTS[op]))
     variants: dict[str, str] = {}
     for i, layer in enumerate(net.layers):
         if variants.get(layer.name) == FUSED_INTO:

@@ -408,6 +408,75 @@ def test_a_failed_join_marks_the_run_and_stores_no_launch(tmp_path, monkeypatch)
 
 
 NVPROF_TEXT = read("nvprof-metrics-text-v100-kernel-excerpt.txt")
+PARSED_SAMPLES = [(nvprof.parse_metrics, "nvprof-metrics-csv-k20c-stalls.csv"),
+                  (nvprof.parse_trace, "nvprof-gputrace-csv-k20c.csv"),
+                  (nvprof.parse_metrics_text, "nvprof-metrics-text-v100-kernel-excerpt.txt"),
+                  (ncu_csv.parse, "ncu-raw-h100-sm90-ncu2025.3-alexnet-b1.csv"),
+                  (ncu_csv.parse, "ncu-details-v100-ncu2020.1-nvtx-dram.csv")]
+TOKENS = ["n/a", "nan", "NaN", "[ ]", "[]", "1e999", "-inf", "-", "", '"', "x" * 140_000, "High (", "12%%", "[ 1 n/a ]"]
+
+
+@st.composite
+def mutation(draw, text: str) -> str:
+    """A real sample, damaged the ways files get damaged: cut short, a byte flipped, two lines
+    swapped, a line deleted, a cell replaced by a token profilers really print (or a huge one)."""
+    lines = text.splitlines(keepends=True)
+    kind = draw(st.sampled_from(["truncate", "flip", "swap", "delete", "cell"]))
+    if kind == "truncate":
+        return text[:draw(st.integers(0, len(text)))]
+    if kind == "flip":
+        at = draw(st.integers(0, len(text) - 1))
+        return text[:at] + chr(ord(text[at]) ^ (1 << draw(st.integers(0, 6)))) + text[at + 1:]
+    i, j = draw(st.integers(0, len(lines) - 1)), draw(st.integers(0, len(lines) - 1))
+    if kind == "swap":
+        lines[i], lines[j] = lines[j], lines[i]
+    elif kind == "delete":
+        del lines[i]
+    else:
+        sep = "," if "," in lines[i] else None
+        cells = lines[i].split(sep)
+        if not cells:  # a blank line: nothing to replace
+            return text
+        k = draw(st.integers(0, len(cells) - 1))
+        token = draw(st.sampled_from(TOKENS))
+        cells[k] = f'"{token}"' if sep and cells[k].startswith('"') else token
+        lines[i] = (sep or " ").join(cells) + ("" if lines[i].endswith("\n") or sep else "\n")
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("parse, name", PARSED_SAMPLES, ids=[name for _, name in PARSED_SAMPLES])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_damaged_real_samples_parse_or_fail_in_one_line(parse, name, data):
+    """Every damaged sample either parses or raises the parsers' one-line ParseError; nothing else."""
+    text = data.draw(mutation(read(name)))
+    try:
+        parse(text)
+    except ncu_csv.ParseError as exc:
+        assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize("token, expected", [("n/a", None), ("nan", None), ("1e999", ncu_csv.ParseError),
+                                             ("x" * 140_000, ncu_csv.ParseError), ("-", ncu_csv.ParseError)],
+                         ids=["n/a", "nan", "1e999", "a 140 KB field", "dash"])
+def test_nvprof_metric_cells_real_profilers_print(token, expected):
+    text = read("nvprof-metrics-csv-k20c-stalls.csv")
+    first = next(line for line in text.splitlines() if line.startswith('"Tesla'))
+    damaged = text.replace(first, first.rsplit(",", 1)[0] + f',"{token}"', 1)
+    if expected is ncu_csv.ParseError:
+        with pytest.raises(ncu_csv.ParseError):
+            nvprof.parse_metrics(damaged)
+    else:
+        values = [k["values"] for k in nvprof.parse_metrics(damaged).values()]
+        assert any(None in v.values() for v in values)
+
+
+def test_nvprof_text_with_an_empty_or_unavailable_instance_list():
+    line = next(line for line in NVPROF_TEXT.splitlines() if "instances)" in line)
+    for listed in ("[ ]", "[ n/a n/a ]"):
+        damaged = NVPROF_TEXT.replace(line, line[:line.index("[")] + listed)
+        (kernel,) = nvprof.parse_metrics_text(damaged).values()
+        assert kernel["values"]["sm_efficiency"] is None
 
 
 @settings(max_examples=200, deadline=None)

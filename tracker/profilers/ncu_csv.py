@@ -14,6 +14,7 @@ commas.
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -70,7 +71,10 @@ def number(text: str) -> float | None:
         return None
     if not _NUMBER.match(text) or not any(c.isdigit() for c in text):
         raise ValueError(text)
-    return float(text.replace(",", ""))
+    value = float(text.replace(",", ""))
+    if not math.isfinite(value):  # 1e999: no counter is infinite
+        raise ValueError(text)
+    return value
 
 
 def _table(text: str, where: str) -> list[list[str]]:
@@ -81,12 +85,22 @@ def _table(text: str, where: str) -> list[list[str]]:
         errors = [line for line in lines if line.startswith("==ERROR==")]
         why = f": {errors[0]}" if errors else " (no line starts with the header \"ID\",\"Process ID\",...)"
         raise ParseError(f"{where} holds no ncu CSV table{why}")
-    rows = [row for row in csv.reader(lines[start:]) if row and not row[0].startswith("==")]
+    rows = read_csv(lines, start, where)
     width = len(rows[0])
     for i, row in enumerate(rows[1:], start + 2):
         if len(row) != width:
             raise ParseError(f"{where}: line {i} has {len(row)} fields, the header {width} (truncated output?)")
     return rows
+
+
+def read_csv(lines: list[str], start: int, where: str) -> list[list[str]]:
+    """The CSV rows from line ``start`` on, less profiler chatter (``==PROF==`` lines); a line the
+    csv module refuses (a field over its 128 KiB limit, a stray quote) is a ParseError."""
+    reader = csv.reader(lines[start:])
+    try:
+        return [row for row in reader if row and not row[0].startswith("==")]
+    except csv.Error as exc:
+        raise ParseError(f"{where}: line {start + reader.line_num}: {exc}") from None
 
 
 def columns(header: list[str], names: tuple[str, ...], where: str) -> list[int]:

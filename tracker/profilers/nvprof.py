@@ -12,11 +12,10 @@ carry their units (``83.3%``, ``636.79GB/s``, ``High (8)``).
 
 from __future__ import annotations
 
-import csv
 import re
 
 from tracker.profilers.catalog import CATALOG, from_nvprof
-from tracker.profilers.ncu_csv import ParseError, ProfiledLaunch, columns, normalise, number
+from tracker.profilers.ncu_csv import ParseError, ProfiledLaunch, columns, normalise, number, read_csv
 
 _LEVEL = re.compile(r"^\s*[A-Za-z]+ \((\d+)\)\s*$")  # "High (8)"
 _WITH_UNIT = re.compile(r"^\s*([-+]?[\d.,]+(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]+)\s*$")  # "636.79GB/s", "83.3%"
@@ -57,7 +56,7 @@ def _rows(text: str, first: str, where: str) -> list[list[str]]:
     start = next((i for i, line in enumerate(lines) if line.startswith(first)), None)
     if start is None:
         raise ParseError(f"{where} holds no nvprof CSV table (no line starts with {first})")
-    rows = [row for row in csv.reader(lines[start:]) if row and not row[0].startswith("==")]
+    rows = read_csv(lines, start, where)
     for i, row in enumerate(rows[1:], start + 2):
         if len(row) != len(rows[0]):
             raise ParseError(f"{where}: line {i} has {len(row)} fields, the header {len(rows[0])} (truncated?)")
@@ -71,11 +70,16 @@ def parse_metrics(text: str, where: str = "nvprof output") -> dict[str, dict]:
     kernel_at, calls_at, name_at, avg_at = columns(header, ("Kernel", "Invocations", "Metric Name", "Avg"), where)
     kernels: dict[str, dict] = {}
     for row in rows[1:]:
+        what = f"({row[name_at]} of {row[kernel_at]})"
         try:
-            entry = kernels.setdefault(row[kernel_at], {"invocations": int(row[calls_at]), "raw": {}})
+            invocations = int(row[calls_at])
+        except ValueError:
+            raise ParseError(f"{where}: cannot read the invocations '{row[calls_at][:40]}' {what}") from None
+        try:
+            entry = kernels.setdefault(row[kernel_at], {"invocations": invocations, "raw": {}})
             entry["raw"][row[name_at]] = value(row[avg_at])
         except ValueError:
-            raise ParseError(f"{where}: cannot read '{row[avg_at]}' ({row[name_at]} of {row[kernel_at]})") from None
+            raise ParseError(f"{where}: cannot read '{row[avg_at][:40]}' {what}") from None
     return {k: {"invocations": e["invocations"], "values": from_nvprof(e["raw"])} for k, e in kernels.items()}
 
 
@@ -102,7 +106,8 @@ def parse_metrics_text(text: str, where: str = "nvprof output") -> dict[str, dic
             except ValueError:
                 raise ParseError(f"{where}: line {number_}: cannot read {metric.group(2)} ({line.strip()[:60]})") \
                     from None
-            kernel["raw"][metric.group(2)] = sum(values) / len(values)  # per-instance lines: their average
+            known = [v for v in values if v is not None]  # n/a, or an empty instance list: no value
+            kernel["raw"][metric.group(2)] = sum(known) / len(known) if known else None  # per SM: the average
             kernel["invocations"] = int(metric.group(1))
     if not kernels:
         raise ParseError(f"{where} holds no nvprof metrics (no 'Kernel:' line)")

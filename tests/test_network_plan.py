@@ -89,7 +89,7 @@ def test_measure_numbers_launches_and_tags_them_with_their_step(emulator):
     from tracker.gpu.runner import measure
 
     net = small_net()
-    run = Executor(emulator, net, batch=1, chosen={"conv": "fused", "linear": "gemm"})
+    run = Executor(emulator, net, batch=1, chosen={"conv": "fused", "linear": "shared"})
     rows, totals = measure(run, repeat=2, warmup=1, policy="cg", echo=lambda line: None)
     assert [r["invocation"] for r in rows] == list(range(len(rows)))
     assert {r["repeat"] for r in rows} == {0, 1} and len(totals) == 2

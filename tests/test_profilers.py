@@ -371,6 +371,35 @@ esac
     assert sum("--import" in c for c in calls) == 2 and any("--print-nvtx-rename kernel" in c for c in calls)
 
 
+def test_clocks_that_cannot_be_locked_fall_back_to_clock_control_none(tmp_path, monkeypatch):
+    """A stand-in ncu that refuses to lock the clocks: pass 2 runs again with --clock-control none,
+    records it, and says why; the user's --cache-control reaches ncu's command line."""
+    from tracker.gpu.workload import Workload
+    from tracker.profilers.collect import collect
+
+    log = tmp_path / "calls"
+    fake = _stand_in(tmp_path, f"""echo "$@" >> {log}
+case "$*" in
+  *--version*) echo 'Version 2025.3.1.0 (build 1)';;
+  *--query-metrics*) cat {DATA / "ncu-query-metrics-rtx3080-sm86.txt"};;
+  *--import*) cat {DATA / "ncu-details-v100-ncu2020.1-nvtx-dram.csv"};;
+  *"--clock-control base"*) echo '==ERROR== Failed to lock GPU clocks to base: insufficient permissions'; exit 1;;
+  *) for a in "$@"; do [ "$prev" = --export ] && echo rep > "$a"; prev=$a; done;;
+esac
+""")
+    monkeypatch.setenv("TRACKER_NCU", fake)
+    profiled = ncu_csv.parse(SAMPLE)
+    launches = [dict(invocation=i, kernel_name=kernel_base(p.kernel), range=p.kernel) for i, p in enumerate(profiled)]
+    lines = []
+    counters = collect(Workload("alexnet", batch=2), launches, 9.0, ncu.Settings(cache_control="none"), lines.append)
+    assert counters.run_fields["ncu_clock_control"] == "none" and counters.run_fields["ncu_cache_control"] == "none"
+    assert counters.note.startswith("clock control none: ncu could not lock the clocks at base (ncu failed: Failed")
+    profiled_calls = [c for c in log.read_text().splitlines() if "--export" in c]
+    assert ["--clock-control base" in c for c in profiled_calls] == [True, False]
+    assert all("--cache-control none" in c for c in profiled_calls)
+    assert any("profiling again with --clock-control none" in line for line in lines)
+
+
 def test_a_failed_join_marks_the_run_and_stores_no_launch(tmp_path, monkeypatch):
     """The ncu path of `tracker profile` with both passes stood in (pass 1 needs a GPU): the
     run's row exists from the start, the join's failure marks it failed with the reason, and

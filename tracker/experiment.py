@@ -19,6 +19,7 @@ from tracker.errors import TrackerError
 from tracker.model import Device
 from tracker.nets import Network
 from tracker.profile import choose_backend, profile
+from tracker.profilers.ncu import Settings as NcuSettings
 from tracker.variants import parse_variants
 
 KINDS = ("l1-bypass", "fusion", "variants", "batch")
@@ -65,7 +66,7 @@ def check(kind: str, backend: str, device: Device | None) -> tuple[str, str]:
 
 def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batches: tuple[int, ...] = (),
                    backend: str = "auto", repeat: int = 5, warmup: int = 1, device: Device | None = None,
-                   echo: Callable[[str], None] = lambda line: None) -> int:
+                   echo: Callable[[str], None] = lambda line: None, ncu: NcuSettings = NcuSettings()) -> int:
     """Run every arm of ``kind`` into ``db``, link the runs in an experiment row; its id."""
     from tracker.store import open_store, recording_experiment
 
@@ -74,7 +75,8 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     echo(f"experiment {kind}: {len(plan)} runs of {net.name} on backend {chosen} ({why})")
     store = open_store(db, write=True)
     settings = dict(batch=batch, batches=list(batches), backend=chosen, repeat=repeat, warmup=warmup,
-                    device=device.name if device else None)
+                    device=device.name if device else None, ncu_cache_control=ncu.cache_control,
+                    ncu_clock_control=ncu.clock_control)
     with recording_experiment(store, kind=kind, network=net.name, network_options=net.options,
                               settings=settings) as experiment:
         echo(f"experiment e{experiment.experiment_id} in {store.where}")
@@ -83,7 +85,7 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
             echo(f"[{i}/{len(plan)}] {arm.label}")
             result = profile(db, net, arm.batch, backend=runs_on,
                              variants=arm.variants, l1_bypass=arm.l1_bypass, device=device, repeat=repeat,
-                             warmup=warmup, echo=lambda line: echo(f"    {line}"))
+                             warmup=warmup, echo=lambda line: echo(f"    {line}"), ncu=ncu)
             experiment.add_run(result.run_id, arm.label, arm.comparison, arm.baseline)
             runs_on = result.backend
     store.dispose()

@@ -17,6 +17,7 @@ from tracker.errors import BackendUnavailable, UnknownName
 from tracker.gpu.workload import Workload
 from tracker.model import Device, Memory, Prediction, lookup, memory, predict
 from tracker.nets import Network
+from tracker.profilers.ncu import Settings as NcuSettings
 
 BACKENDS = ("auto", "ncu", "events", "model")
 
@@ -90,6 +91,7 @@ def profile(
     warmup: int = 1,
     ncu_report: str | None = None,
     echo: Callable[[str], None] = lambda line: None,
+    ncu: NcuSettings = NcuSettings(),
 ) -> Profile:
     """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored.
 
@@ -118,13 +120,13 @@ def profile(
         else:
             workload = Workload(net.name, net.options, batch, variants or {}, phases, l1_bypass, repeat, warmup)
             chosen, reason, predictions = _measure(run, chosen, reason, backend == "auto", net, workload, device,
-                                                   dtype_bits, ncu_report, echo)
+                                                   dtype_bits, ncu_report, ncu, echo)
     store.dispose()
     return Profile(run.run_id, store.where, chosen, reason, predictions, peak)
 
 
 def _measure(run, backend: str, reason: str, may_fall_back: bool, net: Network, w: Workload, device: Device | None,
-             dtype_bits: int, ncu_report: str | None,
+             dtype_bits: int, ncu_report: str | None, ncu: NcuSettings,
              echo: Callable[[str], None]) -> tuple[str, str, list[Prediction]]:
     """Pass 1 (events), then pass 2 (ncu) if asked for; store both. Returns (backend, reason, predictions).
     ``may_fall_back``: the backend was chosen (--backend auto), so restricted counters fall back to events."""
@@ -135,7 +137,7 @@ def _measure(run, backend: str, reason: str, may_fall_back: bool, net: Network, 
     predictions = predict(net, w.batch, device, dtype_bits, w.phases)
     counters = None
     if backend == "ncu":
-        counters, backend, reason = _pass2(net, w, measured, reason, may_fall_back, ncu_report, echo)
+        counters, backend, reason = _pass2(net, w, measured, reason, may_fall_back, ncu_report, ncu, echo)
     run.update(**measured.device, measured_peak_bytes=measured.peak_bytes, backend=backend, backend_reason=reason,
                **(counters.run_fields if counters else {}))
     echo(f"storing {len(net.layers)} layers, {len(predictions)} predictions, {len(measured.launches)} launches")
@@ -147,23 +149,22 @@ def _measure(run, backend: str, reason: str, may_fall_back: bool, net: Network, 
 
 
 def _pass2(net: Network, workload: Workload, measured, reason: str, may_fall_back: bool, ncu_report: str | None,
-           echo):
+           settings: NcuSettings, echo):
     """(Counters or None, backend, reason): ncu's counters; under --backend auto a GPU whose counters
     are restricted falls back to events, saying why."""
     from tracker.profilers.collect import collect
-    from tracker.profilers.ncu import Settings
 
     names = {layer.id: layer.name for layer in net.layers}
     launches = [dict(row, range=f"{names[row['layer_id']]}/{row['phase']}") for row in measured.launches]
     cc = float(measured.device["compute_capability"])
     try:
-        counters = collect(workload, launches, cc, Settings(), echo, keep_report=ncu_report)
+        counters = collect(workload, launches, cc, settings, echo, keep_report=ncu_report)
     except BackendUnavailable as exc:
         if may_fall_back:
             echo(f"falling back to events: {exc}")
             return None, "events", f"{reason}; but {exc}"
         raise
-    return counters, "ncu", reason
+    return counters, "ncu", f"{reason}; {counters.note}" if counters.note else reason
 
 
 def _catalog_device(cuda_name: str) -> Device | None:

@@ -21,6 +21,18 @@ db_option = click.option(
 )
 
 
+def ncu_options(command: Callable) -> Callable:
+    """--clock-control and --cache-control: how Nsight Compute runs pass 2, recorded on the run."""
+    command = click.option(
+        "--cache-control", type=click.Choice(("all", "none")), default="all", show_default=True,
+        help="ncu: all flushes every cache before each replayed pass (cold-cache hit rates); none keeps "
+             "them warm.")(command)
+    return click.option(
+        "--clock-control", type=click.Choice(("base", "none")), default="base", show_default=True,
+        help="ncu: base locks the GPU's clocks at base for comparable counters (falls back to none, "
+             "saying why, where locking is refused); none leaves them free.")(command)
+
+
 def network_options(command: Callable) -> Callable:
     """Add every network option (``--depth``, ``--conv-type``, ...); each network takes some."""
     for opt in reversed(OPTIONS):

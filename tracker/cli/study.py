@@ -6,7 +6,7 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.catalog import device_option
-from tracker.cli.options import db_option, emit, format_option, net_kwargs, network_options
+from tracker.cli.options import db_option, emit, format_option, net_kwargs, ncu_options, network_options
 from tracker.experiment import KINDS
 from tracker.model.roofline import MAX_BATCH
 
@@ -46,10 +46,12 @@ def _records(frame) -> list[dict]:
 @click.option("--repeat", type=click.IntRange(1, 1000), default=5, show_default=True,
               help="Measured iterations per run: the spread that tells a speedup from noise.")
 @click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True)
+@ncu_options
 @device_option
 @network_options
 @format_option
-def experiment(kind, network, batch, batches, db, backend, repeat, warmup, device, fmt, **kwargs):
+def experiment(kind, network, batch, batches, db, backend, repeat, warmup, clock_control, cache_control, device, fmt,
+               **kwargs):
     """Run a set of profiles that answers one question, and print per-layer speedups.
 
     \b
@@ -69,6 +71,7 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, devic
     """
     from tracker.analysis.experiments import results
     from tracker.experiment import run_experiment
+    from tracker.profilers.ncu import Settings as NcuSettings
     from tracker.model import lookup
     from tracker.nets import build
     from tracker.store import open_store
@@ -79,7 +82,8 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, devic
         batches = (batch,)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     experiment_id = run_experiment(db, kind, net, batch, batches=batches, backend=backend, repeat=repeat,
-                                   warmup=warmup, device=gpu, echo=say)
+                                   warmup=warmup, device=gpu, echo=say,
+                                   ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control))
     frame = results(open_store(db, write=False), experiment_id, kind)
     columns = BATCH_COLUMNS if kind == "batch" else None if kind == "fusion" else [
         c for c in SPEEDUP_COLUMNS + ("l1_hit_rate_change", "l2_hit_rate_change") if c in frame.columns]

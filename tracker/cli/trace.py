@@ -6,7 +6,7 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
-from tracker.cli.options import db_option, emit, format_option, net_kwargs, network_options
+from tracker.cli.options import db_option, emit, format_option, ncu_options, net_kwargs, network_options
 from tracker.cli.output import cell, to_json
 from tracker.model import lookup
 from tracker.model.roofline import MAX_BATCH
@@ -34,12 +34,13 @@ from tracker.variants import parse_variants
               help="Unmeasured iterations first (the first one compiles the kernels).")
 @click.option("--ncu-report", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
               help="Keep Nsight Compute's report (.ncu-rep) of pass 2 here, to open in ncu-ui (backend ncu).")
+@ncu_options
 @device_option
 @dtype_option
 @network_options
 @format_option
-def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, warmup, ncu_report, device, dtype_bits,
-            fmt, **kwargs):
+def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, warmup, ncu_report, clock_control,
+            cache_control, device, dtype_bits, fmt, **kwargs):
     """Profile a network forward and backward, layer by layer, into the trace database.
 
     Chooses the backend (ncu, events or model) from what this machine has and says which and
@@ -52,13 +53,16 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
       tracker profile alexnet --batch 16 --backend ncu --repeat 3 --ncu-report alexnet.ncu-rep
       tracker profile unet2d --batch 16 --conv-type separable --backend model
     """
+    from tracker.profilers.ncu import Settings as NcuSettings
+
     net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
     gpu = lookup(device) if device else None
     variants = parse_variants(variant)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = run_profile(db, net, batch, backend=backend, phases=phases, variants=variants,
                          l1_bypass=l1_bypass, device=gpu, dtype_bits=int(dtype_bits), repeat=repeat,
-                         warmup=warmup, ncu_report=ncu_report, echo=say)
+                         warmup=warmup, ncu_report=ncu_report, echo=say,
+                         ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control))
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)
     summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +23,7 @@ class Counters:
     rows: list[dict]  # (invocation, name, value)
     run_fields: dict  # ncu_version, replay, cache and clock control
     skipped: list[str]  # catalog metrics this GPU's ncu does not know
+    note: str = ""  # a setting ncu could not have, and what ran instead
 
 
 def usable_ncu() -> tuple[str, str]:
@@ -46,9 +47,18 @@ def collect(workload: Workload, launches: list[dict], compute_capability: float,
     if skipped:
         echo(f"ncu {version} does not know {len(skipped)} catalog metrics on this GPU: {', '.join(skipped)}")
     echo(f"pass 2: ncu {version}, {len(metrics)} metrics, {len(launches)} launches to profile")
+    note = ""
     with tempfile.TemporaryDirectory(prefix="tracker-ncu-") as tmp:
         report = Path(tmp) / "pass2.ncu-rep"
-        ncu.run(ncu.command(path, metrics, report, workload.program(), settings), report, len(launches), echo)
+        try:
+            ncu.run(ncu.command(path, metrics, report, workload.program(), settings), report, len(launches), echo)
+        except ncu.NcuFailed as exc:
+            if settings.clock_control != "base" or "clock" not in str(exc).lower():
+                raise
+            note = f"clock control none: ncu could not lock the clocks at base ({exc})"
+            echo(f"{note}; profiling again with --clock-control none")
+            settings = replace(settings, clock_control="none")
+            ncu.run(ncu.command(path, metrics, report, workload.program(), settings), report, len(launches), echo)
         profiled = ncu_csv.parse(ncu.export(path, report), "the ncu report's raw page")
         named = ncu_csv.parse(ncu.export(path, report, nvtx_names=True), "the ncu report's NVTX names")
         if keep_report:
@@ -57,4 +67,4 @@ def collect(workload: Workload, launches: list[dict], compute_capability: float,
     rows = join(launches, profiled, [launch.kernel for launch in named])
     fields = dict(ncu_version=version, ncu_replay_mode=settings.replay_mode,
                   ncu_cache_control=settings.cache_control, ncu_clock_control=settings.clock_control)
-    return Counters(rows, fields, skipped)
+    return Counters(rows, fields, skipped, note)

@@ -1,4 +1,4 @@
--- tracker trace store, schema v3: tables
+-- tracker trace store, schema v4: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -130,6 +130,187 @@ CREATE TABLE layer (
     FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
 );
 CREATE UNIQUE INDEX layer_by_name ON layer (run_id, name);
+
+-- Per profiled launch: every catalog metric as a column, and FP32 FLOPs (launch_metrics reads it).
+--   flops: FP32 FLOPs: fadd + fmul + 2 ffma, or nvprof's total
+CREATE TABLE rollup_launch (
+    run_id INTEGER NOT NULL,
+    invocation INTEGER NOT NULL,
+    duration_ns FLOAT,
+    cycles_elapsed FLOAT,
+    sm_active_cycles FLOAT,
+    sm_clock_hz FLOAT,
+    dram_clock_hz FLOAT,
+    l2_clock_hz FLOAT,
+    l1_clock_hz FLOAT,
+    fadd FLOAT,
+    fmul FLOAT,
+    ffma FLOAT,
+    fp32_flops FLOAT,
+    fp32_inst FLOAT,
+    instructions FLOAT,
+    stall_barrier FLOAT,
+    stall_branch_resolving FLOAT,
+    stall_dispatch_stall FLOAT,
+    stall_drain FLOAT,
+    stall_imc_miss FLOAT,
+    stall_lg_throttle FLOAT,
+    stall_long_scoreboard FLOAT,
+    stall_math_pipe_throttle FLOAT,
+    stall_membar FLOAT,
+    stall_mio_throttle FLOAT,
+    stall_misc FLOAT,
+    stall_no_instruction FLOAT,
+    stall_not_selected FLOAT,
+    stall_short_scoreboard FLOAT,
+    stall_sleeping FLOAT,
+    stall_tex_throttle FLOAT,
+    stall_wait FLOAT,
+    stall_gmma FLOAT,
+    stall_exec_dependency FLOAT,
+    stall_memory_throttle FLOAT,
+    stall_pipe_busy FLOAT,
+    stall_sync FLOAT,
+    stall_other FLOAT,
+    stall_selected FLOAT,
+    warps_per_issue FLOAT,
+    l1_hit_rate FLOAT,
+    l1_global_load_hit_rate FLOAT,
+    l2_hit_rate FLOAT,
+    l2_read_hit_rate FLOAT,
+    l2_write_hit_rate FLOAT,
+    l1_global_load_requests FLOAT,
+    l1_global_load_sectors FLOAT,
+    l1_global_store_requests FLOAT,
+    l1_global_store_sectors FLOAT,
+    l1_local_load_sectors FLOAT,
+    l1_local_store_sectors FLOAT,
+    l1_requests FLOAT,
+    l1_sectors FLOAT,
+    l1_bytes FLOAT,
+    shared_load_wavefronts FLOAT,
+    shared_store_wavefronts FLOAT,
+    shared_load_bank_conflicts FLOAT,
+    shared_store_bank_conflicts FLOAT,
+    shared_bytes FLOAT,
+    l2_read_sectors FLOAT,
+    l2_write_sectors FLOAT,
+    l2_sectors FLOAT,
+    l2_bytes FLOAT,
+    l2_to_l1_read_bytes FLOAT,
+    l1_to_l2_write_bytes FLOAT,
+    dram_read_sectors FLOAT,
+    dram_write_sectors FLOAT,
+    dram_read_bytes FLOAT,
+    dram_write_bytes FLOAT,
+    l1_lg_writeback_cycles FLOAT,
+    sm_throughput_pct FLOAT,
+    memory_throughput_pct FLOAT,
+    l1_throughput_pct FLOAT,
+    shared_throughput_pct FLOAT,
+    l2_throughput_pct FLOAT,
+    dram_throughput_pct FLOAT,
+    achieved_occupancy FLOAT,
+    sm_efficiency FLOAT,
+    ipc FLOAT,
+    issue_slot_pct FLOAT,
+    eligible_warps FLOAT,
+    warp_execution_efficiency FLOAT,
+    fma_pipe_pct FLOAT,
+    alu_pipe_pct FLOAT,
+    lsu_pipe_pct FLOAT,
+    xu_pipe_pct FLOAT,
+    fp32_fu_utilization_level FLOAT,
+    ldst_fu_utilization_level FLOAT,
+    special_fu_utilization_level FLOAT,
+    shared_utilization_level FLOAT,
+    l1_utilization_level FLOAT,
+    l2_utilization_level FLOAT,
+    dram_utilization_level FLOAT,
+    ffma_peak_per_cycle FLOAT,
+    dram_bytes_peak_per_cycle FLOAT,
+    l2_to_l1_bytes_peak_per_cycle FLOAT,
+    l1_lg_writeback_peak_per_cycle FLOAT,
+    replay_passes FLOAT,
+    flops FLOAT,
+    PRIMARY KEY (run_id, invocation),
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
+);
+
+-- Per run, layer, phase and metric: the median over measured iterations, min, max and spread.
+--     Written with the counters (tracker/store/rollups.py).
+--   value: median over measured iterations
+--   spread_pct: (max - min) / |median|, in %
+CREATE TABLE rollup_metric (
+    run_id INTEGER NOT NULL,
+    layer_id INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    name VARCHAR NOT NULL,
+    value FLOAT,
+    min_value FLOAT,
+    max_value FLOAT,
+    repeats INTEGER NOT NULL,
+    spread_pct FLOAT,
+    PRIMARY KEY (run_id, layer_id, phase, name),
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
+);
+
+-- Per run, layer, phase, measured iteration and metric: the metric rolled up over the phase's
+--     launches as its metric_def.rollup says. Written with the counters (tracker/store/rollups.py).
+CREATE TABLE rollup_metric_repeat (
+    run_id INTEGER NOT NULL,
+    layer_id INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    repeat INTEGER NOT NULL,
+    name VARCHAR NOT NULL,
+    value FLOAT,
+    PRIMARY KEY (run_id, layer_id, phase, repeat, name),
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
+);
+
+-- Per run, layer, phase and stall reason: its share of all stalls and its paper-003 category.
+CREATE TABLE rollup_stall (
+    run_id INTEGER NOT NULL,
+    layer_id INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    name VARCHAR NOT NULL,
+    category VARCHAR,
+    share FLOAT,
+    PRIMARY KEY (run_id, layer_id, phase, name),
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
+);
+
+-- Per run, layer, phase and stall category: its share, and its place (1 dominates).
+CREATE TABLE rollup_stall_category (
+    run_id INTEGER NOT NULL,
+    layer_id INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    category VARCHAR NOT NULL,
+    share FLOAT,
+    place INTEGER NOT NULL,
+    PRIMARY KEY (run_id, layer_id, phase, category),
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
+);
+
+-- Per run, layer and phase: the phase's event time per measured iteration, rolled up over the
+--     iterations (median, min, max, spread). Written with the launches (tracker/store/rollups.py).
+--   launches: launches per measured iteration
+--   measured_ms: median over measured iterations
+--   repeats: measured iterations timed
+--   spread_pct: (max - min) / median, in %
+CREATE TABLE rollup_time (
+    run_id INTEGER NOT NULL,
+    layer_id INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    launches INTEGER NOT NULL,
+    measured_ms FLOAT,
+    min_ms FLOAT,
+    max_ms FLOAT,
+    repeats INTEGER NOT NULL,
+    spread_pct FLOAT,
+    PRIMARY KEY (run_id, layer_id, phase),
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
+);
 
 -- One kernel launch, in invocation order, with the layer and phase it belongs to (pass 1).
 --   repeat: which measured iteration, from 0

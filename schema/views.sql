@@ -1,14 +1,10 @@
--- tracker trace store, schema v3: views
+-- tracker trace store, schema v4: views
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 
--- Measured time per run, layer and phase: event time summed over the phase's launches and averaged over repeats (NULL where nothing was timed).
+-- Measured time per run, layer and phase: event time summed over the phase's launches, the median over measured repeats (NULL where nothing was timed), with min, max and spread in %. Computed when the run is written.
 CREATE VIEW layer_time AS
-SELECT run_id, layer_id, phase,
-       COUNT(*) / COUNT(DISTINCT repeat) AS launches,
-       SUM(time_ms) / COUNT(DISTINCT repeat) AS measured_ms
-FROM launch
-GROUP BY run_id, layer_id, phase;
+SELECT run_id, layer_id, phase, launches, measured_ms, min_ms, max_ms, repeats, spread_pct FROM rollup_time;
 
 -- Measured time per run, layer, phase and measured iteration: the event time of the phase's launches in that iteration (the median and spread over iterations are taken from this).
 CREATE VIEW layer_time_repeat AS
@@ -44,143 +40,19 @@ FROM run r;
 CREATE VIEW launch_metrics AS
 SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
        k.l1_policy, k.time_ms,
-       MAX(CASE WHEN m.name = 'duration_ns' THEN m.value END) AS duration_ns,
-       MAX(CASE WHEN m.name = 'cycles_elapsed' THEN m.value END) AS cycles_elapsed,
-       MAX(CASE WHEN m.name = 'sm_active_cycles' THEN m.value END) AS sm_active_cycles,
-       MAX(CASE WHEN m.name = 'sm_clock_hz' THEN m.value END) AS sm_clock_hz,
-       MAX(CASE WHEN m.name = 'dram_clock_hz' THEN m.value END) AS dram_clock_hz,
-       MAX(CASE WHEN m.name = 'l2_clock_hz' THEN m.value END) AS l2_clock_hz,
-       MAX(CASE WHEN m.name = 'l1_clock_hz' THEN m.value END) AS l1_clock_hz,
-       MAX(CASE WHEN m.name = 'fadd' THEN m.value END) AS fadd,
-       MAX(CASE WHEN m.name = 'fmul' THEN m.value END) AS fmul,
-       MAX(CASE WHEN m.name = 'ffma' THEN m.value END) AS ffma,
-       MAX(CASE WHEN m.name = 'fp32_flops' THEN m.value END) AS fp32_flops,
-       MAX(CASE WHEN m.name = 'fp32_inst' THEN m.value END) AS fp32_inst,
-       MAX(CASE WHEN m.name = 'instructions' THEN m.value END) AS instructions,
-       MAX(CASE WHEN m.name = 'stall_barrier' THEN m.value END) AS stall_barrier,
-       MAX(CASE WHEN m.name = 'stall_branch_resolving' THEN m.value END) AS stall_branch_resolving,
-       MAX(CASE WHEN m.name = 'stall_dispatch_stall' THEN m.value END) AS stall_dispatch_stall,
-       MAX(CASE WHEN m.name = 'stall_drain' THEN m.value END) AS stall_drain,
-       MAX(CASE WHEN m.name = 'stall_imc_miss' THEN m.value END) AS stall_imc_miss,
-       MAX(CASE WHEN m.name = 'stall_lg_throttle' THEN m.value END) AS stall_lg_throttle,
-       MAX(CASE WHEN m.name = 'stall_long_scoreboard' THEN m.value END) AS stall_long_scoreboard,
-       MAX(CASE WHEN m.name = 'stall_math_pipe_throttle' THEN m.value END) AS stall_math_pipe_throttle,
-       MAX(CASE WHEN m.name = 'stall_membar' THEN m.value END) AS stall_membar,
-       MAX(CASE WHEN m.name = 'stall_mio_throttle' THEN m.value END) AS stall_mio_throttle,
-       MAX(CASE WHEN m.name = 'stall_misc' THEN m.value END) AS stall_misc,
-       MAX(CASE WHEN m.name = 'stall_no_instruction' THEN m.value END) AS stall_no_instruction,
-       MAX(CASE WHEN m.name = 'stall_not_selected' THEN m.value END) AS stall_not_selected,
-       MAX(CASE WHEN m.name = 'stall_short_scoreboard' THEN m.value END) AS stall_short_scoreboard,
-       MAX(CASE WHEN m.name = 'stall_sleeping' THEN m.value END) AS stall_sleeping,
-       MAX(CASE WHEN m.name = 'stall_tex_throttle' THEN m.value END) AS stall_tex_throttle,
-       MAX(CASE WHEN m.name = 'stall_wait' THEN m.value END) AS stall_wait,
-       MAX(CASE WHEN m.name = 'stall_gmma' THEN m.value END) AS stall_gmma,
-       MAX(CASE WHEN m.name = 'stall_exec_dependency' THEN m.value END) AS stall_exec_dependency,
-       MAX(CASE WHEN m.name = 'stall_memory_throttle' THEN m.value END) AS stall_memory_throttle,
-       MAX(CASE WHEN m.name = 'stall_pipe_busy' THEN m.value END) AS stall_pipe_busy,
-       MAX(CASE WHEN m.name = 'stall_sync' THEN m.value END) AS stall_sync,
-       MAX(CASE WHEN m.name = 'stall_other' THEN m.value END) AS stall_other,
-       MAX(CASE WHEN m.name = 'stall_selected' THEN m.value END) AS stall_selected,
-       MAX(CASE WHEN m.name = 'warps_per_issue' THEN m.value END) AS warps_per_issue,
-       MAX(CASE WHEN m.name = 'l1_hit_rate' THEN m.value END) AS l1_hit_rate,
-       MAX(CASE WHEN m.name = 'l1_global_load_hit_rate' THEN m.value END) AS l1_global_load_hit_rate,
-       MAX(CASE WHEN m.name = 'l2_hit_rate' THEN m.value END) AS l2_hit_rate,
-       MAX(CASE WHEN m.name = 'l2_read_hit_rate' THEN m.value END) AS l2_read_hit_rate,
-       MAX(CASE WHEN m.name = 'l2_write_hit_rate' THEN m.value END) AS l2_write_hit_rate,
-       MAX(CASE WHEN m.name = 'l1_global_load_requests' THEN m.value END) AS l1_global_load_requests,
-       MAX(CASE WHEN m.name = 'l1_global_load_sectors' THEN m.value END) AS l1_global_load_sectors,
-       MAX(CASE WHEN m.name = 'l1_global_store_requests' THEN m.value END) AS l1_global_store_requests,
-       MAX(CASE WHEN m.name = 'l1_global_store_sectors' THEN m.value END) AS l1_global_store_sectors,
-       MAX(CASE WHEN m.name = 'l1_local_load_sectors' THEN m.value END) AS l1_local_load_sectors,
-       MAX(CASE WHEN m.name = 'l1_local_store_sectors' THEN m.value END) AS l1_local_store_sectors,
-       MAX(CASE WHEN m.name = 'l1_requests' THEN m.value END) AS l1_requests,
-       MAX(CASE WHEN m.name = 'l1_sectors' THEN m.value END) AS l1_sectors,
-       MAX(CASE WHEN m.name = 'l1_bytes' THEN m.value END) AS l1_bytes,
-       MAX(CASE WHEN m.name = 'shared_load_wavefronts' THEN m.value END) AS shared_load_wavefronts,
-       MAX(CASE WHEN m.name = 'shared_store_wavefronts' THEN m.value END) AS shared_store_wavefronts,
-       MAX(CASE WHEN m.name = 'shared_load_bank_conflicts' THEN m.value END) AS shared_load_bank_conflicts,
-       MAX(CASE WHEN m.name = 'shared_store_bank_conflicts' THEN m.value END) AS shared_store_bank_conflicts,
-       MAX(CASE WHEN m.name = 'shared_bytes' THEN m.value END) AS shared_bytes,
-       MAX(CASE WHEN m.name = 'l2_read_sectors' THEN m.value END) AS l2_read_sectors,
-       MAX(CASE WHEN m.name = 'l2_write_sectors' THEN m.value END) AS l2_write_sectors,
-       MAX(CASE WHEN m.name = 'l2_sectors' THEN m.value END) AS l2_sectors,
-       MAX(CASE WHEN m.name = 'l2_bytes' THEN m.value END) AS l2_bytes,
-       MAX(CASE WHEN m.name = 'l2_to_l1_read_bytes' THEN m.value END) AS l2_to_l1_read_bytes,
-       MAX(CASE WHEN m.name = 'l1_to_l2_write_bytes' THEN m.value END) AS l1_to_l2_write_bytes,
-       MAX(CASE WHEN m.name = 'dram_read_sectors' THEN m.value END) AS dram_read_sectors,
-       MAX(CASE WHEN m.name = 'dram_write_sectors' THEN m.value END) AS dram_write_sectors,
-       MAX(CASE WHEN m.name = 'dram_read_bytes' THEN m.value END) AS dram_read_bytes,
-       MAX(CASE WHEN m.name = 'dram_write_bytes' THEN m.value END) AS dram_write_bytes,
-       MAX(CASE WHEN m.name = 'l1_lg_writeback_cycles' THEN m.value END) AS l1_lg_writeback_cycles,
-       MAX(CASE WHEN m.name = 'sm_throughput_pct' THEN m.value END) AS sm_throughput_pct,
-       MAX(CASE WHEN m.name = 'memory_throughput_pct' THEN m.value END) AS memory_throughput_pct,
-       MAX(CASE WHEN m.name = 'l1_throughput_pct' THEN m.value END) AS l1_throughput_pct,
-       MAX(CASE WHEN m.name = 'shared_throughput_pct' THEN m.value END) AS shared_throughput_pct,
-       MAX(CASE WHEN m.name = 'l2_throughput_pct' THEN m.value END) AS l2_throughput_pct,
-       MAX(CASE WHEN m.name = 'dram_throughput_pct' THEN m.value END) AS dram_throughput_pct,
-       MAX(CASE WHEN m.name = 'achieved_occupancy' THEN m.value END) AS achieved_occupancy,
-       MAX(CASE WHEN m.name = 'sm_efficiency' THEN m.value END) AS sm_efficiency,
-       MAX(CASE WHEN m.name = 'ipc' THEN m.value END) AS ipc,
-       MAX(CASE WHEN m.name = 'issue_slot_pct' THEN m.value END) AS issue_slot_pct,
-       MAX(CASE WHEN m.name = 'eligible_warps' THEN m.value END) AS eligible_warps,
-       MAX(CASE WHEN m.name = 'warp_execution_efficiency' THEN m.value END) AS warp_execution_efficiency,
-       MAX(CASE WHEN m.name = 'fma_pipe_pct' THEN m.value END) AS fma_pipe_pct,
-       MAX(CASE WHEN m.name = 'alu_pipe_pct' THEN m.value END) AS alu_pipe_pct,
-       MAX(CASE WHEN m.name = 'lsu_pipe_pct' THEN m.value END) AS lsu_pipe_pct,
-       MAX(CASE WHEN m.name = 'xu_pipe_pct' THEN m.value END) AS xu_pipe_pct,
-       MAX(CASE WHEN m.name = 'fp32_fu_utilization_level' THEN m.value END) AS fp32_fu_utilization_level,
-       MAX(CASE WHEN m.name = 'ldst_fu_utilization_level' THEN m.value END) AS ldst_fu_utilization_level,
-       MAX(CASE WHEN m.name = 'special_fu_utilization_level' THEN m.value END) AS special_fu_utilization_level,
-       MAX(CASE WHEN m.name = 'shared_utilization_level' THEN m.value END) AS shared_utilization_level,
-       MAX(CASE WHEN m.name = 'l1_utilization_level' THEN m.value END) AS l1_utilization_level,
-       MAX(CASE WHEN m.name = 'l2_utilization_level' THEN m.value END) AS l2_utilization_level,
-       MAX(CASE WHEN m.name = 'dram_utilization_level' THEN m.value END) AS dram_utilization_level,
-       MAX(CASE WHEN m.name = 'ffma_peak_per_cycle' THEN m.value END) AS ffma_peak_per_cycle,
-       MAX(CASE WHEN m.name = 'dram_bytes_peak_per_cycle' THEN m.value END) AS dram_bytes_peak_per_cycle,
-       MAX(CASE WHEN m.name = 'l2_to_l1_bytes_peak_per_cycle' THEN m.value END) AS l2_to_l1_bytes_peak_per_cycle,
-       MAX(CASE WHEN m.name = 'l1_lg_writeback_peak_per_cycle' THEN m.value END) AS l1_lg_writeback_peak_per_cycle,
-       MAX(CASE WHEN m.name = 'replay_passes' THEN m.value END) AS replay_passes,
-       COALESCE(MAX(CASE WHEN m.name = 'fp32_flops' THEN m.value END),
-                COALESCE(MAX(CASE WHEN m.name = 'fadd' THEN m.value END), 0)
-                + COALESCE(MAX(CASE WHEN m.name = 'fmul' THEN m.value END), 0)
-                + 2 * COALESCE(MAX(CASE WHEN m.name = 'ffma' THEN m.value END), 0)) AS flops
+       r.duration_ns, r.cycles_elapsed, r.sm_active_cycles, r.sm_clock_hz, r.dram_clock_hz, r.l2_clock_hz, r.l1_clock_hz, r.fadd, r.fmul, r.ffma, r.fp32_flops, r.fp32_inst, r.instructions, r.stall_barrier, r.stall_branch_resolving, r.stall_dispatch_stall, r.stall_drain, r.stall_imc_miss, r.stall_lg_throttle, r.stall_long_scoreboard, r.stall_math_pipe_throttle, r.stall_membar, r.stall_mio_throttle, r.stall_misc, r.stall_no_instruction, r.stall_not_selected, r.stall_short_scoreboard, r.stall_sleeping, r.stall_tex_throttle, r.stall_wait, r.stall_gmma, r.stall_exec_dependency, r.stall_memory_throttle, r.stall_pipe_busy, r.stall_sync, r.stall_other, r.stall_selected, r.warps_per_issue, r.l1_hit_rate, r.l1_global_load_hit_rate, r.l2_hit_rate, r.l2_read_hit_rate, r.l2_write_hit_rate, r.l1_global_load_requests, r.l1_global_load_sectors, r.l1_global_store_requests, r.l1_global_store_sectors, r.l1_local_load_sectors, r.l1_local_store_sectors, r.l1_requests, r.l1_sectors, r.l1_bytes, r.shared_load_wavefronts, r.shared_store_wavefronts, r.shared_load_bank_conflicts, r.shared_store_bank_conflicts, r.shared_bytes, r.l2_read_sectors, r.l2_write_sectors, r.l2_sectors, r.l2_bytes, r.l2_to_l1_read_bytes, r.l1_to_l2_write_bytes, r.dram_read_sectors, r.dram_write_sectors, r.dram_read_bytes, r.dram_write_bytes, r.l1_lg_writeback_cycles, r.sm_throughput_pct, r.memory_throughput_pct, r.l1_throughput_pct, r.shared_throughput_pct, r.l2_throughput_pct, r.dram_throughput_pct, r.achieved_occupancy, r.sm_efficiency, r.ipc, r.issue_slot_pct, r.eligible_warps, r.warp_execution_efficiency, r.fma_pipe_pct, r.alu_pipe_pct, r.lsu_pipe_pct, r.xu_pipe_pct, r.fp32_fu_utilization_level, r.ldst_fu_utilization_level, r.special_fu_utilization_level, r.shared_utilization_level, r.l1_utilization_level, r.l2_utilization_level, r.dram_utilization_level, r.ffma_peak_per_cycle, r.dram_bytes_peak_per_cycle, r.l2_to_l1_bytes_peak_per_cycle, r.l1_lg_writeback_peak_per_cycle, r.replay_passes,
+       r.flops
 FROM launch k
 JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
-JOIN metric m ON m.run_id = k.run_id AND m.invocation = k.invocation
-GROUP BY k.run_id, k.invocation, k.layer_id, l.name, k.phase, k.repeat, k.kernel_name, k.variant,
-         k.l1_policy, k.time_ms;
+JOIN rollup_launch r ON r.run_id = k.run_id AND r.invocation = k.invocation;
 
--- Each metric rolled up over one layer phase's launches in one measured iteration, as its metric_def.rollup says: sum, max, or an average weighted by another metric of the same launch (a plain average where that metric was not collected).
+-- Each metric rolled up over one layer phase's launches in one measured iteration, as its metric_def.rollup says: sum, max, or an average weighted by another metric of the same launch (a plain average where that metric was not collected). Computed when the run is written.
 CREATE VIEW layer_metric_repeat AS
-SELECT k.run_id, k.layer_id, k.phase, k.repeat, m.name,
-       CASE WHEN d.rollup = 'sum' THEN SUM(m.value)
-            WHEN d.rollup = 'max' THEN MAX(m.value)
-            WHEN COUNT(w.value) = 0 THEN AVG(m.value)
-            ELSE SUM(m.value * w.value) / NULLIF(SUM(CASE WHEN m.value IS NOT NULL THEN w.value END), 0)
-       END AS value
-FROM metric m
-JOIN launch k ON k.run_id = m.run_id AND k.invocation = m.invocation
-JOIN metric_def d ON d.name = m.name
-LEFT JOIN metric w ON w.run_id = m.run_id AND w.invocation = m.invocation
-                  AND SUBSTR(d.rollup, 1, 9) = 'weighted:' AND w.name = SUBSTR(d.rollup, 10)
-GROUP BY k.run_id, k.layer_id, k.phase, k.repeat, m.name, d.rollup;
+SELECT run_id, layer_id, phase, repeat, name, value FROM rollup_metric_repeat;
 
--- Per run, layer, phase and metric: the median over measured repeats, the smallest and largest value, and the spread (max - min) as a percentage of the median.
+-- Per run, layer, phase and metric: the median over measured repeats, the smallest and largest value, and the spread (max - min) as a percentage of the median. Computed when the run is written.
 CREATE VIEW layer_metric AS
-WITH ranked AS (
-  SELECT run_id, layer_id, phase, name, value,
-         ROW_NUMBER() OVER (PARTITION BY run_id, layer_id, phase, name ORDER BY value) AS i,
-         COUNT(*) OVER (PARTITION BY run_id, layer_id, phase, name) AS n
-  FROM layer_metric_repeat WHERE value IS NOT NULL
-)
-SELECT run_id, layer_id, phase, name,
-       AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END) AS value,
-       MIN(value) AS min_value, MAX(value) AS max_value, MAX(n) AS repeats,
-       CASE WHEN AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END) <> 0
-            THEN 100.0 * (MAX(value) - MIN(value))
-                 / ABS(AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END)) END AS spread_pct
-FROM ranked
-GROUP BY run_id, layer_id, phase, name;
+SELECT run_id, layer_id, phase, name, value, min_value, max_value, repeats, spread_pct FROM rollup_metric;
 
 -- Per run, layer and phase (median over repeats): kernel time from ncu, FP32 FLOPs measured against the model's ops, and bytes per memory level against the model's compulsory bytes.
 CREATE VIEW layer_summary AS
@@ -206,16 +78,6 @@ LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.
 
 -- Per run, layer and phase: each stall reason as a fraction of all stalls (the ncu warp states, or nvprof's stall_* on older GPUs; 'selected' is not a stall), and the two dominant reasons as paper 003 (nvprof) names them, with their shares.
 CREATE VIEW stall_breakdown AS
-WITH shares AS (
-  SELECT s.run_id, s.layer_id, s.phase, s.name,
-         CASE s.name WHEN 'stall_barrier' THEN 'sync' WHEN 'stall_branch_resolving' THEN 'other' WHEN 'stall_dispatch_stall' THEN 'other' WHEN 'stall_drain' THEN 'memory_throttle' WHEN 'stall_imc_miss' THEN 'constant_memory_dependency' WHEN 'stall_lg_throttle' THEN 'memory_throttle' WHEN 'stall_long_scoreboard' THEN 'memory_dependency' WHEN 'stall_math_pipe_throttle' THEN 'pipe_busy' WHEN 'stall_membar' THEN 'sync' WHEN 'stall_mio_throttle' THEN 'pipe_busy' WHEN 'stall_misc' THEN 'other' WHEN 'stall_no_instruction' THEN 'inst_fetch' WHEN 'stall_not_selected' THEN 'not_selected' WHEN 'stall_short_scoreboard' THEN 'exec_dependency' WHEN 'stall_sleeping' THEN 'sleeping' WHEN 'stall_tex_throttle' THEN 'texture' WHEN 'stall_wait' THEN 'exec_dependency' WHEN 'stall_gmma' THEN 'pipe_busy' WHEN 'stall_exec_dependency' THEN 'exec_dependency' WHEN 'stall_memory_throttle' THEN 'memory_throttle' WHEN 'stall_pipe_busy' THEN 'pipe_busy' WHEN 'stall_sync' THEN 'sync' WHEN 'stall_other' THEN 'other' END AS category,
-         s.value / NULLIF(SUM(s.value) OVER (PARTITION BY s.run_id, s.layer_id, s.phase), 0) AS share
-  FROM layer_metric s JOIN metric_def d ON d.name = s.name AND d.family = 'stall'
-), categories AS (
-  SELECT run_id, layer_id, phase, category, SUM(share) AS share,
-         ROW_NUMBER() OVER (PARTITION BY run_id, layer_id, phase ORDER BY SUM(share) DESC, category) AS place
-  FROM shares GROUP BY run_id, layer_id, phase, category
-)
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase,
        c1.category AS first_reason, c1.share AS first_share,
        c2.category AS second_reason, c2.share AS second_share,
@@ -244,10 +106,12 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'stall_pipe_busy' THEN s.share END) AS stall_pipe_busy,
        MAX(CASE WHEN s.name = 'stall_sync' THEN s.share END) AS stall_sync,
        MAX(CASE WHEN s.name = 'stall_other' THEN s.share END) AS stall_other
-      FROM shares s GROUP BY s.run_id, s.layer_id, s.phase) w
+      FROM rollup_stall s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
-LEFT JOIN categories c1 ON c1.run_id = w.run_id AND c1.layer_id = w.layer_id AND c1.phase = w.phase AND c1.place = 1
-LEFT JOIN categories c2 ON c2.run_id = w.run_id AND c2.layer_id = w.layer_id AND c2.phase = w.phase AND c2.place = 2;
+LEFT JOIN rollup_stall_category c1 ON c1.run_id = w.run_id AND c1.layer_id = w.layer_id AND c1.phase = w.phase
+                                  AND c1.place = 1
+LEFT JOIN rollup_stall_category c2 ON c2.run_id = w.run_id AND c2.layer_id = w.layer_id AND c2.phase = w.phase
+                                  AND c2.place = 2;
 
 -- Per run, layer and phase: L1/TEX and L2 hit rates in %, each averaged over the layer's launches weighted by the sectors it is a rate of (under ncu's default --cache-control all, cold caches).
 CREATE VIEW cache_hit_rate AS

@@ -500,6 +500,15 @@ def test_nvprof_metric_cells_real_profilers_print(token, expected):
         assert any(None in v.values() for v in values)
 
 
+def test_an_untimed_launch_in_the_nvprof_trace_has_no_duration():
+    text = read("nvprof-gputrace-csv-k20c.csv")
+    first_kernel = next(line for line in text.splitlines() if "forma_kernel__0" in line)
+    cells = first_kernel.split(",")
+    damaged = text.replace(first_kernel, ",".join([cells[0], "n/a", *cells[2:]]), 1)
+    launches = nvprof.parse_trace(damaged)
+    assert launches[0].metrics["duration_ns"] is None and launches[1].metrics["duration_ns"] > 0
+
+
 def test_nvprof_text_with_an_empty_or_unavailable_instance_list():
     line = next(line for line in NVPROF_TEXT.splitlines() if "instances)" in line)
     for listed in ("[ ]", "[ n/a n/a ]"):

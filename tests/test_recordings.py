@@ -29,11 +29,14 @@ LAYER_PHASES = 49  # AlexNet: 21 layers, conv1 has no bwd_data
 
 
 def recording(name: str, folder: Path) -> str:
-    """A private copy of a recording (decompressed if .gz): tests never touch the committed file."""
+    """A private copy of a recording (decompressed if .gz), upgraded to the current schema as
+    `tracker upgrade` would: tests never touch the committed file, and every test of a recording
+    also tests the migration of a real store (the figures below are those of the original)."""
     target = folder / name.removesuffix(".gz")
     if not target.exists():
         with (gzip.open if name.endswith(".gz") else open)(DATA / name, "rb") as src, open(target, "wb") as dst:
             shutil.copyfileobj(src, dst)
+        open_store(str(target), write=True).dispose()
     return str(target)
 
 
@@ -45,6 +48,35 @@ def recordings(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def b16(recordings):
     return open_store(recording(B16, recordings), write=False)
+
+
+@pytest.mark.parametrize("name", [B16, EXPERIMENTS])
+def test_the_v4_rollups_answer_what_the_v3_views_computed(name, recordings, tmp_path):
+    """The recordings were written with schema v3, whose views computed everything on the fly;
+    upgraded, the views read the per-run rollups and give the same rows. Only layer_time's
+    statistic changed (a mean over repeats then, the median now), so with several repeats it and
+    the views on it are compared where one repeat makes both the same."""
+    import sqlite3
+
+    original = tmp_path / "v3.db"
+    with (gzip.open if name.endswith(".gz") else open)(DATA / name, "rb") as src, open(original, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    upgraded = recording(name, recordings)
+    several_repeats = name == EXPERIMENTS
+    for view in (v.name for v in VIEWS):
+        if several_repeats and view in ("layer_time", "layer_phase", "run_summary"):
+            continue
+        query = f"SELECT * FROM {view} WHERE run_id = 1"
+        with sqlite3.connect(original) as old, sqlite3.connect(upgraded) as new:
+            before, after = old.execute(query), new.execute(query)
+            columns = [c[0] for c in before.description]
+            before, after = (sorted(rows.fetchall(), key=lambda row: [str(x) for x in row[:6]])
+                             for rows in (before, after))
+        if view == "layer_time":  # v4 adds min_ms, max_ms, repeats, spread_pct after v3's columns
+            after = [row[:len(columns)] for row in after]
+        assert len(before) == len(after), view
+        for old_row, new_row in zip(before, after):
+            assert new_row == pytest.approx(old_row, rel=1e-9, nan_ok=True), view
 
 
 def test_stored_counters_are_ncus_own_export_of_the_same_report(b16):

@@ -29,12 +29,14 @@ from tracker.store import (
     list_runs,
     metric_rows,
     open_store,
+    SCHEMA_VERSION,
+    RunWriter,
     recording,
     run_dict,
     run_sql,
 )
 from tracker.store.contract import ROOT, schema_sql, views_sql
-from tracker.store.schema import Launch, Metric
+from tracker.store.schema import Launch
 
 
 def digest(path: Path) -> str:
@@ -65,17 +67,15 @@ def test_profile_round_trip(db):
 def test_launches_and_metrics_round_trip_through_the_views(db):
     run_id = model_run(db)
     store = open_store(db, write=True)
-    with store.session() as s:
-        for invocation, (repeat, ms) in enumerate([(0, 1.0), (0, 0.5), (1, 3.0), (1, 0.5)]):
-            s.add(Launch(run_id=run_id, invocation=invocation, layer_id=5, phase="fwd", repeat=repeat,
-                         kernel_name="conv2d_fwd_shared", variant="shared", l1_policy="ca", grid_x=8, grid_y=1,
-                         grid_z=1, block_x=256, block_y=1, block_z=1, shared_bytes=4096, registers=40, time_ms=ms))
-        s.flush()
-        s.add(Metric(run_id=run_id, invocation=0, name="duration_ns", value=1e6))  # the catalog is seeded
+    launches = [dict(invocation=invocation, layer_id=5, phase="fwd", repeat=repeat, kernel_name="conv2d_fwd_shared",
+                     variant="shared", l1_policy="ca", grid_x=8, grid_y=1, grid_z=1, block_x=256, block_y=1,
+                     block_z=1, shared_bytes=4096, registers=40, time_ms=ms)
+                for invocation, (repeat, ms) in enumerate([(0, 1.0), (0, 0.5), (1, 3.0), (1, 0.5)])]
+    RunWriter(store, run_id).add_launches(launches, [dict(invocation=0, name="duration_ns", value=1e6)])
     reader = open_store(db, write=False)
     conv2 = next(r for r in layer_rows(reader, run_id) if r["layer"] == "conv2" and r["phase"] == "fwd")
     assert conv2["launches"] == 2  # per repeat
-    assert conv2["measured_ms"] == pytest.approx(2.5)  # (1.0 + 0.5 + 3.0 + 0.5) / 2 repeats
+    assert conv2["measured_ms"] == pytest.approx(2.5)  # the median of 1.5 and 3.5 (rollup_time)
     assert conv2["median_ms"] == pytest.approx(2.5)  # median of 1.5 and 3.5
     assert conv2["spread_pct"] == pytest.approx(80.0)  # (3.5 - 1.5) / 2.5
     assert conv2["achieved_gflops"] == pytest.approx(conv2["ops"] / 2.5e6)
@@ -301,7 +301,7 @@ def test_a_v2_database_is_upgraded_in_place_keeping_its_runs(runner, tmp_path):
     assert runner.invoke(cli, ["upgrade", "--db", str(tmp_path / "typo.db")]).exit_code == 1
     assert not (tmp_path / "typo.db").exists()
     upgraded = runner.invoke(cli, ["upgrade", "--db", str(db)])
-    assert upgraded.exit_code == 0 and "trace schema v3" in upgraded.output
+    assert upgraded.exit_code == 0 and f"trace schema v{SCHEMA_VERSION}" in upgraded.output
     runs = runner.invoke(cli, ["runs", "--db", str(db), "--format", "csv"])
     assert runs.exit_code == 0 and runs.output.splitlines()[1].startswith("1,complete,alexnet")
     assert runner.invoke(cli, ["experiments", "--db", str(db)]).output.startswith("no experiments yet")

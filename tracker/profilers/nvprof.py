@@ -136,7 +136,7 @@ def parse_trace(text: str, where: str = "nvprof output") -> list[ProfiledLaunch]
             except ValueError:
                 launch.attributes[column] = cell
                 continue
-            if column == "Duration":
+            if column == "Duration" and raw[column] is not None:  # n/a: a launch nvprof did not time
                 raw[column] = normalise(raw[column], unit or "ns")[0]
         launch.values = raw
         launch.metrics = {**from_nvprof(raw), "duration_ns": raw.get("Duration")}

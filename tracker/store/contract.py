@@ -35,9 +35,10 @@ def schema_sql() -> str:
     parts = [HEADER.format(version=SCHEMA_VERSION, what="tables", source="schema.py",
                            note="SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.")]
     for table in Base.metadata.sorted_tables:
-        model = next(m.class_ for m in Base.registry.mappers if m.local_table is table)
+        model = next((m.class_ for m in Base.registry.mappers if m.local_table is table), None)
         docs = [f"  {c.name}: {c.doc}" for c in table.columns if c.doc]
-        block = _comment("\n".join([model.__doc__ or "", *docs])) + _ddl(CreateTable(table))
+        about = model.__doc__ if model else table.comment  # a Table without a class carries a comment
+        block = _comment("\n".join([about or "", *docs])) + _ddl(CreateTable(table))
         block += "".join(_ddl(CreateIndex(index)) for index in sorted(table.indexes, key=lambda i: i.name))
         parts.append(block)
     return "\n".join(parts)

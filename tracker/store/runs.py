@@ -18,13 +18,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import insert, update
+from sqlalchemy import update
 
 from tracker import __version__
 from tracker.errors import Interrupted
 from tracker.model import Prediction
 from tracker.nets import Network
-from tracker.store.db import Store
+from tracker.store import rollups
+from tracker.store.db import Store, bulk_insert
 from tracker.store.schema import Launch, Layer, Metric, Run
 from tracker.store.schema import Prediction as PredictionRow
 
@@ -89,13 +90,13 @@ class RunWriter:
             )
 
     def add_launches(self, rows: list[dict], metrics: list[dict] = ()) -> None:
-        """The launch log of pass 1, in invocation order, and pass 2's counters on it as
-        (invocation, name, value) rows: one transaction, so a run never holds half a join."""
-        with self.store.session() as session:
-            session.add_all(Launch(run_id=self.run_id, **row) for row in rows)
-            if metrics:
-                session.flush()  # launches before the metrics that reference them
-                session.execute(insert(Metric), [dict(run_id=self.run_id, **row) for row in metrics])
+        """The launch log of pass 1, in invocation order, pass 2's counters on it as (invocation,
+        name, value) rows, and the rollups of both: one transaction, so a run never holds half a
+        join, nor counters without their rollups."""
+        with self.store.connect() as conn, conn.begin():
+            bulk_insert(conn, Launch.__table__, [dict(row, run_id=self.run_id) for row in rows])
+            bulk_insert(conn, Metric.__table__, [dict(row, run_id=self.run_id) for row in metrics])
+            rollups.write(conn, self.run_id)
 
     def update(self, **fields) -> None:
         """Set run fields learned while running (device, versions, peak memory, ...)."""

@@ -17,6 +17,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     CheckConstraint,
+    Column,
     DateTime,
     Float,
     ForeignKey,
@@ -24,11 +25,14 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Table,
     Text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 3
+from tracker.store.rollups import LAUNCH_METRICS
+
+SCHEMA_VERSION = 4
 
 STATUSES = ("running", "complete", "failed", "interrupted")
 PHASES = ("fwd", "bwd_data", "bwd_weight")
@@ -196,6 +200,92 @@ class Metric(Base):
     invocation: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     name: Mapped[str] = mapped_column(ForeignKey("metric_def.name"), primary_key=True)
     value: Mapped[float | None] = mapped_column(Float)
+
+
+class RollupTime(Base):
+    """Per run, layer and phase: the phase's event time per measured iteration, rolled up over the
+    iterations (median, min, max, spread). Written with the launches (tracker/store/rollups.py)."""
+
+    __tablename__ = "rollup_time"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    phase: Mapped[str] = mapped_column(primary_key=True)
+    launches: Mapped[int] = mapped_column(doc="launches per measured iteration")
+    measured_ms: Mapped[float | None] = mapped_column(Float, doc="median over measured iterations")
+    min_ms: Mapped[float | None] = mapped_column(Float)
+    max_ms: Mapped[float | None] = mapped_column(Float)
+    repeats: Mapped[int] = mapped_column(doc="measured iterations timed")
+    spread_pct: Mapped[float | None] = mapped_column(Float, doc="(max - min) / median, in %")
+
+
+# One row per profiled launch and a column per catalog metric (tracker/store/rollups.py). Its
+# columns follow the catalog, like the counter views: a migration recreates and refills it.
+rollup_launch = Table(
+    "rollup_launch", Base.metadata,
+    Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
+    Column("invocation", Integer, primary_key=True, autoincrement=False),
+    *(Column(name, Float) for name in LAUNCH_METRICS),
+    Column("flops", Float, doc="FP32 FLOPs: fadd + fmul + 2 ffma, or nvprof's total"),
+    comment="Per profiled launch: every catalog metric as a column, and FP32 FLOPs (launch_metrics reads it).",
+)
+
+
+class RollupStall(Base):
+    """Per run, layer, phase and stall reason: its share of all stalls and its paper-003 category."""
+
+    __tablename__ = "rollup_stall"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    phase: Mapped[str] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(primary_key=True)
+    category: Mapped[str | None]
+    share: Mapped[float | None] = mapped_column(Float)
+
+
+class RollupStallCategory(Base):
+    """Per run, layer, phase and stall category: its share, and its place (1 dominates)."""
+
+    __tablename__ = "rollup_stall_category"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    phase: Mapped[str] = mapped_column(primary_key=True)
+    category: Mapped[str] = mapped_column(primary_key=True)
+    share: Mapped[float | None] = mapped_column(Float)
+    place: Mapped[int]
+
+
+class RollupMetricRepeat(Base):
+    """Per run, layer, phase, measured iteration and metric: the metric rolled up over the phase's
+    launches as its metric_def.rollup says. Written with the counters (tracker/store/rollups.py)."""
+
+    __tablename__ = "rollup_metric_repeat"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    phase: Mapped[str] = mapped_column(primary_key=True)
+    repeat: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)
+
+
+class RollupMetric(Base):
+    """Per run, layer, phase and metric: the median over measured iterations, min, max and spread.
+    Written with the counters (tracker/store/rollups.py)."""
+
+    __tablename__ = "rollup_metric"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    phase: Mapped[str] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float, doc="median over measured iterations")
+    min_value: Mapped[float | None] = mapped_column(Float)
+    max_value: Mapped[float | None] = mapped_column(Float)
+    repeats: Mapped[int]
+    spread_pct: Mapped[float | None] = mapped_column(Float, doc="(max - min) / |median|, in %")
 
 
 class Experiment(Base):

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracker.profilers.catalog import BY_NAME, CATALOG, STALLS
+from tracker.profilers.catalog import CATALOG, STALLS
+from tracker.store.rollups import pivot
 
 
 @dataclass(frozen=True)
@@ -27,21 +28,12 @@ class View:
 
 
 
-def _pivot(names, source: str = "s") -> str:
-    """One column per metric name, from a narrow (name, value) source. A name outside the catalog
-    would only ever be NULL, so it stops the import instead."""
-    unknown = [n for n in names if n not in BY_NAME]
-    if unknown:
-        raise ValueError(f"views name metrics the catalog does not have: {unknown}")
-    return ",\n".join(f"       MAX(CASE WHEN {source}.name = '{n}' THEN {source}.value END) AS {n}" for n in names)
-
-
 def _per_layer(columns: str, names) -> str:
     """A wide per-layer-phase view: the medians of ``names`` pivoted, then ``columns`` computed on them."""
     return f"""
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, {columns}
 FROM (SELECT s.run_id, s.layer_id, s.phase,
-{_pivot(names)}
+{pivot(names)}
       FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
@@ -64,8 +56,6 @@ def _ratio(num: str, den: str) -> str:
 
 
 _STALL_NAMES = [m.name for m in STALLS]
-_STALL_CATEGORIES = {m.name: m.category for m in STALLS}
-_CATEGORY_OF = " ".join(f"WHEN '{n}' THEN '{c}'" for n, c in _STALL_CATEGORIES.items())
 
 COUNTER_VIEWS = (
     View(
@@ -75,57 +65,28 @@ COUNTER_VIEWS = (
         f"""
 SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
        k.l1_policy, k.time_ms,
-{_pivot([m.name for m in CATALOG], "m")},
-       COALESCE(MAX(CASE WHEN m.name = 'fp32_flops' THEN m.value END),
-                COALESCE(MAX(CASE WHEN m.name = 'fadd' THEN m.value END), 0)
-                + COALESCE(MAX(CASE WHEN m.name = 'fmul' THEN m.value END), 0)
-                + 2 * COALESCE(MAX(CASE WHEN m.name = 'ffma' THEN m.value END), 0)) AS flops
+       {", ".join(f"r.{m.name}" for m in CATALOG)},
+       r.flops
 FROM launch k
 JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
-JOIN metric m ON m.run_id = k.run_id AND m.invocation = k.invocation
-GROUP BY k.run_id, k.invocation, k.layer_id, l.name, k.phase, k.repeat, k.kernel_name, k.variant,
-         k.l1_policy, k.time_ms
+JOIN rollup_launch r ON r.run_id = k.run_id AND r.invocation = k.invocation
 """,
     ),
     View(
         "layer_metric_repeat",
         "Each metric rolled up over one layer phase's launches in one measured iteration, as its "
         "metric_def.rollup says: sum, max, or an average weighted by another metric of the same launch "
-        "(a plain average where that metric was not collected).",
+        "(a plain average where that metric was not collected). Computed when the run is written.",
         """
-SELECT k.run_id, k.layer_id, k.phase, k.repeat, m.name,
-       CASE WHEN d.rollup = 'sum' THEN SUM(m.value)
-            WHEN d.rollup = 'max' THEN MAX(m.value)
-            WHEN COUNT(w.value) = 0 THEN AVG(m.value)
-            ELSE SUM(m.value * w.value) / NULLIF(SUM(CASE WHEN m.value IS NOT NULL THEN w.value END), 0)
-       END AS value
-FROM metric m
-JOIN launch k ON k.run_id = m.run_id AND k.invocation = m.invocation
-JOIN metric_def d ON d.name = m.name
-LEFT JOIN metric w ON w.run_id = m.run_id AND w.invocation = m.invocation
-                  AND SUBSTR(d.rollup, 1, 9) = 'weighted:' AND w.name = SUBSTR(d.rollup, 10)
-GROUP BY k.run_id, k.layer_id, k.phase, k.repeat, m.name, d.rollup
+SELECT run_id, layer_id, phase, repeat, name, value FROM rollup_metric_repeat
 """,
     ),
     View(
         "layer_metric",
         "Per run, layer, phase and metric: the median over measured repeats, the smallest and largest "
-        "value, and the spread (max - min) as a percentage of the median.",
+        "value, and the spread (max - min) as a percentage of the median. Computed when the run is written.",
         """
-WITH ranked AS (
-  SELECT run_id, layer_id, phase, name, value,
-         ROW_NUMBER() OVER (PARTITION BY run_id, layer_id, phase, name ORDER BY value) AS i,
-         COUNT(*) OVER (PARTITION BY run_id, layer_id, phase, name) AS n
-  FROM layer_metric_repeat WHERE value IS NOT NULL
-)
-SELECT run_id, layer_id, phase, name,
-       AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END) AS value,
-       MIN(value) AS min_value, MAX(value) AS max_value, MAX(n) AS repeats,
-       CASE WHEN AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END) <> 0
-            THEN 100.0 * (MAX(value) - MIN(value))
-                 / ABS(AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN value END)) END AS spread_pct
-FROM ranked
-GROUP BY run_id, layer_id, phase, name
+SELECT run_id, layer_id, phase, name, value, min_value, max_value, repeats, spread_pct FROM rollup_metric
 """,
     ),
     View(
@@ -145,26 +106,18 @@ GROUP BY run_id, layer_id, phase, name
         "or nvprof's stall_* on older GPUs; 'selected' is not a stall), and the two dominant reasons "
         "as paper 003 (nvprof) names them, with their shares.",
         f"""
-WITH shares AS (
-  SELECT s.run_id, s.layer_id, s.phase, s.name,
-         CASE s.name {_CATEGORY_OF} END AS category,
-         s.value / NULLIF(SUM(s.value) OVER (PARTITION BY s.run_id, s.layer_id, s.phase), 0) AS share
-  FROM layer_metric s JOIN metric_def d ON d.name = s.name AND d.family = 'stall'
-), categories AS (
-  SELECT run_id, layer_id, phase, category, SUM(share) AS share,
-         ROW_NUMBER() OVER (PARTITION BY run_id, layer_id, phase ORDER BY SUM(share) DESC, category) AS place
-  FROM shares GROUP BY run_id, layer_id, phase, category
-)
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase,
        c1.category AS first_reason, c1.share AS first_share,
        c2.category AS second_reason, c2.share AS second_share,
        {", ".join(f"w.{n}" for n in _STALL_NAMES)}
 FROM (SELECT s.run_id, s.layer_id, s.phase,
-{_pivot(_STALL_NAMES, "s").replace("s.value", "s.share")}
-      FROM shares s GROUP BY s.run_id, s.layer_id, s.phase) w
+{pivot(_STALL_NAMES, "s").replace("s.value", "s.share")}
+      FROM rollup_stall s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
-LEFT JOIN categories c1 ON c1.run_id = w.run_id AND c1.layer_id = w.layer_id AND c1.phase = w.phase AND c1.place = 1
-LEFT JOIN categories c2 ON c2.run_id = w.run_id AND c2.layer_id = w.layer_id AND c2.phase = w.phase AND c2.place = 2
+LEFT JOIN rollup_stall_category c1 ON c1.run_id = w.run_id AND c1.layer_id = w.layer_id AND c1.phase = w.phase
+                                  AND c1.place = 1
+LEFT JOIN rollup_stall_category c2 ON c2.run_id = w.run_id AND c2.layer_id = w.layer_id AND c2.phase = w.phase
+                                  AND c2.place = 2
 """,
     ),
     View(
@@ -238,14 +191,11 @@ LEFT JOIN categories c2 ON c2.run_id = w.run_id AND c2.layer_id = w.layer_id AND
 VIEWS = (
     View(
         "layer_time",
-        "Measured time per run, layer and phase: event time summed over the phase's launches and "
-        "averaged over repeats (NULL where nothing was timed).",
+        "Measured time per run, layer and phase: event time summed over the phase's launches, the median "
+        "over measured repeats (NULL where nothing was timed), with min, max and spread in %. Computed when "
+        "the run is written.",
         """
-SELECT run_id, layer_id, phase,
-       COUNT(*) / COUNT(DISTINCT repeat) AS launches,
-       SUM(time_ms) / COUNT(DISTINCT repeat) AS measured_ms
-FROM launch
-GROUP BY run_id, layer_id, phase
+SELECT run_id, layer_id, phase, launches, measured_ms, min_ms, max_ms, repeats, spread_pct FROM rollup_time
 """,
     ),
     View(

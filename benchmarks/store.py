@@ -63,20 +63,22 @@ def add_run(db: str, net, predictions, rng) -> tuple[int, float]:
     return len(launches) + len(metrics), seconds
 
 
-def time_views(db: str, run_id: int, tries: int = 3) -> dict[str, float]:
-    """Median milliseconds of ``SELECT * FROM view WHERE run_id = ?`` for every view."""
+def time_views(db: str, run_id: int, tries: int = 5) -> tuple[dict[str, float], dict[str, int]]:
+    """Per view: the median milliseconds of ``SELECT * FROM view WHERE run_id = ?`` with every row
+    fetched into Python through SQLAlchemy (what an analysis pays), and the rows it returned."""
     store = open_store(db, write=False)
-    times = {}
+    times, rows = {}, {}
     with store.connect() as conn:
         for view in VIEWS:
             samples = []
             for _ in range(tries):
                 start = time.perf_counter()
-                conn.execute(text(f"SELECT * FROM {view.name} WHERE run_id = :r"), {"r": run_id}).fetchall()
+                rows[view.name] = len(conn.execute(text(f"SELECT * FROM {view.name} WHERE run_id = :r"),
+                                                   {"r": run_id}).fetchall())
                 samples.append((time.perf_counter() - start) * 1e3)
             times[view.name] = statistics.median(samples)
     store.dispose()
-    return times
+    return times, rows
 
 
 def main() -> None:
@@ -93,22 +95,22 @@ def main() -> None:
     db = str(folder / "bench.db")
     Path(db).unlink(missing_ok=True)
     rows = seconds = 0.0
-    built, results = 0, {}
+    built, results, counts = 0, {}, {}
     for size in sizes:
         while built < size:
             n, s = add_run(db, net, predictions, rng)
             rows, seconds, built = rows + n, seconds + s, built + 1
-            print(f"\r{built}/{size} runs, {rows / seconds:,.0f} rows/s", end="", flush=True)
-        print()
-        results[size] = time_views(db, size // 2)  # a run in the middle of the store
+            if built % 10 == 0 or built == size:
+                print(f"{built}/{size} runs, {rows / seconds:,.0f} rows/s", flush=True)
+        results[size], counts = time_views(db, size // 2)  # a run in the middle of the store
     rate = rows / seconds
     print(f"\ningest: {rate:,.0f} rows/s over {built} runs ({rate / INGEST_GOAL:.2f}x the goal of "
           f"{INGEST_GOAL:,}, {rate / INGEST_BAR:.2f}x the bar of {INGEST_BAR:,})")
-    print(f"\n| view | {' | '.join(f'{n} runs, ms' for n in sizes)} | largest / {VIEW_GOAL_MS:.0f} ms goal |")
-    print(f"|---|{'---|' * len(sizes)}---|")
+    print(f"\n| view | rows | {' | '.join(f'{n} runs, ms' for n in sizes)} | largest / {VIEW_GOAL_MS:.0f} ms goal |")
+    print(f"|---|---|{'---|' * len(sizes)}---|")
     for view in VIEWS:
         cells = " | ".join(f"{results[n][view.name]:.1f}" for n in sizes)
-        print(f"| {view.name} | {cells} | {results[sizes[-1]][view.name] / VIEW_GOAL_MS:.2f} |")
+        print(f"| {view.name} | {counts[view.name]:,} | {cells} | {results[sizes[-1]][view.name] / VIEW_GOAL_MS:.2f} |")
     worst = max(results[sizes[-1]].values())
     print(f"\nslowest view at {sizes[-1]} runs: {worst:.1f} ms "
           f"({'meets' if worst <= VIEW_GOAL_MS else 'misses'} the {VIEW_GOAL_MS:.0f} ms goal, "

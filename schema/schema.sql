@@ -254,6 +254,7 @@ CREATE TABLE rollup_metric (
     PRIMARY KEY (run_id, layer_id, phase, name),
     FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
 );
+CREATE INDEX rollup_metric_by_name ON rollup_metric (name, run_id);
 
 -- Per run, layer, phase, measured iteration and metric: the metric rolled up over the phase's
 --     launches as its metric_def.rollup says. Written with the counters (tracker/store/rollups.py).
@@ -374,4 +375,3 @@ CREATE TABLE metric (
     FOREIGN KEY(run_id, invocation) REFERENCES launch (run_id, invocation) ON DELETE CASCADE,
     FOREIGN KEY(name) REFERENCES metric_def (name)
 );
-CREATE INDEX metric_by_name ON metric (name, run_id);

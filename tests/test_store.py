@@ -305,3 +305,19 @@ def test_a_v2_database_is_upgraded_in_place_keeping_its_runs(runner, tmp_path):
     runs = runner.invoke(cli, ["runs", "--db", str(db), "--format", "csv"])
     assert runs.exit_code == 0 and runs.output.splitlines()[1].startswith("1,complete,alexnet")
     assert runner.invoke(cli, ["experiments", "--db", str(db)]).output.startswith("no experiments yet")
+
+
+def test_the_one_definition_of_the_statistics_over_repeats():
+    from tracker.store.rollups import _rolled, over_repeats
+
+    stats = over_repeats([3.0, None, 1.0, 2.0, 10.0])
+    assert (stats.median, stats.min, stats.max, stats.repeats) == (2.5, 1.0, 10.0, 4)
+    assert stats.spread_pct == pytest.approx(360.0)  # (10 - 1) / 2.5
+    assert over_repeats([None, None]) is None and over_repeats([0.0, 0.0]).spread_pct is None
+    # a layer phase's launches in one iteration: sum, max, or weighted by another metric
+    assert _rolled("sum", [1.0, None, 2.0], [None] * 3) == 3.0
+    assert _rolled("max", [1.0, 5.0], [None, None]) == 5.0
+    assert _rolled("weighted:l2_sectors", [50.0, 100.0], [1.0, 3.0]) == pytest.approx(87.5)
+    assert _rolled("weighted:l2_sectors", [50.0, 100.0], [None, None]) == 75.0  # no weights: plain mean
+    assert _rolled("weighted:l2_sectors", [50.0], [0.0]) is None  # a rate of nothing
+    assert _rolled("weighted:l2_sectors", [50.0, 100.0], [0.0, 0.0]) is None

@@ -237,6 +237,7 @@ def _migrate(conn: Connection, where: str) -> None:
         if _check_schema(conn, where) == "current":
             return
         Base.metadata.create_all(conn)  # creates only the missing tables
+        conn.exec_driver_sql("DROP INDEX IF EXISTS metric_by_name")  # v4: rollup_metric_by_name instead
         cascade = " CASCADE" if conn.dialect.name == "postgresql" else ""
         for view in reversed(VIEWS):  # views hold no data: recreate them all, as this version defines them
             conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view.name}{cascade}")

@@ -2,135 +2,185 @@
 iterations, written in the same transaction as the launches and counters themselves.
 
 A view that aggregates over the whole store (medians by window functions, pivots by GROUP BY)
-costs what the whole store costs, whatever ``WHERE run_id = ?`` says: SQLite and PostgreSQL
-cannot push the filter below a window function. Computing each run's rollups once, when it is
-written, and reading them back by key makes every view cost what one run costs.
+costs what the whole store costs, whatever ``WHERE run_id = ?`` says: neither SQLite nor
+PostgreSQL pushes the filter below a window function. So each run's rollups are computed once,
+here, from the rows being written (no second pass over the database), and the views read them
+back by key: every view costs what one run costs.
 
 ``over_repeats`` is the one definition of the statistics over measured iterations: the median,
-min, max, count and spread (max - min as a percentage of |median|). Every surface (views,
+min, max, count and spread ((max - min) as a percentage of |median|). Every surface (views,
 ``tracker show``, analyses, report) reads its results from ``rollup_time`` and ``rollup_metric``.
 """
 
 from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from tracker.profilers.catalog import BY_NAME, CATALOG, STALLS
 
-# In the order they are computed: each reads the ones before it.
 TABLES = ("rollup_time", "rollup_launch", "rollup_metric_repeat", "rollup_metric", "rollup_stall",
           "rollup_stall_category")
 LAUNCH_METRICS = tuple(m.name for m in CATALOG)  # rollup_launch's columns, one per catalog metric
 STALL_CATEGORY = {m.name: m.category for m in STALLS}
 
 
+@dataclass(frozen=True)
+class Stats:
+    median: float
+    min: float
+    max: float
+    repeats: int
+    spread_pct: float | None
+
+
+def over_repeats(values) -> Stats | None:
+    """Median, min, max, count and spread of one quantity over measured iterations (None values
+    left out); None when no iteration has a value."""
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return None
+    median = statistics.median(known)
+    spread = 100.0 * (known[-1] - known[0]) / abs(median) if median != 0 else None
+    return Stats(median, known[0], known[-1], len(known), spread)
+
+
 def pivot(names, source: str = "s") -> str:
-    """One column per metric name, from a narrow (name, value) source. A name outside the catalog
-    would only ever be NULL, so it stops the import instead."""
+    """SQL: one column per metric name, from a narrow (name, value) source. A name outside the
+    catalog would only ever be NULL, so it stops the import instead."""
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
-        raise ValueError(f"rollups and views name metrics the catalog does not have: {unknown}")
+        raise ValueError(f"views name metrics the catalog does not have: {unknown}")
     return ",\n".join(f"       MAX(CASE WHEN {source}.name = '{n}' THEN {source}.value END) AS {n}" for n in names)
 
 
-def over_repeats(source: str, keys: tuple[str, ...], value: str) -> str:
-    """SELECT ``keys``, median, min, max, repeats, spread_pct of ``value`` over the rows of
-    ``source`` (one per measured iteration) that share ``keys``; NULL values are left out."""
-    by = ", ".join(keys)
-    median = "AVG(CASE WHEN i = (n + 1) / 2 OR i = (n + 2) / 2 THEN v END)"
-    return f"""
-SELECT {by}, {median} AS median, MIN(v) AS min_v, MAX(v) AS max_v, MAX(n) AS repeats,
-       CASE WHEN {median} <> 0 THEN 100.0 * (MAX(v) - MIN(v)) / ABS({median}) END AS spread_pct
-FROM (SELECT {by}, {value} AS v,
-             ROW_NUMBER() OVER (PARTITION BY {by} ORDER BY {value}) AS i,
-             COUNT(*) OVER (PARTITION BY {by}) AS n
-      FROM ({source}) per_repeat WHERE {value} IS NOT NULL) ranked
-GROUP BY {by}"""
+def _time(run_id: int, launches: list[dict]) -> list[dict]:
+    """Per layer phase: launches per iteration, and the event time per iteration over iterations."""
+    count, repeats, per_repeat = defaultdict(int), defaultdict(set), defaultdict(lambda: defaultdict(list))
+    for k in launches:
+        key = (k["layer_id"], k["phase"])
+        count[key] += 1
+        repeats[key].add(k["repeat"])
+        if k.get("time_ms") is not None:
+            per_repeat[key][k["repeat"]].append(k["time_ms"])
+    rows = []
+    for key in count:
+        stats = over_repeats(sum(times) for times in per_repeat[key].values())
+        rows.append(dict(run_id=run_id, layer_id=key[0], phase=key[1], launches=count[key] // len(repeats[key]),
+                         measured_ms=stats and stats.median, min_ms=stats and stats.min, max_ms=stats and stats.max,
+                         repeats=stats.repeats if stats else 0, spread_pct=stats and stats.spread_pct))
+    return rows
 
 
-_TIME = f"""
-INSERT INTO rollup_time (run_id, layer_id, phase, launches, measured_ms, min_ms, max_ms, repeats, spread_pct)
-SELECT c.run_id, c.layer_id, c.phase, c.launches, s.median, s.min_v, s.max_v, COALESCE(s.repeats, 0), s.spread_pct
-FROM (SELECT run_id, layer_id, phase, COUNT(*) / COUNT(DISTINCT repeat) AS launches
-      FROM launch WHERE run_id = :run GROUP BY run_id, layer_id, phase) c
-LEFT JOIN ({over_repeats('''SELECT run_id, layer_id, phase, repeat, SUM(time_ms) AS ms FROM launch
-                 WHERE run_id = :run AND time_ms IS NOT NULL GROUP BY run_id, layer_id, phase, repeat''',
-                         ("run_id", "layer_id", "phase"), "ms")}) s
-  ON s.run_id = c.run_id AND s.layer_id = c.layer_id AND s.phase = c.phase
-"""
-
-# Each metric over one layer phase's launches in one iteration, as metric_def.rollup says: sum, max,
-# or an average weighted by another metric of the same launch (plain where that one is missing).
-_METRIC_REPEAT = """
-INSERT INTO rollup_metric_repeat (run_id, layer_id, phase, repeat, name, value)
-SELECT k.run_id, k.layer_id, k.phase, k.repeat, m.name,
-       CASE WHEN d.rollup = 'sum' THEN SUM(m.value)
-            WHEN d.rollup = 'max' THEN MAX(m.value)
-            WHEN COUNT(w.value) = 0 THEN AVG(m.value)
-            ELSE SUM(m.value * w.value) / NULLIF(SUM(CASE WHEN m.value IS NOT NULL THEN w.value END), 0)
-       END AS value
-FROM metric m
-JOIN launch k ON k.run_id = m.run_id AND k.invocation = m.invocation
-JOIN metric_def d ON d.name = m.name
-LEFT JOIN metric w ON w.run_id = m.run_id AND w.invocation = m.invocation
-                  AND SUBSTR(d.rollup, 1, 9) = 'weighted:' AND w.name = SUBSTR(d.rollup, 10)
-WHERE m.run_id = :run AND k.run_id = :run
-GROUP BY k.run_id, k.layer_id, k.phase, k.repeat, m.name, d.rollup
-"""
-
-_METRIC = f"""
-INSERT INTO rollup_metric (run_id, layer_id, phase, name, value, min_value, max_value, repeats, spread_pct)
-{over_repeats("SELECT * FROM rollup_metric_repeat WHERE run_id = :run", ("run_id", "layer_id", "phase", "name"),
-              "value")}
-"""
+def _flops(values: dict) -> float:
+    """FP32 FLOPs: nvprof's own total where it gave one, else fadd + fmul + 2 ffma (ncu)."""
+    if values.get("fp32_flops") is not None:
+        return values["fp32_flops"]
+    return (values.get("fadd") or 0) + (values.get("fmul") or 0) + 2 * (values.get("ffma") or 0)
 
 
-# One row per profiled launch, a column per catalog metric, and FP32 FLOPs = fadd + fmul + 2 ffma
-# (or nvprof's own total): the pivot launch_metrics shows, done once.
-_LAUNCH = f"""
-INSERT INTO rollup_launch (run_id, invocation, {", ".join(LAUNCH_METRICS)}, flops)
-SELECT m.run_id, m.invocation,
-{pivot(LAUNCH_METRICS, "m")},
-       COALESCE(MAX(CASE WHEN m.name = 'fp32_flops' THEN m.value END),
-                COALESCE(MAX(CASE WHEN m.name = 'fadd' THEN m.value END), 0)
-                + COALESCE(MAX(CASE WHEN m.name = 'fmul' THEN m.value END), 0)
-                + 2 * COALESCE(MAX(CASE WHEN m.name = 'ffma' THEN m.value END), 0)) AS flops
-FROM metric m WHERE m.run_id = :run
-GROUP BY m.run_id, m.invocation
-"""
-
-# Each stall reason's share of all stalls in a layer phase, with its paper-003 (nvprof) category.
-_STALL = f"""
-INSERT INTO rollup_stall (run_id, layer_id, phase, name, category, share)
-SELECT s.run_id, s.layer_id, s.phase, s.name,
-       CASE s.name {" ".join(f"WHEN '{n}' THEN '{c}'" for n, c in STALL_CATEGORY.items())} END,
-       s.value / NULLIF(SUM(s.value) OVER (PARTITION BY s.run_id, s.layer_id, s.phase), 0)
-FROM rollup_metric s JOIN metric_def d ON d.name = s.name AND d.family = 'stall'
-WHERE s.run_id = :run
-"""
-
-# The categories of a layer phase ranked by their share (place 1 dominates).
-_STALL_CATEGORY = """
-INSERT INTO rollup_stall_category (run_id, layer_id, phase, category, share, place)
-SELECT run_id, layer_id, phase, category, SUM(share),
-       ROW_NUMBER() OVER (PARTITION BY run_id, layer_id, phase ORDER BY SUM(share) DESC, category)
-FROM rollup_stall WHERE run_id = :run
-GROUP BY run_id, layer_id, phase, category
-"""
+def _rolled(rollup: str, values: list, weights: list) -> float | None:
+    """One metric over one layer phase's launches in one iteration, as its metric_def.rollup says:
+    sum, max, or an average weighted by another metric of the same launch (plain where that one
+    was not collected)."""
+    if len(values) == 1:  # one launch (most layer phases): the value itself, unless its weight is 0
+        return values[0] if rollup in ("sum", "max") or not weights[0] == 0 else None
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if rollup == "sum":
+        return sum(present)
+    if rollup == "max":
+        return max(present)
+    pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w is not None]
+    if not any(w is not None for w in weights):
+        return sum(present) / len(present)
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total else None
 
 
-def write(conn: Connection, run_id: int) -> None:
-    """(Re)compute the run's rollups from its launches and counters, inside the caller's transaction."""
+def _metrics(run_id: int, launches: list[dict], metrics: list[dict]) -> dict[str, list[dict]]:
+    """rollup_launch, rollup_metric_repeat, rollup_metric, rollup_stall, rollup_stall_category rows."""
+    by_launch: dict[int, dict] = defaultdict(dict)
+    for m in metrics:
+        by_launch[m["invocation"]][m["name"]] = m["value"]
+    wide = [dict(run_id=run_id, invocation=i, flops=_flops(values), **values) for i, values in by_launch.items()]
+    where = {k["invocation"]: (k["layer_id"], k["phase"], k["repeat"]) for k in launches}
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for invocation, values in by_launch.items():
+        groups[where[invocation]].append(values)
+    rollup_of = {m.name: (m.rollup, m.rollup.removeprefix("weighted:")) for m in CATALOG}
+    per_repeat, per_phase = [], defaultdict(list)
+    for (layer_id, phase, repeat), group in groups.items():
+        names = group[0].keys() if len(group) == 1 else sorted({name for values in group for name in values})
+        for name in names:
+            rollup, weight = rollup_of[name]
+            value = _rolled(rollup, [values.get(name) for values in group], [values.get(weight) for values in group])
+            per_repeat.append(dict(run_id=run_id, layer_id=layer_id, phase=phase, repeat=repeat, name=name,
+                                   value=value))
+            per_phase[layer_id, phase, name].append(value)
+    medians = []
+    for (layer_id, phase, name), values in per_phase.items():
+        stats = over_repeats(values)
+        if stats:
+            medians.append(dict(run_id=run_id, layer_id=layer_id, phase=phase, name=name, value=stats.median,
+                                min_value=stats.min, max_value=stats.max, repeats=stats.repeats,
+                                spread_pct=stats.spread_pct))
+    stalls, categories = _stalls(run_id, medians)
+    return {"rollup_launch": wide, "rollup_metric_repeat": per_repeat, "rollup_metric": medians,
+            "rollup_stall": stalls, "rollup_stall_category": categories}
+
+
+def _stalls(run_id: int, medians: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Each stall reason's share of all stalls in a layer phase, with its paper-003 (nvprof)
+    category; and the categories ranked by share (place 1 dominates)."""
+    phases: dict[tuple, list[dict]] = defaultdict(list)
+    for row in medians:
+        if row["name"] in STALL_CATEGORY:
+            phases[row["layer_id"], row["phase"]].append(row)
+    stalls, categories = [], []
+    for (layer_id, phase), rows in phases.items():
+        total = sum(row["value"] for row in rows)
+        shares = defaultdict(list)
+        for row in rows:
+            share = row["value"] / total if total else None
+            category = STALL_CATEGORY[row["name"]]
+            stalls.append(dict(run_id=run_id, layer_id=layer_id, phase=phase, name=row["name"], category=category,
+                               share=share))
+            shares[category].append(share)
+        summed = {c: (sum(s for s in v if s is not None) if any(s is not None for s in v) else None)
+                  for c, v in shares.items()}
+        ranked = sorted(summed, key=lambda c: (summed[c] is None, -(summed[c] or 0), c))
+        categories += [dict(run_id=run_id, layer_id=layer_id, phase=phase, category=c, share=summed[c], place=i)
+                       for i, c in enumerate(ranked, 1)]
+    return stalls, categories
+
+
+def write(conn: Connection, run_id: int, launches: list[dict], metrics: list[dict]) -> None:
+    """(Re)write the run's rollups from its launch rows and (invocation, name, value) counter rows,
+    inside the caller's transaction."""
+    from tracker.store.db import bulk_insert
+    from tracker.store.schema import Base
+
     for table in reversed(TABLES):
         conn.execute(text(f"DELETE FROM {table} WHERE run_id = :run"), {"run": run_id})
-    for statement in (_TIME, _LAUNCH, _METRIC_REPEAT, _METRIC, _STALL, _STALL_CATEGORY):
-        conn.execute(text(statement), {"run": run_id})
+    rows = {"rollup_time": _time(run_id, launches), **_metrics(run_id, launches, metrics)}
+    for table in TABLES:
+        bulk_insert(conn, Base.metadata.tables[table], rows[table])
 
 
 def rebuild(conn: Connection) -> int:
     """Every stored run's rollups (a migration from a schema without them); how many runs."""
     runs = [row[0] for row in conn.execute(text("SELECT DISTINCT run_id FROM launch"))]
     for run_id in runs:
-        write(conn, run_id)
+        launches = [dict(row._mapping) for row in conn.execute(
+            text("SELECT invocation, layer_id, phase, repeat, time_ms FROM launch WHERE run_id = :run"),
+            {"run": run_id})]
+        metrics = [dict(row._mapping) for row in conn.execute(
+            text("SELECT invocation, name, value FROM metric WHERE run_id = :run"), {"run": run_id})]
+        write(conn, run_id, launches, metrics)
     return len(runs)

@@ -96,7 +96,7 @@ class RunWriter:
         with self.store.connect() as conn, conn.begin():
             bulk_insert(conn, Launch.__table__, [dict(row, run_id=self.run_id) for row in rows])
             bulk_insert(conn, Metric.__table__, [dict(row, run_id=self.run_id) for row in metrics])
-            rollups.write(conn, self.run_id)
+            rollups.write(conn, self.run_id, rows, metrics)
 
     def update(self, **fields) -> None:
         """Set run fields learned while running (device, versions, peak memory, ...)."""

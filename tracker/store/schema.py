@@ -193,7 +193,6 @@ class Metric(Base):
     __tablename__ = "metric"
     __table_args__ = (
         ForeignKeyConstraint(["run_id", "invocation"], ["launch.run_id", "launch.invocation"], ondelete="CASCADE"),
-        Index("metric_by_name", "name", "run_id"),  # one metric across runs (compare, experiments)
     )
 
     run_id: Mapped[int] = mapped_column(primary_key=True)
@@ -276,6 +275,7 @@ class RollupMetric(Base):
     Written with the counters (tracker/store/rollups.py)."""
 
     __tablename__ = "rollup_metric"
+    __table_args__ = (Index("rollup_metric_by_name", "name", "run_id"),)  # one metric across runs
 
     run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
     layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)

@@ -339,24 +339,31 @@ def test_the_real_report_exports_and_parses():
     assert [launch.kernel for launch in launches] == [launch.kernel for launch in ncu_csv.parse(SAMPLE)]
 
 
-def test_collect_runs_ncu_exports_twice_and_joins(tmp_path, monkeypatch):
-    """Pass 2's orchestration with a stand-in ncu that answers with real output: the sm_86 metric
-    listing for --query-metrics and the V100 sample for both exports of the report."""
-    from tracker.gpu.workload import Workload
-    from tracker.profilers.collect import collect
-
+def _stand_in_ncu(tmp_path, monkeypatch, refuse_clocks: bool = False):
+    """A stand-in ncu answering with real output: the sm_86 metric listing for --query-metrics and
+    the V100 sample for both exports of the report; it logs its calls. (log, pass-1 launches)"""
     log = tmp_path / "calls"
+    refusal = "  *\"--clock-control base\"*) echo '==ERROR== Failed to lock GPU clocks to base: insufficient " \
+              "permissions'; exit 1;;\n" if refuse_clocks else ""
     fake = _stand_in(tmp_path, f"""echo "$@" >> {log}
 case "$*" in
   *--version*) echo 'Version 2025.3.1.0 (build 1)';;
   *--query-metrics*) cat {DATA / "ncu-query-metrics-rtx3080-sm86.txt"};;
   *--import*) cat {DATA / "ncu-details-v100-ncu2020.1-nvtx-dram.csv"};;
-  *) for a in "$@"; do [ "$prev" = --export ] && echo rep > "$a"; prev=$a; done;;
+{refusal}  *) for a in "$@"; do [ "$prev" = --export ] && echo rep > "$a"; prev=$a; done;;
 esac
 """)
     monkeypatch.setenv("TRACKER_NCU", fake)
     profiled = ncu_csv.parse(SAMPLE)
-    launches = [dict(invocation=i, kernel_name=kernel_base(p.kernel), range=p.kernel) for i, p in enumerate(profiled)]
+    return log, [dict(invocation=i, kernel_name=kernel_base(p.kernel), range=p.kernel) for i, p in enumerate(profiled)]
+
+
+def test_collect_runs_ncu_exports_twice_and_joins(tmp_path, monkeypatch):
+    """Pass 2's orchestration, with the stand-in ncu."""
+    from tracker.gpu.workload import Workload
+    from tracker.profilers.collect import collect
+
+    log, launches = _stand_in_ncu(tmp_path, monkeypatch)
     lines = []
     kept = tmp_path / "kept.ncu-rep"
     counters = collect(Workload("alexnet", batch=2), launches, 9.0, ncu.Settings(), lines.append, str(kept))
@@ -377,19 +384,7 @@ def test_clocks_that_cannot_be_locked_fall_back_to_clock_control_none(tmp_path, 
     from tracker.gpu.workload import Workload
     from tracker.profilers.collect import collect
 
-    log = tmp_path / "calls"
-    fake = _stand_in(tmp_path, f"""echo "$@" >> {log}
-case "$*" in
-  *--version*) echo 'Version 2025.3.1.0 (build 1)';;
-  *--query-metrics*) cat {DATA / "ncu-query-metrics-rtx3080-sm86.txt"};;
-  *--import*) cat {DATA / "ncu-details-v100-ncu2020.1-nvtx-dram.csv"};;
-  *"--clock-control base"*) echo '==ERROR== Failed to lock GPU clocks to base: insufficient permissions'; exit 1;;
-  *) for a in "$@"; do [ "$prev" = --export ] && echo rep > "$a"; prev=$a; done;;
-esac
-""")
-    monkeypatch.setenv("TRACKER_NCU", fake)
-    profiled = ncu_csv.parse(SAMPLE)
-    launches = [dict(invocation=i, kernel_name=kernel_base(p.kernel), range=p.kernel) for i, p in enumerate(profiled)]
+    log, launches = _stand_in_ncu(tmp_path, monkeypatch, refuse_clocks=True)
     lines = []
     counters = collect(Workload("alexnet", batch=2), launches, 9.0, ncu.Settings(cache_control="none"), lines.append)
     assert counters.run_fields["ncu_clock_control"] == "none" and counters.run_fields["ncu_cache_control"] == "none"

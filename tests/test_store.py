@@ -204,6 +204,20 @@ def test_sqlite_sql_cannot_create_files(tmp_path, statement):
     assert not (tmp_path / "new.db").exists() and not (tmp_path / "copy.db").exists()
 
 
+@pytest.mark.parametrize("statement", [
+    "COPY (SELECT * FROM run) TO '/tmp/tracker-copy.csv'",  # a file on the database server
+    "SELECT pg_terminate_backend(pg_backend_pid())",  # ends a backend, outside any transaction
+    "/* a comment first */ select lo_export(1, '/tmp/x')",
+    "ATTACH DATABASE 'x.db' AS x", "",
+])
+def test_sql_refuses_what_writes_beside_the_database(db, statement):
+    model_run(db)
+    with pytest.raises(StoreError, match="^refused: tracker sql is read-only") as err:
+        run_sql(open_store(db, write=False), statement)
+    assert "\n" not in str(err.value)
+    assert run_sql(open_store(db, write=False), "-- still there\nSELECT COUNT(*) FROM run")[1] == [(1,)]
+
+
 def test_sql_errors_are_one_line(db):
     model_run(db)
     with pytest.raises(StoreError, match="SQL error") as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from datetime import datetime
 from decimal import Decimal
@@ -113,12 +114,36 @@ def metric_rows(store: Store, run_id: int) -> list[dict]:
         return [{"invocation": m.invocation, "name": m.name, "value": m.value} for m in metrics]
 
 
+# The read-only connection refuses writes to the database itself. These checks refuse what a
+# read-only connection does not stop: statements that reach files (COPY ... TO a server file,
+# ATTACH, VACUUM INTO) or run code (DO, CALL, LOAD), and functions that act outside the
+# transaction (ending backends, writing server files, other databases).
+OUTSIDE_STATEMENTS = ("copy", "attach", "detach", "vacuum", "do", "call", "load")
+OUTSIDE_EFFECTS = re.compile(
+    r"\b(pg_terminate_backend|pg_cancel_backend|lo_export|lo_import|pg_file_write|pg_file_rename|"
+    r"pg_file_unlink|pg_reload_conf|pg_rotate_logfile|pg_promote|pg_switch_wal|pg_log_backend_memory_contexts|"
+    r"dblink\w*|pg_notify)\s*\(", re.I)
+_COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
+
+
+def _refuse_effects_beside_the_database(statement: str) -> None:
+    text = _COMMENTS.sub(" ", statement)
+    first = (re.findall(r"[A-Za-z_]+", text) or [""])[0].lower()
+    if first in OUTSIDE_STATEMENTS or not first:
+        raise StoreError(f"refused: tracker sql is read-only and runs queries, not {first.upper() or 'nothing'}")
+    called = OUTSIDE_EFFECTS.search(text)
+    if called:
+        raise StoreError(f"refused: tracker sql is read-only, and {called.group(1)}() acts outside the database")
+
+
 def run_sql(store: Store, statement: str) -> tuple[list[str], list[tuple]]:
-    """Run one statement on a read-only connection: (column names, rows). Writes are refused.
+    """Run one query on a read-only connection: (column names, rows). Anything that could write,
+    in the database or beside it, is refused in one line.
 
     The statement goes to the driver's own cursor untouched: no layer may read '%' or ':name'
     in it as a placeholder (LIKE 'conv%' must work on PostgreSQL too).
     """
+    _refuse_effects_beside_the_database(statement)
     with store.connect() as conn:
         dbapi = conn.connection
         cursor = dbapi.cursor()
@@ -132,6 +157,9 @@ def run_sql(store: Store, statement: str) -> tuple[list[str], list[tuple]]:
                 raise StoreError(f"refused: tracker sql is read-only ({message})") from None
             raise StoreError(f"SQL error: {message}") from None
         finally:
-            cursor.close()
-            dbapi.rollback()
+            try:
+                cursor.close()
+                dbapi.rollback()
+            except conn.dialect.loaded_dbapi.Error:  # the connection is gone: nothing to roll back
+                conn.invalidate()
         return columns, rows

@@ -6,6 +6,8 @@
 --   kind: l1-bypass, fusion, variants or batch
 --   status: running, complete, failed or interrupted
 --   settings: batch(es), backend, repeat, warmup, device
+--   host: where it ran (schema v4; NULL in older experiments)
+--   process_start: start time of the process, to tell a reused pid
 CREATE TABLE experiment (
     id INTEGER NOT NULL,
     kind VARCHAR NOT NULL,
@@ -18,6 +20,9 @@ CREATE TABLE experiment (
     started_at DATETIME NOT NULL,
     finished_at DATETIME,
     error TEXT,
+    host VARCHAR,
+    pid INTEGER,
+    process_start VARCHAR,
     PRIMARY KEY (id),
     CONSTRAINT experiment_status CHECK (status IN ('running', 'complete', 'failed', 'interrupted'))
 );

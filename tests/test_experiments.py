@@ -161,7 +161,10 @@ def test_an_interrupted_experiment_keeps_its_finished_runs_and_is_marked(tmp_pat
 
     assert find_experiment(store, "e1").status == "interrupted"
     assert [r["status"] for r in list_runs(store)] == ["complete", "interrupted"]
-    assert list(experiments.runs(store, 1).arm) == ["separate"]  # the finished run stays linked
+    arms = experiments.runs(store, 1)
+    assert list(arms.arm) == ["separate", "fused"]  # the finished run and the interrupted one, both linked
+    assert list(arms.status) == ["complete", "interrupted"]
+    assert experiments.speedups(store, 1).empty  # nothing complete to compare the baseline with
 
 
 def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chosen(tmp_path, emulated_events,

@@ -92,6 +92,7 @@ def profile(
     ncu_report: str | None = None,
     echo: Callable[[str], None] = lambda line: None,
     ncu: NcuSettings = NcuSettings(),
+    on_run: Callable[[int], None] = lambda run_id: None,
 ) -> Profile:
     """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored.
 
@@ -114,6 +115,7 @@ def profile(
                       sm_count=device.sm_count)
     with recording(store, **fields) as run:
         echo(f"run {run.run_id} in {store.where}")
+        on_run(run.run_id)  # an experiment links its arm now, so that an interrupted arm is linked too
         if chosen == "model":
             predictions = predict(net, batch, device, dtype_bits, phases)
             run.add_layers(net, predictions)

@@ -25,8 +25,10 @@ def runs(store: Store, experiment_id: int) -> pd.DataFrame:
 
 
 def _pairs(store: Store, experiment_id: int):
-    """(baseline row, other row) for every non-baseline run of each comparison."""
+    """(baseline row, other row) for every complete non-baseline run of each comparison whose
+    baseline completed (an interrupted or failed arm is linked, but has nothing to compare)."""
     table = runs(store, experiment_id)
+    table = table[table["status"] == "complete"]
     for _, group in table.groupby("comparison", sort=False):
         base = group[group["baseline"].astype(bool)]
         if base.empty:
@@ -104,9 +106,11 @@ def _dram(store: Store, run_id: int, names, phase: str) -> float | None:
 
 
 def scaling(store: Store, experiment_id: int) -> pd.DataFrame:
-    """Batch experiments: per layer and phase, the time at each batch size and per image."""
+    """Batch experiments: per layer and phase, the time at each batch size and per image (complete
+    runs only: an interrupted batch size is linked but not shown)."""
     frames = []
-    for _, run in runs(store, experiment_id).iterrows():
+    table = runs(store, experiment_id)
+    for _, run in table[table["status"] == "complete"].iterrows():
         frame = runtime(store, int(run.run_id))[["layer_id", "layer", "kind", "phase", "ms", "spread_pct", "source"]]
         frames.append(frame.assign(batch=int(run.batch), ms_per_image=frame["ms"] / int(run.batch),
                                    run_id=int(run.run_id)))

@@ -39,7 +39,9 @@ class TrackerGroup(click.Group):
             _fail(exc.format_message().replace("\n", " ") + hint, 2)
         except click.ClickException as exc:
             _fail(exc.format_message(), exc.exit_code)
-        except click.Abort:
+        except click.Abort as exc:  # click turns Ctrl-C into Abort
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                _fail("interrupted", 130)
             _fail("aborted", 1)
         except KeyboardInterrupt:
             _fail("interrupted", 130)

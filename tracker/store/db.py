@@ -11,7 +11,9 @@ transactions): reading never creates or changes a file.
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
+import threading
 import time
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from tracker import __version__
-from tracker.errors import StoreError
+from tracker.errors import Interrupted, StoreError
 from tracker.profilers.catalog import metric_def_rows
 from tracker.store import rollups
 from tracker.store.schema import SCHEMA_VERSION, Base, MetricDef, SchemaInfo
@@ -46,9 +48,16 @@ class Store:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A session whose transaction commits on success and rolls back on any exception."""
-        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+        """A session whose transaction commits on success and rolls back on any exception; Ctrl-C
+        and SIGTERM wait for it (``signals_deferred``)."""
+        with signals_deferred(), Session(self.engine, expire_on_commit=False) as session, session.begin():
             yield session
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A connection in a transaction, as ``session`` for Core statements."""
+        with signals_deferred(), self.engine.begin() as conn:
+            yield conn
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
@@ -61,6 +70,33 @@ class Store:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) and SIGTERM until the block ends, then raise them (KeyboardInterrupt,
+    Interrupted). A transaction cut in the middle can keep SQLite's write lock until its connection
+    is collected, so that marking the run interrupted waits out the busy timeout and fails; held,
+    a signal costs at most one transaction's time. Outside the main thread, signals are not ours."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {signum: signal.signal(signum, lambda number, frame: caught.append(number))
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except BaseException:
+        _restore(previous)
+        raise
+    _restore(previous)
+    if caught:
+        raise KeyboardInterrupt if caught[0] == signal.SIGINT else Interrupted(f"signal {caught[0]}")
+
+
+def _restore(handlers: dict) -> None:
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 def bulk_insert(conn: Connection, table, rows: list[dict]) -> None:
@@ -237,6 +273,7 @@ def _migrate(conn: Connection, where: str) -> None:
         if _check_schema(conn, where) == "current":
             return
         Base.metadata.create_all(conn)  # creates only the missing tables
+        _add_missing_columns(conn)
         conn.exec_driver_sql("DROP INDEX IF EXISTS metric_by_name")  # v4: rollup_metric_by_name instead
         cascade = " CASCADE" if conn.dialect.name == "postgresql" else ""
         for view in reversed(VIEWS):  # views hold no data: recreate them all, as this version defines them
@@ -245,6 +282,17 @@ def _migrate(conn: Connection, where: str) -> None:
             conn.exec_driver_sql(view.create())
         rollups.rebuild(conn)
         conn.execute(update(SchemaInfo).values(version=SCHEMA_VERSION))
+
+
+def _add_missing_columns(conn: Connection) -> None:
+    """Columns a later schema added to an existing table (v4: experiment's host, pid and
+    process_start), NULL in the rows already there."""
+    for table in Base.metadata.sorted_tables:
+        present = {c["name"] for c in inspect(conn).get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present:
+                kind = column.type.compile(dialect=conn.dialect)
+                conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from tracker import __version__
 from tracker.errors import StoreError
 from tracker.store.db import Store
-from tracker.store.runs import marking
+from tracker.store.runs import effective_status, marking, this_process
 from tracker.store.schema import Experiment, ExperimentRun
 
 
@@ -35,7 +35,7 @@ def recording_experiment(store: Store, **fields) -> Iterator[ExperimentWriter]:
     """Create an experiment from ``fields`` (kind, network, network_options, settings), yield its
     writer, and record how it ended."""
     row = Experiment(status="running", command_line=" ".join(sys.argv), tracker_version=__version__,
-                     started_at=datetime.now(timezone.utc), **fields)
+                     started_at=datetime.now(timezone.utc), **this_process(), **fields)
     with store.session() as session:
         session.add(row)
     with marking(store, Experiment, row.id):
@@ -61,4 +61,6 @@ def find_experiment(store: Store, ref: str | int) -> Experiment:
 
 
 def experiment_dict(experiment: Experiment) -> dict:
-    return {c.name: getattr(experiment, c.key) for c in Experiment.__table__.columns}
+    """Its columns; the status as ``effective_status`` says (a killed experiment is interrupted)."""
+    return {c.name: getattr(experiment, c.key) for c in Experiment.__table__.columns} | {
+        "status": effective_status(experiment)}

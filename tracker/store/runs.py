@@ -58,11 +58,19 @@ def process_alive(host: str, pid: int, started: str | None) -> bool | None:
     return True
 
 
-def effective_status(run: Run) -> str:
-    """The stored status, except that a ``running`` run whose process is gone is ``interrupted``."""
-    if run.status == "running" and process_alive(run.host, run.pid, run.process_start) is False:
+def effective_status(row) -> str:
+    """The stored status of a run or an experiment, except that a ``running`` one whose process is
+    gone is ``interrupted``."""
+    if row.status == "running" and row.pid is not None and process_alive(row.host, row.pid,
+                                                                         row.process_start) is False:
         return "interrupted"
-    return run.status
+    return row.status
+
+
+def this_process() -> dict:
+    """host, pid and process_start of the process writing a run or an experiment."""
+    pid = os.getpid()
+    return dict(host=socket.gethostname(), pid=pid, process_start=process_start(pid))
 
 
 class RunWriter:
@@ -93,7 +101,7 @@ class RunWriter:
         """The launch log of pass 1, in invocation order, pass 2's counters on it as (invocation,
         name, value) rows, and the rollups of both: one transaction, so a run never holds half a
         join, nor counters without their rollups."""
-        with self.store.connect() as conn, conn.begin():
+        with self.store.begin() as conn:
             bulk_insert(conn, Launch.__table__, [dict(row, run_id=self.run_id) for row in rows])
             bulk_insert(conn, Metric.__table__, [dict(row, run_id=self.run_id) for row in metrics])
             rollups.write(conn, self.run_id, rows, metrics)
@@ -124,10 +132,8 @@ def _on_sigterm(handler) -> Iterator[None]:
 @contextmanager
 def recording(store: Store, **fields) -> Iterator[RunWriter]:
     """Create a run from ``fields`` (the Run columns), yield its writer, and record how it ended."""
-    pid = os.getpid()
     fields = {"command_line": " ".join(sys.argv), "tracker_version": __version__, **fields}
-    run = Run(status="running", host=socket.gethostname(), pid=pid, process_start=process_start(pid),
-              started_at=_now(), **fields)
+    run = Run(status="running", started_at=_now(), **this_process(), **fields)
     with store.session() as session:
         session.add(run)
     with marking(store, Run, run.id):
@@ -151,7 +157,7 @@ def marking(store: Store, table, row_id: int) -> Iterator[None]:
 
 
 def _finish(store: Store, table, row_id: int, status: str, error: str | None) -> None:
-    with _on_sigterm(signal.SIG_IGN):  # a second SIGTERM must not stop the row being marked
-        with store.session() as session:
-            session.execute(update(table).where(table.id == row_id).values(status=status, error=error,
-                                                                         finished_at=_now()))
+    """Mark the row; a signal arriving meanwhile waits for the mark, then is raised (not lost)."""
+    with store.session() as session:
+        session.execute(update(table).where(table.id == row_id).values(status=status, error=error,
+                                                                     finished_at=_now()))

@@ -305,6 +305,9 @@ class Experiment(Base):
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
+    host: Mapped[str | None] = mapped_column(doc="where it ran (schema v4; NULL in older experiments)")
+    pid: Mapped[int | None]
+    process_start: Mapped[str | None] = mapped_column(doc="start time of the process, to tell a reused pid")
 
 
 class ExperimentRun(Base):

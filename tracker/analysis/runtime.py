@@ -7,6 +7,7 @@ import pandas as pd
 
 from tracker.analysis import in_layer_order, view
 from tracker.store import Store
+from tracker.store.rollups import over_repeats
 
 
 def runtime(store: Store, run_id: int) -> pd.DataFrame:
@@ -15,14 +16,10 @@ def runtime(store: Store, run_id: int) -> pd.DataFrame:
     phase that launched nothing), the prediction of a model run, with ``source`` saying which."""
     layers = view(store, "layer_phase", run_id)[
         ["run_id", "layer_id", "layer", "kind", "phase", "ops", "bytes", "predicted_ms", "bound"]]
-    times = view(store, "layer_time_repeat", run_id)
-    stats = (times.groupby(["layer_id", "phase"])["measured_ms"]
-             .agg(median_ms="median", min_ms="min", max_ms="max", repeats="count").reset_index())
-    launches = times.groupby(["layer_id", "phase"])["launches"].median().rename("launches").reset_index()
-    frame = layers.merge(stats, on=["layer_id", "phase"], how="left").merge(launches, on=["layer_id", "phase"],
-                                                                             how="left")
-    frame["spread_pct"] = 100 * (frame["max_ms"] - frame["min_ms"]) / frame["median_ms"].where(frame["median_ms"] > 0)
-    if times.empty:  # the model's run: its predictions are all there is
+    times = view(store, "layer_time", run_id).rename(columns={"measured_ms": "median_ms"})[
+        ["layer_id", "phase", "median_ms", "min_ms", "max_ms", "repeats", "launches", "spread_pct"]]
+    frame = layers.merge(times, on=["layer_id", "phase"], how="left")
+    if times["median_ms"].isna().all():  # a model run, or launches never timed: predictions are all there is
         frame["ms"] = frame["predicted_ms"]
         frame["source"] = frame["ms"].notna().map({True: "model", False: None})
     else:  # a layer phase that launched nothing (a ReLU fused into the conv before it) took no time
@@ -36,12 +33,10 @@ def iteration(store: Store, run_id: int) -> dict:
     """The whole fwd+bwd iteration: median, min and max over measured iterations of the summed
     kernel time, or the model's total where nothing was measured."""
     times = view(store, "layer_time_repeat", run_id)
-    if not times.empty:
-        per_repeat = times.groupby("repeat")["measured_ms"].sum()
-        median = float(per_repeat.median())
-        return {"ms": median, "min_ms": float(per_repeat.min()), "max_ms": float(per_repeat.max()),
-                "spread_pct": 100 * float(per_repeat.max() - per_repeat.min()) / median if median else None,
-                "repeats": int(per_repeat.size), "source": "measured"}
+    stats = over_repeats(times.groupby("repeat")["measured_ms"].sum()) if not times.empty else None
+    if stats:
+        return {"ms": stats.median, "min_ms": stats.min, "max_ms": stats.max, "spread_pct": stats.spread_pct,
+                "repeats": stats.repeats, "source": "measured"}
     predicted = view(store, "layer_phase", run_id)["predicted_ms"]
     total = float(predicted.sum()) if predicted.notna().any() else None
     return {"ms": total, "min_ms": total, "max_ms": total, "spread_pct": None, "repeats": 0,

@@ -15,7 +15,7 @@ import signal
 import sqlite3
 import threading
 import time
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -61,7 +61,9 @@ class Store:
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
+        """A connection; on a store opened to write, signals wait for it as for ``session`` (a read-only
+        one holds no lock, so Ctrl-C stops a long query at once)."""
+        with signals_deferred() if self.writable else nullcontext(), self.engine.connect() as conn:
             yield conn
 
     @property
@@ -69,7 +71,8 @@ class Store:
         return self.engine.dialect.name == "sqlite"
 
     def dispose(self) -> None:
-        self.engine.dispose()
+        with signals_deferred():
+            self.engine.dispose()
 
 
 @contextmanager
@@ -117,6 +120,14 @@ def resolve(db: str | None) -> str:
 
 
 def open_store(db: str | None = None, *, write: bool) -> Store:
+    """The trace store at ``db`` (a path or URL; default $TRACKER_DB, else ./trace.db), checked to
+    be ours and current, created or upgraded when opened to write. Signals wait for it: a lock
+    taken while opening must not outlive an interrupted open (``signals_deferred``)."""
+    with signals_deferred():
+        return _open(db, write)
+
+
+def _open(db: str | None, write: bool) -> Store:
     target = resolve(db)
     if "://" not in target:
         return _open_sqlite(Path(target).expanduser(), write)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -86,18 +85,16 @@ def run_dict(run: Run) -> dict:
 
 
 def layer_rows(store: Store, run_id: int) -> list[dict]:
-    """The layer_phase view for one run: prediction and measurement per layer and phase, plus the
-    median over repeats of each phase's time and its spread ((max - min) / median, in %)."""
+    """The layer_phase view for one run: prediction and measurement per layer and phase, with the
+    median over repeats of each phase's time and its spread ((max - min) / median, in %) as the
+    run's rollup holds them (layer_time)."""
     rows = _rows(store, "SELECT * FROM layer_phase WHERE run_id = :run ORDER BY layer_id, "
                         "CASE phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 ELSE 2 END", run=run_id)
-    per_repeat: dict[tuple, list[float]] = {}
-    for t in _rows(store, "SELECT layer_id, phase, measured_ms FROM layer_time_repeat WHERE run_id = :run", run=run_id):
-        per_repeat.setdefault((t["layer_id"], t["phase"]), []).append(t["measured_ms"])
+    spreads = {(t["layer_id"], t["phase"]): t["spread_pct"]
+               for t in _rows(store, "SELECT layer_id, phase, spread_pct FROM layer_time WHERE run_id = :run", run=run_id)}
     for row in rows:
-        times = per_repeat.get((row["layer_id"], row["phase"]))
-        median = statistics.median(times) if times else None
-        row["median_ms"] = median
-        row["spread_pct"] = (max(times) - min(times)) / median * 100 if median else None
+        row["median_ms"] = row["measured_ms"]
+        row["spread_pct"] = spreads.get((row["layer_id"], row["phase"]))
     return rows
 
 

@@ -39,9 +39,9 @@ class Stats:
 
 
 def over_repeats(values) -> Stats | None:
-    """Median, min, max, count and spread of one quantity over measured iterations (None values
+    """Median, min, max, count and spread of one quantity over measured iterations (None and NaN
     left out); None when no iteration has a value."""
-    known = sorted(v for v in values if v is not None)
+    known = sorted(float(v) for v in values if v is not None and v == v)  # NaN != NaN: missing too
     if not known:
         return None
     median = statistics.median(known)

@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from tracker.analysis import in_layer_order, view
 from tracker.analysis.runtime import runtime
-from tracker.analysis.speedup import KEY, compare, compare_iterations, metric_deltas
+from tracker.analysis.speedup import comparison
 from tracker.store import Store
 
 
@@ -43,12 +43,7 @@ def speedups(store: Store, experiment_id: int) -> pd.DataFrame:
     where both runs have counters, the change in L1/L2 hit rates, DRAM bytes and dominant stall."""
     frames = []
     for base, other in _pairs(store, experiment_id):
-        per_layer = compare(store, int(base.run_id), int(other.run_id))
-        deltas = metric_deltas(store, int(base.run_id), int(other.run_id))
-        if not deltas.empty:  # with counters: how hit rates, DRAM bytes and the dominant stall moved
-            per_layer = per_layer.merge(deltas, on=KEY, how="left")
-        total = pd.DataFrame([compare_iterations(store, int(base.run_id), int(other.run_id))])
-        frame = pd.concat([per_layer, total], ignore_index=True)
+        frame = comparison(store, int(base.run_id), int(other.run_id))
         frame.insert(0, "arm", other.arm)
         frame.insert(0, "baseline_arm", base.arm)
         frame.insert(0, "comparison", base.comparison)

@@ -99,3 +99,15 @@ def metric_deltas(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
                 both[f"{c}_change"] = both[f"{c}_b"] - both[f"{c}_a"]
         frames.append(both.set_index(KEY))
     return in_layer_order(pd.concat(frames, axis=1).reset_index())
+
+
+def comparison(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
+    """Run B against run A, as every surface shows it (``tracker compare``, the experiments, the
+    report): per layer and phase the speedup with its spreads and noise, where both runs have
+    counters the change in hit rates, DRAM bytes and dominant stall beside it, and a last row
+    ``iteration`` for the whole fwd+bwd."""
+    per_layer = compare(store, run_a, run_b)
+    deltas = metric_deltas(store, run_a, run_b)
+    if not deltas.empty:
+        per_layer = per_layer.merge(deltas, on=KEY, how="left")
+    return pd.concat([per_layer, pd.DataFrame([compare_iterations(store, run_a, run_b)])], ignore_index=True)

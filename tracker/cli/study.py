@@ -148,20 +148,12 @@ def compare(run_a, run_b, db, fmt):
       tracker compare 3 4
       tracker compare 3 4 --format csv > speedup.csv
     """
-    from tracker.analysis.speedup import compare as per_layer
-    from tracker.analysis.speedup import compare_iterations, metric_deltas
+    from tracker.analysis.speedup import comparison
     from tracker.store import find_run, open_store
 
     store = open_store(db, write=False)
     a, b = find_run(store, run_a).id, find_run(store, run_b).id
-    frame = per_layer(store, a, b)
-    rows = _records(frame) + [compare_iterations(store, a, b)]
-    deltas = metric_deltas(store, a, b)
-    if not deltas.empty:
-        extra = _records(deltas)
-        by_key = {(d["layer"], d["phase"]): d for d in extra}
-        for row in rows:
-            row.update({k: v for k, v in by_key.get((row["layer"], row["phase"]), {}).items() if k not in row})
+    rows = _records(comparison(store, a, b))
     if fmt == "table":
         click.echo(f"run {b} against run {a}: speedup = run {a} time / run {b} time; "
                    "noise: the runs' ranges over their iterations overlap")

@@ -210,9 +210,8 @@ def _speedup_finding(frame: pd.DataFrame) -> str:
 
 
 def for_comparison(store: Store, run_a: int, run_b: int) -> list[Section]:
-    frame = speedup.compare(store, run_a, run_b)
-    total = pd.DataFrame([speedup.compare_iterations(store, run_a, run_b)])
-    both = pd.concat([frame, total], ignore_index=True)
+    both = speedup.comparison(store, run_a, run_b)
+    frame = both[both["layer"] != "iteration"]
     sub = f"{_subtitle(store, run_b)} over {_subtitle(store, run_a)}"
     table = both[["layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup", "change_pct",
                   "noise"]]

@@ -7,7 +7,7 @@ are random: the store's speed does not depend on them. Prints per store size the
 each view's time for one run, beside the goals of issue 13 (views <= 20 ms, bar 100 ms; ingest
 >= 500,000 rows/s, bar 100,000).
 
-    python benchmarks/store.py [--runs 10,100] [--keep DIR]
+    python benchmarks/store.py [--runs 10,100] [--keep DIR] [--db postgresql+psycopg://...]
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def main() -> None:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("--runs", default="10,100", help="store sizes, in runs")
     args.add_argument("--keep", default=None, help="build the stores in this folder and keep them")
+    args.add_argument("--db", default=None, help="an empty database URL to build in instead (PostgreSQL)")
     opts = args.parse_args()
     sizes = sorted(int(n) for n in opts.runs.split(","))
     net = build("alexnet")
@@ -92,8 +93,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
     folder = Path(opts.keep or tempfile.mkdtemp(prefix="tracker-store-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
-    db = str(folder / "bench.db")
-    Path(db).unlink(missing_ok=True)
+    db = opts.db or str(folder / "bench.db")
+    if not opts.db:
+        Path(db).unlink(missing_ok=True)
     rows = seconds = 0.0
     built, results, counts = 0, {}, {}
     for size in sizes:

@@ -201,15 +201,20 @@ class Metric(Base):
     value: Mapped[float | None] = mapped_column(Float)
 
 
-class RollupTime(Base):
+class PerLayerPhase:
+    """The key every per-run rollup starts with: run, layer and phase (a run's rows read by key)."""
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True, sort_order=-3)
+    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False, sort_order=-2)
+    phase: Mapped[str] = mapped_column(primary_key=True, sort_order=-1)  # first: the key reads by run
+
+
+class RollupTime(PerLayerPhase, Base):
     """Per run, layer and phase: the phase's event time per measured iteration, rolled up over the
     iterations (median, min, max, spread). Written with the launches (tracker/store/rollups.py)."""
 
     __tablename__ = "rollup_time"
 
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
-    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    phase: Mapped[str] = mapped_column(primary_key=True)
     launches: Mapped[int] = mapped_column(doc="launches per measured iteration")
     measured_ms: Mapped[float | None] = mapped_column(Float, doc="median over measured iterations")
     min_ms: Mapped[float | None] = mapped_column(Float)
@@ -230,56 +235,44 @@ rollup_launch = Table(
 )
 
 
-class RollupStall(Base):
+class RollupStall(PerLayerPhase, Base):
     """Per run, layer, phase and stall reason: its share of all stalls and its paper-003 category."""
 
     __tablename__ = "rollup_stall"
 
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
-    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    phase: Mapped[str] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(primary_key=True)
     category: Mapped[str | None]
     share: Mapped[float | None] = mapped_column(Float)
 
 
-class RollupStallCategory(Base):
+class RollupStallCategory(PerLayerPhase, Base):
     """Per run, layer, phase and stall category: its share, and its place (1 dominates)."""
 
     __tablename__ = "rollup_stall_category"
 
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
-    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    phase: Mapped[str] = mapped_column(primary_key=True)
     category: Mapped[str] = mapped_column(primary_key=True)
     share: Mapped[float | None] = mapped_column(Float)
     place: Mapped[int]
 
 
-class RollupMetricRepeat(Base):
+class RollupMetricRepeat(PerLayerPhase, Base):
     """Per run, layer, phase, measured iteration and metric: the metric rolled up over the phase's
     launches as its metric_def.rollup says. Written with the counters (tracker/store/rollups.py)."""
 
     __tablename__ = "rollup_metric_repeat"
 
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
-    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    phase: Mapped[str] = mapped_column(primary_key=True)
     repeat: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     name: Mapped[str] = mapped_column(primary_key=True)
     value: Mapped[float | None] = mapped_column(Float)
 
 
-class RollupMetric(Base):
+class RollupMetric(PerLayerPhase, Base):
     """Per run, layer, phase and metric: the median over measured iterations, min, max and spread.
     Written with the counters (tracker/store/rollups.py)."""
 
     __tablename__ = "rollup_metric"
     __table_args__ = (Index("rollup_metric_by_name", "name", "run_id"),)  # one metric across runs
 
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
-    layer_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    phase: Mapped[str] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(primary_key=True)
     value: Mapped[float | None] = mapped_column(Float, doc="median over measured iterations")
     min_value: Mapped[float | None] = mapped_column(Float)

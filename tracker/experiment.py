@@ -86,8 +86,8 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
             result = profile(db, net, arm.batch, backend=runs_on,
                              variants=arm.variants, l1_bypass=arm.l1_bypass, device=device, repeat=repeat,
                              warmup=warmup, echo=lambda line: echo(f"    {line}"), ncu=ncu,
-                             on_run=lambda run_id, arm=arm: experiment.add_run(run_id, arm.label, arm.comparison,
-                                                                                arm.baseline))
+                             link=lambda session, run_id, arm=arm: experiment.link(
+                                 session, run_id, arm.label, arm.comparison, arm.baseline))
             runs_on = result.backend
     store.dispose()
     return experiment.experiment_id

@@ -92,7 +92,7 @@ def profile(
     ncu_report: str | None = None,
     echo: Callable[[str], None] = lambda line: None,
     ncu: NcuSettings = NcuSettings(),
-    on_run: Callable[[int], None] = lambda run_id: None,
+    link: Callable | None = None,
 ) -> Profile:
     """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored.
 
@@ -113,9 +113,8 @@ def profile(
     if chosen == "model" and device is not None:
         fields.update(device_name=device.name, compute_capability=device.compute_capability,
                       sm_count=device.sm_count)
-    with recording(store, **fields) as run:
+    with recording(store, link=link, **fields) as run:  # link: an experiment's, in the run's own transaction
         echo(f"run {run.run_id} in {store.where}")
-        on_run(run.run_id)  # an experiment links its arm now, so that an interrupted arm is linked too
         if chosen == "model":
             predictions = predict(net, batch, device, dtype_bits, phases)
             run.add_layers(net, predictions)

@@ -23,10 +23,11 @@ class ExperimentWriter:
         self.experiment_id = experiment_id
         self.position = 0
 
-    def add_run(self, run_id: int, arm: str, comparison: str, baseline: bool) -> None:
-        with self.store.session() as session:
-            session.add(ExperimentRun(experiment_id=self.experiment_id, run_id=run_id, position=self.position,
-                                      arm=arm, comparison=comparison, baseline=baseline))
+    def link(self, session, run_id: int, arm: str, comparison: str, baseline: bool) -> None:
+        """Link a run to the experiment in ``session``: the transaction that creates the run, so
+        that no run of the experiment, interrupted or not, is ever left unlinked."""
+        session.add(ExperimentRun(experiment_id=self.experiment_id, run_id=run_id, position=self.position,
+                                  arm=arm, comparison=comparison, baseline=baseline))
         self.position += 1
 
 

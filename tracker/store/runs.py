@@ -130,12 +130,17 @@ def _on_sigterm(handler) -> Iterator[None]:
 
 
 @contextmanager
-def recording(store: Store, **fields) -> Iterator[RunWriter]:
-    """Create a run from ``fields`` (the Run columns), yield its writer, and record how it ended."""
+def recording(store: Store, link=None, **fields) -> Iterator[RunWriter]:
+    """Create a run from ``fields`` (the Run columns), yield its writer, and record how it ended.
+    ``link(session, run_id)``, if given, runs in the transaction that creates the run (an
+    experiment links its arm there, so that no run of it is ever left unlinked)."""
     fields = {"command_line": " ".join(sys.argv), "tracker_version": __version__, **fields}
     run = Run(status="running", started_at=_now(), **this_process(), **fields)
     with store.session() as session:
         session.add(run)
+        session.flush()
+        if link is not None:
+            link(session, run.id)
     with marking(store, Run, run.id):
         yield RunWriter(store, run.id)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tracker.analysis import in_layer_order, view
+from tracker.analysis import long_form, view
 from tracker.store import Store
 
 LEVELS = {"l1_hit_rate": "L1/TEX", "l2_hit_rate": "L2"}
@@ -17,7 +17,4 @@ def hit_rates(store: Store, run_id: int) -> pd.DataFrame:
 
 def by_level(store: Store, run_id: int) -> pd.DataFrame:
     """Long form: one row per layer, phase and cache level with its hit rate (percent)."""
-    wide = hit_rates(store, run_id)
-    long = wide.melt(id_vars=["layer_id", "layer", "phase"], value_vars=list(LEVELS), var_name="metric",
-                     value_name="hit_rate_pct").dropna(subset=["hit_rate_pct"])
-    return in_layer_order(long.assign(level=long["metric"].map(LEVELS)).drop(columns="metric"))
+    return long_form(hit_rates(store, run_id), LEVELS, "hit_rate_pct", "level")

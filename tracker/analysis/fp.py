@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tracker.analysis import in_layer_order, view
+from tracker.analysis import long_form, view
 from tracker.store import Store
 
 KINDS = {"fadd": "add", "fmul": "multiply", "ffma": "fma"}
@@ -17,7 +17,4 @@ def fp_instructions(store: Store, run_id: int) -> pd.DataFrame:
 
 def by_kind(store: Store, run_id: int) -> pd.DataFrame:
     """Long form: per layer, phase and instruction kind (add, multiply, fma), the thread instructions."""
-    wide = fp_instructions(store, run_id)
-    long = wide.melt(id_vars=["layer_id", "layer", "phase"], value_vars=list(KINDS), var_name="metric",
-                     value_name="instructions").dropna(subset=["instructions"])
-    return in_layer_order(long.assign(instruction=long["metric"].map(KINDS)).drop(columns="metric"))
+    return long_form(fp_instructions(store, run_id), KINDS, "instructions", "instruction")

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from tracker.profilers.catalog import BY_NAME, CATALOG, STALLS
+from tracker.profilers.catalog import CATALOG, STALLS
 
 TABLES = ("rollup_time", "rollup_launch", "rollup_metric_repeat", "rollup_metric", "rollup_stall",
           "rollup_stall_category")
-LAUNCH_METRICS = tuple(m.name for m in CATALOG)  # rollup_launch's columns, one per catalog metric
 STALL_CATEGORY = {m.name: m.category for m in STALLS}
+ROLLUP = {m.name: (m.rollup, m.rollup.removeprefix("weighted:")) for m in CATALOG}  # name -> (kind, weight)
 
 
 @dataclass(frozen=True)
@@ -47,15 +47,6 @@ def over_repeats(values) -> Stats | None:
     median = statistics.median(known)
     spread = 100.0 * (known[-1] - known[0]) / abs(median) if median != 0 else None
     return Stats(median, known[0], known[-1], len(known), spread)
-
-
-def pivot(names, source: str = "s") -> str:
-    """SQL: one column per metric name, from a narrow (name, value) source. A name outside the
-    catalog would only ever be NULL, so it stops the import instead."""
-    unknown = [n for n in names if n not in BY_NAME]
-    if unknown:
-        raise ValueError(f"views name metrics the catalog does not have: {unknown}")
-    return ",\n".join(f"       MAX(CASE WHEN {source}.name = '{n}' THEN {source}.value END) AS {n}" for n in names)
 
 
 def _time(run_id: int, launches: list[dict]) -> list[dict]:
@@ -113,12 +104,11 @@ def _metrics(run_id: int, launches: list[dict], metrics: list[dict]) -> dict[str
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for invocation, values in by_launch.items():
         groups[where[invocation]].append(values)
-    rollup_of = {m.name: (m.rollup, m.rollup.removeprefix("weighted:")) for m in CATALOG}
     per_repeat, per_phase = [], defaultdict(list)
     for (layer_id, phase, repeat), group in groups.items():
         names = group[0].keys() if len(group) == 1 else sorted({name for values in group for name in values})
         for name in names:
-            rollup, weight = rollup_of[name]
+            rollup, weight = ROLLUP[name]
             value = _rolled(rollup, [values.get(name) for values in group], [values.get(weight) for values in group])
             per_repeat.append(dict(run_id=run_id, layer_id=layer_id, phase=phase, repeat=repeat, name=name,
                                    value=value))

@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from tracker.store.rollups import LAUNCH_METRICS
+from tracker.profilers.catalog import CATALOG
 
 SCHEMA_VERSION = 4
 
@@ -229,7 +229,7 @@ rollup_launch = Table(
     "rollup_launch", Base.metadata,
     Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
     Column("invocation", Integer, primary_key=True, autoincrement=False),
-    *(Column(name, Float) for name in LAUNCH_METRICS),
+    *(Column(m.name, Float) for m in CATALOG),
     Column("flops", Float, doc="FP32 FLOPs: fadd + fmul + 2 ffma, or nvprof's total"),
     comment="Per profiled launch: every catalog metric as a column, and FP32 FLOPs (launch_metrics reads it).",
 )

@@ -2,17 +2,16 @@
 
 Analyses read these views and users query the same ones with ``tracker sql``; ``schema/views.sql``
 is rendered from this list. The counter views are generated from the metric catalog
-(tracker/profilers/catalog.py): a metric rolls up over a layer's launches as its ``metric_def``
-says, then the median over measured repeats is taken. Every counter view is per run, layer and
-phase, one measured iteration.
+(tracker/profilers/catalog.py) and read the per-run rollups (tracker/store/rollups.py): a metric
+rolled up over a layer's launches as its ``metric_def`` says, then its median over measured
+repeats. Every counter view is per run, layer and phase, one measured iteration.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracker.profilers.catalog import CATALOG, STALLS
-from tracker.store.rollups import pivot
+from tracker.profilers.catalog import BY_NAME, CATALOG, STALLS
 
 
 @dataclass(frozen=True)
@@ -28,12 +27,21 @@ class View:
 
 
 
+def _pivot(names, source: str = "s") -> str:
+    """One column per metric name, from a narrow (name, value) source. A name outside the catalog
+    would only ever be NULL, so it stops the import instead."""
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise ValueError(f"views name metrics the catalog does not have: {unknown}")
+    return ",\n".join(f"       MAX(CASE WHEN {source}.name = '{n}' THEN {source}.value END) AS {n}" for n in names)
+
+
 def _per_layer(columns: str, names) -> str:
     """A wide per-layer-phase view: the medians of ``names`` pivoted, then ``columns`` computed on them."""
     return f"""
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, {columns}
 FROM (SELECT s.run_id, s.layer_id, s.phase,
-{pivot(names)}
+{_pivot(names)}
       FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
@@ -111,7 +119,7 @@ SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase,
        c2.category AS second_reason, c2.share AS second_share,
        {", ".join(f"w.{n}" for n in _STALL_NAMES)}
 FROM (SELECT s.run_id, s.layer_id, s.phase,
-{pivot(_STALL_NAMES, "s").replace("s.value", "s.share")}
+{_pivot(_STALL_NAMES, "s").replace("s.value", "s.share")}
       FROM rollup_stall s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN rollup_stall_category c1 ON c1.run_id = w.run_id AND c1.layer_id = w.layer_id AND c1.phase = w.phase

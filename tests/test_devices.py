@@ -2,6 +2,8 @@
 
 import pytest
 
+from tracker.model.roofline import Roofs
+
 from tracker.errors import UnknownName
 from tracker.model.devices import CATALOG, SOURCES, lookup
 
@@ -26,9 +28,23 @@ def test_unknown_and_ambiguous_names():
 
 def test_every_figure_has_a_known_source():
     for device in CATALOG:
-        assert set(device.sources) == {"compute_capability", "sm_count", "fp32_tflops", "dram_gbps", "l2_kib",
-                                       "shared_kib_per_sm"}
+        given = {"compute_capability", "sm_count", "fp32_tflops", "dram_gbps", "l2_kib", "shared_kib_per_sm"}
+        assert set(device.sources) == given | ({"l2_bytes_per_clock"} if device.l2_bytes_per_clock else set())
         assert set(device.sources.values()) <= set(SOURCES)
+
+
+def test_the_memory_level_roofs_follow_from_the_clock_each_peak_implies():
+    # Every device's FP32 peak over its lanes gives a boost clock its notes name (0.7-2.6 GHz), so the
+    # FP32 lanes per SM of each compute capability are right; L1 is 128 B per clock per SM.
+    for device in CATALOG:
+        assert 0.7e9 < device.clock_hz < 2.6e9, device.key
+    h100 = lookup("h100")
+    assert h100.clock_hz == pytest.approx(1.98e9, rel=2e-3)  # "16896 cores at the 1980 MHz boost clock"
+    assert h100.l1_bandwidth == pytest.approx(132 * 128 * 1.98e9, rel=2e-3)  # 33.5 TB/s
+    assert lookup("a100").l2_bandwidth == pytest.approx(5120 * 1.41e9, rel=2e-3)  # the whitepaper's 5120 B/clk
+    assert h100.l2_bandwidth is None  # no published figure: no L2 roof from the catalog
+    roofs = Roofs.of(h100)
+    assert list(roofs.bandwidth) == ["L1", "DRAM"] and roofs.ridge("DRAM") == pytest.approx(66.9e12 / 3.35e12)
 
 
 def test_paper_000_table_1_ridge_points():

@@ -14,7 +14,7 @@ import pytest
 
 import tracker.experiment
 import tracker.profile
-from tracker.analysis import experiments, speedup
+from tracker.analysis import experiments, runtime, speedup
 from tracker.errors import TrackerError
 from tracker.experiment import arms, run_experiment
 from tracker.gpu.runner import Measured
@@ -128,7 +128,24 @@ def test_compare_refuses_runs_that_do_not_match(db, emulated_events):
         speedup.compare(store, alexnet, no_device)
     with pytest.raises(speedup.Mismatch, match="run 1 is measured and run 2 is the model's prediction"):
         speedup.compare(store, small, small_model)
-    assert speedup.compare(store, small, small).speedup.dropna().eq(1).all()
+    with pytest.raises(speedup.Mismatch, match="run 1 compared with itself: name two different runs"):
+        speedup.compare(store, small, small)
+
+
+def test_runs_at_two_batch_sizes_compare_per_image(db):
+    from tracker.model import lookup
+    from tracker.nets import build
+    from tracker.profile import profile
+
+    b16, b128 = (profile(db, build("alexnet"), b, backend="model", device=lookup("h100")).run_id for b in (16, 128))
+    store = open_store(db, write=False)
+    both = speedup.comparison(store, b16, b128)
+    assert set(both["basis"]) == {"per image"}
+    whole = both[both["layer"] == "iteration"].iloc[0]
+    totals = [runtime.iteration(store, run)["ms"] for run in (b16, b128)]
+    assert whole["a_ms"] == pytest.approx(totals[0] / 16) and whole["b_ms"] == pytest.approx(totals[1] / 128)
+    assert whole["speedup"] == pytest.approx((totals[0] / 16) / (totals[1] / 128))
+    assert speedup.basis(store, b16, b128) == "per image"
 
 
 def test_model_backend_refuses_what_it_cannot_answer(tmp_path):

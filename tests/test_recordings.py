@@ -137,10 +137,27 @@ def test_report_of_the_recording_draws_every_counter_figure(runner, recordings, 
     assert result.exit_code == 0, result.output
     assert {p.stem for p in tmp_path.glob("*.svg")} == {
         "runtime", "fp_instructions", "stalls", "alu_utilization", "cache_hit_rates", "traffic",
-        "level_utilization", "roofline"}
+        "level_utilization", "roofline", "memory"}
     md = (tmp_path / "report.md").read_text()
-    assert "conv1 bwd_weight takes the most time: 11.7 ms, 34% of the 34.1 ms iteration (measured)" in md
-    assert "Not drawn" not in md
+    assert "conv1 bwd_weight takes the most time: 11.7 ms, 34.2% of the 34.1 ms iteration" in md
+    assert "Not drawn" not in md and "Not collected" not in md
+
+
+def test_the_recordings_roofline_has_ncus_roofs_the_catalogs_l1_and_every_label(recordings):
+    from tracker.analysis import roofline
+    from tracker.figures.roofline import roofline as draw
+
+    store = open_store(recording(B16, recordings), write=False)
+    roofs = roofline.roofs(store, 1)
+    # ncu's peaks at the locked base clock (53.4 TFLOP/s; 3.35 TB/s DRAM; the L2->L1 port), and the
+    # catalog's L1, which sm_90's ncu does not give.
+    assert roofs.source == {"FP32": "ncu, base clocks", "L1": "catalog", "L2": "ncu, base clocks",
+                            "DRAM": "ncu, base clocks"}
+    assert roofs.flops_per_s == pytest.approx(53.4e12, rel=0.01)
+    points, basis = roofline.chart(store, 1)
+    assert basis == "counters" and set(points["level"]) == {"L2", "DRAM"}
+    figure = draw(points, roofs, "H100 b16", basis)
+    assert figure.unplaced == []
 
 
 @pytest.fixture(scope="module")

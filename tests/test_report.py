@@ -35,22 +35,28 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     result = runner.invoke(cli, ["report", "1", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     drawn = {p.stem for p in tmp_path.glob("*.png")}
-    assert drawn == {"runtime", "stalls", "traffic"} == {p.stem for p in tmp_path.glob("*.svg")}
+    # The K20c excerpt times 12 launches and samples their stalls and traffic: the roofline places
+    # the model's FLOPs over those times; the memory figure is the model's.
+    assert drawn == {"runtime", "roofline", "memory", "stalls", "traffic"} == {p.stem for p in tmp_path.glob("*.svg")}
     page = (tmp_path / "index.html").read_text()
     assert set(re.findall(r"<img src='(\w+)\.svg'", page)) == drawn
-    assert "Not drawn: run 1 (backend nvprof) did not collect these counters" in page
+    assert ("4 sections need hardware counters, which this run did not collect: FP32 instructions, ALU / pipe "
+            "utilization, Cache hit rates, Utilization per memory level.") in page
+    assert "<code>tracker profile alexnet --batch 1 --backend ncu</code>" in page
     md = (tmp_path / "report.md").read_text()
     assert "**Finding:** pool1 fwd: top stalls memory_dependency, exec_dependency -> memory-bound" in md
-    assert "alexnet, batch 1, Tesla K20c, backend nvprof (run 1)" in md
+    assert "alexnet at batch 1 on Tesla K20c, timed with nvprof; kernel variants: the default of each op" in md
+    assert "None" not in md and "nan" not in md.lower().replace("nanosecond", "")
 
 
 def test_the_v100_sample_draws_fp_stalls_and_hit_rates(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "6", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert {p.stem for p in tmp_path.glob("*.svg")} == {"fp_instructions", "stalls", "cache_hit_rates", "traffic"}
+    assert {p.stem for p in tmp_path.glob("*.svg")} == {"memory", "fp_instructions", "stalls", "cache_hit_rates",
+                                                         "traffic"}
     md = (tmp_path / "report.md").read_text()
-    assert "**Finding:** fma is 98% of FP32 instructions; most in conv2 fwd" in md  # 5.6236e10 of 5.7557e10
-    assert "**Finding:** hit rates: L1/TEX 53-53% (lowest conv2 fwd); L2 25-25% (lowest conv2 fwd)" in md
+    assert "**Finding:** fma is 97.7% of FP32 instructions; most in conv2 fwd" in md  # 5.6236e10 of 5.7557e10
+    assert "**Finding:** hit rates: L1/TEX 52.7% to 52.7% (lowest conv2 fwd); L2 24.8% to 24.8% (lowest conv2 fwd)" in md
     assert "conv2 fwd: top stalls inst_fetch, memory_dependency -> latency-bound" in md
     assert "no launch times were recorded" in md  # the excerpt has no duration
 
@@ -58,17 +64,22 @@ def test_the_v100_sample_draws_fp_stalls_and_hit_rates(runner, db, tmp_path):
 def test_model_report_gives_runtime_and_the_models_roofline(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "2", "--against", "3", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert {p.stem for p in tmp_path.glob("*.png")} == {"speedup", "runtime", "roofline"}
+    assert {p.stem for p in tmp_path.glob("*.png")} == {"speedup", "roofline_moves", "runtime", "roofline", "memory"}
     md = (tmp_path / "report.md").read_text()
-    assert "## Speedup of run 3 over run 2 (Figure 8)" in md and "whole iteration -69.5%" in md
-    assert "no counters in run 2 (backend model); profile with --backend ncu on a GPU" in md
+    # run 2 (H100) against run 3 (A100): 45.33 / 13.85 ms
+    assert "## Speedup of run 2 over run 3, per batch" in md and "whole iteration +227.4%" in md
+    assert "Fill them with `tracker profile alexnet --batch 128 --backend ncu` on a GPU." in md
+    assert "[Roofline moves: run 3 -> run 2](#roofline-moves-run-3---run-2)" in md
 
 
 def test_experiment_report_and_list(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "batch_runtime.svg").exists()
-    assert "batch 16: 116 us, batch 128: 108 us" in (tmp_path / "report.md").read_text()
+    md = (tmp_path / "report.md").read_text()
+    assert "## Time per image per layer at batch 16, 128" in md
+    assert "batch 16: 116 µs (8.61k images/s), batch 128: 108 µs (9.24k images/s)" in md
+    assert "alexnet at batches 16, 128 on H100 SXM5 80GB" in md
     listed = runner.invoke(cli, ["experiments", "--db", db, "--format", "json"])
     assert '"runs": "4,5"' in listed.output and '"kind": "batch"' in listed.output
 

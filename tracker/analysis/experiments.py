@@ -24,7 +24,7 @@ def runs(store: Store, experiment_id: int) -> pd.DataFrame:
             params={"e": experiment_id})
 
 
-def _pairs(store: Store, experiment_id: int):
+def pairs(store: Store, experiment_id: int):
     """(baseline row, other row) for every complete non-baseline run of each comparison whose
     baseline completed (an interrupted or failed arm is linked, but has nothing to compare)."""
     table = runs(store, experiment_id)
@@ -42,7 +42,7 @@ def speedups(store: Store, experiment_id: int) -> pd.DataFrame:
     per arm (the whole fwd+bwd), with spreads and noise marked (tracker/analysis/speedup.py), and,
     where both runs have counters, the change in L1/L2 hit rates, DRAM bytes and dominant stall."""
     frames = []
-    for base, other in _pairs(store, experiment_id):
+    for base, other in pairs(store, experiment_id):
         frame = comparison(store, int(base.run_id), int(other.run_id))
         frame.insert(0, "arm", other.arm)
         frame.insert(0, "baseline_arm", base.arm)
@@ -56,7 +56,7 @@ def fused_pairs(store: Store, experiment_id: int) -> pd.DataFrame:
     kernel; its ReLU launches nothing), speedup, noise, and the DRAM bytes fusion saved against the
     model's compulsory bytes of the ReLU removed (measured only with counters)."""
     frames = []
-    for base, other in _pairs(store, experiment_id):
+    for base, other in pairs(store, experiment_id):
         sep, fused = runtime(store, int(base.run_id)), runtime(store, int(other.run_id))
         layers = view(store, "layer", int(base.run_id))
         gone = fused[(fused["kind"] == "relu") & (fused["launches"] == 0)]

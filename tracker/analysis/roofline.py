@@ -1,11 +1,16 @@
 """The hierarchical roofline: each layer phase's achieved FLOP/s against its arithmetic intensity at
-L1, L2 and DRAM, with the device's peaks as ncu measured them (paper 000; ncu's roofline)."""
+L1, L2 and DRAM, with the device's peaks as ncu measured them (paper 000; ncu's roofline), or the
+catalog's; for a run without counters, the model's FLOPs and bytes over the measured or predicted time."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from tracker.analysis import in_layer_order, view
+from tracker.analysis.runtime import runtime
+from tracker.errors import TrackerError
+from tracker.model import lookup
+from tracker.model.roofline import ROOF_LEVELS, Roofs
 from tracker.store import Store
 
 LEVELS = {"L1": ("l1_intensity", "l1_peak_bytes_per_s"), "L2": ("l2_intensity", "l2_peak_bytes_per_s"),
@@ -29,3 +34,48 @@ def peaks(store: Store, run_id: int) -> dict:
     median = lambda column: float(wide[column].median()) if wide[column].notna().any() else None  # noqa: E731
     return {"flops_per_s": median("peak_flops_per_s"),
             **{level: median(column) for level, (_, column) in LEVELS.items()}}
+
+
+def roofs(store: Store, run_id: int) -> Roofs | None:
+    """The run's roofs: ncu's measured peaks where it has them, the catalog's for its device for
+    the levels ncu did not give (L1 on sm_90); None for a model run without a device."""
+    run = view(store, "run", None).set_index("id").loc[run_id]
+    try:
+        catalog = Roofs.of(lookup(run["device_name"])) if run["device_name"] else None
+    except TrackerError:
+        catalog = None
+    measured = peaks(store, run_id)
+    if not measured["flops_per_s"]:
+        return catalog
+    clocks = f"ncu, {run['ncu_clock_control']} clocks" if run["ncu_clock_control"] else "ncu"
+    levels = {level: measured[level] for level in ROOF_LEVELS if measured.get(level)}
+    found = Roofs(measured["flops_per_s"], levels, {key: clocks for key in ("FP32", *levels)}, run["device_name"])
+    return found.merged(catalog) if catalog else found
+
+
+def chart(store: Store, run_id: int) -> tuple[pd.DataFrame, str]:
+    """The run's roofline points and their basis: ncu's per level ('counters'); else the model's
+    FLOPs and compulsory bytes over the measured time ('time'); else the model's attainable
+    FLOP/s ('predicted'). Layer phases that launched nothing or do no arithmetic are left out."""
+    measured = points(store, run_id)
+    if not measured.empty:
+        return measured, "counters"
+    frame = runtime(store, run_id)
+    frame = frame[(frame["ops"] > 0) & (frame["bytes"] > 0) & (frame["ms"] > 0)]
+    basis = "time" if (frame["source"] == "measured").any() else "predicted"
+    return frame.assign(level="compulsory", intensity=frame["ops"] / frame["bytes"],
+                        flops_per_s=frame["ops"] / (frame["ms"] / 1e3))[
+        ["layer_id", "layer", "phase", "level", "intensity", "flops_per_s"]].reset_index(drop=True), basis
+
+
+def moves(store: Store, run_a: int, run_b: int) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """Run B's points, and per layer phase the move from run A's point to run B's at the level both
+    share (DRAM with counters, the compulsory bytes without): x0, y0 -> x1, y1."""
+    (a, basis_a), (b, basis_b) = chart(store, run_a), chart(store, run_b)
+    basis = basis_a if basis_a == basis_b else "time"
+    level = "DRAM" if basis == "counters" else "compulsory"
+    a, b = (frame[frame["level"] == level] for frame in (a, b))
+    joined = a.merge(b, on=["layer_id", "layer", "phase"], suffixes=("_a", "_b"))
+    arrows = joined.rename(columns={"intensity_a": "x0", "flops_per_s_a": "y0", "intensity_b": "x1",
+                                    "flops_per_s_b": "y1"})[["layer", "phase", "x0", "y0", "x1", "y1"]]
+    return b, arrows, basis

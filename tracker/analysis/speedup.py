@@ -3,7 +3,9 @@
 ``speedup = a_ms / b_ms``: above 1, run B is faster. A speedup is marked ``noise`` when the two
 runs' ranges over their measured iterations ([min, max]) overlap: the difference is then no larger
 than the run-to-run spread. Only like is compared with like: the same network and layers, phases,
-and both measured or both the model's predictions; anything else is refused, saying why.
+and both measured or both the model's predictions; anything else, or a run against itself, is
+refused, saying why. Runs at different batch sizes are compared per image (``basis``): each time
+is divided by its run's batch.
 """
 
 from __future__ import annotations
@@ -50,10 +52,34 @@ def _check_comparable(a: pd.DataFrame, b: pd.DataFrame, run_a: int, run_b: int) 
                        "compare two measured runs or two model runs")
 
 
+TIMES = ("ms", "min_ms", "max_ms")
+
+
+def _batches(store: Store, run_a: int, run_b: int) -> tuple[int, int]:
+    if run_a == run_b:
+        raise Mismatch(f"run {run_a} compared with itself: name two different runs")
+    runs = view(store, "run", None).set_index("id")["batch"]
+    return int(runs[run_a]), int(runs[run_b])
+
+
+def basis(store: Store, run_a: int, run_b: int) -> str:
+    """'per image' when the runs' batch sizes differ, else 'per batch'."""
+    batch_a, batch_b = _batches(store, run_a, run_b)
+    return "per image" if batch_a != batch_b else "per batch"
+
+
+def _per_image(frame: pd.DataFrame, batch: int) -> pd.DataFrame:
+    return frame.assign(**{c: frame[c] / batch for c in TIMES})
+
+
 def compare(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
-    """Per layer and phase: a_ms, b_ms, their spreads, speedup, change_pct and noise."""
+    """Per layer and phase: a_ms, b_ms, their spreads, speedup, change_pct and noise; times per
+    image (``basis``) when the batch sizes differ."""
+    batch_a, batch_b = _batches(store, run_a, run_b)
     a, b = runtime(store, run_a), runtime(store, run_b)
     _check_comparable(a, b, run_a, run_b)
+    if batch_a != batch_b:
+        a, b = _per_image(a, batch_a), _per_image(b, batch_b)
     cols = ["ms", "min_ms", "max_ms", "spread_pct", "repeats"]
     frame = a[KEY + cols].merge(b[KEY + cols], on=KEY, suffixes=("_a", "_b"))
     frame = frame.rename(columns={"ms_a": "a_ms", "ms_b": "b_ms"})
@@ -62,6 +88,7 @@ def compare(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
     frame["noise"] = noise(frame)
     frame.insert(0, "run_b", run_b)
     frame.insert(0, "run_a", run_a)
+    frame["basis"] = "per image" if batch_a != batch_b else "per batch"
     return in_layer_order(frame.drop(columns=["repeats_a", "repeats_b"]))
 
 
@@ -74,14 +101,19 @@ def noise(frame: pd.DataFrame) -> pd.Series:
 
 
 def compare_iterations(store: Store, run_a: int, run_b: int) -> dict:
-    """The whole iteration of each run, the speedup and whether it is within the spread."""
+    """The whole iteration of each run (per image when the batch sizes differ), the speedup and
+    whether it is within the spread."""
+    batch_a, batch_b = _batches(store, run_a, run_b)
     a, b = iteration(store, run_a), iteration(store, run_b)
+    if batch_a != batch_b:
+        a, b = ({**t, **{c: t[c] / n for c in TIMES if t[c] is not None}} for t, n in ((a, batch_a), (b, batch_b)))
     speedup = a["ms"] / b["ms"] if a["ms"] and b["ms"] else None
     judged = a["repeats"] > 1 and b["repeats"] > 1
     overlap = judged and a["min_ms"] <= b["max_ms"] and b["min_ms"] <= a["max_ms"]
     return {"run_a": run_a, "run_b": run_b, "layer": "iteration", "phase": "all", "a_ms": a["ms"], "b_ms": b["ms"],
             "spread_pct_a": a["spread_pct"], "spread_pct_b": b["spread_pct"], "speedup": speedup,
-            "change_pct": 100 * (speedup - 1) if speedup else None, "noise": overlap if judged else None}
+            "change_pct": 100 * (speedup - 1) if speedup else None, "noise": overlap if judged else None,
+            "basis": "per image" if batch_a != batch_b else "per batch"}
 
 
 def metric_deltas(store: Store, run_a: int, run_b: int) -> pd.DataFrame:

@@ -125,8 +125,8 @@ ROOF_COLUMNS = ("attainable_gflops", "predicted_ms", "bound")
 @phases_option
 @network_options
 @click.option("--memory", "show_memory", is_flag=True, help="Print the peak-memory breakdown instead of the layers.")
-@click.option("--plot", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Draw the roofline (needs --device) into this PNG file.")
+@click.option("--plot", default=None, metavar="FILE",
+              help="Draw the roofline (needs --device) into this PNG, SVG or PDF file.")
 @format_option
 def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **kwargs):
     """Analytic FLOPs, bytes, arithmetic intensity, roofline and memory per layer and phase.
@@ -145,6 +145,10 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **
     gpu = lookup(device) if device else None
     if plot and gpu is None:
         raise TrackerError("--plot needs --device: the roofline is drawn against a device's roof")
+    if plot:
+        from tracker.paths import check_file
+
+        check_file(plot, PLOT_SUFFIXES)
     bits = int(dtype_bits)
     peak = memory(net, batch, bits)
     if show_memory:
@@ -156,10 +160,20 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **
     if fmt == "table":
         _model_footer(net, batch, gpu, bits, rows, peak)
     if plot:
-        from tracker.plots import roofline_plot
+        from tracker.figures import save
+        from tracker.figures.roofline import model_points, roofline
+        from tracker.model.roofline import Roofs
 
-        roofline_plot(rows, gpu, plot, title=f"{net.name}, batch {batch}, {bits}-bit, on {gpu.name}")
+        figure = roofline(model_points(rows), Roofs.of(gpu),
+                          f"Roofline predicted by the model: {net.name}, batch {batch}, {bits}-bit, on {gpu.name}",
+                          basis="predicted")
+        if figure is None:
+            raise TrackerError("nothing to plot: no layer phase does arithmetic")
+        save(figure, plot)
         click.echo(f"roofline written to {plot}", err=fmt != "table")
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def _model_footer(net, batch, gpu, bits, rows, peak) -> None:

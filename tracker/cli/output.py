@@ -1,6 +1,7 @@
 """Rendering rows as an aligned table (for people), CSV or JSON (for programs).
 
-Tables shorten numbers (210.8M, 1.42 GiB) and shapes (96x55x55); CSV and JSON keep every digit.
+Tables shorten numbers through tracker.units (211M, 1.52 GB, 49.3 ms) and shapes (96x55x55); CSV
+and JSON keep every digit.
 """
 
 from __future__ import annotations
@@ -8,25 +9,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from typing import Any, Iterable
 
+from tracker import units
+
 FORMATS = ("table", "csv", "json")
-
-
-def _si(value: float) -> str:
-    for scale, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(value) >= scale:
-            return f"{value / scale:.4g}{suffix}"
-    return f"{value:.4g}"
-
-
-def _iec(value: float) -> str:
-    for scale, suffix in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(value) >= scale:
-            scaled = value / scale
-            return f"{scaled:.{0 if scaled >= 100 else 1 if scaled >= 10 else 2}f} {suffix}"
-    return f"{value:.0f} B"
 
 
 def _shape(value: list) -> str:
@@ -34,24 +21,8 @@ def _shape(value: list) -> str:
 
 
 def cell(column: str, value: Any) -> str:
-    """A value as a table shows it."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list):
-        return _shape(value) if all(isinstance(v, int) for v in value) else ", ".join(map(str, value))
-    if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items()) or "-"
-    if isinstance(value, (int, float)) and "bytes" in column:
-        return _iec(value)
-    if isinstance(value, int):
-        return _si(value) if abs(value) >= 100_000 else str(value)
-    if isinstance(value, float):
-        if abs(value) >= 100_000:
-            return _si(value)
-        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-    return str(value)
+    """A value as a table shows it: tracker.units' formatter, '-' where there is none."""
+    return units.cell(column, value, missing="-")
 
 
 def table(rows: list[dict], columns: Iterable[str] | None = None) -> str:

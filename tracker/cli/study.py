@@ -140,22 +140,25 @@ def compare(run_a, run_b, db, fmt):
     """Per-layer speedup of RUN_B over RUN_A, and how the counters changed.
 
     Speedup = RUN_A's time / RUN_B's time (above 1: RUN_B is faster). Refuses runs whose layers or
-    phases differ, or a measured run against a model run. Two GPUs: profile the same network on
-    each (or into one database) and compare; two batch sizes: the same.
+    phases differ, a measured run against a model run, or a run against itself. Two GPUs: profile
+    the same network on each (or into one database) and compare; two batch sizes: the same, and the
+    times are then per image (each divided by its run's batch), as the header line says.
 
     \b
     Examples:
       tracker compare 3 4
       tracker compare 3 4 --format csv > speedup.csv
     """
-    from tracker.analysis.speedup import comparison
+    from tracker.analysis.speedup import basis, comparison
     from tracker.store import find_run, open_store
 
     store = open_store(db, write=False)
     a, b = find_run(store, run_a).id, find_run(store, run_b).id
     rows = _records(comparison(store, a, b))
     if fmt == "table":
-        click.echo(f"run {b} against run {a}: speedup = run {a} time / run {b} time; "
+        per = basis(store, a, b)
+        click.echo(f"run {b} against run {a}: speedup = run {a} time / run {b} time, {per}"
+                   f"{' (the batch sizes differ)' if per == 'per image' else ''}; "
                    "noise: the runs' ranges over their iterations overlap")
         emit(rows, fmt, [c for c in SPEEDUP_COLUMNS[2:] + ("l1_hit_rate_change", "l2_hit_rate_change")
                          if any(r.get(c) is not None for r in rows)])
@@ -184,15 +187,21 @@ def report(target, out, against, db):
     """
     from pathlib import Path
 
+    from tracker.paths import check_dir
     from tracker.report import report as write_report
     from tracker.store import open_store
 
+    check_dir(out)
     store = open_store(db, write=False)
-    written, sections = write_report(store, target, Path(out), against)
-    drawn = sum(s.figure is not None for s in sections)
-    click.echo(f"{drawn} figures of {len(sections)} sections in {out}; open {Path(out) / 'index.html'}")
-    for s in sections:
-        click.echo(f"  {s.title}: {s.finding}" + (f" [not drawn: {s.missing}]" if s.missing else ""))
+    written, built = write_report(store, target, Path(out), against)
+    drawn = sum(s.figure is not None for s in built.sections)
+    click.echo(f"{drawn} figures of {len(built.sections)} sections in {out}; open {Path(out) / 'index.html'}")
+    for s in built.sections:
+        if not s.folded:
+            click.echo(f"  {s.title}: {s.finding}" + (f" [not drawn: {s.missing}]" if s.missing else ""))
+    folded = [s.title for s in built.sections if s.folded]
+    if folded:
+        click.echo(f"  not collected (no counters): {', '.join(folded)}; fill them with `{built.fill_command}` on a GPU")
 
 
 @cli.command()
@@ -211,8 +220,10 @@ def export(run, out, fmt, db):
     from pathlib import Path
 
     from tracker.export import export as write_export
+    from tracker.paths import check_dir
     from tracker.store import find_run, open_store
 
+    check_dir(out)
     store = open_store(db, write=False)
     written = write_export(store, find_run(store, run).id, Path(out), fmt)
     click.echo(f"{len(written)} files in {out}")

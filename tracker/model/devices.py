@@ -2,7 +2,10 @@
 
 FP32 peak is the CUDA-core rate, FP32 lanes x 2 (FMA) x the clock the source quotes; it is the
 roof the analytic model uses for every ``--dtype-bits`` (paper 000 varies bits per value against
-the same roof). Bandwidth is the DRAM figure of the datasheet. Look a device up with ``lookup``:
+the same roof). Bandwidth is the DRAM figure of the datasheet. The roofs of the faster levels are
+derived per clock: L1/shared moves 128 B per clock per SM (32 banks x 4 B, CUDA guide), and L2 the
+bytes per clock a whitepaper states (none is published for the others, so they have no L2 roof);
+the clock is the one the FP32 peak implies (peak / (2 x FP32 lanes x SMs)). Look a device up with ``lookup``:
 it forgives case, spaces, dashes and vendor prefixes and knows the CUDA device name strings.
 """
 
@@ -34,6 +37,12 @@ SOURCES = {
 }
 
 
+# FP32 add/multiply/FMA results per clock per SM (CUDA guide, arithmetic instruction throughput).
+FP32_LANES_PER_SM = {"3.5": 192, "5.0": 128, "5.2": 128, "6.0": 64, "6.1": 128, "7.0": 64, "7.5": 64, "8.0": 64,
+                     "8.6": 128, "8.9": 128, "9.0": 128}
+L1_BYTES_PER_CLOCK_PER_SM = 128  # 32 shared-memory banks x 4 bytes (CUDA guide); Kepler's 8-byte mode not counted
+
+
 @dataclass(frozen=True)
 class Device:
     key: str
@@ -48,6 +57,21 @@ class Device:
     aliases: tuple[str, ...] = ()
     notes: str = ""
     year: int = 0
+    l2_bytes_per_clock: int | None = None  # the whole L2's read bandwidth per clock, where a source gives it
+
+    @property
+    def clock_hz(self) -> float:
+        """The SM clock the FP32 peak is quoted at."""
+        return self.peak_flops / (2 * FP32_LANES_PER_SM[self.compute_capability] * self.sm_count)
+
+    @property
+    def l1_bandwidth(self) -> float:
+        """L1/shared bytes per second over all SMs: 128 B per clock per SM."""
+        return L1_BYTES_PER_CLOCK_PER_SM * self.sm_count * self.clock_hz
+
+    @property
+    def l2_bandwidth(self) -> float | None:
+        return self.l2_bytes_per_clock * self.clock_hz if self.l2_bytes_per_clock else None
 
     @property
     def peak_flops(self) -> float:
@@ -74,6 +98,8 @@ class Device:
             "l2_kib": self.l2_kib,
             "shared_kib_per_sm": self.shared_kib_per_sm,
             "ridge_flop_per_byte": round(self.ridge, 2),
+            "l1_gbps": round(self.l1_bandwidth / 1e9),
+            "l2_gbps": round(self.l2_bandwidth / 1e9) if self.l2_bandwidth else None,
             "sources": {k: SOURCES[v] for k, v in self.sources.items()},
             "aliases": list(self.aliases),
             "notes": self.notes,
@@ -82,7 +108,7 @@ class Device:
 
 def _sources(default: str, **overrides: str) -> dict[str, str]:
     figures = ("compute_capability", "sm_count", "fp32_tflops", "dram_gbps", "l2_kib", "shared_kib_per_sm")
-    return {f: overrides.get(f, default) for f in figures}
+    return {f: overrides.get(f, default) for f in figures} | {k: v for k, v in overrides.items() if k not in figures}
 
 
 CATALOG: tuple[Device, ...] = (
@@ -116,13 +142,15 @@ CATALOG: tuple[Device, ...] = (
            aliases=("NVIDIA TITAN X (Pascal)", "TITAN X (Pascal)"),
            notes="GP102: 3584 cores at the 1531 MHz boost clock; paper 001's 'TITAN X ... 11 TFLOPs'", year=2016),
     Device("v100", "Tesla V100-SXM2", "7.0", 80, 15.7, 900.0, 6144, 96,
-           _sources("nv-volta", shared_kib_per_sm="cuda-guide"),
+           _sources("nv-volta", shared_kib_per_sm="cuda-guide", l2_bytes_per_clock="nv-ampere"),
            aliases=("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB", "V100 SXM2"),
-           notes="5120 cores at the 1530 MHz boost clock", year=2017),
+           notes="5120 cores at the 1530 MHz boost clock; L2 2048 B/clock (A100 whitepaper)", year=2017,
+           l2_bytes_per_clock=2048),
     Device("a100", "A100-SXM4-80GB", "8.0", 108, 19.5, 2039.0, 40960, 164,
-           _sources("nv-ampere", shared_kib_per_sm="cuda-guide"),
+           _sources("nv-ampere", shared_kib_per_sm="cuda-guide", l2_bytes_per_clock="nv-ampere"),
            aliases=("NVIDIA A100-SXM4-80GB", "A100 SXM4", "A100 SXM"),
-           notes="6912 cores at the 1410 MHz boost clock; HBM2e 80 GB", year=2020),
+           notes="6912 cores at the 1410 MHz boost clock; HBM2e 80 GB; L2 5120 B/clock (whitepaper)", year=2020,
+           l2_bytes_per_clock=5120),
     Device("h100-sxm", "H100 SXM5 80GB", "9.0", 132, 66.9, 3350.0, 51200, 228,
            _sources("nv-hopper", shared_kib_per_sm="cuda-guide", sm_count="seen-h100", l2_kib="seen-h100"),
            aliases=("NVIDIA H100 80GB HBM3", "H100 SXM", "H100", "h100 sxm5"),

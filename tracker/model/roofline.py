@@ -92,3 +92,35 @@ def predict(
                 cost.macs, cost.ops, nbytes, cost.ops / nbytes, *extra, CONVENTIONS[layer.kind],
             ))
     return rows
+
+
+ROOF_LEVELS = ("L1", "L2", "DRAM")  # fastest first; a point's intensity is FLOPs per byte at one of them
+
+
+@dataclass(frozen=True)
+class Roofs:
+    """A device's ceilings: FP32 FLOP/s and the bandwidth of each memory level that has one, each
+    with where it came from (the catalog, or ncu's peaks at the clocks of a profiled run)."""
+
+    flops_per_s: float
+    bandwidth: dict[str, float]  # level -> bytes/s, in ROOF_LEVELS order
+    source: dict[str, str]  # 'FP32' and each level -> where the figure came from
+    device: str = ""
+
+    @classmethod
+    def of(cls, device: Device) -> Roofs:
+        levels = {"L1": device.l1_bandwidth, "L2": device.l2_bandwidth, "DRAM": device.bandwidth}
+        bandwidth = {level: value for level, value in levels.items() if value}
+        return cls(device.peak_flops, bandwidth, {key: "catalog" for key in ("FP32", *bandwidth)}, device.name)
+
+    def ridge(self, level: str) -> float:
+        """The intensity (FLOP/byte at ``level``) where that level's roof meets the compute roof."""
+        return self.flops_per_s / self.bandwidth[level]
+
+    def merged(self, fallback: Roofs) -> Roofs:
+        """These roofs, with ``fallback``'s for the levels these lack (in ROOF_LEVELS order)."""
+        levels = [level for level in ROOF_LEVELS if level in self.bandwidth or level in fallback.bandwidth]
+        pick = {level: self if level in self.bandwidth else fallback for level in levels}
+        return Roofs(self.flops_per_s, {level: pick[level].bandwidth[level] for level in levels},
+                     {"FP32": self.source["FP32"], **{level: pick[level].source[level] for level in levels}},
+                     self.device or fallback.device)

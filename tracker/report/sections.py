@@ -1,10 +1,13 @@
-"""What each report holds: the sections (figure, finding, table) for a run, a comparison and an
-experiment, computed from tracker/analysis."""
+"""What each report holds: the header in words and the sections (figure, finding, table) for a run,
+a comparison and an experiment, computed from tracker/analysis and drawn by tracker/figures."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
+from tracker import units
 from tracker.analysis import (
     caches,
     experiments,
@@ -19,44 +22,94 @@ from tracker.analysis import (
 )
 from tracker.analysis import view as read_view
 from tracker.errors import StoreError
-from tracker.report import Section
-from tracker.report import figures as fig
+from tracker.figures import bars
+from tracker.figures.roofline import roofline as roofline_figure
+from tracker.report import Report, Section
 from tracker.store import Store, experiment_dict, find_experiment
 
 
-def _subtitle(store: Store, run_id: int) -> str:
-    run = read_view(store, "run", None).set_index("id").loc[run_id]
-    device = run["device_name"] or "no device"
-    return f"{run['network']}, batch {run['batch']}, {device}, backend {run['backend']} (run {run_id})"
+def _run(store: Store, run_id: int) -> pd.Series:
+    return read_view(store, "run", None).set_index("id").loc[run_id]
 
 
-def _about(store: Store, run_id: int) -> dict:
-    run = read_view(store, "run", None).set_index("id").loc[run_id]
-    keys = ("network", "batch", "device_name", "compute_capability", "backend", "backend_reason", "variants",
-            "l1_bypass", "repeat", "ncu_version", "status", "started_at")
-    return {"run": run_id, **{k: run[k] for k in keys}}
+def _subtitle(run: pd.Series) -> str:
+    """'alexnet, batch 128, NVIDIA H100 80GB HBM3, ncu (run 2)': under every figure's title."""
+    return f"{run['network']}, batch {run['batch']}, {run['device_name'] or 'no device'}, {run['backend']} (run {run.name})"
 
 
-def _no_counters(store: Store, run_id: int) -> str:
-    backend = read_view(store, "run", None).set_index("id").loc[run_id, "backend"]
-    if backend in ("model", "events"):
-        return f"no counters in run {run_id} (backend {backend}); profile with --backend ncu on a GPU"
-    return f"run {run_id} (backend {backend}) did not collect these counters"
+def _variants(run: pd.Series) -> str:
+    chosen = json.loads(run["variants"]) if isinstance(run["variants"], str) else (run["variants"] or {})
+    return ", ".join(f"{op} {v}" for op, v in chosen.items()) or "the default of each op"
 
 
-def _share(frame: pd.DataFrame, column: str) -> str:
-    top = frame.loc[frame[column].idxmax()]
-    return f"{top['layer']} {top['phase']}"
+def describe(run: pd.Series) -> str:
+    """The run in one paragraph: what ran, on what, measured how, when."""
+    if run["backend"] == "model":
+        where = (f"modelled for {run['device_name']}: the analytic model's predictions, no GPU ran it"
+                 if run["device_name"] else "modelled without a device: FLOPs and bytes only")
+        return f"{run['network']} at batch {run['batch']}, {where}. Run {run.name}, {run['status']}, {_when(run)}."
+    known = [f"compute capability {run['compute_capability']}" if pd.notna(run["compute_capability"]) else "",
+             f"{int(run['sm_count'])} SMs" if pd.notna(run["sm_count"]) else ""]
+    device = run["device_name"] + (f" ({', '.join(k for k in known if k)})" if any(known) else "")
+    if run["backend"] == "ncu":
+        how = (f"measured with Nsight Compute {run['ncu_version']} ({run['ncu_replay_mode']} replay, clocks "
+               f"{run['ncu_clock_control']}, cache control {run['ncu_cache_control']})")
+    else:
+        how = f"timed with {run['backend']}"
+    l1 = "L1 bypassed (loads compiled .cg)" if run["l1_bypass"] else "L1 cached"
+    repeats = f"{run['repeat']} measured iteration{'s' if run['repeat'] != 1 else ''}"
+    return (f"{run['network']} at batch {run['batch']} on {device}, {how}; kernel variants: {_variants(run)}; "
+            f"{l1}; {repeats}. Run {run.name}, {run['status']}, {_when(run)}.")
 
 
-def for_run(store: Store, run_id: int) -> tuple[str, dict, list[Section]]:
-    sub = _subtitle(store, run_id)
-    missing = _no_counters(store, run_id)
-    sections = [_runtime(store, run_id, sub), _fp(store, run_id, sub, missing), _stalls(store, run_id, sub, missing),
-                _pipes(store, run_id, sub, missing), _caches(store, run_id, sub, missing),
-                _traffic(store, run_id, sub, missing), _levels(store, run_id, sub, missing),
-                _roofline(store, run_id, sub, missing), _reconcile(store, run_id, missing)]
-    return f"Run {run_id}: {sub}", _about(store, run_id), sections
+def _when(run: pd.Series) -> str:
+    started, finished = pd.to_datetime(run["started_at"]), pd.to_datetime(run["finished_at"])
+    if pd.isna(started):
+        return "time not recorded"
+    took = f", {units.seconds((finished - started).total_seconds())}" if pd.notna(finished) else ""
+    return f"started {started:%Y-%m-%d %H:%M} UTC{took}"
+
+
+ABOUT = {"network": "network", "batch": "batch", "device_name": "GPU", "compute_capability": "compute capability",
+         "backend": "backend", "backend_reason": "why this backend", "variants": "kernel variants",
+         "l1_bypass": "L1 bypass", "repeat": "measured iterations", "ncu_version": "ncu version",
+         "ncu_replay_mode": "ncu replay", "ncu_clock_control": "ncu clock control",
+         "ncu_cache_control": "ncu cache control", "driver_version": "driver", "cuda_version": "CUDA",
+         "status": "status", "started_at": "started", "command_line": "command"}
+
+
+def _about(run: pd.Series) -> dict:
+    about = {"run": run.name, **{label: run[key] for key, label in ABOUT.items()}}
+    about["kernel variants"] = _variants(run)
+    about["L1 bypass"] = bool(run["l1_bypass"])
+    about["started"] = f"{pd.to_datetime(run['started_at']):%Y-%m-%d %H:%M:%S} UTC" if run["started_at"] else None
+    return about
+
+
+def _fill_command(run: pd.Series) -> str:
+    return f"tracker profile {run['network']} --batch {run['batch']} --backend ncu"
+
+
+def for_run(store: Store, run_id: int) -> Report:
+    run = _run(store, run_id)
+    sub = _subtitle(run)
+    why = _no_counters(run)
+    sections = [_runtime(store, run_id, sub), _roofline(store, run_id, sub), _memory(store, run, sub),
+                _fp(store, run_id, sub, why), _stalls(store, run_id, sub, why), _pipes(store, run_id, sub, why),
+                _caches(store, run_id, sub, why), _traffic(store, run_id, sub, why),
+                _levels(store, run_id, sub, why), _reconcile(store, run_id, why)]
+    return Report(f"Run {run_id}: {run['network']}, batch {run['batch']}, {run['device_name'] or 'no device'}",
+                  describe(run), _about(run), sections, _fill_command(run))
+
+
+def _no_counters(run: pd.Series) -> str:
+    if run["backend"] in ("model", "events"):
+        return f"no counters in run {run.name} (backend {run['backend']}); profile with --backend ncu on a GPU"
+    return f"run {run.name} (backend {run['backend']}) did not collect these counters"
+
+
+def _top(frame: pd.DataFrame, column: str) -> pd.Series:
+    return frame.loc[frame[column].idxmax()]
 
 
 def _runtime(store, run_id, sub) -> Section:
@@ -64,134 +117,163 @@ def _runtime(store, run_id, sub) -> Section:
     total = runtime.iteration(store, run_id)
     known = frame[frame["ms"].notna()]
     if known.empty:
-        model = read_view(store, "run", None).set_index("id").loc[run_id, "backend"] == "model"
-        return Section("runtime", "Runtime per layer", "Figures 6/7", None,
+        model = _run(store, run_id)["backend"] == "model"
+        return Section("runtime", "Time per layer", "Figures 6/7", None,
                        "no times: a model run without a device" if model else "no launch times were recorded",
                        missing="profile with --device NAME for the model's times, or on a GPU")
-    top = known.loc[known["ms"].idxmax()]
-    finding = (f"{top['layer']} {top['phase']} takes the most time: {top['ms']:.3g} ms, "
-               f"{100 * top['ms'] / total['ms']:.0f}% of the {total['ms']:.3g} ms iteration ({top['source']})")
+    top = _top(known, "ms")
+    measured = (known["source"] == "measured").all()
+    finding = (f"{top['layer']} {top['phase']} takes the most time: {units.milliseconds(top['ms'])}, "
+               f"{units.percent(100 * top['ms'] / total['ms'])} of the {units.milliseconds(total['ms'])} iteration"
+               f"{'' if measured else ' (predicted by the model)'}")
+    title = "Time per layer (median kernel time)" if measured else "Time per layer (predicted by the model)"
     table = frame[["layer", "phase", "ms", "spread_pct", "predicted_ms", "launches", "source"]]
-    return Section("runtime", "Runtime per layer", "Figures 6/7", fig.runtime(frame, sub), finding, table)
+    figure = bars.by_phase(frame[frame["ms"] > 0], "ms", title, sub, "time", log=True)
+    return Section("runtime", "Time per layer", "Figures 6/7", figure, finding, table)
 
 
-def _fp(store, run_id, sub, missing) -> Section:
+def _roofline(store, run_id, sub) -> Section:
+    points, basis = roofline.chart(store, run_id)
+    roofs = roofline.roofs(store, run_id)
+    if points.empty:
+        return Section("roofline", "Roofline", "paper 000", None, "no times and no counters to place",
+                       missing="profile with --device NAME for the model's roofline, or on a GPU")
+    title = {"counters": "Hierarchical roofline (ncu: FLOPs and bytes per level)",
+             "time": "Roofline: the model's FLOPs and compulsory bytes over measured time",
+             "predicted": "Roofline predicted by the model (compulsory bytes)"}[basis]
+    primary = points[points["level"].isin(("DRAM", "compulsory"))]
+    primary = primary if not primary.empty else points
+    top = _top(primary, "flops_per_s")
+    finding = f"fastest: {top['layer']} {top['phase']} at {units.si(top['flops_per_s'], 'FLOP/s')}"
+    if roofs is not None:
+        finding += f", {units.percent(100 * top['flops_per_s'] / roofs.flops_per_s)} of the FP32 roof"
+        if "DRAM" in roofs.bandwidth:
+            below = (primary["intensity"] < roofs.ridge("DRAM")).sum()
+            finding += (f"; {below} of {len(primary)} layer phases lie left of the DRAM ridge "
+                        f"({units.number('intensity', roofs.ridge('DRAM'))}): memory-bound")
+    return Section("roofline", "Roofline", "paper 000", roofline_figure(points, roofs, f"{title}\n{sub}", basis),
+                   finding, points.drop(columns=["layer_id"]))
+
+
+def _memory(store, run: pd.Series, sub) -> Section:
+    from tracker.model import memory
+    from tracker.nets import build
+
+    options = json.loads(run["network_options"]) if isinstance(run["network_options"], str) else {}
+    model = memory(build(run["network"], **(options or {})), int(run["batch"]), int(run["dtype_bits"]))
+    parts = pd.DataFrame([{"part": k.removesuffix("_bytes").replace("_", " "), "bytes": v}
+                          for k, v in model.to_dict().items() if k != "peak_bytes"])
+    measured = run["measured_peak_bytes"]
+    finding = f"the model's peak: {units.nbytes(model.peak_bytes)}" + (
+        f"; measured peak {units.nbytes(measured)} ({units.ratio(measured / model.peak_bytes)} the model)"
+        if pd.notna(measured) and measured else "")
+    figure = bars.memory(parts, model.peak_bytes, measured if pd.notna(measured) else None, "GPU memory", sub)
+    return Section("memory", "GPU memory", "paper 002", figure, finding, parts)
+
+
+def _counter_section(key, title, paper, why) -> Section:
+    return Section(key, title, paper, None, "not collected", missing=why, needs_counters=True)
+
+
+def _fp(store, run_id, sub, why) -> Section:
     frame = fp.by_kind(store, run_id)
     if frame.empty:
-        return Section("fp_instructions", "FP32 instructions", "Figure 9", None, "not collected", missing=missing)
+        return _counter_section("fp_instructions", "FP32 instructions", "Figure 9", why)
     totals = frame.groupby("instruction")["instructions"].sum()
     per_layer = frame.groupby(["layer", "phase"], as_index=False)["instructions"].sum()
-    finding = (f"{totals.idxmax()} is {100 * totals.max() / totals.sum():.0f}% of FP32 instructions; "
-               f"most in {_share(per_layer, 'instructions')}")
-    return Section("fp_instructions", "FP32 instructions", "Figure 9", fig.fp_instructions(frame, sub), finding,
-                   fp.fp_instructions(store, run_id)[["layer", "phase", "fadd", "fmul", "ffma", "flops", "model_ops",
-                                                      "flops_per_model_op"]])
+    most = _top(per_layer, "instructions")
+    finding = (f"{totals.idxmax()} is {units.percent(100 * totals.max() / totals.sum())} of FP32 instructions; "
+               f"most in {most['layer']} {most['phase']}")
+    return Section("fp_instructions", "FP32 instructions", "Figure 9",
+                   bars.stacked(frame, "instruction", "instructions", "FP32 instructions", sub, "thread instructions"),
+                   finding, fp.fp_instructions(store, run_id)[["layer", "phase", "fadd", "fmul", "ffma", "flops",
+                                                               "model_ops", "flops_per_model_op"]])
 
 
-def _stalls(store, run_id, sub, missing) -> Section:
+def _stalls(store, run_id, sub, why) -> Section:
     frame = stalls.by_category(store, run_id)
+    if frame.empty:
+        return _counter_section("stalls", "Stall breakdown and what bounds each layer", "Figures 10/11", why)
     verdict = stalls.bound(store, run_id)
     table = verdict[["layer", "phase", "first_reason", "first_share", "second_reason", "bound", "why"]]
-    if frame.empty:
-        return Section("stalls", "Stall breakdown and what bounds each layer", "Figures 10/11", None,
-                       "not collected; the bound column is the model's roofline verdict", table, missing)
     times = runtime.runtime(store, run_id)[["layer_id", "phase", "ms"]]
     ranked = verdict.merge(times, on=["layer_id", "phase"]).dropna(subset=["first_reason"])
     ranked = ranked.sort_values("ms", ascending=False) if ranked["ms"].notna().any() else ranked
     top = ranked.iloc[0]
     finding = (f"{top['layer']} {top['phase']}: top stalls {top['first_reason']}, {top['second_reason']} "
                f"-> {top['bound']}-bound")
-    return Section("stalls", "Stall breakdown and what bounds each layer", "Figures 10/11",
-                   fig.stalls(frame, sub), finding, table)
+    figure = bars.stacked(frame.assign(share_pct=100 * frame["share"]), "category", "share_pct",
+                          "Stall breakdown (paper 003's categories)", sub, "share of stall samples")
+    return Section("stalls", "Stall breakdown and what bounds each layer", "Figures 10/11", figure, finding,
+                   table.rename(columns={"first_share": "first_share_pct"}).assign(
+                       first_share_pct=lambda t: 100 * t["first_share_pct"]))
 
 
-def _pipes(store, run_id, sub, missing) -> Section:
+def _pipes(store, run_id, sub, why) -> Section:
     frame = utilization.pipes(store, run_id)
-    table = utilization.utilization(store, run_id)
     if frame.empty:
-        return Section("alu_utilization", "ALU / pipe utilization", "Figure 12", None, "not collected",
-                       missing=missing)
-    top = frame.loc[frame["pct"].idxmax()]
-    finding = f"busiest pipe: {top['pipe']} at {top['pct']:.0f}% in {top['layer']} {top['phase']}"
-    return Section("alu_utilization", "ALU / pipe utilization", "Figure 12", fig.pipes(frame, sub), finding,
-                   table.drop(columns=["run_id", "layer_id", "kind"], errors="ignore"))
+        return _counter_section("alu_utilization", "ALU / pipe utilization", "Figure 12", why)
+    top = _top(frame, "pct")
+    finding = f"busiest pipe: {top['pipe']} at {units.percent(top['pct'])} in {top['layer']} {top['phase']}"
+    return Section("alu_utilization", "ALU / pipe utilization", "Figure 12",
+                   bars.grouped(frame, "pct", "pipe", "ALU / pipe utilization", sub, "% of peak"), finding,
+                   utilization.utilization(store, run_id).drop(columns=["run_id", "layer_id", "kind"], errors="ignore"))
 
 
-def _caches(store, run_id, sub, missing) -> Section:
+def _caches(store, run_id, sub, why) -> Section:
     frame = caches.by_level(store, run_id)
     if frame.empty:
-        return Section("cache_hit_rates", "Cache hit rates", "Figures 13/14", None, "not collected", missing=missing)
+        return _counter_section("cache_hit_rates", "Cache hit rates", "Figures 13/14", why)
     parts = []
     for level, rows in frame.groupby("level"):
         low = rows.loc[rows["hit_rate_pct"].idxmin()]
-        parts.append(f"{level} {rows['hit_rate_pct'].min():.0f}-{rows['hit_rate_pct'].max():.0f}% "
-                     f"(lowest {low['layer']} {low['phase']})")
-    return Section("cache_hit_rates", "Cache hit rates", "Figures 13/14", fig.hit_rates(frame, sub),
+        parts.append(f"{level} {units.percent(rows['hit_rate_pct'].min())} to "
+                     f"{units.percent(rows['hit_rate_pct'].max())} (lowest {low['layer']} {low['phase']})")
+    return Section("cache_hit_rates", "Cache hit rates", "Figures 13/14",
+                   bars.grouped(frame, "hit_rate_pct", "level", "Cache hit rates", sub, "hit rate"),
                    "hit rates: " + "; ".join(parts),
                    caches.hit_rates(store, run_id).drop(columns=["run_id", "layer_id", "kind"], errors="ignore"))
 
 
-def _traffic(store, run_id, sub, missing) -> Section:
+def _traffic(store, run_id, sub, why) -> Section:
     frame = traffic.by_level(store, run_id)
     if frame.empty:
-        return Section("traffic", "Transactions and throughput per level", "Figures 15/16", None, "not collected",
-                       missing=missing)
+        return _counter_section("traffic", "Transactions and throughput per level", "Figures 15/16", why)
     by_level = frame.groupby("level")["transactions"].sum()
-    finding = "transactions over the iteration: " + ", ".join(f"{lvl} {v:,.0f}" for lvl, v in by_level.items())
-    return Section("traffic", "Transactions and throughput per level", "Figures 15/16", fig.traffic(frame, sub),
-                   finding, frame.drop(columns=["layer_id"]))
+    finding = "transactions over the iteration: " + ", ".join(f"{lvl} {units.count(v)}" for lvl, v in by_level.items())
+    panels = [(c, label) for c, label in (("transactions", "sectors / wavefronts"), ("bytes_per_s", "throughput"))
+              if frame[c].notna().any()]
+    figure = bars.grouped(frame, panels[0][0], "level", "Transactions and throughput per memory level", sub,
+                          panels[0][1], log=True, panels=panels)
+    return Section("traffic", "Transactions and throughput per level", "Figures 15/16", figure, finding,
+                   frame.drop(columns=["layer_id"]))
 
 
-def _levels(store, run_id, sub, missing) -> Section:
+def _levels(store, run_id, sub, why) -> Section:
     frame = traffic.by_level(store, run_id)
     frame = frame[frame["pct_of_peak"].notna()] if not frame.empty else frame
     if frame.empty:
-        return Section("level_utilization", "Utilization per memory level", "Figure 17", None, "not collected",
-                       missing=missing)
-    top = frame.loc[frame["pct_of_peak"].idxmax()]
-    finding = f"closest to a peak: {top['level']} at {top['pct_of_peak']:.0f}% in {top['layer']} {top['phase']}"
+        return _counter_section("level_utilization", "Utilization per memory level", "Figure 17", why)
+    top = _top(frame, "pct_of_peak")
+    finding = (f"closest to a peak: {top['level']} at {units.percent(top['pct_of_peak'])} in "
+               f"{top['layer']} {top['phase']}")
     return Section("level_utilization", "Utilization per memory level", "Figure 17",
-                   fig.level_utilization(frame, sub), finding)
+                   bars.grouped(frame, "pct_of_peak", "level", "Utilization per memory level", sub, "% of peak"),
+                   finding)
 
 
-def _roofline(store, run_id, sub, missing) -> Section:
-    points, peaks = roofline.points(store, run_id), roofline.peaks(store, run_id)
-    if points.empty:  # the model's roofline: compulsory bytes, attainable FLOP/s
-        model = read_view(store, "layer_phase", run_id)
-        model = model[(model["ops"] > 0) & model["attainable_gflops"].notna()]
-        points = model.assign(level="model (compulsory bytes)", flops_per_s=model["attainable_gflops"] * 1e9)[
-            ["layer_id", "layer", "phase", "level", "intensity", "flops_per_s"]]
-        if points.empty:
-            return Section("roofline", "Hierarchical roofline", "paper 000", None, "no counters and no device",
-                           missing=missing)
-        finding = (f"model only ({missing}): {(model['bound'] == 'memory').sum()} of {len(model)} layer phases "
-                   "are memory-bound by compulsory bytes")
-        return Section("roofline", "Roofline (model)", "paper 000", fig.roofline(points, {}, sub), finding)
-    top = points.loc[points["flops_per_s"].idxmax()]
-    peak = peaks.get("flops_per_s")
-    finding = (f"fastest: {top['layer']} {top['phase']} at {top['flops_per_s'] / 1e12:.2f} TFLOP/s"
-               + (f", {100 * top['flops_per_s'] / peak:.0f}% of the FP32 peak" if peak else ""))
-    return Section("roofline", "Hierarchical roofline", "paper 000", fig.roofline(points, peaks, sub), finding,
-                   points.drop(columns=["layer_id"]))
-
-
-def _reconcile(store, run_id, missing) -> Section:
+def _reconcile(store, run_id, why) -> Section:
     frame = reconcile.reconcile(store, run_id)
-    memory = reconcile.peak_memory(store, run_id)
-    mem = (f"peak memory {memory['measured_peak_bytes'] / 2**30:.2f} GiB measured vs "
-           f"{memory['predicted_peak_bytes'] / 2**30:.2f} GiB modelled" if memory["ratio"] else
-           f"peak memory {memory['predicted_peak_bytes'] / 2**30:.2f} GiB modelled" if memory["predicted_peak_bytes"]
-           else "no peak memory")
     if frame.empty or frame["flops_ratio"].isna().all():
-        return Section("reconciliation", "Model vs measured", "paper 002", None, f"{mem}; no counters to reconcile",
-                       missing=missing)
-    worst = frame.loc[frame["flops_ratio"].idxmax()]
-    finding = (f"{mem}; most FLOPs over the model: {worst['layer']} {worst['phase']} "
-               f"({worst['flops_ratio']:.2f}x the model's ops)")
+        return _counter_section("reconciliation", "Model against measured", "paper 002", why)
+    worst = _top(frame, "flops_ratio")
+    finding = (f"most FLOPs over the model: {worst['layer']} {worst['phase']} "
+               f"({units.ratio(worst['flops_ratio'])} the model's ops)")
     if frame["dram_ratio"].notna().any():
-        excess = frame.loc[frame["dram_ratio"].idxmax()]
-        finding += f"; most excess DRAM traffic: {excess['layer']} {excess['phase']} ({excess['dram_ratio']:.2f}x)"
-    return Section("reconciliation", "Model vs measured", "paper 002", None, finding,
+        excess = _top(frame, "dram_ratio")
+        finding += (f"; most DRAM traffic over the compulsory bytes: {excess['layer']} {excess['phase']} "
+                    f"({units.ratio(excess['dram_ratio'])})")
+    return Section("reconciliation", "Model against measured", "paper 002", None, finding,
                    frame.drop(columns=["run_id", "layer_id"]))
 
 
@@ -202,59 +284,101 @@ def _speedup_finding(frame: pd.DataFrame) -> str:
     top = layers.loc[layers["change_pct"].abs().idxmax()]
     noise = layers["noise"].fillna(False).astype(bool)
     total = frame[frame["layer"] == "iteration"]
-    whole = f"; whole iteration {total['change_pct'].iloc[0]:+.1f}%" if not total.empty and pd.notna(
-        total["change_pct"].iloc[0]) else ""
+    whole = (f"; whole iteration {total['change_pct'].iloc[0]:+.1f}%"
+             if not total.empty and pd.notna(total["change_pct"].iloc[0]) else "")
     return (f"largest change: {top['layer']} {top['phase']} {top['change_pct']:+.1f}%"
             f"{' (within noise)' if top['noise'] is True else ''}; {int(noise.sum())} of {len(layers)} layer phases "
             f"within the run-to-run spread{whole}")
 
 
 def for_comparison(store: Store, run_a: int, run_b: int) -> list[Section]:
+    """Run B's speedup over run A (per image when their batch sizes differ), and B's roofline moves."""
     both = speedup.comparison(store, run_a, run_b)
-    frame = both[both["layer"] != "iteration"]
-    sub = f"{_subtitle(store, run_b)} over {_subtitle(store, run_a)}"
+    per = both["basis"].iloc[0]
+    a, b = _run(store, run_a), _run(store, run_b)
+    sub = f"run {run_b} ({_subtitle(b)}) over run {run_a} ({_subtitle(a)}); times {per}"
+    title = f"Speedup of run {run_b} over run {run_a}, {per}"
     table = both[["layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup", "change_pct",
                   "noise"]]
-    return [Section("speedup", f"Speedup of run {run_b} over run {run_a}", "Figure 8",
-                    fig.speedup(frame, f"Speedup of run {run_b} over run {run_a}", sub), _speedup_finding(both),
-                    table)]
+    return [Section("speedup", title, "Figure 8", bars.speedup(both[both["layer"] != "iteration"], title, sub),
+                    _speedup_finding(both), table), _moves(store, run_a, run_b, "roofline_moves", sub)]
 
 
-def for_experiment(store: Store, experiment_id: int) -> tuple[str, dict, list[Section]]:
+def _moves(store, run_a: int, run_b: int, key: str, sub: str, what: str = "") -> Section:
+    points, arrows, basis = roofline.moves(store, run_a, run_b)
+    title = f"Roofline moves: run {run_a} -> run {run_b}{what}"
+    figure = roofline_figure(points, roofline.roofs(store, run_b), f"{title}\n{sub}", basis, arrows)
+    up = (arrows["y1"] > arrows["y0"]).sum()
+    finding = f"{up} of {len(arrows)} layer phases move up (faster) from run {run_a} to run {run_b}"
+    return Section(key, title, "paper 000 (★ the move per layer phase)", figure, finding)
+
+
+def _experiment_about(info: dict, arms: pd.DataFrame) -> dict:
+    settings = {k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in info["settings"].items()}
+    return {"experiment": f"e{info['id']}", "kind": info["kind"], "status": info["status"],
+            "network": info["network"], **settings,
+            "runs": ", ".join(f"{r.arm}: run {r.run_id}" for r in arms.itertuples())}
+
+
+def for_experiment(store: Store, experiment_id: int) -> Report:
     info = experiment_dict(find_experiment(store, experiment_id))
     arms = experiments.runs(store, experiment_id)
     if arms.empty:
         raise StoreError(f"experiment e{experiment_id} ({info['status']}) has no completed run to report on")
-    base = int(arms[arms["baseline"].astype(bool)]["run_id"].iloc[0])
-    sub = f"{_subtitle(store, base)}; experiment e{experiment_id} {info['kind']}"
-    about = {"experiment": f"e{experiment_id}", "kind": info["kind"], "status": info["status"],
-             "network": info["network"], **{k: v for k, v in info["settings"].items()},
-             "runs": ", ".join(f"{r.arm}: run {r.run_id}" for r in arms.itertuples())}
-    heading = f"Experiment e{experiment_id}: {info['kind']} on {info['network']}"
-    if info["kind"] == "batch":
-        frame = experiments.scaling(store, experiment_id)
-        wide = frame.pivot_table(index=["layer_id", "layer", "phase"], columns="batch", values="ms").reset_index()
-        per_image = frame.groupby("batch")["ms_per_image"].sum()
-        finding = "time per image over the iteration: " + ", ".join(
-            f"batch {b}: {v * 1000:.3g} us" for b, v in per_image.items())
-        return heading, about, [Section("batch_runtime", "Runtime per layer per batch size", "Figures 6/7",
-                                        fig.batch_runtime(frame, sub), finding, wide.drop(columns=["layer_id"]))]
+    base = _run(store, int(arms[arms["baseline"].astype(bool)]["run_id"].iloc[0]))
+    batches = sorted(set(arms["batch"]))
+    batch_words = f"batch {batches[0]}" if len(batches) == 1 else "batches " + ", ".join(map(str, batches))
+    device = base["device_name"] or "no device"
+    sub = f"{info['network']}, {batch_words}, {device}, {base['backend']}; experiment e{experiment_id} {info['kind']}"
+    summary = (f"Experiment e{experiment_id} ({info['kind']}, {info['status']}): {info['network']} at {batch_words} "
+               f"on {device}, {len(arms)} runs ({', '.join(f'{r.arm}: run {r.run_id}' for r in arms.itertuples())}); "
+               f"the baseline run: {describe(base)}")
+    report = Report(f"Experiment e{experiment_id}: {info['kind']} on {info['network']}", summary,
+                    _experiment_about(info, arms), [], f"tracker profile {info['network']} --backend ncu")
+    report.sections = (_batch_sections(store, experiment_id, batches, sub) if info["kind"] == "batch"
+                       else _arm_sections(store, experiment_id, info["kind"], sub))
+    return report
+
+
+def _batch_sections(store, experiment_id: int, batches: list[int], sub: str) -> list[Section]:
+    frame = experiments.scaling(store, experiment_id)
+    totals = frame.groupby("batch", as_index=False)["ms"].sum()
+    totals = totals.assign(ms_per_image=totals["ms"] / totals["batch"],
+                           images_per_s=totals["batch"] / (totals["ms"] / 1e3))
+    finding = "time per image over the iteration: " + ", ".join(
+        f"batch {r.batch}: {units.milliseconds(r.ms_per_image)} ({units.count(r.images_per_s)} images/s)"
+        for r in totals.itertuples())
+    title = "Time per image per layer at batch " + ", ".join(map(str, batches))
+    wide = frame.pivot_table(index=["layer_id", "layer", "phase"], columns="batch", values="ms_per_image")
+    wide.columns = [f"batch_{b}_per_image_ms" for b in wide.columns]
+    return [Section("batch_runtime", title, "Figures 6/7", bars.batch(frame, totals, title, sub), finding,
+                    wide.reset_index().drop(columns=["layer_id"]))]
+
+
+TITLES = {"l1-bypass": ("L1 bypass (-dlcm=cg) speedup per layer", "paper 003 section 4 (6.2 %)"),
+          "variants": ("Kernel variants against global", "memory placement"),
+          "fusion": ("Fusion speedup per layer", "paper 003 section 4")}
+
+
+def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Section]:
     frame = experiments.speedups(store, experiment_id)
     sections = []
-    if info["kind"] == "fusion":
+    if kind == "fusion":
         pairs = experiments.fused_pairs(store, experiment_id)
         pairs = pairs.assign(change_pct=100 * (pairs["speedup"] - 1)) if not pairs.empty else pairs
         sections.append(Section("fusion", "Fusion speedup per conv/fc + ReLU pair", "paper 003 section 4 (4.0 %)",
-                                fig.speedup(pairs, "Fusion: separate ReLU -> fused kernel", sub),
+                                bars.speedup(pairs, "Fusion: separate ReLU -> fused kernel", sub),
                                 _speedup_finding(pd.concat([pairs, frame[frame["layer"] == "iteration"]])),
                                 pairs.drop(columns=["layer_id"], errors="ignore")))
-    title = {"l1-bypass": "L1 bypass (-dlcm=cg) speedup per layer", "variants": "Kernel variants against global",
-             "fusion": "Fusion speedup per layer"}[info["kind"]]
-    paper = {"l1-bypass": "paper 003 section 4 (6.2 %)", "variants": "memory placement",
-             "fusion": "paper 003 section 4"}[info["kind"]]
+    title, paper = TITLES[kind]
     columns = ["comparison", "arm", "layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup",
                "change_pct", "noise", "l1_hit_rate_change", "l2_hit_rate_change", "first_reason_a", "first_reason_b"]
     columns = [c for c in columns if c in frame.columns]
-    sections.append(Section(info["kind"].replace("-", "_"), title, paper, fig.speedup(frame, title, sub),
+    layers = frame[frame["layer"] != "iteration"] if not frame.empty else frame
+    sections.append(Section(kind.replace("-", "_"), title, paper, bars.speedup(layers, title, sub),
                             _speedup_finding(frame), frame[columns] if not frame.empty else None))
-    return heading, about, sections
+    for base, other in experiments.pairs(store, experiment_id):
+        what = f" ({base.comparison}: {base.arm} -> {other.arm})"
+        sections.append(_moves(store, int(base.run_id), int(other.run_id),
+                               f"roofline_{other.run_id}", sub, what))
+    return sections

@@ -1,0 +1,124 @@
+"""The one number formatter: every number a person reads (CLI tables, report pages, figure labels,
+findings) goes through here, three significant figures with its unit ('49.3 ms', '2.04 TB/s',
+'885k', '41.2%', '1.16x'). Programs read CSV and JSON, which keep every digit.
+
+The unit of a table column is read from its name (``*_ms`` is milliseconds, ``*bytes*`` bytes,
+``*_per_s`` a rate, ``*pct*`` a percentage, ``speedup`` a ratio), so a column means the same thing
+on every surface.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"),
+             (1e-9, "n"))
+
+
+def _digits(value: float) -> str:
+    """Three significant figures without exponent notation: 885, 49.3, 1.16."""
+    size = abs(value)
+    if size == 0:
+        return "0"
+    if size < 0.995:
+        return f"{value:.3g}"
+    return f"{value:.{0 if size >= 99.95 else 1 if size >= 9.995 else 2}f}"
+
+
+def si(value: float, unit: str = "", small: bool = True) -> str:
+    """``value`` with an SI prefix: si(2.04e12, 'B/s') -> '2.04 TB/s', si(885123) -> '885k'.
+    ``small`` allows the sub-unit prefixes (m, µ, n): seconds use them, counts do not."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}{' ' + unit if unit else ''}"
+    for scale, prefix in _PREFIXES:
+        if not small and scale < 1:
+            break
+        if abs(value) >= scale * 0.9995:
+            text = _digits(value / scale)
+            return f"{text} {prefix}{unit}" if unit else f"{text}{prefix}"
+    return f"{value:.3g} {unit}".strip()
+
+
+def tick(value: float, unit: str = "") -> str:
+    """An axis tick: as short as exact ('100 TFLOP/s', '2.5 ms')."""
+    for scale, prefix in _PREFIXES:
+        if abs(value) >= scale * 0.9995:
+            return f"{value / scale:.3g} {prefix}{unit}".strip()
+    return f"{value:.3g} {unit}".strip()
+
+
+def seconds(value: float) -> str:
+    """'49.3 ms', '885 µs', '1.20 s'."""
+    return si(value, "s")
+
+
+def milliseconds(value: float) -> str:
+    return seconds(value / 1e3)
+
+
+def nbytes(value: float) -> str:
+    """Bytes in decimal SI, like the bandwidths beside them: '1.02 MB', '3.35 TB/s' is :func:`rate`."""
+    return si(value, "B", small=False)
+
+
+def percent(value: float) -> str:
+    return f"{_digits(value)}%"
+
+
+def ratio(value: float) -> str:
+    return f"{_digits(value)}x"
+
+
+def count(value: float) -> str:
+    """Counts: exact below 10,000, then '885k', '5.62G'."""
+    if float(value).is_integer() and abs(value) < 10_000:
+        return str(int(value))
+    return si(value, small=False) if abs(value) >= 1 else _digits(value)
+
+
+def is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN, pandas NA and NaT are not equal to themselves
+    except (TypeError, ValueError):
+        return False
+
+
+def cell(column: str, value: Any, missing: str = "") -> str:
+    """``value`` of the column named ``column`` as a person reads it; ``missing`` for None/NaN."""
+    if is_missing(value):
+        return missing
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return "x".join(map(str, value)) if all(isinstance(v, int) for v in value) else ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    if not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    return number(column, float(value))
+
+
+def number(column: str, value: float) -> str:
+    """A number formatted by what its column's name says it is."""
+    name = column.lower()
+    if name == "ms" or name.endswith("_ms") or name.startswith("ms_"):
+        return milliseconds(value)
+    if name.endswith("_per_s") or name.endswith("per_second"):
+        unit = "B/s" if "bytes" in name else "FLOP/s" if "flop" in name else "/s"
+        return si(value, unit, small=False)
+    if "bytes" in name:
+        return nbytes(value)
+    if "pct" in name or name.endswith("percent") or "hit_rate" in name:
+        return percent(value)
+    if "speedup" in name or name.endswith("_ratio") or name == "ratio":
+        return ratio(value)
+    if "intensity" in name:
+        return f"{_digits(value)} FLOP/B"
+    if name.endswith("_id") or name in ("id", "batch", "repeat", "repeats", "position", "launches"):
+        return str(int(value)) if float(value).is_integer() else _digits(value)
+    return count(value)

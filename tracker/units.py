@@ -96,29 +96,59 @@ def cell(column: str, value: Any, missing: str = "") -> str:
         return "x".join(map(str, value)) if all(isinstance(v, int) for v in value) else ", ".join(map(str, value))
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())
-    if not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+    if isinstance(value, str) or not hasattr(value, "__float__"):
         return str(value)
-    if isinstance(value, str):
-        return value
     return number(column, float(value))
+
+
+def quantity(column: str) -> str:
+    """What a column's name says its numbers are: 'ms', 'B/s', 'FLOP/s', '/s', 'bytes', 'pct',
+    'ratio', 'intensity', 'id' or 'count'. The one reading of names that tables and axes share."""
+    name = column.lower()
+    if name == "ms" or name.endswith("_ms") or name.startswith("ms_"):
+        return "ms"
+    if name.endswith("_per_s") or name.endswith("per_second"):
+        return "B/s" if "bytes" in name else "FLOP/s" if "flop" in name else "/s"
+    if "bytes" in name:
+        return "bytes"
+    if "pct" in name or name.endswith("percent") or "hit_rate" in name:
+        return "pct"
+    if "speedup" in name or name.endswith("_ratio") or name == "ratio":
+        return "ratio"
+    if "intensity" in name:
+        return "intensity"
+    if name.endswith("_id") or name in ("id", "batch", "repeat", "repeats", "position", "launches"):
+        return "id"
+    return "count"
 
 
 def number(column: str, value: float) -> str:
     """A number formatted by what its column's name says it is."""
-    name = column.lower()
-    if name == "ms" or name.endswith("_ms") or name.startswith("ms_"):
+    kind = quantity(column)
+    if kind == "ms":
         return milliseconds(value)
-    if name.endswith("_per_s") or name.endswith("per_second"):
-        unit = "B/s" if "bytes" in name else "FLOP/s" if "flop" in name else "/s"
-        return si(value, unit, small=False)
-    if "bytes" in name:
+    if kind.endswith("/s"):
+        return si(value, kind, small=False)
+    if kind == "bytes":
         return nbytes(value)
-    if "pct" in name or name.endswith("percent") or "hit_rate" in name:
+    if kind == "pct":
         return percent(value)
-    if "speedup" in name or name.endswith("_ratio") or name == "ratio":
+    if kind == "ratio":
         return ratio(value)
-    if "intensity" in name:
+    if kind == "intensity":
         return f"{_digits(value)} FLOP/B"
-    if name.endswith("_id") or name in ("id", "batch", "repeat", "repeats", "position", "launches"):
+    if kind == "id":
         return str(int(value)) if float(value).is_integer() else _digits(value)
     return count(value)
+
+
+def axis_tick(column: str, value: float) -> str:
+    """A tick on an axis of the column's numbers: as short as exact ('10 ms', '2 TB/s', '50%')."""
+    kind = quantity(column)
+    if value <= 0:
+        return "0"
+    if kind == "ms":
+        return tick(value / 1e3, "s")
+    if kind == "pct":
+        return f"{value:g}%"
+    return tick(value, {"bytes": "B", "B/s": "B/s", "FLOP/s": "FLOP/s", "/s": "/s"}.get(kind, ""))

@@ -65,24 +65,9 @@ def _axis(ax, unit_column: str, xlabel: str, log: bool, base: float = 0.0) -> No
     if log:
         ax.set_xscale("log")
         ax.set_xlim(left=base)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _tick(unit_column, v)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: units.axis_tick(unit_column, v)))
     ax.xaxis.set_ticks_position("bottom")
     ax.tick_params(axis="x", labelsize=8, labeltop=True, top=True)  # scale at the top too, for tall figures
-
-
-def _tick(column: str, value: float) -> str:
-    if value <= 0:
-        return "0"
-    name = column.lower()
-    if name == "ms" or name.endswith("_ms") or name.startswith("ms_"):
-        return units.tick(value / 1e3, "s")
-    if name.endswith("_per_s"):
-        return units.tick(value, "B/s" if "bytes" in name else "/s")
-    if "pct" in name:
-        return f"{value:g}%"
-    if "bytes" in name:
-        return units.tick(value, "B")
-    return units.tick(value)
 
 
 def _title(fig, ax, title: str, subtitle: str) -> None:

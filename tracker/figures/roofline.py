@@ -45,6 +45,8 @@ def roofline(points: pd.DataFrame, roofs: Roofs | None, title: str, basis: str =
     """The figure, or None when no point has both an intensity and a rate (nothing to place on log
     axes). ``arrows`` (layer, phase, x0, y0, x1, y1) draws a move per layer phase; its points are
     then the variant's and the baseline is drawn faint at each arrow's tail."""
+    from matplotlib.ticker import FuncFormatter
+
     points = _placeable(points)
     if points.empty:
         return None
@@ -53,7 +55,7 @@ def roofline(points: pd.DataFrame, roofs: Roofs | None, title: str, basis: str =
     xlo, xhi, ylo, yhi = _limits(points, roofs, arrows)
     ax.set(xscale="log", yscale="log", xlim=(xlo, xhi), ylim=(ylo, yhi),
            xlabel="arithmetic intensity (FLOP per byte moved at the level)", ylabel="FLOP/s")
-    ax.yaxis.set_major_formatter(_unit_formatter("FLOP/s"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: units.axis_tick("flops_per_s", value)))
     ax.set_title(title, fontsize=11, loc="left")
     obstacles, ridges = _draw_roofs(ax, roofs, xlo, xhi) if roofs else ([], [])
     _draw_points(ax, points, basis)
@@ -93,12 +95,6 @@ def _limits(points, roofs, arrows) -> tuple[float, float, float, float]:
     xs = [x for x in xs if x > 0 and math.isfinite(x)]
     ys = [y for y in ys if y > 0 and math.isfinite(y)]
     return min(xs) / 3, max(xs) * 3, min(ys) / 4, max(ys) * 4  # room above the roof for labels
-
-
-def _unit_formatter(unit: str):
-    from matplotlib.ticker import FuncFormatter
-
-    return FuncFormatter(lambda value, _: units.tick(value, unit) if value > 0 else "")
 
 
 def _draw_roofs(ax, roofs: Roofs, xlo: float, xhi: float) -> tuple[list[tuple], list[_Label]]:

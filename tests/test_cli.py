@@ -79,7 +79,7 @@ def test_networks_and_devices(runner):
     assert len(alexnet["layers"]) == 21
     assert "enc1_conv1_dw" in run(runner, "networks", "unet2d", "--conv-type", "separable").output
     devices = json.loads(run(runner, "devices", "--format", "json").output)
-    assert len(devices) == 14 and all(d["sources"] for d in devices)
+    assert len(devices) == 15 and all(d["sources"] for d in devices)
     assert "paper 003" in run(runner, "devices", "gtx1080").output
 
 

@@ -11,7 +11,7 @@ from tracker.model.devices import CATALOG, SOURCES, lookup
 @pytest.mark.parametrize("name, key", [
     ("h100", "h100-sxm"), ("H100-SXM", "h100-sxm"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
     ("NVIDIA H100 PCIe", "h100-pcie"), ("nvidia h200", "h200"), ("GeForce GTX 1080", "gtx1080"),
-    ("Tesla K40c", "k40"), ("NVIDIA GeForce GTX TITAN X", "gtx-titan-x"), ("TITAN X (Pascal)", "titan-x-pascal"),
+    ("Tesla K40c", "k40"), ("Tesla K20c", "k20c"), ("k20", "k20c"), ("NVIDIA GeForce GTX TITAN X", "gtx-titan-x"), ("TITAN X (Pascal)", "titan-x-pascal"),
     ("rtx 2060 super", "rtx2060-super"), ("MX230", "mx230"), ("940mx", "940mx"), ("v100", "v100"),
     ("A100-SXM4-80GB", "a100"), ("l4", "l4"), ("RTX-4090", "rtx4090"),
 ])
@@ -58,3 +58,4 @@ def test_fp32_peak_is_cores_times_two_times_clock():
     assert lookup("h100").fp32_tflops == pytest.approx(16896 * 2 * 1.98e9 / 1e12, rel=1e-3)
     assert lookup("gtx1080").fp32_tflops == pytest.approx(2560 * 2 * 1.733e9 / 1e12, rel=1e-3)
     assert lookup("k40").fp32_tflops == pytest.approx(2880 * 2 * 0.745e9 / 1e12, rel=1e-3)
+    assert lookup("k20c").fp32_tflops == pytest.approx(2496 * 2 * 0.706e9 / 1e12, rel=2e-3)  # 3.52 rounds 3.524

@@ -24,6 +24,7 @@ from tracker.nets import build
     ("flops_per_s", 6.69e13, "66.9 TFLOP/s"), ("hit_rate_pct", 52.71, "52.7%"), ("speedup", 1.1649, "1.16x"),
     ("instructions", 885_123, "885k"), ("launches", 3, "3"), ("batch", 128, "128"), ("noise", True, "yes"),
     ("spread_pct", None, ""), ("speedup", float("nan"), ""), ("layer", "conv1", "conv1"), ("intensity", 15.9, "15.9 FLOP/B"),
+    ("l2_kib", 51200, "50.0 MiB"), ("l2_kib", 1280, "1.25 MiB"), ("shared_kib_per_sm", 228, "228 KiB"),
 ])
 def test_one_formatter_gives_every_number_its_unit(column, value, text):
     assert units.cell(column, value) == text
@@ -58,6 +59,31 @@ def test_the_model_roofline_draws_every_roof_and_ridge_of_the_device():
     assert "FP32 19.5 TFLOP/s (catalog)" in texts and "DRAM 2.04 TB/s (catalog)" in texts
     assert "L2 7.22 TB/s (catalog)" in texts and "L1 19.5 TB/s (catalog)" in texts
     assert {"ridge 9.56 FLOP/B", "ridge 2.70 FLOP/B", "ridge 1.00 FLOP/B"} <= set(texts)
+
+
+@pytest.mark.parametrize("store, roofs, ridges", [
+    ("k20c", {"FP32 3.52 TFLOP/s (catalog)", "DRAM 208 GB/s (catalog)", "L1 1.17 TB/s (catalog)"},
+     {"ridge 16.9 FLOP/B", "ridge 3.00 FLOP/B"}),
+    ("v100", {"FP32 15.7 TFLOP/s (catalog)", "DRAM 900 GB/s (catalog)", "L2 3.14 TB/s (catalog)",
+                 "L1 15.7 TB/s (catalog)"}, {"ridge 17.4 FLOP/B", "ridge 5.00 FLOP/B", "ridge 1.00 FLOP/B"}),
+])
+def test_the_sample_stores_rooflines_draw_their_devices_roofs(store, roofs, ridges, tmp_path):
+    """The public K20c (timed) and V100 (untimed, so predicted) samples, as the report draws them."""
+    from test_views import sample_store, v100_sample_store
+
+    from tracker.analysis import roofline as analysis
+    from tracker.store import open_store
+
+    db = str(tmp_path / "trace.db")
+    run_id = {"k20c": sample_store, "v100": v100_sample_store}[store](db)
+    trace = open_store(db, write=False)
+    points, basis = analysis.chart(trace, run_id)
+    assert basis == {"k20c": "time", "v100": "predicted"}[store]
+    fig = roofline(points, analysis.roofs(trace, run_id), store, basis)
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert roofs <= texts and ridges <= texts and fig.unplaced == []
+    boxes = _label_boxes(fig)
+    assert [(a, b) for a, b in itertools.combinations(boxes, 2) if a.overlaps(b)] == []
 
 
 def test_every_phase_has_one_colour_in_every_figure():

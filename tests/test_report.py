@@ -46,19 +46,25 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     md = (tmp_path / "report.md").read_text()
     assert "**Finding:** pool1 fwd: top stalls memory_dependency, exec_dependency -> memory-bound" in md
     assert "alexnet at batch 1 on Tesla K20c, timed with nvprof; kernel variants: the default of each op" in md
+    # The K20c's roofs are the catalog's (3.52 TFLOP/s over 208 GB/s: the ridge at 16.9 FLOP/B).
+    assert ("**Finding:** fastest: conv1 fwd at 26.6 GFLOP/s, 0.756% of the FP32 roof; 3 of 4 layer phases lie "
+            "left of the DRAM ridge (16.9 FLOP/B): memory-bound") in md
     assert "None" not in md and "nan" not in md.lower().replace("nanosecond", "")
 
 
 def test_the_v100_sample_draws_fp_stalls_and_hit_rates(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "6", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert {p.stem for p in tmp_path.glob("*.svg")} == {"memory", "fp_instructions", "stalls", "cache_hit_rates",
-                                                         "traffic"}
+    assert {p.stem for p in tmp_path.glob("*.svg")} == {"runtime", "roofline", "memory", "fp_instructions", "stalls",
+                                                         "cache_hit_rates", "traffic"}
     md = (tmp_path / "report.md").read_text()
     assert "**Finding:** fma is 97.7% of FP32 instructions; most in conv2 fwd" in md  # 5.6236e10 of 5.7557e10
     assert "**Finding:** hit rates: L1/TEX 52.7% to 52.7% (lowest conv2 fwd); L2 24.8% to 24.8% (lowest conv2 fwd)" in md
     assert "conv2 fwd: top stalls inst_fetch, memory_dependency -> latency-bound" in md
-    assert "no launch times were recorded" in md  # the excerpt has no duration
+    # The excerpt has no duration: time and roofline are the model's for the V100, and say why.
+    assert "(predicted by the model: no launch times were recorded)" in md
+    assert ("**Finding:** fastest: conv1 fwd at 15.7 TFLOP/s, 100% of the FP32 roof; 16 of 21 layer phases lie "
+            "left of the DRAM ridge (17.4 FLOP/B): memory-bound") in md
 
 
 def test_model_report_gives_runtime_and_the_models_roofline(runner, db, tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tracker.model import predict
+from tracker.model import lookup, predict
 from tracker.nets import build
 from tracker.profilers import nvprof
 from tracker.store import open_store, recording, run_sql
@@ -62,11 +62,12 @@ def _launch(invocation: int, layer_id: int, repeat: int, kernel: str, time_ms: f
 
 
 def _store(db: str, net, launches: list[dict], metrics: list[dict], label: str, device: str, repeat: int) -> int:
+    """As ``tracker profile`` records a run: the predictions are for the catalog's entry of the device."""
     store = open_store(db, write=True)
     with recording(store, network="alexnet", network_options={}, batch=1, phases="fwd", dtype_bits=32, variants={},
                    l1_bypass=False, backend="nvprof", backend_reason=label, repeat=repeat,
                    device_name=device) as run:
-        run.add_layers(net, predict(net, 1, phases="fwd"))
+        run.add_layers(net, predict(net, 1, lookup(device), phases="fwd"))
         run.add_launches(launches, metrics)
     store.dispose()
     return run.run_id

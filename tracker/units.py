@@ -62,6 +62,11 @@ def nbytes(value: float) -> str:
     return si(value, "B", small=False)
 
 
+def kibibytes(value: float) -> str:
+    """On-chip sizes as the specifications give them, in binary units: '48.0 KiB', '1.25 MiB'."""
+    return f"{_digits(value / 1024)} MiB" if value >= 1024 else f"{_digits(value)} KiB"
+
+
 def percent(value: float) -> str:
     return f"{_digits(value)}%"
 
@@ -102,7 +107,7 @@ def cell(column: str, value: Any, missing: str = "") -> str:
 
 
 def quantity(column: str) -> str:
-    """What a column's name says its numbers are: 'ms', 'B/s', 'FLOP/s', '/s', 'bytes', 'pct',
+    """What a column's name says its numbers are: 'ms', 'B/s', 'FLOP/s', '/s', 'bytes', 'KiB', 'pct',
     'ratio', 'intensity', 'id' or 'count'. The one reading of names that tables and axes share."""
     name = column.lower()
     if name == "ms" or name.endswith("_ms") or name.startswith("ms_"):
@@ -111,6 +116,8 @@ def quantity(column: str) -> str:
         return "B/s" if "bytes" in name else "FLOP/s" if "flop" in name else "/s"
     if "bytes" in name:
         return "bytes"
+    if "_kib" in name:
+        return "KiB"
     if "pct" in name or name.endswith("percent") or "hit_rate" in name:
         return "pct"
     if "speedup" in name or name.endswith("_ratio") or name == "ratio":
@@ -131,6 +138,8 @@ def number(column: str, value: float) -> str:
         return si(value, kind, small=False)
     if kind == "bytes":
         return nbytes(value)
+    if kind == "KiB":
+        return kibibytes(value)
     if kind == "pct":
         return percent(value)
     if kind == "ratio":

@@ -21,6 +21,10 @@ SOURCES = {
     "paper003": "paper 003 (Dong et al. ICPE'18), Table 2",
     "cuda-guide": "CUDA C++ Programming Guide, technical specifications per compute capability",
     "nv-k40": "NVIDIA Tesla K40 GPU accelerator board specification (BD-06902-001)",
+    "nv-k20": "NVIDIA Tesla Kepler family overview (Tesla-KSeries-Overview): Tesla K20, 2496 cores, 3.52 TFLOPS "
+              "single precision, 208 GB/s",
+    "nv-gk110": "NVIDIA Kepler GK110 architecture whitepaper: 15 SMX on the full chip, 13 or 14 in Tesla products "
+                "(192 FP32 cores each); 1536 KB of L2",
     "nv-gtx1080": "NVIDIA GeForce GTX 1080 whitepaper (GP104)",
     "nv-gm200": "NVIDIA GeForce GTX TITAN X product specifications (GM200)",
     "nv-titanx-pascal": "NVIDIA TITAN X (Pascal) product specifications (GP102)",
@@ -124,6 +128,11 @@ CATALOG: tuple[Device, ...] = (
            _sources("paper000", l2_kib="nv-turing", shared_kib_per_sm="cuda-guide"),
            aliases=("NVIDIA GeForce RTX 2060 SUPER", "2060 super", "rtx 2060s"),
            notes="paper 000 prints 1.68 GHz and 7.181 TFLOPS (= 2176 cores x 2 x 1.65 GHz boost)", year=2019),
+    Device("k20c", "Tesla K20c", "3.5", 13, 3.52, 208.0, 1280, 48,
+           _sources("nv-k20", sm_count="nv-gk110", l2_kib="nv-gk110", shared_kib_per_sm="cuda-guide"),
+           aliases=("Tesla K20c", "Tesla K20m", "Tesla K20"),
+           notes="GK110 with 13 of 15 SMX: 2496 cores at the 706 MHz base clock; 320-bit GDDR5, so 5 of the "
+                 "chip's six 256 KB L2 slices (1280 KB); the GPU of the public nvprof samples", year=2012),
     Device("k40", "Tesla K40", "3.5", 15, 4.29, 288.0, 1536, 48,
            _sources("nv-k40", l2_kib="paper003", shared_kib_per_sm="cuda-guide"),
            aliases=("Tesla K40c", "Tesla K40m", "Tesla K40"),

@@ -125,11 +125,18 @@ def _runtime(store, run_id, sub) -> Section:
     measured = (known["source"] == "measured").all()
     finding = (f"{top['layer']} {top['phase']} takes the most time: {units.milliseconds(top['ms'])}, "
                f"{units.percent(100 * top['ms'] / total['ms'])} of the {units.milliseconds(total['ms'])} iteration"
-               f"{'' if measured else ' (predicted by the model)'}")
-    title = "Time per layer (median kernel time)" if measured else "Time per layer (predicted by the model)"
+               f"{'' if measured else f' ({_predicted(store, run_id)})'}")
+    title = "Time per layer (median kernel time)" if measured else f"Time per layer ({_predicted(store, run_id)})"
     table = frame[["layer", "phase", "ms", "spread_pct", "predicted_ms", "launches", "source"]]
     figure = bars.by_phase(frame[frame["ms"] > 0], "ms", title, sub, "time", log=True)
     return Section("runtime", "Time per layer", "Figures 6/7", figure, finding, table)
+
+
+def _predicted(store, run_id) -> str:
+    """Why a run's figures are the model's: it is a model run, or its launches were never timed."""
+    if _run(store, run_id)["backend"] == "model":
+        return "predicted by the model"
+    return "predicted by the model: no launch times were recorded"
 
 
 def _roofline(store, run_id, sub) -> Section:
@@ -140,7 +147,7 @@ def _roofline(store, run_id, sub) -> Section:
                        missing="profile with --device NAME for the model's roofline, or on a GPU")
     title = {"counters": "Hierarchical roofline (ncu: FLOPs and bytes per level)",
              "time": "Roofline: the model's FLOPs and compulsory bytes over measured time",
-             "predicted": "Roofline predicted by the model (compulsory bytes)"}[basis]
+             "predicted": f"Roofline {_predicted(store, run_id)} (compulsory bytes)"}[basis]
     primary = points[points["level"].isin(("DRAM", "compulsory"))]
     primary = primary if not primary.empty else points
     top = _top(primary, "flops_per_s")

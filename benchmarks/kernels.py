@@ -6,7 +6,7 @@ Writes benchmarks/RESULTS.md with the GPU, driver and date.
 
     python benchmarks/kernels.py [--batch 128] [--reps 20] [--out benchmarks/RESULTS.md]
 
-NOT YET RUN ON A GPU: the first session with one runs it (tools/gpu_session.sh).
+Last run on an H100 (benchmarks/RESULTS.md, by tools/gpu_stage.sh 2).
 """
 
 from __future__ import annotations
@@ -19,18 +19,16 @@ from pathlib import Path
 import cupy as cp
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from tracker.gpu import launchers as L
 from tracker.gpu.cupy_backend import CupyBackend, device_info
-from tracker.gpu.kernels import VARIANTS
-from tracker.gpu.selftest import Case, network_cases
 from tracker.model import costs
 from tracker.nets import build
+from tracker.ops import OPS, Case
+from tracker.ops.launch import Arrays
+from tracker.ops.selftest import network_cases
 
 TARGETS = {"conv": 1.5, "linear": 1.3}  # best variant within this factor of cuDNN / cuBLAS
-BANDWIDTH_TARGET = 0.85  # memory-bound ops: share of the measured copy bandwidth
-MEMORY_BOUND = ("relu", "maxpool", "lrn", "softmax")
+BANDWIDTH_TARGET = 0.85  # memory-bound ops (those without a library baseline): share of the copy bandwidth
 
 
 class Timer:
@@ -56,64 +54,23 @@ class Timer:
         return median, (max(times) - min(times)) / median
 
 
-def tensors(case: Case, rng) -> dict:
-    """CuPy inputs and outputs of every phase of a case (the same arrays serve each variant)."""
-    s, f32 = case.shapes, lambda *shape: cp.asarray(rng.normal(size=shape).astype(np.float32))
-    t = {"x": f32(*s["x"])}
-    if case.op in ("conv", "linear"):
-        t.update(w=f32(*s["w"]) * 0.01, b=f32(s["w"][0]))
-    return t
+def arrays(case: Case, rng) -> Arrays:
+    """CuPy arrays of every role a case's phases touch (the same arrays serve each variant):
+    random inputs, ones as the incoming gradient, labels 0."""
+    shapes = OPS[case.op].arrays(case)
+    made = {role: cp.asarray(rng.normal(size=shape).astype(np.float32)) for role, shape in shapes.items()}
+    if "w" in made:
+        made["w"] *= 0.01
+    if "dy" in made:
+        made["dy"] = cp.ones_like(made["dy"])
+    if "labels" in made:
+        made["labels"] = cp.zeros(shapes["labels"], cp.int32)
+    return Arrays(**made)
 
 
-def ours(backend, case: Case, variant: str, phase: str, t: dict):
+def ours(backend, case: Case, variant: str, phase: str, a: Arrays):
     """A callable launching one variant's kernels for one phase."""
-    s = case.shapes
-    x = t["x"]
-    if case.op == "conv":
-        y = t.setdefault("y", cp.empty((s["x"][0], s["w"][0], *_conv_out(s)), cp.float32))
-        dy, dx = t.setdefault("dy", cp.ones_like(y)), t.setdefault("dx", cp.empty_like(x))
-        dw, db = t.setdefault("dw", cp.empty_like(t["w"])), t.setdefault("db", cp.empty_like(t["b"]))
-        return {"fwd": lambda: L.conv_fwd(backend, variant, x, t["w"], t["b"], y, s["stride"], s["pad"]),
-                "bwd_data": lambda: L.conv_bwd_data(backend, variant, dy, t["w"], dx, s["stride"], s["pad"], y),
-                "bwd_weight": lambda: L.conv_bwd_weight(backend, variant, dy, x, dw, db, s["stride"], s["pad"], y),
-                }[phase]
-    if case.op == "linear":
-        y = t.setdefault("y", cp.empty((s["x"][0], s["w"][0]), cp.float32))
-        dy, dx = t.setdefault("dy", cp.ones_like(y)), t.setdefault("dx", cp.empty_like(x))
-        dw, db = t.setdefault("dw", cp.empty_like(t["w"])), t.setdefault("db", cp.empty_like(t["b"]))
-        return {"fwd": lambda: L.linear_fwd(backend, variant, x, t["w"], t["b"], y),
-                "bwd_data": lambda: L.linear_bwd_data(backend, variant, dy, t["w"], dx, y),
-                "bwd_weight": lambda: L.linear_bwd_weight(backend, variant, dy, x, dw, db, y)}[phase]
-    if case.op == "maxpool":
-        y = t.setdefault("y", cp.empty((*s["x"][:2], *_pool_out(s)), cp.float32))
-        dy, dx = t.setdefault("dy", cp.ones_like(y)), t.setdefault("dx", cp.empty_like(x))
-        return {"fwd": lambda: L.maxpool_fwd(backend, variant, x, y, s["size"], s["stride"]),
-                "bwd_data": lambda: L.maxpool_bwd(backend, variant, dy, x, dx, s["size"], s["stride"])}[phase]
-    y, dy, dx = (t.setdefault(k, cp.empty_like(x)) for k in ("y", "dy", "dx"))
-    if case.op == "relu":
-        return {"fwd": lambda: L.relu_fwd(backend, variant, x, y),
-                "bwd_data": lambda: L.relu_bwd(backend, variant, dy, y, dx)}[phase]
-    if case.op == "lrn":
-        p = {k: s[k] for k in ("size", "alpha", "beta", "k")}
-        return {"fwd": lambda: L.lrn_fwd(backend, variant, x, y, **p),
-                "bwd_data": lambda: L.lrn_bwd(backend, variant, dy, x, y, dx, **p)}[phase]
-    labels = t.setdefault("labels", cp.zeros(s["x"][0], cp.int32))
-    return {"fwd": lambda: L.softmax_fwd(backend, variant, x, y),
-            "bwd_data": lambda: L.softmax_xent_bwd(backend, variant, y, labels, dx)}[phase]
-
-
-def library(case: Case, phase: str):
-    """cuDNN / cuBLAS through PyTorch for the same conv or linear phase."""
-    s = case.shapes
-    x = torch.randn(*s["x"], device="cuda")
-    w = torch.randn(*s["w"], device="cuda") * 0.01
-    if case.op == "conv":
-        dy = torch.ones_like(F.conv2d(x, w, stride=s["stride"], padding=s["pad"]))
-        return {"fwd": lambda: F.conv2d(x, w, stride=s["stride"], padding=s["pad"]),
-                "bwd_data": lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, s["stride"], s["pad"]),
-                "bwd_weight": lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, s["stride"], s["pad"])}[phase]
-    dy = torch.ones(s["x"][0], s["w"][0], device="cuda")
-    return {"fwd": lambda: F.linear(x, w), "bwd_data": lambda: dy @ w, "bwd_weight": lambda: dy.t() @ x}[phase]
+    return lambda: OPS[case.op].launch(backend, variant, phase, a, **case.params)
 
 
 def torch_step(net, batch: int):
@@ -127,25 +84,14 @@ def torch_step(net, batch: int):
               for name, wb in initial_parameters(net, 0).items()}
 
     def step():
-        acts, loss = {"input": x}, None
-        for layer in net.layers:
-            h, op = acts[layer.inputs[0]], layer.op
-            if layer.kind == "conv":
-                h = F.conv2d(h, *params[layer.name], stride=op.stride, padding=op.padding, groups=op.groups)
-            elif layer.kind == "linear":
-                h = F.linear(h.flatten(1), *params[layer.name])
-            elif layer.kind == "relu":
-                h = F.relu(h)
-            elif layer.kind == "maxpool":
-                h = F.max_pool2d(h, op.kernel, op.stride)
-            elif layer.kind == "lrn":
-                h = F.local_response_norm(h, op.size, op.alpha, op.beta, op.k)
-            elif layer.kind == "softmax":
-                loss = F.cross_entropy(h, labels)
-            acts[layer.name] = h
+        acts = {"input": x}
+        for layer in net.layers:  # each op's own PyTorch call; softmax's is the cross-entropy loss
+            op = OPS[layer.kind]
+            acts[layer.name] = op.torch_forward(acts[layer.inputs[0]], params.get(layer.name), labels,
+                                                **op.params(layer))
         for p in params.values():
             p[0].grad = p[1].grad = None
-        loss.backward()
+        acts[net.layers[-1].name].backward()
     return step
 
 
@@ -182,14 +128,6 @@ def _step_time(fn, reps: int) -> tuple[float, float]:
     return median, (max(times) - min(times)) / median
 
 
-def _conv_out(s):
-    return [(n + 2 * s["pad"] - k) // s["stride"] + 1 for n, k in zip(s["x"][2:], s["w"][2:])]
-
-
-def _pool_out(s):
-    return [(n - s["size"]) // s["stride"] + 1 for n in s["x"][2:]]
-
-
 def main() -> None:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("--batch", type=int, default=128)
@@ -208,14 +146,14 @@ def main() -> None:
     predicted = {layer.name: costs(layer, opts.batch) for layer in net.layers}
     lines = []
     for case in network_cases(net, opts.batch):
-        t = tensors(case, rng)
-        for phase in ("fwd", "bwd_data", "bwd_weight"):
+        op, a = OPS[case.op], arrays(case, rng)
+        for phase in op.phases:
             if phase not in predicted[case.layer]:
                 continue
-            timings = {v: timer(ours(backend, case, v, phase, t)) for v in VARIANTS[case.op]}
+            timings = {v: timer(ours(backend, case, v, phase, a)) for v in op.variants}
             best = min(timings, key=lambda v: timings[v][0])
             nbytes = predicted[case.layer][phase].elements * 4
-            if case.op in MEMORY_BOUND:
+            if op.library is None:
                 src = cp.empty(nbytes // 8, cp.float32)  # read half the bytes, write the other half
                 dst = cp.empty_like(src)
                 copy_ms, _ = timer(lambda: cp.copyto(dst, src))
@@ -223,7 +161,7 @@ def main() -> None:
                 met = ratio >= BANDWIDTH_TARGET
                 baseline = f"copy {copy_ms:.3f} ms ({nbytes / copy_ms / 1e6:.0f} GB/s)"
             else:
-                lib_ms, _ = timer(library(case, phase))
+                lib_ms, _ = timer(op.library(case, phase))
                 ratio, target = timings[best][0] / lib_ms, f"<= {TARGETS[case.op]}x library"
                 met = ratio <= TARGETS[case.op]
                 baseline = f"{'cuDNN' if case.op == 'conv' else 'cuBLAS'} {lib_ms:.3f} ms"

@@ -2,9 +2,14 @@
 // loaders that feed it (dense matrices, and implicit im2col views of a convolution), and its
 // epilogue (bias, ReLU, accumulate). One GEMM body, many callers: no kernel body is copied.
 //
-// C[m][n] = sum_k A(m, k) * B(k, n), tiles of 64 x 64 x 16, 256 threads as 16 x 16, each thread
-// a 4 x 4 register block at rows ty + 16 i and columns tx + 16 j (strided, so shared-memory reads
-// broadcast or hit distinct banks and the epilogue's stores coalesce).
+// C[m][n] = sum_k A(m, k) * B(k, n), tiles of TILE_M x TILE_N x TILE_K (64 x 64 x 16), each
+// thread a THREAD_M x THREAD_N register block (4 x 4) at rows ty + ROWS i and columns tx + COLS j,
+// ROWS x COLS = GEMM_THREADS threads (16 x 16; strided, so shared-memory reads broadcast or hit
+// distinct banks and the epilogue's stores coalesce).
+//
+// The sizes are not written here: tracker/ops/gemm.py hands them to NVRTC as -D options (and
+// tracker/ops/*.py the others: CONSTANT_FLOATS, POOL_TILE), so the launch grids computed in
+// Python and the kernels compiled from here read the same numbers.
 #pragma once
 
 // Kernel pointers are `T* RESTRICT`. By default that is __restrict__, and the compiler, knowing
@@ -18,10 +23,11 @@
 #define RESTRICT __restrict__
 #endif
 
-#define GEMM_THREADS 256
-#define TILE_M 64
-#define TILE_N 64
-#define TILE_K 16
+#if !defined(TILE_M) || !defined(TILE_N) || !defined(TILE_K) || !defined(THREAD_M) || !defined(THREAD_N) || \
+    !defined(GEMM_THREADS)
+#error "the GEMM's sizes come from tracker/ops/gemm.py as -D options (tracker.gpu.kernels.compile_options)"
+#endif
+static_assert((TILE_M / THREAD_M) * (TILE_N / THREAD_N) == GEMM_THREADS, "one thread per register block");
 
 // Dense row-major matrix: element (r, c) at p[r * ld + c]; consecutive c are contiguous.
 struct Mat {
@@ -79,9 +85,10 @@ template <class A, class B, class Epi>
 __device__ __forceinline__ void gemm_tile(int M, int N, int K, const A& a, const B& b, const Epi& epi) {
     __shared__ float As[TILE_K][TILE_M + 1];
     __shared__ float Bs[TILE_K][TILE_N + 1];
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    constexpr int ROWS = TILE_M / THREAD_M, COLS = TILE_N / THREAD_N;
+    const int tx = threadIdx.x % COLS, ty = threadIdx.x / COLS;
     const int m0 = blockIdx.y * TILE_M, n0 = blockIdx.x * TILE_N;
-    float acc[4][4] = {};
+    float acc[THREAD_M][THREAD_N] = {};
     for (int k0 = 0; k0 < K; k0 += TILE_K) {
         // Consecutive threads walk the loader's contiguous index, so global loads coalesce.
         for (int i = threadIdx.x; i < TILE_M * TILE_K; i += GEMM_THREADS) {
@@ -99,23 +106,23 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, const A& a, const
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < TILE_K; ++kk) {
-            float ar[4], br[4];
+            float ar[THREAD_M], br[THREAD_N];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) ar[i] = As[kk][ty + 16 * i];
+            for (int i = 0; i < THREAD_M; ++i) ar[i] = As[kk][ty + ROWS * i];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) br[j] = Bs[kk][tx + 16 * j];
+            for (int j = 0; j < THREAD_N; ++j) br[j] = Bs[kk][tx + COLS * j];
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < THREAD_M; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+                for (int j = 0; j < THREAD_N; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < THREAD_M; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
+        for (int j = 0; j < THREAD_N; ++j) {
+            const int m = m0 + ty + ROWS * i, n = n0 + tx + COLS * j;
             if (m < M && n < N) epi(m, n, acc[i][j]);
         }
 }

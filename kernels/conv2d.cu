@@ -92,7 +92,9 @@ extern "C" __global__ void conv2d_bwd_weight_global(const float* RESTRICT dy, co
 
 // --- constant -------------------------------------------------------------------------------
 
-#define CONSTANT_FLOATS 16384  // 64 KiB
+#ifndef CONSTANT_FLOATS
+#error "CONSTANT_FLOATS comes from tracker/ops/conv2d.py as a -D option"
+#endif
 __constant__ float c_filters[CONSTANT_FLOATS];
 
 // Output channels k0 .. k0 + gridDim.y - 1, whose filters the host copied to c_filters.
@@ -199,7 +201,7 @@ struct Im2colT {
     }
 };
 
-// Grid: (ceil(P*Q / 64), ceil(K / 64), N). relu != 0 is the fused variant's epilogue.
+// Grid: (ceil(P*Q / TILE_N), ceil(K / TILE_M), N). relu != 0 is the fused variant's epilogue.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 conv2d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const float* RESTRICT bias,
                     float* RESTRICT y, ConvShape s, int relu) {
@@ -208,7 +210,7 @@ conv2d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const floa
               Store{y + (size_t)n * s.K * pq, pq, bias, true, relu != 0, false});
 }
 
-// Grid: (ceil(H*W / 64), ceil(C / 64), N). relu_y: the fused forward's output, or nullptr.
+// Grid: (ceil(H*W / TILE_N), ceil(C / TILE_M), N). relu_y: the fused forward's output, or nullptr.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w,
                          const float* RESTRICT relu_y, float* RESTRICT dx, ConvShape s) {
@@ -220,7 +222,7 @@ conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w,
               Store{dx + (size_t)n * s.C * hw, hw, nullptr, false, false, false});
 }
 
-// Grid: (ceil(C*R*S / 64), ceil(K / 64), 1); the GEMM's reduction runs over every image.
+// Grid: (ceil(C*R*S / TILE_N), ceil(K / TILE_M), 1); the GEMM's reduction runs over every image.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 conv2d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x,
                            const float* RESTRICT relu_y, float* RESTRICT dw, ConvShape s) {

@@ -9,7 +9,7 @@
 //            variants' backward, whose output gradient passes the ReLU inside the GEMM.
 //   bias_grad  db[k] = sum over n and j of dy[n][k][j] (masked likewise): one block per channel.
 //
-// Grid for the GEMMs: (ceil(N / 64), ceil(M / 64)), 256 threads.
+// Grid for the GEMMs: (ceil(N / TILE_N), ceil(M / TILE_M)), GEMM_THREADS threads.
 #include "common.cuh"
 
 #define GEMM_ARGS                                                                                   \

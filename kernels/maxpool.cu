@@ -4,7 +4,7 @@
 // address and no atomics are needed.
 //
 //   global  one thread per output (fwd) or input (bwd), every read from global memory.
-//   shared  one block per 16 x 16 tile of a plane: the input rows and columns the tile's windows
+//   shared  one block per POOL_TILE x POOL_TILE tile of a plane: the input rows and columns the tile's windows
 //           cover (the halo included) are staged in shared memory first (dynamic shared memory:
 //           the host sizes it, see maxpool_*_shared_bytes in tracker/gpu). bwd stages the input
 //           region and the output gradients that meet the tile.
@@ -70,7 +70,9 @@ extern "C" __global__ void maxpool_bwd_global(const float* RESTRICT dy, const fl
     }
 }
 
-#define POOL_TILE 16
+#ifndef POOL_TILE
+#error "POOL_TILE comes from tracker/ops/maxpool.py as a -D option"
+#endif
 
 // Input staged in shared memory as a tile of `span` columns whose corner is input (h0, v0).
 struct SharedPlane {
@@ -79,7 +81,7 @@ struct SharedPlane {
     __device__ __forceinline__ float operator()(int h, int v) const { return tile[(h - h0) * span + (v - v0)]; }
 };
 
-// Block (16, 16) per 16 x 16 output tile; grid (ceil(Q/16), ceil(P/16), N*C);
+// Block (POOL_TILE, POOL_TILE) per tile of outputs; grid (ceil(Q/POOL_TILE), ceil(P/POOL_TILE), N*C);
 // dynamic shared memory: span^2 floats, span = 15 * stride + size.
 extern "C" __global__ void maxpool_fwd_shared(const float* RESTRICT x, float* RESTRICT y, PoolShape s) {
     extern __shared__ float tile[];
@@ -98,7 +100,7 @@ extern "C" __global__ void maxpool_fwd_shared(const float* RESTRICT x, float* RE
     y[((size_t)plane * s.P + p) * s.Q + q] = sp(p * s.stride + i / s.size, q * s.stride + i % s.size);
 }
 
-// Block (16, 16) per 16 x 16 input tile; grid (ceil(W/16), ceil(H/16), N*C). Stages the outputs
+// Block (POOL_TILE, POOL_TILE) per tile of inputs; grid (ceil(W/POOL_TILE), ceil(H/POOL_TILE), N*C). Stages the outputs
 // whose windows meet the tile (at most n = (14 + size) / stride + 1 per side) and the input
 // region those windows read (span = (n - 1) * stride + size per side): dynamic shared memory
 // of span^2 + n^2 floats.

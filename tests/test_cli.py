@@ -138,7 +138,7 @@ def tracker_db(runner, tmp_path) -> Path:
     (["profile", "alexnet", "--backend", "events"], ["needs an NVIDIA GPU"]),
     (["profile", "alexnet", "--backend", "ncu"], ["needs an NVIDIA GPU"]),
     (["profile", "alexnet", "--variant", "turbo"], ["unknown variant"]),
-    (["profile", "alexnet", "--variant", "conv=warp"], ["conv has no variant 'warp'"]),
+    (["profile", "alexnet", "--variant", "conv=warp"], ["unknown conv variant 'warp'"]),
     (["sql", "SELEC 1"], ["SQL error"]),
     (["sql", "DELETE FROM run"], ["read-only"]),
     (["show", 99], ["no run 99"]),

@@ -3,7 +3,7 @@ Marked `gpu`: skipped without a CUDA device (see conftest.py)."""
 
 import pytest
 
-from tracker.gpu.selftest import network_cases
+from tracker.ops.selftest import network_cases
 from tracker.nets import build
 
 pytestmark = pytest.mark.gpu

@@ -9,13 +9,16 @@ import pytest
 from tracker.cli import cli
 from tracker.gpu import verified
 from tracker.gpu.compile import build, global_loads, variant_rows
-from tracker.gpu.kernels import (ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, PHASES_OF, SOURCES, TABLE,
-                                 compile_options, source_hash, source_text)
-from tracker.variants import VARIANTS
+from tracker.gpu.kernels import ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, compile_options, source_hash, source_text
+from tracker.gpu.kernels import sources as kernel_sources
+from tracker.ops import OPS
+
+TABLE = tuple(OPS.launches())
+SOURCES = kernel_sources()
 
 
 def test_the_table_covers_every_op_phase_and_variant_once():
-    expected = {(op, phase, v) for op, names in VARIANTS.items() for phase in PHASES_OF[op] for v in names}
+    expected = {(op.kind, phase, v) for op in OPS for phase in op.phases for v in op.variants}
     keys = [(v.op, v.phase, v.variant) for v in TABLE]
     assert sorted(keys) == sorted(expected)
 
@@ -25,8 +28,8 @@ def test_the_table_covers_every_op_phase_and_variant_once():
 def test_every_kernel_compiles_without_spills(arch, policy):
     builds = {source: build(source, arch, policy) for source in SOURCES}
     for variant in TABLE:
-        for source, name in variant.kernels:
-            assert name in builds[source].kernels, f"{variant.key}: no kernel {name} in {source}"
+        for k in variant.kernels:
+            assert k.name in builds[k.source].kernels, f"{variant.key}: no kernel {k.name} in {k.source}"
     for b in builds.values():
         for name, r in b.kernels.items():
             assert (r.spill_stores, r.spill_loads, r.stack_bytes) == (0, 0, 0), (b.source, name, r)
@@ -65,7 +68,7 @@ def test_the_compile_check_uses_the_options_and_text_that_run():
     assert CUPY_ADDS == ("-ftz=true",)  # cupy/cuda/compiler.py appends it to every RawModule's options
     # CuPy's disk cache keys on the source text: the header's hash is part of it
     header = hashlib.sha256((KERNEL_DIR / "common.cuh").read_bytes()).hexdigest()[:16]
-    assert source_text("relu.cu").rstrip().endswith(f"// common.cuh: sha256 {header}")
+    assert f"// common.cuh: sha256 {header}; -DCONSTANT_FLOATS=16384 " in source_text("relu.cu")
 
 
 def test_only_the_constant_variant_uses_constant_memory():

@@ -48,9 +48,10 @@ def test_variant_resolution_and_fusion():
 
 def test_unknown_variants_never_reach_a_launch():
     """--variant is checked by the CLI; an API or workload caller reaches the plan and the
-    launchers directly, and both refuse a name the kernel table does not know."""
+    op registry directly, and both refuse a name the registry does not know."""
     from tracker.errors import UnknownName
-    from tracker.gpu import launchers as L
+    from tracker.ops import OPS
+    from tracker.ops.launch import Arrays
 
     with pytest.raises(UnknownName, match=r"unknown relu variant 'banana'; known: global"):
         resolve(build("alexnet"), {"relu": "banana"})
@@ -58,8 +59,8 @@ def test_unknown_variants_never_reach_a_launch():
         resolve(build("alexnet"), {"convolution": "shared"})
     launched = []
     backend = type("Recorder", (), {"launch": lambda self, *a, **k: launched.append(a)})()
-    with pytest.raises(UnknownName, match=r"unknown linear fwd variant 'banana'; known: global, shared, fused"):
-        L.linear_fwd(backend, "banana", None, None, None, None)
+    with pytest.raises(UnknownName, match=r"unknown linear variant 'banana'; known: global, shared, fused"):
+        OPS["linear"].launch(backend, "banana", "fwd", Arrays())
     assert launched == []
 
 

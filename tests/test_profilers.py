@@ -241,16 +241,15 @@ H100_B1 = "ncu-raw-h100-sm90-ncu2025.3-alexnet-b1.csv"  # tools/gpu_stage.sh 1 o
 
 def _planned_launches(batch_net: str = "alexnet") -> list[dict]:
     """Pass 1's launch log as our plan makes it: the kernels of every step, with its NVTX range."""
-    from tracker.gpu.kernels import TABLE
     from tracker.gpu.network import FUSED_INTO, plan
     from tracker.nets import build
+    from tracker.ops import OPS
 
-    kernels = {(v.op, v.phase, v.variant): v.kernels for v in TABLE}
     launches = []
     for step in plan(build(batch_net), {}):
         if step.variant != FUSED_INTO:
-            for _, kernel in kernels[step.layer.kind, step.phase, step.variant]:
-                launches.append(dict(invocation=len(launches), kernel_name=kernel,
+            for kernel in OPS[step.layer.kind].variants[step.variant].launches[step.phase].kernels:
+                launches.append(dict(invocation=len(launches), kernel_name=kernel.name,
                                      range=f"{step.layer.name}/{step.phase}"))
     return launches
 

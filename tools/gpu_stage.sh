@@ -14,7 +14,7 @@
 # next steps depend on it; TRACKER_STAGE_KEEP_GOING=1 runs the rest anyway, and
 # TRACKER_STAGE_ONLY="step step ..." runs only those steps (after the preflight).
 #
-# The device machine lacks SQLAlchemy and adjustText: carry them as wheels (README, "On a GPU"):
+# The device machine lacks SQLAlchemy: carry its wheel (README, "On a GPU"):
 #   device run: command "bash tools/gpu_stage.sh 1", carry [".whl"]
 set -uo pipefail
 stage=${1:-}

@@ -20,12 +20,8 @@ from tracker.model import Device
 from tracker.nets import Network
 from tracker.profile import choose_backend, profile
 from tracker.profilers.ncu import Settings as NcuSettings
-from tracker.variants import parse_variants
 
 KINDS = ("l1-bypass", "fusion", "variants", "batch")
-VARIANT_NAMES = ("global", "constant", "shared", "gemm", "fused")  # the first is the variants baseline
-SEPARATE = {"conv": "shared", "linear": "shared"}  # fusion's baseline: the fused kernels' own body, then ReLU
-FUSED = {"conv": "fused", "linear": "fused"}
 
 
 @dataclass(frozen=True)
@@ -39,14 +35,21 @@ class Arm:
 
 
 def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
-    """The runs of an experiment, in the order they run."""
+    """The runs of an experiment, in the order they run. The variant names are the registry's
+    (tracker/ops), the first registered ('global') the variants baseline; fusion compares each
+    absorbing variant (fused) with its fallback (shared: the same kernels, then a ReLU)."""
+    from tracker.ops import OPS
+
+    names = OPS.variant_names()
     if kind == "l1-bypass":
-        return [Arm(f"{name} {'cg' if bypass else 'ca'}", name, not bypass, batch, parse_variants(name), bypass)
-                for name in VARIANT_NAMES for bypass in (False, True)]
+        return [Arm(f"{name} {'cg' if bypass else 'ca'}", name, not bypass, batch, OPS.parse_variants(name), bypass)
+                for name in names for bypass in (False, True)]
     if kind == "fusion":
-        return [Arm("separate", "fusion", True, batch, SEPARATE), Arm("fused", "fusion", False, batch, FUSED)]
+        fused = [(op.kind, v) for op in OPS for v in op.variants.values() if v.absorbs and v.fallback]
+        return [Arm("separate", "fusion", True, batch, {op: str(v.fallback) for op, v in fused}),
+                Arm("fused", "fusion", False, batch, {op: v.name for op, v in fused})]
     if kind == "variants":
-        return [Arm(name, "variants", i == 0, batch, parse_variants(name)) for i, name in enumerate(VARIANT_NAMES)]
+        return [Arm(name, "variants", i == 0, batch, OPS.parse_variants(name)) for i, name in enumerate(names)]
     if kind == "batch":
         sizes = batches or (batch,)
         return [Arm(f"batch {b}", "batch", i == 0, b) for i, b in enumerate(sizes)]

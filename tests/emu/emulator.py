@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tracker.gpu.kernels import KERNEL_DIR, source_text
-from tracker.gpu.launchers import LaunchRecord, Struct
+from tracker.gpu.kernels import KERNEL_DIR, define_options, source_text
+from tracker.ops.launch import LaunchRecord, Struct
 
 HERE = Path(__file__).parent
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\w+\)\s*)?(\w+)\(')
@@ -44,7 +44,8 @@ class Emulator:
             cpp.write_text('#include "cuda_emu.h"\n' + text + "\n" + registry)
             lib = self.build_dir / f"{source}.so"
             subprocess.run(["g++", "-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", "-w", f"-I{HERE}",
-                            f"-I{KERNEL_DIR}", str(cpp), "-o", str(lib)], check=True, capture_output=True)
+                            f"-I{KERNEL_DIR}", *define_options(), str(cpp), "-o", str(lib)], check=True,
+                           capture_output=True)
             self.libs[source] = ctypes.CDLL(str(lib))
         return self.libs[source]
 

@@ -20,10 +20,8 @@ from __future__ import annotations
 import pandas as pd
 from sqlalchemy import text
 
+from tracker.phases import ORDER as PHASE_ORDER
 from tracker.store import Store
-
-PHASE_ORDER = {"fwd": 0, "bwd_data": 1, "bwd_weight": 2}
-
 
 def view(store: Store, name: str, run_id: int | None = None) -> pd.DataFrame:
     """A view (or table) as a DataFrame, for one run or all, in layer and phase order."""

@@ -8,7 +8,8 @@ from tracker.cli import cli
 from tracker.cli.options import emit, format_option, net_kwargs, network_options
 from tracker.cli.output import cell, to_json
 from tracker.errors import TrackerError, unknown
-from tracker.model import CATALOG, DTYPE_BITS, PHASE_SETS, lookup, memory, predict
+from tracker.model import CATALOG, DTYPE_BITS, lookup, memory, predict
+from tracker.phases import PHASE_SETS
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import NETWORKS, build
 from tracker.profilers.catalog import FAMILIES

@@ -70,7 +70,7 @@ def selftest(batch, l1, shapes, record, fmt):
     """
     from tracker.gpu.runner import selftest as run_selftest
     from tracker.gpu.runner import summarize
-    from tracker.gpu.selftest import SMALL_CASES, network_cases
+    from tracker.ops.selftest import network_cases, small_cases
     from tracker.nets import build
     from tracker.profile import require_gpu
 
@@ -78,7 +78,7 @@ def selftest(batch, l1, shapes, record, fmt):
     policies = ("ca", "cg") if l1 == "both" else (l1,)
     if record and shapes != "alexnet":
         raise click.UsageError("--record vouches for AlexNet's shapes: drop --shapes small")
-    cases = SMALL_CASES if shapes == "small" else tuple(network_cases(build("alexnet"), batch))
+    cases = small_cases() if shapes == "small" else tuple(network_cases(build("alexnet"), batch))
     results, device = run_selftest(cases, policies, lambda line: click.echo(line, err=True))
     rows = summarize(results)
     emit(rows, fmt)

@@ -13,7 +13,6 @@ from tracker.model.roofline import MAX_BATCH
 from tracker.nets import build
 from tracker.profile import BACKENDS
 from tracker.profile import profile as run_profile
-from tracker.variants import parse_variants
 
 
 @cli.command()
@@ -57,7 +56,9 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
 
     net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
     gpu = lookup(device) if device else None
-    variants = parse_variants(variant)
+    from tracker.ops import OPS
+
+    variants = OPS.parse_variants(variant)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = run_profile(db, net, batch, backend=backend, phases=phases, variants=variants,
                          l1_bypass=l1_bypass, device=gpu, dtype_bits=int(dtype_bits), repeat=repeat,

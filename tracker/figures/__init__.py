@@ -12,7 +12,7 @@ import contextlib
 import functools
 from pathlib import Path
 
-from tracker.model import PHASES
+from tracker.phases import PHASES
 
 PHASE_COLORS = {"fwd": "#4C72B0", "bwd_data": "#DD8452", "bwd_weight": "#55A868", "all": "#555555"}
 PHASE_MARKERS = {"fwd": "o", "bwd_data": "s", "bwd_weight": "^", "all": "D"}

@@ -174,18 +174,18 @@ def constant_use(ptx: str) -> dict[str, int]:
 def variant_rows(arch: str, l1_policies: tuple[str, ...]) -> list[dict]:
     """One row per (op, phase, variant, L1 policy): its kernels' worst-case resources and where
     it was last verified."""
-    from tracker.gpu.kernels import TABLE
     from tracker.gpu.verified import records, status
+    from tracker.ops import OPS
 
     history = records()
     rows = []
-    for variant in TABLE:
+    for variant in OPS.launches():
         verified_on, changed = status(variant, history)
         for policy in l1_policies:
-            used = [build(source, arch, policy).kernels[name] for source, name in variant.kernels]
+            used = [build(k.source, arch, policy).kernels[k.name] for k in variant.kernels]
             rows.append({
                 "op": variant.op, "phase": variant.phase, "variant": variant.variant, "l1": policy,
-                "kernels": [name for _, name in variant.kernels],
+                "kernels": [k.name for k in variant.kernels],
                 "registers": max(r.registers for r in used),
                 "shared_bytes": max(r.shared_bytes for r in used),
                 "constant_bytes": max(r.constant_bytes for r in used),

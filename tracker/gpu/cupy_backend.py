@@ -14,7 +14,7 @@ import cupy as cp
 import numpy as np
 
 from tracker.gpu.kernels import compile_options, source_text
-from tracker.gpu.launchers import LaunchRecord, Struct
+from tracker.ops.launch import LaunchRecord, Struct
 
 
 class CupyBackend:

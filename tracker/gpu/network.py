@@ -2,7 +2,8 @@
 phase, in which order) and the executor that carries it out on a ``Backend``.
 
 Backend-neutral: the GPU runner executes it with CuPy and records every launch; the tests run
-it on the CPU emulation and compare the gradients with the NumPy reference.
+it on the CPU emulation and compare the gradients with the NumPy reference. What each layer
+launches is its op's (tracker/ops): the executor only hands it the layer's arrays.
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from tracker.errors import TrackerError, unknown
-from tracker.gpu import launchers as L
+from tracker.errors import TrackerError
 from tracker.nets import Layer, Network
-from tracker.variants import VARIANTS
+from tracker.ops import OPS
+from tracker.ops.launch import Arrays, Backend
+from tracker.phases import BACKWARD_ORDER
 
-# Until benchmarks say otherwise, the variant each op is expected to run fastest.
-DEFAULTS = {"conv": "shared", "linear": "shared", "relu": "global", "maxpool": "global", "lrn": "shared",
-            "softmax": "shared"}
-FUSED_INTO = "fused-into-previous"  # a ReLU folded into the fused conv or linear before it
+FUSED_INTO = "fused-into-previous"  # a layer folded into the variant before it (a ReLU into a fused conv)
 
 
 @dataclass(frozen=True)
@@ -33,29 +32,28 @@ class Step:
 
 
 def resolve(net: Network, chosen: dict[str, str]) -> dict[str, str]:
-    """The variant of every layer: the chosen one for its op, else the default. A fused conv or
-    linear needs a ReLU after it (fc8 feeds softmax: it runs shared); that ReLU launches nothing."""
-    missing = sorted({layer.kind for layer in net.layers} - set(VARIANTS))
+    """The variant of every layer: the chosen one for its op, else the op's default. A variant
+    that absorbs the next layer (the fused conv or linear, a ReLU) needs that layer right after it
+    and alone reading it, else its fallback runs (fc8 feeds softmax: it runs shared); the
+    absorbed layer launches nothing."""
+    missing = sorted({layer.kind for layer in net.layers if layer.kind not in OPS})
     if missing:
         raise TrackerError(f"{net.name} has layers with no kernels yet: {', '.join(missing)}")
-    for op, name in chosen.items():  # an API or workload caller skips parse_variants: check here too
-        if op not in VARIANTS:
-            raise unknown("op", op, list(VARIANTS))
-        if name not in VARIANTS[op]:
-            raise unknown(f"{op} variant", name, list(VARIANTS[op]))
+    OPS.check_chosen(chosen)  # an API or workload caller skips parse_variants: check here too
     variants: dict[str, str] = {}
     for i, layer in enumerate(net.layers):
         if variants.get(layer.name) == FUSED_INTO:
             continue
-        variant = chosen.get(layer.kind, DEFAULTS[layer.kind])
-        if variant == "fused":
+        op = OPS[layer.kind]
+        variant = op.variant(chosen.get(layer.kind, op.default))
+        if variant.absorbs:
             after = net.layers[i + 1] if i + 1 < len(net.layers) else None
             consumers = [other for other in net.layers if layer.name in other.inputs]
-            if after is not None and after.kind == "relu" and consumers == [after]:
+            if after is not None and after.kind == variant.absorbs and consumers == [after]:
                 variants[after.name] = FUSED_INTO
-            else:
-                variant = "shared"
-        variants[layer.name] = variant
+            elif variant.fallback:
+                variant = op.variant(variant.fallback)
+        variants[layer.name] = variant.name
     return variants
 
 
@@ -68,7 +66,7 @@ def plan(net: Network, chosen: dict[str, str], phases: str = "both") -> list[Ste
         steps += [Step(layer, "fwd", variants[layer.name]) for layer in net.layers]
     if phases in ("bwd", "both"):
         for layer in reversed(net.layers):
-            steps += [Step(layer, phase, variants[layer.name]) for phase in ("bwd_weight", "bwd_data")
+            steps += [Step(layer, phase, variants[layer.name]) for phase in BACKWARD_ORDER
                       if phase in layer.phases]
     return steps
 
@@ -84,31 +82,32 @@ class Tensors:
     labels: Any = None
     loss: Any = None
 
+    def of(self, layer: Layer) -> Arrays:
+        """The arrays of one layer, by the roles its op's launchers read."""
+        source = layer.inputs[0]
+        w, bias = self.params.get(layer.name, (None, None))
+        dw, db = self.param_grads.get(layer.name, (None, None))
+        return Arrays(x=self.act[source], y=self.act[layer.name], dy=self.grad[layer.name], dx=self.grad.get(source),
+                      w=w, bias=bias, dw=dw, db=db, labels=self.labels, loss=self.loss)
+
 
 def initial_parameters(net: Network, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """He-normal weights and small biases for every conv and linear layer, float32."""
     rng = np.random.default_rng(seed)
     params = {}
     for layer in net.layers:
-        if layer.kind in ("conv", "linear"):
-            shape = _weight_shape(layer)
+        shape = OPS[layer.kind].weights(layer) if layer.kind in OPS else None
+        if shape:
             fan_in = math.prod(shape[1:])
             params[layer.name] = ((rng.normal(size=shape) * math.sqrt(2 / fan_in)).astype(np.float32),
                                   (rng.normal(size=shape[0]) * 0.01).astype(np.float32))
     return params
 
 
-def _weight_shape(layer: Layer) -> tuple[int, ...]:
-    op = layer.op
-    if layer.kind == "conv":
-        return (op.out_channels, layer.input_shapes[0][0] // op.groups, *op.kernel)
-    return (op.out_features, math.prod(layer.input_shapes[0]))
-
-
 class Executor:
     """Runs ``plan`` on a backend. ``step(s)`` launches one layer phase; ``iteration()`` all."""
 
-    def __init__(self, backend, net: Network, batch: int, chosen: dict[str, str], phases: str = "both",
+    def __init__(self, backend: Backend, net: Network, batch: int, chosen: dict[str, str], phases: str = "both",
                  seed: int = 0):
         self.b, self.net, self.batch = backend, net, batch
         self.steps = plan(net, chosen, phases)
@@ -144,35 +143,5 @@ class Executor:
     def run(self, step: Step) -> None:
         if step.variant == FUSED_INTO:
             return
-        layer, t, b, v = step.layer, self.t, self.b, step.variant
-        src = layer.inputs[0]
-        x, y, dy = t.act[src], t.act[layer.name], t.grad[layer.name]
-        dx = t.grad.get(src)
-        op, kind, phase, n = layer.op, layer.kind, step.phase, self.batch
-        if kind == "conv":
-            w, bias = t.params[layer.name]
-            dw, db = t.param_grads[layer.name]
-            stride, pad = op.stride[0], op.padding[0]
-            {"fwd": lambda: L.conv_fwd(b, v, x, w, bias, y, stride, pad),
-             "bwd_data": lambda: L.conv_bwd_data(b, v, dy, w, dx, stride, pad, relu_y=y),
-             "bwd_weight": lambda: L.conv_bwd_weight(b, v, dy, x, dw, db, stride, pad, relu_y=y)}[phase]()
-        elif kind == "linear":
-            w, bias = t.params[layer.name]
-            dw, db = t.param_grads[layer.name]
-            x2 = x.reshape(n, -1)
-            {"fwd": lambda: L.linear_fwd(b, v, x2, w, bias, y),
-             "bwd_data": lambda: L.linear_bwd_data(b, v, dy, w, dx.reshape(n, -1), relu_y=y),
-             "bwd_weight": lambda: L.linear_bwd_weight(b, v, dy, x2, dw, db, relu_y=y)}[phase]()
-        elif kind == "relu":
-            L.relu_fwd(b, v, x, y) if phase == "fwd" else L.relu_bwd(b, v, dy, y, dx)
-        elif kind == "maxpool":
-            size, stride = op.kernel[0], op.stride[0]
-            L.maxpool_fwd(b, v, x, y, size, stride) if phase == "fwd" else L.maxpool_bwd(b, v, dy, x, dx, size, stride)
-        elif kind == "lrn":
-            p = dict(size=op.size, alpha=op.alpha, beta=op.beta, k=op.k)
-            L.lrn_fwd(b, v, x, y, **p) if phase == "fwd" else L.lrn_bwd(b, v, dy, x, y, dx, **p)
-        elif kind == "softmax":
-            if phase == "fwd":
-                L.softmax_fwd(b, v, x.reshape(n, -1), y)
-            else:
-                L.softmax_xent_bwd(b, v, y, t.labels, dx.reshape(n, -1), t.loss)
+        op = OPS[step.layer.kind]
+        op.launch(self.b, step.variant, step.phase, self.t.of(step.layer), **op.params(step.layer))

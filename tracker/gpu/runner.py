@@ -85,16 +85,16 @@ def _row(invocation: int, repeat: int, k, policy: str) -> dict:
 
 
 def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None]):
-    """Every variant of every case (``selftest.network_cases`` or ``SMALL_CASES``) against the
+    """Every variant of every case (``ops.selftest.network_cases`` or ``small_cases()``) against the
     reference: (results, device_info)."""
-    from tracker.gpu.kernels import VARIANTS
-    from tracker.gpu.selftest import run_case
+    from tracker.ops import OPS
+    from tracker.ops.selftest import run_case
 
     results, device = [], None
     for policy in policies:
         backend, device = _cupy_backend(policy)
         for case in cases:
-            for variant in VARIANTS[case.op]:
+            for variant in OPS[case.op].variants:
                 echo(f"{policy} {case.layer} {variant}")
                 results += [(policy, r) for r in run_case(backend, case, variant)]
     return results, device

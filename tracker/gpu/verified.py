@@ -14,7 +14,8 @@ import re
 from datetime import date
 from pathlib import Path
 
-from tracker.gpu.kernels import TABLE, Variant, source_hash
+from tracker.gpu.kernels import source_hash
+from tracker.ops import OPS, Launch
 
 RECORD_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "verified"
 
@@ -25,7 +26,7 @@ def records(directory: Path = RECORD_DIR) -> list[dict]:
     return sorted(found, key=lambda r: (r.get("date", ""), r["file"]))
 
 
-def status(variant: Variant, history: list[dict]) -> tuple[str | None, bool | None]:
+def status(variant: Launch, history: list[dict]) -> tuple[str | None, bool | None]:
     """(GPU that last passed the variant, whether its source changed since); (None, None) if never."""
     for record in reversed(history):
         entry = record.get("variants", {}).get(variant.key)
@@ -37,7 +38,7 @@ def status(variant: Variant, history: list[dict]) -> tuple[str | None, bool | No
 def write_record(results: list[dict], device: dict, directory: Path = RECORD_DIR) -> Path:
     """Write a record of one selftest (rows of ``runner.summarize``); returns its path."""
     variants: dict[str, dict] = {}
-    for variant in TABLE:
+    for variant in OPS.launches():
         rows = [r for r in results if (r["op"], r["variant"]) == (variant.op, variant.variant)
                 and r["phase"] == variant.phase]
         if rows:

@@ -3,12 +3,12 @@
 Pure Python: works with no GPU and imports nothing heavy.
 """
 
-from tracker.model.costs import CONVENTIONS, PHASES, Cost, costs
+from tracker.model.costs import CONVENTIONS, Cost, costs
 from tracker.model.devices import CATALOG, Device, lookup
 from tracker.model.memory import Memory, memory
-from tracker.model.roofline import DTYPE_BITS, PHASE_SETS, Prediction, predict, roofline
+from tracker.model.roofline import DTYPE_BITS, Prediction, predict, roofline
 
 __all__ = [
-    "CATALOG", "CONVENTIONS", "DTYPE_BITS", "PHASES", "PHASE_SETS", "Cost", "Device", "Memory",
+    "CATALOG", "CONVENTIONS", "DTYPE_BITS", "Cost", "Device", "Memory",
     "Prediction", "costs", "lookup", "memory", "predict", "roofline",
 ]

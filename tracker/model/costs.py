@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 from tracker.nets.layers import Layer, numel
 
-PHASES = ("fwd", "bwd_data", "bwd_weight")
-
 CONVENTIONS = {
     "conv": "2 per multiply-add (C_in/groups x kernel MACs per output); bias not counted; "
             "bwd_data and bwd_weight each repeat the forward's MACs",

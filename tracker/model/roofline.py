@@ -13,9 +13,9 @@ from tracker.errors import TrackerError
 from tracker.model.costs import CONVENTIONS, costs
 from tracker.model.devices import Device
 from tracker.nets import Network
+from tracker.phases import PHASE_SETS
 
 DTYPE_BITS = (8, 16, 32, 64)
-PHASE_SETS = {"fwd": ("fwd",), "bwd": ("bwd_data", "bwd_weight"), "both": ("fwd", "bwd_data", "bwd_weight")}
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from tracker.phases import PHASES
 from tracker.profilers.catalog import CATALOG
 
 SCHEMA_VERSION = 4
 
 STATUSES = ("running", "complete", "failed", "interrupted")
-PHASES = ("fwd", "bwd_data", "bwd_weight")
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:

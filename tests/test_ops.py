@@ -1,0 +1,97 @@
+"""The op registry (tracker/ops): a variant added from outside the op's module reaches every
+consumer (--variant, the plan, the executor, the selftest, the compile check, the experiments)
+with no other edit; sizes the CUDA reads come only from the registry; and the registry refuses
+what it cannot run."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tracker.errors import TrackerError, UnknownName
+from tracker.gpu.kernels import KERNEL_DIR, compile_options, sources
+from tracker.ops import OPS, defines
+from tracker.ops.launch import Arrays, Backend, blocks
+from tracker.ops.registry import launch
+from tracker.ops.selftest import run_case, small_cases
+
+
+def _fwd_narrow(b: Backend, a: Arrays) -> None:
+    """relu_fwd_global on 64-thread blocks: a launch geometry no registered variant uses."""
+    b.launch("relu.cu", "relu_fwd_global", (blocks(a.x.size // 4 + 1, 64),), (64,), (a.x, a.y, a.x.size))
+
+
+def _bwd_narrow(b: Backend, a: Arrays) -> None:
+    b.launch("relu.cu", "relu_bwd_global", (blocks(a.dy.size // 4 + 1, 64),), (64,), (a.dy, a.y, a.dx, a.dy.size))
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """A 'narrow' ReLU variant, registered from here; the registry is restored afterwards."""
+    relu = OPS["relu"]
+    monkeypatch.setattr(relu, "variants", dict(relu.variants))
+    return relu.add("narrow", fwd=launch(_fwd_narrow, "relu.cu:relu_fwd_global"),
+                    bwd_data=launch(_bwd_narrow, "relu.cu:relu_bwd_global"))
+
+
+def test_a_variant_added_from_outside_reaches_every_consumer(toy, emulator):
+    from test_network_plan import small_net
+
+    from tracker.experiment import arms
+    from tracker.gpu.network import Executor, resolve
+    from tracker.reference import network_step
+
+    assert OPS.parse_variants("relu=narrow") == {"relu": "narrow"} == OPS.parse_variants("narrow")
+    assert "narrow" in {arm.label for arm in arms("variants", 8)}
+    (case,) = [c for c in small_cases() if c.op == "relu"]
+    results = run_case(emulator, case, "narrow", seed=3)
+    assert [(r.phase, r.passed) for r in results] == [("fwd", True), ("bwd_data", True)]
+
+    net = small_net()
+    assert {v for name, v in resolve(net, {"relu": "narrow"}).items() if name.startswith("relu")} == {"narrow"}
+    emulator.log.clear()
+    run = Executor(emulator, net, batch=2, chosen={"relu": "narrow"}, seed=5)
+    run.iteration()
+    relu_blocks = {r.block for r in emulator.log if r.kernel.startswith("relu_")}
+    assert relu_blocks == {(64, 1, 1)}  # the toy's geometry ran, not the registered variant's
+    params = {name: tuple(np.asarray(a) for a in pair) for name, pair in run.t.params.items()}
+    loss, grads = network_step(net, params, np.asarray(run.t.act["input"]), np.asarray(run.t.labels))
+    assert np.asarray(run.t.loss).mean() == pytest.approx(loss, rel=1e-5)
+    dw = np.asarray(run.t.param_grads["conv1"][0], dtype=np.float64)
+    assert np.linalg.norm(dw - grads["conv1"][0]) / np.linalg.norm(grads["conv1"][0]) < 1e-4
+
+
+def test_the_compile_check_and_tracker_kernels_list_an_added_variant(toy):
+    from tracker.gpu.compile import variant_rows
+
+    rows = [r for r in variant_rows("sm_90", ("ca",)) if r["variant"] == "narrow"]
+    assert [(r["op"], r["phase"], r["kernels"], r["verified_on"]) for r in rows] == [
+        ("relu", "fwd", ["relu_fwd_global"], None), ("relu", "bwd_data", ["relu_bwd_global"], None)]
+
+
+def test_cuda_sizes_come_from_the_registry_alone():
+    """Every -D size is written in Python once and reaches NVRTC (and the emulator's g++) as an
+    option; no kernel source or header defines it, so the two cannot disagree."""
+    assert defines() == {"TILE_M": 64, "TILE_N": 64, "TILE_K": 16, "THREAD_M": 4, "THREAD_N": 4, "GEMM_THREADS": 256,
+                         "CONSTANT_FLOATS": 16384, "POOL_TILE": 16}
+    options = compile_options("ca")
+    assert all(f"-D{name}={value}" in options for name, value in defines().items())
+    for path in [KERNEL_DIR / s for s in sources()] + [KERNEL_DIR / "common.cuh"]:
+        text = path.read_text()
+        assert not re.search(rf"#define\s+({'|'.join(defines())})\b", text), path.name
+
+
+def test_the_registry_refuses_what_it_cannot_run():
+    relu = OPS["relu"]
+    with pytest.raises(TrackerError, match="relu variant 'half' must launch fwd, bwd_data; got fwd"):
+        relu.add("half", fwd=launch(_fwd_narrow, "relu.cu:relu_fwd_global"))
+    with pytest.raises(TrackerError, match="relu already has a variant 'global'"):
+        relu.add("global", fwd=launch(_fwd_narrow, "relu.cu:relu_fwd_global"),
+                 bwd_data=launch(_bwd_narrow, "relu.cu:relu_bwd_global"))
+    assert list(relu.variants) == ["global"]
+    with pytest.raises(UnknownName, match="unknown op 'pool'"):
+        OPS.parse_variants("pool=shared")
+    with pytest.raises(UnknownName, match=r"unknown variant 'turbo'"):
+        OPS.parse_variants("turbo")

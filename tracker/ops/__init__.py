@@ -1,0 +1,24 @@
+"""The op families and their registry. Each module here is one op: its variants and the kernels
+each launches per phase, its compile-time parameters (``-D``), its launch geometry, its selftest
+check against tracker/reference.py, its small cases and its PyTorch baseline. Importing this
+package registers them all in ``OPS``; everything that runs, checks, compiles, lists or benchmarks
+kernels loops over ``OPS``.
+
+Pure Python and NumPy (no CuPy): launches go to whatever ``Backend`` is handed in.
+"""
+
+from __future__ import annotations
+
+from tracker.ops import gemm
+from tracker.ops.registry import OPS, Case, Kernel, Launch, Op, Variant
+
+# The op modules register themselves, in this order (the order of `tracker kernels` and --variant).
+from tracker.ops import conv2d, linear, relu, maxpool, lrn, softmax  # noqa: E402,F401  isort: skip
+
+
+def defines() -> dict[str, int]:
+    """Every ``-D`` the kernels are compiled with: the GEMM's tiles and each op's parameters."""
+    return {**gemm.DEFINES, "GEMM_THREADS": gemm.GEMM_THREADS, **OPS.defines()}
+
+
+__all__ = ["OPS", "Case", "Kernel", "Launch", "Op", "Variant", "defines"]

@@ -1,0 +1,233 @@
+"""conv2d (kernels/conv2d.cu): direct global-memory kernels, filters in constant memory, implicit
+GEMM through shared memory (and fused with bias + ReLU), and explicit im2col + GEMM."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from tracker import reference as ref
+from tracker.ops import gemm
+from tracker.ops.gemm import BIAS_GRAD, Gemm, bias_grad
+from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks, tiles
+from tracker.ops.registry import OPS, Case, Op, launch
+from tracker.ops.selftest import REDUCTION, Check, f32, masked
+
+DEFINES = {"CONSTANT_FLOATS": 16384}  # c_filters: the filters of a chunk of output channels, 64 KiB
+CONSTANT_FLOATS = DEFINES["CONSTANT_FLOATS"]
+SOURCE = "conv2d.cu"
+
+
+def conv_shape(x_shape: tuple, w_shape: tuple, stride: int, pad: int) -> Struct:
+    """The kernels' ConvShape of input ``x_shape`` (N, C, H, W) and filters ``w_shape`` (K, C, R, S)."""
+    N, C, H, W = x_shape
+    K, _, R, S = w_shape
+    P, Q = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - S) // stride + 1
+    names = ("N", "C", "H", "W", "K", "R", "S", "P", "Q", "stride", "pad")
+    return Struct("ConvShape", tuple((n, "i") for n in names), (N, C, H, W, K, R, S, P, Q, stride, pad))
+
+
+def _chunks(s: Struct):
+    """(k0, kc): output channels k0 .. k0 + kc - 1, as many as fit in constant memory at once."""
+    _, C, _, _, K, R, S, *_ = s.values
+    per_channel = C * R * S
+    if per_channel > CONSTANT_FLOATS:
+        raise ValueError(f"one output channel's filters ({per_channel} floats) exceed 64 KiB of constant memory")
+    chunk = min(K, CONSTANT_FLOATS // per_channel)
+    return [(k0, min(chunk, K - k0)) for k0 in range(0, K, chunk)]
+
+
+# forward --------------------------------------------------------------------------------------
+
+def _fwd_global(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+    s = conv_shape(a.x.shape, a.w.shape, stride, pad)
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
+    b.launch(SOURCE, "conv2d_fwd_global", (blocks(N * K * P * Q),), (THREADS,), (a.x, a.w, a.bias, a.y, s))
+
+
+def _fwd_constant(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+    s = conv_shape(a.x.shape, a.w.shape, stride, pad)
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
+    for k0, kc in _chunks(s):
+        b.to_constant(SOURCE, "c_filters", a.w[k0:k0 + kc])
+        b.launch(SOURCE, "conv2d_fwd_constant", (tiles(P * Q, THREADS), kc, N), (THREADS,), (a.x, a.bias, a.y, s, k0))
+
+
+def _fwd_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False) -> None:
+    s = conv_shape(a.x.shape, a.w.shape, stride, pad)
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
+    b.launch(SOURCE, "conv2d_fwd_implicit", gemm.grid(P * Q, K, N), (gemm.GEMM_THREADS,),
+             (a.x, a.w, a.bias, a.y, s, int(relu)))
+
+
+def _fwd_gemm(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+    s = conv_shape(a.x.shape, a.w.shape, stride, pad)
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
+    col = b.empty((C * R * S, P * Q))
+    product = Gemm("gemm_nn", M=K, N=P * Q, K=C * R * S, lda=C * R * S, ldb=P * Q, bias_per_row=True)
+    for n in range(N):
+        b.launch(SOURCE, "im2col", (blocks(C * R * S * P * Q),), (THREADS,), (a.x[n], col, s))
+        product.launch(b, a.w, col, a.y[n], bias=a.bias)
+
+
+# data gradient --------------------------------------------------------------------------------
+
+def _bwd_data_global(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+    s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
+    N, C, H, W, *_ = s.values
+    b.launch(SOURCE, "conv2d_bwd_data_global", (blocks(N * C * H * W),), (THREADS,), (a.dy, a.w, a.dx, s))
+
+
+def _bwd_data_constant(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+    s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
+    N, C, H, W, *_ = s.values
+    for k0, kc in _chunks(s):  # the first chunk writes dx, later chunks add to it
+        b.to_constant(SOURCE, "c_filters", a.w[k0:k0 + kc])
+        b.launch(SOURCE, "conv2d_bwd_data_constant", (tiles(H * W, THREADS), C, N), (THREADS,),
+                 (a.dy, a.dx, s, k0, kc, int(k0 > 0)))
+
+
+def _bwd_data_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False) -> None:
+    s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
+    N, C, H, W, *_ = s.values
+    b.launch(SOURCE, "conv2d_bwd_data_implicit", gemm.grid(H * W, C, N), (gemm.GEMM_THREADS,),
+             (a.dy, a.w, a.y if relu else None, a.dx, s))
+
+
+def _bwd_data_gemm(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+    s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
+    col = b.empty((C * R * S, P * Q))
+    product = Gemm("gemm_tn", M=C * R * S, N=P * Q, K=K, lda=C * R * S, ldb=P * Q)
+    for n in range(N):
+        product.launch(b, a.w, a.dy[n], col)
+        b.launch(SOURCE, "col2im", (blocks(C * H * W),), (THREADS,), (col, a.dx[n], s))
+
+
+# weight gradient ------------------------------------------------------------------------------
+
+def _bias(b: Backend, a: Arrays, s: Struct, mask: Any) -> None:
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
+    if a.db is not None:
+        bias_grad(b, a.dy, mask, a.db, N, K, P * Q)
+
+
+def _bwd_weight_global(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+    s = conv_shape(a.x.shape, a.dw.shape, stride, pad)
+    N, C, H, W, K, R, S, *_ = s.values
+    b.launch(SOURCE, "conv2d_bwd_weight_global", (blocks(K * C * R * S),), (THREADS,), (a.dy, a.x, a.dw, s))
+    _bias(b, a, s, None)
+
+
+def _bwd_weight_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False) -> None:
+    s = conv_shape(a.x.shape, a.dw.shape, stride, pad)
+    N, C, H, W, K, R, S, *_ = s.values
+    mask = a.y if relu else None
+    b.launch(SOURCE, "conv2d_bwd_weight_implicit", gemm.grid(C * R * S, K), (gemm.GEMM_THREADS,),
+             (a.dy, a.x, mask, a.dw, s))
+    _bias(b, a, s, mask)
+
+
+def _bwd_weight_gemm(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+    s = conv_shape(a.x.shape, a.dw.shape, stride, pad)
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
+    col = b.empty((C * R * S, P * Q))
+    for n in range(N):  # the first image writes dw, later images add to it
+        b.launch(SOURCE, "im2col", (blocks(C * R * S * P * Q),), (THREADS,), (a.x[n], col, s))
+        Gemm("gemm_nt", M=K, N=C * R * S, K=P * Q, lda=P * Q, ldb=P * Q, accumulate=n > 0).launch(
+            b, a.dy[n], col, a.dw)
+    _bias(b, a, s, None)
+
+
+# the selftest, the benchmark, the network ------------------------------------------------------
+
+def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
+    x, w, stride, pad = case.shapes["x"], case.shapes["w"], case.params["stride"], case.params["pad"]
+    xh, wh, bh = f32(rng, x), f32(rng, w, 1 / math.sqrt(math.prod(w[1:]))), f32(rng, w[0])
+    fused = c.variant == "fused"
+    expected = ref.conv2d_fwd(xh.astype(np.float64), wh, bh, stride, pad)
+    expected = ref.relu_fwd(expected) if fused else expected
+    a = Arrays(x=c.put(xh), w=c.put(wh), bias=c.put(bh), y=c.out(expected.shape))
+    c.run("fwd", a, stride=stride, pad=pad)
+    yh = c.compare("fwd", "y", a.y, expected, REDUCTION)
+    dyh = f32(rng, expected.shape)
+    dy_eff = masked(dyh, yh, fused)
+    a.dy, a.dx = c.put(dyh), c.out(x)
+    c.run("bwd_data", a, stride=stride, pad=pad)
+    c.compare("bwd_data", "dx", a.dx, ref.conv2d_bwd_data(dy_eff, wh.astype(np.float64), x, stride, pad), REDUCTION)
+    a.dw, a.db = c.out(w), c.out(w[:1])
+    c.run("bwd_weight", a, stride=stride, pad=pad)
+    dw, db = ref.conv2d_bwd_weight(dy_eff, xh.astype(np.float64), w, stride, pad)
+    c.compare("bwd_weight", "dw", a.dw, dw, REDUCTION)
+    c.compare("bwd_weight", "db", a.db, db, REDUCTION)
+
+
+def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
+    x, w = case.shapes["x"], case.shapes["w"]
+    s = conv_shape(x, w, case.params["stride"], case.params["pad"])
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
+    y = (N, K, P, Q)
+    return {"x": x, "w": w, "bias": (K,), "y": y, "dy": y, "dx": x, "dw": w, "db": (K,)}
+
+
+def _library(case: Case, phase: str):
+    """cuDNN through PyTorch, the same phase at the same shapes."""
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.randn(*case.shapes["x"], device="cuda")
+    w = torch.randn(*case.shapes["w"], device="cuda") * 0.01
+    stride, pad = case.params["stride"], case.params["pad"]
+    dy = torch.ones_like(F.conv2d(x, w, stride=stride, padding=pad))
+    return {"fwd": lambda: F.conv2d(x, w, stride=stride, padding=pad),
+            "bwd_data": lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, stride, pad),
+            "bwd_weight": lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, stride, pad)}[phase]
+
+
+def _torch_forward(h, wb, labels, stride: int, pad: int):
+    import torch.nn.functional as F
+
+    return F.conv2d(h, *wb, stride=stride, padding=pad)
+
+
+def _params(layer) -> dict[str, Any]:
+    return {"stride": layer.op.stride[0], "pad": layer.op.padding[0]}
+
+
+CONV = OPS.register(Op(
+    "conv", ("fwd", "bwd_data", "bwd_weight"), default="shared", params=_params, arrays=_arrays, check=_check,
+    weights=lambda layer: (layer.op.out_channels, layer.input_shapes[0][0] // layer.op.groups, *layer.op.kernel),
+    library=_library, torch_forward=_torch_forward, defines=DEFINES,
+    small_cases=(
+        Case("conv", "k70-s1-p1", {"x": (2, 3, 9, 9), "w": (70, 3, 3, 3)}, {"stride": 1, "pad": 1}),  # 2 tiles of K
+        Case("conv", "big-filters", {"x": (1, 64, 13, 13), "w": (5, 64, 11, 11)}, {"stride": 2, "pad": 0}),  # 3 chunks
+        Case("conv", "conv1-like", {"x": (1, 3, 27, 27), "w": (4, 3, 11, 11)}, {"stride": 4, "pad": 0}),
+    ),
+))
+_IMPLICIT = ("conv2d.cu:conv2d_fwd_implicit", "conv2d.cu:conv2d_bwd_data_implicit", "conv2d.cu:conv2d_bwd_weight_implicit")
+CONV.add("global",
+         fwd=launch(_fwd_global, "conv2d.cu:conv2d_fwd_global"),
+         bwd_data=launch(_bwd_data_global, "conv2d.cu:conv2d_bwd_data_global"),
+         bwd_weight=launch(_bwd_weight_global, "conv2d.cu:conv2d_bwd_weight_global", BIAS_GRAD))
+CONV.add("constant",
+         fwd=launch(_fwd_constant, "conv2d.cu:conv2d_fwd_constant"),
+         bwd_data=launch(_bwd_data_constant, "conv2d.cu:conv2d_bwd_data_constant"),
+         bwd_weight=launch(_bwd_weight_global, "conv2d.cu:conv2d_bwd_weight_global", BIAS_GRAD,
+                           note="writes the filters, so nothing to hold in constant memory: runs global"))
+CONV.add("shared",
+         fwd=launch(_fwd_implicit, _IMPLICIT[0]),
+         bwd_data=launch(_bwd_data_implicit, _IMPLICIT[1]),
+         bwd_weight=launch(_bwd_weight_implicit, _IMPLICIT[2], BIAS_GRAD))
+CONV.add("gemm",
+         fwd=launch(_fwd_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nn"),
+         bwd_data=launch(_bwd_data_gemm, "gemm.cu:gemm_tn", "conv2d.cu:col2im"),
+         bwd_weight=launch(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt", BIAS_GRAD))
+CONV.add("fused", absorbs="relu", fallback="shared",
+         fwd=launch(partial(_fwd_implicit, relu=True), _IMPLICIT[0],
+                    note="bias + ReLU in the GEMM epilogue; the ReLU layer launches nothing"),
+         bwd_data=launch(partial(_bwd_data_implicit, relu=True), _IMPLICIT[1], note="reads dy through the ReLU mask"),
+         bwd_weight=launch(partial(_bwd_weight_implicit, relu=True), _IMPLICIT[2], BIAS_GRAD,
+                           note="reads dy through the ReLU mask"))

@@ -1,0 +1,94 @@
+"""What every launcher speaks: the ``Backend`` it launches on, the ``Arrays`` of one layer, kernel
+struct arguments, and grid arithmetic.
+
+Backend-neutral and free of CuPy: the CuPy backend (tracker/gpu/cupy_backend.py) runs the
+launches on a GPU; the tests run the same launches on a CPU emulation of CUDA (tests/emu).
+Arrays are NCHW float32 (labels int32); launchers write into the output arrays they are given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+THREADS = 256  # threads per block of the grid-stride kernels (their bodies read blockDim)
+MAX_BLOCKS = 65535
+
+
+def blocks(n: int, per_block: int = THREADS) -> int:
+    """Blocks of a grid-stride loop over ``n`` items: enough for one item a thread, at most 65535."""
+    return max(1, min(-(-n // per_block), MAX_BLOCKS))
+
+
+def tiles(n: int, tile: int) -> int:
+    return -(-n // tile)
+
+
+@dataclass(frozen=True)
+class Struct:
+    """A kernel's struct argument: C field names and types ('i' int32, 'f' float32), in order."""
+
+    name: str
+    fields: tuple[tuple[str, str], ...]
+    values: tuple
+
+    def numpy(self) -> Any:
+        import numpy as np
+
+        dtype = np.dtype([(n, np.int32 if t == "i" else np.float32) for n, t in self.fields], align=True)
+        return np.array(self.values, dtype=dtype)[()]
+
+
+@dataclass
+class Arrays:
+    """The device arrays one layer's phases read and write, by role. ``x`` is the layer's input,
+    ``y`` its output (and, for a fused conv or linear, the ReLU mask its backward reads); ``dy``
+    and ``dx`` their gradients; ``w``, ``bias``, ``dw``, ``db`` its parameters and theirs;
+    ``labels`` and ``loss`` the softmax's. Roles a layer lacks stay None."""
+
+    x: Any = None
+    y: Any = None
+    dy: Any = None
+    dx: Any = None
+    w: Any = None
+    bias: Any = None
+    dw: Any = None
+    db: Any = None
+    labels: Any = None
+    loss: Any = None
+
+
+@dataclass
+class LaunchRecord:
+    """One kernel launch as a backend logs it; ``time_ms`` is filled in after a synchronize."""
+
+    source: str
+    kernel: str
+    grid: tuple
+    block: tuple
+    shared_bytes: int
+    registers: int | None
+    context: Any = None  # what the caller was doing (the executor: its Step)
+    start: Any = None
+    end: Any = None
+    time_ms: float | None = None
+
+
+class Backend(Protocol):
+    """Launches kernels (logging a LaunchRecord, tagged with ``context``, to ``log``), allocates."""
+
+    log: list[LaunchRecord]
+    context: Any
+
+    def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple,
+               shared_bytes: int = 0) -> None: ...
+
+    def empty(self, shape: tuple) -> Any: ...
+
+    def asarray(self, array: Any) -> Any: ...
+
+    def asnumpy(self, array: Any) -> Any: ...
+
+    def to_constant(self, source: str, symbol: str, array: Any) -> None: ...
+
+    def synchronize(self) -> None: ...

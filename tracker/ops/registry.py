@@ -1,0 +1,198 @@
+"""The op registry: each op family (tracker/ops/<op>.py) registers itself here with everything
+that is known about it, and everything else (the executor, the selftest, the benchmark, the
+compile check, ``tracker kernels``, the experiments, ``--variant``) loops over the registry.
+
+An ``Op`` owns its variants, each a ``Launch`` per phase: the kernels it launches, in order, and
+the function that launches them. Its compile-time parameters (``defines``) are handed to NVRTC
+as ``-D`` options, so CUDA and Python read the same number. A variant name the registry does not
+know raises before anything launches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator
+
+from tracker.errors import TrackerError, unknown
+from tracker.ops.launch import Arrays, Backend
+
+Launcher = Callable[..., None]  # (backend, arrays, **layer parameters) -> None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    source: str  # a file under kernels/
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> "Kernel":
+        """'conv2d.cu:im2col' -> Kernel('conv2d.cu', 'im2col')."""
+        source, _, name = text.partition(":")
+        return cls(source, name)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one variant runs one phase: its kernels, in launch order, and its launcher. ``op``,
+    ``phase`` and ``variant`` are filled in when the variant is added to its op."""
+
+    run: Launcher
+    kernels: tuple[Kernel, ...]
+    note: str = ""
+    op: str = ""
+    phase: str = ""
+    variant: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.op}/{self.phase}/{self.variant}"
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(k.source for k in self.kernels))
+
+
+def launch(run: Launcher, *kernels: str, note: str = "") -> Launch:
+    """``launch(fn, 'conv2d.cu:im2col', 'gemm.cu:gemm_nn')``: a Launch from 'source:kernel' names."""
+    return Launch(run, tuple(Kernel.parse(k) for k in kernels), note)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One implementation of an op. ``absorbs``: the kind of a following layer it folds into its
+    epilogue (the fused conv absorbs a ReLU, which then launches nothing); ``fallback``: the
+    variant that runs instead where there is no such layer to absorb."""
+
+    name: str
+    launches: dict[str, Launch]
+    absorbs: str | None = None
+    fallback: str | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One op at one shape, for the selftest and the benchmark: the input shapes (``x``, and
+    ``w`` for an op with weights) and the layer's parameters; ``layer`` names where they come from."""
+
+    op: str
+    layer: str
+    shapes: dict[str, tuple[int, ...]]
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Op:
+    """An op family: the layer kind it runs, its phases, its variants (the first registered is
+    the baseline of the variants experiment), its default, its ``-D`` parameters, and the hooks
+    the executor, the selftest and the benchmark call."""
+
+    kind: str
+    phases: tuple[str, ...]
+    default: str
+    params: Callable[[Any], dict[str, Any]]  # a network Layer's parameters, as the launchers take them
+    arrays: Callable[[Case], dict[str, tuple[int, ...]]]  # every array a case's phases touch, by role
+    check: Callable[..., None]  # selftest: (Check, rng) -> compares every output with the reference
+    small_cases: tuple[Case, ...]  # shapes that reach every code path, cheap enough to emulate
+    weights: Callable[[Any], tuple[int, ...] | None] = lambda layer: None  # a Layer's weight shape
+    library: Callable[[Case, str], Callable[[], Any]] | None = None  # PyTorch's call of a phase (benchmark)
+    torch_forward: Callable[..., Any] | None = None  # (h, params, labels, **params) -> PyTorch forward
+    defines: dict[str, int] = field(default_factory=dict)
+    flat_input: bool = False  # the launchers see the input as (batch, features): linear
+    variants: dict[str, Variant] = field(default_factory=dict)
+
+    def add(self, name: str, absorbs: str | None = None, fallback: str | None = None,
+            **launches: Launch) -> Variant:
+        """Register variant ``name`` with a Launch for each of the op's phases."""
+        if set(launches) != set(self.phases):
+            raise TrackerError(f"{self.kind} variant {name!r} must launch {', '.join(self.phases)}; "
+                               f"got {', '.join(launches) or 'nothing'}")
+        if name in self.variants:
+            raise TrackerError(f"{self.kind} already has a variant {name!r}")
+        filled = {phase: replace(launches[phase], op=self.kind, phase=phase, variant=name) for phase in self.phases}
+        self.variants[name] = Variant(name, filled, absorbs, fallback)
+        return self.variants[name]
+
+    def variant(self, name: str) -> Variant:
+        if name not in self.variants:
+            raise unknown(f"{self.kind} variant", name, list(self.variants))
+        return self.variants[name]
+
+    def launch(self, backend: Backend, variant: str, phase: str, arrays: Arrays, **params: Any) -> None:
+        """Launch ``variant``'s kernels of ``phase`` on ``backend``."""
+        self.variant(variant).launches[phase].run(backend, arrays, **params)
+
+    def case(self, layer: Any, batch: int) -> Case:
+        """The selftest and benchmark case of a network layer at ``batch``."""
+        x = (batch, math.prod(layer.input_shapes[0])) if self.flat_input else (batch, *layer.input_shapes[0])
+        w = self.weights(layer)
+        return Case(self.kind, layer.name, {"x": x, **({"w": w} if w else {})}, self.params(layer))
+
+
+class Registry:
+    """The ops by the layer kind they run, in registration order."""
+
+    def __init__(self) -> None:
+        self.ops: dict[str, Op] = {}
+
+    def register(self, op: Op) -> Op:
+        if op.kind in self.ops:
+            raise TrackerError(f"op {op.kind!r} is registered twice")
+        self.ops[op.kind] = op
+        return op
+
+    def __getitem__(self, kind: str) -> Op:
+        if kind not in self.ops:
+            raise unknown("op", kind, list(self.ops))
+        return self.ops[kind]
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self.ops
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops.values())
+
+    def launches(self) -> Iterator[Launch]:
+        """Every (op, phase, variant): the kernel table."""
+        for op in self:
+            for variant in op.variants.values():
+                yield from variant.launches.values()
+
+    def variant_names(self) -> tuple[str, ...]:
+        """Every variant name, in registration order ('global' first: the baseline)."""
+        return tuple(dict.fromkeys(name for op in self for name in op.variants))
+
+    def defines(self) -> dict[str, int]:
+        """Every op's compile-time parameters; a name defined twice must agree."""
+        merged: dict[str, int] = {}
+        for op in self:
+            for name, value in op.defines.items():
+                if merged.setdefault(name, value) != value:
+                    raise TrackerError(f"-D{name} is {merged[name]} in one op and {value} in {op.kind}")
+        return merged
+
+    def parse_variants(self, spec: str | None) -> dict[str, str]:
+        """``--variant``: ``shared`` picks shared for every op that has it; ``conv=fused,lrn=shared``
+        picks per op. An empty map means each op's default."""
+        if not spec:
+            return {}
+        if "=" not in spec:
+            name = spec.strip()
+            chosen = {op.kind: name for op in self if name in op.variants}
+            if not chosen:
+                raise unknown("variant", name, sorted(self.variant_names()))
+            return chosen
+        chosen = {}
+        for item in spec.split(","):
+            kind, _, name = (part.strip() for part in item.partition("="))
+            chosen[kind] = self[kind].variant(name).name
+        return chosen
+
+    def check_chosen(self, chosen: dict[str, str]) -> None:
+        """A variant map from an API or workload caller (which skips parse_variants) names known
+        ops and variants."""
+        for kind, name in chosen.items():
+            self[kind].variant(name)
+
+
+OPS = Registry()

@@ -1,0 +1,96 @@
+"""Every kernel variant against the NumPy reference, on any ``Backend``.
+
+``tracker selftest`` runs these checks on a GPU at AlexNet's layer shapes; the test suite runs
+the same checks on the CPU emulation at small shapes. Each op's ``check`` (in its module) feeds
+fresh random float32 inputs; every output starts as NaN, so an element a kernel never writes
+fails the check; the error is ||out - ref|| / ||ref|| against the float64 reference, under 1e-5
+for element-wise ops and 1e-4 for reductions and convolutions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from tracker.ops.launch import Arrays, Backend
+from tracker.ops.registry import OPS, Case
+
+ELEMENTWISE, REDUCTION = 1e-5, 1e-4
+
+
+@dataclass(frozen=True)
+class Result:
+    op: str
+    variant: str
+    layer: str
+    phase: str
+    output: str
+    error: float  # relative error; inf when an element was never written
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.error < self.tolerance
+
+
+def f32(rng: np.random.Generator, shape: tuple, scale: float = 1.0) -> np.ndarray:
+    return (rng.normal(size=shape) * scale).astype(np.float32)
+
+
+def masked(dy: np.ndarray, y: np.ndarray, fused: bool) -> np.ndarray:
+    """The gradient a fused variant's backward sees: dy where its ReLU passed, else 0."""
+    return np.where(y > 0, dy, 0).astype(np.float64) if fused else dy.astype(np.float64)
+
+
+def _error(out: np.ndarray, expected: np.ndarray) -> float:
+    if np.isnan(out).any():
+        return math.inf
+    return float(np.linalg.norm(out.astype(np.float64) - expected) / max(np.linalg.norm(expected), 1e-30))
+
+
+class Check:
+    """Runs one case of one variant on a backend, collecting a Result per output."""
+
+    def __init__(self, backend: Backend, case: Case, variant: str):
+        self.b, self.case, self.variant = backend, case, variant
+        self.results: list[Result] = []
+
+    def put(self, array: np.ndarray) -> Any:
+        return self.b.asarray(array)
+
+    def out(self, shape: tuple) -> Any:
+        return self.b.asarray(np.full(shape, np.nan, dtype=np.float32))
+
+    def run(self, phase: str, arrays: Arrays, **params: Any) -> None:
+        OPS[self.case.op].launch(self.b, self.variant, phase, arrays, **params)
+
+    def compare(self, phase: str, name: str, device_out: Any, expected: np.ndarray, tol: float) -> np.ndarray:
+        host = self.b.asnumpy(device_out)
+        self.results.append(Result(self.case.op, self.variant, self.case.layer, phase, name,
+                                   _error(host, expected), tol))
+        return host
+
+
+def run_case(backend: Backend, case: Case, variant: str, seed: int = 0) -> list[Result]:
+    check = Check(backend, case, variant)
+    OPS[case.op].variant(variant)  # an unknown name fails here, before any input is made
+    OPS[case.op].check(check, np.random.default_rng(seed), case)
+    backend.synchronize()
+    return check.results
+
+
+def small_cases() -> tuple[Case, ...]:
+    """Every op's small cases: shapes that still reach every code path (several tiles,
+    constant-memory chunks, vector loops with tails). The CPU emulation runs them; on a GPU they
+    are what compute-sanitizer's racecheck can afford."""
+    return tuple(case for op in OPS for case in op.small_cases)
+
+
+def network_cases(net: Any, batch: int) -> Iterator[Case]:
+    """One case per layer with kernels: the layer's own shapes at ``batch``."""
+    for layer in net.layers:
+        if layer.kind in OPS:
+            yield OPS[layer.kind].case(layer, batch)

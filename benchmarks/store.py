@@ -23,7 +23,7 @@ from sqlalchemy import text
 
 from tracker.model import lookup, predict
 from tracker.nets import build
-from tracker.profilers.catalog import CATALOG
+from tracker.metrics import CATALOG
 from tracker.store import open_store, recording
 from tracker.store.views import VIEWS
 

@@ -27,7 +27,7 @@ CREATE TABLE experiment (
     CONSTRAINT experiment_status CHECK (status IN ('running', 'complete', 'failed', 'interrupted'))
 );
 
--- What a metric name means, from the catalog (tracker/profilers/catalog.py): unit, meaning,
+-- What a metric name means, from the catalog (tracker/metrics.py): unit, meaning,
 --     how it rolls up over launches, and the ncu and nvprof names it is collected as.
 --   family: time, fp, stall, issue, cache, traffic, throughput, utilization, peak
 --   rollup: sum, max or weighted:<metric>

@@ -237,7 +237,7 @@ def test_profile_records_its_settings(runner, tmp_path):
 
 
 def test_metrics_lists_the_catalog(runner):
-    from tracker.profilers.catalog import CATALOG
+    from tracker.metrics import CATALOG
 
     result = runner.invoke(cli, ["metrics", "--format", "json"])
     rows = json.loads(result.output)

@@ -15,7 +15,7 @@ import pytest
 import tracker.experiment
 import tracker.profile
 from tracker.analysis import experiments, runtime, speedup
-from tracker.errors import TrackerError
+from tracker.errors import Mismatch, TrackerError
 from tracker.experiment import arms, run_experiment
 from tracker.gpu.runner import Measured
 from tracker.nets.layers import LRN, Linear, Network, ReLU, Softmax, conv, maxpool
@@ -120,15 +120,15 @@ def test_compare_refuses_runs_that_do_not_match(db, emulated_events):
     alexnet_fwd = profile(db, build("alexnet"), 4, backend="model", device=lookup("h100"), phases="fwd").run_id
     no_device = profile(db, build("alexnet"), 4, backend="model").run_id
     store = open_store(db, write=False)
-    with pytest.raises(speedup.Mismatch, match=r"layer 7 is fc3 \(linear\) in run 1 but lrn2 \(lrn\) in run 3"):
+    with pytest.raises(Mismatch, match=r"layer 7 is fc3 \(linear\) in run 1 but lrn2 \(lrn\) in run 3"):
         speedup.compare(store, small, alexnet)
-    with pytest.raises(speedup.Mismatch, match="ran different phases"):
+    with pytest.raises(Mismatch, match="ran different phases"):
         speedup.compare(store, alexnet, alexnet_fwd)
-    with pytest.raises(speedup.Mismatch, match="run 5 has no times"):
+    with pytest.raises(Mismatch, match="run 5 has no times"):
         speedup.compare(store, alexnet, no_device)
-    with pytest.raises(speedup.Mismatch, match="run 1 is measured and run 2 is the model's prediction"):
+    with pytest.raises(Mismatch, match="run 1 is measured and run 2 is the model's prediction"):
         speedup.compare(store, small, small_model)
-    with pytest.raises(speedup.Mismatch, match="run 1 compared with itself: name two different runs"):
+    with pytest.raises(Mismatch, match="run 1 compared with itself: name two different runs"):
         speedup.compare(store, small, small)
 
 

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracker.errors import BackendUnavailable
-from tracker.profilers import catalog, ncu, ncu_csv, nvprof
-from tracker.profilers.join import JoinError, join, kernel_base
+from tracker.errors import BackendUnavailable, JoinError, ParseError
+from tracker import metrics as catalog
+from tracker.profilers import ncu, ncu_csv, nvprof
+from tracker.profilers.join import join, kernel_base
 
 DATA = Path(__file__).parent / "data" / "ncu"
 NCU_FILES = sorted(DATA.glob("ncu-*.csv"))
@@ -118,13 +119,13 @@ def test_units_are_normalised(value, unit, expected):
 
 
 def test_clear_errors_for_bad_output():
-    with pytest.raises(ncu_csv.ParseError, match="ERR_NVGPUCTRPERM"):
+    with pytest.raises(ParseError, match="ERR_NVGPUCTRPERM"):
         ncu_csv.parse("==PROF== Connected\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission\n")
-    with pytest.raises(ncu_csv.ParseError, match="no ncu CSV table"):
+    with pytest.raises(ParseError, match="no ncu CSV table"):
         ncu_csv.parse("hello\n")
     text = read("ncu-raw-b200-sm100-flashattn-decode.csv")
     cut = text[: len(text) - 5000]  # a log cut off mid-row
-    with pytest.raises(ncu_csv.ParseError, match=r"line \d+ has \d+ fields, the header 475"):
+    with pytest.raises(ParseError, match=r"line \d+ has \d+ fields, the header 475"):
         ncu_csv.parse(cut, "cut.csv")
 
 
@@ -142,7 +143,7 @@ def test_fuzzed_ncu_output_parses_or_fails_clearly(data):
     ))
     try:
         ncu_csv.parse(text)
-    except ncu_csv.ParseError:
+    except ParseError:
         pass
 
 
@@ -202,7 +203,7 @@ def test_fuzzed_nvprof_output_fails_clearly(text):
                         (nvprof.parse_trace, '"Start","Duration"'), (nvprof.parse_metrics_text, "Kernel: k\n")):
         try:
             parse(head + text)
-        except ncu_csv.ParseError:
+        except ParseError:
             pass
 
 
@@ -475,19 +476,19 @@ def test_damaged_real_samples_parse_or_fail_in_one_line(parse, name, data):
     text = data.draw(mutation(read(name)))
     try:
         parse(text)
-    except ncu_csv.ParseError as exc:
+    except ParseError as exc:
         assert "\n" not in str(exc)
 
 
-@pytest.mark.parametrize("token, expected", [("n/a", None), ("nan", None), ("1e999", ncu_csv.ParseError),
-                                             ("x" * 140_000, ncu_csv.ParseError), ("-", ncu_csv.ParseError)],
+@pytest.mark.parametrize("token, expected", [("n/a", None), ("nan", None), ("1e999", ParseError),
+                                             ("x" * 140_000, ParseError), ("-", ParseError)],
                          ids=["n/a", "nan", "1e999", "a 140 KB field", "dash"])
 def test_nvprof_metric_cells_real_profilers_print(token, expected):
     text = read("nvprof-metrics-csv-k20c-stalls.csv")
     first = next(line for line in text.splitlines() if line.startswith('"Tesla'))
     damaged = text.replace(first, first.rsplit(",", 1)[0] + f',"{token}"', 1)
-    if expected is ncu_csv.ParseError:
-        with pytest.raises(ncu_csv.ParseError):
+    if expected is ParseError:
+        with pytest.raises(ParseError):
             nvprof.parse_metrics(damaged)
     else:
         values = [k["values"] for k in nvprof.parse_metrics(damaged).values()]
@@ -516,6 +517,6 @@ def test_nvprof_text_with_an_empty_or_unavailable_instance_list():
 def test_fuzzed_nvprof_text_parses_or_fails_clearly(i, j, junk):
     try:
         kernels = nvprof.parse_metrics_text(NVPROF_TEXT[:i] + junk + NVPROF_TEXT[j:])
-    except ncu_csv.ParseError:
+    except ParseError:
         return
     assert all(isinstance(k["values"], dict) for k in kernels.values())

@@ -21,7 +21,7 @@ from tracker.errors import StoreError
 from tracker.model import predict
 from tracker.nets import build
 from tracker.profile import profile
-from tracker.profilers.catalog import CATALOG
+from tracker.metrics import CATALOG
 from tracker.store import (
     find_run,
     launch_rows,

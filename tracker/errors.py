@@ -20,6 +20,22 @@ class BackendUnavailable(TrackerError):
     """The requested profiling backend cannot run on this machine."""
 
 
+class NcuFailed(TrackerError):
+    """Nsight Compute ran but did not produce a usable report."""
+
+
+class ParseError(TrackerError):
+    """Output of a profiler that cannot be read: says which file and what is wrong."""
+
+
+class JoinError(TrackerError):
+    """Pass 2 does not line up with pass 1."""
+
+
+class Mismatch(TrackerError):
+    """Two runs that cannot be compared layer by layer."""
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that one code path marks a run interrupted."""
 

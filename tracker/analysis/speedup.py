@@ -14,7 +14,7 @@ import pandas as pd
 
 from tracker.analysis import in_layer_order, view
 from tracker.analysis.runtime import iteration, runtime
-from tracker.errors import TrackerError
+from tracker.errors import Mismatch
 from tracker.store import Store
 
 KEY = ["layer_id", "layer", "kind", "phase"]
@@ -22,10 +22,6 @@ KEY = ["layer_id", "layer", "kind", "phase"]
 DELTAS = (("cache_hit_rate", "l1_hit_rate"), ("cache_hit_rate", "l2_hit_rate"),
           ("memory_traffic", "dram_read_bytes"), ("memory_traffic", "dram_write_bytes"),
           ("stall_breakdown", "first_reason"), ("stall_breakdown", "first_share"))
-
-
-class Mismatch(TrackerError):
-    """Two runs that cannot be compared layer by layer."""
 
 
 def _check_comparable(a: pd.DataFrame, b: pd.DataFrame, run_a: int, run_b: int) -> None:

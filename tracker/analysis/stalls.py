@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tracker.analysis import in_layer_order, view
-from tracker.profilers.catalog import STALLS
+from tracker.metrics import STALLS
 from tracker.store import Store
 
 CATEGORY = {m.name: m.category for m in STALLS}

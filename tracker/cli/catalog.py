@@ -12,7 +12,7 @@ from tracker.model import CATALOG, DTYPE_BITS, lookup, memory, predict
 from tracker.phases import PHASE_SETS
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import NETWORKS, build
-from tracker.profilers.catalog import FAMILIES
+from tracker.metrics import FAMILIES
 
 batch_option = click.option(
     "--batch", "-b", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True,
@@ -207,7 +207,7 @@ def metrics(name, family, fmt):
       tracker metrics l2_hit_rate
       tracker metrics --format json
     """
-    from tracker.profilers.catalog import BY_NAME, metric_def_rows
+    from tracker.metrics import BY_NAME, metric_def_rows
 
     rows = [r for r in metric_def_rows() if family in (None, r["family"])]
     if name:

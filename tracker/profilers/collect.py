@@ -14,7 +14,9 @@ from typing import Callable
 
 from tracker.errors import BackendUnavailable
 from tracker.gpu.workload import Workload
-from tracker.profilers import catalog, ncu, ncu_csv
+from tracker.errors import NcuFailed
+from tracker.metrics import ncu_metrics
+from tracker.profilers import ncu, ncu_csv
 from tracker.profilers.join import join
 
 
@@ -40,7 +42,7 @@ def collect(workload: Workload, launches: list[dict], compute_capability: float,
     """Counters for every launch of pass 1 (``launches``, each with ``range`` = layer/phase);
     ``keep_report``: where to keep ncu's report."""
     path, version = usable_ncu()
-    wanted = catalog.ncu_metrics(compute_capability)
+    wanted = ncu_metrics(compute_capability)
     known = ncu.available_metrics(path)
     metrics = [m for m in wanted if m.split(".", 1)[0] in known]
     skipped = [m for m in wanted if m not in metrics]
@@ -52,7 +54,7 @@ def collect(workload: Workload, launches: list[dict], compute_capability: float,
         report = Path(tmp) / "pass2.ncu-rep"
         try:
             ncu.run(ncu.command(path, metrics, report, workload.program(), settings), report, len(launches), echo)
-        except ncu.NcuFailed as exc:
+        except NcuFailed as exc:
             if settings.clock_control != "base" or "clock" not in str(exc).lower():
                 raise
             note = f"clock control none: ncu could not lock the clocks at base ({exc})"

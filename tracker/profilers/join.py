@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import re
 
-from tracker.errors import TrackerError
+from tracker.errors import JoinError
 from tracker.profilers.ncu_csv import ProfiledLaunch
-
-
-class JoinError(TrackerError):
-    """Pass 2 does not line up with pass 1."""
 
 
 def kernel_base(name: str) -> str:

@@ -21,7 +21,7 @@ from glob import glob
 from pathlib import Path
 from typing import Callable
 
-from tracker.errors import BackendUnavailable, TrackerError
+from tracker.errors import BackendUnavailable, NcuFailed
 
 CACHE_CONTROL = ("all", "none")
 CLOCK_CONTROL = ("base", "none")
@@ -34,10 +34,6 @@ PERMISSION_HELP = (
     "rebuild the initramfs and reboot ('grep RmProfilingAdminOnly /proc/driver/nvidia/params' shows 1 "
     "while restricted). Or profile with --backend events"
 )
-
-
-class NcuFailed(TrackerError):
-    """Nsight Compute ran but did not produce a usable report."""
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,10 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from tracker.errors import TrackerError
-from tracker.profilers.catalog import from_ncu
+from tracker.errors import ParseError
+from tracker.metrics import from_ncu
 
 HEADER_START = '"ID","Process ID",'
-
-
-class ParseError(TrackerError):
-    """Output of a profiler that cannot be read: says which file and what is wrong."""
 
 
 @dataclass

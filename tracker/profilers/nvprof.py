@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 
-from tracker.profilers.catalog import CATALOG, from_nvprof
-from tracker.profilers.ncu_csv import ParseError, ProfiledLaunch, columns, normalise, number, read_csv
+from tracker.errors import ParseError
+from tracker.metrics import CATALOG, from_nvprof
+from tracker.profilers.ncu_csv import ProfiledLaunch, columns, normalise, number, read_csv
 
 _LEVEL = re.compile(r"^\s*[A-Za-z]+ \((\d+)\)\s*$")  # "High (8)"
 _WITH_UNIT = re.compile(r"^\s*([-+]?[\d.,]+(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]+)\s*$")  # "636.79GB/s", "83.3%"

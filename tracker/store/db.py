@@ -29,9 +29,9 @@ from sqlalchemy.pool import NullPool
 
 from tracker import __version__
 from tracker.errors import Interrupted, StoreError
-from tracker.profilers.catalog import metric_def_rows
+from tracker.metrics import metric_def_rows
 from tracker.store import rollups
-from tracker.store.schema import SCHEMA_VERSION, Base, MetricDef, SchemaInfo
+from tracker.store.schema import SCHEMA_VERSION, Base, MetricDefRow, SchemaInfo
 from tracker.store.views import VIEWS
 
 DEFAULT_DB = "trace.db"
@@ -275,7 +275,7 @@ def _create_schema(conn: Connection, where: str) -> None:
         Base.metadata.create_all(conn)
         for view in VIEWS:
             conn.exec_driver_sql(view.create())
-        conn.execute(MetricDef.__table__.insert(), metric_def_rows())
+        conn.execute(MetricDefRow.__table__.insert(), metric_def_rows())
         conn.execute(SchemaInfo.__table__.insert().values(
             version=SCHEMA_VERSION, tracker_version=__version__, created_at=datetime.now(timezone.utc)))
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from tracker.profilers.catalog import CATALOG, STALLS
+from tracker.metrics import CATALOG, STALLS
 
 TABLES = ("rollup_time", "rollup_launch", "rollup_metric_repeat", "rollup_metric", "rollup_stall",
           "rollup_stall_category")

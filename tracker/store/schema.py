@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from tracker.phases import PHASES
-from tracker.profilers.catalog import CATALOG
+from tracker.metrics import CATALOG
 
 SCHEMA_VERSION = 4
 
@@ -171,8 +171,8 @@ class Launch(Base):
     time_ms: Mapped[float | None] = mapped_column(Float, doc="CUDA-event time")
 
 
-class MetricDef(Base):
-    """What a metric name means, from the catalog (tracker/profilers/catalog.py): unit, meaning,
+class MetricDefRow(Base):
+    """What a metric name means, from the catalog (tracker/metrics.py): unit, meaning,
     how it rolls up over launches, and the ncu and nvprof names it is collected as."""
 
     __tablename__ = "metric_def"

@@ -2,7 +2,7 @@
 
 Analyses read these views and users query the same ones with ``tracker sql``; ``schema/views.sql``
 is rendered from this list. The counter views are generated from the metric catalog
-(tracker/profilers/catalog.py) and read the per-run rollups (tracker/store/rollups.py): a metric
+(tracker/metrics.py) and read the per-run rollups (tracker/store/rollups.py): a metric
 rolled up over a layer's launches as its ``metric_def`` says, then its median over measured
 repeats. Every counter view is per run, layer and phase, one measured iteration.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracker.profilers.catalog import BY_NAME, CATALOG, STALLS
+from tracker.metrics import BY_NAME, CATALOG, STALLS
 
 
 @dataclass(frozen=True)

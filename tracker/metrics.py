@@ -1,4 +1,6 @@
-"""The metric catalog: every counter tracker collects, once, for ncu and nvprof alike.
+"""The metric catalog: every counter tracker collects, once, for ncu and nvprof alike. Ground
+floor: the profilers, the store, its views and the analyses all read it; it imports nothing of
+tracker.
 
 Each entry is a logical name (what the store, views, CLI and notebooks use) with its Nsight
 Compute name for sm_70 and newer, its nvprof name where one exists, its unit, what it means and

@@ -259,3 +259,17 @@ def test_ncu_backend_without_a_gpu_is_one_line(runner, tmp_path):
     result = runner.invoke(cli, ["profile", "alexnet", "--backend", "ncu", "--db", str(db)])
     assert result.exit_code == 1 and "needs an NVIDIA GPU" in result.output and "use --backend events" in result.output
     assert not db.exists()
+
+
+def test_the_public_surface_loads_on_first_use():
+    """`import tracker` imports nothing heavy; each public name loads its module when first read."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tracker; assert not any(m in sys.modules for m in ('pandas', 'numpy', 'sqlalchemy')); "
+            "from tracker.analysis import runtime; "
+            "assert tracker.open_store.__module__ == 'tracker.store.db' and tracker.view.__module__ == 'tracker.analysis' "
+            "and tracker.analysis.runtime is runtime and callable(tracker.profile.profile); "
+            "assert sorted(tracker.__all__) == sorted(dir(tracker))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

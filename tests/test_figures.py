@@ -24,7 +24,7 @@ from tracker.nets import build
     ("flops_per_s", 6.69e13, "66.9 TFLOP/s"), ("hit_rate_pct", 52.71, "52.7%"), ("speedup", 1.1649, "1.16x"),
     ("instructions", 885_123, "885k"), ("launches", 3, "3"), ("batch", 128, "128"), ("noise", True, "yes"),
     ("spread_pct", None, ""), ("speedup", float("nan"), ""), ("layer", "conv1", "conv1"), ("intensity", 15.9, "15.9 FLOP/B"),
-    ("l2_kib", 51200, "50.0 MiB"), ("l2_kib", 1280, "1.25 MiB"), ("shared_kib_per_sm", 228, "228 KiB"),
+    ("shared_bytes", 4, "4 B"), ("l2_kib", 51200, "50.0 MiB"), ("l2_kib", 1280, "1.25 MiB"), ("shared_kib_per_sm", 228, "228 KiB"),
 ])
 def test_one_formatter_gives_every_number_its_unit(column, value, text):
     assert units.cell(column, value) == text

@@ -58,7 +58,10 @@ def milliseconds(value: float) -> str:
 
 
 def nbytes(value: float) -> str:
-    """Bytes in decimal SI, like the bandwidths beside them: '1.02 MB', '3.35 TB/s' is :func:`rate`."""
+    """Bytes in decimal SI, like the bandwidths beside them: '1.02 MB'; whole bytes below 1000
+    exactly ('264 B', '4 B')."""
+    if float(value).is_integer() and abs(value) < 1000:
+        return f"{int(value)} B"
     return si(value, "B", small=False)
 
 

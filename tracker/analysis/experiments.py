@@ -82,7 +82,7 @@ def _pair(store: Store, run_sep: int, run_fused: int, producer: str, relu, sep: 
             "relu": relu.layer, "phase": phase, "separate_ms": separate, "fused_ms": fused,
             "speedup": separate / fused if separate and fused else None,
             "noise": bool(a.min() <= b.max() and b.min() <= a.max()) if judged else None,
-            "dram_bytes_saved": dram[0] - dram[1] if None not in dram else None,
+            "dram_bytes_saved": dram[0] - dram[1] if dram[0] is not None and dram[1] is not None else None,
             "model_relu_bytes": int(sep.loc[(sep.layer == relu.layer) & (sep.phase == phase), "bytes"].iloc[0])}
 
 

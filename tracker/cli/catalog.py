@@ -160,7 +160,7 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **
          None if fmt == "json" else MODEL_COLUMNS + (ROOF_COLUMNS if gpu else ()))
     if fmt == "table":
         _model_footer(net, batch, gpu, bits, rows, peak)
-    if plot:
+    if plot and gpu is not None:  # refused above without a device
         from tracker.figures import save
         from tracker.figures.roofline import model_points, roofline
         from tracker.model.roofline import Roofs

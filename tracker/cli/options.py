@@ -36,6 +36,7 @@ def ncu_options(command: Callable) -> Callable:
 def network_options(command: Callable) -> Callable:
     """Add every network option (``--depth``, ``--conv-type``, ...); each network takes some."""
     for opt in reversed(OPTIONS):
+        kind: click.ParamType | type[str]
         if opt.choices and opt.type is str:
             kind = click.Choice(opt.choices)
         elif opt.choices:

@@ -69,7 +69,7 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
     summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,
                "network": net.name, "batch": batch, "layers": len(net.layers),
                "predictions": len(result.predictions), "ops": ops, "bytes": nbytes,
-               "predicted_ms": sum(p.predicted_ms for p in result.predictions) if gpu else None,
+               "predicted_ms": sum(p.predicted_ms or 0.0 for p in result.predictions) if gpu else None,
                "predicted_peak_bytes": result.memory.peak_bytes, "measured": result.backend != "model"}
     if fmt != "table":
         emit([summary], fmt)

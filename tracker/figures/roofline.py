@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -254,7 +255,7 @@ def _find_spot(lb: _Label, taken: list[tuple], frame: tuple):
     return None
 
 
-def _legend(ax, points: pd.DataFrame, roofs: Roofs | None, basis: str, moves: bool) -> None:
+def _legend(ax, points: pd.DataFrame, roofs: Roofs | None, basis: str, moves: bool) -> Any:
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], label=f"{phase} ({PHASE_SHORT[phase]})", **_marker(phase, "DRAM", basis))

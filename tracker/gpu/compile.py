@@ -148,7 +148,8 @@ _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 def parse_ptxas(log: str) -> dict[str, Resources]:
     """Per kernel: the 'Compiling entry', 'stack frame' and 'Used N registers' lines of ptxas -v."""
     kernels: dict[str, Resources] = {}
-    name, frame = None, (0, 0, 0)
+    name: str | None = None
+    frame: tuple[int, ...] = (0, 0, 0)
     for line in log.splitlines():
         if m := _ENTRY.search(line):
             name, frame = m.group(1), (0, 0, 0)

@@ -55,7 +55,8 @@ def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable
         run.iteration()
         backend.synchronize()
     backend.log.clear()
-    rows, totals = [], []
+    rows: list[dict] = []
+    totals: list[float] = []
     start, stop = around
     start()
     try:

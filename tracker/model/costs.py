@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, cast
 
 from tracker.nets.layers import Layer, numel
 
@@ -62,7 +63,8 @@ class Cost:
 
 def _macs(layer: Layer) -> int:
     """Multiply-adds of one sample's forward pass of a conv, transposed conv or linear layer."""
-    op, (shape,) = layer.op, layer.input_shapes
+    op: Any = layer.op  # the kind says which Op subclass
+    (shape,) = layer.input_shapes
     if layer.kind == "conv":
         return numel(layer.output_shape) * (shape[0] // op.groups) * math.prod(op.kernel)
     if layer.kind == "convtranspose":
@@ -75,7 +77,7 @@ def costs(layer: Layer, batch: int) -> dict[str, Cost]:
     x = batch * sum(numel(s) for s in layer.input_shapes)  # input elements
     y = batch * numel(layer.output_shape)  # output elements
     p = layer.params
-    kind = layer.kind
+    kind, op = layer.kind, cast(Any, layer.op)  # the kind says which Op subclass
     if kind in ("conv", "convtranspose", "linear"):
         m = batch * _macs(layer)
         w = p - layer.op.biases()
@@ -85,14 +87,14 @@ def costs(layer: Layer, batch: int) -> dict[str, Cost]:
             "bwd_weight": Cost(m, 2 * m, y + x, p),
         }
     elif kind == "maxpool":
-        window = math.prod(layer.op.kernel)
+        window = math.prod(op.kernel)
         table = {"fwd": Cost(0, y * window, x, y), "bwd_data": Cost(0, y * (window + 1), x + y, x)}
     elif kind == "lrn":
-        n = layer.op.size
+        n = op.size
         table = {"fwd": Cost(0, (2 * n + 4) * y, x, y), "bwd_data": Cost(0, (3 * n + 9) * y, x + 2 * y, x)}
     elif kind == "upsample":
         dims = len(layer.output_shape) - 1
-        table = {"fwd": Cost(0, 0, x, y), "bwd_data": Cost(0, x * (layer.op.scale**dims - 1), y, x)}
+        table = {"fwd": Cost(0, 0, x, y), "bwd_data": Cost(0, x * (op.scale**dims - 1), y, x)}
     elif kind == "concat":
         table = {"fwd": Cost(0, 0, x, y), "bwd_data": Cost(0, 0, y, x)}
     else:

@@ -10,6 +10,7 @@ what the GPU runner's measured peak shows beside this prediction.
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 from dataclasses import asdict, dataclass
 
 from tracker.model.roofline import check_batch, check_dtype_bits
@@ -40,8 +41,8 @@ def memory(net: Network, batch: int, dtype_bits: int = 32) -> Memory:
         for layer in layers
     ) * width
     workspace = max(
-        (numel(layer.output_shape[1:]) * (layer.input_shapes[0][0] // layer.op.groups) * math.prod(layer.op.kernel)
-         for layer in layers if layer.kind == "conv"),
+        (numel(layer.output_shape[1:]) * (layer.input_shapes[0][0] // conv.groups) * math.prod(conv.kernel)
+         for layer in layers if layer.kind == "conv" for conv in [cast(Any, layer.op)]),
         default=0,
     ) * width
     peak = params + activations + params + act_grads + workspace

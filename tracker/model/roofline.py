@@ -86,10 +86,10 @@ def predict(
             if phase not in wanted:
                 continue
             nbytes = cost.elements * width
-            extra = roofline(cost.ops, nbytes, device) if device else (None, None, None)
+            attainable, ms, bound = roofline(cost.ops, nbytes, device) if device else (None, None, None)
             rows.append(Prediction(
                 layer.id, layer.name, layer.kind, phase, list(layer.output_shape), layer.params,
-                cost.macs, cost.ops, nbytes, cost.ops / nbytes, *extra, CONVENTIONS[layer.kind],
+                cost.macs, cost.ops, nbytes, cost.ops / nbytes, attainable, ms, bound, CONVENTIONS[layer.kind],
             ))
     return rows
 

@@ -146,7 +146,7 @@ def _bwd_weight_gemm(b: Backend, a: Arrays, stride: int, pad: int) -> None:
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     x, w, stride, pad = case.shapes["x"], case.shapes["w"], case.params["stride"], case.params["pad"]
-    xh, wh, bh = f32(rng, x), f32(rng, w, 1 / math.sqrt(math.prod(w[1:]))), f32(rng, w[0])
+    xh, wh, bh = f32(rng, x), f32(rng, w, 1 / math.sqrt(math.prod(w[1:]))), f32(rng, (w[0],))
     fused = c.variant == "fused"
     expected = ref.conv2d_fwd(xh.astype(np.float64), wh, bh, stride, pad)
     expected = ref.relu_fwd(expected) if fused else expected

@@ -67,7 +67,7 @@ def _bwd_weight_gemm(b: Backend, a: Arrays, relu: bool = False) -> None:
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     x, w = case.shapes["x"], case.shapes["w"]
-    xh, wh, bh = f32(rng, x), f32(rng, w, 1 / math.sqrt(w[1])), f32(rng, w[0])
+    xh, wh, bh = f32(rng, x), f32(rng, w, 1 / math.sqrt(w[1])), f32(rng, (w[0],))
     fused = c.variant == "fused"
     expected = ref.linear_fwd(xh.astype(np.float64), wh, bh)
     expected = ref.relu_fwd(expected) if fused else expected

@@ -100,8 +100,11 @@ def command(ncu: str, metrics: list[str], report: Path, program: list[str], sett
 
 def run(cmd: list[str], report: Path, expected: int, echo: Callable[[str], None]) -> None:
     """Run ncu, echoing progress per profiled launch; raise NcuFailed with the reason on failure."""
-    errors, lines, profiled = [], [], 0
+    errors: list[str] = []
+    lines: list[str] = []
+    profiled = 0
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:
             line = line.rstrip("\n")
             lines.append(line)

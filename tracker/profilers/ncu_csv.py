@@ -154,7 +154,7 @@ def _raw(header: list[str], rows: list[list[str]], where: str) -> dict[int, Prof
     """Raw page: one row per launch, every metric a column, and a units row first."""
     if not rows or rows[0][0] != "":
         raise ParseError(f"{where}: a raw-page table starts with a units row (empty ID), and this one does not")
-    units, launches = rows[0], {}
+    units, launches = rows[0], {}  # type: list[str], dict[int, ProfiledLaunch]
     for row in rows[1:]:
         launch = _launch(launches, row, header, where)
         for name, unit, cell in zip(header, units, row):

@@ -123,12 +123,12 @@ def parse_trace(text: str, where: str = "nvprof output") -> list[ProfiledLaunch]
         raise ParseError(f"{where}: the GPU trace has no units row")
     header, units = rows[0], rows[1]
     (name_at,) = columns(header, ("Name",), where)
-    launches = []
+    launches: list[ProfiledLaunch] = []
     for row in rows[2:]:
         if row[name_at].startswith("[CUDA "):
             continue
         launch = ProfiledLaunch(len(launches), _CORRELATION.sub("", row[name_at]))
-        raw = {}
+        raw: dict[str, float | None] = {}
         for column, unit, cell in zip(header, units, row):
             if column in _TRACE_IDENTITY or not cell:
                 continue
@@ -137,8 +137,9 @@ def parse_trace(text: str, where: str = "nvprof output") -> list[ProfiledLaunch]
             except ValueError:
                 launch.attributes[column] = cell
                 continue
-            if column == "Duration" and raw[column] is not None:  # n/a: a launch nvprof did not time
-                raw[column] = normalise(raw[column], unit or "ns")[0]
+            duration = raw[column]
+            if column == "Duration" and duration is not None:  # n/a: a launch nvprof did not time
+                raw[column] = normalise(duration, unit or "ns")[0]
         launch.values = raw
         launch.metrics = {**from_nvprof(raw), "duration_ns": raw.get("Duration")}
         launches.append(launch)

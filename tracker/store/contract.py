@@ -39,7 +39,7 @@ def schema_sql() -> str:
         docs = [f"  {c.name}: {c.doc}" for c in table.columns if c.doc]
         about = model.__doc__ if model else table.comment  # a Table without a class carries a comment
         block = _comment("\n".join([about or "", *docs])) + _ddl(CreateTable(table))
-        block += "".join(_ddl(CreateIndex(index)) for index in sorted(table.indexes, key=lambda i: i.name))
+        block += "".join(_ddl(CreateIndex(index)) for index in sorted(table.indexes, key=lambda i: str(i.name)))
         parts.append(block)
     return "\n".join(parts)
 

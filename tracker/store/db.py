@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text, update
+from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session
@@ -111,7 +111,7 @@ def bulk_insert(conn: Connection, table, rows: list[dict]) -> None:
         return
     columns = [column.name for column in table.columns]
     if conn.dialect.name == "postgresql":  # COPY: several times executemany's rate
-        cursor = conn.connection.driver_connection.cursor()
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         with cursor.copy(f"COPY {table.name} ({', '.join(columns)}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(tuple(row.get(column) for column in columns))
@@ -275,8 +275,8 @@ def _create_schema(conn: Connection, where: str) -> None:
         Base.metadata.create_all(conn)
         for view in VIEWS:
             conn.exec_driver_sql(view.create())
-        conn.execute(MetricDefRow.__table__.insert(), metric_def_rows())
-        conn.execute(SchemaInfo.__table__.insert().values(
+        conn.execute(insert(MetricDefRow), metric_def_rows())
+        conn.execute(insert(SchemaInfo).values(
             version=SCHEMA_VERSION, tracker_version=__version__, created_at=datetime.now(timezone.utc)))
 
 

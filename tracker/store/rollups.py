@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from typing import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -51,7 +52,9 @@ def over_repeats(values) -> Stats | None:
 
 def _time(run_id: int, launches: list[dict]) -> list[dict]:
     """Per layer phase: launches per iteration, and the event time per iteration over iterations."""
-    count, repeats, per_repeat = defaultdict(int), defaultdict(set), defaultdict(lambda: defaultdict(list))
+    count: defaultdict[tuple, int] = defaultdict(int)
+    repeats: defaultdict[tuple, set] = defaultdict(set)
+    per_repeat: defaultdict[tuple, defaultdict[int, list]] = defaultdict(lambda: defaultdict(list))
     for k in launches:
         key = (k["layer_id"], k["phase"])
         count[key] += 1
@@ -94,7 +97,7 @@ def _rolled(rollup: str, values: list, weights: list) -> float | None:
     return sum(v * w for v, w in pairs) / total if total else None
 
 
-def _metrics(run_id: int, launches: list[dict], metrics: list[dict]) -> dict[str, list[dict]]:
+def _metrics(run_id: int, launches: list[dict], metrics: Sequence[dict]) -> dict[str, list[dict]]:
     """rollup_launch, rollup_metric_repeat, rollup_metric, rollup_stall, rollup_stall_category rows."""
     by_launch: dict[int, dict] = defaultdict(dict)
     for m in metrics:
@@ -114,8 +117,8 @@ def _metrics(run_id: int, launches: list[dict], metrics: list[dict]) -> dict[str
                                    value=value))
             per_phase[layer_id, phase, name].append(value)
     medians = []
-    for (layer_id, phase, name), values in per_phase.items():
-        stats = over_repeats(values)
+    for (layer_id, phase, name), series in per_phase.items():
+        stats = over_repeats(series)
         if stats:
             medians.append(dict(run_id=run_id, layer_id=layer_id, phase=phase, name=name, value=stats.median,
                                 min_value=stats.min, max_value=stats.max, repeats=stats.repeats,
@@ -150,7 +153,7 @@ def _stalls(run_id: int, medians: list[dict]) -> tuple[list[dict], list[dict]]:
     return stalls, categories
 
 
-def write(conn: Connection, run_id: int, launches: list[dict], metrics: list[dict]) -> None:
+def write(conn: Connection, run_id: int, launches: list[dict], metrics: Sequence[dict]) -> None:
     """(Re)write the run's rollups from its launch rows and (invocation, name, value) counter rows,
     inside the caller's transaction."""
     from tracker.store.db import bulk_insert

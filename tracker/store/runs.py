@@ -16,7 +16,7 @@ import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from sqlalchemy import update
 
@@ -97,7 +97,7 @@ class RunWriter:
                 for p in predictions
             )
 
-    def add_launches(self, rows: list[dict], metrics: list[dict] = ()) -> None:
+    def add_launches(self, rows: list[dict], metrics: Sequence[dict] = ()) -> None:
         """The launch log of pass 1, in invocation order, pass 2's counters on it as (invocation,
         name, value) rows, and the rollups of both: one transaction, so a run never holds half a
         join, nor counters without their rollups."""

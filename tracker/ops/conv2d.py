@@ -11,7 +11,7 @@ import numpy as np
 
 from tracker import reference as ref
 from tracker.ops import gemm
-from tracker.ops.gemm import BIAS_GRAD, Gemm, bias_grad
+from tracker.ops.gemm import BIAS_GRAD, FUSED_BWD, FUSED_FWD, Gemm, bias_grad
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks, tiles
 from tracker.ops.registry import OPS, Case, Op, launch
 from tracker.ops.selftest import REDUCTION, Check, f32, masked
@@ -227,7 +227,7 @@ CONV.add("gemm",
          bwd_weight=launch(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt", BIAS_GRAD))
 CONV.add("fused", absorbs="relu", fallback="shared",
          fwd=launch(partial(_fwd_implicit, relu=True), _IMPLICIT[0],
-                    note="bias + ReLU in the GEMM epilogue; the ReLU layer launches nothing"),
-         bwd_data=launch(partial(_bwd_data_implicit, relu=True), _IMPLICIT[1], note="reads dy through the ReLU mask"),
+                    note=FUSED_FWD),
+         bwd_data=launch(partial(_bwd_data_implicit, relu=True), _IMPLICIT[1], note=FUSED_BWD),
          bwd_weight=launch(partial(_bwd_weight_implicit, relu=True), _IMPLICIT[2], BIAS_GRAD,
-                           note="reads dy through the ReLU mask"))
+                           note=FUSED_BWD))

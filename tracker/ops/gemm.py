@@ -49,6 +49,9 @@ class Gemm:
 
 
 BIAS_GRAD = "gemm.cu:bias_grad"
+# What the fused variants (conv and linear) do with the GEMM's epilogue and loaders.
+FUSED_FWD = "bias + ReLU in the GEMM epilogue; the ReLU layer launches nothing"
+FUSED_BWD = "reads dy through the ReLU mask"
 
 
 def bias_grad(b: Backend, dy: Any, relu_y: Any, db: Any, N: int, K: int, L: int) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tracker import reference as ref
-from tracker.ops.gemm import BIAS_GRAD, Gemm, bias_grad
+from tracker.ops.gemm import BIAS_GRAD, FUSED_BWD, FUSED_FWD, Gemm, bias_grad
 from tracker.ops.launch import THREADS, Arrays, Backend, blocks
 from tracker.ops.registry import OPS, Case, Op, launch
 from tracker.ops.selftest import REDUCTION, Check, f32, masked
@@ -126,7 +126,7 @@ LINEAR.add("shared",
            bwd_weight=launch(_bwd_weight_gemm, "gemm.cu:gemm_tn", BIAS_GRAD))
 LINEAR.add("fused", absorbs="relu", fallback="shared",
            fwd=launch(partial(_fwd_gemm, relu=True), "gemm.cu:gemm_nt",
-                      note="bias + ReLU in the GEMM epilogue; the ReLU layer launches nothing"),
-           bwd_data=launch(partial(_bwd_data_gemm, relu=True), "gemm.cu:gemm_nn", note="reads dy through the ReLU mask"),
+                      note=FUSED_FWD),
+           bwd_data=launch(partial(_bwd_data_gemm, relu=True), "gemm.cu:gemm_nn", note=FUSED_BWD),
            bwd_weight=launch(partial(_bwd_weight_gemm, relu=True), "gemm.cu:gemm_tn", BIAS_GRAD,
-                             note="reads dy through the ReLU mask"))
+                             note=FUSED_BWD))

@@ -123,10 +123,11 @@ def _runtime(store, run_id, sub) -> Section:
                        missing="profile with --device NAME for the model's times, or on a GPU")
     top = _top(known, "ms")
     measured = (known["source"] == "measured").all()
+    source = "median kernel time" if measured else _predicted(store, run_id)
     finding = (f"{top['layer']} {top['phase']} takes the most time: {units.milliseconds(top['ms'])}, "
                f"{units.percent(100 * top['ms'] / total['ms'])} of the {units.milliseconds(total['ms'])} iteration"
-               f"{'' if measured else f' ({_predicted(store, run_id)})'}")
-    title = "Time per layer (median kernel time)" if measured else f"Time per layer ({_predicted(store, run_id)})"
+               f"{'' if measured else f' ({source})'}")
+    title = f"Time per layer ({source})"
     table = frame[["layer", "phase", "ms", "spread_pct", "predicted_ms", "launches", "source"]]
     figure = bars.by_phase(frame[frame["ms"] > 0], "ms", title, sub, "time", log=True)
     return Section("runtime", "Time per layer", "Figures 6/7", figure, finding, table)

@@ -1,15 +1,21 @@
-// Shared device code: the tiled, register-blocked GEMM every matrix-shaped variant uses, the
-// loaders that feed it (dense matrices, and implicit im2col views of a convolution), and its
-// epilogue (bias, ReLU, accumulate). One GEMM body, many callers: no kernel body is copied.
+// Shared device code: the tiled GEMM every matrix-shaped variant uses, the loaders that feed it
+// (dense matrices, and implicit im2col views of a convolution with the batch folded into the
+// GEMM), and its epilogue (bias, ReLU, accumulate, split-K partials). One GEMM body, many
+// callers: no kernel body is copied.
 //
-// C[m][n] = sum_k A(m, k) * B(k, n), tiles of TILE_M x TILE_N x TILE_K (64 x 64 x 16), each
-// thread a THREAD_M x THREAD_N register block (4 x 4) at rows ty + ROWS i and columns tx + COLS j,
-// ROWS x COLS = GEMM_THREADS threads (16 x 16; strided, so shared-memory reads broadcast or hit
-// distinct banks and the epilogue's stores coalesce).
+// C[m][n] = sum_k A(m, k) * B(k, n) in CTA tiles of TILE_M x TILE_N, k-tiles of TILE_K. Each
+// thread owns an 8 x 8 register block (THREAD_M x THREAD_N): rows ty*4 + {0..3} and
+// ty*4 + TILE_M/2 + {0..3}, columns likewise from tx. A warp's 32 threads are 4 x 8 of those
+// blocks (warp tiling: 32 x 64 outputs, so a fragment is shared by 8 or 4 lanes), and per k each
+// thread reads its fragments as four 128-bit LDS (two of A, two of B) and issues 64 FFMA: 16 FFMA
+// per shared load.
+// The k-tiles are double-buffered in shared memory through registers: the global loads of tile
+// k+1 are in flight while tile k is multiplied, and one barrier per k-tile separates them.
 //
 // The sizes are not written here: tracker/ops/gemm.py hands them to NVRTC as -D options (and
 // tracker/ops/*.py the others: CONSTANT_FLOATS, POOL_TILE), so the launch grids computed in
-// Python and the kernels compiled from here read the same numbers.
+// Python and the kernels compiled from here read the same numbers, and `tracker tune` can
+// compile other tile shapes without touching this file.
 #pragma once
 
 // Kernel pointers are `T* RESTRICT`. By default that is __restrict__, and the compiler, knowing
@@ -27,104 +33,157 @@
     !defined(GEMM_THREADS)
 #error "the GEMM's sizes come from tracker/ops/gemm.py as -D options (tracker.gpu.kernels.compile_options)"
 #endif
+static_assert(THREAD_M == 8 && THREAD_N == 8, "a thread's block is two 4-row by two 4-column groups");
+static_assert(TILE_M % 32 == 0 && TILE_N % 64 == 0, "a warp's 4 x 8 threads span 32 x 64 outputs");
 static_assert((TILE_M / THREAD_M) * (TILE_N / THREAD_N) == GEMM_THREADS, "one thread per register block");
 
-// Dense row-major matrix: element (r, c) at p[r * ld + c]; consecutive c are contiguous.
-struct Mat {
+// Loading a k-tile: each thread fetches one k (row kk of the tile) at LOADS outer positions
+// o, o + LANES, ... (rows of A, columns of B), so LANES threads cover a row of the tile.
+constexpr int LANES = GEMM_THREADS / TILE_K;
+constexpr int LOADS_A = TILE_M / LANES, LOADS_B = TILE_N / LANES;
+static_assert(GEMM_THREADS % TILE_K == 0 && TILE_M % LANES == 0 && TILE_N % LANES == 0,
+              "the threads cover a k-tile of A and of B exactly");
+
+// A loader is one GEMM operand as one thread walks it: start(o, k) fixes its LOADS outer
+// positions o + LANES * j and its k, at(j) is where slot j's element lies at the current k (-1:
+// a zero, the convolution's padding), next() moves k on by TILE_K. Whatever the index arithmetic
+// costs (a convolution's divisions) is paid in start(), once per thread, and next() carries it
+// forward with compares and additions. k_contiguous says which of the two indices walks memory,
+// so that the threads of a warp read consecutive addresses.
+
+// A dense row-major matrix: element (o, k) at p[o * ld + k] (K_FAST: A of A B, B of A B^T) or at
+// p[k * ld + o] (A of A^T B, B of A B).
+template <int L, bool K_FAST>
+struct Dense {
     const float* RESTRICT p;
     int ld;
-    static constexpr bool second_contiguous = true;
-    __device__ __forceinline__ float operator()(int r, int c) const { return p[(size_t)r * ld + c]; }
+    int base = 0;
+    static constexpr bool k_contiguous = K_FAST;
+    __device__ __forceinline__ void start(int o, int k) { base = K_FAST ? o * ld + k : k * ld + o; }
+    __device__ __forceinline__ int at(int j) const { return base + j * (K_FAST ? LANES * ld : LANES); }
+    __device__ __forceinline__ void next() { base += K_FAST ? TILE_K : TILE_K * ld; }
 };
 
-// Transposed view of a row-major matrix: element (r, c) at p[c * ld + r].
-struct MatT {
-    const float* RESTRICT p;
-    int ld;
-    static constexpr bool second_contiguous = false;
-    __device__ __forceinline__ float operator()(int r, int c) const { return p[(size_t)c * ld + r]; }
+// An operand read through a ReLU: zero where the ReLU's output y (laid out as the operand) is not
+// positive. The fused variants' backward kernels use it; y == nullptr reads the operand as it is.
+template <class G>
+struct Masked : G {
+    const float* RESTRICT y;
 };
 
-// A gradient seen through a ReLU: g(r, c), zero where the ReLU's output y(r, c) is not positive.
-// y is read through the same loader type, so it follows g's layout. The fused variants'
-// backward kernels use it (masked == false: g as it is).
-template <class L>
-struct Masked {
-    L g;
-    L y;
-    bool masked;
-    static constexpr bool second_contiguous = L::second_contiguous;
-    __device__ __forceinline__ float operator()(int r, int c) const {
-        const float v = g(r, c);
-        return (!masked || y(r, c) > 0.f) ? v : 0.f;
-    }
-};
+template <class G>
+__device__ __forceinline__ float element(const G& g, int j) {
+    const int at = g.at(j);
+    return at >= 0 ? g.p[at] : 0.f;
+}
+
+template <class G>
+__device__ __forceinline__ float element(const Masked<G>& g, int j) {
+    const int at = g.at(j);
+    return (at >= 0 && (g.y == nullptr || g.y[at] > 0.f)) ? g.p[at] : 0.f;
+}
 
 // Convolution geometry of one layer (NCHW input, KCRS filters, NKPQ output).
 struct ConvShape {
     int N, C, H, W, K, R, S, P, Q, stride, pad;
 };
 
-// Epilogue: C[m * ldc + n] = (accumulate ? C : 0) + v + bias, then ReLU if asked.
+// Epilogue: C(m, n) = (accumulate ? C : 0) + v + bias, then ReLU if asked. C is images of
+// `rows` x `per_image` (the batch folded into the GEMM's columns: n = image * per_image + j);
+// a plain matrix is one image, per_image = its columns.
 struct Store {
     float* RESTRICT c;
-    int ldc;
+    int rows;
+    int per_image;
     const float* RESTRICT bias;  // nullptr: none
-    bool bias_per_row;              // bias[m] (conv: per output channel) or bias[n] (linear)
+    bool bias_per_row;           // bias[m] (conv: per output channel) or bias[n] (linear)
     bool relu;
     bool accumulate;
     __device__ __forceinline__ void operator()(int m, int n, float v) const {
         if (bias != nullptr) v += bias[bias_per_row ? m : n];
         if (relu) v = fmaxf(v, 0.f);
-        float* dst = c + (size_t)m * ldc + n;
+        const int image = n / per_image;
+        float* dst = c + ((size_t)image * rows + m) * per_image + (n - image * per_image);
         *dst = accumulate ? *dst + v : v;
     }
 };
 
+// Split-K: CTA z of gridDim.z multiplies k in [z * k_chunk, (z + 1) * k_chunk). With one split it
+// stores through `out`; with more, its raw partial product goes to partial[z] (M x N), and
+// gemm.cu's splitk_reduce adds the splits in order and applies `out`: deterministic.
+__device__ __forceinline__ Store split_store(const Store& out, float* RESTRICT partial, int M, int N) {
+    if (gridDim.z == 1) return out;
+    return Store{partial + (size_t)blockIdx.z * M * N, M, N, nullptr, false, false, false};
+}
+
 template <class A, class B, class Epi>
-__device__ __forceinline__ void gemm_tile(int M, int N, int K, const A& a, const B& b, const Epi& epi) {
-    __shared__ float As[TILE_K][TILE_M + 1];
-    __shared__ float Bs[TILE_K][TILE_N + 1];
-    constexpr int ROWS = TILE_M / THREAD_M, COLS = TILE_N / THREAD_N;
-    const int tx = threadIdx.x % COLS, ty = threadIdx.x / COLS;
+__device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a, B b, const Epi& epi) {
+    // +4: a k-contiguous loader's warp writes 8 k-rows x 4 columns; the pad spreads them over all
+    // 32 banks, and keeps every row 16-byte aligned for the 128-bit fragment loads.
+    __shared__ __align__(16) float As[2][TILE_K][TILE_M + 4];
+    __shared__ __align__(16) float Bs[2][TILE_K][TILE_N + 4];
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+    constexpr int WARPS_N = TILE_N / 64;
+    const int tx = (warp % WARPS_N) * 8 + lane % 8, ty = (warp / WARPS_N) * 4 + lane / 8;
     const int m0 = blockIdx.y * TILE_M, n0 = blockIdx.x * TILE_N;
+    const int k_begin = blockIdx.z * k_chunk, k_end = min(K, k_begin + k_chunk);
+
+    const int ka = A::k_contiguous ? t % TILE_K : t / LANES, oa = A::k_contiguous ? t / TILE_K : t % LANES;
+    const int kb = B::k_contiguous ? t % TILE_K : t / LANES, ob = B::k_contiguous ? t / TILE_K : t % LANES;
+    a.start(m0 + oa, k_begin + ka);
+    b.start(n0 + ob, k_begin + kb);
+    float ra[LOADS_A], rb[LOADS_B];
+    auto fetch = [&](int k0) {
+#pragma unroll
+        for (int j = 0; j < LOADS_A; ++j) ra[j] = (m0 + oa + LANES * j < M && k0 + ka < k_end) ? element(a, j) : 0.f;
+#pragma unroll
+        for (int j = 0; j < LOADS_B; ++j) rb[j] = (n0 + ob + LANES * j < N && k0 + kb < k_end) ? element(b, j) : 0.f;
+    };
+    auto stash = [&](int buf) {
+#pragma unroll
+        for (int j = 0; j < LOADS_A; ++j) As[buf][ka][oa + LANES * j] = ra[j];
+#pragma unroll
+        for (int j = 0; j < LOADS_B; ++j) Bs[buf][kb][ob + LANES * j] = rb[j];
+    };
+
     float acc[THREAD_M][THREAD_N] = {};
-    for (int k0 = 0; k0 < K; k0 += TILE_K) {
-        // Consecutive threads walk the loader's contiguous index, so global loads coalesce.
-        for (int i = threadIdx.x; i < TILE_M * TILE_K; i += GEMM_THREADS) {
-            const int mm = A::second_contiguous ? i / TILE_K : i % TILE_M;
-            const int kk = A::second_contiguous ? i % TILE_K : i / TILE_M;
-            const int m = m0 + mm, k = k0 + kk;
-            As[kk][mm] = (m < M && k < K) ? a(m, k) : 0.f;
+    fetch(k_begin);
+    stash(0);
+    __syncthreads();
+    int buf = 0;
+    for (int k0 = k_begin; k0 < k_end; k0 += TILE_K) {
+        const bool more = k0 + TILE_K < k_end;
+        if (more) {  // tile k+1's loads fly while tile k is multiplied
+            a.next();
+            b.next();
+            fetch(k0 + TILE_K);
         }
-        for (int i = threadIdx.x; i < TILE_N * TILE_K; i += GEMM_THREADS) {
-            const int nn = B::second_contiguous ? i % TILE_N : i / TILE_K;
-            const int kk = B::second_contiguous ? i / TILE_N : i % TILE_K;
-            const int n = n0 + nn, k = k0 + kk;
-            Bs[kk][nn] = (n < N && k < K) ? b(k, n) : 0.f;
-        }
-        __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < TILE_K; ++kk) {
-            float ar[THREAD_M], br[THREAD_N];
-#pragma unroll
-            for (int i = 0; i < THREAD_M; ++i) ar[i] = As[kk][ty + ROWS * i];
-#pragma unroll
-            for (int j = 0; j < THREAD_N; ++j) br[j] = Bs[kk][tx + COLS * j];
+            const float4 a0 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);
+            const float4 a1 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4 + TILE_M / 2]);
+            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4]);
+            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4 + TILE_N / 2]);
+            const float ar[THREAD_M] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float br[THREAD_N] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
             for (int i = 0; i < THREAD_M; ++i)
 #pragma unroll
                 for (int j = 0; j < THREAD_N; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
         }
+        if (more) stash(buf ^ 1);  // the other buffer: everyone finished reading it a barrier ago
         __syncthreads();
+        buf ^= 1;
     }
 #pragma unroll
-    for (int i = 0; i < THREAD_M; ++i)
+    for (int i = 0; i < THREAD_M; ++i) {
+        const int m = m0 + ty * 4 + i % 4 + (i / 4) * (TILE_M / 2);
 #pragma unroll
         for (int j = 0; j < THREAD_N; ++j) {
-            const int m = m0 + ty + ROWS * i, n = n0 + tx + COLS * j;
+            const int n = n0 + tx * 4 + j % 4 + (j / 4) * (TILE_N / 2);
             if (m < M && n < N) epi(m, n, acc[i][j]);
         }
+    }
 }
 
 // Block-wide sum or max of one value per thread (blockDim.x a multiple of 32, at most 1024).

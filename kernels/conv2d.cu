@@ -6,8 +6,9 @@
 //            output channels at a time); a block works on one channel, so a warp reads one
 //            filter address at a time and the constant cache broadcasts it. bwd_weight writes the
 //            filters, so it has no constant kernel: the constant variant runs global there.
-//   shared   implicit GEMM: the tiled, register-blocked GEMM of common.cuh reading the input
-//            through an on-the-fly im2col view staged in shared memory: no im2col buffer.
+//   shared   implicit GEMM: common.cuh's tiled GEMM over the whole batch, reading the input
+//            through an on-the-fly im2col view staged in shared memory: no im2col buffer; the
+//            weight gradient splits its long reduction (split-K) to fill the GPU.
 //   gemm     explicit im2col / col2im buffers (one image at a time, as Caffe does) and the
 //            dense GEMM kernels of gemm.cu (paper 004's GEMM algorithm).
 //   fused    shared + bias + ReLU in the forward epilogue; its backward kernels read the
@@ -141,104 +142,188 @@ extern "C" __global__ void conv2d_bwd_data_constant(const float* RESTRICT dy, fl
 }
 
 // --- implicit GEMM (shared, fused) ----------------------------------------------------------
+//
+// Each phase is one GEMM over the whole batch (the images folded into the GEMM's columns or its
+// reduction), its operands read through the loaders below: no im2col buffer. A loader's start()
+// does the divisions that split a GEMM index into (image, channel, row, column) once per thread;
+// next() carries the k index forward by TILE_K with compares and additions.
 
-// B(k = (c, r, t), n = (p, q)) of the forward GEMM: one image's input through its im2col view.
+// B(k = (c, r, t), n = (image, p, q)) of the forward GEMM: the input through its im2col view.
+template <int L>
 struct Im2col {
-    const float* RESTRICT x;  // one image, C x H x W
+    const float* RESTRICT p;  // the input
     ConvShape s;
-    static constexpr bool second_contiguous = true;
-    __device__ __forceinline__ float operator()(int k, int n) const {
-        const int rs = s.R * s.S, c = k / rs, r = (k % rs) / s.S, t = k % s.S;
-        const int h = (n / s.Q) * s.stride - s.pad + r, v = (n % s.Q) * s.stride - s.pad + t;
-        return (h >= 0 && h < s.H && v >= 0 && v < s.W) ? x[((size_t)c * s.H + h) * s.W + v] : 0.f;
-    }
-};
-
-// A(m = c, k = (k, r, t)) of the backward-data GEMM: the filters, output channel outermost.
-struct FiltersByInput {
-    const float* RESTRICT w;
-    ConvShape s;
-    static constexpr bool second_contiguous = true;
-    __device__ __forceinline__ float operator()(int c, int k) const {
-        const int rs = s.R * s.S;
-        return w[((size_t)(k / rs) * s.C + c) * rs + k % rs];
-    }
-};
-
-// B(k = (k, r, t), n = (h, v)) of the backward-data GEMM: the output gradient an input meets.
-struct GradByInput {
-    const float* RESTRICT g;  // one image, K x P x Q
-    ConvShape s;
-    static constexpr bool second_contiguous = true;
-    __device__ __forceinline__ float operator()(int k, int n) const {
-        const int rs = s.R * s.S, kk = k / rs, r = (k % rs) / s.S, t = k % s.S;
-        const int p = tap(n / s.W, r, s, s.P), q = tap(n % s.W, t, s, s.Q);
-        return (p >= 0 && q >= 0) ? g[((size_t)kk * s.P + p) * s.Q + q] : 0.f;
-    }
-};
-
-// A(m = k, k = (n, p, q)) of the backward-weight GEMM: the output gradient, all images.
-struct GradByChannel {
-    const float* RESTRICT g;
-    ConvShape s;
-    static constexpr bool second_contiguous = true;
-    __device__ __forceinline__ float operator()(int k, int j) const {
+    int corner[L], h0[L], v0[L];  // per slot: its window's top-left corner, and where that is in x
+    int c = 0, r = 0, t = 0;  // the current k
+    static constexpr bool k_contiguous = false;
+    __device__ __forceinline__ void start(int n, int k) {
         const int pq = s.P * s.Q;
-        return g[((size_t)(j / pq) * s.K + k) * pq + j % pq];
+#pragma unroll
+        for (int j = 0; j < L; ++j) {
+            const int col = n + LANES * j, image = col / pq, p = col % pq / s.Q, q = col % s.Q;
+            h0[j] = p * s.stride - s.pad;
+            v0[j] = q * s.stride - s.pad;
+            corner[j] = (image * s.C * s.H + h0[j]) * s.W + v0[j];
+        }
+        const int rs = s.R * s.S;
+        c = k / rs, r = k % rs / s.S, t = k % s.S;
+    }
+    __device__ __forceinline__ int at(int j) const {
+        const int h = h0[j] + r, v = v0[j] + t;
+        return ((unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W) ? corner[j] + (c * s.H + r) * s.W + t : -1;
+    }
+    __device__ __forceinline__ void next() {
+        for (t += TILE_K; t >= s.S; t -= s.S) ++r;
+        for (; r >= s.R; r -= s.R) ++c;
     }
 };
 
-// B(k = (n, p, q), n = (c, r, t)) of the backward-weight GEMM: every image's im2col, transposed.
-struct Im2colT {
-    const float* RESTRICT x;
+// A(m = c, k = (kout, r, t)) of the backward-data GEMM: the filters, output channel outermost.
+template <int L>
+struct FiltersByInput {
+    const float* RESTRICT p;  // the filters
     ConvShape s;
-    static constexpr bool second_contiguous = false;
-    __device__ __forceinline__ float operator()(int j, int col) const {
-        const int pq = s.P * s.Q, n = j / pq, p = (j % pq) / s.Q, q = j % s.Q;
-        const int rs = s.R * s.S, c = col / rs, r = (col % rs) / s.S, t = col % s.S;
-        const int h = p * s.stride - s.pad + r, v = q * s.stride - s.pad + t;
-        return (h >= 0 && h < s.H && v >= 0 && v < s.W) ? x[(((size_t)n * s.C + c) * s.H + h) * s.W + v] : 0.f;
+    int channel = 0;          // the slot-0 channel's offset in a filter
+    int kout = 0, rs = 0;     // the current k
+    static constexpr bool k_contiguous = true;
+    __device__ __forceinline__ void start(int c, int k) {
+        const int taps = s.R * s.S;
+        channel = c * taps;
+        kout = k / taps, rs = k % taps;
+    }
+    __device__ __forceinline__ int at(int j) const { return (kout * s.C + LANES * j) * (s.R * s.S) + channel + rs; }
+    __device__ __forceinline__ void next() {
+        for (rs += TILE_K; rs >= s.R * s.S; rs -= s.R * s.S) ++kout;
     }
 };
 
-// Grid: (ceil(P*Q / TILE_N), ceil(K / TILE_M), N). relu != 0 is the fused variant's epilogue.
+// B(k = (kout, r, t), n = (image, h, v)) of the backward-data GEMM: the output gradient an input
+// element meets at filter tap (r, t), zero where no output position lies there.
+template <int L>
+struct GradByInput {
+    const float* RESTRICT p;  // the output gradient
+    ConvShape s;
+    int image[L], hp[L], vp[L];  // per slot: its image in the gradient, its row and column plus the padding
+    int kout = 0, r = 0, t = 0;
+    static constexpr bool k_contiguous = false;
+    __device__ __forceinline__ void start(int n, int k) {
+        const int hw = s.H * s.W;
+#pragma unroll
+        for (int j = 0; j < L; ++j) {
+            const int col = n + LANES * j;
+            hp[j] = col % hw / s.W + s.pad;
+            vp[j] = col % s.W + s.pad;
+            image[j] = col / hw * s.K * s.P * s.Q;
+        }
+        const int rs = s.R * s.S;
+        kout = k / rs, r = k % rs / s.S, t = k % s.S;
+    }
+    __device__ __forceinline__ int at(int j) const {
+        int y = hp[j] - r, x = vp[j] - t;  // the output row and column, times the stride
+        if (y < 0 || x < 0) return -1;
+        if (s.stride != 1) {
+            if (y % s.stride || x % s.stride) return -1;
+            y /= s.stride, x /= s.stride;
+        }
+        return (y < s.P && x < s.Q) ? image[j] + (kout * s.P + y) * s.Q + x : -1;
+    }
+    __device__ __forceinline__ void next() {
+        for (t += TILE_K; t >= s.S; t -= s.S) ++r;
+        for (; r >= s.R; r -= s.R) ++kout;
+    }
+};
+
+// A(m = kout, k = (image, p, q)) of the backward-weight GEMM: the output gradient, all images.
+template <int L>
+struct GradByChannel {
+    const float* RESTRICT p;  // the output gradient
+    ConvShape s;
+    int kout0 = 0;
+    int image = 0, pq = 0;  // the current k
+    static constexpr bool k_contiguous = true;
+    __device__ __forceinline__ void start(int kout, int k) {
+        const int plane = s.P * s.Q;
+        kout0 = kout;
+        image = k / plane, pq = k % plane;
+    }
+    __device__ __forceinline__ int at(int j) const { return (image * s.K + kout0 + LANES * j) * (s.P * s.Q) + pq; }
+    __device__ __forceinline__ void next() {
+        for (pq += TILE_K; pq >= s.P * s.Q; pq -= s.P * s.Q) ++image;
+    }
+};
+
+// B(k = (image, p, q), n = (c, r, t)) of the backward-weight GEMM: every image's im2col, transposed.
+template <int L>
+struct Im2colT {
+    const float* RESTRICT p;  // the input
+    ConvShape s;
+    int tap[L], r[L], t[L];       // per slot: its filter tap, and where (c, r, t) is in an image
+    int image = 0, y = 0, x = 0;  // the current k: an image and an output position
+    static constexpr bool k_contiguous = true;
+    __device__ __forceinline__ void start(int n, int k) {
+        const int rs = s.R * s.S;
+#pragma unroll
+        for (int j = 0; j < L; ++j) {
+            const int col = n + LANES * j, c = col / rs;
+            r[j] = col % rs / s.S;
+            t[j] = col % s.S;
+            tap[j] = (c * s.H + r[j]) * s.W + t[j];
+        }
+        const int plane = s.P * s.Q;
+        image = k / plane, y = k % plane / s.Q, x = k % s.Q;
+    }
+    __device__ __forceinline__ int at(int j) const {
+        const int h0 = y * s.stride - s.pad, v0 = x * s.stride - s.pad;
+        const int h = h0 + r[j], v = v0 + t[j];
+        return ((unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W) ? (image * s.C * s.H + h0) * s.W + v0 + tap[j]
+                                                                            : -1;
+    }
+    __device__ __forceinline__ void next() {
+        for (x += TILE_K; x >= s.Q; x -= s.Q) ++y;
+        for (; y >= s.P; y -= s.P) ++image;
+    }
+};
+
+// GEMM M = K, N = batch * P*Q, K = C*R*S. Grid: (ceil(N / TILE_N), ceil(M / TILE_M), splits).
+// relu != 0 is the fused variant's epilogue.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 conv2d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const float* RESTRICT bias,
-                    float* RESTRICT y, ConvShape s, int relu) {
-    const int n = blockIdx.z, crs = s.C * s.R * s.S, pq = s.P * s.Q;
-    gemm_tile(s.K, pq, crs, Mat{w, crs}, Im2col{x + (size_t)n * s.C * s.H * s.W, s},
-              Store{y + (size_t)n * s.K * pq, pq, bias, true, relu != 0, false});
+                    float* RESTRICT y, float* RESTRICT partial, ConvShape s, int k_chunk, int relu) {
+    const int crs = s.C * s.R * s.S, pq = s.P * s.Q;
+    gemm_tile(s.K, s.N * pq, crs, k_chunk, Dense<LOADS_A, true>{w, crs}, Im2col<LOADS_B>{x, s},
+              split_store(Store{y, s.K, pq, bias, true, relu != 0, false}, partial, s.K, s.N * pq));
 }
 
-// Grid: (ceil(H*W / TILE_N), ceil(C / TILE_M), N). relu_y: the fused forward's output, or nullptr.
+// GEMM M = C, N = batch * H*W, K = K*R*S. relu_y: the fused forward's output, or nullptr.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w,
-                         const float* RESTRICT relu_y, float* RESTRICT dx, ConvShape s) {
-    const int n = blockIdx.z, hw = s.H * s.W;
-    const size_t image = (size_t)n * s.K * s.P * s.Q;
-    const float* mask = relu_y != nullptr ? relu_y + image : nullptr;
-    const Masked<GradByInput> grad{GradByInput{dy + image, s}, GradByInput{mask, s}, mask != nullptr};
-    gemm_tile(s.C, hw, s.K * s.R * s.S, FiltersByInput{w, s}, grad,
-              Store{dx + (size_t)n * s.C * hw, hw, nullptr, false, false, false});
+conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, const float* RESTRICT relu_y,
+                         float* RESTRICT dx, float* RESTRICT partial, ConvShape s, int k_chunk) {
+    const int hw = s.H * s.W;
+    gemm_tile(s.C, s.N * hw, s.K * s.R * s.S, k_chunk, FiltersByInput<LOADS_A>{w, s},
+              Masked<GradByInput<LOADS_B>>{{dy, s}, relu_y},
+              split_store(Store{dx, s.C, hw, nullptr, false, false, false}, partial, s.C, s.N * hw));
 }
 
-// Grid: (ceil(C*R*S / TILE_N), ceil(K / TILE_M), 1); the GEMM's reduction runs over every image.
+// GEMM M = K, N = C*R*S, K = batch * P*Q: the reduction runs over every image, so split-K is
+// what gives this phase enough CTAs.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
-conv2d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x,
-                           const float* RESTRICT relu_y, float* RESTRICT dw, ConvShape s) {
+conv2d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x, const float* RESTRICT relu_y,
+                           float* RESTRICT dw, float* RESTRICT partial, ConvShape s, int k_chunk) {
     const int crs = s.C * s.R * s.S;
-    const Masked<GradByChannel> grad{GradByChannel{dy, s}, GradByChannel{relu_y, s}, relu_y != nullptr};
-    gemm_tile(s.K, crs, s.N * s.P * s.Q, grad, Im2colT{x, s}, Store{dw, crs, nullptr, false, false, false});
+    gemm_tile(s.K, crs, s.N * s.P * s.Q, k_chunk, Masked<GradByChannel<LOADS_A>>{{dy, s}, relu_y},
+              Im2colT<LOADS_B>{x, s}, split_store(Store{dw, s.K, crs, nullptr, false, false, false}, partial, s.K, crs));
 }
 
 // --- explicit im2col / col2im (gemm) --------------------------------------------------------
 
 // col[(c, r, t)][(p, q)] of one image.
 extern "C" __global__ void im2col(const float* RESTRICT x, float* RESTRICT col, ConvShape s) {
-    const int pq = s.P * s.Q, total = s.C * s.R * s.S * pq;
-    const Im2col view{x, s};
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x)
-        col[i] = view(i / pq, i % pq);
+    const int pq = s.P * s.Q, rs = s.R * s.S, total = s.C * rs * pq;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const int k = i / pq, c = k / rs, r = k % rs / s.S, t = k % s.S;
+        const int h = i % pq / s.Q * s.stride - s.pad + r, v = i % s.Q * s.stride - s.pad + t;
+        col[i] = ((unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W) ? x[((size_t)c * s.H + h) * s.W + v] : 0.f;
+    }
 }
 
 // dx[c][h][v] of one image = the sum of the col entries that input fed: a gather, no atomics.

@@ -1,34 +1,54 @@
-// Dense GEMM and bias gradient: the matrix kernels of the conv2d `gemm` variant and of the
-// linear `shared` and `fused` variants. C = op(A) op(B) (+ bias) (ReLU) (+= C), row-major,
-// through common.cuh's tiled, register-blocked gemm_tile.
+// Dense GEMM, its split-K reduction and the bias gradient: the matrix kernels of the conv2d
+// `gemm` variant and of the linear `shared` and `fused` variants. C = op(A) op(B) (+ bias)
+// (ReLU) (+= C), row-major, through common.cuh's gemm_tile.
 //
 //   gemm_nn  C[M,N] = A[M,K]   B[K,N]
 //   gemm_tn  C[M,N] = A[K,M]^T B[K,N]
 //   gemm_nt  C[M,N] = A[M,K]   B[N,K]^T
 //   a_mask   when not null, A is read through a ReLU mask (A where a_mask > 0): the fused
 //            variants' backward, whose output gradient passes the ReLU inside the GEMM.
+//   per_image  C's columns per image (the conv `gemm` variant's batched output); N for a matrix.
+//   splitk_reduce  C = the sum of the split-K partials, in split order, through the epilogue.
 //   bias_grad  db[k] = sum over n and j of dy[n][k][j] (masked likewise): one block per channel.
 //
-// Grid for the GEMMs: (ceil(N / TILE_N), ceil(M / TILE_M)), GEMM_THREADS threads.
+// Grid for the GEMMs: (ceil(N / TILE_N), ceil(M / TILE_M), splits), GEMM_THREADS threads; with
+// more than one split, `partial` holds splits x M x N floats.
 #include "common.cuh"
 
-#define GEMM_ARGS                                                                                   \
-    const float *RESTRICT a, const float *RESTRICT a_mask, const float *RESTRICT b,      \
-        float *RESTRICT c, int M, int N, int K, int lda, int ldb, const float *RESTRICT bias, \
-        int bias_per_row, int relu, int accumulate
+#define GEMM_ARGS                                                                                 \
+    const float *RESTRICT a, const float *RESTRICT a_mask, const float *RESTRICT b, float *RESTRICT c, \
+        float *RESTRICT partial, int M, int N, int K, int lda, int ldb, int k_chunk, int per_image,   \
+        const float *RESTRICT bias, int bias_per_row, int relu, int accumulate
 
-#define GEMM_EPILOGUE Store{c, N, bias, bias_per_row != 0, relu != 0, accumulate != 0}
+#define GEMM_EPILOGUE                                                                                   \
+    split_store(Store{c, M, per_image, bias, bias_per_row != 0, relu != 0, accumulate != 0}, partial, M, N)
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS) gemm_nn(GEMM_ARGS) {
-    gemm_tile(M, N, K, Masked<Mat>{Mat{a, lda}, Mat{a_mask, lda}, a_mask != nullptr}, Mat{b, ldb}, GEMM_EPILOGUE);
+    gemm_tile(M, N, K, k_chunk, Masked<Dense<LOADS_A, true>>{{a, lda}, a_mask}, Dense<LOADS_B, false>{b, ldb},
+              GEMM_EPILOGUE);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS) gemm_tn(GEMM_ARGS) {
-    gemm_tile(M, N, K, Masked<MatT>{MatT{a, lda}, MatT{a_mask, lda}, a_mask != nullptr}, Mat{b, ldb}, GEMM_EPILOGUE);
+    gemm_tile(M, N, K, k_chunk, Masked<Dense<LOADS_A, false>>{{a, lda}, a_mask}, Dense<LOADS_B, false>{b, ldb},
+              GEMM_EPILOGUE);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS) gemm_nt(GEMM_ARGS) {
-    gemm_tile(M, N, K, Masked<Mat>{Mat{a, lda}, Mat{a_mask, lda}, a_mask != nullptr}, MatT{b, ldb}, GEMM_EPILOGUE);
+    gemm_tile(M, N, K, k_chunk, Masked<Dense<LOADS_A, true>>{{a, lda}, a_mask}, Dense<LOADS_B, true>{b, ldb},
+              GEMM_EPILOGUE);
+}
+
+// Grid-stride over the M x N outputs, any block size.
+extern "C" __global__ void splitk_reduce(const float* RESTRICT partial, int splits, float* RESTRICT c, int M,
+                                         int N, int per_image, const float* RESTRICT bias, int bias_per_row,
+                                         int relu, int accumulate) {
+    const Store out{c, M, per_image, bias, bias_per_row != 0, relu != 0, accumulate != 0};
+    const size_t plane = (size_t)M * N;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < M * N; i += gridDim.x * blockDim.x) {
+        float v = 0.f;
+        for (int z = 0; z < splits; ++z) v += partial[z * plane + i];
+        out(i / N, i % N, v);
+    }
 }
 
 // dy is N x K x L (conv: L = P*Q; linear: L = 1). Grid: (K), any multiple of 32 threads.

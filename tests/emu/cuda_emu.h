@@ -32,6 +32,7 @@ alignas(16) inline char emu_dynamic_shared[256 * 1024];
 #define __forceinline__ inline
 #define __restrict__
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
 #define __constant__
 

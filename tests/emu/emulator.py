@@ -30,33 +30,36 @@ def available() -> bool:
 class Emulator:
     def __init__(self, build_dir: Path):
         self.build_dir = build_dir
-        self.libs: dict[str, ctypes.CDLL] = {}
+        self.libs: dict[tuple, ctypes.CDLL] = {}
         self.log: list[LaunchRecord] = []
         self.context = None  # set by the executor to the step being run
 
-    def _lib(self, source: str) -> ctypes.CDLL:
-        if source not in self.libs:
-            text = _DYNAMIC.sub(r"float* \1 = reinterpret_cast<float*>(emu_dynamic_shared);", source_text(source))
+    def _lib(self, source: str, defines: tuple = ()) -> ctypes.CDLL:
+        if (source, defines) not in self.libs:
+            text = _DYNAMIC.sub(r"float* \1 = reinterpret_cast<float*>(emu_dynamic_shared);",
+                                source_text(source, defines))
             registry = "".join(f'static bool emu_k_{n} = emu_register("{n}", &{n});\n' for n in _KERNEL.findall(text))
             registry += "".join(f'static bool emu_s_{s} = (emu_symbols()["{s}"] = {{{s}, sizeof {s}}}, true);\n'
                                 for s in _CONSTANT.findall(text))
-            cpp = self.build_dir / f"{source}.cpp"
+            name = source + "".join(f"-{k}{v}" for k, v in defines)
+            cpp = self.build_dir / f"{name}.cpp"
             cpp.write_text('#include "cuda_emu.h"\n' + text + "\n" + registry)
-            lib = self.build_dir / f"{source}.so"
-            subprocess.run(["g++", "-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", "-w", f"-I{HERE}",
-                            f"-I{KERNEL_DIR}", *define_options(), str(cpp), "-o", str(lib)], check=True,
-                           capture_output=True)
-            self.libs[source] = ctypes.CDLL(str(lib))
-        return self.libs[source]
+            lib = self.build_dir / f"{name}.so"
+            subprocess.run(["g++", "-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing",
+                            f"-I{HERE}", f"-I{KERNEL_DIR}", *define_options(defines), str(cpp), "-o", str(lib)],
+                           check=True, capture_output=True)
+            self.libs[source, defines] = ctypes.CDLL(str(lib))
+        return self.libs[source, defines]
 
-    def launch(self, source, kernel, grid, block, args, shared_bytes=0):
+    def launch(self, source, kernel, grid, block, args, shared_bytes=0, defines=()):
         assert shared_bytes <= 48 * 1024, f"{kernel}: {shared_bytes} bytes of dynamic shared memory"
         grid, block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
         assert np.prod(block) <= 1024 and max(grid) <= 65535
         values = [_c_value(a) for a in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         self.log.append(LaunchRecord(source, kernel, grid, block, shared_bytes, None, self.context))
-        status = self._lib(source).emu_launch(kernel.encode(), *[ctypes.c_uint(v) for v in grid + block], pointers)
+        status = self._lib(source, defines).emu_launch(kernel.encode(), *[ctypes.c_uint(v) for v in grid + block],
+                                                        pointers)
         assert status == 0, f"no kernel {kernel} in {source}"
 
     def empty(self, shape):

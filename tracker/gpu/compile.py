@@ -21,7 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from tracker.errors import TrackerError
-from tracker.gpu.kernels import CUPY_ADDS, compile_options, source_text
+from tracker.gpu.kernels import CUPY_ADDS, Overrides, compile_options, source_text
+from tracker.ops.launch import THREADS
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class Resources:
     constant_bytes: int = 0  # __constant__ arrays the kernel reads
     global_loads: int = 0  # LDG instructions in the SASS
     l1_loads: int = 0  # ... of which go through L1 (read-only path, or SM-scoped)
+    ffma_per_lds: float | None = None  # in the main loop (the loop with the most FFMA); None: no LDS there
+    wide_loads: float = 0.0  # share of the kernel's LDG and LDS instructions that load 128 bits
+    cp_async: int = 0  # LDGSTS instructions (cp.async: global to shared, around the registers)
+    block_threads: int = 0  # __launch_bounds__ (the PTX's .maxntid), else the grid-stride THREADS
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,12 @@ def _check(result, what: str):
 
 
 @lru_cache(maxsize=None)
-def build(source: str, arch: str, l1_policy: str) -> Build:
-    """Compile kernels/``source`` for ``arch`` (sm_80, sm_90) with L1 policy ``ca`` or ``cg``."""
+def build(source: str, arch: str, l1_policy: str, overrides: Overrides = ()) -> Build:
+    """Compile kernels/``source`` for ``arch`` (sm_80, sm_90) with L1 policy ``ca`` or ``cg``, and
+    -D ``overrides`` (a GEMM tile other than the default)."""
     nvrtc = _nvrtc()
-    options = [o.encode() for o in (*compile_options(l1_policy, arch), *CUPY_ADDS, "-Xptxas", "-v")]
-    program = _check(nvrtc.nvrtcCreateProgram(source_text(source).encode(), source.encode(), 0, [], []),
+    options = [o.encode() for o in (*compile_options(l1_policy, arch, overrides), *CUPY_ADDS, "-Xptxas", "-v")]
+    program = _check(nvrtc.nvrtcCreateProgram(source_text(source, overrides).encode(), source.encode(), 0, [], []),
                      "create")
     try:
         status = nvrtc.nvrtcCompileProgram(program, len(options), options)[0]
@@ -77,8 +83,11 @@ def build(source: str, arch: str, l1_policy: str) -> Build:
         ptx = _read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, program, "PTX").rstrip(b"\0").decode()
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    constants, loads = constant_use(ptx), global_loads(sass(cubin))
-    kernels = {name: replace(r, constant_bytes=constants.get(name, 0), **loads.get(name, {}))
+    machine_code = sass(cubin)
+    constants, loads, mix, bounds = constant_use(ptx), global_loads(machine_code), instruction_mix(machine_code), \
+        block_bounds(ptx)
+    kernels = {name: replace(r, constant_bytes=constants.get(name, 0), block_threads=bounds.get(name, THREADS),
+                             **loads.get(name, {}), **mix.get(name, {}))
                for name, r in parse_ptxas(log).items()}
     return Build(source, arch, l1_policy, kernels, hashlib.sha256(cubin).hexdigest()[:16])
 
@@ -140,6 +149,62 @@ def global_loads(sass_text: str) -> dict[str, dict[str, int]]:
     return counts
 
 
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
+_TARGET = re.compile(r"0x([0-9a-f]+)")
+
+
+def instruction_mix(sass_text: str) -> dict[str, dict]:
+    """Per kernel, from its SASS: FFMA per shared load (LDS) in the main loop, the share of loads
+    (LDG, LDS) that are 128-bit, and how many LDGSTS (cp.async) it issues. The main loop is the
+    body of the backward branch whose body holds the most FFMA: for a GEMM, its k-loop."""
+    mix: dict[str, dict] = {}
+    parts = _FUNCTION.split(sass_text)
+    for name, body in zip(parts[1::2], parts[2::2]):
+        code = [(int(a, 16), op, rest) for a, op, rest in _INSTRUCTION.findall(body)]
+        loads = [op for _, op, _ in code if op.startswith(("LDG.", "LDS")) or op == "LDG"]
+        loop = max(_loops(code), key=lambda ops: sum(op.startswith("FFMA") for op in ops), default=[])
+        ffma = sum(op.startswith("FFMA") for op in loop)
+        lds = sum(op == "LDS" or op.startswith("LDS.") for op in loop)
+        mix[name] = {"ffma_per_lds": round(ffma / lds, 2) if lds else None,
+                     "wide_loads": round(sum(".128" in op for op in loads) / len(loads), 3) if loads else 0.0,
+                     "cp_async": sum(op.startswith("LDGSTS") for _, op, _ in code)}
+    return mix
+
+
+def _loops(code: list[tuple[int, str, str]]) -> list[list[str]]:
+    """The opcodes of every loop body: from a backward branch's target to the branch."""
+    loops = []
+    for address, op, rest in code:
+        target = _TARGET.search(rest)
+        if op.startswith("BRA") and target and int(target.group(1), 16) < address:
+            start = int(target.group(1), 16)
+            loops.append([o for a, o, _ in code if start <= a <= address])
+    return loops
+
+
+_MAXNTID = re.compile(r"\.entry (\w+)\([^)]*\)\s*\.maxntid (\d+), (\d+), (\d+)")
+
+
+def block_bounds(ptx: str) -> dict[str, int]:
+    """Per entry with __launch_bounds__: its most threads per block (the PTX's .maxntid)."""
+    return {name: int(x) * int(y) * int(z) for name, x, y, z in _MAXNTID.findall(ptx)}
+
+
+# Per SM, for occupancy: registers, shared memory a block may have, threads, blocks.
+SM_LIMITS = {"sm_80": (65536, 163 * 1024, 2048, 32), "sm_90": (65536, 227 * 1024, 2048, 32)}
+
+
+def occupancy(r: Resources, arch: str) -> float:
+    """Theoretical occupancy: resident warps per SM over the most an SM holds, limited by
+    registers (allocated per warp in units of 256), shared memory and threads."""
+    registers, shared, threads, most_blocks = SM_LIMITS[arch]
+    warps = -(-r.block_threads // 32)
+    per_warp = -(-max(r.registers, 1) * 32 // 256) * 256
+    blocks = min(most_blocks, threads // (warps * 32), registers // (per_warp * warps),
+                 shared // r.shared_bytes if r.shared_bytes else most_blocks)
+    return blocks * warps / (threads // 32)
+
+
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
@@ -172,6 +237,12 @@ def constant_use(ptx: str) -> dict[str, int]:
             for entry, body in _BODY.findall(ptx)}
 
 
+def variant_main(used: list[Resources]) -> Resources:
+    """The kernel that does a variant's arithmetic: the one whose main loop has the most FFMA per
+    shared load, else its first (for a GEMM: the GEMM, not the split-K reduction or bias gradient)."""
+    return max(used, key=lambda r: (r.ffma_per_lds or 0.0, -used.index(r)))
+
+
 def variant_rows(arch: str, l1_policies: tuple[str, ...]) -> list[dict]:
     """One row per (op, phase, variant, L1 policy): its kernels' worst-case resources and where
     it was last verified."""
@@ -184,6 +255,7 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...]) -> list[dict]:
         verified_on, changed = status(variant, history)
         for policy in l1_policies:
             used = [build(k.source, arch, policy).kernels[k.name] for k in variant.kernels]
+            main = variant_main(used)
             rows.append({
                 "op": variant.op, "phase": variant.phase, "variant": variant.variant, "l1": policy,
                 "kernels": [k.name for k in variant.kernels],
@@ -194,6 +266,8 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...]) -> list[dict]:
                 "stack_bytes": max(r.stack_bytes for r in used),
                 "global_loads": sum(r.global_loads for r in used),
                 "l1_loads": sum(r.l1_loads for r in used),
+                "ffma_per_lds": main.ffma_per_lds, "wide_loads": main.wide_loads,
+                "cp_async": sum(r.cp_async for r in used), "occupancy": round(occupancy(main, arch), 3),
                 "verified_on": verified_on, "changed_since": changed, "note": variant.note,
             })
     return rows

@@ -21,7 +21,7 @@ class CupyBackend:
     def __init__(self, l1_policy: str = "ca", timed: bool = True):
         self.l1_policy = l1_policy
         self.timed = timed
-        self.modules: dict[str, cp.RawModule] = {}
+        self.modules: dict[tuple, cp.RawModule] = {}
         self.log: list[LaunchRecord] = []
         self.context: Any = None
         if os.environ.get("TRACKER_CUPY_POOL") == "off":
@@ -31,13 +31,15 @@ class CupyBackend:
         self.pool = cp.get_default_memory_pool()
         self.peak_bytes = 0
 
-    def module(self, source: str) -> cp.RawModule:
-        if source not in self.modules:
-            self.modules[source] = cp.RawModule(code=source_text(source), options=compile_options(self.l1_policy))
-        return self.modules[source]
+    def module(self, source: str, defines: tuple = ()) -> cp.RawModule:
+        key = (source, defines)
+        if key not in self.modules:
+            self.modules[key] = cp.RawModule(code=source_text(source, defines),
+                                             options=compile_options(self.l1_policy, overrides=defines))
+        return self.modules[key]
 
-    def launch(self, source, kernel, grid, block, args, shared_bytes=0):
-        function = self.module(source).get_function(kernel)
+    def launch(self, source, kernel, grid, block, args, shared_bytes=0, defines=()):
+        function = self.module(source, defines).get_function(kernel)
         if shared_bytes > 48 * 1024:
             function.max_dynamic_shared_size_bytes = shared_bytes
         record = LaunchRecord(source, kernel, tuple(grid), tuple(block), shared_bytes, function.num_regs,

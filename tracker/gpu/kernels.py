@@ -29,24 +29,31 @@ def sources() -> tuple[str, ...]:
     return tuple(dict.fromkeys(source for launch in OPS.launches() for source in launch.sources))
 
 
-def define_options() -> tuple[str, ...]:
-    """The registry's compile-time sizes as -D options: -DTILE_M=64, ..."""
-    return tuple(f"-D{name}={value}" for name, value in sorted(defines().items()))
+Overrides = tuple[tuple[str, int], ...]  # -D sizes replacing the registry's (a GEMM tile under tuning)
 
 
-def compile_options(l1_policy: str, arch: str | None = None) -> tuple[str, ...]:
+def define_options(overrides: Overrides = ()) -> tuple[str, ...]:
+    """The registry's compile-time sizes as -D options (-DTILE_M=128, ...), ``overrides`` applied."""
+    sizes = defines()
+    unknown = [name for name, _ in overrides if name not in sizes]
+    if unknown:
+        raise ValueError(f"no compile-time size {', '.join(unknown)} in the op registry")
+    return tuple(f"-D{name}={value}" for name, value in sorted({**sizes, **dict(overrides)}.items()))
+
+
+def compile_options(l1_policy: str, arch: str | None = None, overrides: Overrides = ()) -> tuple[str, ...]:
     """NVRTC options for every kernel module. CuPy adds the architecture of the device itself,
     and CUPY_ADDS."""
     if l1_policy not in L1_POLICIES:
         raise ValueError(f"L1 policy {l1_policy!r} is not one of {L1_POLICIES}")
     options = ("--std=c++17", f"--include-path={KERNEL_DIR}", "-lineinfo", "-Xptxas", f"-dlcm={l1_policy}",
-               *define_options())
+               *define_options(overrides))
     if l1_policy == "cg":  # and no read-only path either (kernels/common.cuh, RESTRICT)
         options += ("-DTRACKER_L1_BYPASS",)
     return options + ((f"--gpu-architecture={arch}",) if arch else ())
 
 
-def source_text(source: str) -> str:
+def source_text(source: str, overrides: Overrides = ()) -> str:
     """A module's source as compiled, stamped with the hash of the headers it includes and of the
     -D sizes: CuPy's on-disk cache keys on the source text alone, so a changed header must change
     the text."""
@@ -54,7 +61,7 @@ def source_text(source: str) -> str:
     if source in HEADERS:
         return text
     stamp = hashlib.sha256(b"".join((KERNEL_DIR / h).read_bytes() for h in HEADERS)).hexdigest()[:16]
-    return f"{text}\n// {', '.join(HEADERS)}: sha256 {stamp}; {' '.join(define_options())}\n"
+    return f"{text}\n// {', '.join(HEADERS)}: sha256 {stamp}; {' '.join(define_options(overrides))}\n"
 
 
 def source_hash(sources: tuple[str, ...]) -> str:

@@ -18,7 +18,7 @@ from tracker.ops import conv2d, linear, relu, maxpool, lrn, softmax  # noqa: E40
 
 def defines() -> dict[str, int]:
     """Every ``-D`` the kernels are compiled with: the GEMM's tiles and each op's parameters."""
-    return {**gemm.DEFINES, "GEMM_THREADS": gemm.GEMM_THREADS, **OPS.defines()}
+    return {**gemm.DEFINES, **OPS.defines()}
 
 
 __all__ = ["OPS", "Case", "Kernel", "Launch", "Op", "Variant", "defines"]

@@ -11,7 +11,7 @@ import numpy as np
 
 from tracker import reference as ref
 from tracker.ops import gemm
-from tracker.ops.gemm import BIAS_GRAD, FUSED_BWD, FUSED_FWD, Gemm, bias_grad
+from tracker.ops.gemm import BIAS_GRAD, DEFAULT, FUSED_BWD, FUSED_FWD, Gemm, Out, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks, tiles
 from tracker.ops.registry import OPS, Case, Op, launch
 from tracker.ops.selftest import REDUCTION, Check, f32, masked
@@ -56,21 +56,23 @@ def _fwd_constant(b: Backend, a: Arrays, stride: int, pad: int) -> None:
         b.launch(SOURCE, "conv2d_fwd_constant", (tiles(P * Q, THREADS), kc, N), (THREADS,), (a.x, a.bias, a.y, s, k0))
 
 
-def _fwd_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False) -> None:
+def _fwd_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False, tile: Tile = DEFAULT) -> None:
+    """One GEMM over the batch: M = K, N = images x P*Q, K = C*R*S."""
     s = conv_shape(a.x.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
-    b.launch(SOURCE, "conv2d_fwd_implicit", gemm.grid(P * Q, K, N), (gemm.GEMM_THREADS,),
-             (a.x, a.w, a.bias, a.y, s, int(relu)))
+    gemm.run(b, SOURCE, "conv2d_fwd_implicit", tile, K, N * P * Q, C * R * S,
+             lambda partial, chunk: (a.x, a.w, a.bias, a.y, partial, s, chunk, int(relu)),
+             Out(a.y, P * Q, a.bias, bias_per_row=True, relu=relu))
 
 
-def _fwd_gemm(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+def _fwd_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     s = conv_shape(a.x.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
     col = b.empty((C * R * S, P * Q))
     product = Gemm("gemm_nn", M=K, N=P * Q, K=C * R * S, lda=C * R * S, ldb=P * Q, bias_per_row=True)
     for n in range(N):
         b.launch(SOURCE, "im2col", (blocks(C * R * S * P * Q),), (THREADS,), (a.x[n], col, s))
-        product.launch(b, a.w, col, a.y[n], bias=a.bias)
+        product.launch(b, a.w, col, a.y[n], bias=a.bias, tile=tile)
 
 
 # data gradient --------------------------------------------------------------------------------
@@ -90,20 +92,22 @@ def _bwd_data_constant(b: Backend, a: Arrays, stride: int, pad: int) -> None:
                  (a.dy, a.dx, s, k0, kc, int(k0 > 0)))
 
 
-def _bwd_data_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False) -> None:
+def _bwd_data_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False,
+                       tile: Tile = DEFAULT) -> None:
+    """One GEMM over the batch: M = C, N = images x H*W, K = K*R*S."""
     s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
-    N, C, H, W, *_ = s.values
-    b.launch(SOURCE, "conv2d_bwd_data_implicit", gemm.grid(H * W, C, N), (gemm.GEMM_THREADS,),
-             (a.dy, a.w, a.y if relu else None, a.dx, s))
+    N, C, H, W, K, R, S, *_ = s.values
+    gemm.run(b, SOURCE, "conv2d_bwd_data_implicit", tile, C, N * H * W, K * R * S,
+             lambda partial, chunk: (a.dy, a.w, a.y if relu else None, a.dx, partial, s, chunk), Out(a.dx, H * W))
 
 
-def _bwd_data_gemm(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+def _bwd_data_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
     col = b.empty((C * R * S, P * Q))
     product = Gemm("gemm_tn", M=C * R * S, N=P * Q, K=K, lda=C * R * S, ldb=P * Q)
     for n in range(N):
-        product.launch(b, a.w, a.dy[n], col)
+        product.launch(b, a.w, a.dy[n], col, tile=tile)
         b.launch(SOURCE, "col2im", (blocks(C * H * W),), (THREADS,), (col, a.dx[n], s))
 
 
@@ -122,23 +126,25 @@ def _bwd_weight_global(b: Backend, a: Arrays, stride: int, pad: int) -> None:
     _bias(b, a, s, None)
 
 
-def _bwd_weight_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False) -> None:
+def _bwd_weight_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False,
+                         tile: Tile = DEFAULT) -> None:
+    """One GEMM over the batch: M = K, N = C*R*S, K = images x P*Q (split-K fills the GPU)."""
     s = conv_shape(a.x.shape, a.dw.shape, stride, pad)
-    N, C, H, W, K, R, S, *_ = s.values
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
     mask = a.y if relu else None
-    b.launch(SOURCE, "conv2d_bwd_weight_implicit", gemm.grid(C * R * S, K), (gemm.GEMM_THREADS,),
-             (a.dy, a.x, mask, a.dw, s))
+    gemm.run(b, SOURCE, "conv2d_bwd_weight_implicit", tile, K, C * R * S, N * P * Q,
+             lambda partial, chunk: (a.dy, a.x, mask, a.dw, partial, s, chunk), Out(a.dw, C * R * S))
     _bias(b, a, s, mask)
 
 
-def _bwd_weight_gemm(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+def _bwd_weight_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     s = conv_shape(a.x.shape, a.dw.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
     col = b.empty((C * R * S, P * Q))
     for n in range(N):  # the first image writes dw, later images add to it
         b.launch(SOURCE, "im2col", (blocks(C * R * S * P * Q),), (THREADS,), (a.x[n], col, s))
         Gemm("gemm_nt", M=K, N=C * R * S, K=P * Q, lda=P * Q, ldb=P * Q, accumulate=n > 0).launch(
-            b, a.dy[n], col, a.dw)
+            b, a.dy[n], col, a.dw, tile=tile)
     _bias(b, a, s, None)
 
 
@@ -218,16 +224,14 @@ CONV.add("constant",
          bwd_weight=launch(_bwd_weight_global, "conv2d.cu:conv2d_bwd_weight_global", BIAS_GRAD,
                            note="writes the filters, so nothing to hold in constant memory: runs global"))
 CONV.add("shared",
-         fwd=launch(_fwd_implicit, _IMPLICIT[0]),
-         bwd_data=launch(_bwd_data_implicit, _IMPLICIT[1]),
-         bwd_weight=launch(_bwd_weight_implicit, _IMPLICIT[2], BIAS_GRAD))
+         fwd=tiled(_fwd_implicit, _IMPLICIT[0]),
+         bwd_data=tiled(_bwd_data_implicit, _IMPLICIT[1]),
+         bwd_weight=tiled(_bwd_weight_implicit, _IMPLICIT[2], BIAS_GRAD))
 CONV.add("gemm",
-         fwd=launch(_fwd_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nn"),
-         bwd_data=launch(_bwd_data_gemm, "gemm.cu:gemm_tn", "conv2d.cu:col2im"),
-         bwd_weight=launch(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt", BIAS_GRAD))
+         fwd=tiled(_fwd_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nn"),
+         bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_tn", "conv2d.cu:col2im"),
+         bwd_weight=tiled(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt", BIAS_GRAD))
 CONV.add("fused", absorbs="relu", fallback="shared",
-         fwd=launch(partial(_fwd_implicit, relu=True), _IMPLICIT[0],
-                    note=FUSED_FWD),
-         bwd_data=launch(partial(_bwd_data_implicit, relu=True), _IMPLICIT[1], note=FUSED_BWD),
-         bwd_weight=launch(partial(_bwd_weight_implicit, relu=True), _IMPLICIT[2], BIAS_GRAD,
-                           note=FUSED_BWD))
+         fwd=tiled(partial(_fwd_implicit, relu=True), _IMPLICIT[0], note=FUSED_FWD),
+         bwd_data=tiled(partial(_bwd_data_implicit, relu=True), _IMPLICIT[1], note=FUSED_BWD),
+         bwd_weight=tiled(partial(_bwd_weight_implicit, relu=True), _IMPLICIT[2], BIAS_GRAD, note=FUSED_BWD))

@@ -1,36 +1,125 @@
 """The tiled GEMM that every matrix-shaped variant launches (kernels/common.cuh, kernels/gemm.cu):
-its tile sizes, handed to NVRTC as ``-D`` options from here, its launch geometry, and the bias
-gradient. Not an op itself: conv and linear launch it.
+its schedules (``Tile``: CTA tile, k-tile, split-K), handed to NVRTC as ``-D`` options from here,
+its launch geometry, the split-K reduction and the bias gradient. Not an op itself: conv and
+linear launch it.
 
-C[m][n] = sum_k A(m, k) B(k, n) in tiles of TILE_M x TILE_N x TILE_K; each thread accumulates a
-THREAD_M x THREAD_N register block, so a block has (TILE_M / THREAD_M) x (TILE_N / THREAD_N)
-threads.
+C[m][n] = sum_k A(m, k) B(k, n) in CTA tiles of TILE_M x TILE_N and k-tiles of TILE_K; each
+thread accumulates a THREAD_M x THREAD_N (8 x 8) register block, so a CTA has
+(TILE_M / 8) x (TILE_N / 8) threads. ``tracker tune`` searches ``CANDIDATES`` per layer phase and
+GPU; without a tuning, ``DEFAULT`` runs, splitting K by ``Tile.splits``' rule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from tracker.ops.launch import THREADS, Backend, tiles
+from tracker.ops.launch import THREADS, Backend, blocks, tiles
+from tracker.ops.registry import Launch, Launcher, launch
 
-DEFINES = {"TILE_M": 64, "TILE_N": 64, "TILE_K": 16, "THREAD_M": 4, "THREAD_N": 4}
-TILE_M, TILE_N = DEFINES["TILE_M"], DEFINES["TILE_N"]
-GEMM_THREADS = (TILE_M // DEFINES["THREAD_M"]) * (TILE_N // DEFINES["THREAD_N"])
+THREAD = 8  # THREAD_M = THREAD_N: outputs per thread along each side (common.cuh's register block)
+# Split-K aims for this many CTAs (two per SM of an H100's 132) and gives each split at least
+# MIN_K_TILES k-tiles; `tracker tune` measures what suits another GPU.
+TARGET_CTAS = 264
+MIN_K_TILES = 16
 
 
-def grid(n: int, m: int, depth: int = 1) -> tuple[int, int, int]:
-    """The grid of a GEMM-shaped kernel whose output is m rows by n columns (x walks n)."""
-    return tiles(n, TILE_N), tiles(m, TILE_M), depth
+@dataclass(frozen=True, order=True)
+class Tile:
+    """A GEMM schedule: CTA tiles of ``m`` x ``n`` outputs, k-tiles of ``k``, and ``split`` slices
+    of the reduction (split-K; 0: as many as ``splits`` deems right for the shape)."""
+
+    m: int = 128
+    n: int = 128
+    k: int = 8
+    split: int = 0
+
+    @property
+    def threads(self) -> int:
+        return (self.m // THREAD) * (self.n // THREAD)
+
+    def defines(self) -> dict[str, int]:
+        """The -D sizes kernels/common.cuh compiles this tile with."""
+        return {"TILE_M": self.m, "TILE_N": self.n, "TILE_K": self.k, "THREAD_M": THREAD, "THREAD_N": THREAD,
+                "GEMM_THREADS": self.threads}
+
+    @property
+    def overrides(self) -> tuple[tuple[str, int], ...]:
+        """The -D sizes that differ from the default build's (empty for DEFAULT's tile): what a
+        backend compiles a separate module for."""
+        default = DEFAULT.defines()
+        return tuple((name, v) for name, v in self.defines().items() if default[name] != v)
+
+    def splits(self, M: int, N: int, K: int) -> int:
+        """How many slices the reduction is cut into: ``split`` if set, else enough to give
+        TARGET_CTAS CTAs, at MIN_K_TILES k-tiles a slice at least. Never an empty slice."""
+        k_tiles = tiles(K, self.k)
+        want = self.split or min(tiles(TARGET_CTAS, tiles(M, self.m) * tiles(N, self.n)), k_tiles // MIN_K_TILES)
+        chunk = tiles(k_tiles, max(1, min(want, k_tiles)))
+        return tiles(k_tiles, chunk)
+
+    def k_chunk(self, K: int, splits: int) -> int:
+        """k per slice: a whole number of k-tiles."""
+        return tiles(tiles(K, self.k), splits) * self.k
+
+    def grid(self, M: int, N: int, splits: int = 1) -> tuple[int, int, int]:
+        return tiles(N, self.n), tiles(M, self.m), splits
+
+    @property
+    def label(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}" + (f"/split{self.split}" if self.split else "")
+
+    @classmethod
+    def parse(cls, label: str) -> "Tile":
+        """'128x64x8/split4' -> Tile(128, 64, 8, 4); the inverse of ``label``."""
+        shape, _, split = label.partition("/split")
+        m, n, k = (int(v) for v in shape.split("x"))
+        return cls(m, n, k, int(split or 0))
+
+
+DEFAULT = Tile()
+# The tile shapes `tracker tune` tries (each also with split-K slices, see tune.candidates): big
+# tiles for big layers, small ones where the output has few tiles.
+SHAPES = (Tile(128, 128, 8), Tile(128, 128, 16), Tile(128, 64, 8), Tile(64, 128, 8), Tile(64, 64, 8),
+          Tile(64, 64, 16), Tile(32, 64, 8))
+DEFINES = DEFAULT.defines()
+
+
+@dataclass(frozen=True)
+class Out:
+    """Where a GEMM's C (M rows) goes and what its epilogue does (common.cuh's Store): ``c`` is
+    images of M x ``per_image`` (the batch folded into C's columns; a plain matrix is one image),
+    plus bias (per row or per column), ReLU, and accumulate into C."""
+
+    c: Any
+    per_image: int
+    bias: Any = None
+    bias_per_row: bool = False
+    relu: bool = False
+    accumulate: bool = False
+
+
+def run(b: Backend, source: str, kernel: str, tile: Tile, M: int, N: int, K: int,
+        args: Callable[[Any, int], tuple], out: Out) -> None:
+    """Launch a GEMM-shaped kernel of ``tile`` over C (M x N) with reduction K; ``args(partial,
+    k_chunk)`` are its arguments. With more than one split, the splits' partial products go to a
+    scratch array and splitk_reduce sums them into ``out``."""
+    splits = tile.splits(M, N, K)
+    partial = b.empty((splits, M, N)) if splits > 1 else None
+    b.launch(source, kernel, tile.grid(M, N, splits), (tile.threads,), args(partial, tile.k_chunk(K, splits)),
+             defines=tile.overrides)
+    if splits > 1:
+        b.launch("gemm.cu", "splitk_reduce", (blocks(M * N),), (THREADS,),
+                 (partial, splits, out.c, M, N, out.per_image, out.bias, int(out.bias_per_row), int(out.relu),
+                  int(out.accumulate)))
 
 
 @dataclass(frozen=True)
 class Gemm:
-    """One dense GEMM launch (kernels/gemm.cu): C (M x N, leading dimension N) = A (M x K) times
-    B (K x N), A and B row-major with leading dimensions ``lda`` and ``ldb`` as the kernel reads
-    them (``gemm_tn`` reads A transposed, ``gemm_nt`` B). ``a_mask``: read A through a ReLU mask
-    (the fused backward); ``bias`` per row or per column; ``relu`` on the result; ``accumulate``
-    adds to C."""
+    """One dense GEMM launch (kernels/gemm.cu): C (M x N) = A (M x K) times B (K x N), A and B
+    row-major with leading dimensions ``lda`` and ``ldb`` as the kernel reads them (``gemm_tn``
+    reads A transposed, ``gemm_nt`` B). ``a_mask``: read A through a ReLU mask (the fused
+    backward); ``bias`` per row or per column; ``relu`` on the result; ``accumulate`` adds to C."""
 
     kernel: str  # gemm_nn, gemm_tn, gemm_nt
     M: int
@@ -42,13 +131,23 @@ class Gemm:
     relu: bool = False
     accumulate: bool = False
 
-    def launch(self, b: Backend, a: Any, bmat: Any, c: Any, a_mask: Any = None, bias: Any = None) -> None:
-        b.launch("gemm.cu", self.kernel, grid(self.N, self.M)[:2], (GEMM_THREADS,),
-                 (a, a_mask, bmat, c, self.M, self.N, self.K, self.lda, self.ldb, bias, int(self.bias_per_row),
-                  int(self.relu), int(self.accumulate)))
+    def launch(self, b: Backend, a: Any, bmat: Any, c: Any, a_mask: Any = None, bias: Any = None,
+               tile: Tile = DEFAULT) -> None:
+        out = Out(c, self.N, bias, self.bias_per_row, self.relu, self.accumulate)
+        run(b, "gemm.cu", self.kernel, tile, self.M, self.N, self.K,
+            lambda partial, chunk: (a, a_mask, bmat, c, partial, self.M, self.N, self.K, self.lda, self.ldb, chunk,
+                                    self.N, bias, int(self.bias_per_row), int(self.relu), int(self.accumulate)),
+            out)
 
 
 BIAS_GRAD = "gemm.cu:bias_grad"
+SPLITK_REDUCE = "gemm.cu:splitk_reduce"
+
+
+def tiled(run: Launcher, *kernels: str, note: str = "") -> Launch:
+    """A Launch built on this GEMM: its launcher takes ``tile``, which `tracker tune` chooses, and
+    it may end in the split-K reduction."""
+    return launch(run, *kernels, SPLITK_REDUCE, note=note, tunable=True)
 # What the fused variants (conv and linear) do with the GEMM's epilogue and loaders.
 FUSED_FWD = "bias + ReLU in the GEMM epilogue; the ReLU layer launches nothing"
 FUSED_BWD = "reads dy through the ReLU mask"
@@ -57,3 +156,4 @@ FUSED_BWD = "reads dy through the ReLU mask"
 def bias_grad(b: Backend, dy: Any, relu_y: Any, db: Any, N: int, K: int, L: int) -> None:
     """db[k] = sum over images and positions of dy (through the ReLU mask where given)."""
     b.launch("gemm.cu", "bias_grad", (K,), (THREADS,), (dy, relu_y, db, N, K, L))
+

@@ -75,13 +75,15 @@ class LaunchRecord:
 
 
 class Backend(Protocol):
-    """Launches kernels (logging a LaunchRecord, tagged with ``context``, to ``log``), allocates."""
+    """Launches kernels (logging a LaunchRecord, tagged with ``context``, to ``log``), allocates.
+    ``defines``: -D sizes that differ from the registry's (a GEMM tile `tracker tune` tries); the
+    module is compiled once per distinct set."""
 
     log: list[LaunchRecord]
     context: Any
 
     def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple,
-               shared_bytes: int = 0) -> None: ...
+               shared_bytes: int = 0, defines: tuple[tuple[str, int], ...] = ()) -> None: ...
 
     def empty(self, shape: tuple) -> Any: ...
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tracker import reference as ref
-from tracker.ops.gemm import BIAS_GRAD, FUSED_BWD, FUSED_FWD, Gemm, bias_grad
+from tracker.ops.gemm import BIAS_GRAD, DEFAULT, FUSED_BWD, FUSED_FWD, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, blocks
 from tracker.ops.registry import OPS, Case, Op, launch
 from tracker.ops.selftest import REDUCTION, Check, f32, masked
@@ -28,11 +28,11 @@ def _fwd_global(b: Backend, a: Arrays) -> None:
              (_flat(a.x, N), a.w, a.bias, a.y, N, n_in, n_out))
 
 
-def _fwd_gemm(b: Backend, a: Arrays, relu: bool = False) -> None:
+def _fwd_gemm(b: Backend, a: Arrays, relu: bool = False, tile: Tile = DEFAULT) -> None:
     """y = x w^T + bias (ReLU)."""
     (N, n_out), n_in = a.y.shape, a.w.shape[1]
     Gemm("gemm_nt", M=N, N=n_out, K=n_in, lda=n_in, ldb=n_in, relu=relu).launch(b, _flat(a.x, N), a.w, a.y,
-                                                                                 bias=a.bias)
+                                                                                 bias=a.bias, tile=tile)
 
 
 def _bwd_data_global(b: Backend, a: Arrays) -> None:
@@ -41,11 +41,11 @@ def _bwd_data_global(b: Backend, a: Arrays) -> None:
              (a.dy, a.w, _flat(a.dx, N), N, n_in, n_out))
 
 
-def _bwd_data_gemm(b: Backend, a: Arrays, relu: bool = False) -> None:
+def _bwd_data_gemm(b: Backend, a: Arrays, relu: bool = False, tile: Tile = DEFAULT) -> None:
     """dx = dy w (dy through the ReLU mask when fused)."""
     (N, n_out), n_in = a.dy.shape, a.w.shape[1]
     Gemm("gemm_nn", M=N, N=n_in, K=n_out, lda=n_out, ldb=n_in).launch(b, a.dy, a.w, _flat(a.dx, N),
-                                                                      a_mask=a.y if relu else None)
+                                                                      a_mask=a.y if relu else None, tile=tile)
 
 
 def _bwd_weight_global(b: Backend, a: Arrays) -> None:
@@ -56,11 +56,12 @@ def _bwd_weight_global(b: Backend, a: Arrays) -> None:
         bias_grad(b, a.dy, None, a.db, N, n_out, 1)
 
 
-def _bwd_weight_gemm(b: Backend, a: Arrays, relu: bool = False) -> None:
+def _bwd_weight_gemm(b: Backend, a: Arrays, relu: bool = False, tile: Tile = DEFAULT) -> None:
     """dw = dy^T x."""
     (N, n_out), n_in = a.dy.shape, a.dw.shape[1]
     mask = a.y if relu else None
-    Gemm("gemm_tn", M=n_out, N=n_in, K=N, lda=n_out, ldb=n_in).launch(b, a.dy, _flat(a.x, N), a.dw, a_mask=mask)
+    Gemm("gemm_tn", M=n_out, N=n_in, K=N, lda=n_out, ldb=n_in).launch(b, a.dy, _flat(a.x, N), a.dw, a_mask=mask,
+                                                                       tile=tile)
     if a.db is not None:
         bias_grad(b, a.dy, mask, a.db, N, n_out, 1)
 
@@ -121,12 +122,10 @@ LINEAR.add("global",
            bwd_data=launch(_bwd_data_global, "linear.cu:linear_bwd_data_global"),
            bwd_weight=launch(_bwd_weight_global, "linear.cu:linear_bwd_weight_global", BIAS_GRAD))
 LINEAR.add("shared",
-           fwd=launch(_fwd_gemm, "gemm.cu:gemm_nt"),
-           bwd_data=launch(_bwd_data_gemm, "gemm.cu:gemm_nn"),
-           bwd_weight=launch(_bwd_weight_gemm, "gemm.cu:gemm_tn", BIAS_GRAD))
+           fwd=tiled(_fwd_gemm, "gemm.cu:gemm_nt"),
+           bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_nn"),
+           bwd_weight=tiled(_bwd_weight_gemm, "gemm.cu:gemm_tn", BIAS_GRAD))
 LINEAR.add("fused", absorbs="relu", fallback="shared",
-           fwd=launch(partial(_fwd_gemm, relu=True), "gemm.cu:gemm_nt",
-                      note=FUSED_FWD),
-           bwd_data=launch(partial(_bwd_data_gemm, relu=True), "gemm.cu:gemm_nn", note=FUSED_BWD),
-           bwd_weight=launch(partial(_bwd_weight_gemm, relu=True), "gemm.cu:gemm_tn", BIAS_GRAD,
-                             note=FUSED_BWD))
+           fwd=tiled(partial(_fwd_gemm, relu=True), "gemm.cu:gemm_nt", note=FUSED_FWD),
+           bwd_data=tiled(partial(_bwd_data_gemm, relu=True), "gemm.cu:gemm_nn", note=FUSED_BWD),
+           bwd_weight=tiled(partial(_bwd_weight_gemm, relu=True), "gemm.cu:gemm_tn", BIAS_GRAD, note=FUSED_BWD))

@@ -40,6 +40,7 @@ class Launch:
     run: Launcher
     kernels: tuple[Kernel, ...]
     note: str = ""
+    tunable: bool = False  # its launcher takes ``tile``, a GEMM schedule (tracker/ops/gemm.Tile)
     op: str = ""
     phase: str = ""
     variant: str = ""
@@ -53,9 +54,9 @@ class Launch:
         return tuple(dict.fromkeys(k.source for k in self.kernels))
 
 
-def launch(run: Launcher, *kernels: str, note: str = "") -> Launch:
+def launch(run: Launcher, *kernels: str, note: str = "", tunable: bool = False) -> Launch:
     """``launch(fn, 'conv2d.cu:im2col', 'gemm.cu:gemm_nn')``: a Launch from 'source:kernel' names."""
-    return Launch(run, tuple(Kernel.parse(k) for k in kernels), note)
+    return Launch(run, tuple(Kernel.parse(k) for k in kernels), note, tunable)
 
 
 @dataclass(frozen=True)

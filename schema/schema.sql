@@ -102,6 +102,42 @@ CREATE TABLE schema_info (
     PRIMARY KEY (version)
 );
 
+-- One candidate GEMM schedule `tracker tune` tried for one layer phase on one GPU: the tile
+--     (``128x64x8/split4``), whether it matched the NumPy reference, and its median time. The plan
+--     runs the fastest verified tile for the GPU and shape (``tracker.tune.best``). Added by
+--     `tracker tune` to a database made before it (an optional table: older trackers ignore it).
+--   device_name: the GPU measured (CUDA's name)
+--   layer: the layer whose shape this is (one of those sharing it)
+--   shape: the op's input shapes and parameters, e.g. 'w=64x3x11x11 x=128x...'
+--   tile: CTA tile m x n x k, and split-K slices (0 or none: by rule)
+--   splits: the split-K slices that ran at this shape
+--   verified: matched the NumPy reference (at the verification batch)
+--   error: worst relative error of the phase's outputs
+--   time_ms: median over the repetitions, L2 flushed before each
+--   spread_pct: (max - min) / median, in %
+--   timer: events (CUDA events) or wall (host clock: the CPU emulation)
+CREATE TABLE tuning (
+    id INTEGER NOT NULL,
+    device_name VARCHAR NOT NULL,
+    op VARCHAR NOT NULL,
+    variant VARCHAR NOT NULL,
+    phase VARCHAR NOT NULL,
+    layer VARCHAR NOT NULL,
+    shape VARCHAR NOT NULL,
+    tile VARCHAR NOT NULL,
+    splits INTEGER NOT NULL,
+    verified BOOLEAN NOT NULL,
+    error FLOAT,
+    time_ms FLOAT,
+    spread_pct FLOAT,
+    timer VARCHAR NOT NULL,
+    tracker_version VARCHAR NOT NULL,
+    created_at DATETIME NOT NULL,
+    PRIMARY KEY (id),
+    CONSTRAINT tuning_phase CHECK (phase IN ('fwd', 'bwd_data', 'bwd_weight'))
+);
+CREATE INDEX tuning_by_shape ON tuning (device_name, op, variant, phase, shape);
+
 -- One run of an experiment: its arm, the comparison it belongs to, and whether it is that
 --     comparison's baseline (every other run of the comparison is measured against it).
 --   position: order in which the arms ran, from 0

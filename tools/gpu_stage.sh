@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1, 2 or 3.
+# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 4.
 #
 #   1  preflight; selftest --record; a batch-1 ncu smoke profile (the join); events at batch 128;
 #      this GPU's ncu --query-metrics; the batch-16 ncu fixture database with its raw CSV pages
 #   2  the kernel benchmark; l1-bypass, fusion, variants and batch experiments on events; reports
 #   3  compute-sanitizer memcheck and racecheck at batch 1 (CuPy's pool off); the batch-128 ncu
 #      run and its wall time beside `ncu --set full`; fusion under ncu
+#   4  tracker tune alexnet --batch 128 (quick, then every tile shape) into one database, and
+#      events profiles with the tuned tiles and --untuned
 #
 # Each stage fits one 10-minute command: every step runs under its own `timeout`, cut to what is
 # left of the stage's budget (TRACKER_STAGE_BUDGET_S, default 560 s). Everything lands in a scratch
@@ -23,7 +25,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-case "$stage" in 1|2|3) ;; *) note "usage: tools/gpu_stage.sh 1|2|3 (got '${stage}')"; exit 2 ;; esac
+case "$stage" in 1|2|3|4) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4 (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
 w="$work/stage$stage"
@@ -143,6 +145,17 @@ print(Workload(\"alexnet\", batch=128).to_json())")
             grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \$W/sanitizer-$1.log | tail -n 1 > \$W/sanitizer-$1.key
             exit \$rc"
     done
+}
+
+stage4() {
+    # The schedule search (issue 16): every GEMM-shaped layer phase of AlexNet at batch 128, the
+    # default tile's split-K counts first (quick), then every tile shape; the tuned tiles then
+    # run in an events profile, beside an --untuned one.
+    step tune-quick 150 'tracker tune alexnet --batch 128 --quick --reps 5 --db $W/tuning-$GPU.db --format csv \
+        > $W/tune-quick.csv'
+    step tune-full 330 'tracker tune alexnet --batch 128 --reps 3 --db $W/tuning-$GPU.db --format csv > $W/tune-full.csv'
+    step events-tuned 60 'tracker profile alexnet --batch 128 --backend events --repeat 5 --db $W/tuning-$GPU.db \
+        && tracker profile alexnet --batch 128 --backend events --repeat 5 --untuned --db $W/tuning-$GPU.db'
 }
 
 "stage$stage"

@@ -93,12 +93,14 @@ def profile(
     echo: Callable[[str], None] = lambda line: None,
     ncu: NcuSettings = NcuSettings(),
     link: Callable | None = None,
+    untuned: bool = False,
 ) -> Profile:
     """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored.
 
     The run's row is written first (status running), then the passes run and their results are
     written, each in one transaction; a failure or interruption marks the run and keeps nothing
-    half-written."""
+    half-written. GEMM-shaped launches run the fastest verified tile `tracker tune` stored for
+    this GPU and shape, unless ``untuned``."""
     from tracker.store import open_store, recording
 
     chosen, reason = choose_backend(backend)  # before the database: a refusal creates no file
@@ -119,7 +121,8 @@ def profile(
             predictions = predict(net, batch, device, dtype_bits, phases)
             run.add_layers(net, predictions)
         else:
-            workload = Workload(net.name, net.options, batch, variants or {}, phases, l1_bypass, repeat, warmup)
+            tiles = {} if untuned else _tuned(store, net, batch, variants or {}, echo)
+            workload = Workload(net.name, net.options, batch, variants or {}, phases, l1_bypass, repeat, warmup, tiles)
             chosen, reason, predictions = _measure(run, chosen, reason, backend == "auto", net, workload, device,
                                                    dtype_bits, ncu_report, ncu, echo)
     store.dispose()
@@ -133,7 +136,7 @@ def _measure(run, backend: str, reason: str, may_fall_back: bool, net: Network, 
     ``may_fall_back``: the backend was chosen (--backend auto), so restricted counters fall back to events."""
     from tracker.gpu.runner import profile_events
 
-    measured = profile_events(net, w.batch, w.variants, w.phases, w.l1_bypass, w.repeat, w.warmup, echo)
+    measured = profile_events(net, w.batch, w.variants, w.phases, w.l1_bypass, w.repeat, w.warmup, echo, w.tiles)
     device = device or _catalog_device(measured.device["device_name"])
     predictions = predict(net, w.batch, device, dtype_bits, w.phases)
     counters = None
@@ -166,6 +169,19 @@ def _pass2(net: Network, workload: Workload, measured, reason: str, may_fall_bac
             return None, "events", f"{reason}; but {exc}"
         raise
     return counters, "ncu", f"{reason}; {counters.note}" if counters.note else reason
+
+
+def _tuned(store, net: Network, batch: int, variants: dict[str, str], echo: Callable[[str], None]) -> dict[str, str]:
+    """The tiles `tracker tune` found fastest on this GPU for this network's layer phases."""
+    from tracker.gpu.detect import device_name
+    from tracker.tune import best
+
+    name = device_name()
+    tiles = best(store, name, net, batch, variants) if name else {}
+    if tiles:
+        echo(f"tuned GEMM tiles for {name} ({len(tiles)} layer phases; --untuned runs the defaults): "
+             + ", ".join(f"{key} {tile}" for key, tile in tiles.items()))
+    return tiles
 
 
 def _catalog_device(cuda_name: str) -> Device | None:

@@ -45,9 +45,12 @@ class Emulator:
             cpp = self.build_dir / f"{name}.cpp"
             cpp.write_text('#include "cuda_emu.h"\n' + text + "\n" + registry)
             lib = self.build_dir / f"{name}.so"
+            # Each tile's build of a module is its own library, with its own shared-memory arrays:
+            # -fno-gnu-unique and -Bsymbolic keep a template's static locals from being merged
+            # across the libraries loaded into this one process (they differ in size).
             subprocess.run(["g++", "-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing",
-                            f"-I{HERE}", f"-I{KERNEL_DIR}", *define_options(defines), str(cpp), "-o", str(lib)],
-                           check=True, capture_output=True)
+                            "-fno-gnu-unique", "-Wl,-Bsymbolic", f"-I{HERE}", f"-I{KERNEL_DIR}",
+                            *define_options(defines), str(cpp), "-o", str(lib)], check=True, capture_output=True)
             self.libs[source, defines] = ctypes.CDLL(str(lib))
         return self.libs[source, defines]
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import click
 
 from tracker.cli import cli
-from tracker.cli.options import emit, format_option
+from tracker.cli.options import db_option, emit, format_option, net_kwargs, network_options
+from tracker.nets import build
 
-KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "shared_bytes", "constant_bytes",
-                  "spill_bytes", "global_loads", "l1_loads", "verified_on", "changed_since")
+KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "occupancy", "shared_bytes",
+                  "constant_bytes", "spill_bytes", "global_loads", "l1_loads", "ffma_per_lds", "wide_loads", "cp_async",
+                  "verified_on", "changed_since")
 
 
 @cli.command()
@@ -21,11 +23,14 @@ KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "share
 def kernels(arch, l1, fmt):
     """Compile every kernel variant with NVRTC (no GPU needed) and list its resources.
 
-    Per op, phase, variant and L1 policy: the kernels it launches, registers, static shared
-    memory, constant memory and spill bytes (the worst of its kernels), its global load
-    instructions and how many of them go through L1 (read from the SASS: the cg build sends
-    every one around L1), and the GPU that last verified it against the NumPy reference
-    (tracker selftest --record), or '-' if none has.
+    Per op, phase, variant and L1 policy: the kernels it launches, registers, theoretical
+    occupancy (of its main kernel), static shared memory, constant memory and spill bytes (the
+    worst of its kernels), its global load instructions and how many go through L1 (the cg build
+    sends every one around L1), and the GPU that last verified it against the NumPy reference
+    (tracker selftest --record), or '-' if none has. Read from the SASS (cuobjdump, no GPU):
+    ffma_per_lds, FFMA per shared-memory load in the main loop (the GEMM core's measure of
+    register reuse; '-' without shared loads there), wide_loads, the share of global and shared
+    loads that are 128-bit, and cp_async, LDGSTS instructions.
 
     \b
     Examples:
@@ -90,3 +95,48 @@ def selftest(batch, l1, shapes, record, fmt):
         click.echo(f"record written to {write_record(rows, device)}", err=True)
     if failed:
         raise SystemExit(1)
+
+
+TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "default_ms", "speedup", "tried")
+
+
+@cli.command()
+@click.argument("network")
+@click.option("--batch", "-b", type=click.IntRange(1, 1024), default=128, show_default=True,
+              help="Images per mini-batch: the shapes timed.")
+@db_option
+@click.option("--variant", default=None, metavar="V|OP=V,...",
+              help="Variants whose GEMM launches to tune (as tracker profile); default: each op's default.")
+@click.option("--reps", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Timed repetitions per candidate (median; L2 flushed before each).")
+@click.option("--verify-batch", type=click.IntRange(1, 16), default=2, show_default=True,
+              help="Batch at which each candidate is checked against the NumPy reference.")
+@click.option("--quick", is_flag=True, help="Try the default tile shape with each split-K count only.")
+@network_options
+@format_option
+def tune(network, batch, db, variant, reps, verify_batch, quick, fmt, **kwargs):
+    """Search GEMM schedules per layer phase on this GPU, store them, and run the fastest.
+
+    For every layer phase built on the tiled GEMM (conv shared/fused/gemm, linear shared/fused),
+    each candidate tile (CTA tile, k-tile, split-K slices) is compiled through the registry's -D
+    sizes, checked against the NumPy reference at --verify-batch, and timed at --batch with CUDA
+    events. Every candidate and its time is stored in the trace database's tuning table; from
+    then on tracker profile on this GPU runs the fastest verified tile of each layer phase
+    (tracker profile --untuned runs the defaults).
+
+    \b
+    Examples:
+      tracker tune alexnet --batch 128
+      tracker tune alexnet --batch 128 --variant conv=fused --quick --format json
+      tracker sql "SELECT layer, phase, tile, time_ms FROM tuning WHERE verified ORDER BY time_ms"
+    """
+    from tracker.ops import OPS
+    from tracker.profile import require_gpu
+
+    net = build(network, **net_kwargs(kwargs))
+    chosen = OPS.parse_variants(variant)
+    require_gpu("tracker tune")
+    from tracker.gpu.runner import tune as run_tune
+
+    rows = run_tune(db, net, batch, chosen, reps, verify_batch, quick, lambda line: click.echo(line, err=True))
+    emit(rows, fmt, None if fmt == "json" else TUNE_COLUMNS)

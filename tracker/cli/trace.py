@@ -31,6 +31,8 @@ from tracker.profile import profile as run_profile
               help="Measured iterations (GPU backends); every launch is timed in each.")
 @click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True,
               help="Unmeasured iterations first (the first one compiles the kernels).")
+@click.option("--untuned", is_flag=True,
+              help="Run every GEMM launch with the default tile, not the fastest `tracker tune` stored for this GPU.")
 @click.option("--ncu-report", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
               help="Keep Nsight Compute's report (.ncu-rep) of pass 2 here, to open in ncu-ui (backend ncu).")
 @ncu_options
@@ -38,8 +40,8 @@ from tracker.profile import profile as run_profile
 @dtype_option
 @network_options
 @format_option
-def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, warmup, ncu_report, clock_control,
-            cache_control, device, dtype_bits, fmt, **kwargs):
+def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, warmup, untuned, ncu_report,
+            clock_control, cache_control, device, dtype_bits, fmt, **kwargs):
     """Profile a network forward and backward, layer by layer, into the trace database.
 
     Chooses the backend (ncu, events or model) from what this machine has and says which and
@@ -62,7 +64,7 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = run_profile(db, net, batch, backend=backend, phases=phases, variants=variants,
                          l1_bypass=l1_bypass, device=gpu, dtype_bits=int(dtype_bits), repeat=repeat,
-                         warmup=warmup, ncu_report=ncu_report, echo=say,
+                         warmup=warmup, ncu_report=ncu_report, echo=say, untuned=untuned,
                          ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control))
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)

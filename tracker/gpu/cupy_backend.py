@@ -70,6 +70,14 @@ class CupyBackend:
         data = cp.ascontiguousarray(array, dtype=cp.float32)
         self.module(source).get_global(symbol).copy_from_device(data.data, data.nbytes)
 
+    def flush_l2(self) -> None:
+        """Overwrite twice the L2's size, so that the next launch starts with a cold L2 (as the
+        benchmark measures; METHOD.md)."""
+        if not hasattr(self, "_scrub"):
+            l2 = cp.cuda.Device().attributes["L2CacheSize"]
+            self._scrub = cp.empty(2 * l2 // 4, dtype=cp.float32)
+        self._scrub.fill(0)
+
     def synchronize(self) -> None:
         cp.cuda.Device().synchronize()
         for record in self.log:

@@ -22,6 +22,21 @@ def cuda_devices() -> tuple[int, str]:
     return count.value, f"{count.value} CUDA device(s)"
 
 
+def device_name(ordinal: int = 0) -> str | None:
+    """CUDA's name of a device ('NVIDIA H100 80GB HBM3'), as CuPy reports it; None without one."""
+    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+    try:
+        driver = ctypes.CDLL(name)
+    except OSError:
+        return None
+    device, text = ctypes.c_int(0), ctypes.create_string_buffer(256)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+        return None
+    if driver.cuDeviceGetName(text, len(text), device) != 0:
+        return None
+    return text.value.decode(errors="replace")
+
+
 def driver_version() -> str | None:
     """The NVIDIA driver's version (``580.159.04``), as nvidia-smi prints it; None if unknown.
     Not cudaDriverGetVersion, which gives the CUDA version the driver supports (13.0)."""

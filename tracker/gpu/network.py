@@ -18,6 +18,7 @@ import numpy as np
 from tracker.errors import TrackerError
 from tracker.nets import Layer, Network
 from tracker.ops import OPS
+from tracker.ops.gemm import Tile
 from tracker.ops.launch import Arrays, Backend
 from tracker.phases import BACKWARD_ORDER
 
@@ -108,8 +109,9 @@ class Executor:
     """Runs ``plan`` on a backend. ``step(s)`` launches one layer phase; ``iteration()`` all."""
 
     def __init__(self, backend: Backend, net: Network, batch: int, chosen: dict[str, str], phases: str = "both",
-                 seed: int = 0):
+                 seed: int = 0, tiles: dict[str, str] | None = None):
         self.b, self.net, self.batch = backend, net, batch
+        self.tiles = {key: Tile.parse(label) for key, label in (tiles or {}).items()}  # 'layer/phase' -> tuned
         self.steps = plan(net, chosen, phases)
         self.variants = resolve(net, chosen)
         rng = np.random.default_rng(seed + 1)
@@ -144,4 +146,8 @@ class Executor:
         if step.variant == FUSED_INTO:
             return
         op = OPS[step.layer.kind]
-        op.launch(self.b, step.variant, step.phase, self.t.of(step.layer), **op.params(step.layer))
+        params = op.params(step.layer)
+        tile = self.tiles.get(f"{step.layer.name}/{step.phase}")
+        if tile is not None and op.variant(step.variant).launches[step.phase].tunable:
+            params["tile"] = tile  # `tracker tune`'s fastest verified schedule for this GPU and shape
+        op.launch(self.b, step.variant, step.phase, self.t.of(step.layer), **params)

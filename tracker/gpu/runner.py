@@ -33,13 +33,13 @@ def _cupy_backend(l1_policy: str):
 
 
 def profile_events(net: Network, batch: int, chosen: dict[str, str], phases: str, l1_bypass: bool,
-                   repeat: int, warmup: int, echo: Callable[[str], None]) -> Measured:
+                   repeat: int, warmup: int, echo: Callable[[str], None], tiles: dict[str, str] | None = None) -> Measured:
     import cupy as cp
 
     policy = "cg" if l1_bypass else "ca"
     backend, device = _cupy_backend(policy)
     echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs)")
-    run = Executor(backend, net, batch, chosen, phases)
+    run = Executor(backend, net, batch, chosen, phases, tiles=tiles)
     rows, totals = measure(run, repeat, warmup, policy, echo,
                            around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
     return Measured(rows, device, backend.peak_bytes, totals)
@@ -105,3 +105,22 @@ def summarize(results) -> list[dict]:
     return [{"l1": policy, "layer": r.layer, "op": r.op, "variant": r.variant, "phase": r.phase,
              "output": r.output, "error": r.error if math.isfinite(r.error) else None,
              "tolerance": r.tolerance, "passed": r.passed} for policy, r in results]
+
+
+def tune(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps: int, verify_batch: int, quick: bool,
+         echo: Callable[[str], None]) -> list[dict]:
+    """`tracker tune` on this GPU: search, store every candidate, and summarize per layer phase."""
+    from tracker import tune as search
+    from tracker.ops.gemm import DEFAULT
+    from tracker.store import open_store
+
+    backend, device = _cupy_backend("ca")
+    store = open_store(db, write=True)  # before the search: a database that cannot be written fails first
+    found = search.targets(net, batch, chosen, verify_batch)
+    tiles = search.candidates((DEFAULT,)) if quick else search.candidates()
+    echo(f"device: {device['device_name']}; {len(found)} layer phases x {len(tiles)} candidate tiles")
+    rows = search.search(backend, found, tiles, reps, device["device_name"], echo)
+    search.store(store, rows)
+    echo(f"stored {len(rows)} candidates in {store.where}")
+    store.dispose()
+    return search.summary(found, rows)

@@ -22,6 +22,7 @@ class Workload:
     l1_bypass: bool = False
     repeat: int = 1
     warmup: int = 1
+    tiles: dict = field(default_factory=dict)  # 'layer/phase' -> tuned GEMM tile (tracker tune)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -41,7 +42,8 @@ def main(spec: str) -> None:
 
     w = Workload(**json.loads(spec))
     policy = "cg" if w.l1_bypass else "ca"
-    run = Executor(CupyBackend(policy, timed=False), build(w.network, **w.options), w.batch, w.variants, w.phases)
+    run = Executor(CupyBackend(policy, timed=False), build(w.network, **w.options), w.batch, w.variants, w.phases,
+                   tiles=w.tiles)
     measure(run, w.repeat, w.warmup, policy, lambda line: print(line, file=sys.stderr),
             around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
 

@@ -54,8 +54,8 @@ def _error(out: np.ndarray, expected: np.ndarray) -> float:
 class Check:
     """Runs one case of one variant on a backend, collecting a Result per output."""
 
-    def __init__(self, backend: Backend, case: Case, variant: str):
-        self.b, self.case, self.variant = backend, case, variant
+    def __init__(self, backend: Backend, case: Case, variant: str, tile: Any = None):
+        self.b, self.case, self.variant, self.tile = backend, case, variant, tile
         self.results: list[Result] = []
 
     def put(self, array: np.ndarray) -> Any:
@@ -65,7 +65,10 @@ class Check:
         return self.b.asarray(np.full(shape, np.nan, dtype=np.float32))
 
     def run(self, phase: str, arrays: Arrays, **params: Any) -> None:
-        OPS[self.case.op].launch(self.b, self.variant, phase, arrays, **params)
+        op = OPS[self.case.op]
+        if self.tile is not None and op.variant(self.variant).launches[phase].tunable:
+            params["tile"] = self.tile
+        op.launch(self.b, self.variant, phase, arrays, **params)
 
     def compare(self, phase: str, name: str, device_out: Any, expected: np.ndarray, tol: float) -> np.ndarray:
         host = self.b.asnumpy(device_out)
@@ -74,8 +77,10 @@ class Check:
         return host
 
 
-def run_case(backend: Backend, case: Case, variant: str, seed: int = 0) -> list[Result]:
-    check = Check(backend, case, variant)
+def run_case(backend: Backend, case: Case, variant: str, seed: int = 0, tile: Any = None) -> list[Result]:
+    """``tile``: the GEMM schedule (tracker/ops/gemm.Tile) of the variant's GEMM-shaped launches;
+    None runs the default."""
+    check = Check(backend, case, variant, tile)
     OPS[case.op].variant(variant)  # an unknown name fails here, before any input is made
     OPS[case.op].check(check, np.random.default_rng(seed), case)
     backend.synchronize()

@@ -281,6 +281,34 @@ class RollupMetric(PerLayerPhase, Base):
     spread_pct: Mapped[float | None] = mapped_column(Float, doc="(max - min) / |median|, in %")
 
 
+class Tuning(Base):
+    """One candidate GEMM schedule `tracker tune` tried for one layer phase on one GPU: the tile
+    (``128x64x8/split4``), whether it matched the NumPy reference, and its median time. The plan
+    runs the fastest verified tile for the GPU and shape (``tracker.tune.best``). Added by
+    `tracker tune` to a database made before it (an optional table: older trackers ignore it)."""
+
+    __tablename__ = "tuning"
+    __table_args__ = (CheckConstraint(_in("phase", PHASES), name="tuning_phase"),
+                      Index("tuning_by_shape", "device_name", "op", "variant", "phase", "shape"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    device_name: Mapped[str] = mapped_column(doc="the GPU measured (CUDA's name)")
+    op: Mapped[str]
+    variant: Mapped[str]
+    phase: Mapped[str]
+    layer: Mapped[str] = mapped_column(doc="the layer whose shape this is (one of those sharing it)")
+    shape: Mapped[str] = mapped_column(doc="the op's input shapes and parameters, e.g. 'w=64x3x11x11 x=128x...'")
+    tile: Mapped[str] = mapped_column(doc="CTA tile m x n x k, and split-K slices (0 or none: by rule)")
+    splits: Mapped[int] = mapped_column(doc="the split-K slices that ran at this shape")
+    verified: Mapped[bool] = mapped_column(doc="matched the NumPy reference (at the verification batch)")
+    error: Mapped[float | None] = mapped_column(Float, doc="worst relative error of the phase's outputs")
+    time_ms: Mapped[float | None] = mapped_column(Float, doc="median over the repetitions, L2 flushed before each")
+    spread_pct: Mapped[float | None] = mapped_column(Float, doc="(max - min) / median, in %")
+    timer: Mapped[str] = mapped_column(doc="events (CUDA events) or wall (host clock: the CPU emulation)")
+    tracker_version: Mapped[str]
+    created_at: Mapped[datetime]
+
+
 class Experiment(Base):
     """A set of runs recorded together to answer one question (l1-bypass, fusion, variants, batch)."""
 

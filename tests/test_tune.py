@@ -1,0 +1,94 @@
+"""`tracker tune` (tracker/tune.py) and the GEMM schedules it searches, on the CPU emulation:
+every candidate tile shape, split-K included, matches the NumPy reference; the search stores
+every candidate it tried; the plan runs the fastest verified one; without a GPU it refuses."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tracker import tune
+from tracker.cli import cli
+from tracker.ops import OPS
+from tracker.ops.gemm import DEFAULT, SHAPES, Tile
+from tracker.ops.selftest import run_case, small_cases
+
+TUNABLE = [(case, name) for case in small_cases() for name, variant in OPS[case.op].variants.items()
+           if any(launch.tunable for launch in variant.launches.values())]
+
+
+@pytest.mark.parametrize("tile", [replace(shape, split=3) for shape in SHAPES], ids=lambda t: t.label)
+def test_every_candidate_tile_matches_the_reference(emulator, tile):
+    """Each tile shape `tracker tune` tries, with its reduction cut in (up to) three slices, on
+    every GEMM-shaped variant of conv and linear at the small cases."""
+    emulator.log.clear()
+    for case, variant in TUNABLE:
+        results = run_case(emulator, case, variant, seed=2, tile=tile)
+        failed = [(case.layer, variant, r.phase, r.output, r.error) for r in results if not r.passed]
+        assert results and not failed, failed
+    gemms = [r for r in emulator.log if r.block == (tile.threads, 1, 1) and r.kernel != "im2col"]
+    assert gemms and any(r.grid[2] > 1 for r in gemms)  # split-K ran ...
+    assert any(r.kernel == "splitk_reduce" for r in emulator.log)  # ... and its reduction
+
+
+def test_split_k_is_chosen_from_the_shape():
+    """The rule without a tuning: enough slices for TARGET_CTAS CTAs, 16 k-tiles a slice at least."""
+    # conv1's weight gradient at batch 128: M = 64 filters, N = 3*11*11, K = 128 * 55*55
+    assert DEFAULT.splits(64, 363, 128 * 55 * 55) == 88
+    assert DEFAULT.splits(128, 4096, 9216) == 9  # fc6 forward: 32 output tiles
+    assert DEFAULT.splits(192, 128 * 27 * 27, 1600) == 1  # conv2 forward: 1,458 output tiles
+    assert DEFAULT.splits(64, 64, 100) == 1  # too short a reduction to cut
+    tile = Tile(128, 128, 8, split=64)
+    assert tile.splits(64, 64, 8 * 10) == 10  # never more slices than k-tiles
+    assert tile.k_chunk(8 * 10, 10) == 8
+    assert Tile.parse("64x128x16/split4") == Tile(64, 128, 16, 4) and Tile.parse(DEFAULT.label) == DEFAULT
+
+
+def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp_path):
+    from test_network_plan import small_net
+
+    from tracker.gpu.network import Executor
+    from tracker.reference import network_step
+    from tracker.store import open_store
+
+    net, chosen = small_net(), {"conv": "fused", "linear": "shared"}
+    found = tune.targets(net, batch=3, chosen=chosen, verify_batch=1)
+    assert {(t.layer, t.phase) for t in found} == {(layer, phase) for layer in ("conv1", "conv2", "fc3", "fc4")
+                                                   for phase in ("fwd", "bwd_data", "bwd_weight")
+                                                   } - {("conv1", "bwd_data")}  # the first layer has none
+    tiles = (DEFAULT, Tile(64, 64, 8, split=2))
+    rows = tune.search(emulator, found, tiles, reps=1, device_name="CPU emulation")
+    assert len(rows) == 2 * len(found)
+    assert all(r["verified"] and r["timer"] == "wall" and r["time_ms"] > 0 for r in rows)
+
+    store = open_store(str(tmp_path / "trace.db"), write=True)
+    tune.store(store, rows)
+    assert tune.best(store, "another GPU", net, 3, chosen) == {}  # tunings are per GPU
+    picked = tune.best(store, "CPU emulation", net, 3, chosen)
+    expected = {f"{t.layer}/{t.phase}": tune.fastest(rows, t)["tile"] for t in found}
+    assert picked == {key: tile for key, tile in expected.items() if tile != DEFAULT.label}
+    store.dispose()
+
+    # the executor runs a tuned tile where it is given one, and the step still matches NumPy
+    tuned = {f"{t.layer}/{t.phase}": "64x64x8/split2" for t in found}
+    emulator.log.clear()
+    run = Executor(emulator, net, batch=3, chosen=chosen, seed=4, tiles=tuned)
+    run.iteration()
+    ran = {(r.context.layer.name, r.context.phase) for r in emulator.log if r.block == (64, 1, 1)}
+    assert ran == {(t.layer, t.phase) for t in found}
+    params = {name: tuple(np.asarray(a) for a in pair) for name, pair in run.t.params.items()}
+    loss, grads = network_step(net, params, np.asarray(run.t.act["input"]), np.asarray(run.t.labels))
+    assert np.asarray(run.t.loss).mean() == pytest.approx(loss, rel=1e-5)
+    for layer in ("conv1", "fc3"):
+        dw = np.asarray(run.t.param_grads[layer][0], dtype=np.float64)
+        assert np.linalg.norm(dw - grads[layer][0]) / np.linalg.norm(grads[layer][0]) < 1e-4
+
+
+def test_tune_refuses_without_a_gpu_in_one_line(runner, tmp_path):
+    db = tmp_path / "trace.db"
+    result = runner.invoke(cli, ["tune", "alexnet", "--batch", "8", "--db", str(db)])
+    assert result.exit_code != 0
+    assert result.output.strip().count("\n") == 0 and "tracker tune needs an NVIDIA GPU" in result.output
+    assert not db.exists()  # nothing written

@@ -1,0 +1,208 @@
+"""`tracker tune`: a schedule search for the GEMM-shaped launches (paper 001's approach).
+
+For each layer phase whose launch is built on the tiled GEMM (tracker/ops/gemm.py), every
+candidate ``Tile`` (CTA tile shape, k-tile, split-K slices) is compiled through the registry's
+``-D`` sizes, checked against the NumPy reference (at a small batch: the reference is float64
+NumPy), and timed at the real batch (median of ``reps``, L2 flushed before each). Every candidate
+and its time goes to the trace database's ``tuning`` table; from then on a profile on that GPU
+runs the fastest verified tile for each layer phase (``best``), unless told otherwise.
+
+Backend-neutral like the executor: a GPU times with CUDA events; the tests run the same search on
+the CPU emulation (host wall-clock times, recorded as such).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from time import perf_counter
+from typing import Any, Callable
+
+import numpy as np
+
+from tracker.nets import Network
+from tracker.ops import OPS, Case
+from tracker.ops.gemm import DEFAULT, SHAPES, Tile
+from tracker.ops.launch import Arrays, Backend
+from tracker.ops.selftest import REDUCTION, run_case
+
+SPLITS = (0, 1, 2, 4, 8, 16, 32, 64)  # split-K slices tried with each tile shape (0: by rule)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One tunable layer phase: timed at ``case``, verified at ``check`` (a small batch)."""
+
+    layer: str
+    op: str
+    variant: str
+    phase: str
+    case: Case
+    check: Case
+
+    @property
+    def shape(self) -> str:
+        return shape_key(self.case)
+
+
+def shape_key(case: Case) -> str:
+    """The tuning table's shape: input shapes and parameters, e.g. 'w=64x3x11x11 x=128x3x227x227 pad=2 stride=4'."""
+    return " ".join([*(f"{k}={'x'.join(map(str, v))}" for k, v in sorted(case.shapes.items())),
+                     *(f"{k}={v}" for k, v in sorted(case.params.items()))])
+
+
+def targets(net: Network, batch: int, chosen: dict[str, str], verify_batch: int = 2,
+            distinct: bool = True) -> list[Target]:
+    """The tunable layer phases of ``net``'s plan; ``distinct``: one per (op, variant, phase, shape)."""
+    from tracker.gpu.network import FUSED_INTO, plan
+
+    found: dict[tuple, Target] = {}
+    for step in plan(net, chosen):
+        if step.variant == FUSED_INTO:
+            continue
+        op = OPS[step.layer.kind]
+        if not op.variant(step.variant).launches[step.phase].tunable:
+            continue
+        target = Target(step.layer.name, op.kind, step.variant, step.phase, op.case(step.layer, batch),
+                        op.case(step.layer, verify_batch))
+        key = (target.op, target.variant, target.phase, target.shape) if distinct else (target.layer, target.phase)
+        found.setdefault(key, target)
+    return list(found.values())
+
+
+def candidates(shapes: tuple[Tile, ...] = SHAPES, splits: tuple[int, ...] = SPLITS) -> tuple[Tile, ...]:
+    return tuple(replace(shape, split=s) for shape in shapes for s in splits)
+
+
+def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int, device_name: str,
+           echo: Callable[[str], None] = lambda line: None) -> list[dict]:
+    """Verify and time every tile at every target; a row per (target, tile) for the tuning table.
+    A tile whose split-K slices come out the same as an earlier one's at this shape is skipped."""
+    from tracker import __version__
+
+    verified: dict[tuple, dict[str, float | None]] = {}
+    rows = []
+    for n, target in enumerate(targets, 1):
+        arrays = _arrays(b, target.case)
+        seen: set[tuple] = set()
+        for tile in tiles:
+            errors = _verify(b, target, tile, verified)
+            timed = _time(b, target, arrays, tile, reps)
+            if (tile.m, tile.n, tile.k, timed["splits"]) in seen:
+                continue
+            seen.add((tile.m, tile.n, tile.k, timed["splits"]))
+            error = errors.get(target.phase)
+            rows.append({"device_name": device_name, "op": target.op, "variant": target.variant,
+                         "phase": target.phase, "layer": target.layer, "shape": target.shape, "tile": tile.label,
+                         "verified": error is not None and error < REDUCTION, "error": error, **timed,
+                         "tracker_version": __version__, "created_at": datetime.now(timezone.utc)})
+        best = fastest(rows, target)
+        echo(f"[{n}/{len(targets)}] {target.layer} {target.phase} ({target.variant}): "
+             f"{best['tile']} {best['time_ms']:.3f} ms" if best else f"{target.layer} {target.phase}: none verified")
+    return rows
+
+
+def summary(targets: list[Target], rows: list[dict]) -> list[dict]:
+    """Per target: its fastest verified tile and time, the default tile's, and how many were tried."""
+    out = []
+    for target in targets:
+        mine = [r for r in rows if (r["op"], r["variant"], r["phase"], r["shape"]) ==
+                (target.op, target.variant, target.phase, target.shape)]
+        top = fastest(rows, target)
+        default = next((r["time_ms"] for r in mine if r["tile"] == DEFAULT.label and r["verified"]), None)
+        out.append({"layer": target.layer, "phase": target.phase, "variant": target.variant, "shape": target.shape,
+                    "best": top["tile"] if top else None, "best_ms": top["time_ms"] if top else None,
+                    "default_ms": default,
+                    "speedup": default / top["time_ms"] if top and default and top["time_ms"] else None,
+                    "tried": len(mine)})
+    return out
+
+
+def fastest(rows: list[dict], target: Target) -> dict | None:
+    """The fastest verified row of ``target``'s op, variant, phase and shape."""
+    mine = [r for r in rows if r["verified"] and r["time_ms"] is not None and
+            (r["op"], r["variant"], r["phase"], r["shape"]) == (target.op, target.variant, target.phase, target.shape)]
+    return min(mine, key=lambda r: r["time_ms"], default=None)
+
+
+def _verify(b: Backend, target: Target, tile: Tile, cache: dict) -> dict[str, float | None]:
+    """Worst error per phase of ``tile`` at the verification case (every phase runs: the op's
+    check feeds each phase the last one's output)."""
+    key = (target.op, target.variant, shape_key(target.check), tile)
+    if key not in cache:
+        errors: dict[str, float | None] = {}
+        for result in run_case(b, target.check, target.variant, seed=7, tile=tile):
+            errors[result.phase] = max(errors.get(result.phase) or 0.0, result.error)
+        cache[key] = errors
+    return cache[key]
+
+
+def _arrays(b: Backend, case: Case) -> Arrays:
+    rng = np.random.default_rng(11)
+    shapes = OPS[case.op].arrays(case)
+    return Arrays(**{role: b.asarray(rng.normal(size=shape).astype(np.float32)) for role, shape in shapes.items()})
+
+
+def _time(b: Backend, target: Target, arrays: Arrays, tile: Tile, reps: int) -> dict[str, Any]:
+    """Median time of the phase's launches (CUDA events where the backend has them, else the host
+    clock), after one warm-up launch that compiles; the split-K slices that ran."""
+    op = OPS[target.op]
+    flush = getattr(b, "flush_l2", lambda: None)
+    times: list[float] = []
+    timer, splits = "events", 1
+    for rep in range(reps + 1):
+        flush()
+        b.log.clear()
+        start = perf_counter()
+        op.launch(b, target.variant, target.phase, arrays, **target.case.params, tile=tile)
+        b.synchronize()
+        wall = (perf_counter() - start) * 1e3
+        events = [r.time_ms for r in b.log]
+        if rep == 0:  # the warm-up: the GEMM's grid says how many slices ran
+            splits = max(r.grid[2] for r in b.log if r.block[0] == tile.threads)
+            continue
+        if events and all(e is not None for e in events):
+            times.append(sum(e for e in events if e is not None))
+        else:
+            times.append(wall)
+            timer = "wall"
+    b.log.clear()
+    median = statistics.median(times)
+    return {"splits": splits, "time_ms": median, "spread_pct": 100 * (max(times) - min(times)) / median if median else None,
+            "timer": timer}
+
+
+def store(db_store: Any, rows: list[dict]) -> None:
+    """Add the rows to the ``tuning`` table, creating it in a database made before it existed."""
+    from sqlalchemy import insert
+
+    from tracker.store.schema import Base, Tuning
+
+    with db_store.begin() as conn:
+        Base.metadata.create_all(conn, tables=[Tuning.__table__], checkfirst=True)  # type: ignore[list-item]
+        if rows:
+            conn.execute(insert(Tuning), rows)
+
+
+def best(db_store: Any, device_name: str, net: Network, batch: int, chosen: dict[str, str]) -> dict[str, str]:
+    """'layer/phase' -> the fastest verified tile tuned on ``device_name`` for that layer phase's
+    shape, for every tunable layer phase that has one. Empty where nothing was tuned."""
+    from sqlalchemy import inspect, select
+
+    from tracker.store.schema import Tuning
+
+    chosen_tiles: dict[str, str] = {}
+    with db_store.connect() as conn:
+        if not inspect(conn).has_table(Tuning.__tablename__):
+            return {}
+        for target in targets(net, batch, chosen, distinct=False):
+            found = conn.execute(
+                select(Tuning.tile).where(
+                    Tuning.device_name == device_name, Tuning.op == target.op, Tuning.variant == target.variant,
+                    Tuning.phase == target.phase, Tuning.shape == target.shape, Tuning.verified.is_(True),
+                    Tuning.time_ms.is_not(None))
+                .order_by(Tuning.time_ms, Tuning.id).limit(1)).scalar()
+            if found is not None and found != DEFAULT.label:
+                chosen_tiles[f"{target.layer}/{target.phase}"] = found
+    return chosen_tiles

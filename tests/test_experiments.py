@@ -57,9 +57,9 @@ def emulated_events(emulator, monkeypatch):
     from tracker.gpu.network import Executor
     from tracker.gpu.runner import measure
 
-    def profile_events(net, batch, chosen, phases, l1_bypass, repeat, warmup, echo):
+    def profile_events(net, batch, chosen, phases, l1_bypass, repeat, warmup, echo, tiles=None):
         policy = "cg" if l1_bypass else "ca"
-        rows, _ = measure(Executor(emulator, net, batch, chosen, phases), repeat, warmup, policy, echo)
+        rows, _ = measure(Executor(emulator, net, batch, chosen, phases, tiles=tiles), repeat, warmup, policy, echo)
         for row in rows:
             row["time_ms"] = made_up_ms(row)
         return Measured(rows, {"device_name": "CPU emulation (tests/emu)"}, 0, [])

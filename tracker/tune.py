@@ -87,12 +87,11 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
         arrays = _arrays(b, target.case)
         seen: set[tuple] = set()
         for tile in tiles:
-            errors = _verify(b, target, tile, verified)
             timed = _time(b, target, arrays, tile, reps)
             if (tile.m, tile.n, tile.k, timed["splits"]) in seen:
                 continue
             seen.add((tile.m, tile.n, tile.k, timed["splits"]))
-            error = errors.get(target.phase)
+            error = _verify(b, target, tile, verified).get(target.phase)
             rows.append({"device_name": device_name, "op": target.op, "variant": target.variant,
                          "phase": target.phase, "layer": target.layer, "shape": target.shape, "tile": tile.label,
                          "verified": error is not None and error < REDUCTION, "error": error, **timed,

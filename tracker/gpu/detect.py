@@ -6,12 +6,18 @@ import ctypes
 import sys
 
 
+def _driver() -> ctypes.CDLL | None:
+    """The CUDA driver library, or None where there is none."""
+    try:
+        return ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+    except OSError:
+        return None
+
+
 def cuda_devices() -> tuple[int, str]:
     """(number of CUDA devices, a phrase saying how we know)."""
-    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
-    try:
-        driver = ctypes.CDLL(name)
-    except OSError:
+    driver = _driver()
+    if driver is None:
         return 0, "no NVIDIA driver (libcuda not found)"
     status = driver.cuInit(0)
     if status != 0:
@@ -24,10 +30,8 @@ def cuda_devices() -> tuple[int, str]:
 
 def device_name(ordinal: int = 0) -> str | None:
     """CUDA's name of a device ('NVIDIA H100 80GB HBM3'), as CuPy reports it; None without one."""
-    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
-    try:
-        driver = ctypes.CDLL(name)
-    except OSError:
+    driver = _driver()
+    if driver is None:
         return None
     device, text = ctypes.c_int(0), ctypes.create_string_buffer(256)
     if driver.cuInit(0) != 0 or driver.cuDeviceGet(ctypes.byref(device), ordinal) != 0:

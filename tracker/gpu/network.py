@@ -146,8 +146,5 @@ class Executor:
         if step.variant == FUSED_INTO:
             return
         op = OPS[step.layer.kind]
-        params = op.params(step.layer)
-        tile = self.tiles.get(f"{step.layer.name}/{step.phase}")
-        if tile is not None and op.variant(step.variant).launches[step.phase].tunable:
-            params["tile"] = tile  # `tracker tune`'s fastest verified schedule for this GPU and shape
-        op.launch(self.b, step.variant, step.phase, self.t.of(step.layer), **params)
+        tile = self.tiles.get(f"{step.layer.name}/{step.phase}")  # `tracker tune`'s, for this GPU and shape
+        op.launch(self.b, step.variant, step.phase, self.t.of(step.layer), tile=tile, **op.params(step.layer))

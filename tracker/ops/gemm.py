@@ -24,7 +24,7 @@ TARGET_CTAS = 264
 MIN_K_TILES = 16
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Tile:
     """A GEMM schedule: CTA tiles of ``m`` x ``n`` outputs, k-tiles of ``k``, and ``split`` slices
     of the reduction (split-K; 0: as many as ``splits`` deems right for the shape)."""

@@ -119,9 +119,14 @@ class Op:
             raise unknown(f"{self.kind} variant", name, list(self.variants))
         return self.variants[name]
 
-    def launch(self, backend: Backend, variant: str, phase: str, arrays: Arrays, **params: Any) -> None:
-        """Launch ``variant``'s kernels of ``phase`` on ``backend``."""
-        self.variant(variant).launches[phase].run(backend, arrays, **params)
+    def launch(self, backend: Backend, variant: str, phase: str, arrays: Arrays, tile: Any = None,
+               **params: Any) -> None:
+        """Launch ``variant``'s kernels of ``phase`` on ``backend``. ``tile``: a GEMM schedule
+        (tracker/ops/gemm.Tile) for a launch built on the GEMM; other launches ignore it."""
+        run = self.variant(variant).launches[phase]
+        if tile is not None and run.tunable:
+            params["tile"] = tile
+        run.run(backend, arrays, **params)
 
     def case(self, layer: Any, batch: int) -> Case:
         """The selftest and benchmark case of a network layer at ``batch``."""

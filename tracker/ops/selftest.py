@@ -65,10 +65,7 @@ class Check:
         return self.b.asarray(np.full(shape, np.nan, dtype=np.float32))
 
     def run(self, phase: str, arrays: Arrays, **params: Any) -> None:
-        op = OPS[self.case.op]
-        if self.tile is not None and op.variant(self.variant).launches[phase].tunable:
-            params["tile"] = self.tile
-        op.launch(self.b, self.variant, phase, arrays, **params)
+        OPS[self.case.op].launch(self.b, self.variant, phase, arrays, tile=self.tile, **params)
 
     def compare(self, phase: str, name: str, device_out: Any, expected: np.ndarray, tol: float) -> np.ndarray:
         host = self.b.asnumpy(device_out)

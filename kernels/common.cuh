@@ -13,7 +13,7 @@
 // k+1 are in flight while tile k is multiplied, and one barrier per k-tile separates them.
 //
 // The sizes are not written here: tracker/ops/gemm.py hands them to NVRTC as -D options (and
-// tracker/ops/*.py the others: CONSTANT_FLOATS, POOL_TILE), so the launch grids computed in
+// tracker/ops/conv2d.py CONSTANT_FLOATS), so the launch grids computed in
 // Python and the kernels compiled from here read the same numbers, and `tracker tune` can
 // compile other tile shapes without touching this file.
 #pragma once
@@ -184,6 +184,24 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
             if (m < M && n < N) epi(m, n, acc[i][j]);
         }
     }
+}
+
+// Copies n floats from global to shared memory, thread `tid` of `threads` taking every
+// threads-th, and waits for its own copies (a __syncthreads must follow before any thread reads
+// another's). On sm_80 and later each copy is a cp.async (LDGSTS): nothing is staged through
+// registers, so all of a thread's copies are in flight together. The L1-bypass build keeps plain
+// loads, which -dlcm=cg sends around L1 (a 4-byte cp.async always goes through it).
+__device__ __forceinline__ void stage(float* dst, const float* RESTRICT src, int n, int tid, int threads) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(TRACKER_L1_BYPASS)
+    for (int i = tid; i < n; i += threads) {
+        const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst + i));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(src + i));
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#else
+#pragma unroll 4
+    for (int i = tid; i < n; i += threads) dst[i] = src[i];
+#endif
 }
 
 // Block-wide sum or max of one value per thread (blockDim.x a multiple of 32, at most 1024).

@@ -40,11 +40,13 @@ def test_every_kernel_compiles_without_spills(arch, policy):
 @pytest.mark.parametrize("source", SOURCES)
 def test_the_l1_bypass_build_sends_every_global_load_around_l1(source, arch):
     """Read from the SASS (cuobjdump): under cg no load is LDG.E.CONSTANT (the read-only path,
-    cached in L1 whatever -dlcm says) or SM-scoped; under ca every load is cached in L1."""
+    cached in L1 whatever -dlcm says) or SM-scoped; under ca every load is cached in L1 (a kernel
+    that stages its input with cp.async may have no LDG left there; under cg it has no LDGSTS)."""
     cached, bypassed = build(source, arch, "ca"), build(source, arch, "cg")
     for name, r in bypassed.kernels.items():
         ca = cached.kernels[name]
-        assert ca.global_loads > 0 and ca.l1_loads == ca.global_loads, (source, name, "ca", ca)
+        assert ca.global_loads + ca.cp_async > 0 and ca.l1_loads == ca.global_loads, (source, name, "ca", ca)
+        assert r.cp_async == 0, (source, name, "cg", r)
         assert r.global_loads > 0 and r.l1_loads == 0, (source, name, "cg", r)
 
 
@@ -55,6 +57,8 @@ def test_load_mix_is_read_from_real_sass():
         /*0090*/  LDG.E.STRONG.SM R5, desc[UR4][R2.64] ;
         /*00a0*/  @!P0 LDG.E.STRONG.GPU R6, desc[UR4][R2.64] ;
         /*00b0*/  STG.E desc[UR4][R2.64], R6 ;
+        /*00c0*/  LDGSTS.E [R7], desc[UR4][R2.64] ;
+        /*00d0*/  LDGDEPBAR ;
         Function : k2
         /*0010*/  LDS R1, [R2] ;
     """

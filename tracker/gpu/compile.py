@@ -133,7 +133,7 @@ def sass(cubin: bytes) -> str:
 
 
 _FUNCTION = re.compile(r"^\s*Function : (\S+)", re.M)
-_LDG = re.compile(r"\bLDG(?:\.[A-Z0-9]+)*")
+_LDG = re.compile(r"\bLDG(?![A-Z])(?:\.[A-Z0-9]+)*")  # not LDGSTS (cp.async) nor LDGDEPBAR
 
 
 def global_loads(sass_text: str) -> dict[str, dict[str, int]]:

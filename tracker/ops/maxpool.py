@@ -1,18 +1,37 @@
 """Max pooling (kernels/maxpool.cu): a grid-stride kernel per phase, and a shared-memory variant
-that stages a POOL_TILE x POOL_TILE tile of outputs' inputs (forward) or inputs (backward)."""
+with one block per band of full-width rows of a plane (its input rows staged with cp.async; the
+backward finds each window's maximum once)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tracker import reference as ref
+from tracker.errors import TrackerError
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks, tiles
 from tracker.ops.registry import OPS, Case, Op, launch
 from tracker.ops.selftest import ELEMENTWISE, Check, f32
 
-DEFINES = {"POOL_TILE": 16}  # outputs (forward) or inputs (backward) per block side
-POOL_TILE = DEFINES["POOL_TILE"]
 SOURCE = "maxpool.cu"
+BAND_BYTES = 24 * 1024  # shared memory a band may take: 8 blocks of 256 threads share an SM
+SHARED_LIMIT = 48 * 1024  # what a block gets without opting in
+WAVE = 1024  # blocks that fill a large GPU several times over; fewer planes are cut into more bands
+
+
+def band_rows(rows: int, planes: int, bytes_for) -> int:
+    """Rows per band of the shared variant: a plane's ``rows`` cut into as few even bands as fit
+    BAND_BYTES each (``bytes_for(n)``: the shared memory n rows take), more where the planes
+    alone would not make WAVE blocks."""
+    fit = max((n for n in range(1, rows + 1) if bytes_for(n) <= BAND_BYTES), default=1)
+    if bytes_for(fit) > SHARED_LIMIT:
+        raise TrackerError(f"a row of this pooling layer needs {bytes_for(fit)} bytes of shared memory, over "
+                           f"{SHARED_LIMIT}; use the global variant")
+    return tiles(rows, min(rows, max(tiles(rows, fit), tiles(WAVE, planes))))
+
+
+def _block(items: int) -> int:
+    """Threads of a band's block: one per item up to THREADS, whole warps."""
+    return min(THREADS, 32 * tiles(items, 32))
 
 
 def pool_shape(x_shape: tuple, size: int, stride: int) -> Struct:
@@ -31,9 +50,13 @@ def _fwd_global(b: Backend, a: Arrays, size: int, stride: int) -> None:
 def _fwd_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
     s = pool_shape(a.x.shape, size, stride)
     N, C, H, W, P, Q, *_ = s.values
-    span = (POOL_TILE - 1) * stride + size
-    b.launch(SOURCE, "maxpool_fwd_shared", (tiles(Q, POOL_TILE), tiles(P, POOL_TILE), N * C),
-             (POOL_TILE, POOL_TILE), (a.x, a.y, s), shared_bytes=4 * span * span)
+
+    def input_bytes(rows: int) -> int:  # the input rows `rows` output rows read
+        return 4 * ((rows - 1) * stride + size) * W
+
+    band = band_rows(P, N * C, input_bytes)
+    b.launch(SOURCE, "maxpool_fwd_shared", (tiles(P, band), N * C), (_block(band * Q),), (a.x, a.y, s, band),
+             shared_bytes=input_bytes(band))
 
 
 def _bwd_global(b: Backend, a: Arrays, size: int, stride: int) -> None:
@@ -42,13 +65,19 @@ def _bwd_global(b: Backend, a: Arrays, size: int, stride: int) -> None:
     b.launch(SOURCE, "maxpool_bwd_global", (blocks(N * C * H * W),), (THREADS,), (a.dy, a.x, a.dx, s))
 
 
+def bwd_band_bytes(rows: int, size: int, stride: int, P: int, W: int, Q: int) -> int:
+    """Shared memory of a backward band of ``rows`` input rows: at most ``outputs`` rows of windows
+    meet it; their input rows, and per window its gradient and its maximum's offset."""
+    outputs = min((rows + size - 2) // stride + 1, P)
+    return 4 * (((outputs - 1) * stride + size) * W + 2 * outputs * Q)
+
+
 def _bwd_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
     s = pool_shape(a.x.shape, size, stride)
-    N, C, H, W, *_ = s.values
-    outputs = (POOL_TILE + size - 2) // stride + 1  # outputs meeting a POOL_TILE-wide input tile, at most
-    span = (outputs - 1) * stride + size
-    b.launch(SOURCE, "maxpool_bwd_shared", (tiles(W, POOL_TILE), tiles(H, POOL_TILE), N * C),
-             (POOL_TILE, POOL_TILE), (a.dy, a.x, a.dx, s), shared_bytes=4 * (span * span + outputs * outputs))
+    N, C, H, W, P, Q, *_ = s.values
+    band = band_rows(H, N * C, lambda rows: bwd_band_bytes(rows, size, stride, P, W, Q))
+    b.launch(SOURCE, "maxpool_bwd_shared", (tiles(H, band), N * C), (_block(band * W),),
+             (a.dy, a.x, a.dx, s, band), shared_bytes=bwd_band_bytes(band, size, stride, P, W, Q))
 
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
@@ -84,10 +113,11 @@ def _case(name: str, x: tuple, size: int, stride: int) -> Case:
 MAXPOOL = OPS.register(Op(
     "maxpool", ("fwd", "bwd_data"), default="global",
     params=lambda layer: {"size": layer.op.kernel[0], "stride": layer.op.stride[0]},
-    arrays=_arrays, check=_check, torch_forward=_torch_forward, defines=DEFINES,
+    arrays=_arrays, check=_check, torch_forward=_torch_forward,
     small_cases=(_case("3s2", (2, 3, 13, 13), 3, 2),
-                 _case("3s2-tiles", (1, 2, 35, 35), 3, 2),  # several tiles
-                 _case("2s2", (1, 2, 20, 20), 2, 2)),
+                 _case("3s2-edge", (1, 2, 14, 14), 3, 2),  # the last row meets no window
+                 _case("2s2", (1, 2, 20, 20), 2, 2),
+                 _case("2s3-bands", (1, 512, 9, 9), 2, 3)),  # a run-time window with gaps; bands of 2 and 5 rows
 ))
 MAXPOOL.add("global", fwd=launch(_fwd_global, "maxpool.cu:maxpool_fwd_global"),
             bwd_data=launch(_bwd_global, "maxpool.cu:maxpool_bwd_global"))

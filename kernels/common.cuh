@@ -186,22 +186,36 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     }
 }
 
-// Copies n floats from global to shared memory, thread `tid` of `threads` taking every
-// threads-th, and waits for its own copies (a __syncthreads must follow before any thread reads
-// another's). On sm_80 and later each copy is a cp.async (LDGSTS): nothing is staged through
-// registers, so all of a thread's copies are in flight together. The L1-bypass build keeps plain
+// Copying global memory to shared memory around the registers: on sm_80 and later each
+// copy_async is a cp.async (LDGSTS), so all of a thread's copies are in flight together instead of
+// one load at a time through a register; wait_copies() waits for the thread's own (a
+// __syncthreads must follow before any thread reads another's). The L1-bypass build keeps plain
 // loads, which -dlcm=cg sends around L1 (a 4-byte cp.async always goes through it).
-__device__ __forceinline__ void stage(float* dst, const float* RESTRICT src, int n, int tid, int threads) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(TRACKER_L1_BYPASS)
-    for (int i = tid; i < n; i += threads) {
-        const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst + i));
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to), "l"(src + i));
-    }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-#else
-#pragma unroll 4
-    for (int i = tid; i < n; i += threads) dst[i] = src[i];
+#define TRACKER_CP_ASYNC 1
 #endif
+
+// dst = valid ? *src : 0 (src is not read when !valid).
+__device__ __forceinline__ void copy_async(float* dst, const float* RESTRICT src, bool valid) {
+#ifdef TRACKER_CP_ASYNC
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 4 : 0));
+#else
+    *dst = valid ? *src : 0.f;
+#endif
+}
+
+__device__ __forceinline__ void wait_copies() {
+#ifdef TRACKER_CP_ASYNC
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// n contiguous floats, thread `tid` of `threads` copying every threads-th; waits for its own.
+__device__ __forceinline__ void stage(float* dst, const float* RESTRICT src, int n, int tid, int threads) {
+#pragma unroll 4
+    for (int i = tid; i < n; i += threads) copy_async(dst + i, src + i, true);
+    wait_copies();
 }
 
 // Block-wide sum or max of one value per thread (blockDim.x a multiple of 32, at most 1024).

@@ -5,9 +5,10 @@
 //   global  one thread per element; every window read from global memory (channels are H*W
 //           apart), and the backward recomputes each neighbour's s.
 //   shared  one block per (image, strip of blockDim.x positions), all channels: the strip's
-//           x (and for bwd y and dy) staged in shared memory once, s and dy*y/s computed once
-//           per element there, windows summed from shared memory. Dynamic shared memory:
-//           fwd C*strip floats, bwd 4*C*strip floats (see lrn_*_shared_bytes in tracker/gpu).
+//           x (and for bwd dy) staged in shared memory with cp.async, every load of a thread in
+//           flight at once; s and dy*y/s computed once per element there, windows summed from
+//           shared memory. Dynamic shared memory: fwd C*strip floats, bwd 3*C*strip floats
+//           (tracker/ops/lrn.py sizes it).
 #include "common.cuh"
 
 struct LrnShape {
@@ -65,13 +66,19 @@ extern "C" __global__ void lrn_bwd_global(const float* RESTRICT dy, const float*
 }
 
 // Block (strip, rows): thread (t, r) handles position hw0 + t, channels r, r + rows, ...
-// Grid: (ceil(HW / strip), N).
+// Grid: (ceil(HW / strip), N). Stages channels [C][strip] of `src` (zeros past the last position).
+__device__ __forceinline__ void stage_strip(float* dst, const float* RESTRICT src, const LrnShape& s) {
+    const int t = threadIdx.x, hw = blockIdx.x * blockDim.x + t;
+    for (int c = threadIdx.y; c < s.C; c += blockDim.y)
+        copy_async(dst + c * blockDim.x + t, src + (size_t)c * s.HW + hw, hw < s.HW);
+    wait_copies();
+}
+
 extern "C" __global__ void lrn_fwd_shared(const float* RESTRICT x, float* RESTRICT y, LrnShape s) {
     extern __shared__ float xs[];  // [C][strip]
     const int strip = blockDim.x, t = threadIdx.x, hw = blockIdx.x * strip + t;
     const size_t base = (size_t)blockIdx.y * s.C * s.HW;
-    for (int c = threadIdx.y; c < s.C; c += blockDim.y)
-        xs[c * strip + t] = hw < s.HW ? x[base + (size_t)c * s.HW + hw] : 0.f;
+    stage_strip(xs, x + base, s);
     __syncthreads();
     if (hw >= s.HW) return;
     const Column col{xs + t, strip};
@@ -79,31 +86,30 @@ extern "C" __global__ void lrn_fwd_shared(const float* RESTRICT x, float* RESTRI
         y[base + (size_t)c * s.HW + hw] = xs[c * strip + t] * powf(lrn_scale(col, c, s), -s.beta);
 }
 
+// dx_c = dy_c s_c^-beta - 2 alpha beta / n * x_c * sum of t_j, t_j = dy_j y_j / s_j: the second
+// pass turns each staged dy_c into dy_c s_c^-beta in place (only its own element), beside t_c.
 extern "C" __global__ void lrn_bwd_shared(const float* RESTRICT dy, const float* RESTRICT x,
                                           const float* RESTRICT y, float* RESTRICT dx, LrnShape s) {
-    extern __shared__ float smem[];  // x, dy, s, dy*y/s: [C][strip] each
+    extern __shared__ float smem[];  // x, dy (then dy s^-beta), dy*y/s: [C][strip] each
     const int strip = blockDim.x, t = threadIdx.x, hw = blockIdx.x * strip + t, half = s.size / 2;
     const int plane = s.C * strip;
-    float *xs = smem, *gs = smem + plane, *ss = smem + 2 * plane, *ts = smem + 3 * plane;
+    float *xs = smem, *gs = smem + plane, *ts = smem + 2 * plane;
     const size_t base = (size_t)blockIdx.y * s.C * s.HW;
-    for (int c = threadIdx.y; c < s.C; c += blockDim.y) {
-        const size_t at = base + (size_t)c * s.HW + hw;
-        xs[c * strip + t] = hw < s.HW ? x[at] : 0.f;
-        gs[c * strip + t] = hw < s.HW ? dy[at] : 0.f;
-    }
+    stage_strip(xs, x + base, s);
+    stage_strip(gs, dy + base, s);
     __syncthreads();
     const Column col{xs + t, strip};
     for (int c = threadIdx.y; c < s.C; c += blockDim.y) {
         const float sc = lrn_scale(col, c, s), yv = hw < s.HW ? y[base + (size_t)c * s.HW + hw] : 0.f;
-        ss[c * strip + t] = sc;
-        ts[c * strip + t] = gs[c * strip + t] * yv / sc;
+        const float g = gs[c * strip + t];
+        ts[c * strip + t] = g * yv / sc;
+        gs[c * strip + t] = g * powf(sc, -s.beta);
     }
     __syncthreads();
     if (hw >= s.HW) return;
     for (int c = threadIdx.y; c < s.C; c += blockDim.y) {
         float sum = 0.f;
         for (int j = max(c - half, 0); j <= min(c + half, s.C - 1); ++j) sum += ts[j * strip + t];
-        dx[base + (size_t)c * s.HW + hw] = gs[c * strip + t] * powf(ss[c * strip + t], -s.beta) -
-                                           2.f * s.alpha * s.beta / s.size * xs[c * strip + t] * sum;
+        dx[base + (size_t)c * s.HW + hw] = gs[c * strip + t] - 2.f * s.alpha * s.beta / s.size * xs[c * strip + t] * sum;
     }
 }

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tracker.errors import TrackerError
-from tracker.gpu.network import FUSED_INTO, Executor, plan, resolve
+from tracker.gpu.network import FUSED_INTO, Executor, check_indexing, plan, resolve
 from tracker.nets import build
 from tracker.nets.layers import LRN, Linear, Network, ReLU, Softmax, conv, maxpool
 from tracker.reference import network_step
@@ -102,3 +102,10 @@ def test_measure_numbers_launches_and_tags_them_with_their_step(emulator):
     assert not any(r["layer_id"] == relu1 for r in rows)  # fused into conv1
     assert {r["l1_policy"] for r in rows} == {"cg"}
     assert [k for layer, phase, k in per_repeat if (layer, phase) == (1, "fwd")] == ["conv2d_fwd_implicit"]
+
+
+def test_a_batch_past_32_bit_indexing_is_refused_before_anything_is_allocated(emulator):
+    alexnet = build("alexnet")  # conv1's output, 96 x 55 x 55 = 290,400 floats an image, is the largest
+    check_indexing(alexnet, 7394)  # 2,147,217,600 elements: the kernels' int indices still reach them
+    with pytest.raises(TrackerError, match=r"batch 7395 gives conv1 2,147,508,000 elements; .* batch 7394 at most"):
+        Executor(emulator, alexnet, 7395, {})  # (allocating first would take 8.6 GB of NaNs)

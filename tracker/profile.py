@@ -105,6 +105,10 @@ def profile(
 
     chosen, reason = choose_backend(backend)  # before the database: a refusal creates no file
     echo(f"backend: {chosen} ({reason})")
+    if chosen != "model":
+        from tracker.gpu.network import check_indexing
+
+        check_indexing(net, batch)  # before the database too
     store = open_store(db, write=True)
     peak = memory(net, batch, dtype_bits)
     fields = dict(

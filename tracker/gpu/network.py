@@ -23,6 +23,16 @@ from tracker.ops.launch import Arrays, Backend
 from tracker.phases import BACKWARD_ORDER
 
 FUSED_INTO = "fused-into-previous"  # a layer folded into the variant before it (a ReLU into a fused conv)
+INDEX_LIMIT = 2**31 - 1  # the kernels index an array with 32-bit ints (cheaper address arithmetic)
+
+
+def check_indexing(net: Network, batch: int) -> None:
+    """Refuses a batch whose largest activation the kernels' 32-bit indices cannot reach."""
+    name, per_image = max([("input", math.prod(net.input_shape))] +
+                          [(layer.name, math.prod(layer.output_shape)) for layer in net.layers], key=lambda e: e[1])
+    if batch * per_image > INDEX_LIMIT:
+        raise TrackerError(f"batch {batch} gives {name} {batch * per_image:,} elements; the kernels index arrays "
+                           f"with 32-bit ints, so {net.name} runs at batch {INDEX_LIMIT // per_image} at most")
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,7 @@ class Executor:
 
     def __init__(self, backend: Backend, net: Network, batch: int, chosen: dict[str, str], phases: str = "both",
                  seed: int = 0, tiles: dict[str, str] | None = None):
+        check_indexing(net, batch)
         self.b, self.net, self.batch = backend, net, batch
         self.tiles = {key: Tile.parse(label) for key, label in (tiles or {}).items()}  # 'layer/phase' -> tuned
         self.steps = plan(net, chosen, phases)

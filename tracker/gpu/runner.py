@@ -111,9 +111,11 @@ def tune(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps:
          echo: Callable[[str], None]) -> list[dict]:
     """`tracker tune` on this GPU: search, store every candidate, and summarize per layer phase."""
     from tracker import tune as search
+    from tracker.gpu.network import check_indexing
     from tracker.ops.gemm import DEFAULT
     from tracker.store import open_store
 
+    check_indexing(net, batch)
     backend, device = _cupy_backend("ca")
     store = open_store(db, write=True)  # before the search: a database that cannot be written fails first
     found = search.targets(net, batch, chosen, verify_batch)

@@ -64,6 +64,32 @@ struct Dense {
     __device__ __forceinline__ void next() { base += K_FAST ? TILE_K : TILE_K * ld; }
 };
 
+// Images of `rows` x `ld` one after another (NCHW activations: rows = channels, ld = positions),
+// read as one matrix whose columns run over the images: element (row, image * ld + j) at
+// p[(image * rows + row) * ld + j], column n's offset n + (n / ld) * (rows - 1) * ld. K_IS_COLUMN
+// false: k is the row and o the column (B of the conv gemm variant's data gradient: its output
+// gradient); true: o is the row and k the column (A of its weight gradient).
+template <int L, bool K_IS_COLUMN>
+struct Images {
+    const float* RESTRICT p;
+    int ld, rows;
+    int fixed[L];         // per slot: the offset its o contributes
+    int k = 0, k_at = 0;  // the current k, and the offset it contributes
+    static constexpr bool k_contiguous = K_IS_COLUMN;
+    __device__ __forceinline__ int column(int n) const { return n + (n / ld) * (rows - 1) * ld; }
+    __device__ __forceinline__ void start(int o, int k0) {
+#pragma unroll
+        for (int s = 0; s < L; ++s) fixed[s] = K_IS_COLUMN ? (o + LANES * s) * ld : column(o + LANES * s);
+        k = k0;
+        k_at = K_IS_COLUMN ? column(k) : k * ld;
+    }
+    __device__ __forceinline__ int at(int s) const { return fixed[s] + k_at; }
+    __device__ __forceinline__ void next() {  // a column's one division a k-tile: ld may be shorter than TILE_K
+        k += TILE_K;
+        k_at = K_IS_COLUMN ? column(k) : k_at + TILE_K * ld;
+    }
+};
+
 // An operand read through a ReLU: zero where the ReLU's output y (laid out as the operand) is not
 // positive. The fused variants' backward kernels use it; y == nullptr reads the operand as it is.
 template <class G>

@@ -9,8 +9,9 @@
 //   shared   implicit GEMM: common.cuh's tiled GEMM over the whole batch, reading the input
 //            through an on-the-fly im2col view staged in shared memory: no im2col buffer; the
 //            weight gradient splits its long reduction (split-K) to fill the GPU.
-//   gemm     explicit im2col / col2im buffers (one image at a time, as Caffe does) and the
-//            dense GEMM kernels of gemm.cu (paper 004's GEMM algorithm).
+//   gemm     explicit im2col / col2im buffers and the dense GEMM kernels of gemm.cu (paper
+//            004's GEMM algorithm), a chunk of images at a time (Caffe went one image at a
+//            time): as many as fit the buffer (tracker/model/memory.py), one GEMM per chunk.
 //   fused    shared + bias + ReLU in the forward epilogue; its backward kernels read the
 //            output gradient through the ReLU mask (y > 0), so no separate ReLU kernel runs.
 //
@@ -316,28 +317,31 @@ conv2d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x, co
 
 // --- explicit im2col / col2im (gemm) --------------------------------------------------------
 
-// col[(c, r, t)][(p, q)] of one image.
-extern "C" __global__ void im2col(const float* RESTRICT x, float* RESTRICT col, ConvShape s) {
-    const int pq = s.P * s.Q, rs = s.R * s.S, total = s.C * rs * pq;
+// col[(c, r, t)][image * P*Q + (p, q)] of `images` images from x (the first of them): the batch
+// folded into the columns, so one GEMM covers them all.
+extern "C" __global__ void im2col(const float* RESTRICT x, float* RESTRICT col, ConvShape s, int images) {
+    const int pq = s.P * s.Q, rs = s.R * s.S, cols = images * pq, total = s.C * rs * cols;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        const int k = i / pq, c = k / rs, r = k % rs / s.S, t = k % s.S;
-        const int h = i % pq / s.Q * s.stride - s.pad + r, v = i % s.Q * s.stride - s.pad + t;
-        col[i] = ((unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W) ? x[((size_t)c * s.H + h) * s.W + v] : 0.f;
+        const int k = i / cols, n = i % cols, image = n / pq, j = n % pq, c = k / rs, r = k % rs / s.S, t = k % s.S;
+        const int h = j / s.Q * s.stride - s.pad + r, v = j % s.Q * s.stride - s.pad + t;
+        col[i] = ((unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W)
+                     ? x[(((size_t)image * s.C + c) * s.H + h) * s.W + v]
+                     : 0.f;
     }
 }
 
-// dx[c][h][v] of one image = the sum of the col entries that input fed: a gather, no atomics.
-extern "C" __global__ void col2im(const float* RESTRICT col, float* RESTRICT dx, ConvShape s) {
-    const int pq = s.P * s.Q, total = s.C * s.H * s.W;
+// dx[image][c][h][v] of `images` images = the sum of the col entries that input fed: a gather, no atomics.
+extern "C" __global__ void col2im(const float* RESTRICT col, float* RESTRICT dx, ConvShape s, int images) {
+    const int pq = s.P * s.Q, cols = images * pq, total = images * s.C * s.H * s.W;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        const int v = i % s.W, h = (i / s.W) % s.H, c = i / (s.W * s.H);
+        const int v = i % s.W, h = (i / s.W) % s.H, c = (i / (s.W * s.H)) % s.C, image = i / (s.W * s.H * s.C);
         float acc = 0.f;
         for (int r = 0; r < s.R; ++r) {
             const int p = tap(h, r, s, s.P);
             if (p < 0) continue;
             for (int t = 0; t < s.S; ++t) {
                 const int q = tap(v, t, s, s.Q);
-                if (q >= 0) acc += col[(size_t)((c * s.R + r) * s.S + t) * pq + p * s.Q + q];
+                if (q >= 0) acc += col[(size_t)((c * s.R + r) * s.S + t) * cols + image * pq + p * s.Q + q];
             }
         }
         dx[i] = acc;

@@ -5,8 +5,13 @@
 //   gemm_nn  C[M,N] = A[M,K]   B[K,N]
 //   gemm_tn  C[M,N] = A[K,M]^T B[K,N]
 //   gemm_nt  C[M,N] = A[M,K]   B[N,K]^T
+//   gemm_tn_images  gemm_tn whose B is images of K x ldb (N = images x ldb): the conv gemm
+//            variant's data gradient, col = W^T dy over a chunk of images.
+//   gemm_nt_images  gemm_nt whose A is images of M x lda (K = images x lda): its weight
+//            gradient, dw += dy col^T over a chunk of images.
 //   a_mask   when not null, A is read through a ReLU mask (A where a_mask > 0): the fused
-//            variants' backward, whose output gradient passes the ReLU inside the GEMM.
+//            variants' backward, whose output gradient passes the ReLU inside the GEMM. The
+//            _images kernels (the gemm variant's, which has no fused ReLU) ignore it.
 //   per_image  C's columns per image (the conv `gemm` variant's batched output); N for a matrix.
 //   splitk_reduce  C = the sum of the split-K partials, in split order, through the epilogue.
 //   bias_grad  db[k] = sum over n and j of dy[n][k][j] (masked likewise): one block per channel.
@@ -36,6 +41,14 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS) gemm_tn(GEMM_ARGS) {
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS) gemm_nt(GEMM_ARGS) {
     gemm_tile(M, N, K, k_chunk, Masked<Dense<LOADS_A, true>>{{a, lda}, a_mask}, Dense<LOADS_B, true>{b, ldb},
               GEMM_EPILOGUE);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS) gemm_tn_images(GEMM_ARGS) {
+    gemm_tile(M, N, K, k_chunk, Dense<LOADS_A, false>{a, lda}, Images<LOADS_B, false>{b, ldb, K}, GEMM_EPILOGUE);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS) gemm_nt_images(GEMM_ARGS) {
+    gemm_tile(M, N, K, k_chunk, Images<LOADS_A, true>{a, lda, M}, Dense<LOADS_B, true>{b, ldb}, GEMM_EPILOGUE);
 }
 
 // Grid-stride over the M x N outputs, any block size.

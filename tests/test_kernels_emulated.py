@@ -1,6 +1,6 @@
 """Every kernel variant of the op registry (tracker/ops) against the NumPy reference, on a CPU
 emulation of CUDA (tests/emu), through the same checks `tracker selftest` runs on a GPU: the
-index arithmetic, the launch geometry, constant-memory chunks, per-image loops, the ReLU masks
+index arithmetic, the launch geometry, constant-memory chunks, chunks of images, the ReLU masks
 of the fused variants, and that every output element is written (outputs start as NaN).
 A GPU must still confirm all of it."""
 
@@ -22,3 +22,23 @@ def test_every_variant_matches_the_reference(emulator, case):
         declared = {(k.source, k.name) for launch in OPS[case.op].variants[variant].launches.values()
                     for k in launch.kernels}
         assert {(r.source, r.kernel) for r in emulator.log} <= declared
+
+
+def test_the_gemm_convolution_folds_chunks_of_images_into_each_gemm(emulator, monkeypatch):
+    """A buffer of two images' im2col: a batch of 3 runs as chunks of 2 and 1, each one im2col
+    (or col2im) and one GEMM, the weight gradient adding the second chunk's to the first's."""
+    import importlib
+
+    from tracker.ops.registry import Case
+
+    memory = importlib.import_module("tracker.model.memory")  # the package's `memory` is the function
+
+    case = Case("conv", "chunks", {"x": (3, 3, 9, 9), "w": (5, 3, 3, 3)}, {"stride": 1, "pad": 1})
+    monkeypatch.setattr(memory, "COL_FLOATS", 2 * 3 * 3 * 3 * 9 * 9)
+    emulator.log.clear()
+    results = run_case(emulator, case, "gemm", seed=2)
+    assert results and all(r.passed for r in results), [(r.phase, r.output, r.error) for r in results if not r.passed]
+    launched = [(r.kernel, r.grid) for r in emulator.log]
+    assert [k for k, _ in launched if k != "bias_grad"] == ["im2col", "gemm_nn"] * 2 + ["gemm_tn_images", "col2im"] * 2 \
+        + ["im2col", "gemm_nt_images"] * 2
+    assert [g[0] for k, g in launched if k == "gemm_nn"] == [2, 1]  # 162 and 81 columns in 128-wide tiles

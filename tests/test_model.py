@@ -101,6 +101,8 @@ def test_memory_by_hand():
     assert m.peak_bytes == 2 * m.param_bytes + m.activation_bytes + m.activation_grad_bytes + m.workspace_bytes
     m128 = memory(build("alexnet"), batch=128)
     assert m128.activation_bytes == 128 * m.activation_bytes and m128.param_bytes == m.param_bytes
+    # 256 MiB of im2col holds 38 of conv2's images: the batch runs in 4 chunks of 32
+    assert m128.workspace_bytes == 32 * 27 * 27 * 96 * 25 * 4
 
 
 def test_phase_selection():

@@ -17,13 +17,23 @@ from tracker.model.roofline import check_batch, check_dtype_bits
 from tracker.nets import Network, numel
 
 
+COL_FLOATS = 64 * 2**20  # the GEMM convolution's im2col buffer holds this many floats (256 MiB), or one image
+
+
+def col_images(batch: int, per_image: int) -> int:
+    """Images per chunk of the GEMM convolution (the conv `gemm` variant): the batch in as few
+    even chunks as keep an im2col buffer of ``per_image`` floats an image within COL_FLOATS."""
+    chunks = -(-batch // max(1, COL_FLOATS // per_image))
+    return -(-batch // chunks)
+
+
 @dataclass(frozen=True)
 class Memory:
     param_bytes: int  # weights and biases
     activation_bytes: int  # the input and every layer output, kept for the backward pass
     weight_grad_bytes: int  # one gradient per parameter
     activation_grad_bytes: int  # the largest (output gradient + input gradient) of one layer
-    workspace_bytes: int  # the largest im2col buffer of one sample (GEMM convolution)
+    workspace_bytes: int  # the largest im2col buffer (GEMM convolution: a chunk of images, see col_images)
     peak_bytes: int
 
     def to_dict(self) -> dict:
@@ -41,8 +51,10 @@ def memory(net: Network, batch: int, dtype_bits: int = 32) -> Memory:
         for layer in layers
     ) * width
     workspace = max(
-        (numel(layer.output_shape[1:]) * (layer.input_shapes[0][0] // conv.groups) * math.prod(conv.kernel)
-         for layer in layers if layer.kind == "conv" for conv in [cast(Any, layer.op)]),
+        (col_images(batch, per_image) * per_image for layer in layers if layer.kind == "conv"
+         for conv in [cast(Any, layer.op)]
+         for per_image in [numel(layer.output_shape[1:]) * (layer.input_shapes[0][0] // conv.groups)
+                           * math.prod(conv.kernel)]),
         default=0,
     ) * width
     peak = params + activations + params + act_grads + workspace

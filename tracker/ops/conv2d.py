@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tracker import reference as ref
+from tracker.model.memory import col_images
 from tracker.ops import gemm
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, FUSED_BWD, FUSED_FWD, Gemm, Out, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks, tiles
@@ -65,14 +66,28 @@ def _fwd_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = Fal
              Out(a.y, P * Q, a.bias, bias_per_row=True, relu=relu))
 
 
+def _col_chunks(s: Struct) -> list[tuple[int, int]]:
+    """(first image, images) of each chunk the gemm variant's im2col buffer holds at once."""
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
+    size = col_images(N, C * R * S * P * Q)
+    return [(n0, min(size, N - n0)) for n0 in range(0, N, size)]
+
+
+def _im2col(b: Backend, x: Any, col: Any, s: Struct, n0: int, images: int) -> None:
+    N, C, H, W, K, R, S, P, Q, *_ = s.values
+    b.launch(SOURCE, "im2col", (blocks(C * R * S * images * P * Q),), (THREADS,), (x[n0:n0 + images], col, s, images))
+
+
 def _fwd_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
+    """Per chunk of images: im2col, then one GEMM whose columns are the chunk's output positions."""
     s = conv_shape(a.x.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
-    col = b.empty((C * R * S, P * Q))
-    product = Gemm("gemm_nn", M=K, N=P * Q, K=C * R * S, lda=C * R * S, ldb=P * Q, bias_per_row=True)
-    for n in range(N):
-        b.launch(SOURCE, "im2col", (blocks(C * R * S * P * Q),), (THREADS,), (a.x[n], col, s))
-        product.launch(b, a.w, col, a.y[n], bias=a.bias, tile=tile)
+    chunks = _col_chunks(s)
+    col = b.empty((C * R * S * chunks[0][1] * P * Q,))
+    for n0, images in chunks:
+        _im2col(b, a.x, col, s, n0, images)
+        Gemm("gemm_nn", M=K, N=images * P * Q, K=C * R * S, lda=C * R * S, ldb=images * P * Q, bias_per_row=True,
+             per_image=P * Q).launch(b, a.w, col, a.y[n0:n0 + images], bias=a.bias, tile=tile)
 
 
 # data gradient --------------------------------------------------------------------------------
@@ -102,13 +117,15 @@ def _bwd_data_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool 
 
 
 def _bwd_data_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
+    """Per chunk of images: col = W^T dy (one GEMM reading dy as images), then col2im."""
     s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
-    col = b.empty((C * R * S, P * Q))
-    product = Gemm("gemm_tn", M=C * R * S, N=P * Q, K=K, lda=C * R * S, ldb=P * Q)
-    for n in range(N):
-        product.launch(b, a.w, a.dy[n], col, tile=tile)
-        b.launch(SOURCE, "col2im", (blocks(C * H * W),), (THREADS,), (col, a.dx[n], s))
+    chunks = _col_chunks(s)
+    col = b.empty((C * R * S * chunks[0][1] * P * Q,))
+    for n0, images in chunks:
+        Gemm("gemm_tn_images", M=C * R * S, N=images * P * Q, K=K, lda=C * R * S, ldb=P * Q).launch(
+            b, a.w, a.dy[n0:n0 + images], col, tile=tile)
+        b.launch(SOURCE, "col2im", (blocks(images * C * H * W),), (THREADS,), (col, a.dx[n0:n0 + images], s, images))
 
 
 # weight gradient ------------------------------------------------------------------------------
@@ -138,13 +155,16 @@ def _bwd_weight_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: boo
 
 
 def _bwd_weight_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
+    """Per chunk of images: im2col, then dw (+)= dy col^T (one GEMM reading dy as images; the
+    first chunk writes dw, later ones add to it)."""
     s = conv_shape(a.x.shape, a.dw.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
-    col = b.empty((C * R * S, P * Q))
-    for n in range(N):  # the first image writes dw, later images add to it
-        b.launch(SOURCE, "im2col", (blocks(C * R * S * P * Q),), (THREADS,), (a.x[n], col, s))
-        Gemm("gemm_nt", M=K, N=C * R * S, K=P * Q, lda=P * Q, ldb=P * Q, accumulate=n > 0).launch(
-            b, a.dy[n], col, a.dw, tile=tile)
+    chunks = _col_chunks(s)
+    col = b.empty((C * R * S * chunks[0][1] * P * Q,))
+    for n0, images in chunks:
+        _im2col(b, a.x, col, s, n0, images)
+        Gemm("gemm_nt_images", M=K, N=C * R * S, K=images * P * Q, lda=P * Q, ldb=images * P * Q,
+             accumulate=n0 > 0).launch(b, a.dy[n0:n0 + images], col, a.dw, tile=tile)
     _bias(b, a, s, None)
 
 
@@ -229,8 +249,8 @@ CONV.add("shared",
          bwd_weight=tiled(_bwd_weight_implicit, _IMPLICIT[2], BIAS_GRAD))
 CONV.add("gemm",
          fwd=tiled(_fwd_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nn"),
-         bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_tn", "conv2d.cu:col2im"),
-         bwd_weight=tiled(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt", BIAS_GRAD))
+         bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_tn_images", "conv2d.cu:col2im"),
+         bwd_weight=tiled(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt_images", BIAS_GRAD))
 CONV.add("fused", absorbs="relu", fallback="shared",
          fwd=tiled(partial(_fwd_implicit, relu=True), _IMPLICIT[0], note=FUSED_FWD),
          bwd_data=tiled(partial(_bwd_data_implicit, relu=True), _IMPLICIT[1], note=FUSED_BWD),

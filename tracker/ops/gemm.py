@@ -118,10 +118,12 @@ def run(b: Backend, source: str, kernel: str, tile: Tile, M: int, N: int, K: int
 class Gemm:
     """One dense GEMM launch (kernels/gemm.cu): C (M x N) = A (M x K) times B (K x N), A and B
     row-major with leading dimensions ``lda`` and ``ldb`` as the kernel reads them (``gemm_tn``
-    reads A transposed, ``gemm_nt`` B). ``a_mask``: read A through a ReLU mask (the fused
-    backward); ``bias`` per row or per column; ``relu`` on the result; ``accumulate`` adds to C."""
+    reads A transposed, ``gemm_nt`` B; an ``_images`` kernel reads one operand as images of
+    rows x ld, see gemm.cu). ``a_mask``: read A through a ReLU mask (the fused backward);
+    ``bias`` per row or per column; ``relu`` on the result; ``accumulate`` adds to C;
+    ``per_image``: C is images of M x per_image (0: a plain matrix)."""
 
-    kernel: str  # gemm_nn, gemm_tn, gemm_nt
+    kernel: str  # gemm_nn, gemm_tn, gemm_nt, gemm_tn_images, gemm_nt_images
     M: int
     N: int
     K: int
@@ -130,13 +132,15 @@ class Gemm:
     bias_per_row: bool = False
     relu: bool = False
     accumulate: bool = False
+    per_image: int = 0
 
     def launch(self, b: Backend, a: Any, bmat: Any, c: Any, a_mask: Any = None, bias: Any = None,
                tile: Tile = DEFAULT) -> None:
-        out = Out(c, self.N, bias, self.bias_per_row, self.relu, self.accumulate)
+        out = Out(c, self.per_image or self.N, bias, self.bias_per_row, self.relu, self.accumulate)
         run(b, "gemm.cu", self.kernel, tile, self.M, self.N, self.K,
             lambda partial, chunk: (a, a_mask, bmat, c, partial, self.M, self.N, self.K, self.lda, self.ldb, chunk,
-                                    self.N, bias, int(self.bias_per_row), int(self.relu), int(self.accumulate)),
+                                    out.per_image, bias, int(self.bias_per_row), int(self.relu),
+                                    int(self.accumulate)),
             out)
 
 

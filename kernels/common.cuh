@@ -9,8 +9,10 @@
 // blocks (warp tiling: 32 x 64 outputs, so a fragment is shared by 8 or 4 lanes), and per k each
 // thread reads its fragments as four 128-bit LDS (two of A, two of B) and issues 64 FFMA: 16 FFMA
 // per shared load.
-// The k-tiles are double-buffered in shared memory through registers: the global loads of tile
-// k+1 are in flight while tile k is multiplied, and one barrier per k-tile separates them.
+// The k-tiles are double-buffered in shared memory: tile k+1's global loads are in flight while
+// tile k is multiplied, and one barrier per k-tile separates them. Plain operands go straight to
+// shared memory with cp.async (LDGSTS, sm_80 on), which needs no staging registers; an operand
+// read through a ReLU mask, and every operand of the L1-bypass build, is staged through registers.
 //
 // The sizes are not written here: tracker/ops/gemm.py hands them to NVRTC as -D options (and
 // tracker/ops/conv2d.py CONSTANT_FLOATS), so the launch grids computed in
@@ -73,17 +75,23 @@ template <int L, bool K_IS_COLUMN>
 struct Images {
     const float* RESTRICT p;
     int ld, rows;
-    int fixed[L];         // per slot: the offset its o contributes
-    int k = 0, k_at = 0;  // the current k, and the offset it contributes
+    int fixed[K_IS_COLUMN ? 1 : L];  // the offset o contributes: per slot as a column, slot 0's as a row
+    int k = 0, k_at = 0;             // the current k, and the offset it contributes
     static constexpr bool k_contiguous = K_IS_COLUMN;
     __device__ __forceinline__ int column(int n) const { return n + (n / ld) * (rows - 1) * ld; }
     __device__ __forceinline__ void start(int o, int k0) {
+        if (K_IS_COLUMN) {
+            fixed[0] = o * ld;  // rows LANES apart: slot s adds s * LANES * ld
+        } else {
 #pragma unroll
-        for (int s = 0; s < L; ++s) fixed[s] = K_IS_COLUMN ? (o + LANES * s) * ld : column(o + LANES * s);
+            for (int s = 0; s < L; ++s) fixed[s] = column(o + LANES * s);
+        }
         k = k0;
         k_at = K_IS_COLUMN ? column(k) : k * ld;
     }
-    __device__ __forceinline__ int at(int s) const { return fixed[s] + k_at; }
+    __device__ __forceinline__ int at(int s) const {
+        return (K_IS_COLUMN ? fixed[0] + s * LANES * ld : fixed[s]) + k_at;
+    }
     __device__ __forceinline__ void next() {  // a column's one division a k-tile: ld may be shorter than TILE_K
         k += TILE_K;
         k_at = K_IS_COLUMN ? column(k) : k_at + TILE_K * ld;
@@ -142,76 +150,6 @@ __device__ __forceinline__ Store split_store(const Store& out, float* RESTRICT p
     return Store{partial + (size_t)blockIdx.z * M * N, M, N, nullptr, false, false, false};
 }
 
-template <class A, class B, class Epi>
-__device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a, B b, const Epi& epi) {
-    // +4: a k-contiguous loader's warp writes 8 k-rows x 4 columns; the pad spreads them over all
-    // 32 banks, and keeps every row 16-byte aligned for the 128-bit fragment loads.
-    __shared__ __align__(16) float As[2][TILE_K][TILE_M + 4];
-    __shared__ __align__(16) float Bs[2][TILE_K][TILE_N + 4];
-    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-    constexpr int WARPS_N = TILE_N / 64;
-    const int tx = (warp % WARPS_N) * 8 + lane % 8, ty = (warp / WARPS_N) * 4 + lane / 8;
-    const int m0 = blockIdx.y * TILE_M, n0 = blockIdx.x * TILE_N;
-    const int k_begin = blockIdx.z * k_chunk, k_end = min(K, k_begin + k_chunk);
-
-    const int ka = A::k_contiguous ? t % TILE_K : t / LANES, oa = A::k_contiguous ? t / TILE_K : t % LANES;
-    const int kb = B::k_contiguous ? t % TILE_K : t / LANES, ob = B::k_contiguous ? t / TILE_K : t % LANES;
-    a.start(m0 + oa, k_begin + ka);
-    b.start(n0 + ob, k_begin + kb);
-    float ra[LOADS_A], rb[LOADS_B];
-    auto fetch = [&](int k0) {
-#pragma unroll
-        for (int j = 0; j < LOADS_A; ++j) ra[j] = (m0 + oa + LANES * j < M && k0 + ka < k_end) ? element(a, j) : 0.f;
-#pragma unroll
-        for (int j = 0; j < LOADS_B; ++j) rb[j] = (n0 + ob + LANES * j < N && k0 + kb < k_end) ? element(b, j) : 0.f;
-    };
-    auto stash = [&](int buf) {
-#pragma unroll
-        for (int j = 0; j < LOADS_A; ++j) As[buf][ka][oa + LANES * j] = ra[j];
-#pragma unroll
-        for (int j = 0; j < LOADS_B; ++j) Bs[buf][kb][ob + LANES * j] = rb[j];
-    };
-
-    float acc[THREAD_M][THREAD_N] = {};
-    fetch(k_begin);
-    stash(0);
-    __syncthreads();
-    int buf = 0;
-    for (int k0 = k_begin; k0 < k_end; k0 += TILE_K) {
-        const bool more = k0 + TILE_K < k_end;
-        if (more) {  // tile k+1's loads fly while tile k is multiplied
-            a.next();
-            b.next();
-            fetch(k0 + TILE_K);
-        }
-#pragma unroll
-        for (int kk = 0; kk < TILE_K; ++kk) {
-            const float4 a0 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);
-            const float4 a1 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4 + TILE_M / 2]);
-            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4]);
-            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4 + TILE_N / 2]);
-            const float ar[THREAD_M] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const float br[THREAD_N] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-            for (int i = 0; i < THREAD_M; ++i)
-#pragma unroll
-                for (int j = 0; j < THREAD_N; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
-        }
-        if (more) stash(buf ^ 1);  // the other buffer: everyone finished reading it a barrier ago
-        __syncthreads();
-        buf ^= 1;
-    }
-#pragma unroll
-    for (int i = 0; i < THREAD_M; ++i) {
-        const int m = m0 + ty * 4 + i % 4 + (i / 4) * (TILE_M / 2);
-#pragma unroll
-        for (int j = 0; j < THREAD_N; ++j) {
-            const int n = n0 + tx * 4 + j % 4 + (j / 4) * (TILE_N / 2);
-            if (m < M && n < N) epi(m, n, acc[i][j]);
-        }
-    }
-}
-
 // Copying global memory to shared memory around the registers: on sm_80 and later each
 // copy_async is a cp.async (LDGSTS), so all of a thread's copies are in flight together instead of
 // one load at a time through a register; wait_copies() waits for the thread's own (a
@@ -219,6 +157,14 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
 // loads, which -dlcm=cg sends around L1 (a 4-byte cp.async always goes through it).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(TRACKER_L1_BYPASS)
 #define TRACKER_CP_ASYNC 1
+#endif
+// Whether the GEMM copies its plain operands straight into shared memory with copy_async: where
+// that is a cp.async, and on the CPU emulation (where it is a plain copy, so the tests run this
+// path). Otherwise (the L1-bypass build, GPUs before sm_80) they are staged through registers.
+#if defined(TRACKER_CP_ASYNC) || !defined(__CUDA_ARCH__)
+constexpr bool COPY_AROUND_REGISTERS = true;
+#else
+constexpr bool COPY_AROUND_REGISTERS = false;
 #endif
 
 // dst = valid ? *src : 0 (src is not read when !valid).
@@ -242,6 +188,106 @@ __device__ __forceinline__ void stage(float* dst, const float* RESTRICT src, int
 #pragma unroll 4
     for (int i = tid; i < n; i += threads) copy_async(dst + i, src + i, true);
     wait_copies();
+}
+
+// A loader whose element is p[at] (or a zero) can be copied around the registers; one read
+// through a ReLU mask is computed, so it is staged through them.
+template <class G>
+constexpr bool copyable = true;
+template <class G>
+constexpr bool copyable<Masked<G>> = false;
+
+template <class A, class B, class Epi>
+__device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a, B b, const Epi& epi) {
+    // +4: a k-contiguous loader's warp writes 8 k-rows x 4 columns; the pad spreads them over all
+    // 32 banks, and keeps every row 16-byte aligned for the 128-bit fragment loads.
+    __shared__ __align__(16) float As[2][TILE_K][TILE_M + 4];
+    __shared__ __align__(16) float Bs[2][TILE_K][TILE_N + 4];
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+    constexpr int WARPS_N = TILE_N / 64;
+    const int tx = (warp % WARPS_N) * 8 + lane % 8, ty = (warp / WARPS_N) * 4 + lane / 8;
+    const int m0 = blockIdx.y * TILE_M, n0 = blockIdx.x * TILE_N;
+    const int k_begin = blockIdx.z * k_chunk, k_end = min(K, k_begin + k_chunk);
+
+    const int ka = A::k_contiguous ? t % TILE_K : t / LANES, oa = A::k_contiguous ? t / TILE_K : t % LANES;
+    const int kb = B::k_contiguous ? t % TILE_K : t / LANES, ob = B::k_contiguous ? t / TILE_K : t % LANES;
+    a.start(m0 + oa, k_begin + ka);
+    b.start(n0 + ob, k_begin + kb);
+    constexpr bool copy_a = COPY_AROUND_REGISTERS && copyable<A>, copy_b = COPY_AROUND_REGISTERS && copyable<B>;
+    float ra[copy_a ? 1 : LOADS_A], rb[copy_b ? 1 : LOADS_B];  // staging registers, where used
+    // Tile k0's elements into buffer buf (copied operands) or into the staging registers.
+    auto fetch = [&](int k0, int buf) {
+#pragma unroll
+        for (int j = 0; j < LOADS_A; ++j) {
+            const bool in = m0 + oa + LANES * j < M && k0 + ka < k_end;
+            if constexpr (copy_a) {
+                const int at = in ? a.at(j) : -1;
+                copy_async(&As[buf][ka][oa + LANES * j], a.p + max(at, 0), at >= 0);
+            } else {
+                ra[j] = in ? element(a, j) : 0.f;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < LOADS_B; ++j) {
+            const bool in = n0 + ob + LANES * j < N && k0 + kb < k_end;
+            if constexpr (copy_b) {
+                const int at = in ? b.at(j) : -1;
+                copy_async(&Bs[buf][kb][ob + LANES * j], b.p + max(at, 0), at >= 0);
+            } else {
+                rb[j] = in ? element(b, j) : 0.f;
+            }
+        }
+    };
+    auto stash = [&](int buf) {  // the staged operands' registers into buffer buf
+#pragma unroll
+        for (int j = 0; j < LOADS_A; ++j)
+            if constexpr (!copy_a) As[buf][ka][oa + LANES * j] = ra[j];
+#pragma unroll
+        for (int j = 0; j < LOADS_B; ++j)
+            if constexpr (!copy_b) Bs[buf][kb][ob + LANES * j] = rb[j];
+    };
+
+    float acc[THREAD_M][THREAD_N] = {};
+    fetch(k_begin, 0);
+    stash(0);
+    wait_copies();
+    __syncthreads();
+    int buf = 0;
+    for (int k0 = k_begin; k0 < k_end; k0 += TILE_K) {
+        const bool more = k0 + TILE_K < k_end;
+        if (more) {  // tile k+1's loads fly while tile k is multiplied
+            a.next();
+            b.next();
+            fetch(k0 + TILE_K, buf ^ 1);
+        }
+#pragma unroll
+        for (int kk = 0; kk < TILE_K; ++kk) {
+            const float4 a0 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);
+            const float4 a1 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4 + TILE_M / 2]);
+            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4]);
+            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4 + TILE_N / 2]);
+            const float ar[THREAD_M] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float br[THREAD_N] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int i = 0; i < THREAD_M; ++i)
+#pragma unroll
+                for (int j = 0; j < THREAD_N; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+        }
+        if (more) stash(buf ^ 1);  // the other buffer: everyone finished reading it a barrier ago
+        // Tile k+1 has landed for every thread, and every thread is done with tile k's buffer.
+        wait_copies();
+        __syncthreads();
+        buf ^= 1;
+    }
+#pragma unroll
+    for (int i = 0; i < THREAD_M; ++i) {
+        const int m = m0 + ty * 4 + i % 4 + (i / 4) * (TILE_M / 2);
+#pragma unroll
+        for (int j = 0; j < THREAD_N; ++j) {
+            const int n = n0 + tx * 4 + j % 4 + (j / 4) * (TILE_N / 2);
+            if (m < M && n < N) epi(m, n, acc[i][j]);
+        }
+    }
 }
 
 // Block-wide sum or max of one value per thread (blockDim.x a multiple of 32, at most 1024).

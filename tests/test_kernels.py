@@ -74,11 +74,12 @@ GEMM_KERNELS = sorted({(k.source, k.name) for v in TABLE if v.tunable for k in v
 def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_tile_shape(tile):
     """Read from the sm_90 SASS of every GEMM-shaped kernel, for every tile `tracker tune` tries:
     the k-loop's FFMA per LDS (the old 64 x 64 core with 4 x 4 scalar blocks issued 2), its
-    fragments loaded as 128-bit LDS, no spills, and at least one CTA fits on an SM."""
+    fragments loaded as 128-bit LDS, its operands (all but one read through a ReLU mask) copied
+    to shared memory with cp.async, no spills, and at least one CTA fits on an SM."""
     for source, name in GEMM_KERNELS:
         r = build(source, "sm_90", "ca", tile.overrides).kernels[name]
         assert r.ffma_per_lds is not None and r.ffma_per_lds >= 8, (tile.label, name, r)
-        assert r.wide_loads > 0 and (r.spill_stores, r.spill_loads) == (0, 0), (tile.label, name, r)
+        assert r.wide_loads > 0 and r.cp_async > 0 and (r.spill_stores, r.spill_loads) == (0, 0), (tile.label, name, r)
         assert r.block_threads == tile.threads and occupancy(r, "sm_90") > 0, (tile.label, name, r)
 
 
@@ -91,6 +92,7 @@ def test_the_instruction_mix_is_read_from_the_main_loop():
         /*0030*/                   FFMA R9, R8, R8, R9 ;
         /*0040*/                   FFMA R10, R8, R8, R10 ;
         /*0050*/               @P0 BRA 0x20 ;
+        /*0058*/                   @!PT LDS RZ, [RZ] ;
         /*0060*/                   LDGSTS.E.128 [R1], desc[UR4][R2.64] ;
         /*0070*/                   FFMA R9, R8, R8, R9 ;
         /*0080*/                   EXIT ;

@@ -149,7 +149,8 @@ def global_loads(sass_text: str) -> dict[str, dict[str, int]]:
     return counts
 
 
-_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
+# An address, its guard (``@!PT``: never runs, padding the compiler puts beside LDGSTS), its opcode.
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
 _TARGET = re.compile(r"0x([0-9a-f]+)")
 
 
@@ -160,7 +161,8 @@ def instruction_mix(sass_text: str) -> dict[str, dict]:
     mix: dict[str, dict] = {}
     parts = _FUNCTION.split(sass_text)
     for name, body in zip(parts[1::2], parts[2::2]):
-        code = [(int(a, 16), op, rest) for a, op, rest in _INSTRUCTION.findall(body)]
+        code = [(int(a, 16), op, rest) for a, guard, op, rest in _INSTRUCTION.findall(body)
+                if guard.strip() != "@!PT"]
         loads = [op for _, op, _ in code if op.startswith(("LDG.", "LDS")) or op == "LDG"]
         loop = max(_loops(code), key=lambda ops: sum(op.startswith("FFMA") for op in ops), default=[])
         ffma = sum(op.startswith("FFMA") for op in loop)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from tracker.gpu.kernels import KERNEL_DIR, define_options, source_text
-from tracker.ops.launch import LaunchRecord, Struct
+from tracker.ops.launch import DEFAULT_SHARED, LaunchRecord, Struct
 
 HERE = Path(__file__).parent
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\w+\)\s*)?(\w+)\(')
@@ -55,7 +55,7 @@ class Emulator:
         return self.libs[source, defines]
 
     def launch(self, source, kernel, grid, block, args, shared_bytes=0, defines=()):
-        assert shared_bytes <= 48 * 1024, f"{kernel}: {shared_bytes} bytes of dynamic shared memory"
+        assert shared_bytes <= DEFAULT_SHARED, f"{kernel}: {shared_bytes} bytes of dynamic shared memory"
         grid, block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
         assert np.prod(block) <= 1024 and max(grid) <= 65535
         values = [_c_value(a) for a in args]

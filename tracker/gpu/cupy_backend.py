@@ -14,7 +14,7 @@ import cupy as cp
 import numpy as np
 
 from tracker.gpu.kernels import compile_options, source_text
-from tracker.ops.launch import LaunchRecord, Struct
+from tracker.ops.launch import DEFAULT_SHARED, LaunchRecord, Struct
 
 
 class CupyBackend:
@@ -40,7 +40,7 @@ class CupyBackend:
 
     def launch(self, source, kernel, grid, block, args, shared_bytes=0, defines=()):
         function = self.module(source, defines).get_function(kernel)
-        if shared_bytes > 48 * 1024:
+        if shared_bytes > DEFAULT_SHARED:
             function.max_dynamic_shared_size_bytes = shared_bytes
         record = LaunchRecord(source, kernel, tuple(grid), tuple(block), shared_bytes, function.num_regs,
                               context=self.context)

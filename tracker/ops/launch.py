@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 THREADS = 256  # threads per block of the grid-stride kernels (their bodies read blockDim)
 MAX_BLOCKS = 65535
+DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a block gets without opting in for more
 
 
 def blocks(n: int, per_block: int = THREADS) -> int:

@@ -4,28 +4,29 @@ backward finds each window's maximum once)."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from tracker import reference as ref
 from tracker.errors import TrackerError
-from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks, tiles
+from tracker.ops.launch import DEFAULT_SHARED, THREADS, Arrays, Backend, Struct, blocks, tiles
 from tracker.ops.registry import OPS, Case, Op, launch
 from tracker.ops.selftest import ELEMENTWISE, Check, f32
 
 SOURCE = "maxpool.cu"
 BAND_BYTES = 24 * 1024  # shared memory a band may take: 8 blocks of 256 threads share an SM
-SHARED_LIMIT = 48 * 1024  # what a block gets without opting in
 WAVE = 1024  # blocks that fill a large GPU several times over; fewer planes are cut into more bands
 
 
-def band_rows(rows: int, planes: int, bytes_for) -> int:
+def band_rows(rows: int, planes: int, bytes_for: Callable[[int], int]) -> int:
     """Rows per band of the shared variant: a plane's ``rows`` cut into as few even bands as fit
     BAND_BYTES each (``bytes_for(n)``: the shared memory n rows take), more where the planes
     alone would not make WAVE blocks."""
     fit = max((n for n in range(1, rows + 1) if bytes_for(n) <= BAND_BYTES), default=1)
-    if bytes_for(fit) > SHARED_LIMIT:
-        raise TrackerError(f"a row of this pooling layer needs {bytes_for(fit)} bytes of shared memory, over "
-                           f"{SHARED_LIMIT}; use the global variant")
+    if bytes_for(fit) > DEFAULT_SHARED:
+        raise TrackerError(f"a band of this pooling layer needs {bytes_for(fit)} bytes of shared memory, over "
+                           f"{DEFAULT_SHARED}; use the global variant")
     return tiles(rows, min(rows, max(tiles(rows, fit), tiles(WAVE, planes))))
 
 

@@ -4,7 +4,10 @@ and the memory-bound ops' effective bandwidth (compulsory bytes / time) against 
 device copy of the same byte count. L2 is flushed before every repetition (cold-L2 times).
 Writes benchmarks/RESULTS.md with the GPU, driver and date.
 
-    python benchmarks/kernels.py [--batch 128] [--reps 20] [--out benchmarks/RESULTS.md]
+    python benchmarks/kernels.py [--batch 128] [--reps 20] [--out benchmarks/RESULTS.md] [--db TUNING_DB]
+
+With --db, the GEMM-shaped launches run the fastest verified tiles `tracker tune` stored there for
+this GPU (per variant, layer and phase, as `tracker profile` would), else the default tile.
 
 Last run on an H100 (benchmarks/RESULTS.md, by tools/gpu_stage.sh 2).
 """
@@ -15,6 +18,7 @@ import argparse
 import statistics
 from datetime import date
 from pathlib import Path
+from typing import Callable
 
 import cupy as cp
 import numpy as np
@@ -24,6 +28,7 @@ from tracker.gpu.cupy_backend import CupyBackend, device_info
 from tracker.model import costs
 from tracker.nets import build
 from tracker.ops import OPS, Case
+from tracker.ops.gemm import Tile
 from tracker.ops.launch import Arrays
 from tracker.ops.selftest import network_cases
 
@@ -68,9 +73,21 @@ def arrays(case: Case, rng) -> Arrays:
     return Arrays(**made)
 
 
-def ours(backend, case: Case, variant: str, phase: str, a: Arrays):
-    """A callable launching one variant's kernels for one phase."""
-    return lambda: OPS[case.op].launch(backend, variant, phase, a, **case.params)
+def ours(backend, case: Case, variant: str, phase: str, a: Arrays, tile: str | None):
+    """A callable launching one variant's kernels for one phase (``tile``: a tuned one, else the default)."""
+    chosen = Tile.parse(tile) if tile else None
+    return lambda: OPS[case.op].launch(backend, variant, phase, a, tile=chosen, **case.params)
+
+
+def tuned(db: str | None, net, batch: int) -> Callable[[dict[str, str]], dict[str, str]]:
+    """For chosen variants, the tuned tiles by 'layer/phase' (tracker.tune.best on this GPU)."""
+    if db is None:
+        return lambda chosen: {}
+    from tracker.store import open_store
+    from tracker.tune import best
+
+    store, name = open_store(db, write=False), device_info()["device_name"]
+    return lambda chosen: best(store, name, net, batch, chosen)
 
 
 def torch_step(net, batch: int):
@@ -95,12 +112,12 @@ def torch_step(net, batch: int):
     return step
 
 
-def iteration(net, batch: int, reps: int) -> list[str]:
-    """Our whole training step (default variants) against PyTorch's: CUDA-event time of one
-    step, launch gaps included, median of ``reps`` after a warm-up; warm L2, as in training."""
+def iteration(net, batch: int, reps: int, tiles: dict[str, str]) -> list[str]:
+    """Our whole training step (default variants, ``tiles`` tuned) against PyTorch's: CUDA-event
+    time of one step, launch gaps included, median of ``reps`` after a warm-up; warm L2, as in training."""
     from tracker.gpu.network import Executor
 
-    run = Executor(CupyBackend("ca", timed=False), net, batch, {})
+    run = Executor(CupyBackend("ca", timed=False), net, batch, {}, tiles=tiles)
     ours_ms, ours_spread = _step_time(run.iteration, reps)
     torch_ms, torch_spread = _step_time(torch_step(net, batch), reps)
     return ["", f"## Whole training iteration, batch {batch}", "",
@@ -134,12 +151,14 @@ def main() -> None:
     args.add_argument("--reps", type=int, default=20)
     args.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
     args.add_argument("--iteration-only", action="store_true", help="only the whole-iteration comparison")
+    args.add_argument("--db", help="a trace database `tracker tune` stored tiles in: time those")
     opts = args.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     net = build("alexnet")
+    tiles = tuned(opts.db, net, opts.batch)
     if opts.iteration_only:
-        print("\n".join(iteration(net, opts.batch, opts.reps)))
+        print("\n".join(iteration(net, opts.batch, opts.reps, tiles({}))))
         return
     timer, backend = Timer(opts.reps), CupyBackend("ca", timed=False)
     rng = np.random.default_rng(0)
@@ -150,7 +169,8 @@ def main() -> None:
         for phase in op.phases:
             if phase not in predicted[case.layer]:
                 continue
-            timings = {v: timer(ours(backend, case, v, phase, a)) for v in op.variants}
+            timings = {v: timer(ours(backend, case, v, phase, a, tiles({case.op: v}).get(f"{case.layer}/{phase}")))
+                       for v in op.variants}
             best = min(timings, key=lambda v: timings[v][0])
             nbytes = predicted[case.layer][phase].elements * 4
             if op.library is None:
@@ -174,11 +194,13 @@ def main() -> None:
         f"# Kernel benchmark: AlexNet, batch {opts.batch}", "",
         f"{device['device_name']}, driver {device['driver_version']}, CUDA {device['cuda_version']}, "
         f"{date.today().isoformat()}; median of {opts.reps} repetitions (spread = (max - min) / median), "
-        "L2 flushed before each (cold L2). PyTorch fp32 with TF32 off. Made by `python benchmarks/kernels.py`.", "",
+        "L2 flushed before each (cold L2). PyTorch fp32 with TF32 off. Made by `python benchmarks/kernels.py`"
+        + (f"; GEMM tiles as `tracker tune` stored them in {Path(opts.db).name}." if opts.db else
+           "; the default GEMM tile (untuned)."), "",
         "| layer | phase | our variants, median ms (spread) | best | baseline | ratio | target | met |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    lines += iteration(net, opts.batch, opts.reps)
+    lines += iteration(net, opts.batch, opts.reps, tiles({}))
     print("\n".join(lines[-7:]))
     Path(opts.out).write_text("\n".join(header + lines) + "\n")
     print(f"wrote {opts.out}")

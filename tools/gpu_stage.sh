@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 4.
+# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 5.
 #
 #   1  preflight; selftest --record; a batch-1 ncu smoke profile (the join); events at batch 128;
 #      this GPU's ncu --query-metrics; the batch-16 ncu fixture database with its raw CSV pages
@@ -7,7 +7,9 @@
 #   3  compute-sanitizer memcheck and racecheck at batch 1 (CuPy's pool off); the batch-128 ncu
 #      run and its wall time beside `ncu --set full`; fusion under ncu
 #   4  tracker tune alexnet --batch 128 (quick, then every tile shape) into one database, and
-#      events profiles with the tuned tiles and --untuned
+#      events profiles with the tuned tiles and --untuned; the database stays on the machine as
+#      ./tuning-GPU.db (git-ignored) for stage 5
+#   5  the kernel benchmark with stage 4's tuned tiles (RESULTS.md, tuned)
 #
 # Each stage fits one 10-minute command: every step runs under its own `timeout`, cut to what is
 # left of the stage's budget (TRACKER_STAGE_BUDGET_S, default 560 s). Everything lands in a scratch
@@ -25,7 +27,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-case "$stage" in 1|2|3|4) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4 (got '${stage}')"; exit 2 ;; esac
+case "$stage" in 1|2|3|4|5) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5 (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
 w="$work/stage$stage"
@@ -156,6 +158,13 @@ stage4() {
     step tune-full 330 'tracker tune alexnet --batch 128 --reps 3 --db $W/tuning-$GPU.db --format csv > $W/tune-full.csv'
     step events-tuned 60 'tracker profile alexnet --batch 128 --backend events --repeat 5 --db $W/tuning-$GPU.db \
         && tracker profile alexnet --batch 128 --backend events --repeat 5 --untuned --db $W/tuning-$GPU.db'
+    step keep-tuning 10 'cp $W/tuning-$GPU.db tuning-$GPU.db'
+}
+
+stage5() {
+    # The benchmark again, each GEMM-shaped launch on the tile stage 4 found fastest on this GPU.
+    step benchmark-tuned 540 '[ -f tuning-$GPU.db ] || { echo "no tuning-$GPU.db here: run stage 4 first"; exit 3; }
+        python3 benchmarks/kernels.py --reps 10 --db tuning-$GPU.db --out $W/RESULTS.md'
 }
 
 "stage$stage"

@@ -133,13 +133,19 @@ struct Store {
     bool bias_per_row;           // bias[m] (conv: per output channel) or bias[n] (linear)
     bool relu;
     bool accumulate;
-    __device__ __forceinline__ void operator()(int m, int n, float v) const {
+    // Where column n lies in c, row 0: the one division a column, which a thread does once for
+    // each of its columns rather than for each of its outputs.
+    __device__ __forceinline__ size_t column(int n) const {
+        const int image = n / per_image;
+        return (size_t)image * rows * per_image + (n - image * per_image);
+    }
+    __device__ __forceinline__ void operator()(int m, int n, size_t at_column, float v) const {
         if (bias != nullptr) v += bias[bias_per_row ? m : n];
         if (relu) v = fmaxf(v, 0.f);
-        const int image = n / per_image;
-        float* dst = c + ((size_t)image * rows + m) * per_image + (n - image * per_image);
+        float* dst = c + at_column + (size_t)m * per_image;
         *dst = accumulate ? *dst + v : v;
     }
+    __device__ __forceinline__ void operator()(int m, int n, float v) const { (*this)(m, n, column(n), v); }
 };
 
 // Split-K: CTA z of gridDim.z multiplies k in [z * k_chunk, (z + 1) * k_chunk). With one split it
@@ -279,13 +285,16 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
         __syncthreads();
         buf ^= 1;
     }
+    size_t columns[THREAD_N];
+#pragma unroll
+    for (int j = 0; j < THREAD_N; ++j) columns[j] = epi.column(n0 + tx * 4 + j % 4 + (j / 4) * (TILE_N / 2));
 #pragma unroll
     for (int i = 0; i < THREAD_M; ++i) {
         const int m = m0 + ty * 4 + i % 4 + (i / 4) * (TILE_M / 2);
 #pragma unroll
         for (int j = 0; j < THREAD_N; ++j) {
             const int n = n0 + tx * 4 + j % 4 + (j / 4) * (TILE_N / 2);
-            if (m < M && n < N) epi(m, n, acc[i][j]);
+            if (m < M && n < N) epi(m, n, columns[j], acc[i][j]);
         }
     }
 }

@@ -166,8 +166,9 @@ __device__ __forceinline__ Store split_store(const Store& out, float* RESTRICT p
 #endif
 // Whether the GEMM copies its plain operands straight into shared memory with copy_async: where
 // that is a cp.async, and on the CPU emulation (where it is a plain copy, so the tests run this
-// path). Otherwise (the L1-bypass build, GPUs before sm_80) they are staged through registers.
-#if defined(TRACKER_CP_ASYNC) || !defined(__CUDA_ARCH__)
+// path). Otherwise (the L1-bypass build, GPUs before sm_80) they are staged through registers;
+// the emulation of the L1-bypass build runs that path.
+#if defined(TRACKER_CP_ASYNC) || (!defined(__CUDA_ARCH__) && !defined(TRACKER_L1_BYPASS))
 constexpr bool COPY_AROUND_REGISTERS = true;
 #else
 constexpr bool COPY_AROUND_REGISTERS = false;

@@ -28,8 +28,11 @@ def available() -> bool:
 
 
 class Emulator:
-    def __init__(self, build_dir: Path):
+    def __init__(self, build_dir: Path, l1_bypass: bool = False):
         self.build_dir = build_dir
+        # The L1-bypass build's source (-DTRACKER_L1_BYPASS): its GEMM stages every operand through
+        # registers, where the default build copies them around (cp.async on a GPU).
+        self.options = ["-DTRACKER_L1_BYPASS"] if l1_bypass else []
         self.libs: dict[tuple, ctypes.CDLL] = {}
         self.log: list[LaunchRecord] = []
         self.context = None  # set by the executor to the step being run
@@ -41,7 +44,7 @@ class Emulator:
             registry = "".join(f'static bool emu_k_{n} = emu_register("{n}", &{n});\n' for n in _KERNEL.findall(text))
             registry += "".join(f'static bool emu_s_{s} = (emu_symbols()["{s}"] = {{{s}, sizeof {s}}}, true);\n'
                                 for s in _CONSTANT.findall(text))
-            name = source + "".join(f"-{k}{v}" for k, v in defines)
+            name = source + "".join(f"-{k}{v}" for k, v in defines) + ("-cg" if self.options else "")
             cpp = self.build_dir / f"{name}.cpp"
             cpp.write_text('#include "cuda_emu.h"\n' + text + "\n" + registry)
             lib = self.build_dir / f"{name}.so"
@@ -50,7 +53,8 @@ class Emulator:
             # across the libraries loaded into this one process (they differ in size).
             subprocess.run(["g++", "-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing",
                             "-fno-gnu-unique", "-Wl,-Bsymbolic", f"-I{HERE}", f"-I{KERNEL_DIR}",
-                            *define_options(defines), str(cpp), "-o", str(lib)], check=True, capture_output=True)
+                            *define_options(defines), *self.options, str(cpp), "-o", str(lib)], check=True,
+                           capture_output=True)
             self.libs[source, defines] = ctypes.CDLL(str(lib))
         return self.libs[source, defines]
 

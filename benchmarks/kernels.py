@@ -87,7 +87,14 @@ def tuned(db: str | None, net, batch: int) -> Callable[[dict[str, str]], dict[st
     from tracker.tune import best
 
     store, name = open_store(db, write=False), device_info()["device_name"]
-    return lambda chosen: best(store, name, net, batch, chosen)
+    found: dict[tuple, dict[str, str]] = {}  # one lookup per choice, not one per layer phase timed
+
+    def tiles(chosen: dict[str, str]) -> dict[str, str]:
+        key = tuple(sorted(chosen.items()))
+        if key not in found:
+            found[key] = best(store, name, net, batch, chosen)
+        return found[key]
+    return tiles
 
 
 def torch_step(net, batch: int):

@@ -204,6 +204,31 @@ constexpr bool copyable = true;
 template <class G>
 constexpr bool copyable<Masked<G>> = false;
 
+// One operand's share of a k-tile for gemm_tile: slot j is outer index o + LANES * j (in C while
+// < extent), at row[LANES * j] of its shared k-row. COPY: copied there around the registers;
+// else loaded into regs[j], which stash_operand then stores there.
+template <bool COPY, int LOADS, class G, int R>
+__device__ __forceinline__ void fetch_operand(const G& g, float (&regs)[R], float* row, int o, int extent, bool k_in) {
+#pragma unroll
+    for (int j = 0; j < LOADS; ++j) {
+        const bool in = k_in && o + LANES * j < extent;
+        if constexpr (COPY) {
+            const int at = in ? g.at(j) : -1;
+            copy_async(row + LANES * j, g.p + max(at, 0), at >= 0);
+        } else {
+            regs[j] = in ? element(g, j) : 0.f;
+        }
+    }
+}
+
+template <bool COPY, int LOADS, int R>
+__device__ __forceinline__ void stash_operand(const float (&regs)[R], float* row) {
+    if constexpr (!COPY) {
+#pragma unroll
+        for (int j = 0; j < LOADS; ++j) row[LANES * j] = regs[j];
+    }
+}
+
 template <class A, class B, class Epi>
 __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a, B b, const Epi& epi) {
     // +4: a k-contiguous loader's warp writes 8 k-rows x 4 columns; the pad spreads them over all
@@ -224,34 +249,12 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     float ra[copy_a ? 1 : LOADS_A], rb[copy_b ? 1 : LOADS_B];  // staging registers, where used
     // Tile k0's elements into buffer buf (copied operands) or into the staging registers.
     auto fetch = [&](int k0, int buf) {
-#pragma unroll
-        for (int j = 0; j < LOADS_A; ++j) {
-            const bool in = m0 + oa + LANES * j < M && k0 + ka < k_end;
-            if constexpr (copy_a) {
-                const int at = in ? a.at(j) : -1;
-                copy_async(&As[buf][ka][oa + LANES * j], a.p + max(at, 0), at >= 0);
-            } else {
-                ra[j] = in ? element(a, j) : 0.f;
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < LOADS_B; ++j) {
-            const bool in = n0 + ob + LANES * j < N && k0 + kb < k_end;
-            if constexpr (copy_b) {
-                const int at = in ? b.at(j) : -1;
-                copy_async(&Bs[buf][kb][ob + LANES * j], b.p + max(at, 0), at >= 0);
-            } else {
-                rb[j] = in ? element(b, j) : 0.f;
-            }
-        }
+        fetch_operand<copy_a, LOADS_A>(a, ra, &As[buf][ka][oa], m0 + oa, M, k0 + ka < k_end);
+        fetch_operand<copy_b, LOADS_B>(b, rb, &Bs[buf][kb][ob], n0 + ob, N, k0 + kb < k_end);
     };
     auto stash = [&](int buf) {  // the staged operands' registers into buffer buf
-#pragma unroll
-        for (int j = 0; j < LOADS_A; ++j)
-            if constexpr (!copy_a) As[buf][ka][oa + LANES * j] = ra[j];
-#pragma unroll
-        for (int j = 0; j < LOADS_B; ++j)
-            if constexpr (!copy_b) Bs[buf][kb][ob + LANES * j] = rb[j];
+        stash_operand<copy_a, LOADS_A>(ra, &As[buf][ka][oa]);
+        stash_operand<copy_b, LOADS_B>(rb, &Bs[buf][kb][ob]);
     };
 
     float acc[THREAD_M][THREAD_N] = {};

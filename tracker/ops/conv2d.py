@@ -66,11 +66,11 @@ def _fwd_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = Fal
              Out(a.y, P * Q, a.bias, bias_per_row=True, relu=relu))
 
 
-def _col_chunks(s: Struct) -> list[tuple[int, int]]:
-    """(first image, images) of each chunk the gemm variant's im2col buffer holds at once."""
+def _col_chunks(b: Backend, s: Struct) -> tuple[Any, list[tuple[int, int]]]:
+    """The gemm variant's im2col buffer, and the (first image, images) of each chunk it holds at once."""
     N, C, H, W, K, R, S, P, Q, *_ = s.values
     size = col_images(N, C * R * S * P * Q)
-    return [(n0, min(size, N - n0)) for n0 in range(0, N, size)]
+    return b.empty((C * R * S * size * P * Q,)), [(n0, min(size, N - n0)) for n0 in range(0, N, size)]
 
 
 def _im2col(b: Backend, x: Any, col: Any, s: Struct, n0: int, images: int) -> None:
@@ -82,8 +82,7 @@ def _fwd_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT
     """Per chunk of images: im2col, then one GEMM whose columns are the chunk's output positions."""
     s = conv_shape(a.x.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
-    chunks = _col_chunks(s)
-    col = b.empty((C * R * S * chunks[0][1] * P * Q,))
+    col, chunks = _col_chunks(b, s)
     for n0, images in chunks:
         _im2col(b, a.x, col, s, n0, images)
         Gemm("gemm_nn", M=K, N=images * P * Q, K=C * R * S, lda=C * R * S, ldb=images * P * Q, bias_per_row=True,
@@ -120,8 +119,7 @@ def _bwd_data_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DE
     """Per chunk of images: col = W^T dy (one GEMM reading dy as images), then col2im."""
     s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
-    chunks = _col_chunks(s)
-    col = b.empty((C * R * S * chunks[0][1] * P * Q,))
+    col, chunks = _col_chunks(b, s)
     for n0, images in chunks:
         Gemm("gemm_tn_images", M=C * R * S, N=images * P * Q, K=K, lda=C * R * S, ldb=P * Q).launch(
             b, a.w, a.dy[n0:n0 + images], col, tile=tile)
@@ -159,8 +157,7 @@ def _bwd_weight_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = 
     first chunk writes dw, later ones add to it)."""
     s = conv_shape(a.x.shape, a.dw.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
-    chunks = _col_chunks(s)
-    col = b.empty((C * R * S * chunks[0][1] * P * Q,))
+    col, chunks = _col_chunks(b, s)
     for n0, images in chunks:
         _im2col(b, a.x, col, s, n0, images)
         Gemm("gemm_nt_images", M=K, N=C * R * S, K=images * P * Q, lda=P * Q, ldb=images * P * Q,

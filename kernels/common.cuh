@@ -5,14 +5,16 @@
 //
 // C[m][n] = sum_k A(m, k) * B(k, n) in CTA tiles of TILE_M x TILE_N, k-tiles of TILE_K. Each
 // thread owns an 8 x 8 register block (THREAD_M x THREAD_N): rows ty*4 + {0..3} and
-// ty*4 + TILE_M/2 + {0..3}, columns likewise from tx. A warp's 32 threads are 4 x 8 of those
-// blocks (warp tiling: 32 x 64 outputs, so a fragment is shared by 8 or 4 lanes), and per k each
-// thread reads its fragments as four 128-bit LDS (two of A, two of B) and issues 64 FFMA: 16 FFMA
-// per shared load.
-// The k-tiles are double-buffered in shared memory: tile k+1's global loads are in flight while
-// tile k is multiplied, and one barrier per k-tile separates them. Plain operands go straight to
-// shared memory with cp.async (LDGSTS, sm_80 on), which needs no staging registers; an operand
-// read through a ReLU mask, and every operand of the L1-bypass build, is staged through registers.
+// ty*4 + TILE_M/2 + {0..3}, columns likewise from tx. A warp's 32 threads are WARP_ROWS x
+// (32 / WARP_ROWS) of those blocks (warp tiling: 4 x 8 threads cover 32 x 64 outputs, 8 x 4 cover
+// 64 x 32, so a fragment is shared by 8 or 4 lanes), and per k each thread reads its fragments as
+// four 128-bit LDS (two of A, two of B) and issues 64 FFMA: 16 FFMA per shared load.
+// The k-tiles flow through a ring of STAGES buffers in shared memory: while tile k is multiplied,
+// the global loads of tiles k+1 .. k+STAGES-1 are in flight, and one barrier per k-tile
+// separates writing a buffer from reading it. Plain operands go straight to shared memory with
+// cp.async (LDGSTS, sm_80 on), which needs no staging registers, so more stages are more loads in
+// flight; an operand read through a ReLU mask, and every operand of the L1-bypass build, is staged
+// through registers, one k-tile ahead.
 //
 // The sizes are not written here: tracker/ops/gemm.py hands them to NVRTC as -D options (and
 // tracker/ops/conv2d.py CONSTANT_FLOATS), so the launch grids computed in
@@ -32,11 +34,14 @@
 #endif
 
 #if !defined(TILE_M) || !defined(TILE_N) || !defined(TILE_K) || !defined(THREAD_M) || !defined(THREAD_N) || \
-    !defined(GEMM_THREADS)
+    !defined(GEMM_THREADS) || !defined(WARP_ROWS) || !defined(STAGES) || !defined(TILE_PAD)
 #error "the GEMM's sizes come from tracker/ops/gemm.py as -D options (tracker.gpu.kernels.compile_options)"
 #endif
 static_assert(THREAD_M == 8 && THREAD_N == 8, "a thread's block is two 4-row by two 4-column groups");
-static_assert(TILE_M % 32 == 0 && TILE_N % 64 == 0, "a warp's 4 x 8 threads span 32 x 64 outputs");
+constexpr int WARP_COLS = 32 / WARP_ROWS;
+static_assert(WARP_ROWS * WARP_COLS == 32 && TILE_M % (WARP_ROWS * THREAD_M) == 0 && TILE_N % (WARP_COLS * THREAD_N) == 0,
+              "a warp's WARP_ROWS x WARP_COLS threads tile the CTA's outputs");
+static_assert(STAGES >= 2, "a k-tile is loaded while the one before it is multiplied");
 static_assert((TILE_M / THREAD_M) * (TILE_N / THREAD_N) == GEMM_THREADS, "one thread per register block");
 
 // Loading a k-tile: each thread fetches one k (row kk of the tile) at LOADS outer positions
@@ -76,7 +81,7 @@ struct Images {
     const float* RESTRICT p;
     int ld, rows;
     int fixed[K_IS_COLUMN ? 1 : L];  // the offset o contributes: per slot as a column, slot 0's as a row
-    int k = 0, k_at = 0;             // the current k, and the offset it contributes
+    int j = 0, k_at = 0;             // the current k: its position in its image (as a column), its offset
     static constexpr bool k_contiguous = K_IS_COLUMN;
     __device__ __forceinline__ int column(int n) const { return n + (n / ld) * (rows - 1) * ld; }
     __device__ __forceinline__ void start(int o, int k0) {
@@ -86,15 +91,19 @@ struct Images {
 #pragma unroll
             for (int s = 0; s < L; ++s) fixed[s] = column(o + LANES * s);
         }
-        k = k0;
-        k_at = K_IS_COLUMN ? column(k) : k * ld;
+        if (K_IS_COLUMN) j = k0 % ld;
+        k_at = K_IS_COLUMN ? column(k0) : k0 * ld;
     }
     __device__ __forceinline__ int at(int s) const {
         return (K_IS_COLUMN ? fixed[0] + s * LANES * ld : fixed[s]) + k_at;
     }
-    __device__ __forceinline__ void next() {  // a column's one division a k-tile: ld may be shorter than TILE_K
-        k += TILE_K;
-        k_at = K_IS_COLUMN ? column(k) : k_at + TILE_K * ld;
+    __device__ __forceinline__ void next() {
+        if (K_IS_COLUMN) {  // carried, no division: the next image's rows lie (rows - 1) * ld further on
+            k_at += TILE_K;
+            for (j += TILE_K; j >= ld; j -= ld) k_at += (rows - 1) * ld;  // ld may be shorter than TILE_K
+        } else {
+            k_at += TILE_K * ld;
+        }
     }
 };
 
@@ -184,9 +193,23 @@ __device__ __forceinline__ void copy_async(float* dst, const float* RESTRICT src
 #endif
 }
 
+// Closes the group of this thread's copies issued since the last commit.
+__device__ __forceinline__ void commit_copies() {
+#ifdef TRACKER_CP_ASYNC
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most PENDING of this thread's committed groups are still in flight (0: every
+// copy, committed or not).
+template <int PENDING = 0>
 __device__ __forceinline__ void wait_copies() {
 #ifdef TRACKER_CP_ASYNC
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    if constexpr (PENDING == 0) {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+    } else {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+    }
 #endif
 }
 
@@ -231,13 +254,13 @@ __device__ __forceinline__ void stash_operand(const float (&regs)[R], float* row
 
 template <class A, class B, class Epi>
 __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a, B b, const Epi& epi) {
-    // +4: a k-contiguous loader's warp writes 8 k-rows x 4 columns; the pad spreads them over all
-    // 32 banks, and keeps every row 16-byte aligned for the 128-bit fragment loads.
-    __shared__ __align__(16) float As[2][TILE_K][TILE_M + 4];
-    __shared__ __align__(16) float Bs[2][TILE_K][TILE_N + 4];
+    // TILE_PAD: a k-contiguous loader's warp writes 8 k-rows x 4 columns; the pad spreads them
+    // over all 32 banks, and keeps every row 16-byte aligned for the 128-bit fragment loads.
+    __shared__ __align__(16) float As[STAGES][TILE_K][TILE_M + TILE_PAD];
+    __shared__ __align__(16) float Bs[STAGES][TILE_K][TILE_N + TILE_PAD];
     const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-    constexpr int WARPS_N = TILE_N / 64;
-    const int tx = (warp % WARPS_N) * 8 + lane % 8, ty = (warp / WARPS_N) * 4 + lane / 8;
+    constexpr int WARPS_N = TILE_N / (WARP_COLS * THREAD_N);
+    const int tx = (warp % WARPS_N) * WARP_COLS + lane % WARP_COLS, ty = (warp / WARPS_N) * WARP_ROWS + lane / WARP_COLS;
     const int m0 = blockIdx.y * TILE_M, n0 = blockIdx.x * TILE_N;
     const int k_begin = blockIdx.z * k_chunk, k_end = min(K, k_begin + k_chunk);
 
@@ -247,10 +270,15 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     b.start(n0 + ob, k_begin + kb);
     constexpr bool copy_a = COPY_AROUND_REGISTERS && copyable<A>, copy_b = COPY_AROUND_REGISTERS && copyable<B>;
     float ra[copy_a ? 1 : LOADS_A], rb[copy_b ? 1 : LOADS_B];  // staging registers, where used
-    // Tile k0's elements into buffer buf (copied operands) or into the staging registers.
+    // The k-tile at k0 (where the loaders stand) into buffer buf: copied operands straight there,
+    // staged ones into their registers.
     auto fetch = [&](int k0, int buf) {
         fetch_operand<copy_a, LOADS_A>(a, ra, &As[buf][ka][oa], m0 + oa, M, k0 + ka < k_end);
         fetch_operand<copy_b, LOADS_B>(b, rb, &Bs[buf][kb][ob], n0 + ob, N, k0 + kb < k_end);
+    };
+    auto advance = [&] {  // the loaders on to the next k-tile
+        a.next();
+        b.next();
     };
     auto stash = [&](int buf) {  // the staged operands' registers into buffer buf
         stash_operand<copy_a, LOADS_A>(ra, &As[buf][ka][oa]);
@@ -258,24 +286,36 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     };
 
     float acc[THREAD_M][THREAD_N] = {};
-    fetch(k_begin, 0);
-    stash(0);
-    wait_copies();
+    // Tiles 0 .. STAGES-2 into buffers 0 .. STAGES-2 (zeros past k_end), so that tile i is in
+    // buffer i % STAGES. One group of copies a k-tile (empty past the last in the loop below),
+    // so that wait_copies<STAGES - 2> counts tiles.
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s > 0) advance();
+        fetch(k_begin + s * TILE_K, s);
+        stash(s);
+        commit_copies();
+    }
+    wait_copies<STAGES - 2>();
     __syncthreads();
-    int buf = 0;
+    int read = 0;
     for (int k0 = k_begin; k0 < k_end; k0 += TILE_K) {
-        const bool more = k0 + TILE_K < k_end;
-        if (more) {  // tile k+1's loads fly while tile k is multiplied
-            a.next();
-            b.next();
-            fetch(k0 + TILE_K, buf ^ 1);
+        // The next tile to fetch goes to the buffer the last tile used: every thread finished
+        // reading it before the last barrier. Its loads fly while this tile is multiplied.
+        const int write = (read + STAGES - 1) % STAGES;
+        const int k_next = k0 + (STAGES - 1) * TILE_K;
+        const bool more = k_next < k_end;
+        if (more) {
+            advance();
+            fetch(k_next, write);
         }
+        commit_copies();
 #pragma unroll
         for (int kk = 0; kk < TILE_K; ++kk) {
-            const float4 a0 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);
-            const float4 a1 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4 + TILE_M / 2]);
-            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4]);
-            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4 + TILE_N / 2]);
+            const float4 a0 = *reinterpret_cast<const float4*>(&As[read][kk][ty * 4]);
+            const float4 a1 = *reinterpret_cast<const float4*>(&As[read][kk][ty * 4 + TILE_M / 2]);
+            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[read][kk][tx * 4]);
+            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[read][kk][tx * 4 + TILE_N / 2]);
             const float ar[THREAD_M] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             const float br[THREAD_N] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
@@ -283,11 +323,12 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
 #pragma unroll
                 for (int j = 0; j < THREAD_N; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
         }
-        if (more) stash(buf ^ 1);  // the other buffer: everyone finished reading it a barrier ago
-        // Tile k+1 has landed for every thread, and every thread is done with tile k's buffer.
-        wait_copies();
+        if (more) stash(write);
+        // The next tile has landed for every thread (its group, and its stash a barrier or more
+        // ago), and every thread is done with this tile's buffer.
+        wait_copies<STAGES - 2>();
         __syncthreads();
-        buf ^= 1;
+        read = (read + 1) % STAGES;
     }
     size_t columns[THREAD_N];
 #pragma unroll

@@ -13,6 +13,8 @@ from tracker.gpu.kernels import ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, compi
 from tracker.gpu.kernels import sources as kernel_sources
 from tracker.ops import OPS, gemm
 
+from test_tune import RINGS
+
 TABLE = tuple(OPS.launches())
 SOURCES = kernel_sources()
 
@@ -70,7 +72,7 @@ GEMM_KERNELS = sorted({(k.source, k.name) for v in TABLE if v.tunable for k in v
                        if k.name.startswith(("gemm_", "conv2d_"))})
 
 
-@pytest.mark.parametrize("tile", gemm.SHAPES, ids=lambda t: t.label)
+@pytest.mark.parametrize("tile", gemm.SHAPES + RINGS, ids=lambda t: t.label)
 def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_tile_shape(tile):
     """Read from the sm_90 SASS of every GEMM-shaped kernel, for every tile `tracker tune` tries:
     the k-loop's FFMA per LDS (the old 64 x 64 core with 4 x 4 scalar blocks issued 2), its

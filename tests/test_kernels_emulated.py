@@ -7,7 +7,10 @@ A GPU must still confirm all of it."""
 import pytest
 
 from tracker.ops import OPS
+from tracker.ops.gemm import DEFAULT
 from tracker.ops.selftest import run_case, small_cases
+
+from test_tune import RINGS
 
 
 @pytest.mark.parametrize("case", small_cases(), ids=lambda c: f"{c.op}-{c.layer}")
@@ -44,15 +47,17 @@ def test_the_gemm_convolution_folds_chunks_of_images_into_each_gemm(emulator, mo
     assert [g[0] for k, g in launched if k == "gemm_nn"] == [2, 1]  # 162 and 81 columns in 128-wide tiles
 
 
-def test_the_l1_bypass_build_stages_the_gemm_operands_and_matches_too(tmp_path):
+@pytest.mark.parametrize("tile", [DEFAULT, RINGS[0]], ids=lambda t: t.label)
+def test_the_l1_bypass_build_stages_the_gemm_operands_and_matches_too(tmp_path, tile):
     """The cg build's GEMM stages every operand through registers (a 4-byte cp.async would fill
-    L1): that path, emulated from the same source with -DTRACKER_L1_BYPASS, against the reference."""
+    L1): that path, emulated from the same source with -DTRACKER_L1_BYPASS, against the reference,
+    in the default double buffer and in a ring of three."""
     from emu.emulator import Emulator
 
     bypass = Emulator(tmp_path, l1_bypass=True)
     for case in (c for c in small_cases() if c.op in ("conv", "linear")):
         for variant, v in OPS[case.op].variants.items():
             if any(launch.tunable for launch in v.launches.values()):
-                failed = [(variant, r.phase, r.output, r.error) for r in run_case(bypass, case, variant, seed=3)
-                          if not r.passed]
+                failed = [(variant, r.phase, r.output, r.error)
+                          for r in run_case(bypass, case, variant, seed=3, tile=tile) if not r.passed]
                 assert not failed, (case.layer, failed)

@@ -19,10 +19,16 @@ TUNABLE = [(case, name) for case in small_cases() for name, variant in OPS[case.
            if any(launch.tunable for launch in variant.launches.values())]
 
 
-@pytest.mark.parametrize("tile", [replace(shape, split=3) for shape in SHAPES], ids=lambda t: t.label)
+# Neighbours tune tries around the fastest shape: a 3-deep ring (not a power of two), and a
+# 4-deep one of 8 x 4 warps.
+RINGS = (Tile(128, 128, 8, stages=3), Tile(64, 64, 8, stages=4, warp_rows=8))
+
+
+@pytest.mark.parametrize("tile", [replace(tile, split=3) for tile in SHAPES + RINGS], ids=lambda t: t.label)
 def test_every_candidate_tile_matches_the_reference(emulator, tile):
-    """Each tile shape `tracker tune` tries, with its reduction cut in (up to) three slices, on
-    every GEMM-shaped variant of conv and linear at the small cases."""
+    """Each tile shape `tracker tune` tries, and rings of other depths and warp layouts, with the
+    reduction cut in (up to) three slices, on every GEMM-shaped variant of conv and linear at
+    the small cases."""
     emulator.log.clear()
     for case, variant in TUNABLE:
         results = run_case(emulator, case, variant, seed=2, tile=tile)
@@ -46,6 +52,23 @@ def test_split_k_is_chosen_from_the_shape():
     assert Tile.parse("64x128x16/split4") == Tile(64, 128, 16, 4) and Tile.parse(DEFAULT.label) == DEFAULT
 
 
+def test_a_tile_names_what_differs_from_the_default_and_its_neighbours_fit():
+    tile = Tile(64, 64, 8, split=2, stages=4, warp_rows=8)
+    assert tile.label == "64x64x8/stages4/warp8x4/split2" and Tile.parse(tile.label) == tile
+    with pytest.raises(ValueError, match="'ring3' is not"):
+        Tile.parse("64x64x8/ring3")
+    # the rings of A and B, padded, in shared memory: 2 x 8 x (128 + 4 + 128 + 4) floats
+    assert DEFAULT.shared_bytes == 16896 and DEFAULT.defines()["STAGES"] == 2
+    assert [t.label for t in DEFAULT.neighbours()] == ["128x128x8/stages3", "128x128x8/stages4", "128x128x8/warp8x4"]
+    # 3 stages of 128 x 128 x 16 need 50,688 bytes, past the 48 KiB a CTA's static arrays may take;
+    # 32 x 64 has no room for 8 x 4 warps (64 rows)
+    assert Tile(128, 128, 16, stages=3).shared_bytes == 50688
+    assert [t.label for t in Tile(128, 128, 16).neighbours()] == ["128x128x16/warp8x4"]
+    assert not Tile(32, 64, 8, warp_rows=8).valid and [t.label for t in Tile(32, 64, 8).neighbours()] == \
+        ["32x64x8/stages3", "32x64x8/stages4"]
+    assert all(t.valid for t in SHAPES + RINGS)
+
+
 def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp_path):
     from test_network_plan import small_net
 
@@ -59,7 +82,7 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
                                                    for phase in ("fwd", "bwd_data", "bwd_weight")
                                                    } - {("conv1", "bwd_data")}  # the first layer has none
     tiles = (DEFAULT, Tile(64, 64, 8, split=2))
-    rows = tune.search(emulator, found, tiles, reps=1, device_name="CPU emulation")
+    rows = tune.search(emulator, found, tiles, reps=1, device_name="CPU emulation", refine=False)
     assert len(rows) == 2 * len(found)
     assert all(r["verified"] and r["timer"] == "wall" and r["time_ms"] > 0 for r in rows)
 
@@ -84,6 +107,18 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
     for layer in ("conv1", "fc3"):
         dw = np.asarray(run.t.param_grads[layer][0], dtype=np.float64)
         assert np.linalg.norm(dw - grads[layer][0]) / np.linalg.norm(grads[layer][0]) < 1e-4
+
+
+def test_tune_then_tries_the_fastest_tiles_neighbours(emulator):
+    """After the grid of shapes, the fastest verified tile's other pipeline depths and warp
+    layout are tried too, each verified against the reference."""
+    from test_network_plan import small_net
+
+    target = next(t for t in tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
+                  if (t.layer, t.phase) == ("fc3", "fwd"))
+    rows = tune.search(emulator, [target], (DEFAULT,), reps=1, device_name="CPU emulation")
+    assert [r["tile"] for r in rows] == [DEFAULT.label, *(t.label for t in DEFAULT.neighbours())]
+    assert all(r["verified"] for r in rows)
 
 
 def test_tune_refuses_without_a_gpu_in_one_line(runner, tmp_path):

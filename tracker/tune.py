@@ -1,8 +1,10 @@
 """`tracker tune`: a schedule search for the GEMM-shaped launches (paper 001's approach).
 
 For each layer phase whose launch is built on the tiled GEMM (tracker/ops/gemm.py), every
-candidate ``Tile`` (CTA tile shape, k-tile, split-K slices) is compiled through the registry's
-``-D`` sizes, checked against the NumPy reference (at a small batch: the reference is float64
+candidate ``Tile`` (CTA tile shape, k-tile, split-K slices), then each neighbour of the fastest
+(its other pipeline depths and warp layout: one axis at a time, so the search stays a few
+candidates longer rather than three times as long), is compiled through the registry's ``-D``
+sizes, checked against the NumPy reference (at a small batch: the reference is float64
 NumPy), and timed at the real batch (median of ``reps``, L2 flushed before each). Every candidate
 and its time goes to the trace database's ``tuning`` table; from then on a profile on that GPU
 runs the fastest verified tile for each layer phase (``best``), unless told otherwise.
@@ -76,30 +78,44 @@ def candidates(shapes: tuple[Tile, ...] = SHAPES, splits: tuple[int, ...] = SPLI
 
 
 def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int, device_name: str,
-           echo: Callable[[str], None] = lambda line: None) -> list[dict]:
-    """Verify and time every tile at every target; a row per (target, tile) for the tuning table.
-    A tile whose split-K slices come out the same as an earlier one's at this shape is skipped."""
-    from tracker import __version__
-
+           echo: Callable[[str], None] = lambda line: None, refine: bool = True) -> list[dict]:
+    """Verify and time every tile at every target, then (``refine``) the neighbours of the
+    target's fastest verified one (other pipeline stages, the other warp layout); a row per
+    (target, tile) for the tuning table. A tile whose split-K slices come out the same as an
+    earlier one's at this shape is skipped."""
     verified: dict[tuple, dict[str, float | None]] = {}
     rows = []
     for n, target in enumerate(targets, 1):
         arrays = _arrays(b, target.case)
-        seen: set[tuple] = set()
-        for tile in tiles:
+        tried: dict[tuple, dict] = {}  # (tile with the split that ran) -> its row
+
+        def attempt(tile: Tile) -> None:
             timed = _time(b, target, arrays, tile, reps)
-            if (tile.m, tile.n, tile.k, timed["splits"]) in seen:
-                continue
-            seen.add((tile.m, tile.n, tile.k, timed["splits"]))
-            error = _verify(b, target, tile, verified).get(target.phase)
-            rows.append({"device_name": device_name, "op": target.op, "variant": target.variant,
-                         "phase": target.phase, "layer": target.layer, "shape": target.shape, "tile": tile.label,
-                         "verified": error is not None and error < REDUCTION, "error": error, **timed,
-                         "tracker_version": __version__, "created_at": datetime.now(timezone.utc)})
+            key = replace(tile, split=timed["splits"])
+            if key not in tried:
+                tried[key] = _row(target, tile, timed, _verify(b, target, tile, verified).get(target.phase), device_name)
+
+        for tile in tiles:
+            attempt(tile)
+        top = fastest(list(tried.values()), target)
+        if refine and top:
+            for tile in Tile.parse(top["tile"]).neighbours():
+                attempt(tile)
+        rows += tried.values()
         best = fastest(rows, target)
         echo(f"[{n}/{len(targets)}] {target.layer} {target.phase} ({target.variant}): "
              f"{best['tile']} {best['time_ms']:.3f} ms" if best else f"{target.layer} {target.phase}: none verified")
     return rows
+
+
+def _row(target: Target, tile: Tile, timed: dict[str, Any], error: float | None, device_name: str) -> dict:
+    """One tuning-table row."""
+    from tracker import __version__
+
+    return {"device_name": device_name, "op": target.op, "variant": target.variant, "phase": target.phase,
+            "layer": target.layer, "shape": target.shape, "tile": tile.label,
+            "verified": error is not None and error < REDUCTION, "error": error, **timed,
+            "tracker_version": __version__, "created_at": datetime.now(timezone.utc)}
 
 
 def summary(targets: list[Target], rows: list[dict]) -> list[dict]:

@@ -111,14 +111,16 @@ TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "defaul
               help="Timed repetitions per candidate (median; L2 flushed before each).")
 @click.option("--verify-batch", type=click.IntRange(1, 16), default=2, show_default=True,
               help="Batch at which each candidate is checked against the NumPy reference.")
-@click.option("--quick", is_flag=True, help="Try the default tile shape with each split-K count only.")
+@click.option("--quick", is_flag=True,
+              help="Try the default tile shape with each split-K count (and the fastest's neighbours) only.")
 @network_options
 @format_option
 def tune(network, batch, db, variant, reps, verify_batch, quick, fmt, **kwargs):
     """Search GEMM schedules per layer phase on this GPU, store them, and run the fastest.
 
     For every layer phase built on the tiled GEMM (conv shared/fused/gemm, linear shared/fused),
-    each candidate tile (CTA tile, k-tile, split-K slices) is compiled through the registry's -D
+    each candidate tile (CTA tile, k-tile, split-K slices), then the fastest one's neighbours
+    (its other pipeline depths, its other warp layout), is compiled through the registry's -D
     sizes, checked against the NumPy reference at --verify-batch, and timed at --batch with CUDA
     events. Every candidate and its time is stored in the trace database's tuning table; from
     then on tracker profile on this GPU runs the fastest verified tile of each layer phase

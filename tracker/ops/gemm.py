@@ -1,23 +1,27 @@
 """The tiled GEMM that every matrix-shaped variant launches (kernels/common.cuh, kernels/gemm.cu):
-its schedules (``Tile``: CTA tile, k-tile, split-K), handed to NVRTC as ``-D`` options from here,
+its schedules (``Tile``: CTA tile, k-tile, pipeline stages, warp layout, split-K), handed to NVRTC as ``-D`` options from here,
 its launch geometry, the split-K reduction and the bias gradient. Not an op itself: conv and
 linear launch it.
 
 C[m][n] = sum_k A(m, k) B(k, n) in CTA tiles of TILE_M x TILE_N and k-tiles of TILE_K; each
 thread accumulates a THREAD_M x THREAD_N (8 x 8) register block, so a CTA has
-(TILE_M / 8) x (TILE_N / 8) threads. ``tracker tune`` searches ``CANDIDATES`` per layer phase and
-GPU; without a tuning, ``DEFAULT`` runs, splitting K by ``Tile.splits``' rule.
+(TILE_M / 8) x (TILE_N / 8) threads. ``tracker tune`` searches ``SHAPES`` (with split-K slices),
+then ``Tile.neighbours`` of the fastest, per layer phase and GPU; without a tuning, ``DEFAULT``
+runs, splitting K by ``Tile.splits``' rule.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from tracker.ops.launch import THREADS, Backend, blocks, tiles
+from tracker.ops.launch import DEFAULT_SHARED, THREADS, Backend, blocks, tiles
 from tracker.ops.registry import Launch, Launcher, launch
 
 THREAD = 8  # THREAD_M = THREAD_N: outputs per thread along each side (common.cuh's register block)
+PAD = 4  # floats after each k-row of a shared tile (common.cuh's TILE_PAD: no bank conflicts, rows 16-byte aligned)
+STAGES = (2, 3, 4)  # k-tiles in the shared-memory ring: 2 is double buffering
+WARP_ROWS = (4, 8)  # a warp's threads as 4 x 8 (32 x 64 outputs) or 8 x 4 (64 x 32)
 # Split-K aims for this many CTAs (two per SM of an H100's 132) and gives each split at least
 # MIN_K_TILES k-tiles; `tracker tune` measures what suits another GPU.
 TARGET_CTAS = 264
@@ -26,22 +30,45 @@ MIN_K_TILES = 16
 
 @dataclass(frozen=True)
 class Tile:
-    """A GEMM schedule: CTA tiles of ``m`` x ``n`` outputs, k-tiles of ``k``, and ``split`` slices
-    of the reduction (split-K; 0: as many as ``splits`` deems right for the shape)."""
+    """A GEMM schedule: CTA tiles of ``m`` x ``n`` outputs, k-tiles of ``k`` in a ring of
+    ``stages`` shared-memory buffers, warps of ``warp_rows`` x (32 / warp_rows) threads, and
+    ``split`` slices of the reduction (split-K; 0: as many as ``splits`` deems right for the shape)."""
 
     m: int = 128
     n: int = 128
     k: int = 8
     split: int = 0
+    stages: int = 2
+    warp_rows: int = 4
 
     @property
     def threads(self) -> int:
         return (self.m // THREAD) * (self.n // THREAD)
 
+    @property
+    def shared_bytes(self) -> int:
+        """The A and B rings in shared memory (static: at most DEFAULT_SHARED a CTA)."""
+        return self.stages * self.k * (self.m + PAD + self.n + PAD) * 4
+
+    @property
+    def valid(self) -> bool:
+        """Whether common.cuh compiles it: warps tile the CTA, and the rings fit in shared memory."""
+        warp_cols = 32 // self.warp_rows
+        return (self.warp_rows * warp_cols == 32 and self.m % (self.warp_rows * THREAD) == 0
+                and self.n % (warp_cols * THREAD) == 0 and self.stages >= 2 and self.shared_bytes <= DEFAULT_SHARED
+                and self.threads % self.k == 0 and self.m % (self.threads // self.k) == 0
+                and self.n % (self.threads // self.k) == 0)  # common.cuh's LANES cover a k-row
+
+    def neighbours(self) -> tuple["Tile", ...]:
+        """The valid tiles that differ from this one in pipeline stages or in warp layout alone:
+        what `tracker tune` tries around the fastest tile shape."""
+        return tuple(t for t in (*(replace(self, stages=s) for s in STAGES if s != self.stages),
+                                 *(replace(self, warp_rows=w) for w in WARP_ROWS if w != self.warp_rows)) if t.valid)
+
     def defines(self) -> dict[str, int]:
         """The -D sizes kernels/common.cuh compiles this tile with."""
         return {"TILE_M": self.m, "TILE_N": self.n, "TILE_K": self.k, "THREAD_M": THREAD, "THREAD_N": THREAD,
-                "GEMM_THREADS": self.threads}
+                "GEMM_THREADS": self.threads, "STAGES": self.stages, "WARP_ROWS": self.warp_rows, "TILE_PAD": PAD}
 
     @property
     def overrides(self) -> tuple[tuple[str, int], ...]:
@@ -67,14 +94,30 @@ class Tile:
 
     @property
     def label(self) -> str:
-        return f"{self.m}x{self.n}x{self.k}" + (f"/split{self.split}" if self.split else "")
+        """'128x64x8', then what differs from the defaults: '/stages3', '/warp8x4', '/split4'."""
+        extra = ((f"/stages{self.stages}" if self.stages != Tile.stages else "")
+                 + (f"/warp{self.warp_rows}x{32 // self.warp_rows}" if self.warp_rows != Tile.warp_rows else "")
+                 + (f"/split{self.split}" if self.split else ""))
+        return f"{self.m}x{self.n}x{self.k}{extra}"
 
     @classmethod
     def parse(cls, label: str) -> "Tile":
-        """'128x64x8/split4' -> Tile(128, 64, 8, 4); the inverse of ``label``."""
-        shape, _, split = label.partition("/split")
+        """'128x64x8/stages3/split4' -> Tile(128, 64, 8, split=4, stages=3); the inverse of ``label``."""
+        shape, *extras = label.split("/")
         m, n, k = (int(v) for v in shape.split("x"))
-        return cls(m, n, k, int(split or 0))
+        tile = cls(m, n, k)
+        for extra in extras:
+            name = extra.rstrip("0123456789x")
+            value = extra[len(name):]
+            if name == "split":
+                tile = replace(tile, split=int(value))
+            elif name == "stages":
+                tile = replace(tile, stages=int(value))
+            elif name == "warp":
+                tile = replace(tile, warp_rows=int(value.split("x")[0]))
+            else:
+                raise ValueError(f"{label!r}: {extra!r} is not stagesN, warpRxC or splitN")
+        return tile
 
 
 DEFAULT = Tile()

@@ -87,7 +87,7 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
     rows = []
     for n, target in enumerate(targets, 1):
         arrays = _arrays(b, target.case)
-        tried: dict[tuple, dict] = {}  # (tile with the split that ran) -> its row
+        tried: dict[Tile, dict] = {}  # the tile, with the split-K slices that ran -> its row
 
         def attempt(tile: Tile) -> None:
             timed = _time(b, target, arrays, tile, reps)

@@ -84,7 +84,7 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
     (target, tile) for the tuning table. A tile whose split-K slices come out the same as an
     earlier one's at this shape is skipped."""
     verified: dict[tuple, dict[str, float | None]] = {}
-    rows = []
+    rows: list[dict] = []
     for n, target in enumerate(targets, 1):
         arrays = _arrays(b, target.case)
         tried: dict[Tile, dict] = {}  # the tile, with the split-K slices that ran -> its row

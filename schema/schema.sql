@@ -1,4 +1,4 @@
--- tracker trace store, schema v4: tables
+-- tracker trace store, schema v5: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -50,6 +50,7 @@ CREATE TABLE metric_def (
 --   status: running, complete, failed or interrupted
 --   phases: fwd, bwd or both
 --   variants: op -> kernel variant
+--   tiles: 'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default ({}: every default); NULL: nothing ran (model) or recorded before schema v5
 --   backend: ncu, events or model
 --   device_name: the GPU measured, or the catalog device predicted for
 --   repeat: measured iterations per launch
@@ -65,6 +66,7 @@ CREATE TABLE run (
     phases VARCHAR NOT NULL,
     dtype_bits INTEGER NOT NULL,
     variants JSON NOT NULL,
+    tiles JSON,
     l1_bypass BOOLEAN NOT NULL,
     backend VARCHAR NOT NULL,
     backend_reason VARCHAR NOT NULL,

@@ -221,3 +221,31 @@ def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chose
     assert list(arms_run.backend) == ["events", "events"] and len(attempts) == 1
     with pytest.raises(BackendUnavailable, match="ERR_NVGPUCTRPERM"):
         profile(db, small_net(), 1, backend="ncu", repeat=1, warmup=0)
+
+
+def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emulated_events, monkeypatch):
+    """A tuned profile runs the stored tile and says so in its run row; --untuned runs the defaults."""
+    from tracker import tune
+    from tracker.gpu import detect
+    from tracker.ops.gemm import Tile
+    from tracker.store.schema import Run
+
+    gpu, net, db = "CPU emulation (tests/emu)", small_net(), str(tmp_path / "trace.db")
+    monkeypatch.setattr(detect, "device_name", lambda: gpu)
+    target = next(t for t in tune.targets(net, 1, {}) if (t.layer, t.phase) == ("conv1", "fwd"))
+    store = open_store(db, write=True)
+    tune.store(store, tune.search(emulator, [target], (Tile(64, 64, 8, split=2),), 1, gpu, refine=False))
+    store.dispose()
+
+    tuned = tracker.profile.profile(db, net, 1, backend="events", repeat=1, warmup=0).run_id
+    untuned = tracker.profile.profile(db, net, 1, backend="events", repeat=1, warmup=0, untuned=True).run_id
+    store = open_store(db, write=False)
+    with store.session() as session:
+        assert session.get(Run, tuned).tiles == {"conv1/fwd": "64x64x8/split2"}
+        assert session.get(Run, untuned).tiles == {}
+    conv1 = net.layers[0].id
+    threads = {run: {(row["kernel_name"], row["block_x"]) for row in launch_rows(store, run)
+                     if (row["layer_id"], row["phase"]) == (conv1, "fwd")} for run in (tuned, untuned)}
+    store.dispose()
+    assert threads == {tuned: {("conv2d_fwd_implicit", 64), ("splitk_reduce", 256)},
+                       untuned: {("conv2d_fwd_implicit", 256)}}

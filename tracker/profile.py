@@ -126,6 +126,7 @@ def profile(
             run.add_layers(net, predictions)
         else:
             tiles = {} if untuned else _tuned(store, net, batch, variants or {}, echo)
+            run.update(tiles=tiles)  # what ran is part of the run: a tuned profile is not an untuned one
             workload = Workload(net.name, net.options, batch, variants or {}, phases, l1_bypass, repeat, warmup, tiles)
             chosen, reason, predictions = _measure(run, chosen, reason, backend == "auto", net, workload, device,
                                                    dtype_bits, ncu_report, ncu, echo)

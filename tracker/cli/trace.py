@@ -142,7 +142,7 @@ def show(run, db, fmt):
         emit(rows, fmt)
         return
     keys = ("id", "status", "network", "network_options", "batch", "phases", "dtype_bits", "backend",
-            "backend_reason", "device_name", "variants", "l1_bypass", "predicted_peak_bytes", "measured_peak_bytes",
+            "backend_reason", "device_name", "variants", "tiles", "l1_bypass", "predicted_peak_bytes", "measured_peak_bytes",
             "started_at", "finished_at", "error", "command_line")
     for key in keys:
         if info[key] not in (None, {}, ""):

@@ -42,6 +42,14 @@ def _variants(run: pd.Series) -> str:
     return ", ".join(f"{op} {v}" for op, v in chosen.items()) or "the default of each op"
 
 
+def _tiles(run: pd.Series) -> str:
+    tiles = run.get("tiles")
+    if tiles is None or (not isinstance(tiles, (str, dict)) and pd.isna(tiles)):
+        return "not recorded"
+    tuned = json.loads(tiles) if isinstance(tiles, str) else tiles
+    return ", ".join(f"{key} {tile}" for key, tile in tuned.items()) or "the default of each launch"
+
+
 def describe(run: pd.Series) -> str:
     """The run in one paragraph: what ran, on what, measured how, when."""
     if run["backend"] == "model":
@@ -59,7 +67,7 @@ def describe(run: pd.Series) -> str:
     l1 = "L1 bypassed (loads compiled .cg)" if run["l1_bypass"] else "L1 cached"
     repeats = f"{run['repeat']} measured iteration{'s' if run['repeat'] != 1 else ''}"
     return (f"{run['network']} at batch {run['batch']} on {device}, {how}; kernel variants: {_variants(run)}; "
-            f"{l1}; {repeats}. Run {run.name}, {run['status']}, {_when(run)}.")
+            f"GEMM tiles: {_tiles(run)}; {l1}; {repeats}. Run {run.name}, {run['status']}, {_when(run)}.")
 
 
 def _when(run: pd.Series) -> str:
@@ -81,6 +89,7 @@ ABOUT = {"network": "network", "batch": "batch", "device_name": "GPU", "compute_
 def _about(run: pd.Series) -> dict:
     about = {"run": run.name, **{label: run[key] for key, label in ABOUT.items()}}
     about["kernel variants"] = _variants(run)
+    about["GEMM tiles"] = _tiles(run)
     about["L1 bypass"] = bool(run["l1_bypass"])
     about["started"] = f"{pd.to_datetime(run['started_at']):%Y-%m-%d %H:%M:%S} UTC" if run["started_at"] else None
     return about

@@ -282,8 +282,9 @@ def _create_schema(conn: Connection, where: str) -> None:
 
 def _migrate(conn: Connection, where: str) -> None:
     """v2 -> v3 added tables (experiment, experiment_run) and a view (layer_time_repeat); v3 -> v4 the
-    per-run rollups (tracker/store/rollups.py), computed here for every stored run. Create what is
-    missing and recreate every view. Any write opening migrates (``tracker upgrade`` is one); a
+    per-run rollups (tracker/store/rollups.py), computed here for every stored run; v4 -> v5 the
+    GEMM tiles a run ran (run.tiles, NULL in older runs). Create what is missing and recreate every
+    view. Any write opening migrates (``tracker upgrade`` is one); a
     read-only one refuses an older file."""
     with conn.begin():
         if conn.dialect.name == "postgresql":
@@ -304,7 +305,7 @@ def _migrate(conn: Connection, where: str) -> None:
 
 def _add_missing_columns(conn: Connection) -> None:
     """Columns a later schema added to an existing table (v4: experiment's host, pid and
-    process_start), NULL in the rows already there."""
+    process_start; v5: run's tiles), NULL in the rows already there."""
     for table in Base.metadata.sorted_tables:
         present = {c["name"] for c in inspect(conn).get_columns(table.name)}
         for column in table.columns:

@@ -33,7 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from tracker.phases import PHASES
 from tracker.metrics import CATALOG
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 STATUSES = ("running", "complete", "failed", "interrupted")
 
@@ -76,6 +76,9 @@ class Run(Base):
     phases: Mapped[str] = mapped_column(doc="fwd, bwd or both")
     dtype_bits: Mapped[int]
     variants: Mapped[dict[str, Any]] = mapped_column(doc="op -> kernel variant")
+    tiles: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default "
+            "({}: every default); NULL: nothing ran (model) or recorded before schema v5")
     l1_bypass: Mapped[bool]
     backend: Mapped[str] = mapped_column(doc="ncu, events or model")
     backend_reason: Mapped[str]

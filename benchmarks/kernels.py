@@ -80,7 +80,8 @@ def ours(backend, case: Case, variant: str, phase: str, a: Arrays, tile: str | N
 
 
 def tuned(db: str | None, net, batch: int) -> Callable[[dict[str, str]], dict[str, str]]:
-    """For chosen variants, the tuned tiles by 'layer/phase' (tracker.tune.best on this GPU)."""
+    """For chosen variants, the tuned tiles by 'layer/phase' of the variants the plan runs
+    (tracker.tune.best on this GPU)."""
     if db is None:
         return lambda chosen: {}
     from tracker.store import open_store
@@ -95,6 +96,18 @@ def tuned(db: str | None, net, batch: int) -> Callable[[dict[str, str]], dict[st
             found[key] = best(store, name, net, batch, chosen)
         return found[key]
     return tiles
+
+
+def variant_tile(tiles: Callable[[dict[str, str]], dict[str, str]], net, case: Case, variant: str,
+                 phase: str) -> str | None:
+    """The tuned tile of one variant timed alone at one layer phase: None (the default) where the
+    plan runs another variant there (fc8 fused falls back to shared: shared's tile was tuned and
+    verified for shared's kernels, not for the fused ones)."""
+    from tracker.gpu.network import resolve
+
+    if resolve(net, {case.op: variant})[case.layer] != variant:
+        return None
+    return tiles({case.op: variant}).get(f"{case.layer}/{phase}")
 
 
 def torch_step(net, batch: int):
@@ -176,7 +189,7 @@ def main() -> None:
         for phase in op.phases:
             if phase not in predicted[case.layer]:
                 continue
-            timings = {v: timer(ours(backend, case, v, phase, a, tiles({case.op: v}).get(f"{case.layer}/{phase}")))
+            timings = {v: timer(ours(backend, case, v, phase, a, variant_tile(tiles, net, case, v, phase)))
                        for v in op.variants}
             best = min(timings, key=lambda v: timings[v][0])
             nbytes = predicted[case.layer][phase].elements * 4

@@ -121,6 +121,20 @@ def test_tune_then_tries_the_fastest_tiles_neighbours(emulator):
     assert all(r["verified"] for r in rows)
 
 
+def test_a_candidate_that_fails_is_reported_and_the_search_goes_on(emulator):
+    """A tile common.cuh refuses (8 x 4 warps need 64 rows) fails to compile: the search says so,
+    keeps the others, and hands each target's rows on as it finishes."""
+    from test_network_plan import small_net
+
+    found = [t for t in tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
+             if t.layer == "fc3" and t.phase in ("fwd", "bwd_data")]
+    said, kept = [], []
+    rows = tune.search(emulator, found, (Tile(32, 64, 8, warp_rows=8), DEFAULT), reps=1, device_name="CPU emulation",
+                       echo=said.append, refine=False, keep=kept.append)
+    assert [r["tile"] for r in rows] == [DEFAULT.label] * 2 and kept == [[rows[0]], [rows[1]]]
+    assert sum("32x64x8/warp8x4 failed (CalledProcessError" in line for line in said) == 2
+
+
 def test_tune_refuses_without_a_gpu_in_one_line(runner, tmp_path):
     db = tmp_path / "trace.db"
     result = runner.invoke(cli, ["tune", "alexnet", "--batch", "8", "--db", str(db)])

@@ -78,11 +78,14 @@ def candidates(shapes: tuple[Tile, ...] = SHAPES, splits: tuple[int, ...] = SPLI
 
 
 def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int, device_name: str,
-           echo: Callable[[str], None] = lambda line: None, refine: bool = True) -> list[dict]:
+           echo: Callable[[str], None] = lambda line: None, refine: bool = True,
+           keep: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
     """Verify and time every tile at every target, then (``refine``) the neighbours of the
     target's fastest verified one (other pipeline stages, the other warp layout); a row per
-    (target, tile) for the tuning table. A tile whose split-K slices come out the same as an
-    earlier one's at this shape is skipped."""
+    (target, tile) for the tuning table, handed to ``keep`` target by target (so that an
+    interrupted search keeps what it finished). A tile whose split-K slices come out the same as
+    an earlier one's at this shape is skipped; one that fails to compile or run is reported and
+    skipped, and the search goes on."""
     verified: dict[tuple, dict[str, float | None]] = {}
     rows: list[dict] = []
     for n, target in enumerate(targets, 1):
@@ -90,10 +93,15 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
         tried: dict[Tile, dict] = {}  # the tile, with the split-K slices that ran -> its row
 
         def attempt(tile: Tile) -> None:
-            timed = _time(b, target, arrays, tile, reps)
-            key = replace(tile, split=timed["splits"])
-            if key not in tried:
-                tried[key] = _row(target, tile, timed, _verify(b, target, tile, verified).get(target.phase), device_name)
+            try:
+                timed = _time(b, target, arrays, tile, reps)
+                key = replace(tile, split=timed["splits"])
+                if key not in tried:
+                    error = _verify(b, target, tile, verified).get(target.phase)
+                    tried[key] = _row(target, tile, timed, error, device_name)
+            except Exception as exc:  # noqa: BLE001 (a candidate's failure is a result, not the search's end)
+                why = (str(exc).strip().splitlines() or [""])[0][:200]
+                echo(f"  {target.layer} {target.phase}: {tile.label} failed ({type(exc).__name__}: {why})")
 
         for tile in tiles:
             attempt(tile)
@@ -102,6 +110,7 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
             for tile in Tile.parse(top["tile"]).neighbours():
                 attempt(tile)
         rows += tried.values()
+        keep(list(tried.values()))
         best = fastest(rows, target)
         echo(f"[{n}/{len(targets)}] {target.layer} {target.phase} ({target.variant}): "
              f"{best['tile']} {best['time_ms']:.3f} ms" if best else f"{target.layer} {target.phase}: none verified")

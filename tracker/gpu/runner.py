@@ -121,8 +121,8 @@ def tune(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps:
     found = search.targets(net, batch, chosen, verify_batch)
     tiles = search.candidates((DEFAULT,)) if quick else search.candidates()
     echo(f"device: {device['device_name']}; {len(found)} layer phases x {len(tiles)} candidate tiles")
-    rows = search.search(backend, found, tiles, reps, device["device_name"], echo)
-    search.store(store, rows)
+    rows = search.search(backend, found, tiles, reps, device["device_name"], echo,
+                         keep=lambda done: search.store(store, done))  # target by target: Ctrl-C keeps them
     echo(f"stored {len(rows)} candidates in {store.where}")
     store.dispose()
     return search.summary(found, rows)

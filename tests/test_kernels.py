@@ -130,6 +130,24 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     assert all(isinstance(r["changed_since"], bool) for r in rows)
 
 
+def test_kernels_command_builds_a_tuned_tile(runner):
+    """--tile builds the GEMM-shaped variants with that tile (its rings in shared memory), which no
+    record vouches for; the others keep the default build. A label that is no tile, or a tile the
+    core cannot build, is a one-line usage error."""
+    ring = RINGS[0]
+    result = runner.invoke(cli, ["kernels", "--l1", "ca", "--tile", ring.label, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {(r["op"], r["phase"], r["variant"]): r for r in json.loads(result.stdout)}
+    for key, row in rows.items():
+        tuned = next(v for v in TABLE if (v.op, v.phase, v.variant) == key).tunable
+        assert (row["shared_bytes"] == ring.shared_bytes) == tuned, key
+        assert (row["verified_on"] is None) == tuned, key
+    for label, why in (("64x64x8/ring3", "'ring3' is not stagesN"), ("12x", "the tile shape is MxNxK"),
+                       ("128x128x16/stages4", "67,584 of at most 49,152 bytes")):
+        result = runner.invoke(cli, ["kernels", "--tile", label])
+        assert result.exit_code == 2 and why in result.output and result.output.strip().count("\n") == 0, result.output
+
+
 def test_the_committed_h100_record_vouches_for_every_variant_with_small_errors():
     record = next(r for r in verified.records() if r["gpu"] == "NVIDIA H100 80GB HBM3")
     assert set(record["variants"]) == {v.key for v in TABLE}

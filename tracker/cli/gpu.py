@@ -19,8 +19,11 @@ KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "occup
 @click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
               help="L1 policy: ca caches global loads in L1, cg bypasses it (-Xptxas -dlcm=cg, no "
                    "read-only path).")
+@click.option("--tile", "tile", default=None, metavar="LABEL", callback=lambda ctx, param, value: _tile(value),
+              help="Build the GEMM-shaped variants with this tile, as `tracker tune` names it "
+                   "(e.g. 128x128x8/stages3, 64x64x8/warp8x4; see the tuning table); default: the default tile.")
 @format_option
-def kernels(arch, l1, fmt):
+def kernels(arch, l1, tile, fmt):
     """Compile every kernel variant with NVRTC (no GPU needed) and list its resources.
 
     Per op, phase, variant and L1 policy: the kernels it launches, registers, theoretical
@@ -32,21 +35,43 @@ def kernels(arch, l1, fmt):
     register reuse; '-' without shared loads there), wide_loads, the share of global and shared
     loads that are 128-bit, and cp_async, LDGSTS instructions.
 
+    With --tile, the GEMM-shaped variants are built with that tile (what a tuned profile runs:
+    deeper rings, for instance, may cost registers and so occupancy); a verification record
+    vouches for the default tile's build only, so theirs read '-'.
+
     \b
     Examples:
       tracker kernels
       tracker kernels --arch sm_80 --l1 cg --format csv
+      tracker kernels --l1 ca --tile 128x128x8/stages3
     """
     from tracker.gpu.compile import variant_rows
 
     policies = ("ca", "cg") if l1 == "both" else (l1,)
     click.echo(f"compiling {arch} kernels with NVRTC ...", err=True)
-    rows = variant_rows(arch, policies)
+    rows = variant_rows(arch, policies, tile)
     emit(rows, fmt, None if fmt == "json" else KERNEL_COLUMNS)
     if fmt == "table":
         unverified = sum(row["verified_on"] is None for row in rows)
         click.echo(f"\n{len(rows)} variant builds, {sum(r['spill_bytes'] > 0 for r in rows)} with spills; "
                    f"{unverified} never verified on a GPU")
+
+
+def _tile(label: str | None):
+    """--tile's label as a Tile that common.cuh compiles, or a one-line usage error."""
+    if label is None:
+        return None
+    from tracker.ops.gemm import Tile
+    from tracker.ops.launch import DEFAULT_SHARED
+
+    try:
+        tile = Tile.parse(label)
+    except ValueError as exc:
+        raise click.BadParameter(f"{label!r} is not a tile label like 128x64x8/stages3/split4 ({exc})") from None
+    if not tile.valid:
+        raise click.BadParameter(f"{label}: the GEMM core cannot build it (warps must tile the CTA, the rings fit "
+                                 f"{tile.shared_bytes:,} of at most {DEFAULT_SHARED:,} bytes of shared memory)")
+    return tile
 
 
 @cli.command()

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tracker.errors import TrackerError
 from tracker.gpu.kernels import CUPY_ADDS, Overrides, compile_options, source_text
+from tracker.ops.gemm import Tile
 from tracker.ops.launch import THREADS
 
 
@@ -245,18 +246,20 @@ def variant_main(used: list[Resources]) -> Resources:
     return max(used, key=lambda r: (r.ffma_per_lds or 0.0, -used.index(r)))
 
 
-def variant_rows(arch: str, l1_policies: tuple[str, ...]) -> list[dict]:
+def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = None) -> list[dict]:
     """One row per (op, phase, variant, L1 policy): its kernels' worst-case resources and where
-    it was last verified."""
+    it was last verified. ``tile``: the GEMM-shaped variants' build,
+    which no verification record vouches for."""
     from tracker.gpu.verified import records, status
     from tracker.ops import OPS
 
     history = records()
     rows = []
     for variant in OPS.launches():
-        verified_on, changed = status(variant, history)
+        overrides = tile.overrides if tile is not None and variant.tunable else ()
+        verified_on, changed = status(variant, history) if not overrides else (None, None)
         for policy in l1_policies:
-            used = [build(k.source, arch, policy).kernels[k.name] for k in variant.kernels]
+            used = [build(k.source, arch, policy, overrides).kernels[k.name] for k in variant.kernels]
             main = variant_main(used)
             rows.append({
                 "op": variant.op, "phase": variant.phase, "variant": variant.variant, "l1": policy,

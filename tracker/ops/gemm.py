@@ -104,8 +104,10 @@ class Tile:
     def parse(cls, label: str) -> "Tile":
         """'128x64x8/stages3/split4' -> Tile(128, 64, 8, split=4, stages=3); the inverse of ``label``."""
         shape, *extras = label.split("/")
-        m, n, k = (int(v) for v in shape.split("x"))
-        tile = cls(m, n, k)
+        sizes = shape.split("x")
+        if len(sizes) != 3 or not all(v.isdigit() for v in sizes):
+            raise ValueError(f"{label!r}: the tile shape is MxNxK, e.g. 128x64x8")
+        tile = cls(*(int(v) for v in sizes))
         for extra in extras:
             name = extra.rstrip("0123456789x")
             value = extra[len(name):]

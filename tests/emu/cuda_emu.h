@@ -18,7 +18,8 @@
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
-inline thread_local dim3 threadIdx, blockIdx;
+inline thread_local dim3 threadIdx;
+inline dim3 blockIdx;  // one block runs at a time
 inline dim3 blockDim, gridDim;
 inline thread_local unsigned emu_tid;
 inline std::barrier<>* emu_block_barrier = nullptr;
@@ -85,6 +86,10 @@ bool emu_register(const char* name, void (*kernel)(A...)) {
     return true;
 }
 
+// One OS thread per thread of a block, made once per launch and reused for every block of the
+// grid (making them per block cost more than the kernels): between blocks they wait at `gate`
+// with the launching thread, which sets blockIdx and fresh barriers (a thread that returns early
+// drops out of its block's barriers for good, so they cannot be reused).
 extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, void** args) {
     auto found = emu_kernels().find(name);
@@ -92,27 +97,36 @@ extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned g
     const EmuKernel& kernel = found->second;
     gridDim = {gx, gy, gz};
     blockDim = {bx, by, bz};
-    const unsigned n = bx * by * bz;
-    for (unsigned z = 0; z < gz; ++z)
-        for (unsigned y = 0; y < gy; ++y)
-            for (unsigned x = 0; x < gx; ++x) {
-                std::barrier<> block(n);
-                emu_block_barrier = &block;
-                emu_warp_barriers.clear();
-                for (unsigned w = 0; w * 32 < n; ++w)
-                    emu_warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - w * 32)));
-                std::vector<std::thread> threads;
-                for (unsigned t = 0; t < n; ++t)
-                    threads.emplace_back([&, t, x, y, z] {
-                        emu_tid = t;
-                        threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
-                        blockIdx = {x, y, z};
-                        kernel(args);
-                        emu_block_barrier->arrive_and_drop();  // an exited thread leaves the barrier
-                        emu_warp_barriers[t / 32]->arrive_and_drop();
-                    });
-                for (auto& thread : threads) thread.join();
+    const unsigned n = bx * by * bz, blocks = gx * gy * gz;
+    std::barrier<> gate(n + 1);
+    std::unique_ptr<std::barrier<>> block;
+    auto start = [&](unsigned b) {  // block b's index and barriers, before its threads pass the gate
+        blockIdx = {b % gx, (b / gx) % gy, b / (gx * gy)};
+        block = std::make_unique<std::barrier<>>(n);
+        emu_block_barrier = block.get();
+        emu_warp_barriers.clear();
+        for (unsigned w = 0; w * 32 < n; ++w)
+            emu_warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - w * 32)));
+    };
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < n; ++t)
+        threads.emplace_back([&, t] {
+            emu_tid = t;
+            threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+            for (unsigned b = 0; b < blocks; ++b) {
+                gate.arrive_and_wait();  // block b is set up
+                kernel(args);
+                emu_block_barrier->arrive_and_drop();  // an exited thread leaves the barrier
+                emu_warp_barriers[t / 32]->arrive_and_drop();
+                gate.arrive_and_wait();  // every thread is done with block b
             }
+        });
+    for (unsigned b = 0; b < blocks; ++b) {
+        start(b);
+        gate.arrive_and_wait();
+        gate.arrive_and_wait();
+    }
+    for (auto& thread : threads) thread.join();
     return 0;
 }
 

@@ -146,6 +146,9 @@ def test_kernels_command_builds_a_tuned_tile(runner):
                        ("128x128x16/stages4", "67,584 of at most 49,152 bytes")):
         result = runner.invoke(cli, ["kernels", "--tile", label])
         assert result.exit_code == 2 and why in result.output and result.output.strip().count("\n") == 0, result.output
+    # selftest takes the same --tile (for compute-sanitizer on a ring), but a record vouches for defaults
+    result = runner.invoke(cli, ["selftest", "--record", "--tile", ring.label])
+    assert result.exit_code == 2 and "drop --tile" in result.output and result.output.strip().count("\n") == 0
 
 
 def test_the_committed_h100_record_vouches_for_every_variant_with_small_errors():

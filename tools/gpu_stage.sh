@@ -4,8 +4,9 @@
 #   1  preflight; selftest --record; a batch-1 ncu smoke profile (the join); events at batch 128;
 #      this GPU's ncu --query-metrics; the batch-16 ncu fixture database with its raw CSV pages
 #   2  the kernel benchmark; l1-bypass, fusion, variants and batch experiments on events; reports
-#   3  compute-sanitizer memcheck and racecheck at batch 1 (CuPy's pool off); the batch-128 ncu
-#      run and its wall time beside `ncu --set full`; fusion under ncu
+#   3  compute-sanitizer memcheck, racecheck (the default tile and a 3-deep ring) and synccheck at
+#      batch 1 (CuPy's pool off); the batch-128 ncu run and its wall time beside `ncu --set full`;
+#      fusion under ncu
 #   4  tracker tune alexnet --batch 128 (quick, then every tile shape) into one database, and
 #      events profiles with the tuned tiles and --untuned; the database stays on the machine as
 #      ./tuning-GPU.db (git-ignored) for stage 5
@@ -138,13 +139,18 @@ print(Workload(\"alexnet\", batch=128).to_json())")
         --db $W/fusion-ncu-b128.db --format csv > $W/experiment-fusion-ncu.csv'
     # CuPy's pool hands out slices of one allocation: an overrun into a neighbour would go unseen.
     # memcheck at AlexNet's shapes (batch 1); racecheck and synccheck, which slow shared-memory
-    # kernels a thousandfold, on the small cases that reach every code path.
+    # kernels a thousandfold, on the small cases that reach every code path; racecheck again on
+    # a 3-deep ring of cp.async k-tiles (the emulation's copies are synchronous: only a GPU shows
+    # a wait_group that waits for too little).
     local check
-    for check in "memcheck alexnet" "racecheck small" "synccheck small"; do
+    for check in "memcheck memcheck alexnet both" "racecheck racecheck small both" \
+                 "synccheck synccheck small both" "racecheck-ring racecheck small ca --tile 128x128x8/stages3"; do
         set -- $check
-        step "sanitizer-$1" 150 "TRACKER_CUPY_POOL=off \"\$SANITIZER\" --tool $1 --print-limit 20 \
-            python3 -m tracker selftest --batch 1 --shapes $2 --l1 both; rc=\$?
-            grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \$W/sanitizer-$1.log | tail -n 1 > \$W/sanitizer-$1.key
+        local name=$1 tool=$2 shapes=$3 l1=$4
+        shift 4
+        step "sanitizer-$name" 150 "TRACKER_CUPY_POOL=off \"\$SANITIZER\" --tool $tool --print-limit 20 \
+            python3 -m tracker selftest --batch 1 --shapes $shapes --l1 $l1 $*; rc=\$?
+            grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \$W/sanitizer-$name.log | tail -n 1 > \$W/sanitizer-$name.key
             exit \$rc"
     done
 }

@@ -13,15 +13,38 @@ KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "occup
                   "verified_on", "changed_since")
 
 
+def _tile(label: str | None):
+    """--tile's label as a Tile that common.cuh compiles, or a one-line usage error."""
+    if label is None:
+        return None
+    from tracker.ops.gemm import Tile
+    from tracker.ops.launch import DEFAULT_SHARED
+
+    try:
+        tile = Tile.parse(label)
+    except ValueError as exc:
+        raise click.BadParameter(f"{label!r} is not a tile label like 128x64x8/stages3/split4 ({exc})") from None
+    if not tile.valid:
+        raise click.BadParameter(f"{label}: the GEMM core cannot build it (warps must tile the CTA, the rings fit "
+                                 f"{tile.shared_bytes:,} of at most {DEFAULT_SHARED:,} bytes of shared memory)")
+    return tile
+
+
+def tile_option(what: str):
+    """--tile: a GEMM tile, as `tracker tune` names it, for the GEMM-shaped variants."""
+    return click.option("--tile", "tile", default=None, metavar="LABEL",
+                        callback=lambda ctx, param, value: _tile(value),
+                        help=f"{what} the GEMM-shaped variants with this tile, as `tracker tune` names it "
+                             "(e.g. 128x128x8/stages3, 64x64x8/warp8x4); default: the default tile.")
+
+
 @cli.command()
 @click.option("--arch", type=click.Choice(["sm_80", "sm_90"]), default="sm_90", show_default=True,
               help="GPU architecture to compile for.")
 @click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
               help="L1 policy: ca caches global loads in L1, cg bypasses it (-Xptxas -dlcm=cg, no "
                    "read-only path).")
-@click.option("--tile", "tile", default=None, metavar="LABEL", callback=lambda ctx, param, value: _tile(value),
-              help="Build the GEMM-shaped variants with this tile, as `tracker tune` names it "
-                   "(e.g. 128x128x8/stages3, 64x64x8/warp8x4; see the tuning table); default: the default tile.")
+@tile_option("Build")
 @format_option
 def kernels(arch, l1, tile, fmt):
     """Compile every kernel variant with NVRTC (no GPU needed) and list its resources.
@@ -57,23 +80,6 @@ def kernels(arch, l1, tile, fmt):
                    f"{unverified} never verified on a GPU")
 
 
-def _tile(label: str | None):
-    """--tile's label as a Tile that common.cuh compiles, or a one-line usage error."""
-    if label is None:
-        return None
-    from tracker.ops.gemm import Tile
-    from tracker.ops.launch import DEFAULT_SHARED
-
-    try:
-        tile = Tile.parse(label)
-    except ValueError as exc:
-        raise click.BadParameter(f"{label!r} is not a tile label like 128x64x8/stages3/split4 ({exc})") from None
-    if not tile.valid:
-        raise click.BadParameter(f"{label}: the GEMM core cannot build it (warps must tile the CTA, the rings fit "
-                                 f"{tile.shared_bytes:,} of at most {DEFAULT_SHARED:,} bytes of shared memory)")
-    return tile
-
-
 @cli.command()
 @click.option("--batch", "-b", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Images per batch for the AlexNet layer shapes.")
@@ -84,8 +90,9 @@ def _tile(label: str | None):
                    "cases, which reach every code path (fast; for compute-sanitizer).")
 @click.option("--record", is_flag=True,
               help="Write a verification record under tests/data/verified/ (commit it).")
+@tile_option("Check")
 @format_option
-def selftest(batch, l1, shapes, record, fmt):
+def selftest(batch, l1, shapes, record, tile, fmt):
     """Check every kernel variant against the NumPy reference on this machine's GPU.
 
     Fresh random inputs of every AlexNet layer's shapes at a small batch; outputs start as NaN
@@ -97,6 +104,7 @@ def selftest(batch, l1, shapes, record, fmt):
       tracker selftest
       tracker selftest --batch 4 --record
       compute-sanitizer --tool racecheck tracker selftest --shapes small --l1 ca
+      compute-sanitizer --tool racecheck tracker selftest --shapes small --l1 ca --tile 128x128x8/stages3
     """
     from tracker.gpu.runner import selftest as run_selftest
     from tracker.gpu.runner import summarize
@@ -104,12 +112,14 @@ def selftest(batch, l1, shapes, record, fmt):
     from tracker.nets import build
     from tracker.profile import require_gpu
 
-    require_gpu("tracker selftest")
-    policies = ("ca", "cg") if l1 == "both" else (l1,)
     if record and shapes != "alexnet":
         raise click.UsageError("--record vouches for AlexNet's shapes: drop --shapes small")
+    if record and tile is not None:
+        raise click.UsageError("--record vouches for the default tile's builds: drop --tile")
+    require_gpu("tracker selftest")
+    policies = ("ca", "cg") if l1 == "both" else (l1,)
     cases = small_cases() if shapes == "small" else tuple(network_cases(build("alexnet"), batch))
-    results, device = run_selftest(cases, policies, lambda line: click.echo(line, err=True))
+    results, device = run_selftest(cases, policies, lambda line: click.echo(line, err=True), tile)
     rows = summarize(results)
     emit(rows, fmt)
     failed = [r for r in rows if not r["passed"]]

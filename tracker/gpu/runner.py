@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from tracker.errors import BackendUnavailable
 from tracker.gpu.network import Executor
@@ -85,9 +85,10 @@ def _row(invocation: int, repeat: int, k, policy: str) -> dict:
                 block_z=block[2], shared_bytes=k.shared_bytes, registers=k.registers, time_ms=k.time_ms)
 
 
-def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None]):
+def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile: Any = None):
     """Every variant of every case (``ops.selftest.network_cases`` or ``small_cases()``) against the
-    reference: (results, device_info)."""
+    reference, the GEMM-shaped ones in ``tile`` (tracker.ops.gemm.Tile; None: the default):
+    (results, device_info)."""
     from tracker.ops import OPS
     from tracker.ops.selftest import run_case
 
@@ -97,7 +98,7 @@ def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None]):
         for case in cases:
             for variant in OPS[case.op].variants:
                 echo(f"{policy} {case.layer} {variant}")
-                results += [(policy, r) for r in run_case(backend, case, variant)]
+                results += [(policy, r) for r in run_case(backend, case, variant, tile=tile)]
     return results, device
 
 

@@ -135,6 +135,18 @@ def test_a_candidate_that_fails_is_reported_and_the_search_goes_on(emulator):
     assert sum("32x64x8/warp8x4 failed (CalledProcessError" in line for line in said) == 2
 
 
+def test_a_spent_time_budget_starts_no_candidate(emulator):
+    from time import perf_counter
+
+    from test_network_plan import small_net
+
+    found = tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
+    said: list[str] = []
+    rows = tune.search(emulator, found, (DEFAULT,), reps=1, device_name="CPU emulation", echo=said.append,
+                       deadline=perf_counter())
+    assert rows == [] and said[-1] == f"time budget spent: 1 of {len(found)} layer phases searched"
+
+
 def test_tune_refuses_without_a_gpu_in_one_line(runner, tmp_path):
     db = tmp_path / "trace.db"
     result = runner.invoke(cli, ["tune", "alexnet", "--batch", "8", "--db", str(db)])

@@ -79,15 +79,19 @@ def candidates(shapes: tuple[Tile, ...] = SHAPES, splits: tuple[int, ...] = SPLI
 
 def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int, device_name: str,
            echo: Callable[[str], None] = lambda line: None, refine: bool = True,
-           keep: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
+           keep: Callable[[list[dict]], None] = lambda rows: None, deadline: float | None = None) -> list[dict]:
     """Verify and time every tile at every target, then (``refine``) the neighbours of the
     target's fastest verified one (other pipeline stages, the other warp layout); a row per
     (target, tile) for the tuning table, handed to ``keep`` target by target (so that an
     interrupted search keeps what it finished). A tile whose split-K slices come out the same as
     an earlier one's at this shape is skipped; one that fails to compile or run is reported and
-    skipped, and the search goes on."""
+    skipped, and the search goes on. Past ``deadline`` (a perf_counter time) no candidate starts."""
     verified: dict[tuple, dict[str, float | None]] = {}
     rows: list[dict] = []
+
+    def spent() -> bool:
+        return deadline is not None and perf_counter() > deadline
+
     for n, target in enumerate(targets, 1):
         arrays = _arrays(b, target.case)
         tried: dict[Tile, dict] = {}  # the tile, with the split-K slices that ran -> its row
@@ -104,16 +108,20 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
                 echo(f"  {target.layer} {target.phase}: {tile.label} failed ({type(exc).__name__}: {why})")
 
         for tile in tiles:
-            attempt(tile)
+            if not spent():
+                attempt(tile)
         top = fastest(list(tried.values()), target)
-        if refine and top:
-            for tile in Tile.parse(top["tile"]).neighbours():
+        for tile in Tile.parse(top["tile"]).neighbours() if refine and top else ():
+            if not spent():
                 attempt(tile)
         rows += tried.values()
         keep(list(tried.values()))
         best = fastest(rows, target)
         echo(f"[{n}/{len(targets)}] {target.layer} {target.phase} ({target.variant}): "
              f"{best['tile']} {best['time_ms']:.3f} ms" if best else f"{target.layer} {target.phase}: none verified")
+        if spent():
+            echo(f"time budget spent: {n} of {len(targets)} layer phases searched")
+            break
     return rows
 
 

@@ -148,9 +148,12 @@ TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "defaul
               help="Batch at which each candidate is checked against the NumPy reference.")
 @click.option("--quick", is_flag=True,
               help="Try the default tile shape with each split-K count (and the fastest's neighbours) only.")
+@click.option("--budget", type=click.IntRange(0, None), default=0, metavar="SECONDS",
+              help="Start no candidate after this many seconds; what was measured is stored and used "
+                   "(0: no limit).")
 @network_options
 @format_option
-def tune(network, batch, db, variant, reps, verify_batch, quick, fmt, **kwargs):
+def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **kwargs):
     """Search GEMM schedules per layer phase on this GPU, store them, and run the fastest.
 
     For every layer phase built on the tiled GEMM (conv shared/fused/gemm, linear shared/fused),
@@ -165,6 +168,7 @@ def tune(network, batch, db, variant, reps, verify_batch, quick, fmt, **kwargs):
     Examples:
       tracker tune alexnet --batch 128
       tracker tune alexnet --batch 128 --variant conv=fused --quick --format json
+      tracker tune alexnet --batch 128 --budget 300
       tracker sql "SELECT layer, phase, tile, time_ms FROM tuning WHERE verified ORDER BY time_ms"
     """
     from tracker.ops import OPS
@@ -175,5 +179,6 @@ def tune(network, batch, db, variant, reps, verify_batch, quick, fmt, **kwargs):
     require_gpu("tracker tune")
     from tracker.gpu.runner import tune as run_tune
 
-    rows = run_tune(db, net, batch, chosen, reps, verify_batch, quick, lambda line: click.echo(line, err=True))
+    rows = run_tune(db, net, batch, chosen, reps, verify_batch, quick, lambda line: click.echo(line, err=True),
+                    budget)
     emit(rows, fmt, None if fmt == "json" else TUNE_COLUMNS)

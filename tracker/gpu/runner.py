@@ -109,8 +109,11 @@ def summarize(results) -> list[dict]:
 
 
 def tune(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps: int, verify_batch: int, quick: bool,
-         echo: Callable[[str], None]) -> list[dict]:
-    """`tracker tune` on this GPU: search, store every candidate, and summarize per layer phase."""
+         echo: Callable[[str], None], budget_s: float = 0) -> list[dict]:
+    """`tracker tune` on this GPU: search (no candidate starts after ``budget_s`` seconds, if
+    set), store every candidate, and summarize per layer phase."""
+    from time import perf_counter
+
     from tracker import tune as search
     from tracker.gpu.network import check_indexing
     from tracker.ops.gemm import DEFAULT
@@ -123,7 +126,8 @@ def tune(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps:
     tiles = search.candidates((DEFAULT,)) if quick else search.candidates()
     echo(f"device: {device['device_name']}; {len(found)} layer phases x {len(tiles)} candidate tiles")
     rows = search.search(backend, found, tiles, reps, device["device_name"], echo,
-                         keep=lambda done: search.store(store, done))  # target by target: Ctrl-C keeps them
+                         keep=lambda done: search.store(store, done),  # target by target: Ctrl-C keeps them
+                         deadline=perf_counter() + budget_s if budget_s else None)
     echo(f"stored {len(rows)} candidates in {store.where}")
     store.dispose()
     return search.summary(found, rows)

@@ -14,7 +14,10 @@
 // separates writing a buffer from reading it. Plain operands go straight to shared memory with
 // cp.async (LDGSTS, sm_80 on), which needs no staging registers, so more stages are more loads in
 // flight; an operand read through a ReLU mask, and every operand of the L1-bypass build, is staged
-// through registers, one k-tile ahead.
+// through registers, one k-tile ahead. Every GEMM kernel is __launch_bounds__(GEMM_THREADS,
+// MIN_CTAS): 0 leaves registers to ptxas's own trade-off, 1 gives the code all it asks for, 2
+// holds a 256-thread tile to 128 (spilling if it must) so that two CTAs share an SM; `tracker
+// tune` measures which pays.
 //
 // The sizes are not written here: tracker/ops/gemm.py hands them to NVRTC as -D options (and
 // tracker/ops/conv2d.py CONSTANT_FLOATS), so the launch grids computed in
@@ -34,7 +37,7 @@
 #endif
 
 #if !defined(TILE_M) || !defined(TILE_N) || !defined(TILE_K) || !defined(THREAD_M) || !defined(THREAD_N) || \
-    !defined(GEMM_THREADS) || !defined(WARP_ROWS) || !defined(STAGES) || !defined(TILE_PAD)
+    !defined(GEMM_THREADS) || !defined(WARP_ROWS) || !defined(STAGES) || !defined(TILE_PAD) || !defined(MIN_CTAS)
 #error "the GEMM's sizes come from tracker/ops/gemm.py as -D options (tracker.gpu.kernels.compile_options)"
 #endif
 static_assert(THREAD_M == 8 && THREAD_N == 8, "a thread's block is two 4-row by two 4-column groups");

@@ -287,7 +287,7 @@ struct Im2colT {
 
 // GEMM M = K, N = batch * P*Q, K = C*R*S. Grid: (ceil(N / TILE_N), ceil(M / TILE_M), splits).
 // relu != 0 is the fused variant's epilogue.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
 conv2d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const float* RESTRICT bias,
                     float* RESTRICT y, float* RESTRICT partial, ConvShape s, int k_chunk, int relu) {
     const int crs = s.C * s.R * s.S, pq = s.P * s.Q;
@@ -296,7 +296,7 @@ conv2d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const floa
 }
 
 // GEMM M = C, N = batch * H*W, K = K*R*S. relu_y: the fused forward's output, or nullptr.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
 conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, const float* RESTRICT relu_y,
                          float* RESTRICT dx, float* RESTRICT partial, ConvShape s, int k_chunk) {
     const int hw = s.H * s.W;
@@ -307,7 +307,7 @@ conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, cons
 
 // GEMM M = K, N = C*R*S, K = batch * P*Q: the reduction runs over every image, so split-K is
 // what gives this phase enough CTAs.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
 conv2d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x, const float* RESTRICT relu_y,
                            float* RESTRICT dw, float* RESTRICT partial, ConvShape s, int k_chunk) {
     const int crs = s.C * s.R * s.S;

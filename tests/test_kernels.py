@@ -85,6 +85,15 @@ def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_tile_shap
         assert r.block_threads == tile.threads and occupancy(r, "sm_90") > 0, (tile.label, name, r)
 
 
+def test_two_ctas_per_sm_cap_a_256_thread_tile_at_128_registers():
+    """min_ctas 2 (`/ctas2`): __launch_bounds__ holds every GEMM kernel of the default tile shape to
+    128 registers, so that two CTAs share an SM (occupancy 25 %) whatever ptxas would choose."""
+    tile = gemm.Tile(min_ctas=2)
+    for source, name in GEMM_KERNELS:
+        r = build(source, "sm_90", "ca", tile.overrides).kernels[name]
+        assert r.registers <= 128 and occupancy(r, "sm_90") == 0.25, (name, r)
+
+
 def test_the_instruction_mix_is_read_from_the_main_loop():
     text = """
         Function : k

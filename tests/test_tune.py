@@ -53,19 +53,23 @@ def test_split_k_is_chosen_from_the_shape():
 
 
 def test_a_tile_names_what_differs_from_the_default_and_its_neighbours_fit():
-    tile = Tile(64, 64, 8, split=2, stages=4, warp_rows=8)
-    assert tile.label == "64x64x8/stages4/warp8x4/split2" and Tile.parse(tile.label) == tile
+    tile = Tile(64, 64, 8, split=2, stages=4, warp_rows=8, min_ctas=1)
+    assert tile.label == "64x64x8/stages4/warp8x4/ctas1/split2" and Tile.parse(tile.label) == tile
     with pytest.raises(ValueError, match="'ring3' is not"):
         Tile.parse("64x64x8/ring3")
     # the rings of A and B, padded, in shared memory: 2 x 8 x (128 + 4 + 128 + 4) floats
     assert DEFAULT.shared_bytes == 16896 and DEFAULT.defines()["STAGES"] == 2
-    assert [t.label for t in DEFAULT.neighbours()] == ["128x128x8/stages3", "128x128x8/stages4", "128x128x8/warp8x4"]
+    assert [t.label for t in DEFAULT.neighbours()] == ["128x128x8/stages3", "128x128x8/stages4", "128x128x8/warp8x4",
+                                                       "128x128x8/ctas1", "128x128x8/ctas2"]
+    # two CTAs of 64 threads fit an SM at any register count: a cap of 2 would change nothing
+    assert "64x64x8/ctas2" not in {t.label for t in Tile(64, 64, 8).neighbours()}
     # 3 stages of 128 x 128 x 16 need 50,688 bytes, past the 48 KiB a CTA's static arrays may take;
     # 32 x 64 has no room for 8 x 4 warps (64 rows)
     assert Tile(128, 128, 16, stages=3).shared_bytes == 50688
-    assert [t.label for t in Tile(128, 128, 16).neighbours()] == ["128x128x16/warp8x4"]
+    assert [t.label for t in Tile(128, 128, 16).neighbours()] == ["128x128x16/warp8x4", "128x128x16/ctas1",
+                                                                   "128x128x16/ctas2"]
     assert not Tile(32, 64, 8, warp_rows=8).valid and [t.label for t in Tile(32, 64, 8).neighbours()] == \
-        ["32x64x8/stages3", "32x64x8/stages4"]
+        ["32x64x8/stages3", "32x64x8/stages4", "32x64x8/ctas1"]
     assert all(t.valid for t in SHAPES + RINGS)
 
 

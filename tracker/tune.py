@@ -2,9 +2,9 @@
 
 For each layer phase whose launch is built on the tiled GEMM (tracker/ops/gemm.py), every
 candidate ``Tile`` (CTA tile shape, k-tile, split-K slices), then each neighbour of the fastest
-(its other pipeline depths and warp layout: one axis at a time, so the search stays a few
-candidates longer rather than three times as long), is compiled through the registry's ``-D``
-sizes, checked against the NumPy reference (at a small batch: the reference is float64
+(its other pipeline depths, warp layout and register policy: one axis at a time, so the search
+grows by a few candidates rather than several times over), is compiled through the registry's
+``-D`` sizes, checked against the NumPy reference (at a small batch: the reference is float64
 NumPy), and timed at the real batch (median of ``reps``, L2 flushed before each). Every candidate
 and its time goes to the trace database's ``tuning`` table; from then on a profile on that GPU
 runs the fastest verified tile for each layer phase (``best``), unless told otherwise.
@@ -81,7 +81,7 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
            echo: Callable[[str], None] = lambda line: None, refine: bool = True,
            keep: Callable[[list[dict]], None] = lambda rows: None, deadline: float | None = None) -> list[dict]:
     """Verify and time every tile at every target, then (``refine``) the neighbours of the
-    target's fastest verified one (other pipeline stages, the other warp layout); a row per
+    target's fastest verified one (``Tile.neighbours``); a row per
     (target, tile) for the tuning table, handed to ``keep`` target by target (so that an
     interrupted search keeps what it finished). A tile whose split-K slices come out the same as
     an earlier one's at this shape is skipped; one that fails to compile or run is reported and

@@ -18,7 +18,7 @@ from tracker.gpu.kernels import KERNEL_DIR, define_options, source_text
 from tracker.ops.launch import DEFAULT_SHARED, LaunchRecord, Struct
 
 HERE = Path(__file__).parent
-_KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\w+\)\s*)?(\w+)\(')
+_KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([\w, ]+\)\s*)?(\w+)\(')
 _CONSTANT = re.compile(r"__constant__ float (\w+)\[")
 _DYNAMIC = re.compile(r"extern __shared__ float (\w+)\[\];")
 

@@ -158,7 +158,7 @@ def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **
 
     For every layer phase built on the tiled GEMM (conv shared/fused/gemm, linear shared/fused),
     each candidate tile (CTA tile, k-tile, split-K slices), then the fastest one's neighbours
-    (its other pipeline depths, its other warp layout), is compiled through the registry's -D
+    (its other pipeline depths, warp layout and register policy), is compiled through the registry's -D
     sizes, checked against the NumPy reference at --verify-batch, and timed at --batch with CUDA
     events. Every candidate and its time is stored in the trace database's tuning table; from
     then on tracker profile on this GPU runs the fastest verified tile of each layer phase

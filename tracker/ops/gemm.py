@@ -22,6 +22,12 @@ THREAD = 8  # THREAD_M = THREAD_N: outputs per thread along each side (common.cu
 PAD = 4  # floats after each k-row of a shared tile (common.cuh's TILE_PAD: no bank conflicts, rows 16-byte aligned)
 STAGES = (2, 3, 4)  # k-tiles in the shared-memory ring: 2 is double buffering
 WARP_ROWS = (4, 8)  # a warp's threads as 4 x 8 (32 x 64 outputs) or 8 x 4 (64 x 32)
+# __launch_bounds__' CTAs per SM: 0 leaves registers to ptxas's own trade-off (it may hold a
+# 256-thread tile to 128 for two CTAs an SM); 1 gives the code all it asks for (one CTA); 2 caps a
+# 256-thread tile at 128, spilling if it must.
+MIN_CTAS = (0, 1, 2)
+REGISTERS = 64 * 1024  # 32-bit registers per SM (sm_80, sm_90)
+MAX_REGISTERS = 255  # per thread
 # Split-K aims for this many CTAs (two per SM of an H100's 132) and gives each split at least
 # MIN_K_TILES k-tiles; `tracker tune` measures what suits another GPU.
 TARGET_CTAS = 264
@@ -31,8 +37,9 @@ MIN_K_TILES = 16
 @dataclass(frozen=True)
 class Tile:
     """A GEMM schedule: CTA tiles of ``m`` x ``n`` outputs, k-tiles of ``k`` in a ring of
-    ``stages`` shared-memory buffers, warps of ``warp_rows`` x (32 / warp_rows) threads, and
-    ``split`` slices of the reduction (split-K; 0: as many as ``splits`` deems right for the shape)."""
+    ``stages`` shared-memory buffers, warps of ``warp_rows`` x (32 / warp_rows) threads, registers
+    for ``min_ctas`` CTAs an SM (0: ptxas's choice; see MIN_CTAS), and ``split`` slices of the
+    reduction (split-K; 0: as many as ``splits`` deems right for the shape)."""
 
     m: int = 128
     n: int = 128
@@ -40,6 +47,7 @@ class Tile:
     split: int = 0
     stages: int = 2
     warp_rows: int = 4
+    min_ctas: int = 0
 
     @property
     def threads(self) -> int:
@@ -54,21 +62,31 @@ class Tile:
     def valid(self) -> bool:
         """Whether common.cuh compiles it: warps tile the CTA, and the rings fit in shared memory."""
         warp_cols = 32 // self.warp_rows
-        return (self.warp_rows * warp_cols == 32 and self.m % (self.warp_rows * THREAD) == 0
+        return (self.warp_rows * warp_cols == 32 and self.m % (self.warp_rows * THREAD) == 0 and self.min_ctas >= 0
                 and self.n % (warp_cols * THREAD) == 0 and self.stages >= 2 and self.shared_bytes <= DEFAULT_SHARED
                 and self.threads % self.k == 0 and self.m % (self.threads // self.k) == 0
                 and self.n % (self.threads // self.k) == 0)  # common.cuh's LANES cover a k-row
 
+    @property
+    def caps_registers(self) -> bool:
+        """Whether min_ctas caps registers below what a thread may have anyway."""
+        return self.min_ctas > 0 and REGISTERS // (self.min_ctas * self.threads) < MAX_REGISTERS
+
     def neighbours(self) -> tuple["Tile", ...]:
-        """The valid tiles that differ from this one in pipeline stages or in warp layout alone:
-        what `tracker tune` tries around the fastest tile shape."""
+        """The valid tiles that differ from this one in pipeline stages, warp layout or CTAs per
+        SM alone (a register cap that binds nothing is no neighbour): what `tracker tune` tries
+        around the fastest tile shape."""
+        capped = (replace(self, min_ctas=c) for c in MIN_CTAS if c != self.min_ctas)
+        binding = (t for t in capped if t.min_ctas <= 1 or t.caps_registers)  # a cap that binds nothing: no news
         return tuple(t for t in (*(replace(self, stages=s) for s in STAGES if s != self.stages),
-                                 *(replace(self, warp_rows=w) for w in WARP_ROWS if w != self.warp_rows)) if t.valid)
+                                 *(replace(self, warp_rows=w) for w in WARP_ROWS if w != self.warp_rows),
+                                 *binding) if t.valid)
 
     def defines(self) -> dict[str, int]:
         """The -D sizes kernels/common.cuh compiles this tile with."""
         return {"TILE_M": self.m, "TILE_N": self.n, "TILE_K": self.k, "THREAD_M": THREAD, "THREAD_N": THREAD,
-                "GEMM_THREADS": self.threads, "STAGES": self.stages, "WARP_ROWS": self.warp_rows, "TILE_PAD": PAD}
+                "GEMM_THREADS": self.threads, "STAGES": self.stages, "WARP_ROWS": self.warp_rows, "TILE_PAD": PAD,
+                "MIN_CTAS": self.min_ctas}
 
     @property
     def overrides(self) -> tuple[tuple[str, int], ...]:
@@ -94,9 +112,10 @@ class Tile:
 
     @property
     def label(self) -> str:
-        """'128x64x8', then what differs from the defaults: '/stages3', '/warp8x4', '/split4'."""
+        """'128x64x8', then what differs from the defaults: '/stages3', '/warp8x4', '/ctas2', '/split4'."""
         extra = ((f"/stages{self.stages}" if self.stages != Tile.stages else "")
                  + (f"/warp{self.warp_rows}x{32 // self.warp_rows}" if self.warp_rows != Tile.warp_rows else "")
+                 + (f"/ctas{self.min_ctas}" if self.min_ctas != Tile.min_ctas else "")
                  + (f"/split{self.split}" if self.split else ""))
         return f"{self.m}x{self.n}x{self.k}{extra}"
 
@@ -117,8 +136,10 @@ class Tile:
                 tile = replace(tile, stages=int(value))
             elif name == "warp":
                 tile = replace(tile, warp_rows=int(value.split("x")[0]))
+            elif name == "ctas":
+                tile = replace(tile, min_ctas=int(value))
             else:
-                raise ValueError(f"{label!r}: {extra!r} is not stagesN, warpRxC or splitN")
+                raise ValueError(f"{label!r}: {extra!r} is not stagesN, warpRxC, ctasN or splitN")
         return tile
 
 

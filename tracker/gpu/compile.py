@@ -23,7 +23,7 @@ from pathlib import Path
 from tracker.errors import TrackerError
 from tracker.gpu.kernels import CUPY_ADDS, Overrides, compile_options, source_text
 from tracker.ops.gemm import Tile
-from tracker.ops.launch import THREADS
+from tracker.ops.launch import SM_REGISTERS, THREADS
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def block_bounds(ptx: str) -> dict[str, int]:
 
 
 # Per SM, for occupancy: registers, shared memory a block may have, threads, blocks.
-SM_LIMITS = {"sm_80": (65536, 163 * 1024, 2048, 32), "sm_90": (65536, 227 * 1024, 2048, 32)}
+SM_LIMITS = {"sm_80": (SM_REGISTERS, 163 * 1024, 2048, 32), "sm_90": (SM_REGISTERS, 227 * 1024, 2048, 32)}
 
 
 def occupancy(r: Resources, arch: str) -> float:

@@ -1,7 +1,7 @@
 """The tiled GEMM that every matrix-shaped variant launches (kernels/common.cuh, kernels/gemm.cu):
-its schedules (``Tile``: CTA tile, k-tile, pipeline stages, warp layout, split-K), handed to NVRTC as ``-D`` options from here,
-its launch geometry, the split-K reduction and the bias gradient. Not an op itself: conv and
-linear launch it.
+its schedules (``Tile``: CTA tile, k-tile, pipeline stages, warp layout, register policy,
+split-K), handed to NVRTC as ``-D`` options from here, its launch geometry, the split-K reduction
+and the bias gradient. Not an op itself: conv and linear launch it.
 
 C[m][n] = sum_k A(m, k) B(k, n) in CTA tiles of TILE_M x TILE_N and k-tiles of TILE_K; each
 thread accumulates a THREAD_M x THREAD_N (8 x 8) register block, so a CTA has
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from tracker.ops.launch import DEFAULT_SHARED, THREADS, Backend, blocks, tiles
+from tracker.ops.launch import DEFAULT_SHARED, SM_REGISTERS, THREADS, Backend, blocks, tiles
 from tracker.ops.registry import Launch, Launcher, launch
 
 THREAD = 8  # THREAD_M = THREAD_N: outputs per thread along each side (common.cuh's register block)
@@ -26,7 +26,6 @@ WARP_ROWS = (4, 8)  # a warp's threads as 4 x 8 (32 x 64 outputs) or 8 x 4 (64 x
 # 256-thread tile to 128 for two CTAs an SM); 1 gives the code all it asks for (one CTA); 2 caps a
 # 256-thread tile at 128, spilling if it must.
 MIN_CTAS = (0, 1, 2)
-REGISTERS = 64 * 1024  # 32-bit registers per SM (sm_80, sm_90)
 MAX_REGISTERS = 255  # per thread
 # Split-K aims for this many CTAs (two per SM of an H100's 132) and gives each split at least
 # MIN_K_TILES k-tiles; `tracker tune` measures what suits another GPU.
@@ -61,16 +60,17 @@ class Tile:
     @property
     def valid(self) -> bool:
         """Whether common.cuh compiles it: warps tile the CTA, and the rings fit in shared memory."""
-        warp_cols = 32 // self.warp_rows
-        return (self.warp_rows * warp_cols == 32 and self.m % (self.warp_rows * THREAD) == 0 and self.min_ctas >= 0
-                and self.n % (warp_cols * THREAD) == 0 and self.stages >= 2 and self.shared_bytes <= DEFAULT_SHARED
-                and self.threads % self.k == 0 and self.m % (self.threads // self.k) == 0
-                and self.n % (self.threads // self.k) == 0)  # common.cuh's LANES cover a k-row
+        warp_cols, lanes = 32 // self.warp_rows, self.threads // self.k  # lanes: common.cuh's LANES
+        warps_tile = (self.warp_rows * warp_cols == 32 and self.m % (self.warp_rows * THREAD) == 0
+                      and self.n % (warp_cols * THREAD) == 0)
+        lanes_cover_a_k_row = self.threads % self.k == 0 and self.m % lanes == 0 and self.n % lanes == 0
+        return (warps_tile and lanes_cover_a_k_row and self.stages >= 2 and self.min_ctas >= 0
+                and self.shared_bytes <= DEFAULT_SHARED)
 
     @property
     def caps_registers(self) -> bool:
         """Whether min_ctas caps registers below what a thread may have anyway."""
-        return self.min_ctas > 0 and REGISTERS // (self.min_ctas * self.threads) < MAX_REGISTERS
+        return self.min_ctas > 0 and SM_REGISTERS // (self.min_ctas * self.threads) < MAX_REGISTERS
 
     def neighbours(self) -> tuple["Tile", ...]:
         """The valid tiles that differ from this one in pipeline stages, warp layout or CTAs per

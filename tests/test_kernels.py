@@ -8,12 +8,12 @@ import pytest
 
 from tracker.cli import cli
 from tracker.gpu import verified
-from tracker.gpu.compile import build, global_loads, instruction_mix, occupancy, variant_rows
+from tracker.gpu.compile import build, build_all, global_loads, instruction_mix, occupancy, variant_rows
 from tracker.gpu.kernels import ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, compile_options, source_hash, source_text
 from tracker.gpu.kernels import sources as kernel_sources
 from tracker.ops import OPS, gemm
 
-from test_tune import RINGS
+from test_tune import RING, SCHEDULES
 
 TABLE = tuple(OPS.launches())
 SOURCES = kernel_sources()
@@ -28,7 +28,7 @@ def test_the_table_covers_every_op_phase_and_variant_once():
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("policy", L1_POLICIES)
 def test_every_kernel_compiles_without_spills(arch, policy):
-    builds = {source: build(source, arch, policy) for source in SOURCES}
+    builds = {job[0]: b for job, b in build_all((source, arch, policy, ()) for source in SOURCES).items()}
     for variant in TABLE:
         for k in variant.kernels:
             assert k.name in builds[k.source].kernels, f"{variant.key}: no kernel {k.name} in {k.source}"
@@ -72,14 +72,20 @@ GEMM_KERNELS = sorted({(k.source, k.name) for v in TABLE if v.tunable for k in v
                        if k.name.startswith(("gemm_", "conv2d_"))})
 
 
-@pytest.mark.parametrize("tile", gemm.SHAPES + RINGS, ids=lambda t: t.label)
-def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_tile_shape(tile):
-    """Read from the sm_90 SASS of every GEMM-shaped kernel, for every tile `tracker tune` tries:
-    the k-loop's FFMA per LDS (the old 64 x 64 core with 4 x 4 scalar blocks issued 2), its
+@pytest.fixture(scope="module")
+def schedule_builds():
+    """The sm_90 builds of every schedule's GEMM modules, compiled all at once."""
+    return build_all((source, "sm_90", "ca", tile.overrides) for tile in SCHEDULES for source, _ in GEMM_KERNELS)
+
+
+@pytest.mark.parametrize("tile", SCHEDULES, ids=lambda t: t.label)
+def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_schedule(schedule_builds, tile):
+    """Read from the sm_90 SASS of every GEMM-shaped kernel, for every schedule `tracker tune` can
+    run: the k-loop's FFMA per LDS (the old 64 x 64 core with 4 x 4 scalar blocks issued 2), its
     fragments loaded as 128-bit LDS, its operands (all but one read through a ReLU mask) copied
     to shared memory with cp.async, no spills, and at least one CTA fits on an SM."""
     for source, name in GEMM_KERNELS:
-        r = build(source, "sm_90", "ca", tile.overrides).kernels[name]
+        r = schedule_builds[source, "sm_90", "ca", tile.overrides].kernels[name]
         assert r.ffma_per_lds is not None and r.ffma_per_lds >= 8, (tile.label, name, r)
         assert r.wide_loads > 0 and r.cp_async > 0 and (r.spill_stores, r.spill_loads) == (0, 0), (tile.label, name, r)
         assert r.block_threads == tile.threads and occupancy(r, "sm_90") > 0, (tile.label, name, r)
@@ -88,9 +94,10 @@ def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_tile_shap
 def test_two_ctas_per_sm_cap_a_256_thread_tile_at_128_registers():
     """min_ctas 2 (`/ctas2`): __launch_bounds__ holds every GEMM kernel of the default tile shape to
     128 registers, so that two CTAs share an SM (occupancy 25 %) whatever ptxas would choose."""
-    tile = gemm.Tile(min_ctas=2)
+    job = ("sm_90", "ca", gemm.Tile(min_ctas=2).overrides)
+    builds = build_all((source, *job) for source, _ in GEMM_KERNELS)
     for source, name in GEMM_KERNELS:
-        r = build(source, "sm_90", "ca", tile.overrides).kernels[name]
+        r = builds[source, *job].kernels[name]
         assert r.registers <= 128 and occupancy(r, "sm_90") == 0.25, (name, r)
 
 
@@ -143,7 +150,7 @@ def test_kernels_command_builds_a_tuned_tile(runner):
     """--tile builds the GEMM-shaped variants with that tile (its rings in shared memory), which no
     record vouches for; the others keep the default build. A label that is no tile, or a tile the
     core cannot build, is a one-line usage error."""
-    ring = RINGS[0]
+    ring = RING
     result = runner.invoke(cli, ["kernels", "--l1", "ca", "--tile", ring.label, "--format", "json"])
     assert result.exit_code == 0, result.output
     rows = {(r["op"], r["phase"], r["variant"]): r for r in json.loads(result.stdout)}

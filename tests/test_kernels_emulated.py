@@ -10,7 +10,7 @@ from tracker.ops import OPS
 from tracker.ops.gemm import DEFAULT
 from tracker.ops.selftest import run_case, small_cases
 
-from test_tune import RINGS
+from test_tune import RING
 
 
 @pytest.mark.parametrize("case", small_cases(), ids=lambda c: f"{c.op}-{c.layer}")
@@ -47,7 +47,7 @@ def test_the_gemm_convolution_folds_chunks_of_images_into_each_gemm(emulator, mo
     assert [g[0] for k, g in launched if k == "gemm_nn"] == [2, 1]  # 162 and 81 columns in 128-wide tiles
 
 
-@pytest.mark.parametrize("tile", [DEFAULT, RINGS[0]], ids=lambda t: t.label)
+@pytest.mark.parametrize("tile", [DEFAULT, RING], ids=lambda t: t.label)
 def test_the_l1_bypass_build_stages_the_gemm_operands_and_matches_too(tmp_path, tile):
     """The cg build's GEMM stages every operand through registers (a 4-byte cp.async would fill
     L1): that path, emulated from the same source with -DTRACKER_L1_BYPASS, against the reference,

@@ -19,16 +19,25 @@ TUNABLE = [(case, name) for case in small_cases() for name, variant in OPS[case.
            if any(launch.tunable for launch in variant.launches.values())]
 
 
-# Neighbours tune tries around the fastest shape: a 3-deep ring (not a power of two), and a
-# 4-deep one of 8 x 4 warps.
-RINGS = (Tile(128, 128, 8, stages=3), Tile(64, 64, 8, stages=4, warp_rows=8))
+# Every schedule `tracker tune` can run, as code: each shape and its neighbours in ring depth and
+# warp layout; and one that only `--tile` can ask for (both at once). A register policy (/ctas1,
+# /ctas2) changes what ptxas allocates, not the code: test_kernels holds its SASS.
+SCHEDULES = (*dict.fromkeys(t for shape in SHAPES for t in (shape, *shape.neighbours()) if t.min_ctas == 0),
+             Tile(64, 64, 8, stages=4, warp_rows=8))
+RING = Tile(128, 128, 8, stages=3)  # a 3-deep ring: not a power of two
 
 
-@pytest.mark.parametrize("tile", [replace(tile, split=3) for tile in SHAPES + RINGS], ids=lambda t: t.label)
+@pytest.fixture(scope="module")
+def schedules_compiled(emulator):
+    sources = sorted({k.source for v in OPS.launches() if v.tunable for k in v.kernels})
+    emulator.prepare((source, tile.overrides) for tile in SCHEDULES for source in sources)
+
+
+@pytest.mark.usefixtures("schedules_compiled")
+@pytest.mark.parametrize("tile", [replace(tile, split=3) for tile in SCHEDULES], ids=lambda t: t.label)
 def test_every_candidate_tile_matches_the_reference(emulator, tile):
-    """Each tile shape `tracker tune` tries, and rings of other depths and warp layouts, with the
-    reduction cut in (up to) three slices, on every GEMM-shaped variant of conv and linear at
-    the small cases."""
+    """Every schedule `tracker tune` can run, with the reduction cut in (up to) three slices, on
+    every GEMM-shaped variant of conv and linear at the small cases."""
     emulator.log.clear()
     for case, variant in TUNABLE:
         results = run_case(emulator, case, variant, seed=2, tile=tile)
@@ -70,7 +79,7 @@ def test_a_tile_names_what_differs_from_the_default_and_its_neighbours_fit():
                                                                    "128x128x16/ctas2"]
     assert not Tile(32, 64, 8, warp_rows=8).valid and [t.label for t in Tile(32, 64, 8).neighbours()] == \
         ["32x64x8/stages3", "32x64x8/stages4", "32x64x8/ctas1"]
-    assert all(t.valid for t in SHAPES + RINGS)
+    assert all(t.valid for t in SCHEDULES) and len(SCHEDULES) == 26 and RING in SCHEDULES
 
 
 def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp_path):

@@ -7,9 +7,11 @@ arrays are NumPy float32 (int32 labels). For tests only: see cuda_emu.h for what
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +59,12 @@ class Emulator:
                            capture_output=True)
             self.libs[source, defines] = ctypes.CDLL(str(lib))
         return self.libs[source, defines]
+
+    def prepare(self, builds) -> None:
+        """Compile these (source, defines) builds now, as many at once as there are CPUs (g++ is
+        a process), rather than one at a time as launches first need them."""
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            list(pool.map(lambda build: self._lib(*build), dict.fromkeys(builds)))
 
     def launch(self, source, kernel, grid, block, args, shared_bytes=0, defines=()):
         assert shared_bytes <= DEFAULT_SHARED, f"{kernel}: {shared_bytes} bytes of dynamic shared memory"

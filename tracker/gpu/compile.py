@@ -12,18 +12,22 @@ The options are the runtime's own: ``compile_options`` and what CuPy adds (``CUP
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterable
 
 from tracker.errors import TrackerError
 from tracker.gpu.kernels import CUPY_ADDS, Overrides, compile_options, source_text
 from tracker.ops.gemm import Tile
 from tracker.ops.launch import SM_REGISTERS, THREADS
+from tracker.ops.registry import Launch
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,14 @@ def _check(result, what: str):
     return rest[0] if len(rest) == 1 else rest
 
 
-@lru_cache(maxsize=None)
 def build(source: str, arch: str, l1_policy: str, overrides: Overrides = ()) -> Build:
     """Compile kernels/``source`` for ``arch`` (sm_80, sm_90) with L1 policy ``ca`` or ``cg``, and
-    -D ``overrides`` (a GEMM tile other than the default)."""
+    -D ``overrides`` (a GEMM tile other than the default); once a process."""
+    return _build(source, arch, l1_policy, overrides)  # one cache key however the call is spelled
+
+
+@lru_cache(maxsize=None)
+def _build(source: str, arch: str, l1_policy: str, overrides: Overrides) -> Build:
     nvrtc = _nvrtc()
     options = [o.encode() for o in (*compile_options(l1_policy, arch, overrides), *CUPY_ADDS, "-Xptxas", "-v")]
     program = _check(nvrtc.nvrtcCreateProgram(source_text(source, overrides).encode(), source.encode(), 0, [], []),
@@ -91,6 +99,17 @@ def build(source: str, arch: str, l1_policy: str, overrides: Overrides = ()) -> 
                              **loads.get(name, {}), **mix.get(name, {}))
                for name, r in parse_ptxas(log).items()}
     return Build(source, arch, l1_policy, kernels, hashlib.sha256(cubin).hexdigest()[:16])
+
+
+Job = tuple[str, str, str, Overrides]  # build's arguments: source, arch, L1 policy, overrides
+
+
+def build_all(jobs: Iterable[Job]) -> dict[Job, Build]:
+    """``build`` for each job, as many at once as there are CPUs: NVRTC and cuobjdump run outside
+    Python's lock, and one compile takes seconds."""
+    todo = list(dict.fromkeys(jobs))
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return dict(zip(todo, pool.map(lambda job: build(*job), todo)))
 
 
 def _read(get_size, get, program, what: str) -> bytes:
@@ -253,13 +272,19 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = No
     from tracker.gpu.verified import records, status
     from tracker.ops import OPS
 
+    def overrides(variant: Launch) -> Overrides:
+        return tile.overrides if tile is not None and variant.tunable else ()
+
+    def jobs(variant: Launch, policy: str) -> list[Job]:
+        return [(k.source, arch, policy, overrides(variant)) for k in variant.kernels]
+
     history = records()
+    builds = build_all(job for v in OPS.launches() for policy in l1_policies for job in jobs(v, policy))
     rows = []
     for variant in OPS.launches():
-        overrides = tile.overrides if tile is not None and variant.tunable else ()
-        verified_on, changed = status(variant, history) if not overrides else (None, None)
+        verified_on, changed = status(variant, history) if not overrides(variant) else (None, None)
         for policy in l1_policies:
-            used = [build(k.source, arch, policy, overrides).kernels[k.name] for k in variant.kernels]
+            used = [builds[job].kernels[k.name] for job, k in zip(jobs(variant, policy), variant.kernels)]
             main = variant_main(used)
             rows.append({
                 "op": variant.op, "phase": variant.phase, "variant": variant.variant, "l1": policy,

@@ -150,20 +150,19 @@ def test_kernels_command_builds_a_tuned_tile(runner):
     """--tile builds the GEMM-shaped variants with that tile (its rings in shared memory), which no
     record vouches for; the others keep the default build. A label that is no tile, or a tile the
     core cannot build, is a one-line usage error."""
-    ring = RING
-    result = runner.invoke(cli, ["kernels", "--l1", "ca", "--tile", ring.label, "--format", "json"])
+    result = runner.invoke(cli, ["kernels", "--l1", "ca", "--tile", RING.label, "--format", "json"])
     assert result.exit_code == 0, result.output
     rows = {(r["op"], r["phase"], r["variant"]): r for r in json.loads(result.stdout)}
     for key, row in rows.items():
         tuned = next(v for v in TABLE if (v.op, v.phase, v.variant) == key).tunable
-        assert (row["shared_bytes"] == ring.shared_bytes) == tuned, key
+        assert (row["shared_bytes"] == RING.shared_bytes) == tuned, key
         assert (row["verified_on"] is None) == tuned, key
     for label, why in (("64x64x8/ring3", "'ring3' is not stagesN"), ("12x", "the tile shape is MxNxK"),
                        ("128x128x16/stages4", "67,584 of at most 49,152 bytes")):
         result = runner.invoke(cli, ["kernels", "--tile", label])
         assert result.exit_code == 2 and why in result.output and result.output.strip().count("\n") == 0, result.output
     # selftest takes the same --tile (for compute-sanitizer on a ring), but a record vouches for defaults
-    result = runner.invoke(cli, ["selftest", "--record", "--tile", ring.label])
+    result = runner.invoke(cli, ["selftest", "--record", "--tile", RING.label])
     assert result.exit_code == 2 and "drop --tile" in result.output and result.output.strip().count("\n") == 0
 
 

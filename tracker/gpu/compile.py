@@ -275,16 +275,14 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = No
     def overrides(variant: Launch) -> Overrides:
         return tile.overrides if tile is not None and variant.tunable else ()
 
-    def jobs(variant: Launch, policy: str) -> list[Job]:
-        return [(k.source, arch, policy, overrides(variant)) for k in variant.kernels]
-
     history = records()
-    builds = build_all(job for v in OPS.launches() for policy in l1_policies for job in jobs(v, policy))
+    builds = build_all((k.source, arch, policy, overrides(v)) for v in OPS.launches() for policy in l1_policies
+                       for k in v.kernels)
     rows = []
     for variant in OPS.launches():
         verified_on, changed = status(variant, history) if not overrides(variant) else (None, None)
         for policy in l1_policies:
-            used = [builds[job].kernels[k.name] for job, k in zip(jobs(variant, policy), variant.kernels)]
+            used = [builds[k.source, arch, policy, overrides(variant)].kernels[k.name] for k in variant.kernels]
             main = variant_main(used)
             rows.append({
                 "op": variant.op, "phase": variant.phase, "variant": variant.variant, "l1": policy,

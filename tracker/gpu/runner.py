@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from tracker.errors import BackendUnavailable
 from tracker.gpu.network import Executor
 from tracker.nets import Network
+
+if TYPE_CHECKING:
+    from tracker.ops.gemm import Tile
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,9 @@ def _row(invocation: int, repeat: int, k, policy: str) -> dict:
                 block_z=block[2], shared_bytes=k.shared_bytes, registers=k.registers, time_ms=k.time_ms)
 
 
-def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile: Any = None):
+def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile: Tile | None = None):
     """Every variant of every case (``ops.selftest.network_cases`` or ``small_cases()``) against the
-    reference, the GEMM-shaped ones in ``tile`` (tracker.ops.gemm.Tile; None: the default):
+    reference, the GEMM-shaped ones in ``tile`` (None: the default):
     (results, device_info)."""
     from tracker.ops import OPS
     from tracker.ops.selftest import run_case

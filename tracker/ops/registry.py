@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from tracker.errors import TrackerError, unknown
 from tracker.ops.launch import Arrays, Backend
+
+if TYPE_CHECKING:
+    from tracker.ops.gemm import Tile  # gemm imports this module: a type only
 
 Launcher = Callable[..., None]  # (backend, arrays, **layer parameters) -> None
 
@@ -119,10 +122,10 @@ class Op:
             raise unknown(f"{self.kind} variant", name, list(self.variants))
         return self.variants[name]
 
-    def launch(self, backend: Backend, variant: str, phase: str, arrays: Arrays, tile: Any = None,
+    def launch(self, backend: Backend, variant: str, phase: str, arrays: Arrays, tile: Tile | None = None,
                **params: Any) -> None:
         """Launch ``variant``'s kernels of ``phase`` on ``backend``. ``tile``: a GEMM schedule
-        (tracker/ops/gemm.Tile) for a launch built on the GEMM; other launches ignore it."""
+        for a launch built on the GEMM; other launches ignore it."""
         run = self.variant(variant).launches[phase]
         if tile is not None and run.tunable:
             params["tile"] = tile

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
 from tracker.ops.launch import Arrays, Backend
 from tracker.ops.registry import OPS, Case
+
+if TYPE_CHECKING:
+    from tracker.ops.gemm import Tile  # a type only: gemm imports the registry
 
 ELEMENTWISE, REDUCTION = 1e-5, 1e-4
 
@@ -54,7 +57,7 @@ def _error(out: np.ndarray, expected: np.ndarray) -> float:
 class Check:
     """Runs one case of one variant on a backend, collecting a Result per output."""
 
-    def __init__(self, backend: Backend, case: Case, variant: str, tile: Any = None):
+    def __init__(self, backend: Backend, case: Case, variant: str, tile: Tile | None = None):
         self.b, self.case, self.variant, self.tile = backend, case, variant, tile
         self.results: list[Result] = []
 
@@ -74,8 +77,8 @@ class Check:
         return host
 
 
-def run_case(backend: Backend, case: Case, variant: str, seed: int = 0, tile: Any = None) -> list[Result]:
-    """``tile``: the GEMM schedule (tracker/ops/gemm.Tile) of the variant's GEMM-shaped launches;
+def run_case(backend: Backend, case: Case, variant: str, seed: int = 0, tile: Tile | None = None) -> list[Result]:
+    """``tile``: the GEMM schedule of the variant's GEMM-shaped launches;
     None runs the default."""
     check = Check(backend, case, variant, tile)
     OPS[case.op].variant(variant)  # an unknown name fails here, before any input is made

@@ -148,6 +148,27 @@ def test_a_candidate_that_fails_is_reported_and_the_search_goes_on(emulator):
     assert sum("32x64x8/warp8x4 failed (CalledProcessError" in line for line in said) == 2
 
 
+def test_a_256_thread_tile_times_its_gemm_not_the_reduction_beside_it(emulator):
+    """A 128 x 128 tile has as many threads as the split-K reduction and the bias gradient, whose
+    grids are one-dimensional: the slices that ran are read from the GEMM's grid. On the H100
+    every such candidate failed (IndexError) while the CuPy backend logged grids as spelled and
+    the emulator padded them; a LaunchRecord now holds dim3 sizes on every backend."""
+    from tracker.ops.launch import LaunchRecord
+
+    assert LaunchRecord("gemm.cu", "splitk_reduce", (7,), (256,), 0, None).grid == (7, 1, 1)
+    from test_network_plan import small_net
+
+    found = [t for t in tune.targets(small_net(), batch=3, chosen={"conv": "shared", "linear": "shared"},
+                                     verify_batch=1) if (t.layer, t.phase) in {("fc3", "fwd"), ("conv2", "bwd_weight")}]
+    said: list[str] = []
+    tile = replace(DEFAULT, split=2)
+    assert tile.threads == 256
+    rows = tune.search(emulator, found, (tile,), reps=1, device_name="CPU emulation", echo=said.append, refine=False)
+    assert not [line for line in said if "failed" in line]
+    assert [(r["layer"], r["tile"], r["splits"], r["verified"]) for r in rows] == \
+        [(t.layer, "128x128x8/split2", 2, True) for t in found]
+
+
 def test_a_spent_time_budget_starts_no_candidate(emulator):
     from time import perf_counter
 

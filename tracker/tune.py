@@ -117,8 +117,8 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
         rows += tried.values()
         keep(list(tried.values()))
         best = fastest(rows, target)
-        echo(f"[{n}/{len(targets)}] {target.layer} {target.phase} ({target.variant}): "
-             f"{best['tile']} {best['time_ms']:.3f} ms" if best else f"{target.layer} {target.phase}: none verified")
+        found = f"{best['tile']} {best['time_ms']:.3f} ms" if best else "none verified"
+        echo(f"[{n}/{len(targets)}] {target.layer} {target.phase} ({target.variant}): {found}")
         if spent():
             echo(f"time budget spent: {n} of {len(targets)} layer phases searched")
             break

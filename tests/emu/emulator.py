@@ -68,12 +68,13 @@ class Emulator:
 
     def launch(self, source, kernel, grid, block, args, shared_bytes=0, defines=()):
         assert shared_bytes <= DEFAULT_SHARED, f"{kernel}: {shared_bytes} bytes of dynamic shared memory"
-        grid, block = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
-        assert np.prod(block) <= 1024 and max(grid) <= 65535
+        record = LaunchRecord(source, kernel, grid, block, shared_bytes, None, self.context)
+        assert np.prod(record.block) <= 1024 and max(record.grid) <= 65535
         values = [_c_value(a) for a in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        self.log.append(LaunchRecord(source, kernel, grid, block, shared_bytes, None, self.context))
-        status = self._lib(source, defines).emu_launch(kernel.encode(), *[ctypes.c_uint(v) for v in grid + block],
+        self.log.append(record)
+        status = self._lib(source, defines).emu_launch(kernel.encode(),
+                                                        *[ctypes.c_uint(v) for v in record.grid + record.block],
                                                         pointers)
         assert status == 0, f"no kernel {kernel} in {source}"
 

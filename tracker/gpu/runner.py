@@ -81,7 +81,7 @@ def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable
 def _row(invocation: int, repeat: int, k, policy: str) -> dict:
     """A launch-table row (without run_id) from a LaunchRecord tagged with its Step."""
     step = k.context
-    grid, block = (tuple(k.grid) + (1, 1))[:3], (tuple(k.block) + (1, 1))[:3]
+    grid, block = k.grid, k.block
     return dict(invocation=invocation, layer_id=step.layer.id, phase=step.phase, repeat=repeat,
                 kernel_name=k.kernel, variant=step.variant, l1_policy=policy,
                 grid_x=grid[0], grid_y=grid[1], grid_z=grid[2], block_x=block[0], block_y=block[1],

@@ -62,7 +62,9 @@ class Arrays:
 
 @dataclass
 class LaunchRecord:
-    """One kernel launch as a backend logs it; ``time_ms`` is filled in after a synchronize."""
+    """One kernel launch as a backend logs it; ``time_ms`` is filled in after a synchronize.
+    ``grid`` and ``block`` are always three long, as CUDA's dim3 is, however the launch spelled
+    them: every backend logs the same record (the emulator once padded, CuPy's did not)."""
 
     source: str
     kernel: str
@@ -74,6 +76,15 @@ class LaunchRecord:
     start: Any = None
     end: Any = None
     time_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        self.grid, self.block = dim3(self.grid), dim3(self.block)
+
+
+def dim3(sizes: tuple) -> tuple[int, int, int]:
+    """(x,) or (x, y) or (x, y, z) -> (x, y, z), the missing sizes 1."""
+    x, y, z = (*sizes, 1, 1)[:3]
+    return x, y, z
 
 
 class Backend(Protocol):

@@ -42,7 +42,7 @@ def test_variant_resolution_and_fusion():
     assert variants["conv1"] == "fused" and variants["relu1"] == FUSED_INTO
     assert variants["fc7"] == "fused" and variants["relu7"] == FUSED_INTO
     assert variants["fc8"] == "shared"  # softmax follows: nothing to fuse
-    assert variants["lrn1"] == "global" and variants["pool1"] == "global"  # the default
+    assert variants["lrn1"] == "global" and variants["pool1"] == "shared"  # the default
     assert resolve(net, {})["conv2"] == "shared"
 
 

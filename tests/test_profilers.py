@@ -243,13 +243,13 @@ H100_B1 = "ncu-raw-h100-sm90-ncu2025.3-alexnet-b1.csv"  # tools/gpu_stage.sh 1 o
 def _planned_launches(batch_net: str = "alexnet") -> list[dict]:
     """Pass 1's launch log as our plan made it when the H100 recordings were made: the kernels of
     every step, with its NVTX range. The split-K reduction (issue 16) came later, and launches only
-    where a GEMM's reduction is cut, so it is left out."""
+    where a GEMM's reduction is cut, so it is left out; max-pool's default was then `global`."""
     from tracker.gpu.network import FUSED_INTO, plan
     from tracker.nets import build
     from tracker.ops import OPS
 
     launches = []
-    for step in plan(build(batch_net), {}):
+    for step in plan(build(batch_net), {"maxpool": "global"}):
         if step.variant != FUSED_INTO:
             for kernel in OPS[step.layer.kind].variants[step.variant].launches[step.phase].kernels:
                 if kernel.name == "splitk_reduce":

@@ -111,8 +111,11 @@ def _case(name: str, x: tuple, size: int, stride: int) -> Case:
     return Case("maxpool", name, {"x": x}, {"size": size, "stride": stride})
 
 
+# The default is `shared`: on the H100 at batch 128 (three benchmark runs, benchmarks/RESULTS.md)
+# its bands run each backward 1.35-3.7x faster than `global` (pool1: 0.22-0.29 against 0.83-0.87
+# ms), each forward within 14 us of it: AlexNet's three pools take 0.66-0.84 ms an iteration, not 1.69-1.78.
 MAXPOOL = OPS.register(Op(
-    "maxpool", ("fwd", "bwd_data"), default="global",
+    "maxpool", ("fwd", "bwd_data"), default="shared",
     params=lambda layer: {"size": layer.op.kernel[0], "stride": layer.op.stride[0]},
     arrays=_arrays, check=_check, torch_forward=_torch_forward,
     small_cases=(_case("3s2", (2, 3, 13, 13), 3, 2),

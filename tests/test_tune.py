@@ -14,6 +14,7 @@ from tracker.cli import cli
 from tracker.ops import OPS
 from tracker.ops.gemm import DEFAULT, SHAPES, Tile
 from tracker.ops.selftest import run_case, small_cases
+from tracker.store import open_store
 
 TUNABLE = [(case, name) for case in small_cases() for name, variant in OPS[case.op].variants.items()
            if any(launch.tunable for launch in variant.launches.values())]
@@ -87,7 +88,6 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
 
     from tracker.gpu.network import Executor
     from tracker.reference import network_step
-    from tracker.store import open_store
 
     net, chosen = small_net(), {"conv": "fused", "linear": "shared"}
     found = tune.targets(net, batch=3, chosen=chosen, verify_batch=1)
@@ -167,6 +167,28 @@ def test_a_256_thread_tile_times_its_gemm_not_the_reduction_beside_it(emulator):
     assert not [line for line in said if "failed" in line]
     assert [(r["layer"], r["tile"], r["splits"], r["verified"]) for r in rows] == \
         [(t.layer, "128x128x8/split2", 2, True) for t in found]
+
+
+def test_tune_says_which_tile_profile_now_runs_even_one_an_earlier_search_found(emulator, tmp_path, monkeypatch):
+    """On the H100 a full search's table named its own fastest tiles while the plan ran a faster
+    one the quick search had stored: ``runs`` is what the plan takes from the database."""
+    from test_network_plan import small_net
+
+    from tracker.gpu import runner
+
+    net, chosen, db = small_net(), {"conv": "shared", "linear": "shared"}, str(tmp_path / "trace.db")
+    fc3 = [t for t in tune.targets(net, batch=3, chosen=chosen, verify_batch=1) if (t.layer, t.phase) == ("fc3", "fwd")]
+    earlier = tune.search(emulator, fc3, (Tile(64, 64, 8, split=2),), reps=1, device_name="CPU emulation", refine=False)
+    store = open_store(db, write=True)
+    tune.store(store, earlier)
+    store.dispose()
+    monkeypatch.setattr(runner, "_cupy_backend", lambda policy: (emulator, {"device_name": "CPU emulation"}))
+    said: list[str] = []
+    rows = runner.tune(db, net, 3, chosen, reps=1, verify_batch=1, quick=True, echo=said.append, budget_s=1e-9)
+    by_phase = {(r["layer"], r["phase"]): r for r in rows}
+    assert by_phase["fc3", "fwd"]["best"] is None and by_phase["fc3", "fwd"]["runs"] == "64x64x8/split2"
+    assert {r["runs"] for key, r in by_phase.items() if key != ("fc3", "fwd")} == {DEFAULT.label}
+    assert "[1/" in said[1] and said[1].endswith("none tried")
 
 
 def test_a_spent_time_budget_starts_no_candidate(emulator):

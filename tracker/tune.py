@@ -117,7 +117,7 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
         rows += tried.values()
         keep(list(tried.values()))
         best = fastest(rows, target)
-        found = f"{best['tile']} {best['time_ms']:.3f} ms" if best else "none verified"
+        found = f"{best['tile']} {best['time_ms']:.3f} ms" if best else "none verified" if tried else "none tried"
         echo(f"[{n}/{len(targets)}] {target.layer} {target.phase} ({target.variant}): {found}")
         if spent():
             echo(f"time budget spent: {n} of {len(targets)} layer phases searched")

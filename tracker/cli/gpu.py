@@ -132,7 +132,7 @@ def selftest(batch, l1, shapes, record, tile, fmt):
         raise SystemExit(1)
 
 
-TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "default_ms", "speedup", "tried")
+TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "default_ms", "speedup", "tried", "runs")
 
 
 @cli.command()
@@ -162,7 +162,8 @@ def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **
     sizes, checked against the NumPy reference at --verify-batch, and timed at --batch with CUDA
     events. Every candidate and its time is stored in the trace database's tuning table; from
     then on tracker profile on this GPU runs the fastest verified tile of each layer phase
-    (tracker profile --untuned runs the defaults).
+    (tracker profile --untuned runs the defaults). The table shows this search's fastest (best)
+    and what profile now runs (runs: the fastest in the database, perhaps an earlier search's).
 
     \b
     Examples:

@@ -114,7 +114,9 @@ def summarize(results) -> list[dict]:
 def tune(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps: int, verify_batch: int, quick: bool,
          echo: Callable[[str], None], budget_s: float = 0) -> list[dict]:
     """`tracker tune` on this GPU: search (no candidate starts after ``budget_s`` seconds, if
-    set), store every candidate, and summarize per layer phase."""
+    set), store every candidate, and summarize per layer phase: this search's fastest, and the
+    tile `tracker profile` now runs there (``runs``: the fastest verified in the database, which
+    an earlier search may have found)."""
     from time import perf_counter
 
     from tracker import tune as search
@@ -132,5 +134,7 @@ def tune(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps:
                          keep=lambda done: search.store(store, done),  # target by target: Ctrl-C keeps them
                          deadline=perf_counter() + budget_s if budget_s else None)
     echo(f"stored {len(rows)} candidates in {store.where}")
+    planned = search.best(store, device["device_name"], net, batch, chosen)
     store.dispose()
-    return search.summary(found, rows)
+    return [row | {"runs": planned.get(f"{row['layer']}/{row['phase']}", DEFAULT.label)}
+            for row in search.summary(found, rows)]

@@ -9,7 +9,8 @@ Writes benchmarks/RESULTS.md with the GPU, driver and date.
 With --db, the GEMM-shaped launches run the fastest verified tiles `tracker tune` stored there for
 this GPU (per variant, layer and phase, as `tracker profile` would), else the default tile.
 
-Last run on an H100 (benchmarks/RESULTS.md, by tools/gpu_stage.sh 2).
+Last run on an H100, 2026-11-23: benchmarks/RESULTS.md (tuned tiles, tools/gpu_stage.sh 5) and
+RESULTS-untuned.md (the default tile, tools/gpu_stage.sh 2).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import numpy as np
 import torch
 
 from tracker.gpu.cupy_backend import CupyBackend, device_info
-from tracker.model import costs
+from tracker.errors import TrackerError
+from tracker.model import costs, lookup, predict
 from tracker.nets import build
 from tracker.ops import OPS, Case
 from tracker.ops.gemm import Tile
@@ -145,7 +147,20 @@ def iteration(net, batch: int, reps: int, tiles: dict[str, str]) -> list[str]:
             f"| ours (default variants) | {ours_ms:.2f} ({ours_spread:.0%}) | {batch / ours_ms * 1e3:.0f} |",
             f"| PyTorch {torch.__version__} (cuDNN, cuBLAS; fp32, TF32 off) | {torch_ms:.2f} ({torch_spread:.0%}) "
             f"| {batch / torch_ms * 1e3:.0f} |",
-            "", f"Ours takes {ours_ms / torch_ms:.1f}x PyTorch's time for the same step."]
+            "", f"Ours takes {ours_ms / torch_ms:.1f}x PyTorch's time for the same step.", *floor(net, batch, ours_ms, torch_ms)]
+
+
+def floor(net, batch: int, ours_ms: float, torch_ms: float) -> list[str]:
+    """The step's FP32 compute floor: the model's ops at this GPU's catalog peak (none for a GPU
+    the catalog lacks)."""
+    try:
+        device = lookup(device_info()["device_name"])
+    except TrackerError:
+        return []
+    ops = sum(row.ops for row in predict(net, batch))
+    floor_ms = ops / device.peak_flops * 1e3
+    return ["", f"FP32 compute floor: {ops / 1e9:.0f} G ops at {device.fp32_tflops} TFLOP/s ({device.name}) = "
+                f"{floor_ms:.2f} ms; ours is {ours_ms / floor_ms:.2f}x it, PyTorch {torch_ms / floor_ms:.2f}x."]
 
 
 def _step_time(fn, reps: int) -> tuple[float, float]:

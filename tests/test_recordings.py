@@ -1,5 +1,6 @@
 """The store, views, analyses, report, experiments and notebooks on real recordings of our kernels:
-AlexNet on an NVIDIA H100 80GB HBM3 (tools/gpu_stage.sh, 2026-11-22; tests/data/RECORDINGS.md).
+AlexNet on an NVIDIA H100 80GB HBM3 (tools/gpu_stage.sh, 2026-11-22, and issue 16's GEMM core on
+2026-11-23; tests/data/RECORDINGS.md).
 Figures asserted here are read from those recordings and from ncu's own CSV export of the same
 report, never made up."""
 
@@ -25,6 +26,10 @@ B128_NCU = f"alexnet-b128-ncu-{GPU}.db"  # --backend ncu, batch 128
 EXPERIMENTS = f"experiments-b128-events-{GPU}.db.gz"  # e1 l1-bypass, e2 fusion, e3 variants, e4 batch
 L1_BYPASS = f"l1-bypass-b128-events-{GPU}.db.gz"  # e1 l1-bypass with the real bypass (7791b43)
 FUSION_NCU = f"fusion-ncu-b128-{GPU}.db"  # e1 fusion under ncu
+# The GEMM core of issue 16 (kernels of 903ea16), 2026-11-23:
+CORE_NCU = f"alexnet-b128-ncu-{GPU}-2026-11-23.db.gz"  # --backend ncu, batch 128, the default tile
+CORE_EXPERIMENTS = f"experiments-b128-events-{GPU}-2026-11-23.db.gz"  # e1 l1-bypass, e2 fusion, e3, e4
+TUNING = f"tuning-alexnet-b128-{GPU}.db.gz"  # tracker tune alexnet --batch 128: 1,253 candidates
 LAYER_PHASES = 49  # AlexNet: 21 layers, conv1 has no bwd_data
 
 
@@ -242,3 +247,67 @@ def test_the_verification_record_and_the_recordings_agree_on_the_gpu(b16):
 
         name, cc, sms = conn.execute(text("SELECT device_name, compute_capability, sm_count FROM run")).one()
     assert (name, cc, sms) == (record["gpu"], "9.0", 132)
+
+
+def test_the_h100_tuning_gives_every_tunable_layer_phase_a_verified_tile(recordings):
+    """`tracker tune` on the H100: the plan takes a tile for each of AlexNet's 23 GEMM-shaped layer
+    phases, for that GPU and batch alone; the 128 x 128 split-K tiles that failed in the first
+    search (fixed in ed2002c) won the conv weight gradients once they ran."""
+    from tracker import tune
+    from tracker.nets import build
+    from tracker.ops.gemm import Tile
+    from tracker.ops.selftest import REDUCTION
+
+    store = open_store(recording(TUNING, recordings), write=False)
+    alexnet, gpu = build("alexnet"), "NVIDIA H100 80GB HBM3"
+    picked = tune.best(store, gpu, alexnet, 128, {})
+    assert len(picked) == 23 and all(Tile.parse(tile).valid for tile in picked.values())
+    assert {picked[f"conv{n}/bwd_weight"] for n in (3, 4, 5)} == {"128x128x8/split16"}
+    assert picked["conv1/fwd"] == "128x128x8/ctas2"
+    assert tune.best(store, "another GPU", alexnet, 128, {}) == {} and tune.best(store, gpu, alexnet, 64, {}) == {}
+    with store.connect() as conn:
+        from sqlalchemy import text
+
+        count, verified, worst = conn.execute(text("SELECT count(*), sum(verified), max(error) FROM tuning")).one()
+    assert (count, verified) == (1253, 1253) and worst < REDUCTION
+
+
+def test_on_the_h100_the_default_tiles_conv_kernels_hold_one_cta_per_sm(recordings):
+    """CuPy's NVRTC on the H100 gave the default tile's implicit-convolution kernels 143 and 153
+    registers (NVRTC 13.5 here gives 128 and 126): one 256-thread CTA per SM, 12.5 % occupancy.
+    Capping them at 128 (/ctas2) ran every conv forward and data gradient 1.16-1.33x faster."""
+    import sqlite3
+
+    with sqlite3.connect(recording(CORE_NCU, recordings)) as db:
+        registers = dict(db.execute("SELECT DISTINCT kernel_name, registers FROM launch "
+                                    "WHERE kernel_name LIKE 'conv2d_%_implicit' OR kernel_name LIKE 'gemm_%'"))
+        occupancy = db.execute("SELECT min(achieved_occupancy), max(achieved_occupancy) FROM utilization "
+                               "WHERE kind = 'conv' AND phase IN ('fwd', 'bwd_data')").fetchone()
+    assert registers == {"conv2d_fwd_implicit": 143, "conv2d_bwd_data_implicit": 153,
+                         "conv2d_bwd_weight_implicit": 128, "gemm_nn": 127, "gemm_nt": 127, "gemm_tn": 127}
+    assert 12 < occupancy[0] <= occupancy[1] < 13
+    with sqlite3.connect(recording(TUNING, recordings)) as db:
+        gains = db.execute("""
+            SELECT plain.layer, plain.phase, min(plain.time_ms) / min(capped.time_ms) FROM tuning plain
+            JOIN tuning capped ON capped.layer = plain.layer AND capped.phase = plain.phase
+            WHERE plain.tile = '128x128x8' AND capped.tile = '128x128x8/ctas2'
+            GROUP BY plain.layer, plain.phase""").fetchall()
+    conv = {(layer, phase): gain for layer, phase, gain in gains if layer.startswith("conv")}
+    assert len(conv) == 9 and all(1.15 < gain < 1.35 for gain in conv.values())
+
+
+def test_on_the_new_core_fusion_and_the_l1_bypass_both_lose(recordings):
+    """Issue 16's core copies plain operands with cp.async; an operand read through the ReLU mask
+    (fused backward) or any operand of the L1-bypass build is staged through registers instead.
+    So the fused data gradients run at 0.56-0.71x, and the fused iteration at 0.68x; the bypass
+    costs the GEMM-shaped variants 12-20 % of the iteration."""
+    store = open_store(recording(CORE_EXPERIMENTS, recordings), write=False)
+    pairs = experiments.fused_pairs(store, 2).set_index(["layer", "phase"])
+    assert (pairs.xs("fwd", level="phase")["speedup"] > 1).all()
+    data = pairs.xs("bwd_data", level="phase")["speedup"].dropna()
+    assert len(data) == 6 and data.between(0.55, 0.72).all()
+    fusion = experiments.speedups(store, 2).set_index("layer").loc["iteration"]
+    assert fusion["speedup"] == pytest.approx(41.656 / 61.543, rel=1e-3)
+    bypass = experiments.speedups(store, 1)
+    bypass = bypass[bypass["layer"] == "iteration"].set_index("comparison")["speedup"]
+    assert bypass[["shared", "gemm", "fused"]].between(0.79, 0.89).all()

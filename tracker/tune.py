@@ -191,8 +191,8 @@ def _time(b: Backend, target: Target, arrays: Arrays, tile: Tile, reps: int) -> 
         b.synchronize()
         wall = (perf_counter() - start) * 1e3
         events = [r.time_ms for r in b.log]
-        if rep == 0:  # the warm-up: the GEMM's grid says how many slices ran
-            splits = max(r.grid[2] for r in b.log if r.block[0] == tile.threads)
+        if rep == 0:  # the warm-up says how many slices ran
+            splits = tile.splits_in(b.log)
             continue
         if events and all(e is not None for e in events):
             times.append(sum(e for e in events if e is not None))

@@ -81,11 +81,11 @@ def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable
 def _row(invocation: int, repeat: int, k, policy: str) -> dict:
     """A launch-table row (without run_id) from a LaunchRecord tagged with its Step."""
     step = k.context
-    grid, block = k.grid, k.block
+    (grid_x, grid_y, grid_z), (block_x, block_y, block_z) = k.grid, k.block
     return dict(invocation=invocation, layer_id=step.layer.id, phase=step.phase, repeat=repeat,
                 kernel_name=k.kernel, variant=step.variant, l1_policy=policy,
-                grid_x=grid[0], grid_y=grid[1], grid_z=grid[2], block_x=block[0], block_y=block[1],
-                block_z=block[2], shared_bytes=k.shared_bytes, registers=k.registers, time_ms=k.time_ms)
+                grid_x=grid_x, grid_y=grid_y, grid_z=grid_z, block_x=block_x, block_y=block_y,
+                block_z=block_z, shared_bytes=k.shared_bytes, registers=k.registers, time_ms=k.time_ms)
 
 
 def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile: Tile | None = None):

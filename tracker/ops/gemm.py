@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from tracker.ops.launch import DEFAULT_SHARED, SM_REGISTERS, THREADS, Backend, blocks, tiles
+from tracker.ops.launch import DEFAULT_SHARED, SM_REGISTERS, THREADS, Backend, LaunchRecord, blocks, tiles
 from tracker.ops.registry import Launch, Launcher, launch
 
 THREAD = 8  # THREAD_M = THREAD_N: outputs per thread along each side (common.cuh's register block)
@@ -109,6 +109,11 @@ class Tile:
 
     def grid(self, M: int, N: int, splits: int = 1) -> tuple[int, int, int]:
         return tiles(N, self.n), tiles(M, self.m), splits
+
+    def splits_in(self, log: list[LaunchRecord]) -> int:
+        """How many split-K slices this tile's GEMM launches in a backend's log ran: their grid's z
+        (``grid``). The other launches of its block size (the reduction, the bias gradient) have z 1."""
+        return max(r.grid[2] for r in log if r.block[0] == self.threads)
 
     @property
     def label(self) -> str:

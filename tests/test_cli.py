@@ -6,7 +6,6 @@ import csv
 import hashlib
 import io
 import json
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -201,8 +200,8 @@ def test_tracker_db_environment_variable(runner, tmp_path, monkeypatch):
 
 
 def test_installed_tracker_command(tmp_path):
-    exe = shutil.which("tracker")
-    assert exe, "the tracker entry point is not installed (pip install -e .)"
+    exe = Path(sys.executable).with_name("tracker")  # the entry point of the environment running the tests
+    assert exe.exists(), "the tracker entry point is not installed (pip install -e .)"
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
     assert version.stdout.startswith("tracker, version")
     out = subprocess.run([exe, "profile", "alexnet", "--batch", "128", "--db", str(tmp_path / "t.db")],

@@ -185,3 +185,16 @@ def test_verification_status_follows_the_source_hash(tmp_path):
     assert verified.status(variant, verified.records(tmp_path)) == ("NVIDIA H100 80GB HBM3", True)
     other = next(v for v in TABLE if v.key == "lrn/fwd/shared")
     assert verified.status(other, verified.records(tmp_path)) == (None, None)
+
+
+def test_a_cuobjdump_without_nvdisasm_names_the_package_to_install(tmp_path, monkeypatch):
+    """cuobjdump -sass hands the disassembly to nvdisasm; a missing one says which pip package has it."""
+    from tracker.errors import TrackerError
+    from tracker.gpu.compile import sass
+
+    fake = tmp_path / "cuobjdump"  # as NVIDIA's own prints it, found on PATH before the pip package
+    fake.write_text("#!/bin/sh\necho \"cuobjdump fatal   : Could not find executable file 'nvdisasm'\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    with pytest.raises(TrackerError, match=r"needs nvdisasm .*pip install nvidia-cuda-nvdisasm"):
+        sass(b"\0" * 16)

@@ -137,8 +137,8 @@ def cuobjdump() -> str:
     for root in getattr(nvidia, "__path__", []):
         for candidate in sorted(Path(root).glob("cu*/bin/cuobjdump"), reverse=True):
             return str(candidate)
-    raise TrackerError("reading the SASS needs cuobjdump: pip install nvidia-cuda-cuobjdump "
-                       "(or pip install -e '.[test]')")
+    raise TrackerError("reading the SASS needs cuobjdump: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "
+                       "(or pip install -e '.[compile]')")
 
 
 def sass(cubin: bytes) -> str:
@@ -147,6 +147,9 @@ def sass(cubin: bytes) -> str:
         file.write(cubin)
         file.flush()
         done = subprocess.run([cuobjdump(), "-sass", file.name], capture_output=True, text=True, timeout=120)
+    if "nvdisasm" in done.stderr:  # cuobjdump runs nvdisasm from its own folder, else from PATH
+        raise TrackerError(f"reading the SASS needs nvdisasm beside {cuobjdump()}: pip install nvidia-cuda-nvdisasm "
+                           "(or pip install -e '.[compile]')")
     if done.returncode != 0 or "Function :" not in done.stdout:
         raise TrackerError(f"cuobjdump -sass failed: {(done.stderr or done.stdout).strip()[:200]}")
     return done.stdout

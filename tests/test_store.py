@@ -179,52 +179,6 @@ def test_reading_a_missing_database_creates_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("statement", [
-    "DELETE FROM run", "DROP TABLE run", "UPDATE run SET batch = 1",
-    "INSERT INTO metric_def (name, family, unit, description, rollup) VALUES ('x', 'f', 'u', 'd', 'sum')",
-    "CREATE TABLE t (x INTEGER)",
-])
-def test_sql_is_read_only(db, statement):
-    model_run(db)
-    store = open_store(db, write=False)
-    with pytest.raises(StoreError, match="read-only"):
-        run_sql(store, statement)
-    assert run_sql(store, "SELECT COUNT(*) FROM run")[1] == [(1,)]
-    assert run_sql(store, "SELECT COUNT(*) FROM metric_def")[1] == [(len(CATALOG),)]
-
-
-@pytest.mark.parametrize("statement", ["ATTACH DATABASE '{tmp}/new.db' AS x", "VACUUM INTO '{tmp}/copy.db'"])
-def test_sqlite_sql_cannot_create_files(tmp_path, statement):
-    path = tmp_path / "trace.db"
-    model_run(str(path))
-    before = digest(path)
-    with pytest.raises(StoreError, match="read-only|cannot VACUUM"):
-        run_sql(open_store(str(path), write=False), statement.format(tmp=tmp_path))
-    assert digest(path) == before
-    assert not (tmp_path / "new.db").exists() and not (tmp_path / "copy.db").exists()
-
-
-@pytest.mark.parametrize("statement", [
-    "COPY (SELECT * FROM run) TO '/tmp/tracker-copy.csv'",  # a file on the database server
-    "SELECT pg_terminate_backend(pg_backend_pid())",  # ends a backend, outside any transaction
-    "/* a comment first */ select lo_export(1, '/tmp/x')",
-    "ATTACH DATABASE 'x.db' AS x", "",
-])
-def test_sql_refuses_what_writes_beside_the_database(db, statement):
-    model_run(db)
-    with pytest.raises(StoreError, match="^refused: tracker sql is read-only") as err:
-        run_sql(open_store(db, write=False), statement)
-    assert "\n" not in str(err.value)
-    assert run_sql(open_store(db, write=False), "-- still there\nSELECT COUNT(*) FROM run")[1] == [(1,)]
-
-
-def test_sql_errors_are_one_line(db):
-    model_run(db)
-    with pytest.raises(StoreError, match="SQL error") as err:
-        run_sql(open_store(db, write=False), "SELEC * FROM run")
-    assert "\n" not in str(err.value)
-
-
 def test_a_failed_run_is_marked_and_leaves_no_half_written_rows(db):
     earlier = model_run(db)
     store = open_store(db, write=True)
@@ -261,7 +215,8 @@ CHILD = textwrap.dedent("""
 def test_interrupted_runs_are_marked_and_earlier_runs_untouched(db, sig, stored):
     earlier = model_run(db)
     before = run_dict(find_run(open_store(db, write=False), earlier))
-    child = subprocess.Popen([sys.executable, "-c", CHILD, db], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, db], stdout=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
     run_id = int(child.stdout.readline())
     child.send_signal(sig)
     child.wait(timeout=30)
@@ -287,15 +242,6 @@ def test_four_processes_write_runs_at_once(db):
     runs = list_runs(open_store(db, write=False))
     assert sorted(r["batch"] for r in runs) == [16, 32, 64, 128]
     assert all(r["status"] == "complete" and r["layers"] == 21 for r in runs)
-
-
-def test_sql_passes_the_statement_untouched(db):
-    """'%' and ':name' are SQL here, not placeholders, on both backends."""
-    model_run(db)
-    columns, rows = run_sql(open_store(db, write=False),
-                            "SELECT layer FROM layer_phase WHERE layer LIKE 'conv%' AND '12:30' <> ':x' "
-                            "AND phase = 'fwd' ORDER BY layer_id")
-    assert columns == ["layer"] and rows == [(f"conv{i}",) for i in range(1, 6)]
 
 
 def test_a_v2_database_is_upgraded_in_place_keeping_its_runs(runner, tmp_path):
@@ -335,3 +281,72 @@ def test_the_one_definition_of_the_statistics_over_repeats():
     assert _rolled("weighted:l2_sectors", [50.0, 100.0], [None, None]) == 75.0  # no weights: plain mean
     assert _rolled("weighted:l2_sectors", [50.0], [0.0]) is None  # a rate of nothing
     assert _rolled("weighted:l2_sectors", [50.0, 100.0], [0.0, 0.0]) is None
+
+
+def test_reading_commands_leave_nothing_beside_the_database(runner, tmp_path):
+    from tracker.cli import cli
+
+    path = tmp_path / "trace.db"
+    model_run(str(path))
+    before = digest(path)
+    for args in (["runs"], ["show", "last"], ["sql", "SELECT COUNT(*) FROM layer_phase"], ["export", "1", "--out",
+                                                                                              str(tmp_path / "x")]):
+        assert runner.invoke(cli, [*args, "--db", str(path)]).exit_code == 0, args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.db", "x"] and digest(path) == before
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder nothing can be written into, root included (chattr +i), holding a trace database."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    model_run(str(folder / "trace.db"))
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("running as root where chattr +i is refused: no folder is read-only to this test")
+    else:
+        folder.chmod(0o555)
+    yield folder
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+    folder.chmod(0o755)
+
+
+def test_a_database_in_a_read_only_folder_opens_for_reading(read_only_folder):
+    with pytest.raises(OSError):
+        (read_only_folder / "probe").touch()
+    store = open_store(str(read_only_folder / "trace.db"), write=False)
+    assert [row["status"] for row in list_runs(store)] == ["complete"]
+    assert run_sql(store, "SELECT COUNT(*) FROM layer")[1] == [(21,)]
+    assert sorted(p.name for p in read_only_folder.iterdir()) == ["trace.db"]
+    with pytest.raises(StoreError, match="cannot write|permission denied|cannot open"):
+        open_store(str(read_only_folder / "trace.db"), write=True)
+
+
+def test_an_empty_schema_info_is_not_a_tracker_database(tmp_path):
+    path = tmp_path / "trace.db"
+    model_run(str(path))
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM schema_info")
+    before = digest(path)
+    for write in (True, False):
+        with pytest.raises(StoreError, match="not a tracker trace database .its schema_info table is empty"):
+            open_store(str(path), write=write)
+    assert digest(path) == before
+
+
+@pytest.mark.parametrize("ref", ["99999999999999999999999", "9223372036854775808", "-1", "1.5", "١"])
+def test_a_run_id_out_of_range_is_no_run_id(tmp_path, ref):
+    path = str(tmp_path / "trace.db")
+    model_run(path)
+    with pytest.raises(StoreError, match="is not a run id"):
+        find_run(open_store(path, write=False), ref)
+
+
+def test_database_paths_that_cannot_exist_are_one_line_errors(tmp_path):
+    for target in (str(tmp_path / ("a" * 300 + ".db")), "~nosuchuser-tracker/x.db"):
+        for write in (True, False):
+            with pytest.raises(StoreError, match="cannot open|cannot create") as err:
+                open_store(target, write=write)
+            assert "\n" not in str(err.value)
+    assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Iterable
+import textwrap
+from typing import Any, Callable, Iterable
 
 from tracker import units
 
@@ -72,3 +73,31 @@ def render(rows: list[dict], fmt: str, columns: Iterable[str] | None = None) -> 
     if fmt == "csv":
         return to_csv(rows, columns)
     return table(rows, columns)
+
+
+
+def stream(columns: list[str], rows: Iterable[tuple], fmt: str, write: Callable[[str], Any]) -> None:
+    """Rows as CSV or JSON, as ``render`` writes them plus a last newline, written as they come
+    (64 KiB at a time): what a query returns need not fit in memory."""
+    out = io.StringIO()
+
+    def flush(at_least: int = 0) -> None:
+        if out.tell() >= at_least:
+            write(out.getvalue())
+            out.seek(0)
+            out.truncate()
+
+    if fmt == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_csv_value(v) for v in row])
+            flush(1 << 16)
+    else:
+        out.write("[")
+        count = 0
+        for count, row in enumerate(rows, 1):
+            out.write(("," if count > 1 else "") + "\n" + textwrap.indent(to_json(dict(zip(columns, row))), "  "))
+            flush(1 << 16)
+        out.write("\n]\n" if count else "]\n")
+    flush()

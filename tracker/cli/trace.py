@@ -7,7 +7,7 @@ import click
 from tracker.cli import cli
 from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
 from tracker.cli.options import db_option, emit, format_option, ncu_options, net_kwargs, network_options
-from tracker.cli.output import cell, to_json
+from tracker.cli.output import cell, stream, to_json
 from tracker.model import lookup
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import build
@@ -153,28 +153,52 @@ def show(run, db, fmt):
     emit(rows, fmt, [c for c in SHOW_COLUMNS if any(row.get(c) is not None for row in rows)])
 
 
+TABLE_ROWS = 1000  # a table aligns its columns, so it holds its rows: this many unless --limit says
+
+
 @cli.command()
 @click.argument("statement")
 @db_option
+@click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N",
+              help=f"At most N rows. Default: every row for csv and json, which stream as they are fetched; "
+                   f"{TABLE_ROWS:,} for the table, which holds its rows to align them.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="End the query after this long (default 60; tracker.store.sql.DEFAULT_TIMEOUT_S). On PostgreSQL "
+                   "the server ends it, and Ctrl-C or a killed tracker cancels it there too.")
 @format_option
-def sql(statement, db, fmt):
-    """Run one SQL statement on a read-only connection to the trace database.
+def sql(statement, db, limit, timeout_s, fmt):
+    """Run one read-only SQL query on the trace database and print its rows.
 
     Tables: run, layer, prediction, launch, metric, metric_def, experiment, experiment_run. Views:
     layer_phase, layer_time, layer_time_repeat, run_summary, and the counter views launch_metrics,
     layer_metric, layer_summary, stall_breakdown, cache_hit_rate, memory_traffic, fp_instructions,
-    utilization, roofline (schema/*.sql documents every column). A statement that would write is
-    refused.
+    utilization, roofline (schema/*.sql documents every column).
+
+    One SELECT, WITH or VALUES query per call, in a read-only transaction; anything that would
+    write, or reach files, programs or other sessions, is refused, whatever its spelling. On a
+    shared PostgreSQL server, connect as a role that can only read.
 
     \b
     Examples:
       tracker sql "SELECT layer, phase, ops, bound FROM layer_phase WHERE run_id = 1"
       tracker sql "SELECT kind, SUM(ops) FROM layer_phase GROUP BY kind" --format csv
+      tracker sql "SELECT * FROM launch_metrics" --format csv --timeout 600 > launches.csv
     """
-    from tracker.store import open_store, run_sql
+    from itertools import islice
 
-    columns, rows = run_sql(open_store(db, write=False), statement)
-    emit([dict(zip(columns, row)) for row in rows], fmt, columns)
+    from tracker.store import open_store, query
+
+    with query(open_store(db, write=False), statement, timeout_s=timeout_s) as answer:  # None: the default
+        for note in answer.notes:
+            click.echo(f"note: {note}", err=True)
+        if fmt != "table":
+            stream(answer.columns, islice(answer.rows, limit), fmt, lambda text: click.echo(text, nl=False))
+            return
+        shown = TABLE_ROWS if limit is None else limit
+        rows = list(islice(answer.rows, shown + 1))
+        emit([dict(zip(answer.columns, row)) for row in rows[:shown]], fmt, answer.columns)
+        if len(rows) > shown:
+            click.echo(f"(the first {shown:,} rows; --limit N shows more, --format csv streams them all)", err=True)
 
 
 @cli.command()

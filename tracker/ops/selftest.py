@@ -51,7 +51,7 @@ def masked(dy: np.ndarray, y: np.ndarray, fused: bool) -> np.ndarray:
 def _error(out: np.ndarray, expected: np.ndarray) -> float:
     if np.isnan(out).any():
         return math.inf
-    return float(np.linalg.norm(out.astype(np.float64) - expected) / max(np.linalg.norm(expected), 1e-30))
+    return float(np.linalg.norm(out.astype(np.float64) - expected)) / max(float(np.linalg.norm(expected)), 1e-30)
 
 
 class Check:

@@ -12,13 +12,13 @@ from tracker.store.queries import (
     list_runs,
     metric_rows,
     run_dict,
-    run_sql,
 )
 from tracker.store.runs import RunWriter, effective_status, recording
 from tracker.store.schema import SCHEMA_VERSION
+from tracker.store.sql import query, run_sql
 
 __all__ = [
     "DEFAULT_DB", "SCHEMA_VERSION", "RunWriter", "Store", "effective_status", "experiment_dict",
     "find_experiment", "find_run", "launch_rows", "layer_rows", "list_runs", "metric_rows", "open_store",
-    "recording", "recording_experiment", "resolve", "run_dict", "run_sql",
+    "query", "recording", "recording_experiment", "resolve", "run_dict", "run_sql",
 ]

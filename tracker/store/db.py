@@ -4,16 +4,18 @@
 is not a tracker database, or has a newer schema, before it changes a byte. SQLite runs in WAL
 mode with foreign keys on and a busy timeout; write transactions take the write lock up front
 (BEGIN IMMEDIATE) so that concurrent writers queue instead of failing on a lock upgrade.
-``write=False`` opens read-only (SQLite ``mode=ro`` and ``query_only``; PostgreSQL read-only
-transactions): reading never creates or changes a file.
+``write=False`` opens read-only (SQLite ``query_only``; PostgreSQL read-only transactions), and
+leaves nothing beside the file: a SQLite reader connects read-write (``mode=rw``, which never
+creates) with ``query_only`` on, because only such a connection removes the ``-wal`` and ``-shm``
+files a WAL database is read through when it closes last; where the file or its folder cannot be
+written, it connects ``mode=ro``, and where even that needs files it cannot create (a read-only
+folder, no writer connected), ``immutable``.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
-import threading
 import time
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from sqlalchemy.pool import NullPool
 from tracker import __version__
 from tracker.errors import Interrupted, StoreError
 from tracker.metrics import metric_def_rows
+from tracker.signals import held
 from tracker.store import rollups
 from tracker.store.schema import SCHEMA_VERSION, Base, MetricDefRow, SchemaInfo
 from tracker.store.views import VIEWS
@@ -49,57 +52,26 @@ class Store:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A session whose transaction commits on success and rolls back on any exception; Ctrl-C
-        and SIGTERM wait for it (``signals_deferred``)."""
-        with signals_deferred(), Session(self.engine, expire_on_commit=False) as session, session.begin():
+        and SIGTERM wait for it (``tracker.signals.held``)."""
+        with held(), Session(self.engine, expire_on_commit=False) as session, session.begin():
             yield session
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:
         """A connection in a transaction, as ``session`` for Core statements."""
-        with signals_deferred(), self.engine.begin() as conn:
+        with held(), self.engine.begin() as conn:
             yield conn
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
         """A connection; on a store opened to write, signals wait for it as for ``session`` (a read-only
         one holds no lock, so Ctrl-C stops a long query at once)."""
-        with signals_deferred() if self.writable else nullcontext(), self.engine.connect() as conn:
+        with held() if self.writable else nullcontext(), self.engine.connect() as conn:
             yield conn
 
-    @property
-    def is_sqlite(self) -> bool:
-        return self.engine.dialect.name == "sqlite"
-
     def dispose(self) -> None:
-        with signals_deferred():
+        with held():
             self.engine.dispose()
-
-
-@contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) and SIGTERM until the block ends, then raise them (KeyboardInterrupt,
-    Interrupted). A transaction cut in the middle can keep SQLite's write lock until its connection
-    is collected, so that marking the run interrupted waits out the busy timeout and fails; held,
-    a signal costs at most one transaction's time. Outside the main thread, signals are not ours."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = {signum: signal.signal(signum, lambda number, frame: caught.append(number))
-                for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    except BaseException:
-        _restore(previous)
-        raise
-    _restore(previous)
-    if caught:
-        raise KeyboardInterrupt if caught[0] == signal.SIGINT else Interrupted(f"signal {caught[0]}")
-
-
-def _restore(handlers: dict) -> None:
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
 
 
 def bulk_insert(conn: Connection, table, rows: list[dict]) -> None:
@@ -129,15 +101,15 @@ def resolve(db: str | None) -> str:
 def open_store(db: str | None = None, *, write: bool) -> Store:
     """The trace store at ``db`` (a path or URL; default $TRACKER_DB, else ./trace.db), checked to
     be ours and current, created or upgraded when opened to write. Signals wait for it: a lock
-    taken while opening must not outlive an interrupted open (``signals_deferred``)."""
-    with signals_deferred():
+    taken while opening must not outlive an interrupted open."""
+    with held():
         return _open(db, write)
 
 
 def _open(db: str | None, write: bool) -> Store:
     target = resolve(db)
     if "://" not in target:
-        return _open_sqlite(Path(target).expanduser(), write)
+        return _open_sqlite(_path(target), write)
     try:
         url = make_url(target)
     except (ArgumentError, ValueError):
@@ -145,28 +117,36 @@ def _open(db: str | None, write: bool) -> Store:
     if url.get_backend_name() == "sqlite":
         if not url.database or url.database == ":memory:":
             raise StoreError("an in-memory SQLite database cannot hold a trace; give a file path")
-        return _open_sqlite(Path(url.database).expanduser(), write)
+        return _open_sqlite(_path(url.database), write)
     return _open_url(url, write)
 
 
+def _path(name: str) -> Path:
+    try:
+        return Path(name).expanduser().absolute()
+    except RuntimeError:  # ~user of no such user
+        raise StoreError(f"cannot open {name}: no such user's home directory") from None
+
+
 def _open_sqlite(path: Path, write: bool) -> Store:
-    path = path.absolute()
     where = str(path)
-    if path.is_dir():
-        raise StoreError(f"{where} is a directory, not a trace database")
-    if write:
-        _check_writable(path)
-    elif not path.exists():
-        raise StoreError(f"no trace database at {where} (run `tracker profile` to create one, or give --db)")
+    try:
+        if path.is_dir():
+            raise StoreError(f"{where} is a directory, not a trace database")
+        if write:
+            _check_writable(path)
+        elif not path.exists():
+            raise StoreError(f"no trace database at {where} (run `tracker profile` to create one, or give --db)")
+    except OSError as exc:  # a name too long, a folder that cannot be searched
+        raise StoreError(f"cannot open {where}: {exc.strerror}") from None
+    uri = path.as_uri() if write else _read_uri(path)
 
     def connect() -> sqlite3.Connection:
-        if write:
-            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        else:
-            conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
-                                   isolation_level=None)
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        if not write:
             conn.execute("PRAGMA query_only = ON")
-            conn.set_authorizer(_deny_attach)
+            # ATTACH (and VACUUM INTO, which attaches) would create files even on a read-only connection
+            conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
         return conn
@@ -179,6 +159,21 @@ def _open_sqlite(path: Path, write: bool) -> Store:
     if write:  # only now that the file is known to be ours: WAL is a persistent change
         _use_wal(connect, where)
     return store
+
+
+def _read_uri(path: Path) -> str:
+    """The first way of reading ``path`` that works here, most cleanly first (the module's
+    docstring says why): read-write with query_only, read-only, immutable."""
+    for mode in ("mode=rw", "mode=ro", "mode=ro&immutable=1"):
+        uri = f"{path.as_uri()}?{mode}"
+        try:
+            with closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as conn:
+                conn.execute("PRAGMA query_only = ON")
+                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return uri
+        except sqlite3.DatabaseError as exc:
+            error = exc
+    raise StoreError(f"cannot open {path}: {error}")
 
 
 def _use_wal(connect, where: str) -> None:
@@ -195,11 +190,6 @@ def _use_wal(connect, where: str) -> None:
         if time.monotonic() > deadline:
             raise StoreError(f"cannot switch {where} to WAL mode: the database stayed locked")
         time.sleep(0.05)
-
-
-def _deny_attach(action: int, *args) -> int:
-    """ATTACH (and VACUUM INTO, which attaches) would create files even on a read-only connection."""
-    return sqlite3.SQLITE_DENY if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH) else sqlite3.SQLITE_OK
 
 
 def _check_writable(path: Path) -> None:
@@ -257,7 +247,10 @@ def _check_schema(conn: Connection, where: str) -> str:
         raise StoreError(f"{where} is not a tracker trace database (it has tables but no schema_info); "
                          "refusing to touch it")
     version = conn.execute(select(SchemaInfo.version)).scalar()
-    if version is None or version > SCHEMA_VERSION:
+    if version is None:
+        raise StoreError(f"{where} is not a tracker trace database (its schema_info table is empty); "
+                         "refusing to touch it")
+    if version > SCHEMA_VERSION:
         raise StoreError(f"{where} has trace schema v{version}, newer than this tracker's v{SCHEMA_VERSION}: "
                          "upgrade tracker to read it")
     if version < MIGRATABLE_FROM:

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from tracker import __version__
 from tracker.errors import StoreError
 from tracker.store.db import Store
+from tracker.store.queries import row_id
 from tracker.store.runs import effective_status, marking, this_process
 from tracker.store.schema import Experiment, ExperimentRun
 
@@ -37,10 +38,8 @@ def recording_experiment(store: Store, **fields) -> Iterator[ExperimentWriter]:
     writer, and record how it ended."""
     row = Experiment(status="running", command_line=" ".join(sys.argv), tracker_version=__version__,
                      started_at=datetime.now(timezone.utc), **this_process(), **fields)
-    with store.session() as session:
-        session.add(row)
-    with marking(store, Experiment, row.id):
-        yield ExperimentWriter(store, row.id)
+    with marking(store, row) as experiment_id:
+        yield ExperimentWriter(store, experiment_id)
 
 
 def find_experiment(store: Store, ref: str | int) -> Experiment:
@@ -51,10 +50,7 @@ def find_experiment(store: Store, ref: str | int) -> Experiment:
             if found is None:
                 raise StoreError(f"{store.where} holds no experiments yet")
             return found
-        try:
-            experiment_id = int(str(ref).lower().removeprefix("e"))
-        except ValueError:
-            raise StoreError(f"experiment '{ref}' is not an experiment id (e.g. e2, or 'last')") from None
+        experiment_id = row_id(str(ref).lower().removeprefix("e"), "experiment", "e.g. e2, or 'last'")
         found = session.get(Experiment, experiment_id)
         if found is None:
             raise StoreError(f"no experiment {experiment_id} in {store.where} (see `tracker experiments`)")

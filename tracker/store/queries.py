@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -69,14 +68,20 @@ def find_run(store: Store, ref: str | int) -> Run:
             if run is None:
                 raise StoreError(f"{store.where} holds no runs yet")
             return run
-        try:
-            run_id = int(ref)
-        except ValueError:
-            raise StoreError(f"run '{ref}' is not a run id (a number, or 'last')") from None
+        run_id = row_id(ref, "run", "a number, or 'last'")
         run = session.get(Run, run_id)
         if run is None:
             raise StoreError(f"no run {run_id} in {store.where} (see `tracker runs`)")
         return run
+
+
+def row_id(ref: str | int, what: str, expected: str) -> int:
+    """``ref`` as a row id (databases hold 64-bit ids; a longer number is no id, not an overflow)."""
+    text = str(ref).strip()
+    if not (text.isascii() and text.isdigit() and 0 < len(text) <= 19 and int(text) < 2**63):
+        article = "an" if what[0] in "aeiou" else "a"
+        raise StoreError(f"{what} '{text[:40]}' is not {article} {what} id ({expected})")
+    return int(text)
 
 
 def run_dict(run: Run) -> dict:
@@ -113,54 +118,3 @@ def metric_rows(store: Store, run_id: int) -> list[dict]:
         metrics = session.scalars(select(Metric).where(Metric.run_id == run_id)
                                   .order_by(Metric.invocation, Metric.name))
         return [{"invocation": m.invocation, "name": m.name, "value": m.value} for m in metrics]
-
-
-# The read-only connection refuses writes to the database itself. These checks refuse what a
-# read-only connection does not stop: statements that reach files (COPY ... TO a server file,
-# ATTACH, VACUUM INTO) or run code (DO, CALL, LOAD), and functions that act outside the
-# transaction (ending backends, writing server files, other databases).
-OUTSIDE_STATEMENTS = ("copy", "attach", "detach", "vacuum", "do", "call", "load")
-OUTSIDE_EFFECTS = re.compile(
-    r"\b(pg_terminate_backend|pg_cancel_backend|lo_export|lo_import|pg_file_write|pg_file_rename|"
-    r"pg_file_unlink|pg_reload_conf|pg_rotate_logfile|pg_promote|pg_switch_wal|pg_log_backend_memory_contexts|"
-    r"dblink\w*|pg_notify)\s*\(", re.I)
-_COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
-
-
-def _refuse_effects_beside_the_database(statement: str) -> None:
-    text = _COMMENTS.sub(" ", statement)
-    first = (re.findall(r"[A-Za-z_]+", text) or [""])[0].lower()
-    if first in OUTSIDE_STATEMENTS or not first:
-        raise StoreError(f"refused: tracker sql is read-only and runs queries, not {first.upper() or 'nothing'}")
-    called = OUTSIDE_EFFECTS.search(text)
-    if called:
-        raise StoreError(f"refused: tracker sql is read-only, and {called.group(1)}() acts outside the database")
-
-
-def run_sql(store: Store, statement: str) -> tuple[list[str], list[tuple]]:
-    """Run one query on a read-only connection: (column names, rows). Anything that could write,
-    in the database or beside it, is refused in one line.
-
-    The statement goes to the driver's own cursor untouched: no layer may read '%' or ':name'
-    in it as a placeholder (LIKE 'conv%' must work on PostgreSQL too).
-    """
-    _refuse_effects_beside_the_database(statement)
-    with store.connect() as conn:
-        dbapi = conn.connection
-        cursor = dbapi.cursor()
-        try:
-            cursor.execute(statement)
-            columns = [d[0] for d in cursor.description or ()]
-            rows = [tuple(_plain(v) for v in row) for row in cursor.fetchall()] if columns else []
-        except conn.dialect.loaded_dbapi.Error as exc:
-            message = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            if any(word in message for word in ("readonly", "read-only", "not authorized", "authorization denied")):
-                raise StoreError(f"refused: tracker sql is read-only ({message})") from None
-            raise StoreError(f"SQL error: {message}") from None
-        finally:
-            try:
-                cursor.close()
-                dbapi.rollback()
-            except conn.dialect.loaded_dbapi.Error:  # the connection is gone: nothing to roll back
-                conn.invalidate()
-        return columns, rows

@@ -10,7 +10,6 @@ gone.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 from contextlib import contextmanager
@@ -21,12 +20,12 @@ from typing import Iterator, Sequence
 from sqlalchemy import update
 
 from tracker import __version__
-from tracker.errors import Interrupted
 from tracker.model import Prediction
 from tracker.nets import Network
 from tracker.store import rollups
 from tracker.store.db import Store, bulk_insert
-from tracker.store.schema import Launch, Layer, Metric, Run
+from tracker.signals import held, interruptible
+from tracker.store.schema import Experiment, Launch, Layer, Metric, Run
 from tracker.store.schema import Prediction as PredictionRow
 
 
@@ -112,23 +111,6 @@ class RunWriter:
             session.execute(update(Run).where(Run.id == self.run_id).values(**fields))
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted(f"signal {signum}")
-
-
-@contextmanager
-def _on_sigterm(handler) -> Iterator[None]:
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 @contextmanager
 def recording(store: Store, link=None, **fields) -> Iterator[RunWriter]:
     """Create a run from ``fields`` (the Run columns), yield its writer, and record how it ended.
@@ -136,29 +118,39 @@ def recording(store: Store, link=None, **fields) -> Iterator[RunWriter]:
     experiment links its arm there, so that no run of it is ever left unlinked)."""
     fields = {"command_line": " ".join(sys.argv), "tracker_version": __version__, **fields}
     run = Run(status="running", started_at=_now(), **this_process(), **fields)
-    with store.session() as session:
-        session.add(run)
-        session.flush()
-        if link is not None:
-            link(session, run.id)
-    with marking(store, Run, run.id):
-        yield RunWriter(store, run.id)
+    with marking(store, run, link) as run_id:
+        yield RunWriter(store, run_id)
 
 
 @contextmanager
-def marking(store: Store, table, row_id: int) -> Iterator[None]:
-    """Mark the row ``row_id`` of ``table`` (Run or Experiment) complete, failed (with the error) or
-    interrupted (Ctrl-C, SIGTERM) by how the block ends."""
-    with _on_sigterm(_raise_interrupted):
+def marking(store: Store, row: Run | Experiment, link=None) -> Iterator[int]:
+    """Insert ``row`` (a Run or an Experiment, status running; ``link(session, id)`` in the same
+    transaction), yield its id, and mark it complete, failed (with the error) or interrupted
+    (Ctrl-C, SIGTERM) by how the block ends. A signal at any moment leaves the row marked or
+    absent: signals are held from the insert until the id is known, and while the row is marked."""
+    table = type(row)
+    row_id: int | None = None
+    marked = False
+    with interruptible():
         try:
-            yield
+            with held(), store.session() as session:
+                session.add(row)
+                session.flush()
+                if link is not None:
+                    link(session, row.id)
+                row_id = row.id  # a signal held until here is raised after the commit, in this try
+            yield row_id
+            with held():
+                _finish(store, table, row_id, "complete", None)
+                marked = True
         except KeyboardInterrupt:
-            _finish(store, table, row_id, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
+            if row_id is not None and not marked:
+                _finish(store, table, row_id, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
             raise
         except BaseException as exc:
-            _finish(store, table, row_id, "failed", f"{type(exc).__name__}: {exc}")
+            if row_id is not None and not marked:
+                _finish(store, table, row_id, "failed", f"{type(exc).__name__}: {exc}")
             raise
-        _finish(store, table, row_id, "complete", None)
 
 
 def _finish(store: Store, table, row_id: int, status: str, error: str | None) -> None:

@@ -228,23 +228,6 @@ def test_batch_experiment_time_per_image_falls_with_batch(experiment_store):
     assert per_image[16] > per_image[64] > per_image[128]  # 2.14, 1.83, 1.81 ms per image
 
 
-@pytest.mark.parametrize("notebook, name", [("overview", B16), ("stalls_caches", B16),
-                                            ("experiments", EXPERIMENTS)])
-def test_notebooks_run_on_the_recordings(notebook, name, recordings, monkeypatch):
-    from test_notebooks import NOTEBOOKS, run_notebook
-
-    monkeypatch.setenv("TRACKER_DB", recording(name, recordings))
-    for variable in ("TRACKER_RUN", "TRACKER_EXPERIMENT"):
-        monkeypatch.delenv(variable, raising=False)
-    ns = run_notebook(next(p for p in NOTEBOOKS if p.stem == notebook))
-    if notebook == "overview":
-        assert ns["run_id"] == 1 and len(ns["times"]) == LAYER_PHASES
-    elif notebook == "stalls_caches":
-        assert ns["run_id"] == 1 and len(set(ns["shares"].layer)) == 21
-    else:
-        assert ns["experiment"].kind == "batch"  # the newest experiment of the recording
-
-
 def test_the_verification_record_and_the_recordings_agree_on_the_gpu(b16):
     record = json.loads((DATA / "verified" / "2026-11-22-nvidia-h100-80gb-hbm3.json").read_text())
     run = open_store(b16.where, write=False)

@@ -39,3 +39,29 @@ def test_an_unknown_stage_is_a_usage_error(tmp_path):
     done = stage("7", tmp_path)
     assert done.returncode == 2
     assert (tmp_path / "summary.txt").read_text() == "usage: tools/gpu_stage.sh 1|2|3|4|5 (got '7')\n"
+
+
+def test_ci_runs_the_readmes_test_command_in_a_new_virtual_environment():
+    """What the README tells a new user to run is what CI runs, in a venv it creates (a package
+    installed on the CI machine by hand can never make CI green), with the pinned constraints."""
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    readme = (ROOT / "README.md").read_text()
+    command = ci[-1]
+    assert command.startswith("python -m pip install -c constraints.txt -e '.[test]' && python -m pytest")
+    assert f"```sh\n{command}\n```" in readme
+    assert any(line.startswith('python3 -m venv "$VENV"') for line in ci)
+    assert any(line.startswith('. "$VENV/bin/activate"') for line in ci)
+    assert "python -m pip install -c constraints.txt -e . && tracker profile alexnet --batch 128" in readme
+
+
+def test_the_constraints_pin_every_package_the_extras_name():
+    """Each dependency pyproject names (core and extras) has one exact pin in constraints.txt."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    named = [*project["dependencies"], *(d for extra in project["optional-dependencies"].values() for d in extra)]
+    names = {re.split(r"[\[<>=~! ]", d, 1)[0].lower().replace("_", "-") for d in named} - {"tracker", "cupy-cuda13x"}
+    pins = dict(line.lower().replace("_", "-").split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert names <= set(pins), names - set(pins)

@@ -16,6 +16,8 @@ PG_URL = os.environ.get("TRACKER_TEST_PG_URL")
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if "emulator" in item.fixturenames:  # g++ builds the kernels, then OS threads run them: seconds each
+            item.add_marker(pytest.mark.slow)
         if "gpu" in item.keywords:
             from tracker.gpu.detect import cuda_devices
 

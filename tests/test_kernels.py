@@ -25,6 +25,7 @@ def test_the_table_covers_every_op_phase_and_variant_once():
     assert sorted(keys) == sorted(expected)
 
 
+@pytest.mark.slow  # compiles kernels with NVRTC
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("policy", L1_POLICIES)
 def test_every_kernel_compiles_without_spills(arch, policy):
@@ -38,6 +39,7 @@ def test_every_kernel_compiles_without_spills(arch, policy):
             assert r.shared_bytes <= 48 * 1024 and occupancy(r, arch) > 0, (b.source, name, r)
 
 
+@pytest.mark.slow  # compiles kernels with NVRTC
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("source", SOURCES)
 def test_the_l1_bypass_build_sends_every_global_load_around_l1(source, arch):
@@ -78,6 +80,7 @@ def schedule_builds():
     return build_all((source, "sm_90", "ca", tile.overrides) for tile in SCHEDULES for source, _ in GEMM_KERNELS)
 
 
+@pytest.mark.slow  # compiles kernels with NVRTC
 @pytest.mark.parametrize("tile", SCHEDULES, ids=lambda t: t.label)
 def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_schedule(schedule_builds, tile):
     """Read from the sm_90 SASS of every GEMM-shaped kernel, for every schedule `tracker tune` can
@@ -91,6 +94,7 @@ def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_schedule(
         assert r.block_threads == tile.threads and occupancy(r, "sm_90") > 0, (tile.label, name, r)
 
 
+@pytest.mark.slow  # compiles kernels with NVRTC
 def test_two_ctas_per_sm_cap_a_256_thread_tile_at_128_registers():
     """min_ctas 2 (`/ctas2`): __launch_bounds__ holds every GEMM kernel of the default tile shape to
     128 registers, so that two CTAs share an SM (occupancy 25 %) whatever ptxas would choose."""
@@ -127,6 +131,7 @@ def test_the_compile_check_uses_the_options_and_text_that_run():
     assert f"// common.cuh: sha256 {header}; -DCONSTANT_FLOATS=16384 " in source_text("relu.cu")
 
 
+@pytest.mark.slow  # compiles kernels with NVRTC
 def test_only_the_constant_variant_uses_constant_memory():
     rows = variant_rows("sm_90", ("ca",))
     for row in rows:
@@ -134,6 +139,7 @@ def test_only_the_constant_variant_uses_constant_memory():
         assert (row["constant_bytes"] == 64 * 1024) == uses, row
 
 
+@pytest.mark.slow  # compiles kernels with NVRTC
 def test_kernels_command_lists_the_variant_matrix(runner):
     result = runner.invoke(cli, ["kernels", "--arch", "sm_80", "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -146,6 +152,7 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     assert all(isinstance(r["changed_since"], bool) for r in rows)
 
 
+@pytest.mark.slow  # compiles kernels with NVRTC
 def test_kernels_command_builds_a_tuned_tile(runner):
     """--tile builds the GEMM-shaped variants with that tile (its rings in shared memory), which no
     record vouches for; the others keep the default build. A label that is no tile, or a tile the

@@ -12,6 +12,8 @@ from tracker.ops.selftest import run_case, small_cases
 
 from test_tune import RING
 
+pytestmark = pytest.mark.slow  # every test here builds the kernels with g++ and runs them on OS threads
+
 
 @pytest.mark.parametrize("case", small_cases(), ids=lambda c: f"{c.op}-{c.layer}")
 def test_every_variant_matches_the_reference(emulator, case):

@@ -63,6 +63,7 @@ def test_a_variant_added_from_outside_reaches_every_consumer(toy, emulator):
     assert np.linalg.norm(dw - grads["conv1"][0]) / np.linalg.norm(grads["conv1"][0]) < 1e-4
 
 
+@pytest.mark.slow  # compiles kernels with NVRTC
 def test_the_compile_check_and_tracker_kernels_list_an_added_variant(toy):
     from tracker.gpu.compile import variant_rows
 

@@ -143,6 +143,7 @@ def test_runtime_and_bound_of_the_recording(b16):
     assert len(verdicts) == LAYER_PHASES and verdicts["bound"].notna().all()
 
 
+@pytest.mark.slow  # draws every figure of a full run
 def test_report_of_the_recording_draws_every_counter_figure(runner, recordings, tmp_path):
     result = runner.invoke(cli, ["report", "1", "--db", recording(B16, recordings), "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -119,3 +119,38 @@ def test_bad_targets_are_one_line_errors(runner, db, tmp_path):
         result = runner.invoke(cli, [*args, "--db", db, "--out", str(tmp_path)] if args[0] != "experiment"
                                else [*args, "--db", db])
         assert result.exit_code != 0 and message in result.output and result.output.count("\n") == 1, result.output
+
+
+def test_report_on_a_run_without_a_device_beside_one_with(runner, tmp_path):
+    """The run table's device_name is NaN for a model run without --device once another run has
+    one: the report reads runs as the store decodes them (None), and says 'no device'."""
+    path = str(tmp_path / "trace.db")
+    profile(path, build("alexnet"), 16, backend="model")  # run 1: no device
+    profile(path, build("alexnet"), 16, backend="model", device=lookup("h100"))  # run 2
+    result = runner.invoke(cli, ["report", "1", "--db", path, "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "# Run 1: alexnet, batch 16, no device" in md and "modelled without a device" in md
+    assert "nan" not in md.lower().replace("nanosecond", "")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def fresh_db(request, tmp_path):
+    """conftest's ``db`` (shadowed here by the sample store): a new SQLite file, then PostgreSQL."""
+    return str(tmp_path / "trace.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
+
+
+def test_memory_finding_rebuilds_the_network_with_its_options(runner, fresh_db, tmp_path):
+    """PostgreSQL hands network_options back as a dict, SQLite as JSON text: both are the store's
+    to decode, and the memory figure is the model's for the network that ran (separable, here)."""
+    from tracker import units
+    from tracker.model import memory
+
+    separable = build("unet2d", conv_type="separable")
+    profile(fresh_db, separable, 2, backend="model", device=lookup("h100"))
+    result = runner.invoke(cli, ["report", "last", "--db", fresh_db, "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    peak = memory(separable, 2, 32).peak_bytes
+    assert peak != memory(build("unet2d"), 2, 32).peak_bytes  # the options matter to the figure
+    assert f"GPU memory: the model's peak: {units.nbytes(peak)}\n" in result.output
+    assert f"**Finding:** the model's peak: {units.nbytes(peak)}" in (tmp_path / "r" / "report.md").read_text()

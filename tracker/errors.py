@@ -40,13 +40,25 @@ class Interrupted(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that one code path marks a run interrupted."""
 
 
+NAME_ECHO = 40  # characters of an unknown name an error repeats
+
+
+def shorten(text: str, limit: int = NAME_ECHO) -> str:
+    """``text`` as an error repeats it: its first ``limit`` characters, then '…' if it goes on."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def did_you_mean(name: str, known: list[str]) -> str:
     """' (did you mean X?)' when a known name is close to ``name``, else ''."""
     import difflib
 
+    # A match needs a ratio 2M / (len(name) + len(known)) of 0.6, M <= the shorter length: a name
+    # over 7/3 the longest known one can match none, so a huge argument costs nothing.
+    if 3 * len(name) > 7 * max(map(len, known), default=0):
+        return ""
     close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
 
 
 def unknown(what: str, name: str, known: list[str]) -> UnknownName:
-    return UnknownName(f"unknown {what} '{name}'{did_you_mean(name, known)}; known: {', '.join(known)}")
+    return UnknownName(f"unknown {what} '{shorten(name)}'{did_you_mean(name, known)}; known: {', '.join(known)}")

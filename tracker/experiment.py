@@ -18,7 +18,7 @@ from typing import Callable
 from tracker.errors import TrackerError
 from tracker.model import Device
 from tracker.nets import Network
-from tracker.profile import choose_backend, profile
+from tracker.profile import check_arguments, choose_backend, profile
 from tracker.profilers.ncu import Settings as NcuSettings
 
 KINDS = ("l1-bypass", "fusion", "variants", "batch")
@@ -75,6 +75,8 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
 
     plan = arms(kind, batch, batches)
     chosen, why = check(kind, backend, device)
+    for arm in plan:
+        check_arguments(arm.batch, "both", arm.variants, 32, repeat, warmup, ncu)
     echo(f"experiment {kind}: {len(plan)} runs of {net.name} on backend {chosen} ({why})")
     store = open_store(db, write=True)
     settings = dict(batch=batch, batches=list(batches), backend=chosen, repeat=repeat, warmup=warmup,

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tracker.errors import TrackerError
-from tracker.store import Store
-from tracker.store.views import VIEWS
+from tracker.errors import TrackerError, unknown
+from tracker.paths import check_dir
+
+if TYPE_CHECKING:  # the CLI reads FORMATS at start-up: no SQLAlchemy then
+    from tracker.store import Store
 
 TABLES = ("run", "layer", "prediction", "launch", "metric")
+FORMATS = ("csv", "parquet")  # --format reads these
 
 
-def export(store: Store, run_id: int, out: Path, fmt: str) -> list[Path]:
+def export(store: Store, run_id: int, out: str | Path, fmt: str) -> list[Path]:
     """Write ``<name>.<fmt>`` per view and table, rows of ``run_id`` only; the paths written.
     ``metric_def`` (the catalog, every run's) is written too, to read the metric names by."""
     from tracker.analysis import view
+    from tracker.store.views import VIEWS
 
+    if fmt not in FORMATS:
+        raise unknown("export format", fmt, list(FORMATS))
+    out = check_dir(out)
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401

@@ -1,42 +1,108 @@
 """Output paths checked before any work: a report, an export or a plot onto a path that cannot be
-written says so in one line, rather than failing with the raw OS error after the work is done."""
+written says so in one line, rather than failing with the raw OS error after the work is done.
+
+The checks probe: they make what is missing and a file in it, then remove them. Asking
+``os.access`` is not enough: it says yes to root everywhere, /proc and read-only mounts included,
+and knows nothing of names too long for the file system."""
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 from pathlib import Path
 
-from tracker.errors import TrackerError
+from tracker.errors import TrackerError, shorten
 
-
-def _existing_ancestor(path: Path) -> Path:
-    probe = path
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    return probe
+PATH_ECHO = 200  # characters of a path an error repeats
 
 
 def check_dir(out: str | Path) -> Path:
-    """``out`` as a directory that exists or can be created, and can be written."""
+    """``out`` as a directory that exists or can be created, and can be written. Nothing is left
+    behind: a directory made to probe is removed again."""
+    shown = _named(out, "directory")
     out = Path(out)
-    probe = _existing_ancestor(out)
-    if not probe.is_dir():
-        raise TrackerError(f"cannot write to {out}: {probe} is a file, not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise TrackerError(f"cannot write to {out}: {probe} is not writable")
+    missing = _missing(out)
+    existing = missing[0].parent if missing else out
+    if not os.path.isdir(existing):
+        raise TrackerError(f"cannot write to {shown}: {shorten(str(existing), PATH_ECHO)} is a file, not a directory")
+    made: list[Path] = []
+    into = existing  # the directory being written into when a step fails
+    try:
+        for directory in missing:
+            into = directory.parent
+            try:
+                os.mkdir(directory)
+            except FileExistsError:  # 'a/..': there already
+                continue
+            made.append(directory)
+        into = out
+        _probe_file(out)
+    except OSError as exc:
+        raise TrackerError(f"cannot write to {shown}: {_why(exc, into)}") from None
+    finally:
+        for directory in reversed(made):
+            _quietly(os.rmdir, directory)
     return out
 
 
 def check_file(path: str | Path, suffixes: tuple[str, ...]) -> Path:
-    """``path`` as a file of one of ``suffixes`` ('.png') whose directory exists and can be written."""
+    """``path`` as a file of one of ``suffixes`` ('.png') whose directory exists and can be
+    written. An existing file is opened for writing and left as it was; a new one is created and
+    removed."""
+    shown = _named(path, "file")
     path = Path(path)
     if path.suffix.lower() not in suffixes:
-        raise TrackerError(f"cannot write {path}: name a {', '.join(suffixes)} file")
-    if path.is_dir():
-        raise TrackerError(f"cannot write {path}: it is a directory")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise TrackerError(f"cannot write {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise TrackerError(f"cannot write {path}: not writable")
+        raise TrackerError(f"cannot write {shown}: name a {', '.join(suffixes)} file")
+    if os.path.isdir(path):
+        raise TrackerError(f"cannot write {shown}: it is a directory")
+    parent = path.parent
+    if not os.path.isdir(parent):
+        raise TrackerError(f"cannot write {shown}: directory {shorten(str(parent), PATH_ECHO)} does not exist")
+    exists = os.path.lexists(path)
+    try:
+        if exists:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # no O_TRUNC: it keeps its bytes and times
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.unlink(path)
+    except OSError as exc:
+        raise TrackerError(f"cannot write {shown}: {_why(exc, path if exists else parent)}") from None
     return path
+
+
+def _named(path: str | Path, what: str) -> str:
+    """The path as errors show it; an empty one is refused (Path('') is '.', the current folder)."""
+    if not str(path).strip():
+        raise TrackerError(f"the output path is empty: name a {what}")
+    return shorten(str(path), PATH_ECHO)
+
+
+def _why(exc: OSError, directory: Path) -> str:
+    """'/proc is not writable (No such file or directory)'; a name too long says just that."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
+        return f"{shorten(str(directory), PATH_ECHO)} is not writable ({exc.strerror})"
+    return exc.strerror or str(exc)
+
+
+def _missing(path: Path) -> list[Path]:
+    """The directories from the first missing one down to ``path``, outermost first; [] if it exists.
+    os.path.lexists, not Path.exists: a name too long for the file system is missing, not an error."""
+    missing = []
+    while not os.path.lexists(path) and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    return missing[::-1]
+
+
+def _probe_file(directory: Path) -> None:
+    fd, name = tempfile.mkstemp(prefix=".tracker-probe-", dir=directory)
+    os.close(fd)
+    os.unlink(name)
+
+
+def _quietly(remove, path: Path) -> None:
+    try:
+        remove(path)
+    except OSError:
+        pass

@@ -13,13 +13,16 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Callable
 
-from tracker.errors import BackendUnavailable, UnknownName
+from tracker.errors import BackendUnavailable, TrackerError, UnknownName, unknown
 from tracker.gpu.workload import Workload
 from tracker.model import Device, Memory, Prediction, lookup, memory, predict
+from tracker.model.roofline import check_batch, check_dtype_bits, check_phases
 from tracker.nets import Network
 from tracker.profilers.ncu import Settings as NcuSettings
 
-BACKENDS = ("auto", "ncu", "events", "model")
+BACKENDS = ("auto", "ncu", "events", "model")  # --backend reads these
+MAX_REPEAT = 1000  # --repeat and --warmup read these
+MAX_WARMUP = 100
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ def choose_backend(requested: str) -> tuple[str, str]:
     """(backend, why) for ``--backend requested``; a backend that cannot run here is an error.
     ``auto`` picks ncu where a GPU, CuPy and ncu are found; a run that then finds the counters
     restricted falls back to events (``profile``)."""
+    if requested not in BACKENDS:
+        raise unknown("backend", str(requested), list(BACKENDS))
     if requested == "model":
         return "model", "asked for with --backend model"
     if requested in ("ncu", "events"):
@@ -103,6 +108,7 @@ def profile(
     this GPU and shape, unless ``untuned``."""
     from tracker.store import open_store, recording
 
+    check_arguments(batch, phases, variants or {}, dtype_bits, repeat, warmup, ncu)
     chosen, reason = choose_backend(backend)  # before the database: a refusal creates no file
     echo(f"backend: {chosen} ({reason})")
     if chosen != "model":
@@ -132,6 +138,25 @@ def profile(
                                                    dtype_bits, ncu_report, ncu, echo)
     store.dispose()
     return Profile(run.run_id, store.where, chosen, reason, predictions, peak)
+
+
+def check_arguments(batch: int, phases: str, variants: dict[str, str], dtype_bits: int, repeat: int, warmup: int,
+                    ncu: NcuSettings) -> None:
+    """profile()'s arguments, checked as the CLI checks its options, before anything is written
+    (a model run records its variants: an unknown one must not be stored; an experiment checks
+    every arm's before it creates its row)."""
+    from tracker.ops import OPS
+
+    check_batch(batch)
+    check_phases(phases)
+    check_dtype_bits(dtype_bits)
+    OPS.check_chosen(variants)
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise TrackerError(f"repeat {repeat} is out of range 1..{MAX_REPEAT}")
+    if not 0 <= warmup <= MAX_WARMUP:
+        raise TrackerError(f"warmup {warmup} is out of range 0..{MAX_WARMUP}")
+    if not isinstance(ncu, NcuSettings):
+        raise TrackerError(f"ncu must be tracker.profilers.ncu.Settings, not {type(ncu).__name__}")
 
 
 def _measure(run, backend: str, reason: str, may_fall_back: bool, net: Network, w: Workload, device: Device | None,

@@ -31,6 +31,18 @@ def view(store: Store, name: str, run_id: int | None = None) -> pd.DataFrame:
     return in_layer_order(frame)
 
 
+def run_row(store: Store, run_id: int) -> pd.Series:
+    """One run's settings, named by its id, as the store decodes them (``run_dict``): JSON columns
+    (network_options, variants, tiles) as dicts on SQLite and PostgreSQL alike, and a missing
+    value None, not the NaN a column of the ``run`` table holds where other runs have one."""
+    from tracker.store import find_run, run_dict
+
+    run = find_run(store, run_id)
+    row = run_dict(run)
+    row.update(started_at=run.started_at, finished_at=run.finished_at)  # datetimes, to the microsecond
+    return pd.Series(row, name=run_id, dtype=object)
+
+
 def in_layer_order(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows by run, layer ID and phase (fwd, bwd_data, bwd_weight), as the network runs them forward."""
     keys = [k for k in ("run_id", "layer_id") if k in frame.columns]

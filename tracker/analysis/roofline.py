@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tracker.analysis import in_layer_order, view
+from tracker.analysis import in_layer_order, run_row, view
 from tracker.analysis.runtime import runtime
 from tracker.errors import TrackerError
 from tracker.model import lookup
@@ -39,7 +39,7 @@ def peaks(store: Store, run_id: int) -> dict:
 def roofs(store: Store, run_id: int) -> Roofs | None:
     """The run's roofs: ncu's measured peaks where it has them, the catalog's for its device for
     the levels ncu did not give (L1 on sm_90); None for a model run without a device."""
-    run = view(store, "run", None).set_index("id").loc[run_id]
+    run = run_row(store, run_id)  # device_name None, not NaN, for a model run without a device
     try:
         catalog = Roofs.of(lookup(run["device_name"])) if run["device_name"] else None
     except TrackerError:

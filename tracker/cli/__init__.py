@@ -8,16 +8,29 @@ inside the commands that need them, so ``tracker --help`` and ``tracker model`` 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import click
 
 from tracker import __version__
-from tracker.errors import TrackerError
+from tracker.errors import TrackerError, shorten
 
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _short_quotes(message: str) -> str:
+    """click quotes a bad value back whole (--format with 100 KB): each quoted run as shorten() cuts it."""
+    return re.sub(r"'([^']{41,})'", lambda m: f"'{shorten(m.group(1))}'", message)
+
+
+def _os_error(exc: OSError) -> str:
+    """'cannot use report/x.png: Read-only file system': a file the checks before the work missed."""
+    name = exc.filename if exc.filename is not None else exc.filename2
+    reason = exc.strerror or _first_line(exc)
+    return f"cannot use {shorten(str(name), 200)}: {reason}" if name is not None else reason
 
 
 def _fail(message: str, code: int) -> None:
@@ -36,7 +49,7 @@ class TrackerGroup(click.Group):
             sys.exit(0)
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
-            _fail(exc.format_message().replace("\n", " ") + hint, 2)
+            _fail(_short_quotes(exc.format_message().replace("\n", " ")) + hint, 2)
         except click.ClickException as exc:
             _fail(exc.format_message(), exc.exit_code)
         except click.Abort as exc:  # click turns Ctrl-C into Abort
@@ -50,6 +63,10 @@ class TrackerGroup(click.Group):
         except BrokenPipeError:  # `tracker ... | head`
             sys.stderr.close()
             sys.exit(1)
+        except OSError as exc:  # a safety net: paths are checked before the work (tracker/paths.py)
+            if os.environ.get("TRACKER_DEBUG"):
+                raise
+            _fail(_os_error(exc), 1)
         except Exception as exc:
             if os.environ.get("TRACKER_DEBUG"):
                 raise

@@ -18,8 +18,18 @@ batch_option = click.option(
     "--batch", "-b", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True,
     help="Images per mini-batch.",
 )
+
+
+def _device(ctx, param, value: str | None) -> str | None:
+    """--device checked as it enters: a name the catalog does not know, an empty one included (it
+    is not 'no device'), is refused before the command does anything."""
+    if value is not None:
+        lookup(value)
+    return value
+
+
 device_option = click.option(
-    "--device", "-d", metavar="NAME", default=None,
+    "--device", "-d", metavar="NAME", default=None, callback=_device,
     help="A catalog GPU for the roofline (h100, a100, gtx1080, 'NVIDIA H100 80GB HBM3', ...; see `tracker devices`).",
 )
 dtype_option = click.option(
@@ -84,7 +94,7 @@ def devices(name, fmt):
       tracker devices h100 --format json
       tracker devices "NVIDIA GeForce GTX 1080"
     """
-    if name:
+    if name is not None:  # '' is a name, and not one the catalog has
         device = lookup(name).to_dict()
         if fmt != "table":
             click.echo(to_json(device) if fmt == "json" else _csv_one(device))
@@ -144,9 +154,9 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **
     """
     net = build(network, **net_kwargs(kwargs))
     gpu = lookup(device) if device else None
-    if plot and gpu is None:
+    if plot is not None and gpu is None:
         raise TrackerError("--plot needs --device: the roofline is drawn against a device's roof")
-    if plot:
+    if plot is not None:  # before any output: an unwritable --plot fails in one line, not after the table
         from tracker.paths import check_file
 
         check_file(plot, PLOT_SUFFIXES)
@@ -160,7 +170,7 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **
          None if fmt == "json" else MODEL_COLUMNS + (ROOF_COLUMNS if gpu else ()))
     if fmt == "table":
         _model_footer(net, batch, gpu, bits, rows, peak)
-    if plot and gpu is not None:  # refused above without a device
+    if plot is not None and gpu is not None:  # refused above without a device
         from tracker.figures import save
         from tracker.figures.roofline import model_points, roofline
         from tracker.model.roofline import Roofs
@@ -210,7 +220,7 @@ def metrics(name, family, fmt):
     from tracker.metrics import BY_NAME, metric_def_rows
 
     rows = [r for r in metric_def_rows() if family in (None, r["family"])]
-    if name:
+    if name is not None:
         if name not in BY_NAME:
             raise unknown("metric", name, list(BY_NAME))
         rows = [r for r in rows if r["name"] == name]

@@ -8,6 +8,7 @@ import click
 
 from tracker.cli.output import FORMATS, render
 from tracker.nets import OPTIONS
+from tracker.profilers.ncu import CACHE_CONTROL, CLOCK_CONTROL
 
 format_option = click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
@@ -24,11 +25,11 @@ db_option = click.option(
 def ncu_options(command: Callable) -> Callable:
     """--clock-control and --cache-control: how Nsight Compute runs pass 2, recorded on the run."""
     command = click.option(
-        "--cache-control", type=click.Choice(("all", "none")), default="all", show_default=True,
+        "--cache-control", type=click.Choice(CACHE_CONTROL), default="all", show_default=True,
         help="ncu: all flushes every cache before each replayed pass (cold-cache hit rates); none keeps "
              "them warm.")(command)
     return click.option(
-        "--clock-control", type=click.Choice(("base", "none")), default="base", show_default=True,
+        "--clock-control", type=click.Choice(CLOCK_CONTROL), default="base", show_default=True,
         help="ncu: base locks the GPU's clocks at base for comparable counters (falls back to none, "
              "saying why, where locking is refused); none leaves them free.")(command)
 

@@ -8,7 +8,9 @@ from tracker.cli import cli
 from tracker.cli.catalog import device_option
 from tracker.cli.options import db_option, emit, format_option, net_kwargs, ncu_options, network_options
 from tracker.experiment import KINDS
+from tracker.export import FORMATS as EXPORT_FORMATS
 from tracker.model.roofline import MAX_BATCH
+from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP
 
 SPEEDUP_COLUMNS = ("comparison", "arm", "layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup",
                    "change_pct", "noise")
@@ -41,11 +43,11 @@ def _records(frame) -> list[dict]:
 @click.option("--batches", callback=_batches, default=None, metavar="B,B,...",
               help="batch: the batch sizes to run (e.g. 16,64,128; the first is the baseline).")
 @db_option
-@click.option("--backend", type=click.Choice(("auto", "ncu", "events", "model")), default="auto", show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="As for tracker profile; only batch runs on the model backend.")
-@click.option("--repeat", type=click.IntRange(1, 1000), default=5, show_default=True,
+@click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=5, show_default=True,
               help="Measured iterations per run: the spread that tells a speedup from noise.")
-@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True)
+@click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=1, show_default=True)
 @ncu_options
 @device_option
 @network_options
@@ -191,9 +193,9 @@ def report(target, out, against, db):
     from tracker.report import report as write_report
     from tracker.store import open_store
 
-    check_dir(out)
+    check_dir(out)  # before the database: an unwritable --out opens nothing
     store = open_store(db, write=False)
-    written, built = write_report(store, target, Path(out), against)
+    written, built = write_report(store, target, out, against)
     drawn = sum(s.figure is not None for s in built.sections)
     click.echo(f"{drawn} figures of {len(built.sections)} sections in {out}; open {Path(out) / 'index.html'}")
     for s in built.sections:
@@ -207,7 +209,7 @@ def report(target, out, against, db):
 @cli.command()
 @click.argument("run", default="last")
 @click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for the files.")
-@click.option("--format", "fmt", type=click.Choice(("csv", "parquet")), default="csv", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="csv", show_default=True)
 @db_option
 def export(run, out, fmt, db):
     """Every view of one run (and its launch, metric and layer tables) as CSV or Parquet files.
@@ -217,13 +219,11 @@ def export(run, out, fmt, db):
       tracker export 3 --out run3/
       tracker export last --format parquet --out run3/
     """
-    from pathlib import Path
-
     from tracker.export import export as write_export
     from tracker.paths import check_dir
     from tracker.store import find_run, open_store
 
-    check_dir(out)
+    check_dir(out)  # before the database: an unwritable --out opens nothing
     store = open_store(db, write=False)
-    written = write_export(store, find_run(store, run).id, Path(out), fmt)
+    written = write_export(store, find_run(store, run).id, out, fmt)
     click.echo(f"{len(written)} files in {out}")

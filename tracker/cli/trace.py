@@ -11,7 +11,7 @@ from tracker.cli.output import cell, stream, to_json
 from tracker.model import lookup
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import build
-from tracker.profile import BACKENDS
+from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP
 from tracker.profile import profile as run_profile
 
 
@@ -27,9 +27,9 @@ from tracker.profile import profile as run_profile
               help="Kernel variant: one name for every op that has it (shared), or per op (conv=fused,lrn=shared).")
 @click.option("--l1-bypass", is_flag=True, help="Compile the kernels to bypass L1: -Xptxas -dlcm=cg and no read-only path, so "
               "every global load goes around L1 (tracker kernels shows the load mix).")
-@click.option("--repeat", type=click.IntRange(1, 1000), default=5, show_default=True,
+@click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=5, show_default=True,
               help="Measured iterations (GPU backends); every launch is timed in each.")
-@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True,
+@click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=1, show_default=True,
               help="Unmeasured iterations first (the first one compiles the kernels).")
 @click.option("--untuned", is_flag=True,
               help="Run every GEMM launch with the default tile, not the fastest `tracker tune` stored for this GPU.")

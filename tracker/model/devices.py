@@ -212,6 +212,8 @@ AMBIGUOUS = {"titanx": ("gtx-titan-x", "titan-x-pascal")}
 
 def lookup(name: str) -> Device:
     """The device called ``name``: a catalog key, a marketing name or a CUDA device name."""
+    if not name.strip():
+        raise UnknownName("the device name is empty: name a catalog GPU (see `tracker devices`)")
     key = _norm(name)
     if key in AMBIGUOUS:
         raise UnknownName(f"device '{name}' is ambiguous: say {' or '.join(AMBIGUOUS[key])}")

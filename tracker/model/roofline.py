@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tracker.errors import TrackerError
+from tracker.errors import TrackerError, unknown
 from tracker.model.costs import CONVENTIONS, costs
 from tracker.model.devices import Device
 from tracker.nets import Network
@@ -60,6 +60,12 @@ def check_dtype_bits(bits: int) -> int:
     return bits
 
 
+def check_phases(phases: str) -> str:
+    if phases not in PHASE_SETS:
+        raise unknown("phases", str(phases), list(PHASE_SETS))
+    return phases
+
+
 def check_batch(batch: int) -> int:
     if not 1 <= batch <= MAX_BATCH:
         raise TrackerError(f"batch {batch} is out of range 1..{MAX_BATCH}")
@@ -79,7 +85,7 @@ def predict(
     """One row per layer and phase, in network order then phase order."""
     check_batch(batch)
     width = check_dtype_bits(dtype_bits) // 8
-    wanted = PHASE_SETS[phases]
+    wanted = PHASE_SETS[check_phases(phases)]
     rows = []
     for layer in net.layers:
         for phase, cost in costs(layer, batch).items():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tracker.errors import TrackerError
+from tracker.errors import TrackerError, shorten
 from tracker.nets.layers import (
     INPUT,
     BatchNorm,
@@ -37,11 +37,11 @@ def parse_size(text: str | int, dims: int) -> tuple[int, ...]:
     try:
         size = tuple(int(p) for p in parts)
     except ValueError:
-        raise TrackerError(f"input size '{text}' is not N or {'x'.join(['N'] * dims)}") from None
+        raise TrackerError(f"input size '{shorten(str(text))}' is not N or {'x'.join(['N'] * dims)}") from None
     if len(size) == 1:
         size *= dims
     if len(size) != dims or min(size) < 1:
-        raise TrackerError(f"input size '{text}' needs {dims} positive sizes for a {dims}-D net")
+        raise TrackerError(f"input size '{shorten(str(text))}' needs {dims} positive sizes for a {dims}-D net")
     return size
 
 

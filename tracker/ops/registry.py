@@ -194,7 +194,10 @@ class Registry:
         chosen = {}
         for item in spec.split(","):
             kind, _, name = (part.strip() for part in item.partition("="))
-            chosen[kind] = self[kind].variant(name).name
+            variant = self[kind].variant(name).name
+            if kind in chosen:
+                raise TrackerError(f"--variant names op {kind} twice ({chosen[kind]}, {variant}): one variant per op")
+            chosen[kind] = variant
         return chosen
 
     def check_chosen(self, chosen: dict[str, str]) -> None:

@@ -21,7 +21,7 @@ from glob import glob
 from pathlib import Path
 from typing import Callable
 
-from tracker.errors import BackendUnavailable, NcuFailed
+from tracker.errors import BackendUnavailable, NcuFailed, unknown
 
 CACHE_CONTROL = ("all", "none")
 CLOCK_CONTROL = ("base", "none")
@@ -38,9 +38,19 @@ PERMISSION_HELP = (
 
 @dataclass(frozen=True)
 class Settings:
+    """How ncu runs pass 2 (--replay-mode, --cache-control, --clock-control), each one of its
+    choices above; the CLI's options read the same tuples."""
+
     replay_mode: str = "kernel"
     cache_control: str = "all"
     clock_control: str = "base"
+
+    def __post_init__(self) -> None:
+        for what, value, known in (("ncu replay mode", self.replay_mode, REPLAY_MODES),
+                                   ("ncu cache control", self.cache_control, CACHE_CONTROL),
+                                   ("ncu clock control", self.clock_control, CLOCK_CONTROL)):
+            if value not in known:
+                raise unknown(what, str(value), list(known))
 
 
 def find() -> str | None:

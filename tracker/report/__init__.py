@@ -72,7 +72,7 @@ def build(store: Store, target: str, against: str | None = None) -> Report:
     return report
 
 
-def report(store: Store, target: str, out: Path, against: str | None = None) -> tuple[list[Path], Report]:
-    check_dir(out)
+def report(store: Store, target: str, out: str | Path, against: str | None = None) -> tuple[list[Path], Report]:
+    out = check_dir(out)  # before the work: an unwritable --out fails in one line, not after the figures
     built = build(store, target, against)
     return write(built, out), built

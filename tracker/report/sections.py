@@ -3,8 +3,6 @@ a comparison and an experiment, computed from tracker/analysis and drawn by trac
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
 from tracker import units
@@ -20,7 +18,7 @@ from tracker.analysis import (
     traffic,
     utilization,
 )
-from tracker.analysis import view as read_view
+from tracker.analysis import run_row
 from tracker.errors import StoreError
 from tracker.figures import bars
 from tracker.figures.roofline import roofline as roofline_figure
@@ -29,7 +27,8 @@ from tracker.store import Store, experiment_dict, find_experiment
 
 
 def _run(store: Store, run_id: int) -> pd.Series:
-    return read_view(store, "run", None).set_index("id").loc[run_id]
+    """The run's settings, decoded once by the store: a missing value is None, JSON columns dicts."""
+    return run_row(store, run_id)
 
 
 def _subtitle(run: pd.Series) -> str:
@@ -38,16 +37,15 @@ def _subtitle(run: pd.Series) -> str:
 
 
 def _variants(run: pd.Series) -> str:
-    chosen = json.loads(run["variants"]) if isinstance(run["variants"], str) else (run["variants"] or {})
+    chosen = run["variants"] or {}
     return ", ".join(f"{op} {v}" for op, v in chosen.items()) or "the default of each op"
 
 
 def _tiles(run: pd.Series) -> str:
     tiles = run.get("tiles")
-    if tiles is None or (not isinstance(tiles, (str, dict)) and pd.isna(tiles)):
+    if tiles is None:
         return "not recorded"
-    tuned = json.loads(tiles) if isinstance(tiles, str) else tiles
-    return ", ".join(f"{key} {tile}" for key, tile in tuned.items()) or "the default of each launch"
+    return ", ".join(f"{key} {tile}" for key, tile in tiles.items()) or "the default of each launch"
 
 
 def describe(run: pd.Series) -> str:
@@ -176,8 +174,7 @@ def _memory(store, run: pd.Series, sub) -> Section:
     from tracker.model import memory
     from tracker.nets import build
 
-    options = json.loads(run["network_options"]) if isinstance(run["network_options"], str) else {}
-    model = memory(build(run["network"], **(options or {})), int(run["batch"]), int(run["dtype_bits"]))
+    model = memory(build(run["network"], **(run["network_options"] or {})), int(run["batch"]), int(run["dtype_bits"]))
     parts = pd.DataFrame([{"part": k.removesuffix("_bytes").replace("_", " "), "bytes": v}
                           for k, v in model.to_dict().items() if k != "peak_bytes"])
     measured = run["measured_peak_bytes"]

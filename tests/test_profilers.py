@@ -4,6 +4,7 @@ two-pass join, and the ncu runner's error handling."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -58,6 +59,39 @@ def test_catalog_is_consistent():
                      "stall_pipe_busy", "stall_sleeping", "stall_sync", "stall_texture"}
     assert {m.nvprof for m in stalls if m.nvprof} == nvprof_stalls  # every nvprof reason on Volta is mapped
     assert {f"stall_{m.category}" for m in stalls} == nvprof_stalls  # ... and names a paper-003 category
+
+
+def test_the_catalog_says_why_an_l2_hit_rate_can_exceed_100_percent():
+    """What `tracker metrics l2_hit_rate` and every new store's metric_def show."""
+    rows = {r["name"]: r["description"] for r in catalog.metric_def_rows()}
+    note = rows["l2_hit_rate"]
+    assert "not clamped" in note and "exceed 100 %" in note and "different replay passes" in note
+    assert "https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html#range-and-precision" in note
+    assert "counts a store as a hit" in rows["l2_write_hit_rate"] and "l2_hit_rate" in rows["l2_write_hit_rate"]
+
+
+def test_l2_hit_rates_over_100_percent_are_ncus_own_in_the_h100_recording():
+    """The batch-16 H100 recording and ncu's own CSV export of the same report: the L2 hit rate
+    exceeds 100 % in four launches, and the recording shows the catalog's cause, L2 counts of one
+    launch taken in different replay passes that disagree (read + write sectors above all sectors)."""
+    import sqlite3
+    from contextlib import closing
+
+    over = {"fc8/bwd_weight/gemm_tn": 102.24, "fc7/bwd_weight/gemm_tn": 100.88, "fc6/bwd_weight/gemm_tn": 100.41,
+            "conv5/bwd_data/conv2d_bwd_data_implicit": 100.25}
+    exported = {p.kernel: p for p in ncu_csv.parse(read("ncu-raw-nvtx-h100-sm90-ncu2025.3-alexnet-b16.csv"))}
+    assert {k: p.metrics["l2_hit_rate"] for k, p in exported.items() if p.metrics["l2_hit_rate"] > 100} == over
+    assert all(p.values["profiler__replayer_passes"] == 18 for p in exported.values())
+    conv5 = exported["conv5/bwd_data/conv2d_bwd_data_implicit"].metrics
+    assert conv5["l2_read_sectors"] + conv5["l2_write_sectors"] > 1.04 * conv5["l2_sectors"]
+    assert conv5["l2_read_sectors"] > conv5["l2_sectors"]  # a part above its whole: two passes
+    db = DATA.parent / "alexnet-b16-nvidia-h100-80gb-hbm3.db"
+    with closing(sqlite3.connect(f"file:{db}?immutable=1", uri=True)) as conn:  # immutable: writes nothing
+        stored = conn.execute(
+            "SELECT y.name || '/' || l.phase || '/' || l.kernel_name, m.value FROM metric m "
+            "JOIN launch l USING (run_id, invocation) JOIN layer y ON y.run_id = l.run_id AND y.layer_id = l.layer_id "
+            "WHERE m.name = 'l2_hit_rate' AND m.value > 100").fetchall()
+    assert dict(stored) == pytest.approx(over)
 
 
 def test_ncu_metric_list_depends_on_the_gpu():
@@ -472,6 +506,7 @@ def mutation(draw, text: str) -> str:
     return "".join(lines)
 
 
+@pytest.mark.slow  # 150 damaged copies of each sample, the largest a whole AlexNet ncu export
 @pytest.mark.parametrize("parse, name", PARSED_SAMPLES, ids=[name for _, name in PARSED_SAMPLES])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
@@ -524,3 +559,93 @@ def test_fuzzed_nvprof_text_parses_or_fails_clearly(i, j, junk):
     except ParseError:
         return
     assert all(isinstance(k["values"], dict) for k in kernels.values())
+
+
+class _TooSlow(Exception):
+    pass
+
+
+def _within(seconds: float, parse, text: str):
+    """``parse(text)`` in at most ``seconds``: SIGALRM interrupts a regex that backtracks, so a
+    regression fails here in seconds instead of hanging for hours."""
+    import signal
+    import time
+
+    def _stop(signum, frame):
+        raise _TooSlow(f"still parsing after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, _stop)
+    signal.setitimer(signal.ITIMER_REAL, 5 * seconds)
+    started = time.monotonic()
+    try:
+        try:
+            parse(text)
+        except ParseError:
+            pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - started < seconds
+
+
+LONG = 100_000  # a line of 4,000 spaces took 217 s before the line reader stopped backtracking
+
+
+@pytest.mark.parametrize("line", [
+    "1 a" + " " * LONG, "1 a" + " " * LONG + "x", "  Kernel: " + " " * LONG + "x",
+    "1 sm_efficiency (80 instances)" + " " * LONG + "[", "1 a b" + " x" * (LONG // 2), "1 a" + " (1)" * LONG,
+], ids=["spaces", "spaces then a token", "kernel line", "instance list never closed", "many tokens", "levels"])
+def test_nvprof_text_reads_a_pathological_line_in_linear_time(line):
+    _within(2.0, nvprof.parse_metrics_text, "Kernel: k\n" + line + "\n")
+
+
+def test_nvprof_trace_reads_a_long_kernel_name_in_linear_time():
+    text = read("nvprof-gputrace-csv-k20c.csv")
+    long_name = '"' + " " * LONG + 'x [115]"'  # the [correlation id] search backtracked over the spaces
+    _within(2.0, nvprof.parse_trace, text.replace('"__kernel___forma_kernel__0__(float*, int, int, float*) [115]"',
+                                                  long_name, 1))
+
+
+@pytest.mark.parametrize("cell", ["1e999", "1e999%", "-1e999GB/s", "inf", "High (" + "9" * 400 + ")", "9" * 5000],
+                         ids=["1e999", "1e999%", "-1e999GB/s", "inf", "a 400-digit level", "5000 digits"])
+def test_nvprof_refuses_infinite_values_like_ncu(cell):
+    """ncu_csv.number refuses 1e999; nvprof reads every figure through it, units and levels too."""
+    with pytest.raises(ValueError):
+        nvprof.value(cell)
+    line = f"    1   achieved_occupancy   Achieved Occupancy   0.5   0.5   {cell}"
+    with pytest.raises(ParseError, match=rf"^v100\.txt: line 2: achieved_occupancy: cannot read the value "
+                                         rf"'{re.escape(cell[:40])}'"):
+        nvprof.parse_metrics_text(f"Kernel: k\n{line}\n", "v100.txt")
+    text = read("nvprof-metrics-csv-k20c-stalls.csv")
+    first = next(line for line in text.splitlines() if line.startswith('"Tesla'))
+    with pytest.raises(ParseError, match=r"^k20c\.csv: cannot read '"):
+        nvprof.parse_metrics(text.replace(first, first.rsplit(",", 1)[0] + f',"{cell}"', 1), "k20c.csv")
+    trace = f'"Start","Duration","achieved_occupancy","Name"\ns,ns,,\n1.0,2.0,"{cell}","k(float*) [7]"\n'
+    with pytest.raises(ParseError, match=r"^trace\.csv: launch 0 \(k\(float\*\)\), achieved_occupancy: cannot read"):
+        nvprof.parse_trace(trace, "trace.csv")
+
+
+def test_nvprof_a_count_of_5000_digits_is_a_parse_error():
+    """int() refuses over 4,300 digits with a bare ValueError; the Invocations cell says so instead."""
+    line = f"    {'9' * 5000}   achieved_occupancy   Achieved Occupancy   0.5   0.5   0.5"
+    with pytest.raises(ParseError, match=r"line 2: cannot read the invocations '9{40}' \(5000 characters\)"):
+        nvprof.parse_metrics_text(f"Kernel: k\n{line}\n")
+    text = read("nvprof-metrics-csv-k20c-stalls.csv")
+    first = next(line for line in text.splitlines() if line.startswith('"Tesla'))
+    damaged = text.replace(first, first.replace('",3,"', f'",{"9" * 5000},"', 1), 1)  # Invocations: 3
+    with pytest.raises(ParseError, match=r"cannot read the invocations '9{40}' \(5000 characters\)"):
+        nvprof.parse_metrics(damaged)
+
+
+def test_nvprof_text_line_reader():
+    """The line reader that replaced the regexes: a level Avg, an instance list, lines it skips; an
+    instance list cut short is refused (the regex fell through and took the last SM's value as Avg)."""
+    text = ("==1== Metric result:\nInvocations   Metric Name   Metric Description   Min   Max   Avg\n"
+            "Device \"Tesla V100 (0)\"\n    Kernel: k(float*)  \n"
+            "    2   l2_utilization   L2 Cache Utilization   Low (1)   Low (2)   Mid (5)\n"
+            "    2   sm_efficiency (2 instances)   Multiprocessor Activity   -   -   [ 50.0% 70.0% ]\n")
+    (name, kernel), = nvprof.parse_metrics_text(text).items()
+    assert name == "k(float*)" and kernel["invocations"] == 2
+    assert kernel["values"] == {"l2_utilization_level": 5.0, "sm_efficiency": 60.0}
+    with pytest.raises(ParseError, match="line 6: sm_efficiency lists no per-instance values"):
+        nvprof.parse_metrics_text(text.replace("70.0% ]", "70.0%"))

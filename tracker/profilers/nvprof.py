@@ -15,12 +15,12 @@ from __future__ import annotations
 import re
 
 from tracker.errors import ParseError
-from tracker.metrics import CATALOG, from_nvprof
+from tracker.metrics import BY_NVPROF, CATALOG, from_nvprof
 from tracker.profilers.ncu_csv import ProfiledLaunch, columns, normalise, number, read_csv
 
 _LEVEL = re.compile(r"^\s*[A-Za-z]+ \((\d+)\)\s*$")  # "High (8)"
 _WITH_UNIT = re.compile(r"^\s*([-+]?[\d.,]+(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]+)\s*$")  # "636.79GB/s", "83.3%"
-_CORRELATION = re.compile(r"\s*\[\d+\]$")
+_COUNT = re.compile(r"[0-9]{1,20}")
 _TRACE_IDENTITY = ("Start", "Name", "Device", "Context", "Stream", "Correlation_ID")
 
 
@@ -35,21 +35,27 @@ def metric_names() -> list[str]:
 
 
 def value(text: str) -> float | None:
-    """A value cell: plain numbers, ``83.3%``, ``636.79GB/s`` (to bytes/second), ``High (8)`` (to 8)."""
+    """A value cell: plain numbers, ``83.3%``, ``636.79GB/s`` (to bytes/second), ``High (8)`` (to 8).
+    Every figure goes through ``number``, so nvprof refuses what ncu refuses (``1e999%`` is no rate)."""
     level = _LEVEL.match(text)
     if level:
-        return float(level.group(1))
-    try:
-        return number(text)
-    except ValueError:
-        pass
-    match = _WITH_UNIT.match(text)
+        return number(level.group(1))
+    match = _WITH_UNIT.match(text)  # never matches a plain number: a unit needs a letter, % or /
     if not match:
-        raise ValueError(text)
-    amount, unit = float(match.group(1).replace(",", "")), match.group(2)
-    if unit == "%":
+        return number(text)
+    amount, unit = number(match.group(1)), match.group(2)
+    if amount is None or unit == "%":  # None only for n/a or empty, which an amount with a digit is not
         return amount
     return normalise(amount, unit.replace("B", "byte").replace("/s", "/second"))[0]
+
+
+def _invocations(text: str, what: str) -> int:
+    """The Invocations cell: at most 20 digits, a 64-bit counter's width. A longer run of digits is
+    damage, and int() refuses one of over 4,300 digits with a bare ValueError."""
+    if not _COUNT.fullmatch(text):
+        raise ParseError(f"{what}: cannot read the invocations '{text[:40]}' ({len(text)} characters): "
+                         "not a whole number of at most 20 digits")
+    return int(text)
 
 
 def _rows(text: str, first: str, where: str) -> list[list[str]]:
@@ -72,10 +78,7 @@ def parse_metrics(text: str, where: str = "nvprof output") -> dict[str, dict]:
     kernels: dict[str, dict] = {}
     for row in rows[1:]:
         what = f"({row[name_at]} of {row[kernel_at]})"
-        try:
-            invocations = int(row[calls_at])
-        except ValueError:
-            raise ParseError(f"{where}: cannot read the invocations '{row[calls_at][:40]}' {what}") from None
+        invocations = _invocations(row[calls_at], f"{where} {what}")
         try:
             entry = kernels.setdefault(row[kernel_at], {"invocations": invocations, "raw": {}})
             entry["raw"][row[name_at]] = value(row[avg_at])
@@ -84,11 +87,11 @@ def parse_metrics(text: str, where: str = "nvprof output") -> dict[str, dict]:
     return {k: {"invocations": e["invocations"], "values": from_nvprof(e["raw"])} for k, e in kernels.items()}
 
 
-_KERNEL_LINE = re.compile(r"^\s*Kernel: (.+?)\s*$")
-_VALUE = r"(?:[A-Za-z]+ \(\d+\)|\S+)"  # "High (8)" or one token
-_METRIC_LINE = re.compile(rf"^\s*(\d+)\s+(\w+)\s+(.*?)\s+({_VALUE})\s+({_VALUE})\s+({_VALUE})\s*$")
-# "sm_efficiency (80 instances)  Multiprocessor Activity  -  -  [ 99.99% ... ]": one value per SM
-_INSTANCES_LINE = re.compile(r"^\s*(\d+)\s+(\w+) \(\d+ instances\)\s+.*?\[(.*)\]\s*$")
+# The plain-text lines are read by splitting on whitespace, not by regular expressions: the one
+# this replaced, a lazy description between runs of whitespace, backtracked in time cubic in a
+# line's length (a line of 4,000 spaces: minutes).
+_LEVEL_TOKENS = re.compile(r"[A-Za-z]+ \(\d+\)")  # "High (8)", split in two tokens
+_NAME = re.compile(r"\w+")
 
 
 def parse_metrics_text(text: str, where: str = "nvprof output") -> dict[str, dict]:
@@ -98,21 +101,49 @@ def parse_metrics_text(text: str, where: str = "nvprof output") -> dict[str, dic
     kernels: dict[str, dict] = {}
     kernel = None
     for number_, line in enumerate(text.lstrip("\ufeff").splitlines(), 1):
-        if (found := _KERNEL_LINE.match(line)):
-            kernel = kernels.setdefault(found.group(1), {"invocations": 0, "raw": {}})
-        elif kernel is not None and (metric := _INSTANCES_LINE.match(line) or _METRIC_LINE.match(line)):
-            cells = metric.group(3).split() if metric.re is _INSTANCES_LINE else [metric.group(6)]
-            try:
-                values = [value(cell) for cell in cells]
-            except ValueError:
-                raise ParseError(f"{where}: line {number_}: cannot read {metric.group(2)} ({line.strip()[:60]})") \
-                    from None
+        at = f"{where}: line {number_}"
+        tokens = line.split()
+        if tokens[:1] == ["Kernel:"]:
+            name = line.split("Kernel:", 1)[1].strip()
+            if not name:
+                raise ParseError(f"{at}: a 'Kernel:' line names no kernel")
+            kernel = kernels.setdefault(name, {"invocations": 0, "raw": {}})
+        elif kernel is not None and len(tokens) >= 5 and tokens[0].isdecimal() and _NAME.fullmatch(tokens[1]):
+            values = [_cell(cell, f"{at}: {tokens[1][:40]}") for cell in _metric_cells(line, tokens, at)]
             known = [v for v in values if v is not None]  # n/a, or an empty instance list: no value
-            kernel["raw"][metric.group(2)] = sum(known) / len(known) if known else None  # per SM: the average
-            kernel["invocations"] = int(metric.group(1))
+            kernel["raw"][tokens[1]] = sum(known) / len(known) if known else None  # per SM: the average
+            kernel["invocations"] = _invocations(tokens[0], at)
     if not kernels:
         raise ParseError(f"{where} holds no nvprof metrics (no 'Kernel:' line)")
     return {k: {"invocations": e["invocations"], "values": from_nvprof(e["raw"])} for k, e in kernels.items()}
+
+
+def _metric_cells(line: str, tokens: list[str], at: str) -> list[str]:
+    """The cells a metric line (count, name, description, Min, Max, Avg) contributes: its Avg, or
+    for ``sm_efficiency (80 instances) ... [ 99.99% ... ]`` the values listed per SM."""
+    if tokens[2][:1] == "(" and tokens[2][1:].isdecimal() and tokens[3] == "instances)":
+        listed, bracket, after = line.partition("[")[2].rpartition("]")  # the first [ follows "instances)"
+        if not bracket or after.strip():
+            raise ParseError(f"{at}: {tokens[1][:40]} lists no per-instance values in [ ... ] (cut short?)")
+        return listed.split()
+    last = " ".join(tokens[-2:])
+    return [last if _LEVEL_TOKENS.fullmatch(last) else tokens[-1]]  # "High (8)" or one token
+
+
+def _cell(text: str, what: str) -> float | None:
+    """``value(text)``, or a ParseError that names the cell."""
+    try:
+        return value(text)
+    except ValueError:
+        raise ParseError(f"{what}: cannot read the value '{text[:40]}' (a finite number, with a unit or as "
+                         "'Level (n)')") from None
+
+
+def _kernel_name(cell: str) -> str:
+    """A trace's Name less its `` [correlation id]``. Partitioned, not matched by a regex search,
+    which tries every start and backtracks over a run of spaces: quadratic in the cell's length."""
+    name, bracket, tail = cell.rpartition("[")
+    return name.rstrip() if bracket and tail[-1:] == "]" and tail[:-1].isdecimal() else cell
 
 
 def parse_trace(text: str, where: str = "nvprof output") -> list[ProfiledLaunch]:
@@ -127,16 +158,19 @@ def parse_trace(text: str, where: str = "nvprof output") -> list[ProfiledLaunch]
     for row in rows[2:]:
         if row[name_at].startswith("[CUDA "):
             continue
-        launch = ProfiledLaunch(len(launches), _CORRELATION.sub("", row[name_at]))
+        launch = ProfiledLaunch(len(launches), _kernel_name(row[name_at]))
         raw: dict[str, float | None] = {}
         for column, unit, cell in zip(header, units, row):
             if column in _TRACE_IDENTITY or not cell:
                 continue
-            try:
-                raw[column] = value(cell)
-            except ValueError:
-                launch.attributes[column] = cell
-                continue
+            if column in BY_NVPROF or column == "Duration":  # a figure tracker keeps: a number or n/a
+                raw[column] = _cell(cell, f"{where}: launch {launch.id} ({launch.kernel[:80]}), {column}")
+            else:
+                try:
+                    raw[column] = value(cell)
+                except ValueError:
+                    launch.attributes[column] = cell
+                    continue
             duration = raw[column]
             if column == "Duration" and duration is not None:  # n/a: a launch nvprof did not time
                 raw[column] = normalise(duration, unit or "ns")[0]

@@ -243,6 +243,10 @@ def _caches(store, run_id, sub, why) -> Section:
         low = rows.loc[rows["hit_rate_pct"].idxmin()]
         parts.append(f"{level} {units.percent(rows['hit_rate_pct'].min())} to "
                      f"{units.percent(rows['hit_rate_pct'].max())} (lowest {low['layer']} {low['phase']})")
+    over = frame[frame["hit_rate_pct"] > 100]
+    if not over.empty:  # ncu's rates are not clamped: tracker/metrics.py says why, as `tracker metrics` does
+        parts.append(f"over 100 % in {', '.join(over['layer'] + ' ' + over['phase'])}: ncu's figures, not clamped, "
+                     "where hits and lookups were counted in different replay passes (tracker metrics l2_hit_rate)")
     return Section("cache_hit_rates", "Cache hit rates", "Figures 13/14",
                    bars.grouped(frame, "hit_rate_pct", "level", "Cache hit rates", sub, "hit rate"),
                    "hit rates: " + "; ".join(parts),

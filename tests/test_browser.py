@@ -86,6 +86,7 @@ def _screenshot(driver, height: int, name: str) -> None:
                                                          "stalls", "alu_utilization", "cache_hit_rates", "traffic",
                                                          "level_utilization"})],
                          ids=["model-run", "h100-ncu-recording"])
+@pytest.mark.slow  # starts Chromium
 def test_the_report_renders_in_a_real_browser(browser, tmp_path, make, figures):
     store, target = make(tmp_path)
     out = tmp_path / "report"

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from time import perf_counter
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from tracker.ops import OPS, Case
 from tracker.ops.gemm import DEFAULT, SHAPES, Tile
 from tracker.ops.launch import Arrays, Backend
 from tracker.ops.selftest import REDUCTION, run_case
+
+if TYPE_CHECKING:  # SQLAlchemy is imported only where the store is used
+    from tracker.store import Store
 
 SPLITS = (0, 1, 2, 4, 8, 16, 32, 64)  # split-K slices tried with each tile shape (0: by rule)
 
@@ -205,36 +208,18 @@ def _time(b: Backend, target: Target, arrays: Arrays, tile: Tile, reps: int) -> 
             "timer": timer}
 
 
-def store(db_store: Any, rows: list[dict]) -> None:
-    """Add the rows to the ``tuning`` table, creating it in a database made before it existed."""
-    from sqlalchemy import insert
+def store(db_store: Store, rows: list[dict]) -> None:
+    """Add the rows to the ``tuning`` table (tracker.store.tuning)."""
+    from tracker.store.tuning import add_candidates
 
-    from tracker.store.schema import Base, Tuning
-
-    with db_store.begin() as conn:
-        Base.metadata.create_all(conn, tables=[Tuning.__table__], checkfirst=True)  # type: ignore[list-item]
-        if rows:
-            conn.execute(insert(Tuning), rows)
+    add_candidates(db_store, rows)
 
 
-def best(db_store: Any, device_name: str, net: Network, batch: int, chosen: dict[str, str]) -> dict[str, str]:
+def best(db_store: Store, device_name: str, net: Network, batch: int, chosen: dict[str, str]) -> dict[str, str]:
     """'layer/phase' -> the fastest verified tile tuned on ``device_name`` for that layer phase's
     shape, for every tunable layer phase that has one. Empty where nothing was tuned."""
-    from sqlalchemy import inspect, select
+    from tracker.store.tuning import fastest
 
-    from tracker.store.schema import Tuning
-
-    chosen_tiles: dict[str, str] = {}
-    with db_store.connect() as conn:
-        if not inspect(conn).has_table(Tuning.__tablename__):
-            return {}
-        for target in targets(net, batch, chosen, distinct=False):
-            found = conn.execute(
-                select(Tuning.tile).where(
-                    Tuning.device_name == device_name, Tuning.op == target.op, Tuning.variant == target.variant,
-                    Tuning.phase == target.phase, Tuning.shape == target.shape, Tuning.verified.is_(True),
-                    Tuning.time_ms.is_not(None))
-                .order_by(Tuning.time_ms, Tuning.id).limit(1)).scalar()
-            if found is not None and found != DEFAULT.label:
-                chosen_tiles[f"{target.layer}/{target.phase}"] = found
-    return chosen_tiles
+    found = targets(net, batch, chosen, distinct=False)
+    tiles = fastest(db_store, device_name, [(t.op, t.variant, t.phase, t.shape) for t in found])
+    return {f"{t.layer}/{t.phase}": tile for t, tile in zip(found, tiles) if tile is not None and tile != DEFAULT.label}

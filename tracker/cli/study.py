@@ -107,11 +107,11 @@ def experiments(db, fmt):
       tracker experiments --format json
     """
     from tracker.analysis.experiments import runs
-    from tracker.store import experiment_dict, find_experiment, open_store
+    from tracker.store import experiment_dict, experiment_ids, find_experiment, open_store
 
     store = open_store(db, write=False)
     rows = []
-    for experiment_id in _experiment_ids(store):
+    for experiment_id in experiment_ids(store):
         info = experiment_dict(find_experiment(store, experiment_id))
         arms = runs(store, experiment_id)
         rows.append({"experiment": f"e{experiment_id}", "kind": info["kind"], "status": info["status"],
@@ -122,15 +122,6 @@ def experiments(db, fmt):
         click.echo("no experiments yet: tracker experiment fusion alexnet --batch 128")
         return
     emit(rows, fmt)
-
-
-def _experiment_ids(store) -> list[int]:
-    from sqlalchemy import select
-
-    from tracker.store.schema import Experiment
-
-    with store.session() as session:
-        return list(session.scalars(select(Experiment.id).order_by(Experiment.id)))
 
 
 @cli.command()

@@ -4,7 +4,7 @@ Importing this package imports SQLAlchemy; the CLI does so only in commands that
 """
 
 from tracker.store.db import DEFAULT_DB, Store, open_store, resolve
-from tracker.store.experiments import experiment_dict, find_experiment, recording_experiment
+from tracker.store.experiments import experiment_dict, experiment_ids, find_experiment, recording_experiment
 from tracker.store.queries import (
     find_run,
     launch_rows,
@@ -18,7 +18,7 @@ from tracker.store.schema import SCHEMA_VERSION
 from tracker.store.sql import query, run_sql
 
 __all__ = [
-    "DEFAULT_DB", "SCHEMA_VERSION", "RunWriter", "Store", "effective_status", "experiment_dict",
+    "DEFAULT_DB", "SCHEMA_VERSION", "RunWriter", "Store", "effective_status", "experiment_dict", "experiment_ids",
     "find_experiment", "find_run", "launch_rows", "layer_rows", "list_runs", "metric_rows", "open_store",
     "query", "recording", "recording_experiment", "resolve", "run_dict", "run_sql",
 ]

@@ -19,28 +19,22 @@ import sqlite3
 import time
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect, select, text, update
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-from tracker import __version__
-from tracker.errors import Interrupted, StoreError
-from tracker.metrics import metric_def_rows
+from tracker.errors import StoreError
 from tracker.signals import held
-from tracker.store import rollups
-from tracker.store.schema import SCHEMA_VERSION, Base, MetricDefRow, SchemaInfo
-from tracker.store.views import VIEWS
+from tracker.store import lifecycle
+from tracker.store.schema import SCHEMA_VERSION
 
 DEFAULT_DB = "trace.db"
 BUSY_TIMEOUT_S = 60
-MIGRATABLE_FROM = 2  # schema versions from which _migrate reaches the current one
-_PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
 
 
 @dataclass
@@ -72,25 +66,6 @@ class Store:
     def dispose(self) -> None:
         with held():
             self.engine.dispose()
-
-
-def bulk_insert(conn: Connection, table, rows: list[dict]) -> None:
-    """``rows`` (dicts of column values; a missing column is NULL) into ``table`` through the driver
-    itself, in one executemany (SQLite) or one COPY (PostgreSQL): SQLAlchemy's per-row processing
-    costs several times what the database's insert does. For plain columns only (numbers,
-    strings): nothing is converted on the way."""
-    if not rows:
-        return
-    columns = [column.name for column in table.columns]
-    if conn.dialect.name == "postgresql":  # COPY: several times executemany's rate
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        with cursor.copy(f"COPY {table.name} ({', '.join(columns)}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(tuple(row.get(column) for column in columns))
-        return
-    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})",
-                         [tuple(row.get(column) for column in columns) for row in rows])
 
 
 def resolve(db: str | None) -> str:
@@ -221,12 +196,12 @@ def _prepare(store: Store) -> None:
     """Check the database is ours and current; create the schema in an empty one (write mode)."""
     try:
         with store.engine.connect() as conn:
-            state = _check_schema(conn, store.where)
+            state = lifecycle.check(conn, store.where)
             conn.rollback()
             if state == "empty" and store.writable:
-                _create_schema(conn, store.where)
+                lifecycle.create(conn, store.where)
             elif state == "older" and store.writable:
-                _migrate(conn, store.where)
+                lifecycle.migrate(conn, store.where)
             elif state == "older":
                 raise StoreError(f"{store.where} has an older trace schema than this tracker's "
                                  f"v{SCHEMA_VERSION}: `tracker upgrade --db {store.where}` adds what is new "
@@ -237,74 +212,6 @@ def _prepare(store: Store) -> None:
     except StoreError:
         store.dispose()
         raise
-
-
-def _check_schema(conn: Connection, where: str) -> str:
-    tables = set(inspect(conn).get_table_names())
-    if not tables:
-        return "empty"
-    if SchemaInfo.__tablename__ not in tables:
-        raise StoreError(f"{where} is not a tracker trace database (it has tables but no schema_info); "
-                         "refusing to touch it")
-    version = conn.execute(select(SchemaInfo.version)).scalar()
-    if version is None:
-        raise StoreError(f"{where} is not a tracker trace database (its schema_info table is empty); "
-                         "refusing to touch it")
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"{where} has trace schema v{version}, newer than this tracker's v{SCHEMA_VERSION}: "
-                         "upgrade tracker to read it")
-    if version < MIGRATABLE_FROM:
-        raise StoreError(f"{where} has trace schema v{version}, older than this tracker's v{SCHEMA_VERSION}, "
-                         "and no migration exists from it")
-    return "current" if version == SCHEMA_VERSION else "older"
-
-
-def _create_schema(conn: Connection, where: str) -> None:
-    with conn.begin():
-        if conn.dialect.name == "postgresql":
-            conn.execute(text(f"SELECT pg_advisory_xact_lock({_PG_SCHEMA_LOCK})"))
-        if _check_schema(conn, where) == "current":  # another process created it while we waited
-            return
-        Base.metadata.create_all(conn)
-        for view in VIEWS:
-            conn.exec_driver_sql(view.create())
-        conn.execute(insert(MetricDefRow), metric_def_rows())
-        conn.execute(insert(SchemaInfo).values(
-            version=SCHEMA_VERSION, tracker_version=__version__, created_at=datetime.now(timezone.utc)))
-
-
-def _migrate(conn: Connection, where: str) -> None:
-    """v2 -> v3 added tables (experiment, experiment_run) and a view (layer_time_repeat); v3 -> v4 the
-    per-run rollups (tracker/store/rollups.py), computed here for every stored run; v4 -> v5 the
-    GEMM tiles a run ran (run.tiles, NULL in older runs). Create what is missing and recreate every
-    view. Any write opening migrates (``tracker upgrade`` is one); a
-    read-only one refuses an older file."""
-    with conn.begin():
-        if conn.dialect.name == "postgresql":
-            conn.execute(text(f"SELECT pg_advisory_xact_lock({_PG_SCHEMA_LOCK})"))
-        if _check_schema(conn, where) == "current":
-            return
-        Base.metadata.create_all(conn)  # creates only the missing tables
-        _add_missing_columns(conn)
-        conn.exec_driver_sql("DROP INDEX IF EXISTS metric_by_name")  # v4: rollup_metric_by_name instead
-        cascade = " CASCADE" if conn.dialect.name == "postgresql" else ""
-        for view in reversed(VIEWS):  # views hold no data: recreate them all, as this version defines them
-            conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view.name}{cascade}")
-        for view in VIEWS:
-            conn.exec_driver_sql(view.create())
-        rollups.rebuild(conn)
-        conn.execute(update(SchemaInfo).values(version=SCHEMA_VERSION))
-
-
-def _add_missing_columns(conn: Connection) -> None:
-    """Columns a later schema added to an existing table (v4: experiment's host, pid and
-    process_start; v5: run's tiles), NULL in the rows already there."""
-    for table in Base.metadata.sorted_tables:
-        present = {c["name"] for c in inspect(conn).get_columns(table.name)}
-        for column in table.columns:
-            if column.name not in present:
-                kind = column.type.compile(dialect=conn.dialect)
-                conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -57,6 +57,12 @@ def find_experiment(store: Store, ref: str | int) -> Experiment:
         return found
 
 
+def experiment_ids(store: Store) -> list[int]:
+    """Every experiment's id, oldest first."""
+    with store.session() as session:
+        return list(session.scalars(select(Experiment.id).order_by(Experiment.id)))
+
+
 def experiment_dict(experiment: Experiment) -> dict:
     """Its columns; the status as ``effective_status`` says (a killed experiment is interrupted)."""
     return {c.name: getattr(experiment, c.key) for c in Experiment.__table__.columns} | {

@@ -23,6 +23,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from tracker.metrics import CATALOG, STALLS
+from tracker.store.ingest import bulk_insert
+from tracker.store.schema import Base
 
 TABLES = ("rollup_time", "rollup_launch", "rollup_metric_repeat", "rollup_metric", "rollup_stall",
           "rollup_stall_category")
@@ -156,9 +158,6 @@ def _stalls(run_id: int, medians: list[dict]) -> tuple[list[dict], list[dict]]:
 def write(conn: Connection, run_id: int, launches: list[dict], metrics: Sequence[dict]) -> None:
     """(Re)write the run's rollups from its launch rows and (invocation, name, value) counter rows,
     inside the caller's transaction."""
-    from tracker.store.db import bulk_insert
-    from tracker.store.schema import Base
-
     for table in reversed(TABLES):
         conn.execute(text(f"DELETE FROM {table} WHERE run_id = :run"), {"run": run_id})
     rows = {"rollup_time": _time(run_id, launches), **_metrics(run_id, launches, metrics)}

@@ -23,7 +23,8 @@ from tracker import __version__
 from tracker.model import Prediction
 from tracker.nets import Network
 from tracker.store import rollups
-from tracker.store.db import Store, bulk_insert
+from tracker.store.db import Store
+from tracker.store.ingest import bulk_insert
 from tracker.signals import held, interruptible
 from tracker.store.schema import Experiment, Launch, Layer, Metric, Run
 from tracker.store.schema import Prediction as PredictionRow

@@ -1,0 +1,86 @@
+"""The schema's lifecycle in a database: check that it is ours and which version, create it in an
+empty one, migrate an older one to this version. Opening a store (``db.py``) decides which."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import Connection, insert, inspect, select, text, update
+
+from tracker import __version__
+from tracker.errors import StoreError
+from tracker.metrics import metric_def_rows
+from tracker.store import rollups
+from tracker.store.schema import SCHEMA_VERSION, Base, MetricDefRow, SchemaInfo
+from tracker.store.views import VIEWS
+
+MIGRATABLE_FROM = 2  # schema versions from which migrate reaches the current one
+_PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
+
+
+def check(conn: Connection, where: str) -> str:
+    tables = set(inspect(conn).get_table_names())
+    if not tables:
+        return "empty"
+    if SchemaInfo.__tablename__ not in tables:
+        raise StoreError(f"{where} is not a tracker trace database (it has tables but no schema_info); "
+                         "refusing to touch it")
+    version = conn.execute(select(SchemaInfo.version)).scalar()
+    if version is None:
+        raise StoreError(f"{where} is not a tracker trace database (its schema_info table is empty); "
+                         "refusing to touch it")
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{where} has trace schema v{version}, newer than this tracker's v{SCHEMA_VERSION}: "
+                         "upgrade tracker to read it")
+    if version < MIGRATABLE_FROM:
+        raise StoreError(f"{where} has trace schema v{version}, older than this tracker's v{SCHEMA_VERSION}, "
+                         "and no migration exists from it")
+    return "current" if version == SCHEMA_VERSION else "older"
+
+
+def create(conn: Connection, where: str) -> None:
+    with conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(text(f"SELECT pg_advisory_xact_lock({_PG_SCHEMA_LOCK})"))
+        if check(conn, where) == "current":  # another process created it while we waited
+            return
+        Base.metadata.create_all(conn)
+        for view in VIEWS:
+            conn.exec_driver_sql(view.create())
+        conn.execute(insert(MetricDefRow), metric_def_rows())
+        conn.execute(insert(SchemaInfo).values(
+            version=SCHEMA_VERSION, tracker_version=__version__, created_at=datetime.now(timezone.utc)))
+
+
+def migrate(conn: Connection, where: str) -> None:
+    """v2 -> v3 added tables (experiment, experiment_run) and a view (layer_time_repeat); v3 -> v4 the
+    per-run rollups (tracker/store/rollups.py), computed here for every stored run; v4 -> v5 the
+    GEMM tiles a run ran (run.tiles, NULL in older runs). Create what is missing and recreate every
+    view. Any write opening migrates (``tracker upgrade`` is one); a
+    read-only one refuses an older file."""
+    with conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(text(f"SELECT pg_advisory_xact_lock({_PG_SCHEMA_LOCK})"))
+        if check(conn, where) == "current":
+            return
+        Base.metadata.create_all(conn)  # creates only the missing tables
+        _add_missing_columns(conn)
+        conn.exec_driver_sql("DROP INDEX IF EXISTS metric_by_name")  # v4: rollup_metric_by_name instead
+        cascade = " CASCADE" if conn.dialect.name == "postgresql" else ""
+        for view in reversed(VIEWS):  # views hold no data: recreate them all, as this version defines them
+            conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view.name}{cascade}")
+        for view in VIEWS:
+            conn.exec_driver_sql(view.create())
+        rollups.rebuild(conn)
+        conn.execute(update(SchemaInfo).values(version=SCHEMA_VERSION))
+
+
+def _add_missing_columns(conn: Connection) -> None:
+    """Columns a later schema added to an existing table (v4: experiment's host, pid and
+    process_start; v5: run's tiles), NULL in the rows already there."""
+    for table in Base.metadata.sorted_tables:
+        present = {c["name"] for c in inspect(conn).get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present:
+                kind = column.type.compile(dialect=conn.dialect)
+                conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")

@@ -344,3 +344,18 @@ def test_database_paths_that_cannot_exist_are_one_line_errors(tmp_path):
                 open_store(target, write=write)
             assert "\n" not in str(err.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_view_name_is_checked_before_it_reaches_sql(tmp_path):
+    """tracker.view's name is SQL: only the store's own views and tables are read."""
+    from tracker.analysis import view
+    from tracker.errors import UnknownName
+
+    path = str(tmp_path / "trace.db")
+    model_run(path)
+    store = open_store(path, write=False)
+    assert len(view(store, "layer_phase", 1)) == 49
+    for name in ("run; DROP TABLE run", "stall", "sqlite_master"):
+        with pytest.raises(UnknownName, match="unknown view or table"):
+            view(store, name, 1)
+    assert run_sql(store, "SELECT COUNT(*) FROM run")[1] == [(1,)]

@@ -11,24 +11,23 @@
     speedup        one run against another, per layer and phase, with noise marked
     experiments    an experiment's runs and their speedups
 
-Every function takes an open store (``tracker.store.open_store``) and a run id; the views are the
-only SQL (``view``), so a notebook and ``tracker report`` see the same numbers as ``tracker sql``.
+Every function takes an open store (``tracker.store.open_store``) and a run id, and reads the
+store's views (``view``; all SQL lives in tracker/store), so a notebook and ``tracker report`` see
+the same numbers as ``tracker sql``.
 """
 
 from __future__ import annotations
 
 import pandas as pd
-from sqlalchemy import text
 
 from tracker.phases import ORDER as PHASE_ORDER
 from tracker.store import Store
+from tracker.store.queries import view_frame
+
 
 def view(store: Store, name: str, run_id: int | None = None) -> pd.DataFrame:
     """A view (or table) as a DataFrame, for one run or all, in layer and phase order."""
-    where = "" if run_id is None else " WHERE run_id = :run"
-    with store.connect() as conn:
-        frame = pd.read_sql(text(f"SELECT * FROM {name}{where}"), conn, params={"run": run_id})
-    return in_layer_order(frame)
+    return in_layer_order(view_frame(store, name, run_id))
 
 
 def run_row(store: Store, run_id: int) -> pd.Series:

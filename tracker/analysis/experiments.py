@@ -6,22 +6,17 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-from sqlalchemy import text
 
 from tracker.analysis import in_layer_order, view
 from tracker.analysis.runtime import runtime
 from tracker.analysis.speedup import comparison
 from tracker.store import Store
+from tracker.store.queries import experiment_runs
 
 
 def runs(store: Store, experiment_id: int) -> pd.DataFrame:
     """The experiment's runs in the order they ran: arm, comparison, baseline, and run settings."""
-    with store.connect() as conn:
-        return pd.read_sql(text(
-            "SELECT e.experiment_id, e.position, e.arm, e.comparison, e.baseline, r.id AS run_id, r.status, "
-            "r.batch, r.l1_bypass, r.variants, r.backend, r.device_name FROM experiment_run e "
-            "JOIN run r ON r.id = e.run_id WHERE e.experiment_id = :e ORDER BY e.position"), conn,
-            params={"e": experiment_id})
+    return experiment_runs(store, experiment_id)
 
 
 def pairs(store: Store, experiment_id: int):

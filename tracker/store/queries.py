@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, text
 
@@ -13,7 +13,13 @@ from tracker.errors import StoreError
 from tracker.phases import ORDER
 from tracker.store.db import Store
 from tracker.store.runs import effective_status
-from tracker.store.schema import Launch, Metric, Run
+from tracker.store.schema import Base, Launch, Metric, Run
+from tracker.store.views import VIEWS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RELATIONS = frozenset({view.name for view in VIEWS} | set(Base.metadata.tables))  # what view_frame reads
 
 RUN_LIST_COLUMNS = ("run_id", "status", "network", "batch", "phases", "backend", "device_name",
                     "started_at", "layers", "launches", "ops", "predicted_ms", "measured_ms")
@@ -118,3 +124,29 @@ def metric_rows(store: Store, run_id: int) -> list[dict]:
         metrics = session.scalars(select(Metric).where(Metric.run_id == run_id)
                                   .order_by(Metric.invocation, Metric.name))
         return [{"invocation": m.invocation, "name": m.name, "value": m.value} for m in metrics]
+
+
+def view_frame(store: Store, name: str, run_id: int | None = None) -> pd.DataFrame:
+    """A view or table of the store as a DataFrame, for one run or all. ``name`` is SQL, so only
+    the store's own relations are read."""
+    import pandas as pd
+
+    if name not in RELATIONS:
+        from tracker.errors import unknown
+
+        raise unknown("view or table", name, sorted(RELATIONS))
+    where = "" if run_id is None else " WHERE run_id = :run"
+    with store.connect() as conn:
+        return pd.read_sql(text(f"SELECT * FROM {name}{where}"), conn, params={"run": run_id})
+
+
+def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
+    """An experiment's runs in the order they ran: arm, comparison, baseline, and run settings."""
+    import pandas as pd
+
+    with store.connect() as conn:
+        return pd.read_sql(text(
+            "SELECT e.experiment_id, e.position, e.arm, e.comparison, e.baseline, r.id AS run_id, r.status, "
+            "r.batch, r.l1_bypass, r.variants, r.backend, r.device_name FROM experiment_run e "
+            "JOIN run r ON r.id = e.run_id WHERE e.experiment_id = :e ORDER BY e.position"), conn,
+            params={"e": experiment_id})

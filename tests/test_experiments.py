@@ -62,7 +62,7 @@ def emulated_events(emulator, monkeypatch):
         rows, _ = measure(Executor(emulator, net, batch, chosen, phases, tiles=tiles), repeat, warmup, policy, echo)
         for row in rows:
             row["time_ms"] = made_up_ms(row)
-        return Measured(rows, {"device_name": "CPU emulation (tests/emu)"}, 0, [])
+        return Measured(rows, {"device_name": "CPU emulation (tests/emu)"}, 0)
 
     def choose_backend(requested):
         return ("model", "asked for") if requested == "model" else ("events", "test: CPU emulation, made-up times")
@@ -208,7 +208,7 @@ def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chose
 
     def with_a_compute_capability(*args):  # pass 2 asks which metrics this GPU has
         measured = emulated(*args)
-        return Measured(measured.launches, {**measured.device, "compute_capability": "9.0"}, 0, [])
+        return Measured(measured.launches, {**measured.device, "compute_capability": "9.0"}, 0)
 
     monkeypatch.setattr(runner, "profile_events", with_a_compute_capability)
     monkeypatch.setattr(tracker.profile, "choose_backend", choose_backend)

@@ -5,17 +5,20 @@ nothing):
 
     import tracker
 
-    store = tracker.open_store("trace.db")          # read-only unless write=True
-    run = tracker.find_run(store, "latest")          # a run ID from 'latest', '3', ...
+    store = tracker.open_store("trace.db", write=False)  # write=True creates or upgrades it
+    run = tracker.find_run(store, "latest").id       # a run by 'latest' or its ID ('3')
     tracker.list_runs(store)                         # every run, newest last
-    tracker.view(store, "stall", run)                # any view as a DataFrame, in layer order
-    tracker.run_sql(store, "SELECT ...")             # (columns, rows)
-    tracker.analysis.runtime.runtime(store, run)     # the analyses: runtime, stalls, caches,
-                                                     # traffic, fp, utilization, roofline,
+    tracker.view(store, "stall_breakdown", run)      # a view or table (schema/views.sql) as a
+                                                     # DataFrame, in layer order
+    tracker.run_sql(store, "SELECT layer, phase, ops FROM layer_phase")  # (columns, rows)
+    from tracker.analysis import runtime             # the analyses, a module each: runtime, stalls,
+    runtime.runtime(store, run)                      # caches, traffic, fp, utilization, roofline,
                                                      # speedup, experiments, reconcile
     tracker.model.predict(tracker.nets.build("alexnet"), 128, tracker.model.lookup("h100"))
-    tracker.profile.profile("trace.db", tracker.nets.build("alexnet"), 128)
-    tracker.report.report(store, str(run), out)      # the report's pages and figures
+    tracker.profile.profile("trace.db", tracker.nets.build("alexnet"), 128)  # ncu, events or model
+    tracker.report.report(store, str(run), "report")  # its pages and figures, into report/
+
+tests/test_public_surface.py runs these lines against a real store.
 
 The pure-Python core (nets, model, store, analysis) never imports CuPy; GPU code lives in
 ``tracker.gpu`` and is imported only when a GPU backend runs.

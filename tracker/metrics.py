@@ -4,9 +4,9 @@ tracker.
 
 Each entry is a logical name (what the store, views, CLI and notebooks use) with its Nsight
 Compute name for sm_70 and newer, its nvprof name where one exists, its unit, what it means and
-how it rolls up over several launches. Names and mappings follow ../shared/ncu/METRICS.md, whose
-sources are NVIDIA's Profiling Guide and its nvprof-to-ncu "Metric Comparison" table; the sm_86
-names are checked in tests against a real ``ncu --query-metrics`` listing.
+how it rolls up over several launches. Names and mappings follow NVIDIA's Profiling Guide and its
+nvprof-to-ncu "Metric Comparison" table; the sm_86 and sm_90 names are checked in tests against
+real ``ncu --query-metrics`` listings (tests/data/ncu/SOURCES.md).
 
 Rollups (used by the views): ``sum`` adds over launches (counts, bytes, time); ``max`` for
 constants of the device (peaks, clocks); ``weighted:<name>`` averages weighted by another metric

@@ -1,7 +1,8 @@
 """``tracker profile``: choose a backend, run it, store the run.
 
-Backends (DESIGN.md): ``ncu`` (CUDA device and usable Nsight Compute), ``events`` (CUDA device,
-CUDA-event times only), ``model`` (no GPU: analytic predictions, labelled as such). Every backend
+Backends (``choose_backend`` picks one and says why): ``ncu`` (CUDA device and usable Nsight
+Compute), ``events`` (CUDA device, CUDA-event times only), ``model`` (no GPU: analytic
+predictions, labelled as such). Every backend
 stores the model's predictions so that each measured figure sits beside its prediction.
 ``ncu`` runs the events pass first (launch log and times), then the same workload in a child
 process under Nsight Compute, and joins the counters onto the launch log (tracker/profilers).

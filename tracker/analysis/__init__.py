@@ -64,8 +64,3 @@ def long_form(wide: pd.DataFrame, names: dict[str, str], value: str, kind: str) 
 def label(frame: pd.DataFrame) -> pd.Series:
     """'conv2 bwd_weight': how figures and findings name a layer phase."""
     return frame["layer"] + " " + frame["phase"]
-
-
-def has_counters(frame: pd.DataFrame, *columns: str) -> bool:
-    """Whether a view answered with any value in ``columns`` (a run without ncu counters has none)."""
-    return not frame.empty and any(frame[c].notna().any() for c in columns if c in frame.columns)

@@ -17,8 +17,6 @@ from tracker.phases import PHASES
 PHASE_COLORS = {"fwd": "#4C72B0", "bwd_data": "#DD8452", "bwd_weight": "#55A868", "all": "#555555"}
 PHASE_MARKERS = {"fwd": "o", "bwd_data": "s", "bwd_weight": "^", "all": "D"}
 PHASE_SHORT = {"fwd": "F", "bwd_data": "Bd", "bwd_weight": "Bw", "all": ""}
-PHASE_NAMES = {"fwd": "forward", "bwd_data": "backward, data gradient", "bwd_weight": "backward, weight gradient",
-               "all": "whole iteration"}
 assert set(PHASES) <= set(PHASE_COLORS)  # a phase added to the model needs a colour here
 
 

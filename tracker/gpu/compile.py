@@ -11,7 +11,6 @@ The options are the runtime's own: ``compile_options`` and what CuPy adds (``CUP
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -52,7 +51,6 @@ class Build:
     arch: str
     l1_policy: str
     kernels: dict[str, Resources]
-    cubin_sha: str  # tells whether an option (the L1 policy) changed the machine code
 
 
 def _nvrtc():
@@ -98,7 +96,7 @@ def _build(source: str, arch: str, l1_policy: str, overrides: Overrides) -> Buil
     kernels = {name: replace(r, constant_bytes=constants.get(name, 0), block_threads=bounds.get(name, THREADS),
                              **loads.get(name, {}), **mix.get(name, {}))
                for name, r in parse_ptxas(log).items()}
-    return Build(source, arch, l1_policy, kernels, hashlib.sha256(cubin).hexdigest()[:16])
+    return Build(source, arch, l1_policy, kernels)
 
 
 Job = tuple[str, str, str, Overrides]  # build's arguments: source, arch, L1 policy, overrides

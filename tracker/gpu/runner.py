@@ -24,7 +24,6 @@ class Measured:
     launches: list[dict]  # rows of the launch table, without run_id
     device: dict  # device_info()
     peak_bytes: int  # memory-pool high-water mark
-    iteration_ms: list[float]  # event time summed per measured iteration
 
 
 def _cupy_backend(l1_policy: str):
@@ -43,9 +42,8 @@ def profile_events(net: Network, batch: int, chosen: dict[str, str], phases: str
     backend, device = _cupy_backend(policy)
     echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs)")
     run = Executor(backend, net, batch, chosen, phases, tiles=tiles)
-    rows, totals = measure(run, repeat, warmup, policy, echo,
-                           around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
-    return Measured(rows, device, backend.peak_bytes, totals)
+    rows, _ = measure(run, repeat, warmup, policy, echo, around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
+    return Measured(rows, device, backend.peak_bytes)
 
 
 def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable[[str], None],

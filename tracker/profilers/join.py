@@ -1,5 +1,6 @@
-"""The two-pass join (DESIGN.md): pass 1's launch log and pass 2's counters, matched on
-invocation order, with the kernel name and the NVTX ``layer/phase`` range checked on every row.
+"""The two-pass join (docs/ARCHITECTURE.md, "The path of a profile", step 6): pass 1's launch
+log and pass 2's counters, matched on invocation order, with the kernel name and the NVTX
+``layer/phase`` range checked on every row.
 
 A missing launch, an extra one, or a row whose kernel or range differs fails the whole join
 with a message naming the first bad invocation; nothing is returned half-joined, so nothing is

@@ -1,8 +1,8 @@
 """Nsight Compute as pass 2: find it, build its command, run the workload child under it with
 progress, say clearly what failed, and export its report as CSV for ``ncu_csv``.
 
-The command (../shared/ncu/METRICS.md §9): ``--profile-from-start off`` (only the iterations
-between cudaProfilerStart/Stop), the catalog's metrics in one ``--metrics`` list (ncu schedules
+The command (the README's "Pass 2: Nsight Compute"): ``--profile-from-start off`` (only the
+iterations between cudaProfilerStart/Stop), the catalog's metrics in one ``--metrics`` list (ncu schedules
 the fewest replay passes that cover them), ``--nvtx`` (each launch's layer/phase range),
 ``--target-processes all`` (the workload is a Python child), and explicit replay mode, cache
 control and clock control, all recorded on the run. The report is exported twice with

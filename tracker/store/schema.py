@@ -1,6 +1,6 @@
 """The trace store's tables as a typed SQLAlchemy 2 ORM. ``schema/schema.sql`` is rendered from here.
 
-Keys (DESIGN.md): a run has layers (run_id, layer_id); the model's predictions are per layer and
+Keys: a run has layers (run_id, layer_id); the model's predictions are per layer and
 phase (run_id, layer_id, phase); every kernel launch is (run_id, invocation) in launch order and
 names its layer and phase; metrics are narrow (run_id, invocation, name) -> value so that new
 counters need no migration, and ``metric_def`` says what each name means. An experiment is a set

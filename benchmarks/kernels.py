@@ -16,7 +16,6 @@ RESULTS-untuned.md (the default tile, tools/gpu_stage.sh 2).
 from __future__ import annotations
 
 import argparse
-import statistics
 from datetime import date
 from pathlib import Path
 from typing import Callable
@@ -25,7 +24,8 @@ import cupy as cp
 import numpy as np
 import torch
 
-from tracker.gpu.cupy_backend import CupyBackend, device_info
+from tracker.gpu.cupy_backend import CupyBackend, bracketed, device_info, synchronize
+from tracker.gpu.timing import repeat
 from tracker.errors import TrackerError
 from tracker.model import costs, lookup, predict
 from tracker.nets import build
@@ -39,26 +39,25 @@ BANDWIDTH_TARGET = 0.85  # memory-bound ops (those without a library baseline): 
 
 
 class Timer:
-    """Median and spread of a callable's GPU time over ``reps``, L2 flushed before each."""
+    """Median and spread (in % of |median|) of a callable's GPU time over ``reps``, L2 flushed
+    before each, after one warm-up call (tracker.gpu.timing.repeat: one event pair a repetition)."""
 
-    def __init__(self, reps: int):
-        self.reps = reps
-        l2 = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["l2CacheSize"]
-        self.scrub = cp.empty(2 * l2 // 4, dtype=cp.float32)
+    def __init__(self, reps: int, flush: Callable[[], None]):
+        self.reps, self.flush = reps, flush
 
-    def __call__(self, fn) -> tuple[float, float]:
-        fn()  # warm-up: compiles, allocates
-        times = []
-        for _ in range(self.reps):
-            self.scrub.fill(0)
-            start, end = cp.cuda.Event(), cp.cuda.Event()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, end))
-        median = statistics.median(times)
-        return median, (max(times) - min(times)) / median
+    def __call__(self, fn) -> tuple[float, float | None]:
+        return _timed(fn, self.reps, self.flush)
+
+
+def _timed(fn, reps: int, flush: Callable[[], None] | None = None) -> tuple[float, float | None]:
+    """(median ms, spread in %) of ``fn`` between CUDA events, ``reps`` times after a warm-up."""
+    body, elapsed = bracketed(fn)
+    timed = repeat(body, reps, synchronize, events=elapsed, flush=flush, warmup=1)
+    return timed.median_ms, timed.spread_pct
+
+
+def _pct(spread: float | None) -> str:
+    return "-" if spread is None else f"{spread:.0f}%"
 
 
 def arrays(case: Case, rng) -> Arrays:
@@ -144,8 +143,8 @@ def iteration(net, batch: int, reps: int, tiles: dict[str, str]) -> list[str]:
     torch_ms, torch_spread = _step_time(torch_step(net, batch), reps)
     return ["", f"## Whole training iteration, batch {batch}", "",
             "| | median ms (spread) | images/s |", "|---|---|---|",
-            f"| ours (default variants) | {ours_ms:.2f} ({ours_spread:.0%}) | {batch / ours_ms * 1e3:.0f} |",
-            f"| PyTorch {torch.__version__} (cuDNN, cuBLAS; fp32, TF32 off) | {torch_ms:.2f} ({torch_spread:.0%}) "
+            f"| ours (default variants) | {ours_ms:.2f} ({_pct(ours_spread)}) | {batch / ours_ms * 1e3:.0f} |",
+            f"| PyTorch {torch.__version__} (cuDNN, cuBLAS; fp32, TF32 off) | {torch_ms:.2f} ({_pct(torch_spread)}) "
             f"| {batch / torch_ms * 1e3:.0f} |",
             "", f"Ours takes {ours_ms / torch_ms:.1f}x PyTorch's time for the same step.", *floor(net, batch, ours_ms, torch_ms)]
 
@@ -163,21 +162,9 @@ def floor(net, batch: int, ours_ms: float, torch_ms: float) -> list[str]:
                 f"{floor_ms:.2f} ms; ours is {ours_ms / floor_ms:.2f}x it, PyTorch {torch_ms / floor_ms:.2f}x."]
 
 
-def _step_time(fn, reps: int) -> tuple[float, float]:
-    fn()
-    cp.cuda.Device().synchronize()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        torch.cuda.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end))
-    median = statistics.median(times)
-    return median, (max(times) - min(times)) / median
+def _step_time(fn, reps: int) -> tuple[float, float | None]:
+    """A whole step's time: warm L2 (no flush), as in training."""
+    return _timed(fn, reps)
 
 
 def main() -> None:
@@ -195,7 +182,8 @@ def main() -> None:
     if opts.iteration_only:
         print("\n".join(iteration(net, opts.batch, opts.reps, tiles({}))))
         return
-    timer, backend = Timer(opts.reps), CupyBackend("ca", timed=False)
+    backend = CupyBackend("ca", timed=False)
+    timer = Timer(opts.reps, backend.flush_l2)
     rng = np.random.default_rng(0)
     predicted = {layer.name: costs(layer, opts.batch) for layer in net.layers}
     lines = []
@@ -220,7 +208,7 @@ def main() -> None:
                 ratio, target = timings[best][0] / lib_ms, f"<= {TARGETS[case.op]}x library"
                 met = ratio <= TARGETS[case.op]
                 baseline = f"{'cuDNN' if case.op == 'conv' else 'cuBLAS'} {lib_ms:.3f} ms"
-            cells = " ".join(f"{v} {ms:.3f} ({spread:.0%})" for v, (ms, spread) in timings.items())
+            cells = " ".join(f"{v} {ms:.3f} ({_pct(spread)})" for v, (ms, spread) in timings.items())
             lines.append(f"| {case.layer} | {phase} | {cells} | {best} | {baseline} | {ratio:.2f} | "
                          f"{target} | {'yes' if met else 'no'} |")
             print(lines[-1], flush=True)
@@ -228,7 +216,7 @@ def main() -> None:
     header = [
         f"# Kernel benchmark: AlexNet, batch {opts.batch}", "",
         f"{device['device_name']}, driver {device['driver_version']}, CUDA {device['cuda_version']}, "
-        f"{date.today().isoformat()}; median of {opts.reps} repetitions (spread = (max - min) / median), "
+        f"{date.today().isoformat()}; median of {opts.reps} repetitions (spread = (max - min) / |median|), "
         "L2 flushed before each (cold L2). PyTorch fp32 with TF32 off. Made by `python benchmarks/kernels.py`"
         + (f"; GEMM tiles as `tracker tune` stored them in {Path(opts.db).name}." if opts.db else
            "; the default GEMM tile (untuned)."), "",

@@ -78,6 +78,19 @@ def test_model_report_gives_runtime_and_the_models_roofline(runner, db, tmp_path
     assert "[Roofline moves: run 3 -> run 2](#roofline-moves-run-3---run-2)" in md
 
 
+def test_a_report_reads_each_runs_settings_once(db, monkeypatch, tmp_path):
+    """The report reads a run's settings once (sections.Run) and hands them to every section and
+    to the comparison, rather than each of them reading the run again."""
+    from tracker.report import report, sections
+    from tracker.store import open_store
+
+    reads = []
+    read = sections.run_row
+    monkeypatch.setattr(sections, "run_row", lambda store, run_id: reads.append(run_id) or read(store, run_id))
+    report(open_store(db, write=False), "2", tmp_path, against="3")
+    assert reads == [2, 3]
+
+
 def test_experiment_report_and_list(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -184,7 +184,7 @@ def test_tune_says_which_tile_profile_now_runs_even_one_an_earlier_search_found(
     store.dispose()
     monkeypatch.setattr(runner, "_cupy_backend", lambda policy: (emulator, {"device_name": "CPU emulation"}))
     said: list[str] = []
-    rows = runner.tune(db, net, 3, chosen, reps=1, verify_batch=1, quick=True, echo=said.append, budget_s=1e-9)
+    rows = tune.run(db, net, 3, chosen, reps=1, verify_batch=1, quick=True, echo=said.append, budget_s=1e-9)
     by_phase = {(r["layer"], r["phase"]): r for r in rows}
     assert by_phase["fc3", "fwd"]["best"] is None and by_phase["fc3", "fwd"]["runs"] == "64x64x8/split2"
     assert {r["runs"] for key, r in by_phase.items() if key != ("fc3", "fwd")} == {DEFAULT.label}

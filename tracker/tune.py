@@ -9,13 +9,15 @@ NumPy), and timed at the real batch (median of ``reps``, L2 flushed before each)
 and its time goes to the trace database's ``tuning`` table; from then on a profile on that GPU
 runs the fastest verified tile for each layer phase (``best``), unless told otherwise.
 
-Backend-neutral like the executor: a GPU times with CUDA events; the tests run the same search on
-the CPU emulation (host wall-clock times, recorded as such).
+Backend-neutral like the executor: a GPU times with CUDA events (tracker/gpu/timing.py, the one
+timing routine); the tests run the same search on the CPU emulation (host wall-clock times,
+recorded as such). ``run`` is the command: it opens the GPU backend and the store, searches,
+stores and summarizes; the CuPy backend and the plan are imported inside functions (as
+tracker/profile.py does), and nothing under tracker/gpu imports this module.
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from time import perf_counter
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from tracker.gpu.timing import drain, repeat
 from tracker.nets import Network
 from tracker.ops import OPS, Case
 from tracker.ops.gemm import DEFAULT, SHAPES, Tile
@@ -180,32 +183,19 @@ def _arrays(b: Backend, case: Case) -> Arrays:
 
 
 def _time(b: Backend, target: Target, arrays: Arrays, tile: Tile, reps: int) -> dict[str, Any]:
-    """Median time of the phase's launches (CUDA events where the backend has them, else the host
-    clock), after one warm-up launch that compiles; the split-K slices that ran."""
-    op = OPS[target.op]
-    flush = getattr(b, "flush_l2", lambda: None)
-    times: list[float] = []
-    timer, splits = "events", 1
-    for rep in range(reps + 1):
-        flush()
-        b.log.clear()
-        start = perf_counter()
-        op.launch(b, target.variant, target.phase, arrays, **target.case.params, tile=tile)
-        b.synchronize()
-        wall = (perf_counter() - start) * 1e3
-        events = [r.time_ms for r in b.log]
-        if rep == 0:  # the warm-up says how many slices ran
-            splits = tile.splits_in(b.log)
-            continue
-        if events and all(e is not None for e in events):
-            times.append(sum(e for e in events if e is not None))
-        else:
-            times.append(wall)
-            timer = "wall"
+    """Median time and spread of the phase's launches over ``reps`` (tracker.gpu.timing: L2
+    flushed before each, CUDA events where the backend has them, else the host clock), after one
+    warm-up launch that compiles and says how many split-K slices ran."""
+    def launch() -> None:
+        OPS[target.op].launch(b, target.variant, target.phase, arrays, **target.case.params, tile=tile)
+
     b.log.clear()
-    median = statistics.median(times)
-    return {"splits": splits, "time_ms": median, "spread_pct": 100 * (max(times) - min(times)) / median if median else None,
-            "timer": timer}
+    launch()
+    b.synchronize()
+    splits = tile.splits_in(b.log)
+    b.log.clear()
+    timed = repeat(launch, reps, b.synchronize, events=drain(b.log), flush=getattr(b, "flush_l2", None))
+    return {"splits": splits, "time_ms": timed.median_ms, "spread_pct": timed.spread_pct, "timer": timed.timer}
 
 
 def store(db_store: Store, rows: list[dict]) -> None:
@@ -223,3 +213,29 @@ def best(db_store: Store, device_name: str, net: Network, batch: int, chosen: di
     found = targets(net, batch, chosen, distinct=False)
     tiles = fastest(db_store, device_name, [(t.op, t.variant, t.phase, t.shape) for t in found])
     return {f"{t.layer}/{t.phase}": tile for t, tile in zip(found, tiles) if tile is not None and tile != DEFAULT.label}
+
+
+def run(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps: int, verify_batch: int, quick: bool,
+        echo: Callable[[str], None], budget_s: float = 0) -> list[dict]:
+    """`tracker tune` on this GPU: search (no candidate starts after ``budget_s`` seconds, if
+    set), store every candidate, and summarize per layer phase: this search's fastest, and the
+    tile `tracker profile` now runs there (``runs``: the fastest verified in the database, which
+    an earlier search may have found)."""
+    from tracker.gpu.network import check_indexing
+    from tracker.gpu.runner import _cupy_backend
+    from tracker.store import open_store
+
+    check_indexing(net, batch)
+    backend, device = _cupy_backend("ca")
+    db_store = open_store(db, write=True)  # before the search: a database that cannot be written fails first
+    found = targets(net, batch, chosen, verify_batch)
+    tiles = candidates((DEFAULT,)) if quick else candidates()
+    echo(f"device: {device['device_name']}; {len(found)} layer phases x {len(tiles)} candidate tiles")
+    rows = search(backend, found, tiles, reps, device["device_name"], echo,
+                  keep=lambda done: store(db_store, done),  # target by target: Ctrl-C keeps them
+                  deadline=perf_counter() + budget_s if budget_s else None)
+    echo(f"stored {len(rows)} candidates in {db_store.where}")
+    planned = best(db_store, device["device_name"], net, batch, chosen)
+    db_store.dispose()
+    return [row | {"runs": planned.get(f"{row['layer']}/{row['phase']}", DEFAULT.label)}
+            for row in summary(found, rows)]

@@ -178,7 +178,7 @@ def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **
     net = build(network, **net_kwargs(kwargs))
     chosen = OPS.parse_variants(variant)
     require_gpu("tracker tune")
-    from tracker.gpu.runner import tune as run_tune
+    from tracker.tune import run as run_tune
 
     rows = run_tune(db, net, batch, chosen, reps, verify_batch, quick, lambda line: click.echo(line, err=True),
                     budget)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Callable
 
 import cupy as cp
 import numpy as np
@@ -72,7 +72,7 @@ class CupyBackend:
 
     def flush_l2(self) -> None:
         """Overwrite twice the L2's size, so that the next launch starts with a cold L2 (as the
-        benchmark measures; METHOD.md)."""
+        benchmark measures; METHOD.md): the one L2 flush, ``gpu.timing.repeat``'s ``flush``."""
         if not hasattr(self, "_scrub"):
             l2 = cp.cuda.Device().attributes["L2CacheSize"]
             self._scrub = cp.empty(2 * l2 // 4, dtype=cp.float32)
@@ -92,6 +92,31 @@ class CupyBackend:
             yield
         finally:
             cp.cuda.nvtx.RangePop()
+
+
+def bracketed(fn: Callable[[], object]) -> tuple[Callable[[], None], Callable[[], float]]:
+    """``fn`` between one CUDA event pair per call, and that pair's elapsed time (after a
+    synchronize): ``gpu.timing.repeat``'s body and events for work this backend does not log
+    (PyTorch's, a copy, a whole untimed iteration)."""
+    pair: list = []
+
+    def body() -> None:
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        pair[:] = [start, end]
+
+    def elapsed() -> float:
+        start, end = pair
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end)
+    return body, elapsed
+
+
+def synchronize() -> None:
+    """Wait for the device (cudaDeviceSynchronize: every stream, CuPy's and PyTorch's alike)."""
+    cp.cuda.Device().synchronize()
 
 
 def _argument(arg):

@@ -2,7 +2,9 @@
 
 A profile compiles the kernels, runs warm-up iterations, then brackets the measured iterations
 with cudaProfilerStart/Stop (so Nsight Compute with --profile-from-start off sees only them),
-times every launch with CUDA events and returns the launch log in invocation order.
+times every launch with CUDA events and returns the launch log in invocation order (an
+iteration's kernel time is tracker/gpu/timing.py's ``launch_ms``). `tracker tune` is
+tracker/tune.py's: nothing here imports the layer above (tune, profile, experiment).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tracker.errors import BackendUnavailable
 from tracker.gpu.network import Executor
+from tracker.gpu.timing import launch_ms
 from tracker.nets import Network
 
 if TYPE_CHECKING:
@@ -66,7 +69,7 @@ def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable
             run.iteration()
             backend.synchronize()
             launches = backend.log[first:]
-            totals.append(sum(k.time_ms or 0.0 for k in launches))
+            totals.append(launch_ms(launches) or 0.0)  # 0: untimed (under the profiler)
             rows += [_row(len(rows) + i, r, k, policy) for i, k in enumerate(launches)]
             timed = (f", {totals[-1]:.3f} ms of kernel time" if getattr(backend, "timed", True)
                      else " (untimed: under the profiler)")
@@ -107,32 +110,3 @@ def summarize(results) -> list[dict]:
     return [{"l1": policy, "layer": r.layer, "op": r.op, "variant": r.variant, "phase": r.phase,
              "output": r.output, "error": r.error if math.isfinite(r.error) else None,
              "tolerance": r.tolerance, "passed": r.passed} for policy, r in results]
-
-
-def tune(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps: int, verify_batch: int, quick: bool,
-         echo: Callable[[str], None], budget_s: float = 0) -> list[dict]:
-    """`tracker tune` on this GPU: search (no candidate starts after ``budget_s`` seconds, if
-    set), store every candidate, and summarize per layer phase: this search's fastest, and the
-    tile `tracker profile` now runs there (``runs``: the fastest verified in the database, which
-    an earlier search may have found)."""
-    from time import perf_counter
-
-    from tracker import tune as search
-    from tracker.gpu.network import check_indexing
-    from tracker.ops.gemm import DEFAULT
-    from tracker.store import open_store
-
-    check_indexing(net, batch)
-    backend, device = _cupy_backend("ca")
-    store = open_store(db, write=True)  # before the search: a database that cannot be written fails first
-    found = search.targets(net, batch, chosen, verify_batch)
-    tiles = search.candidates((DEFAULT,)) if quick else search.candidates()
-    echo(f"device: {device['device_name']}; {len(found)} layer phases x {len(tiles)} candidate tiles")
-    rows = search.search(backend, found, tiles, reps, device["device_name"], echo,
-                         keep=lambda done: search.store(store, done),  # target by target: Ctrl-C keeps them
-                         deadline=perf_counter() + budget_s if budget_s else None)
-    echo(f"stored {len(rows)} candidates in {store.where}")
-    planned = search.best(store, device["device_name"], net, batch, chosen)
-    store.dispose()
-    return [row | {"runs": planned.get(f"{row['layer']}/{row['phase']}", DEFAULT.label)}
-            for row in search.summary(found, rows)]

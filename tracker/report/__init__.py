@@ -63,12 +63,12 @@ def build(store: Store, target: str, against: str | None = None) -> Report:
 
     if target.lower().startswith("e") and target.lower() not in ("last", "latest"):
         return sections.for_experiment(store, find_experiment(store, target).id)
-    run_id = find_run(store, target).id
-    report = sections.for_run(store, run_id)
+    run = sections.Run.read(store, find_run(store, target).id)
+    report = sections.for_run(run)
     if against is not None:
-        other = find_run(store, against).id
-        report.heading = f"Run {run_id} against run {other}"
-        report.sections = sections.for_comparison(store, other, run_id) + report.sections
+        other = sections.Run.read(store, find_run(store, against).id)
+        report.heading = f"Run {run.id} against run {other.id}"
+        report.sections = sections.for_comparison(other, run) + report.sections
     return report
 
 

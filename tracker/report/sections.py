@@ -1,24 +1,21 @@
 """What each report holds: the header in words and the sections (figure, finding, table) for a run,
-a comparison and an experiment, computed from tracker/analysis and drawn by tracker/figures."""
+a comparison and an experiment, computed from tracker/analysis and drawn by tracker/figures.
+
+A run's report is the table ``RUN_SECTIONS``: each section's key, title and paper figure, written
+once, and the builder that fills it from a ``Run``: the run's settings, read once per report."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
 
 import pandas as pd
 
 from tracker import units
-from tracker.analysis import (
-    caches,
-    experiments,
-    fp,
-    reconcile,
-    roofline,
-    runtime,
-    speedup,
-    stalls,
-    traffic,
-    utilization,
-)
-from tracker.analysis import run_row
+from tracker.analysis import caches, experiments, fp, reconcile, roofline, run_row, runtime, speedup, stalls
+from tracker.analysis import traffic, utilization
 from tracker.errors import StoreError
 from tracker.figures import bars
 from tracker.figures.roofline import roofline as roofline_figure
@@ -26,14 +23,64 @@ from tracker.report import Report, Section
 from tracker.store import Store, experiment_dict, find_experiment
 
 
-def _run(store: Store, run_id: int) -> pd.Series:
-    """The run's settings, decoded once by the store: a missing value is None, JSON columns dicts."""
-    return run_row(store, run_id)
+@dataclass(frozen=True)
+class Run:
+    """One run as the sections of its report see it: its settings, read once, and the analyses two
+    sections each use, computed once on first use (run A of a comparison needs neither)."""
+
+    store: Store
+    id: int
+    row: pd.Series  # as the store decodes it (run_row): a missing value None, JSON columns dicts
+
+    @classmethod
+    def read(cls, store: Store, run_id: int) -> Run:
+        return cls(store, run_id, run_row(store, run_id))
+
+    @property
+    def sub(self) -> str:
+        """'alexnet, batch 128, NVIDIA H100 80GB HBM3, ncu (run 2)': under every figure's title."""
+        run = self.row
+        return (f"{run['network']}, batch {run['batch']}, {run['device_name'] or 'no device'}, {run['backend']} "
+                f"(run {self.id})")
+
+    @property
+    def why(self) -> str:  # what a section that needs counters says when the run has none
+        backend = self.row["backend"]
+        if backend in ("model", "events"):
+            return f"no counters in run {self.id} (backend {backend}); profile with --backend ncu on a GPU"
+        return f"run {self.id} (backend {backend}) did not collect these counters"
+
+    @cached_property
+    def times(self) -> pd.DataFrame:  # time per layer phase: its section, and the layer the stall finding names
+        return runtime.runtime(self.store, self.id)
+
+    @cached_property
+    def levels(self) -> pd.DataFrame:  # traffic per memory level: the traffic and level utilization sections
+        return traffic.by_level(self.store, self.id)
 
 
-def _subtitle(run: pd.Series) -> str:
-    """'alexnet, batch 128, NVIDIA H100 80GB HBM3, ncu (run 2)': under every figure's title."""
-    return f"{run['network']}, batch {run['batch']}, {run['device_name'] or 'no device'}, {run['backend']} (run {run.name})"
+class Body(NamedTuple):
+    """What a section's builder computes; the table names it (key, title, paper figure)."""
+
+    figure: object | None  # matplotlib Figure
+    finding: str
+    table: pd.DataFrame | None = None
+    missing: str | None = None  # why there is no figure
+
+
+class Spec(NamedTuple):
+    """One section of a run's report."""
+
+    key: str  # file stem and anchor
+    title: str
+    paper: str  # which paper figure it redraws
+    build: Callable[[Run], Body | None]  # None: the run did not collect the counters it needs
+
+    def section(self, run: Run) -> Section:
+        body = self.build(run)
+        if body is None:  # the page folds these into one line naming the command that fills them
+            return Section(self.key, self.title, self.paper, None, "not collected", run.why, needs_counters=True)
+        return Section(self.key, self.title, self.paper, *body)
 
 
 def _variants(run: pd.Series) -> str:
@@ -93,69 +140,49 @@ def _about(run: pd.Series) -> dict:
     return about
 
 
-def _fill_command(run: pd.Series) -> str:
-    return f"tracker profile {run['network']} --batch {run['batch']} --backend ncu"
-
-
-def for_run(store: Store, run_id: int) -> Report:
-    run = _run(store, run_id)
-    sub = _subtitle(run)
-    why = _no_counters(run)
-    sections = [_runtime(store, run_id, sub), _roofline(store, run_id, sub), _memory(store, run, sub),
-                _fp(store, run_id, sub, why), _stalls(store, run_id, sub, why), _pipes(store, run_id, sub, why),
-                _caches(store, run_id, sub, why), _traffic(store, run_id, sub, why),
-                _levels(store, run_id, sub, why), _reconcile(store, run_id, why)]
-    return Report(f"Run {run_id}: {run['network']}, batch {run['batch']}, {run['device_name'] or 'no device'}",
-                  describe(run), _about(run), sections, _fill_command(run))
-
-
-def _no_counters(run: pd.Series) -> str:
-    if run["backend"] in ("model", "events"):
-        return f"no counters in run {run.name} (backend {run['backend']}); profile with --backend ncu on a GPU"
-    return f"run {run.name} (backend {run['backend']}) did not collect these counters"
+def for_run(run: Run) -> Report:
+    sections, row = [spec.section(run) for spec in RUN_SECTIONS], run.row
+    return Report(f"Run {run.id}: {row['network']}, batch {row['batch']}, {row['device_name'] or 'no device'}",
+                  describe(row), _about(row), sections,
+                  f"tracker profile {row['network']} --batch {row['batch']} --backend ncu")
 
 
 def _top(frame: pd.DataFrame, column: str) -> pd.Series:
     return frame.loc[frame[column].idxmax()]
 
 
-def _runtime(store, run_id, sub) -> Section:
-    frame = runtime.runtime(store, run_id)
-    total = runtime.iteration(store, run_id)
+def _predicted(run: pd.Series) -> str:
+    """Why a run's figures are the model's: it is a model run, or its launches were never timed."""
+    return "predicted by the model" + ("" if run["backend"] == "model" else ": no launch times were recorded")
+
+
+def _runtime(run: Run) -> Body:
+    frame = run.times
     known = frame[frame["ms"].notna()]
     if known.empty:
-        model = _run(store, run_id)["backend"] == "model"
-        return Section("runtime", "Time per layer", "Figures 6/7", None,
-                       "no times: a model run without a device" if model else "no launch times were recorded",
-                       missing="profile with --device NAME for the model's times, or on a GPU")
+        return Body(None, "no times: a model run without a device" if run.row["backend"] == "model"
+                    else "no launch times were recorded",
+                    missing="profile with --device NAME for the model's times, or on a GPU")
+    total = runtime.iteration(run.store, run.id)
     top = _top(known, "ms")
     measured = (known["source"] == "measured").all()
-    source = "median kernel time" if measured else _predicted(store, run_id)
+    source = "median kernel time" if measured else _predicted(run.row)
     finding = (f"{top['layer']} {top['phase']} takes the most time: {units.milliseconds(top['ms'])}, "
                f"{units.percent(100 * top['ms'] / total['ms'])} of the {units.milliseconds(total['ms'])} iteration"
                f"{'' if measured else f' ({source})'}")
-    title = f"Time per layer ({source})"
-    table = frame[["layer", "phase", "ms", "spread_pct", "predicted_ms", "launches", "source"]]
-    figure = bars.by_phase(frame[frame["ms"] > 0], "ms", title, sub, "time", log=True)
-    return Section("runtime", "Time per layer", "Figures 6/7", figure, finding, table)
+    figure = bars.by_phase(frame[frame["ms"] > 0], "ms", f"Time per layer ({source})", run.sub, "time", log=True)
+    return Body(figure, finding, frame[["layer", "phase", "ms", "spread_pct", "predicted_ms", "launches", "source"]])
 
 
-def _predicted(store, run_id) -> str:
-    """Why a run's figures are the model's: it is a model run, or its launches were never timed."""
-    if _run(store, run_id)["backend"] == "model":
-        return "predicted by the model"
-    return "predicted by the model: no launch times were recorded"
-
-
-def _roofline(store, run_id, sub) -> Section:
-    points, basis = roofline.chart(store, run_id)
-    roofs = roofline.roofs(store, run_id)
+def _roofline(run: Run) -> Body:
+    points, basis = roofline.chart(run.store, run.id)
     if points.empty:
-        return Section("roofline", "Roofline", "paper 000", None, "no times and no counters to place",
-                       missing="profile with --device NAME for the model's roofline, or on a GPU")
+        return Body(None, "no times and no counters to place",
+                    missing="profile with --device NAME for the model's roofline, or on a GPU")
+    roofs = roofline.roofs(run.store, run.id)
     title = {"counters": "Hierarchical roofline (ncu: FLOPs and bytes per level)",
              "time": "Roofline: the model's FLOPs and compulsory bytes over measured time",
-             "predicted": f"Roofline {_predicted(store, run_id)} (compulsory bytes)"}[basis]
+             "predicted": f"Roofline {_predicted(run.row)} (compulsory bytes)"}[basis]
     primary = points[points["level"].isin(("DRAM", "compulsory"))]
     primary = primary if not primary.empty else points
     top = _top(primary, "flops_per_s")
@@ -166,78 +193,72 @@ def _roofline(store, run_id, sub) -> Section:
             below = (primary["intensity"] < roofs.ridge("DRAM")).sum()
             finding += (f"; {below} of {len(primary)} layer phases lie left of the DRAM ridge "
                         f"({units.number('intensity', roofs.ridge('DRAM'))}): memory-bound")
-    return Section("roofline", "Roofline", "paper 000", roofline_figure(points, roofs, f"{title}\n{sub}", basis),
-                   finding, points.drop(columns=["layer_id"]))
+    return Body(roofline_figure(points, roofs, f"{title}\n{run.sub}", basis), finding,
+                points.drop(columns=["layer_id"]))
 
 
-def _memory(store, run: pd.Series, sub) -> Section:
+def _memory(run: Run) -> Body:
     from tracker.model import memory
     from tracker.nets import build
 
-    model = memory(build(run["network"], **(run["network_options"] or {})), int(run["batch"]), int(run["dtype_bits"]))
+    row = run.row
+    model = memory(build(row["network"], **(row["network_options"] or {})), int(row["batch"]), int(row["dtype_bits"]))
     parts = pd.DataFrame([{"part": k.removesuffix("_bytes").replace("_", " "), "bytes": v}
                           for k, v in model.to_dict().items() if k != "peak_bytes"])
-    measured = run["measured_peak_bytes"]
+    measured = row["measured_peak_bytes"]
     finding = f"the model's peak: {units.nbytes(model.peak_bytes)}" + (
         f"; measured peak {units.nbytes(measured)} ({units.ratio(measured / model.peak_bytes)} the model)"
         if pd.notna(measured) and measured else "")
-    figure = bars.memory(parts, model.peak_bytes, measured if pd.notna(measured) else None, "GPU memory", sub)
-    return Section("memory", "GPU memory", "paper 002", figure, finding, parts)
+    figure = bars.memory(parts, model.peak_bytes, measured if pd.notna(measured) else None, "GPU memory", run.sub)
+    return Body(figure, finding, parts)
 
 
-def _counter_section(key, title, paper, why) -> Section:
-    return Section(key, title, paper, None, "not collected", missing=why, needs_counters=True)
-
-
-def _fp(store, run_id, sub, why) -> Section:
-    frame = fp.by_kind(store, run_id)
+def _fp(run: Run) -> Body | None:
+    frame = fp.by_kind(run.store, run.id)
     if frame.empty:
-        return _counter_section("fp_instructions", "FP32 instructions", "Figure 9", why)
+        return None
     totals = frame.groupby("instruction")["instructions"].sum()
     per_layer = frame.groupby(["layer", "phase"], as_index=False)["instructions"].sum()
     most = _top(per_layer, "instructions")
     finding = (f"{totals.idxmax()} is {units.percent(100 * totals.max() / totals.sum())} of FP32 instructions; "
                f"most in {most['layer']} {most['phase']}")
-    return Section("fp_instructions", "FP32 instructions", "Figure 9",
-                   bars.stacked(frame, "instruction", "instructions", "FP32 instructions", sub, "thread instructions"),
-                   finding, fp.fp_instructions(store, run_id)[["layer", "phase", "fadd", "fmul", "ffma", "flops",
-                                                               "model_ops", "flops_per_model_op"]])
+    figure = bars.stacked(frame, "instruction", "instructions", "FP32 instructions", run.sub, "thread instructions")
+    return Body(figure, finding, fp.fp_instructions(run.store, run.id)[
+        ["layer", "phase", "fadd", "fmul", "ffma", "flops", "model_ops", "flops_per_model_op"]])
 
 
-def _stalls(store, run_id, sub, why) -> Section:
-    frame = stalls.by_category(store, run_id)
+def _stalls(run: Run) -> Body | None:
+    frame = stalls.by_category(run.store, run.id)
     if frame.empty:
-        return _counter_section("stalls", "Stall breakdown and what bounds each layer", "Figures 10/11", why)
-    verdict = stalls.bound(store, run_id)
-    table = verdict[["layer", "phase", "first_reason", "first_share", "second_reason", "bound", "why"]]
-    times = runtime.runtime(store, run_id)[["layer_id", "phase", "ms"]]
-    ranked = verdict.merge(times, on=["layer_id", "phase"]).dropna(subset=["first_reason"])
+        return None
+    verdict = stalls.bound(run.store, run.id)
+    ranked = verdict.merge(run.times[["layer_id", "phase", "ms"]], on=["layer_id", "phase"]).dropna(
+        subset=["first_reason"])
     ranked = ranked.sort_values("ms", ascending=False) if ranked["ms"].notna().any() else ranked
     top = ranked.iloc[0]
     finding = (f"{top['layer']} {top['phase']}: top stalls {top['first_reason']}, {top['second_reason']} "
                f"-> {top['bound']}-bound")
     figure = bars.stacked(frame.assign(share_pct=100 * frame["share"]), "category", "share_pct",
-                          "Stall breakdown (paper 003's categories)", sub, "share of stall samples")
-    return Section("stalls", "Stall breakdown and what bounds each layer", "Figures 10/11", figure, finding,
-                   table.rename(columns={"first_share": "first_share_pct"}).assign(
-                       first_share_pct=lambda t: 100 * t["first_share_pct"]))
+                          "Stall breakdown (paper 003's categories)", run.sub, "share of stall samples")
+    table = verdict[["layer", "phase", "first_reason", "first_share", "second_reason", "bound", "why"]]
+    return Body(figure, finding, table.assign(first_share=100 * table["first_share"]).rename(
+        columns={"first_share": "first_share_pct"}))
 
 
-def _pipes(store, run_id, sub, why) -> Section:
-    frame = utilization.pipes(store, run_id)
+def _pipes(run: Run) -> Body | None:
+    frame = utilization.pipes(run.store, run.id)
     if frame.empty:
-        return _counter_section("alu_utilization", "ALU / pipe utilization", "Figure 12", why)
+        return None
     top = _top(frame, "pct")
     finding = f"busiest pipe: {top['pipe']} at {units.percent(top['pct'])} in {top['layer']} {top['phase']}"
-    return Section("alu_utilization", "ALU / pipe utilization", "Figure 12",
-                   bars.grouped(frame, "pct", "pipe", "ALU / pipe utilization", sub, "% of peak"), finding,
-                   utilization.utilization(store, run_id).drop(columns=["run_id", "layer_id", "kind"], errors="ignore"))
+    table = utilization.utilization(run.store, run.id).drop(columns=["run_id", "layer_id", "kind"], errors="ignore")
+    return Body(bars.grouped(frame, "pct", "pipe", "ALU / pipe utilization", run.sub, "% of peak"), finding, table)
 
 
-def _caches(store, run_id, sub, why) -> Section:
-    frame = caches.by_level(store, run_id)
+def _caches(run: Run) -> Body | None:
+    frame = caches.by_level(run.store, run.id)
     if frame.empty:
-        return _counter_section("cache_hit_rates", "Cache hit rates", "Figures 13/14", why)
+        return None
     parts = []
     for level, rows in frame.groupby("level"):
         low = rows.loc[rows["hit_rate_pct"].idxmin()]
@@ -247,43 +268,40 @@ def _caches(store, run_id, sub, why) -> Section:
     if not over.empty:  # ncu's rates are not clamped: tracker/metrics.py says why, as `tracker metrics` does
         parts.append(f"over 100 % in {', '.join(over['layer'] + ' ' + over['phase'])}: ncu's figures, not clamped, "
                      "where hits and lookups were counted in different replay passes (tracker metrics l2_hit_rate)")
-    return Section("cache_hit_rates", "Cache hit rates", "Figures 13/14",
-                   bars.grouped(frame, "hit_rate_pct", "level", "Cache hit rates", sub, "hit rate"),
-                   "hit rates: " + "; ".join(parts),
-                   caches.hit_rates(store, run_id).drop(columns=["run_id", "layer_id", "kind"], errors="ignore"))
+    table = caches.hit_rates(run.store, run.id).drop(columns=["run_id", "layer_id", "kind"], errors="ignore")
+    return Body(bars.grouped(frame, "hit_rate_pct", "level", "Cache hit rates", run.sub, "hit rate"),
+                "hit rates: " + "; ".join(parts), table)
 
 
-def _traffic(store, run_id, sub, why) -> Section:
-    frame = traffic.by_level(store, run_id)
+def _traffic(run: Run) -> Body | None:
+    frame = run.levels
     if frame.empty:
-        return _counter_section("traffic", "Transactions and throughput per level", "Figures 15/16", why)
+        return None
     by_level = frame.groupby("level")["transactions"].sum()
     finding = "transactions over the iteration: " + ", ".join(f"{lvl} {units.count(v)}" for lvl, v in by_level.items())
     panels = [(c, label) for c, label in (("transactions", "sectors / wavefronts"), ("bytes_per_s", "throughput"))
               if frame[c].notna().any()]
-    figure = bars.grouped(frame, panels[0][0], "level", "Transactions and throughput per memory level", sub,
+    figure = bars.grouped(frame, panels[0][0], "level", "Transactions and throughput per memory level", run.sub,
                           panels[0][1], log=True, panels=panels)
-    return Section("traffic", "Transactions and throughput per level", "Figures 15/16", figure, finding,
-                   frame.drop(columns=["layer_id"]))
+    return Body(figure, finding, frame.drop(columns=["layer_id"]))
 
 
-def _levels(store, run_id, sub, why) -> Section:
-    frame = traffic.by_level(store, run_id)
+def _levels(run: Run) -> Body | None:
+    frame = run.levels
     frame = frame[frame["pct_of_peak"].notna()] if not frame.empty else frame
     if frame.empty:
-        return _counter_section("level_utilization", "Utilization per memory level", "Figure 17", why)
+        return None
     top = _top(frame, "pct_of_peak")
     finding = (f"closest to a peak: {top['level']} at {units.percent(top['pct_of_peak'])} in "
                f"{top['layer']} {top['phase']}")
-    return Section("level_utilization", "Utilization per memory level", "Figure 17",
-                   bars.grouped(frame, "pct_of_peak", "level", "Utilization per memory level", sub, "% of peak"),
-                   finding)
+    return Body(bars.grouped(frame, "pct_of_peak", "level", "Utilization per memory level", run.sub, "% of peak"),
+                finding)
 
 
-def _reconcile(store, run_id, why) -> Section:
-    frame = reconcile.reconcile(store, run_id)
+def _reconcile(run: Run) -> Body | None:
+    frame = reconcile.reconcile(run.store, run.id)
     if frame.empty or frame["flops_ratio"].isna().all():
-        return _counter_section("reconciliation", "Model against measured", "paper 002", why)
+        return None
     worst = _top(frame, "flops_ratio")
     finding = (f"most FLOPs over the model: {worst['layer']} {worst['phase']} "
                f"({units.ratio(worst['flops_ratio'])} the model's ops)")
@@ -291,8 +309,21 @@ def _reconcile(store, run_id, why) -> Section:
         excess = _top(frame, "dram_ratio")
         finding += (f"; most DRAM traffic over the compulsory bytes: {excess['layer']} {excess['phase']} "
                     f"({units.ratio(excess['dram_ratio'])})")
-    return Section("reconciliation", "Model against measured", "paper 002", None, finding,
-                   frame.drop(columns=["run_id", "layer_id"]))
+    return Body(None, finding, frame.drop(columns=["run_id", "layer_id"]))
+
+
+RUN_SECTIONS = (  # in the page's order
+    Spec("runtime", "Time per layer", "Figures 6/7", _runtime),
+    Spec("roofline", "Roofline", "paper 000", _roofline),
+    Spec("memory", "GPU memory", "paper 002", _memory),
+    Spec("fp_instructions", "FP32 instructions", "Figure 9", _fp),
+    Spec("stalls", "Stall breakdown and what bounds each layer", "Figures 10/11", _stalls),
+    Spec("alu_utilization", "ALU / pipe utilization", "Figure 12", _pipes),
+    Spec("cache_hit_rates", "Cache hit rates", "Figures 13/14", _caches),
+    Spec("traffic", "Transactions and throughput per level", "Figures 15/16", _traffic),
+    Spec("level_utilization", "Utilization per memory level", "Figure 17", _levels),
+    Spec("reconciliation", "Model against measured", "paper 002", _reconcile),
+)
 
 
 def _speedup_finding(frame: pd.DataFrame) -> str:
@@ -309,17 +340,16 @@ def _speedup_finding(frame: pd.DataFrame) -> str:
             f"within the run-to-run spread{whole}")
 
 
-def for_comparison(store: Store, run_a: int, run_b: int) -> list[Section]:
+def for_comparison(a: Run, b: Run) -> list[Section]:
     """Run B's speedup over run A (per image when their batch sizes differ), and B's roofline moves."""
-    both = speedup.comparison(store, run_a, run_b)
+    both = speedup.comparison(a.store, a.id, b.id)
     per = both["basis"].iloc[0]
-    a, b = _run(store, run_a), _run(store, run_b)
-    sub = f"run {run_b} ({_subtitle(b)}) over run {run_a} ({_subtitle(a)}); times {per}"
-    title = f"Speedup of run {run_b} over run {run_a}, {per}"
+    sub = f"run {b.id} ({b.sub}) over run {a.id} ({a.sub}); times {per}"
+    title = f"Speedup of run {b.id} over run {a.id}, {per}"
     table = both[["layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup", "change_pct",
                   "noise"]]
     return [Section("speedup", title, "Figure 8", bars.speedup(both[both["layer"] != "iteration"], title, sub),
-                    _speedup_finding(both), table), _moves(store, run_a, run_b, "roofline_moves", sub)]
+                    _speedup_finding(both), table), _moves(a.store, a.id, b.id, "roofline_moves", sub)]
 
 
 def _moves(store, run_a: int, run_b: int, key: str, sub: str, what: str = "") -> Section:
@@ -343,7 +373,7 @@ def for_experiment(store: Store, experiment_id: int) -> Report:
     arms = experiments.runs(store, experiment_id)
     if arms.empty:
         raise StoreError(f"experiment e{experiment_id} ({info['status']}) has no completed run to report on")
-    base = _run(store, int(arms[arms["baseline"].astype(bool)]["run_id"].iloc[0]))
+    base = run_row(store, int(arms[arms["baseline"].astype(bool)]["run_id"].iloc[0]))
     batches = sorted(set(arms["batch"]))
     batch_words = f"batch {batches[0]}" if len(batches) == 1 else "batches " + ", ".join(map(str, batches))
     device = base["device_name"] or "no device"
@@ -351,11 +381,10 @@ def for_experiment(store: Store, experiment_id: int) -> Report:
     summary = (f"Experiment e{experiment_id} ({info['kind']}, {info['status']}): {info['network']} at {batch_words} "
                f"on {device}, {len(arms)} runs ({', '.join(f'{r.arm}: run {r.run_id}' for r in arms.itertuples())}); "
                f"the baseline run: {describe(base)}")
-    report = Report(f"Experiment e{experiment_id}: {info['kind']} on {info['network']}", summary,
-                    _experiment_about(info, arms), [], f"tracker profile {info['network']} --backend ncu")
-    report.sections = (_batch_sections(store, experiment_id, batches, sub) if info["kind"] == "batch"
-                       else _arm_sections(store, experiment_id, info["kind"], sub))
-    return report
+    sections = (_batch_sections(store, experiment_id, batches, sub) if info["kind"] == "batch"
+                else _arm_sections(store, experiment_id, info["kind"], sub))
+    return Report(f"Experiment e{experiment_id}: {info['kind']} on {info['network']}", summary,
+                  _experiment_about(info, arms), sections, f"tracker profile {info['network']} --backend ncu")
 
 
 def _batch_sections(store, experiment_id: int, batches: list[int], sub: str) -> list[Section]:
@@ -397,6 +426,5 @@ def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Sectio
                             _speedup_finding(frame), frame[columns] if not frame.empty else None))
     for base, other in experiments.pairs(store, experiment_id):
         what = f" ({base.comparison}: {base.arm} -> {other.arm})"
-        sections.append(_moves(store, int(base.run_id), int(other.run_id),
-                               f"roofline_{other.run_id}", sub, what))
+        sections.append(_moves(store, int(base.run_id), int(other.run_id), f"roofline_{other.run_id}", sub, what))
     return sections

@@ -7,22 +7,22 @@ PostgreSQL pushes the filter below a window function. So each run's rollups are 
 here, from the rows being written (no second pass over the database), and the views read them
 back by key: every view costs what one run costs.
 
-``over_repeats`` is the one definition of the statistics over measured iterations: the median,
-min, max, count and spread ((max - min) as a percentage of |median|). Every surface (views,
-``tracker show``, analyses, report) reads its results from ``rollup_time`` and ``rollup_metric``.
+``over_repeats`` (tracker/stats.py, re-exported here) is the one definition of the statistics
+over measured iterations: the median, min, max, count and spread ((max - min) as a percentage of
+|median|). Every surface (views, ``tracker show``, analyses, report) reads its results from
+``rollup_time`` and ``rollup_metric``.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from typing import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from tracker.metrics import CATALOG, STALLS
+from tracker.stats import over_repeats
 from tracker.store.ingest import bulk_insert
 from tracker.store.schema import Base
 
@@ -30,26 +30,6 @@ TABLES = ("rollup_time", "rollup_launch", "rollup_metric_repeat", "rollup_metric
           "rollup_stall_category")
 STALL_CATEGORY = {m.name: m.category for m in STALLS}
 ROLLUP = {m.name: (m.rollup, m.rollup.removeprefix("weighted:")) for m in CATALOG}  # name -> (kind, weight)
-
-
-@dataclass(frozen=True)
-class Stats:
-    median: float
-    min: float
-    max: float
-    repeats: int
-    spread_pct: float | None
-
-
-def over_repeats(values) -> Stats | None:
-    """Median, min, max, count and spread of one quantity over measured iterations (None and NaN
-    left out); None when no iteration has a value."""
-    known = sorted(float(v) for v in values if v is not None and v == v)  # NaN != NaN: missing too
-    if not known:
-        return None
-    median = statistics.median(known)
-    spread = 100.0 * (known[-1] - known[0]) / abs(median) if median != 0 else None
-    return Stats(median, known[0], known[-1], len(known), spread)
 
 
 def _time(run_id: int, launches: list[dict]) -> list[dict]:

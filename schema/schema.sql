@@ -51,7 +51,7 @@ CREATE TABLE metric_def (
 --   phases: fwd, bwd or both
 --   variants: op -> kernel variant
 --   tiles: 'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default ({}: every default); NULL: nothing ran (model) or recorded before schema v5
---   backend: ncu, events or model
+--   backend: ncu, nvprof, events or model
 --   device_name: the GPU measured, or the catalog device predicted for
 --   repeat: measured iterations per launch
 --   predicted_peak_bytes: model's peak memory of one training step

@@ -9,6 +9,7 @@ bookkeeping (speedups, spreads, noise, pairs), never a GPU's behaviour.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -18,6 +19,7 @@ from tracker.analysis import experiments, runtime, speedup
 from tracker.errors import Mismatch, TrackerError
 from tracker.experiment import arms, run_experiment
 from tracker.gpu.runner import Measured
+from tracker.profile import Choice
 from tracker.nets.layers import LRN, Linear, Network, ReLU, Softmax, conv, maxpool
 from tracker.store import launch_rows, open_store
 
@@ -57,15 +59,15 @@ def emulated_events(emulator, monkeypatch):
     from tracker.gpu.network import Executor
     from tracker.gpu.runner import measure
 
-    def profile_events(net, batch, chosen, phases, l1_bypass, repeat, warmup, echo, tiles=None):
-        policy = "cg" if l1_bypass else "ca"
-        rows, _ = measure(Executor(emulator, net, batch, chosen, phases, tiles=tiles), repeat, warmup, policy, echo)
-        for row in rows:
-            row["time_ms"] = made_up_ms(row)
-        return Measured(rows, {"device_name": "CPU emulation (tests/emu)"}, 0)
+    def profile_events(workload, echo):
+        launches, _ = measure(Executor.of(emulator, workload), workload.repeat, workload.warmup,
+                              workload.l1_policy, echo)
+        return Measured([replace(launch, time_ms=made_up_ms(launch.row())) for launch in launches],
+                        {"device_name": "CPU emulation (tests/emu)"}, 0)
 
-    def choose_backend(requested):
-        return ("model", "asked for") if requested == "model" else ("events", "test: CPU emulation, made-up times")
+    def choose_backend(requested, options=None):
+        return Choice("model", "asked for") if requested == "model" else Choice("events", "test: CPU emulation, "
+                                                                                           "made-up times")
 
     monkeypatch.setattr(tracker.profile, "choose_backend", choose_backend)
     monkeypatch.setattr(tracker.experiment, "choose_backend", choose_backend)
@@ -189,18 +191,21 @@ def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chose
     """--backend auto picks ncu where it is found; counters restricted to administrators then fall
     back to events, for profile and for every arm of an experiment (the first arm finds out, the
     rest follow it). --backend ncu, asked for by name, fails instead."""
-    import tracker.profilers.collect as collect
     from tracker.errors import BackendUnavailable
     from tracker.profile import profile
 
-    def choose_backend(requested):
-        return (requested, "asked for by name") if requested != "auto" else ("ncu", "test: ncu found")
-
     attempts = []
 
-    def restricted(*args, **kwargs):
-        attempts.append(1)
-        raise BackendUnavailable("ncu cannot read counters: ERR_NVGPUCTRPERM")
+    class Restricted:
+        name, version = "ncu", "2025.3.1.0"
+
+        def collect(self, *args, **kwargs):
+            attempts.append(1)
+            raise BackendUnavailable("ncu cannot read counters: ERR_NVGPUCTRPERM")
+
+    def choose_backend(requested, options=None):
+        return (Choice(requested, "asked for by name", Restricted()) if requested != "auto"
+                else Choice("ncu", "test: ncu found", Restricted()))
 
     import tracker.gpu.runner as runner
 
@@ -213,7 +218,6 @@ def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chose
     monkeypatch.setattr(runner, "profile_events", with_a_compute_capability)
     monkeypatch.setattr(tracker.profile, "choose_backend", choose_backend)
     monkeypatch.setattr(tracker.experiment, "choose_backend", choose_backend)
-    monkeypatch.setattr(collect, "collect", restricted)
     db = str(tmp_path / "trace.db")
     run_experiment(db, "fusion", small_net(), 1, backend="auto", repeat=1, warmup=0)
     store = open_store(db, write=False)

@@ -92,15 +92,15 @@ def test_measure_numbers_launches_and_tags_them_with_their_step(emulator):
     net = small_net()
     run = Executor(emulator, net, batch=1, chosen={"conv": "fused", "linear": "shared"})
     rows, totals = measure(run, repeat=2, warmup=1, policy="cg", echo=lambda line: None)
-    assert [r["invocation"] for r in rows] == list(range(len(rows)))
-    assert {r["repeat"] for r in rows} == {0, 1} and len(totals) == 2
-    per_repeat = [(r["layer_id"], r["phase"], r["kernel_name"]) for r in rows if r["repeat"] == 0]
-    assert per_repeat == [(r["layer_id"], r["phase"], r["kernel_name"]) for r in rows if r["repeat"] == 1]
+    assert [r.invocation for r in rows] == list(range(len(rows)))
+    assert {r.repeat for r in rows} == {0, 1} and len(totals) == 2
+    per_repeat = [(r.layer_id, r.phase, r.kernel_name) for r in rows if r.repeat == 0]
+    assert per_repeat == [(r.layer_id, r.phase, r.kernel_name) for r in rows if r.repeat == 1]
     steps = {(s.layer.id, s.phase) for s in run.steps if s.variant != "fused-into-previous"}
     assert {(layer, phase) for layer, phase, _ in per_repeat} == steps  # every planned phase launched
     relu1 = net.layer("relu1").id
-    assert not any(r["layer_id"] == relu1 for r in rows)  # fused into conv1
-    assert {r["l1_policy"] for r in rows} == {"cg"}
+    assert not any(r.layer_id == relu1 for r in rows)  # fused into conv1
+    assert {r.l1_policy for r in rows} == {"cg"}
     assert [k for layer, phase, k in per_repeat if (layer, phase) == (1, "fwd")] == ["conv2d_fwd_implicit"]
 
 

@@ -7,6 +7,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -243,8 +244,16 @@ def test_fuzzed_nvprof_output_fails_clearly(text):
 
 # --- the two-pass join -------------------------------------------------------------------------
 
-def _pass1(launches, ranges) -> list[dict]:
-    return [dict(invocation=i, kernel_name=kernel_base(launch.kernel), range=r)
+class Logged(NamedTuple):
+    """A pass-1 launch as the join reads it (tracker.profilers.join.Logged)."""
+
+    invocation: int
+    kernel_name: str
+    range: str
+
+
+def _pass1(launches, ranges) -> list[Logged]:
+    return [Logged(invocation=i, kernel_name=kernel_base(launch.kernel), range=r)
             for i, (launch, r) in enumerate(zip(launches, ranges))]
 
 
@@ -260,7 +269,7 @@ def test_join_names_the_first_bad_invocation():
     profiled = ncu_csv.parse(SAMPLE)
     ranges = [f"layer{i}/fwd" for i in range(len(profiled))]
     pass1 = _pass1(profiled, ranges)
-    swapped = pass1[:3] + [dict(pass1[3], kernel_name="relu_fwd")] + pass1[4:]
+    swapped = pass1[:3] + [pass1[3]._replace(kernel_name="relu_fwd")] + pass1[4:]
     with pytest.raises(JoinError, match=r"^invocation 3 \(layer3/fwd, relu_fwd\): pass 2 profiled kernel"):
         join(swapped, profiled, ranges)
     with pytest.raises(JoinError, match=r"invocation 5 .*inside NVTX range 'layer4/fwd'"):
@@ -274,7 +283,7 @@ def test_join_names_the_first_bad_invocation():
 H100_B1 = "ncu-raw-h100-sm90-ncu2025.3-alexnet-b1.csv"  # tools/gpu_stage.sh 1 on an H100; SOURCES.md
 
 
-def _planned_launches(batch_net: str = "alexnet") -> list[dict]:
+def _planned_launches(batch_net: str = "alexnet") -> list[Logged]:
     """Pass 1's launch log as our plan made it when the H100 recordings were made: the kernels of
     every step, with its NVTX range. The split-K reduction (issue 16) came later, and launches only
     where a GEMM's reduction is cut, so it is left out; max-pool's default was then `global`."""
@@ -288,8 +297,8 @@ def _planned_launches(batch_net: str = "alexnet") -> list[dict]:
             for kernel in OPS[step.layer.kind].variants[step.variant].launches[step.phase].kernels:
                 if kernel.name == "splitk_reduce":
                     continue
-                launches.append(dict(invocation=len(launches), kernel_name=kernel.name,
-                                     range=f"{step.layer.name}/{step.phase}"))
+                launches.append(Logged(invocation=len(launches), kernel_name=kernel.name,
+                                       range=f"{step.layer.name}/{step.phase}"))
     return launches
 
 
@@ -393,18 +402,19 @@ esac
 """)
     monkeypatch.setenv("TRACKER_NCU", fake)
     profiled = ncu_csv.parse(SAMPLE)
-    return log, [dict(invocation=i, kernel_name=kernel_base(p.kernel), range=p.kernel) for i, p in enumerate(profiled)]
+    return log, [Logged(invocation=i, kernel_name=kernel_base(p.kernel), range=p.kernel) for i, p in enumerate(profiled)]
 
 
 def test_collect_runs_ncu_exports_twice_and_joins(tmp_path, monkeypatch):
     """Pass 2's orchestration, with the stand-in ncu."""
     from tracker.gpu.workload import Workload
-    from tracker.profilers.collect import collect
+    from tracker.profilers import Options, find
 
     log, launches = _stand_in_ncu(tmp_path, monkeypatch)
     lines = []
     kept = tmp_path / "kept.ncu-rep"
-    counters = collect(Workload("alexnet", batch=2), launches, 9.0, ncu.Settings(), lines.append, str(kept))
+    collector = find("ncu", Options(ncu.Settings(), str(kept)))
+    counters = collector.collect(Workload("alexnet", batch=2), launches, 9.0, lines.append)
     assert kept.read_text() == "rep\n"
     assert counters.run_fields == dict(ncu_version="2025.3.1.0", ncu_replay_mode="kernel", ncu_cache_control="all",
                                        ncu_clock_control="base")
@@ -420,11 +430,12 @@ def test_clocks_that_cannot_be_locked_fall_back_to_clock_control_none(tmp_path, 
     """A stand-in ncu that refuses to lock the clocks: pass 2 runs again with --clock-control none,
     records it, and says why; the user's --cache-control reaches ncu's command line."""
     from tracker.gpu.workload import Workload
-    from tracker.profilers.collect import collect
+    from tracker.profilers import Options, find
 
     log, launches = _stand_in_ncu(tmp_path, monkeypatch, refuse_clocks=True)
     lines = []
-    counters = collect(Workload("alexnet", batch=2), launches, 9.0, ncu.Settings(cache_control="none"), lines.append)
+    collector = find("ncu", Options(ncu.Settings(cache_control="none")))
+    counters = collector.collect(Workload("alexnet", batch=2), launches, 9.0, lines.append)
     assert counters.run_fields["ncu_clock_control"] == "none" and counters.run_fields["ncu_cache_control"] == "none"
     assert counters.note.startswith("clock control none: ncu could not lock the clocks at base (ncu failed: Failed")
     profiled_calls = [c for c in log.read_text().splitlines() if "--export" in c]
@@ -439,29 +450,32 @@ def test_a_failed_join_marks_the_run_and_stores_no_launch(tmp_path, monkeypatch)
     neither launches nor counters are stored."""
     import tracker.gpu.runner
     import tracker.profile
-    import tracker.profilers.collect
     from tracker.gpu.runner import Measured
+    from tracker.gpu.workload import Launch
     from tracker.nets import build
-    from tracker.profile import profile
+    from tracker.profile import Choice, profile
     from tracker.store import open_store, run_sql
 
-    row = dict(invocation=0, layer_id=1, phase="fwd", repeat=0, kernel_name="conv2d_fwd_shared", variant="shared",
-               l1_policy="ca", grid_x=1, grid_y=1, grid_z=1, block_x=256, block_y=1, block_z=1, shared_bytes=0,
-               registers=32, time_ms=1.0)
+    row = Launch(invocation=0, layer_id=1, layer="conv1", phase="fwd", repeat=0, kernel_name="conv2d_fwd_shared",
+                 variant="shared", l1_policy="ca", grid=(1, 1, 1), block=(256, 1, 1), shared_bytes=0, registers=32,
+                 time_ms=1.0)
     device = dict(device_name="stand-in", compute_capability="9.0", sm_count=132)
     seen = {}
 
-    def collect(workload, launches, cc, settings, echo, keep_report=None):
-        seen.update(launches=launches, cc=cc)
-        raise JoinError("invocation 0 (conv1/fwd, conv2d_fwd_shared): pass 2 profiled kernel 'relu_fwd' there")
+    class Joining:
+        name, version = "ncu", "2025.3.1.0"
 
-    monkeypatch.setattr(tracker.profile, "choose_backend", lambda requested: ("ncu", "asked for with --backend ncu"))
+        def collect(self, workload, launches, cc, echo):
+            seen.update(launches=launches, cc=cc)
+            raise JoinError("invocation 0 (conv1/fwd, conv2d_fwd_shared): pass 2 profiled kernel 'relu_fwd' there")
+
+    monkeypatch.setattr(tracker.profile, "choose_backend",
+                        lambda requested, options: Choice("ncu", "asked for with --backend ncu", Joining()))
     monkeypatch.setattr(tracker.gpu.runner, "profile_events", lambda *args: Measured([row], device, 0))
-    monkeypatch.setattr(tracker.profilers.collect, "collect", collect)
     db = str(tmp_path / "t.db")
     with pytest.raises(JoinError):
         profile(db, build("alexnet"), 2, backend="ncu", repeat=1)
-    assert seen["launches"][0]["range"] == "conv1/fwd" and seen["cc"] == 9.0
+    assert seen["launches"][0].range == "conv1/fwd" and seen["cc"] == 9.0
     store = open_store(db, write=False)
     (status, error), = run_sql(store, "SELECT status, error FROM run")[1]
     assert status == "failed" and "invocation 0 (conv1/fwd" in error

@@ -36,7 +36,7 @@ def tiny_kernel() -> str:
 
 def main() -> None:
     from tracker.gpu.detect import cuda_devices
-    from tracker.profilers.collect import usable_ncu
+    from tracker.profilers import find
     from tracker.profilers.ncu import find_sanitizer
 
     count, why = cuda_devices()
@@ -48,7 +48,7 @@ def main() -> None:
     from tracker.gpu.cupy_backend import device_info
 
     device = check("device", device_info)
-    path, version = check("ncu", usable_ncu)
+    version = check("ncu", lambda: find("ncu").version)
     sanitizer = check("compute-sanitizer", lambda: find_sanitizer() or _missing("compute-sanitizer"))
     check("tiny kernel", tiny_kernel)
     print(f"{device['device_name']} CC {device['compute_capability']}, driver {device['driver_version']}, "

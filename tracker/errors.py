@@ -20,7 +20,11 @@ class BackendUnavailable(TrackerError):
     """The requested profiling backend cannot run on this machine."""
 
 
-class NcuFailed(TrackerError):
+class ProfilerFailed(TrackerError):
+    """A counter profiler (ncu, nvprof) ran but did not produce usable output."""
+
+
+class NcuFailed(ProfilerFailed):
     """Nsight Compute ran but did not produce a usable report."""
 
 

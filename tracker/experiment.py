@@ -58,7 +58,7 @@ def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
 
 def check(kind: str, backend: str, device: Device | None) -> tuple[str, str]:
     """(backend, why) for the experiment, refusing what cannot answer its question."""
-    chosen, why = choose_backend(backend)
+    chosen, why, _ = choose_backend(backend)
     if chosen == "model" and kind != "batch":
         raise TrackerError(f"experiment {kind} needs a GPU backend (events or ncu): the analytic model does not "
                            f"depend on kernel variants or the L1 policy, and here {why}")

@@ -1,29 +1,31 @@
 """``tracker profile``: choose a backend, run it, store the run.
 
-Backends (``choose_backend`` picks one and says why): ``ncu`` (CUDA device and usable Nsight
-Compute), ``events`` (CUDA device, CUDA-event times only), ``model`` (no GPU: analytic
-predictions, labelled as such). Every backend
-stores the model's predictions so that each measured figure sits beside its prediction.
-``ncu`` runs the events pass first (launch log and times), then the same workload in a child
-process under Nsight Compute, and joins the counters onto the launch log (tracker/profilers).
+Backends (``choose_backend`` picks one and says why): a counter collector (``ncu`` on Volta and
+newer, ``nvprof`` on older GPUs: tracker/profilers), ``events`` (CUDA device, CUDA-event times
+only), ``model`` (no GPU: analytic predictions, labelled as such). Every backend stores the
+model's predictions so that each measured figure sits beside its prediction.
+
+A GPU profile is one ``Workload`` (tracker/gpu/workload.py), checked and planned once: pass 1
+runs it for the launch log and times, then the collector runs the same workload in a child
+process under its profiler and joins the counters onto the log (tracker/profilers).
 """
 
 from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from tracker.errors import BackendUnavailable, TrackerError, UnknownName, unknown
-from tracker.gpu.workload import Workload
+from tracker.gpu.workload import MAX_REPEAT, MAX_WARMUP, Workload, check
 from tracker.model import Device, Memory, Prediction, lookup, memory, predict
-from tracker.model.roofline import check_batch, check_dtype_bits, check_phases
+from tracker.model.roofline import check_dtype_bits
 from tracker.nets import Network
+from tracker.profilers import COLLECTORS, Collector, Options
 from tracker.profilers.ncu import Settings as NcuSettings
 
-BACKENDS = ("auto", "ncu", "events", "model")  # --backend reads these
-MAX_REPEAT = 1000  # --repeat and --warmup read these
-MAX_WARMUP = 100
+BACKENDS = ("auto", *COLLECTORS, "events", "model")  # --backend reads these
+__all__ = ["BACKENDS", "MAX_REPEAT", "MAX_WARMUP", "Choice", "Profile", "choose_backend", "profile", "require_gpu"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,14 @@ class Profile:
     reason: str
     predictions: list[Prediction]
     memory: Memory
+
+
+class Choice(NamedTuple):
+    """The backend a profile runs on, why, and (for ncu and nvprof) the collector found."""
+
+    backend: str
+    reason: str
+    collector: Collector | None = None
 
 
 def require_gpu(what: str) -> str:
@@ -48,38 +58,53 @@ def require_gpu(what: str) -> str:
     return why
 
 
-def choose_backend(requested: str) -> tuple[str, str]:
-    """(backend, why) for ``--backend requested``; a backend that cannot run here is an error.
-    ``auto`` picks ncu where a GPU, CuPy and ncu are found; a run that then finds the counters
-    restricted falls back to events (``profile``)."""
+def choose_backend(requested: str, options: Options = Options()) -> Choice:
+    """The backend for ``--backend requested``; one that cannot run here is an error. ``auto``
+    picks the collector for this GPU's compute capability (ncu, or nvprof before Volta) where a
+    GPU, CuPy and the collector are found, else events, else model; a run that then finds the
+    counters restricted falls back to events (``profile``)."""
     if requested not in BACKENDS:
         raise unknown("backend", str(requested), list(BACKENDS))
     if requested == "model":
-        return "model", "asked for with --backend model"
-    if requested in ("ncu", "events"):
-        try:
-            why = require_gpu(f"--backend {requested}")
-            if requested == "ncu":
-                ncu, version = _ncu()
-                why += f"; ncu {version} at {ncu}"
-        except BackendUnavailable as exc:
-            raise BackendUnavailable(f"{exc}; use --backend {'events' if requested == 'ncu' else 'model'}") from None
-        return requested, f"asked for with --backend {requested} ({why})"
+        return Choice("model", "asked for with --backend model")
+    if requested != "auto":
+        return _named(requested, options)
     try:
         why = require_gpu("a GPU backend")
     except BackendUnavailable as exc:
-        return "model", str(exc).replace("a GPU backend needs", "the GPU backends need")
+        return Choice("model", str(exc).replace("a GPU backend needs", "the GPU backends need"))
+    from tracker import profilers
+    from tracker.gpu.detect import compute_capability
+
+    cc = compute_capability()
+    name = profilers.for_device(cc)
+    if name != next(iter(COLLECTORS)):
+        why += f" of compute capability {cc}, which Nsight Compute does not support"
     try:
-        ncu, version = _ncu()
+        collector = profilers.find(name, options)
     except BackendUnavailable as exc:
-        return "events", f"{why} found; {exc}"
-    return "ncu", f"{why} found, ncu {version} at {ncu}"
+        return Choice("events", f"{why} found; {exc}")
+    return Choice(name, f"{why} found, {collector.describe()}", collector)
 
 
-def _ncu() -> tuple[str, str]:
-    from tracker.profilers.collect import usable_ncu
+def _named(requested: str, options: Options) -> Choice:
+    """--backend events, ncu or nvprof: asked for by name, so what is missing is an error."""
+    from tracker import profilers
+    from tracker.gpu.detect import compute_capability
 
-    return usable_ncu()
+    fallback = "events" if requested in COLLECTORS else "model"
+    try:
+        why = require_gpu(f"--backend {requested}")
+        if requested not in COLLECTORS:
+            return Choice(requested, f"asked for with --backend {requested} ({why})")
+        cc = compute_capability()
+        if cc is not None and not profilers.supports(requested, cc):
+            raise BackendUnavailable(f"{requested} does not profile compute capability {cc}: use --backend "
+                                     f"{profilers.for_device(cc)}")
+        collector = profilers.find(requested, options)
+    except BackendUnavailable as exc:
+        raise BackendUnavailable(f"{exc}; use --backend {fallback}") from None
+    return Choice(requested, f"asked for with --backend {requested} ({why}; {collector.describe()})", collector)
 
 
 def profile(
@@ -106,13 +131,15 @@ def profile(
     The run's row is written first (status running), then the passes run and their results are
     written, each in one transaction; a failure or interruption marks the run and keeps nothing
     half-written. GEMM-shaped launches run the fastest verified tile `tracker tune` stored for
-    this GPU and shape, unless ``untuned``."""
+    this GPU and shape, unless ``untuned``. ``ncu_report``: where to keep the collector's report."""
     from tracker.store import open_store, recording
 
     check_arguments(batch, phases, variants or {}, dtype_bits, repeat, warmup, ncu)
-    chosen, reason = choose_backend(backend)  # before the database: a refusal creates no file
-    echo(f"backend: {chosen} ({reason})")
-    if chosen != "model":
+    workload = Workload.of(net, batch, variants=variants or {}, phases=phases, l1_bypass=l1_bypass, repeat=repeat,
+                           warmup=warmup)
+    choice = choose_backend(backend, Options(ncu, ncu_report))  # before the database: a refusal creates no file
+    echo(f"backend: {choice.backend} ({choice.reason})")
+    if choice.backend != "model":
         from tracker.gpu.network import check_indexing
 
         check_indexing(net, batch)  # before the database too
@@ -120,25 +147,23 @@ def profile(
     peak = memory(net, batch, dtype_bits)
     fields = dict(
         network=net.name, network_options=net.options, batch=batch, phases=phases, dtype_bits=dtype_bits,
-        variants=variants or {}, l1_bypass=l1_bypass, backend=chosen, backend_reason=reason,
-        repeat=repeat if chosen != "model" else 0, predicted_peak_bytes=peak.peak_bytes,
+        variants=variants or {}, l1_bypass=l1_bypass, backend=choice.backend, backend_reason=choice.reason,
+        repeat=repeat if choice.backend != "model" else 0, predicted_peak_bytes=peak.peak_bytes,
     )
-    if chosen == "model" and device is not None:
+    if choice.backend == "model" and device is not None:
         fields.update(device_name=device.name, compute_capability=device.compute_capability,
                       sm_count=device.sm_count)
     with recording(store, link=link, **fields) as run:  # link: an experiment's, in the run's own transaction
         echo(f"run {run.run_id} in {store.where}")
-        if chosen == "model":
+        if choice.backend == "model":
             predictions = predict(net, batch, device, dtype_bits, phases)
             run.add_layers(net, predictions)
         else:
-            tiles = {} if untuned else _tuned(store, net, batch, variants or {}, echo)
-            run.update(tiles=tiles)  # what ran is part of the run: a tuned profile is not an untuned one
-            workload = Workload(net.name, net.options, batch, variants or {}, phases, l1_bypass, repeat, warmup, tiles)
-            chosen, reason, predictions = _measure(run, chosen, reason, backend == "auto", net, workload, device,
-                                                   dtype_bits, ncu_report, ncu, echo)
+            workload = _planned(store, workload, untuned, echo)
+            run.update(tiles=workload.tiles)  # what ran is part of the run: a tuned profile is not an untuned one
+            choice, predictions = _measure(run, choice, backend == "auto", workload, device, dtype_bits, echo)
     store.dispose()
-    return Profile(run.run_id, store.where, chosen, reason, predictions, peak)
+    return Profile(run.run_id, store.where, choice.backend, choice.reason, predictions, peak)
 
 
 def check_arguments(batch: int, phases: str, variants: dict[str, str], dtype_bits: int, repeat: int, warmup: int,
@@ -146,69 +171,66 @@ def check_arguments(batch: int, phases: str, variants: dict[str, str], dtype_bit
     """profile()'s arguments, checked as the CLI checks its options, before anything is written
     (a model run records its variants: an unknown one must not be stored; an experiment checks
     every arm's before it creates its row)."""
-    from tracker.ops import OPS
-
-    check_batch(batch)
-    check_phases(phases)
+    check(batch, phases, variants, repeat, warmup)
     check_dtype_bits(dtype_bits)
-    OPS.check_chosen(variants)
-    if not 1 <= repeat <= MAX_REPEAT:
-        raise TrackerError(f"repeat {repeat} is out of range 1..{MAX_REPEAT}")
-    if not 0 <= warmup <= MAX_WARMUP:
-        raise TrackerError(f"warmup {warmup} is out of range 0..{MAX_WARMUP}")
     if not isinstance(ncu, NcuSettings):
         raise TrackerError(f"ncu must be tracker.profilers.ncu.Settings, not {type(ncu).__name__}")
 
 
-def _measure(run, backend: str, reason: str, may_fall_back: bool, net: Network, w: Workload, device: Device | None,
-             dtype_bits: int, ncu_report: str | None, ncu: NcuSettings,
-             echo: Callable[[str], None]) -> tuple[str, str, list[Prediction]]:
-    """Pass 1 (events), then pass 2 (ncu) if asked for; store both. Returns (backend, reason, predictions).
-    ``may_fall_back``: the backend was chosen (--backend auto), so restricted counters fall back to events."""
+def _planned(store, workload: Workload, untuned: bool, echo: Callable[[str], None]) -> Workload:
+    """The workload planned, once: `tracker tune`'s lookup, pass 1 and pass 2 all run these steps."""
+    from tracker.gpu.network import plan
+
+    steps = plan(workload.net, workload.variants, workload.phases)
+    return workload.planned(steps, {} if untuned else _tuned(store, workload, steps, echo))
+
+
+def _measure(run, choice: Choice, may_fall_back: bool, workload: Workload, device: Device | None, dtype_bits: int,
+             echo: Callable[[str], None]) -> tuple[Choice, list[Prediction]]:
+    """Pass 1 (events), then pass 2 (the collector) if there is one; store both. Returns what ran
+    and the predictions. ``may_fall_back``: the backend was chosen (--backend auto), so restricted
+    counters fall back to events."""
     from tracker.gpu.runner import profile_events
 
-    measured = profile_events(net, w.batch, w.variants, w.phases, w.l1_bypass, w.repeat, w.warmup, echo, w.tiles)
+    net = workload.net
+    measured = profile_events(workload, echo)
     device = device or _catalog_device(measured.device["device_name"])
-    predictions = predict(net, w.batch, device, dtype_bits, w.phases)
+    predictions = predict(net, workload.batch, device, dtype_bits, workload.phases)
     counters = None
-    if backend == "ncu":
-        counters, backend, reason = _pass2(net, w, measured, reason, may_fall_back, ncu_report, ncu, echo)
-    run.update(**measured.device, measured_peak_bytes=measured.peak_bytes, backend=backend, backend_reason=reason,
-               **(counters.run_fields if counters else {}))
+    if choice.collector is not None:
+        counters, choice = _pass2(choice, workload, measured, may_fall_back, echo)
+    run.update(**measured.device, measured_peak_bytes=measured.peak_bytes, backend=choice.backend,
+               backend_reason=choice.reason, **(counters.run_fields if counters else {}))
     echo(f"storing {len(net.layers)} layers, {len(predictions)} predictions, {len(measured.launches)} launches")
     run.add_layers(net, predictions)
     if counters:
         echo(f"storing {len(counters.rows)} counter values")
-    run.add_launches(measured.launches, counters.rows if counters else [])
-    return backend, reason, predictions
+    run.add_launches([launch.row() for launch in measured.launches], counters.rows if counters else [])
+    return choice, predictions
 
 
-def _pass2(net: Network, workload: Workload, measured, reason: str, may_fall_back: bool, ncu_report: str | None,
-           settings: NcuSettings, echo):
-    """(Counters or None, backend, reason): ncu's counters; under --backend auto a GPU whose counters
-    are restricted falls back to events, saying why."""
-    from tracker.profilers.collect import collect
-
-    names = {layer.id: layer.name for layer in net.layers}
-    launches = [dict(row, range=f"{names[row['layer_id']]}/{row['phase']}") for row in measured.launches]
+def _pass2(choice: Choice, workload: Workload, measured, may_fall_back: bool, echo):
+    """(Counters or None, what ran): the collector's counters; under --backend auto a GPU whose
+    counters are restricted falls back to events, saying why."""
+    assert choice.collector is not None
     cc = float(measured.device["compute_capability"])
     try:
-        counters = collect(workload, launches, cc, settings, echo, keep_report=ncu_report)
+        counters = choice.collector.collect(workload, measured.launches, cc, echo)
     except BackendUnavailable as exc:
         if may_fall_back:
             echo(f"falling back to events: {exc}")
-            return None, "events", f"{reason}; but {exc}"
+            return None, Choice("events", f"{choice.reason}; but {exc}")
         raise
-    return counters, "ncu", f"{reason}; {counters.note}" if counters.note else reason
+    return counters, choice._replace(reason=f"{choice.reason}; {counters.note}" if counters.note else choice.reason)
 
 
-def _tuned(store, net: Network, batch: int, variants: dict[str, str], echo: Callable[[str], None]) -> dict[str, str]:
-    """The tiles `tracker tune` found fastest on this GPU for this network's layer phases."""
+def _tuned(store, workload: Workload, steps, echo: Callable[[str], None]) -> dict[str, str]:
+    """The tiles `tracker tune` found fastest on this GPU for the planned layer phases."""
     from tracker.gpu.detect import device_name
     from tracker.tune import best
 
     name = device_name()
-    tiles = best(store, name, net, batch, variants) if name else {}
+    tiles = best(store, name, workload.net, workload.batch, workload.variants, steps) if name else {}
     if tiles:
         echo(f"tuned GEMM tiles for {name} ({len(tiles)} layer phases; --untuned runs the defaults): "
              + ", ".join(f"{key} {tile}" for key, tile in tiles.items()))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from tracker.ops.launch import Arrays, Backend
 from tracker.ops.selftest import REDUCTION, run_case
 
 if TYPE_CHECKING:  # SQLAlchemy is imported only where the store is used
+    from tracker.gpu.network import Step
     from tracker.store import Store
 
 SPLITS = (0, 1, 2, 4, 8, 16, 32, 64)  # split-K slices tried with each tile shape (0: by rule)
@@ -61,12 +62,13 @@ def shape_key(case: Case) -> str:
 
 
 def targets(net: Network, batch: int, chosen: dict[str, str], verify_batch: int = 2,
-            distinct: bool = True) -> list[Target]:
-    """The tunable layer phases of ``net``'s plan; ``distinct``: one per (op, variant, phase, shape)."""
+            distinct: bool = True, steps: Sequence[Step] | None = None) -> list[Target]:
+    """The tunable layer phases of ``net``'s plan (``steps``, where the caller has planned it);
+    ``distinct``: one per (op, variant, phase, shape)."""
     from tracker.gpu.network import FUSED_INTO, plan
 
     found: dict[tuple, Target] = {}
-    for step in plan(net, chosen):
+    for step in plan(net, chosen) if steps is None else steps:
         if step.variant == FUSED_INTO:
             continue
         op = OPS[step.layer.kind]
@@ -205,12 +207,14 @@ def store(db_store: Store, rows: list[dict]) -> None:
     add_candidates(db_store, rows)
 
 
-def best(db_store: Store, device_name: str, net: Network, batch: int, chosen: dict[str, str]) -> dict[str, str]:
+def best(db_store: Store, device_name: str, net: Network, batch: int, chosen: dict[str, str],
+         steps: Sequence[Step] | None = None) -> dict[str, str]:
     """'layer/phase' -> the fastest verified tile tuned on ``device_name`` for that layer phase's
-    shape, for every tunable layer phase that has one. Empty where nothing was tuned."""
+    shape, for every tunable layer phase of the plan (``steps``: the caller's) that has one.
+    Empty where nothing was tuned."""
     from tracker.store.tuning import fastest
 
-    found = targets(net, batch, chosen, distinct=False)
+    found = targets(net, batch, chosen, distinct=False, steps=steps)
     tiles = fastest(db_store, device_name, [(t.op, t.variant, t.phase, t.shape) for t in found])
     return {f"{t.layer}/{t.phase}": tile for t, tile in zip(found, tiles) if tile is not None and tile != DEFAULT.label}
 

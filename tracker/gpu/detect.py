@@ -41,6 +41,20 @@ def device_name(ordinal: int = 0) -> str | None:
     return text.value.decode(errors="replace")
 
 
+def compute_capability(ordinal: int = 0) -> float | None:
+    """The device's compute capability (9.0), asked of the driver; None without one."""
+    driver = _driver()
+    if driver is None:
+        return None
+    device, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+        return None
+    for value, attribute in ((major, 75), (minor, 76)):  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR
+        if driver.cuDeviceGetAttribute(ctypes.byref(value), attribute, device) != 0:
+            return None
+    return major.value + minor.value / 10
+
+
 def driver_version() -> str | None:
     """The NVIDIA driver's version (``580.159.04``), as nvidia-smi prints it; None if unknown.
     Not cudaDriverGetVersion, which gives the CUDA version the driver supports (13.0)."""

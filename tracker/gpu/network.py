@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from tracker.ops import OPS
 from tracker.ops.gemm import Tile
 from tracker.ops.launch import Arrays, Backend
 from tracker.phases import BACKWARD_ORDER
+
+if TYPE_CHECKING:
+    from tracker.gpu.workload import Workload
 
 FUSED_INTO = "fused-into-previous"  # a layer folded into the variant before it (a ReLU into a fused conv)
 INDEX_LIMIT = 2**31 - 1  # the kernels index an array with 32-bit ints (cheaper address arithmetic)
@@ -119,11 +122,11 @@ class Executor:
     """Runs ``plan`` on a backend. ``step(s)`` launches one layer phase; ``iteration()`` all."""
 
     def __init__(self, backend: Backend, net: Network, batch: int, chosen: dict[str, str], phases: str = "both",
-                 seed: int = 0, tiles: dict[str, str] | None = None):
+                 seed: int = 0, tiles: dict[str, str] | None = None, steps: list[Step] | None = None):
         check_indexing(net, batch)
         self.b, self.net, self.batch = backend, net, batch
         self.tiles = {key: Tile.parse(label) for key, label in (tiles or {}).items()}  # 'layer/phase' -> tuned
-        self.steps = plan(net, chosen, phases)
+        self.steps = plan(net, chosen, phases) if steps is None else steps
         self.variants = resolve(net, chosen)
         rng = np.random.default_rng(seed + 1)
         t = self.t = Tensors()
@@ -142,6 +145,15 @@ class Executor:
         classes = net.layers[-1].output_shape[0]
         t.labels = backend.asarray(rng.integers(0, classes, size=batch).astype(np.int32))
         t.loss = backend.empty((batch,))
+
+    @classmethod
+    def of(cls, backend: Backend, workload: Workload) -> Executor:
+        """The executor of a planned workload: its steps as planned (``Workload.planned``), not again."""
+        if not workload.steps:
+            raise TrackerError("the workload has no plan: Workload.planned() makes one")
+        net = workload.net
+        steps = [Step(net.layer(s.layer), s.phase, s.variant) for s in workload.steps]
+        return cls(backend, net, workload.batch, workload.variants, workload.phases, tiles=workload.tiles, steps=steps)
 
     def region(self, step: Step):
         region = getattr(self.b, "region", None)

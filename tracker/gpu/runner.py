@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING, Callable
 from tracker.errors import BackendUnavailable
 from tracker.gpu.network import Executor
 from tracker.gpu.timing import launch_ms
-from tracker.nets import Network
+from tracker.gpu.workload import Launch, Workload
 
 if TYPE_CHECKING:
     from tracker.ops.gemm import Tile
+    from tracker.ops.launch import LaunchRecord
 
 
 @dataclass(frozen=True)
 class Measured:
-    launches: list[dict]  # rows of the launch table, without run_id
+    launches: list[Launch]  # in invocation order
     device: dict  # device_info()
     peak_bytes: int  # memory-pool high-water mark
 
@@ -37,29 +38,28 @@ def _cupy_backend(l1_policy: str):
     return CupyBackend(l1_policy), device_info()
 
 
-def profile_events(net: Network, batch: int, chosen: dict[str, str], phases: str, l1_bypass: bool,
-                   repeat: int, warmup: int, echo: Callable[[str], None], tiles: dict[str, str] | None = None) -> Measured:
+def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
+    """Pass 1 of a planned workload on this GPU: every launch of the measured iterations, timed."""
     import cupy as cp
 
-    policy = "cg" if l1_bypass else "ca"
-    backend, device = _cupy_backend(policy)
+    backend, device = _cupy_backend(workload.l1_policy)
     echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs)")
-    run = Executor(backend, net, batch, chosen, phases, tiles=tiles)
-    rows, _ = measure(run, repeat, warmup, policy, echo, around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
-    return Measured(rows, device, backend.peak_bytes)
+    launches, _ = measure(Executor.of(backend, workload), workload.repeat, workload.warmup, workload.l1_policy, echo,
+                          around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
+    return Measured(launches, device, backend.peak_bytes)
 
 
 def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable[[str], None],
-            around: tuple[Callable, Callable] = (lambda: None, lambda: None)) -> tuple[list[dict], list[float]]:
+            around: tuple[Callable, Callable] = (lambda: None, lambda: None)) -> tuple[list[Launch], list[float]]:
     """Warm up, then run ``repeat`` measured iterations between ``around`` (cudaProfilerStart/Stop):
-    (the launch rows in invocation order, kernel time per iteration)."""
+    (the launches in invocation order, kernel time per iteration)."""
     backend = run.b
     for i in range(warmup):
         echo(f"warm-up {i + 1}/{warmup} (the first compiles the kernels)")
         run.iteration()
         backend.synchronize()
     backend.log.clear()
-    rows: list[dict] = []
+    rows: list[Launch] = []
     totals: list[float] = []
     start, stop = around
     start()
@@ -79,14 +79,11 @@ def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable
     return rows, totals
 
 
-def _row(invocation: int, repeat: int, k, policy: str) -> dict:
-    """A launch-table row (without run_id) from a LaunchRecord tagged with its Step."""
+def _row(invocation: int, repeat: int, k: LaunchRecord, policy: str) -> Launch:
+    """The Launch of a LaunchRecord tagged with its Step."""
     step = k.context
-    (grid_x, grid_y, grid_z), (block_x, block_y, block_z) = k.grid, k.block
-    return dict(invocation=invocation, layer_id=step.layer.id, phase=step.phase, repeat=repeat,
-                kernel_name=k.kernel, variant=step.variant, l1_policy=policy,
-                grid_x=grid_x, grid_y=grid_y, grid_z=grid_z, block_x=block_x, block_y=block_y,
-                block_z=block_z, shared_bytes=k.shared_bytes, registers=k.registers, time_ms=k.time_ms)
+    return Launch(invocation, step.layer.id, step.layer.name, step.phase, repeat, k.kernel, step.variant, policy,
+                  k.grid, k.block, k.shared_bytes, k.registers, k.time_ms)
 
 
 def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile: Tile | None = None):

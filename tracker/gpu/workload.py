@@ -1,15 +1,39 @@
-"""The workload that pass 2 runs in a child process under a profiler: the same plan, the same
-warm-up and the same measured iterations (between cudaProfilerStart/Stop) as pass 1, so the
-profiled launches line up with pass 1's log one for one.
+"""What a GPU profile runs, and what it launched.
 
-``python -m tracker.gpu.workload '<json spec>'``; the spec is ``Workload.to_json()``.
+``Workload`` is one value from the library's entry (``tracker.profile.profile``, which the CLI
+calls) to the child process that a collector profiles: the network, batch, variants, phases, L1
+policy, iterations, tuned tiles and the plan (``steps``: which variant runs each layer phase, in
+which order), planned once in the parent. Pass 1 and pass 2 run the same steps, so the profiled
+launches line up with pass 1's log one for one. Its values are checked where it is made.
+
+``Launch`` is one row of pass 1's launch log: it knows its invocation, layer, phase and NVTX
+range, so the join (tracker/profilers/join.py) and the store need nothing else to place it.
+
+``python -m tracker.gpu.workload '<json spec>'`` is the child; the spec is ``Workload.to_json()``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple, Sequence
+
+if TYPE_CHECKING:
+    from tracker.gpu.network import Step
+    from tracker.nets import Network
+
+MAX_REPEAT = 1000  # --repeat and --warmup read these
+MAX_WARMUP = 100
+
+
+class PlannedStep(NamedTuple):
+    """One layer phase of the plan, by name: what the child is told to run."""
+
+    layer: str
+    phase: str
+    variant: str  # tracker.gpu.network.FUSED_INTO: nothing launches, the layer before did the work
 
 
 @dataclass(frozen=True)
@@ -17,19 +41,101 @@ class Workload:
     network: str
     options: dict = field(default_factory=dict)
     batch: int = 1
-    variants: dict = field(default_factory=dict)
+    variants: dict = field(default_factory=dict)  # op -> variant, as --variant gives it
     phases: str = "both"
     l1_bypass: bool = False
     repeat: int = 1
     warmup: int = 1
     tiles: dict = field(default_factory=dict)  # 'layer/phase' -> tuned GEMM tile (tracker tune)
+    steps: tuple[PlannedStep, ...] = ()  # the plan; empty until ``planned``
+
+    def __post_init__(self) -> None:
+        check(self.batch, self.phases, self.variants, self.repeat, self.warmup)
+        object.__setattr__(self, "steps", tuple(PlannedStep(*s) for s in self.steps))  # JSON gives lists
+
+    @classmethod
+    def of(cls, net: Network, batch: int, **settings) -> Workload:
+        """The workload of ``net`` (the caller's, not a second build of it)."""
+        workload = cls(net.name, dict(net.options), batch, **settings)
+        vars(workload)["net"] = net  # primes the cached property
+        return workload
+
+    @cached_property
+    def net(self) -> Network:
+        from tracker.nets import build
+
+        return build(self.network, **self.options)
+
+    @property
+    def l1_policy(self) -> str:
+        return "cg" if self.l1_bypass else "ca"
+
+    def planned(self, steps: Sequence[Step], tiles: dict[str, str]) -> Workload:
+        """This workload with its plan (``tracker.gpu.network.plan``'s steps, planned once by the
+        caller) and the tuned tiles its GEMM-shaped steps run."""
+        done = replace(self, steps=tuple(PlannedStep(s.layer.name, s.phase, s.variant) for s in steps),
+                       tiles=dict(tiles))
+        vars(done)["net"] = self.net
+        return done
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
+    @classmethod
+    def from_json(cls, spec: str) -> Workload:
+        return cls(**json.loads(spec))
+
     def program(self) -> list[str]:
         """The child's command line."""
         return [sys.executable, "-m", "tracker.gpu.workload", self.to_json()]
+
+
+def check(batch: int, phases: str, variants: dict[str, str], repeat: int, warmup: int) -> None:
+    """A workload's values, checked as the CLI checks its options (the library's callers and
+    the child's JSON skip the CLI)."""
+    from tracker.errors import TrackerError
+    from tracker.model.roofline import check_batch, check_phases
+    from tracker.ops import OPS
+
+    check_batch(batch)
+    check_phases(phases)
+    OPS.check_chosen(variants)
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise TrackerError(f"repeat {repeat} is out of range 1..{MAX_REPEAT}")
+    if not 0 <= warmup <= MAX_WARMUP:
+        raise TrackerError(f"warmup {warmup} is out of range 0..{MAX_WARMUP}")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of pass 1, in invocation order across the measured iterations."""
+
+    invocation: int
+    layer_id: int
+    layer: str
+    phase: str
+    repeat: int  # which measured iteration
+    kernel_name: str
+    variant: str
+    l1_policy: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    registers: int | None
+    time_ms: float | None  # None: untimed (under a profiler)
+
+    @property
+    def range(self) -> str:
+        """The NVTX range it ran in, as the join checks it: 'layer/phase'."""
+        return f"{self.layer}/{self.phase}"
+
+    def row(self) -> dict:
+        """The launch table's row (without run_id)."""
+        (grid_x, grid_y, grid_z), (block_x, block_y, block_z) = self.grid, self.block
+        return dict(invocation=self.invocation, layer_id=self.layer_id, phase=self.phase, repeat=self.repeat,
+                    kernel_name=self.kernel_name, variant=self.variant, l1_policy=self.l1_policy,
+                    grid_x=grid_x, grid_y=grid_y, grid_z=grid_z, block_x=block_x, block_y=block_y, block_z=block_z,
+                    shared_bytes=self.shared_bytes, registers=self.registers, time_ms=self.time_ms)
 
 
 def main(spec: str) -> None:
@@ -38,13 +144,10 @@ def main(spec: str) -> None:
     from tracker.gpu.cupy_backend import CupyBackend
     from tracker.gpu.network import Executor
     from tracker.gpu.runner import measure
-    from tracker.nets import build
 
-    w = Workload(**json.loads(spec))
-    policy = "cg" if w.l1_bypass else "ca"
-    run = Executor(CupyBackend(policy, timed=False), build(w.network, **w.options), w.batch, w.variants, w.phases,
-                   tiles=w.tiles)
-    measure(run, w.repeat, w.warmup, policy, lambda line: print(line, file=sys.stderr),
+    w = Workload.from_json(spec)
+    run = Executor.of(CupyBackend(w.l1_policy, timed=False), w)
+    measure(run, w.repeat, w.warmup, w.l1_policy, lambda line: print(line, file=sys.stderr),
             around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
 
 

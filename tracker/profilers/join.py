@@ -10,9 +10,23 @@ stored half-joined.
 from __future__ import annotations
 
 import re
+from typing import Protocol, Sequence
 
 from tracker.errors import JoinError
 from tracker.profilers.ncu_csv import ProfiledLaunch
+
+
+class Logged(Protocol):
+    """What the join reads of a pass-1 launch (tracker.gpu.workload.Launch is one)."""
+
+    @property
+    def invocation(self) -> int: ...
+
+    @property
+    def kernel_name(self) -> str: ...
+
+    @property
+    def range(self) -> str: ...  # the NVTX range it ran in: 'layer/phase'
 
 
 def kernel_base(name: str) -> str:
@@ -29,20 +43,20 @@ def kernel_base(name: str) -> str:
     return "".join(out).rsplit("::", 1)[-1].strip()
 
 
-def _describe(row: dict) -> str:
-    return f"invocation {row['invocation']} ({row['range']}, {row['kernel_name']})"
+def _describe(launch: Logged) -> str:
+    return f"invocation {launch.invocation} ({launch.range}, {launch.kernel_name})"
 
 
-def join(launches: list[dict], profiled: list[ProfiledLaunch], ranges: list[str] | None) -> list[dict]:
-    """Metric rows (invocation, name, value) for ``launches`` (pass 1, in invocation order, each
-    with ``range`` = "layer/phase") from ``profiled`` (pass 2, in ID order) and the innermost NVTX
-    range of each profiled launch (``ranges``; None where the profiler cannot report ranges)."""
+def join(launches: Sequence[Logged], profiled: list[ProfiledLaunch], ranges: list[str] | None) -> list[dict]:
+    """Metric rows (invocation, name, value) for ``launches`` (pass 1, in invocation order) from
+    ``profiled`` (pass 2, in ID order) and the innermost NVTX range of each profiled launch
+    (``ranges``; None where the profiler cannot report ranges: nvprof's GPU trace)."""
     if ranges is not None and len(ranges) != len(profiled):
         raise JoinError(f"pass 2 reports {len(profiled)} launches but NVTX ranges for {len(ranges)}")
     for i, (row, got) in enumerate(zip(launches, profiled)):
-        if kernel_base(got.kernel) != kernel_base(row["kernel_name"]):
+        if kernel_base(got.kernel) != kernel_base(row.kernel_name):
             raise JoinError(f"{_describe(row)}: pass 2 profiled kernel '{got.kernel}' there")
-        if ranges is not None and not _same_range(ranges[i], row["range"], kernel_base(got.kernel)):
+        if ranges is not None and not _same_range(ranges[i], row.range, kernel_base(got.kernel)):
             raise JoinError(f"{_describe(row)}: pass 2 saw it inside NVTX range '{ranges[i]}'")
     if len(profiled) < len(launches):
         raise JoinError(f"{_describe(launches[len(profiled)])} is missing from pass 2, which profiled "
@@ -51,7 +65,7 @@ def join(launches: list[dict], profiled: list[ProfiledLaunch], ranges: list[str]
         extra = profiled[len(launches)]
         raise JoinError(f"pass 2 profiled {len(profiled)} launches, pass 1 logged {len(launches)}; the first "
                         f"extra one is #{extra.id} ({extra.kernel})")
-    return [dict(invocation=row["invocation"], name=name, value=value)
+    return [dict(invocation=row.invocation, name=name, value=value)
             for row, got in zip(launches, profiled) for name, value in got.metrics.items()]
 
 

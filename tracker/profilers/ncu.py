@@ -55,22 +55,22 @@ class Settings:
 
 def find() -> str | None:
     """The ncu executable: $TRACKER_NCU, PATH, then the usual install locations."""
-    return _first_executable([os.environ.get("TRACKER_NCU"), *_cuda_tool_paths("ncu"),
+    return first_executable([os.environ.get("TRACKER_NCU"), *cuda_tool_paths("ncu"),
                               *sorted(glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)])
 
 
 def find_sanitizer() -> str | None:
     """compute-sanitizer: $TRACKER_SANITIZER, PATH, then the usual install locations."""
-    return _first_executable([os.environ.get("TRACKER_SANITIZER"), *_cuda_tool_paths("compute-sanitizer"),
+    return first_executable([os.environ.get("TRACKER_SANITIZER"), *cuda_tool_paths("compute-sanitizer"),
                               *sorted(glob("/usr/local/cuda*/compute-sanitizer/compute-sanitizer"), reverse=True)])
 
 
-def _cuda_tool_paths(tool: str) -> list[str | None]:
+def cuda_tool_paths(tool: str) -> list[str | None]:
     return [shutil.which(tool), f"/usr/local/cuda/bin/{tool}", *sorted(glob(f"/usr/local/cuda-*/bin/{tool}"),
                                                                        reverse=True)]
 
 
-def _first_executable(candidates: list[str | None]) -> str | None:
+def first_executable(candidates: list[str | None]) -> str | None:
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
 
 

@@ -24,14 +24,24 @@ _COUNT = re.compile(r"[0-9]{1,20}")
 _TRACE_IDENTITY = ("Start", "Name", "Device", "Context", "Stream", "Correlation_ID")
 
 
-def command(program: list[str], metrics: list[str], log: str) -> list[str]:
+def command(program: list[str], metrics: list[str], log: str, nvprof: str = "nvprof") -> list[str]:
     """nvprof over ``program``: per-launch metrics between cudaProfilerStart/Stop, CSV into ``log``."""
-    return ["nvprof", "--profile-from-start", "off", "--print-gpu-trace", "--csv", "--normalized-time-unit", "ns",
+    return [nvprof, "--profile-from-start", "off", "--print-gpu-trace", "--csv", "--normalized-time-unit", "ns",
             "--metrics", ",".join(metrics), "--log-file", log, *program]
 
 
 def metric_names() -> list[str]:
     return [m.nvprof for m in CATALOG if m.nvprof]
+
+
+def parse_query_metrics(text: str) -> set[str]:
+    """Metric names from ``nvprof --query-metrics``: one ``name:  description`` line each, under a
+    ``Device 0 (...)`` line."""
+    return {line.split(":", 1)[0].strip() for line in text.splitlines()
+            if ":" in line and _METRIC_NAME.fullmatch(line.split(":", 1)[0].strip())}
+
+
+_METRIC_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def value(text: str) -> float | None:

@@ -80,7 +80,7 @@ class Run(Base):
         doc="'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default "
             "({}: every default); NULL: nothing ran (model) or recorded before schema v5")
     l1_bypass: Mapped[bool]
-    backend: Mapped[str] = mapped_column(doc="ncu, events or model")
+    backend: Mapped[str] = mapped_column(doc="ncu, nvprof, events or model")
     backend_reason: Mapped[str]
     device_name: Mapped[str | None] = mapped_column(doc="the GPU measured, or the catalog device predicted for")
     compute_capability: Mapped[str | None]

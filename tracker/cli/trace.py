@@ -12,6 +12,7 @@ from tracker.model import lookup
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import build
 from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP
+from tracker.profilers import COLLECTORS
 from tracker.profile import profile as run_profile
 
 
@@ -21,7 +22,8 @@ from tracker.profile import profile as run_profile
               help="Images per mini-batch (paper 003 used 16, 64 and 128).")
 @db_option
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
-              help="auto: ncu with a GPU and Nsight Compute, events with a GPU only, model without a GPU.")
+              help="auto: ncu with a GPU and Nsight Compute (nvprof on a GPU before Volta, which ncu does not "
+              "support), events with a GPU only, model without a GPU.")
 @phases_option
 @click.option("--variant", default=None, metavar="V|OP=V,...",
               help="Kernel variant: one name for every op that has it (shared), or per op (conv=fused,lrn=shared).")
@@ -34,7 +36,8 @@ from tracker.profile import profile as run_profile
 @click.option("--untuned", is_flag=True,
               help="Run every GEMM launch with the default tile, not the fastest `tracker tune` stored for this GPU.")
 @click.option("--ncu-report", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
-              help="Keep Nsight Compute's report (.ncu-rep) of pass 2 here, to open in ncu-ui (backend ncu).")
+              help="Keep pass 2's report here: Nsight Compute's .ncu-rep, to open in ncu-ui (backend ncu), or "
+              "nvprof's CSV log (backend nvprof).")
 @ncu_options
 @device_option
 @dtype_option
@@ -44,8 +47,8 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
             clock_control, cache_control, device, dtype_bits, fmt, **kwargs):
     """Profile a network forward and backward, layer by layer, into the trace database.
 
-    Chooses the backend (ncu, events or model) from what this machine has and says which and
-    why. Without a GPU the run holds the analytic model's predictions, labelled as such.
+    Chooses the backend (ncu, nvprof, events or model) from what this machine has and says which
+    and why. Without a GPU the run holds the analytic model's predictions, labelled as such.
 
     \b
     Examples:
@@ -84,8 +87,8 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
     if result.backend == "model" and (variants or l1_bypass):
         click.echo("  --variant and --l1-bypass are recorded on the run; "
                    "the model's compulsory bytes do not depend on them")
-    if ncu_report and result.backend != "ncu":
-        click.echo(f"  --ncu-report ignored: the {result.backend} backend runs no Nsight Compute")
+    if ncu_report and result.backend not in COLLECTORS:
+        click.echo(f"  --ncu-report ignored: the {result.backend} backend runs no counter profiler")
     click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}, "
                f"tracker report {result.run_id} --out report/")
 

@@ -1,0 +1,177 @@
+"""Pass 2's collectors as one protocol, and the one Workload that reaches the child.
+
+nvprof cannot run here (no GPU before Volta, no nvprof): ``tests/nvprof_stand_in.py`` plays it,
+answering from the public K20c samples (a GPU trace of 12 launches of four kernels, and their
+metrics), so these tests drive our process handling, parsing, catalog mapping and join on real
+nvprof output. The launch log they join onto is written to match that recording.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import tracker.profile
+from tracker.errors import BackendUnavailable, JoinError, ProfilerFailed, TrackerError
+from tracker.gpu import detect
+from tracker.gpu.workload import Launch, Workload
+from tracker.profilers import COLLECTORS, Options, find, for_device
+
+HERE = Path(__file__).parent
+K20C_KERNELS = [f"__kernel___forma_kernel__{i}__" for i in range(4)]
+K20C_MS = [7.922282, 7.943147, 7.954091, 7.950571, 7.924363, 7.942474, 7.948875, 7.951339, 7.924203, 7.939818,
+           7.950507, 7.946603]  # the trace's Duration column, launch by launch
+FLOPS_K0 = 673384360  # flop_count_sp of forma_kernel__0__ in the metric sample
+
+
+@pytest.fixture
+def nvprof(tmp_path, monkeypatch) -> Path:
+    """The stand-in on $TRACKER_NVPROF; its calls are logged to the returned path."""
+    exe = tmp_path / "nvprof"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {HERE / 'nvprof_stand_in.py'} \"$@\"\n")
+    exe.chmod(0o755)
+    log = tmp_path / "calls"
+    monkeypatch.setenv("TRACKER_NVPROF", str(exe))
+    monkeypatch.setenv("STAND_IN_LOG", str(log))
+    return log
+
+
+def k20c_launches(layers=("conv1", "relu1", "lrn1", "pool1")) -> list[Launch]:
+    """Pass 1's log as it would be for the recorded program: three iterations of four launches."""
+    return [Launch(invocation=4 * repeat + i, layer_id=i + 1, layer=layers[i], phase="fwd", repeat=repeat,
+                   kernel_name=K20C_KERNELS[i], variant="global", l1_policy="ca", grid=(257, 257, 1),
+                   block=(32, 32, 1), shared_bytes=0, registers=16, time_ms=None)
+            for repeat in range(3) for i in range(4)]
+
+
+def test_the_nvprof_collector_joins_the_k20c_trace_launch_by_launch(nvprof):
+    collector = find("nvprof")
+    assert (collector.name, collector.version) == ("nvprof", "10.2.89")
+    said: list[str] = []
+    counters = collector.collect(Workload("alexnet", batch=1), k20c_launches(), 3.5, said.append)
+    values = {(r["invocation"], r["name"]): r["value"] for r in counters.rows}
+    assert {i for i, _ in values} == set(range(12))
+    assert [values[i, "duration_ns"] for i in range(12)] == pytest.approx([ms * 1e6 for ms in K20C_MS])
+    assert [values[i, "fp32_flops"] for i in (0, 4, 8)] == [FLOPS_K0] * 3  # the catalog's name for flop_count_sp
+    assert values[0, "warp_execution_efficiency"] is not None and (0, "stall_exec_dependency") in values
+    assert (0, "stall_long_scoreboard") in values  # nvprof's stall_memory_dependency, under ncu's name
+    assert "stall_no_instruction" in counters.skipped  # stall_inst_fetch: not in the K20c listing, not asked for
+    assert counters.run_fields == {} and any("nvprof 10.2.89, 10 metrics, 12 launches" in s for s in said)
+    call = next(c for c in nvprof.read_text().splitlines() if "--log-file" in c)
+    options, _, spec = call.partition(" -m tracker.gpu.workload ")
+    assert options.split()[:5] == ["--profile-from-start", "off", "--print-gpu-trace", "--csv", "--normalized-time-unit"]
+    assert json.loads(spec)["network"] == "alexnet"  # the child: the same workload as pass 1's
+    metrics = options.split()[options.split().index("--metrics") + 1].split(",")
+    assert len(metrics) == 10 and "stall_sync" in metrics and "stall_inst_fetch" not in metrics
+
+
+def test_the_join_refuses_a_k20c_trace_that_is_not_pass_1s(nvprof):
+    collector, workload = find("nvprof"), Workload("alexnet", batch=1)
+    launches = k20c_launches()
+    swapped = launches[:5] + [launches[6], launches[5]] + launches[7:]
+    with pytest.raises(JoinError, match=r"^invocation 6 \(lrn1/fwd, __kernel___forma_kernel__2__\): pass 2 "
+                                        r"profiled kernel '__kernel___forma_kernel__1__"):
+        collector.collect(workload, swapped, 3.5, lambda line: None)
+    with pytest.raises(JoinError, match=r"pass 2 profiled 12 launches, pass 1 logged 8"):
+        collector.collect(workload, launches[:8], 3.5, lambda line: None)
+
+
+@pytest.mark.parametrize("printed, error, message", [
+    ("==ERROR== The user does not have permission to profile on the target device. ERR_NVGPUCTRPERM",
+     BackendUnavailable, r"nvprof cannot read counters: the driver restricts"),
+    ("==ERROR== Invalid metric name: stall_sleeping", ProfilerFailed, r"^nvprof failed: Invalid metric name"),
+    ("Segmentation fault", ProfilerFailed, r"^nvprof exited with status 1: Segmentation fault$"),
+])
+def test_nvprof_failures_end_in_one_line(nvprof, monkeypatch, printed, error, message):
+    monkeypatch.setenv("STAND_IN_FAIL", printed)
+    with pytest.raises(error, match=message):
+        find("nvprof").collect(Workload("alexnet", batch=1), k20c_launches(), 3.5, lambda line: None)
+
+
+def test_a_missing_nvprof_says_where_it_looked(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRACKER_NVPROF", str(tmp_path / "none"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("tracker.profilers.ncu.cuda_tool_paths", lambda tool: [])
+    with pytest.raises(BackendUnavailable, match=r"nvprof was not found on PATH, in \$TRACKER_NVPROF"):
+        find("nvprof")
+
+
+def test_the_collector_follows_the_compute_capability():
+    assert list(COLLECTORS) == ["ncu", "nvprof"]
+    assert [for_device(cc) for cc in (3.5, 6.1, 7.0, 9.0, None)] == ["nvprof", "nvprof", "ncu", "ncu", "ncu"]
+
+
+@pytest.fixture
+def kepler(monkeypatch):
+    """A machine with a GPU of compute capability 3.5 (and no ncu)."""
+    monkeypatch.setattr(tracker.profile, "require_gpu", lambda what: "1 CUDA device(s)")
+    monkeypatch.setattr(detect, "compute_capability", lambda ordinal=0: 3.5)
+    monkeypatch.setenv("TRACKER_NCU", "/nonexistent")
+    monkeypatch.setattr("tracker.profilers.ncu.find", lambda: None)
+
+
+def test_auto_chooses_nvprof_before_volta_and_a_named_collector_must_fit_the_gpu(nvprof, kepler, monkeypatch):
+    choice = tracker.profile.choose_backend("auto")
+    assert choice.backend == "nvprof" and choice.collector is not None
+    assert "compute capability 3.5, which Nsight Compute does not support" in choice.reason
+    assert "nvprof 10.2.89 at" in choice.reason
+    with pytest.raises(BackendUnavailable, match=r"^ncu does not profile compute capability 3.5: use --backend "
+                                                 r"nvprof; use --backend events$"):
+        tracker.profile.choose_backend("ncu")
+    monkeypatch.setattr(detect, "compute_capability", lambda ordinal=0: 9.0)
+    with pytest.raises(BackendUnavailable, match=r"nvprof does not profile compute capability 9.0: use --backend ncu"):
+        tracker.profile.choose_backend("nvprof")
+
+
+def test_tracker_profile_stores_an_nvprof_run_end_to_end(nvprof, kepler, tmp_path, monkeypatch):
+    """`tracker profile --backend auto` on the stand-in Kepler machine: pass 1 is stood in (it
+    needs a GPU) by the log of the recorded program; pass 2 runs the stand-in nvprof; the run is
+    stored as nvprof's, its counters queryable per layer phase like an ncu run's."""
+    import tracker.gpu.runner
+    from tracker.gpu.runner import Measured
+    from tracker.nets import build
+    from tracker.store import open_store, run_sql
+
+    device = dict(device_name="Tesla K20c", compute_capability="3.5", sm_count=13)
+    seen = []
+
+    def pass1(workload, echo):
+        seen.append(workload)
+        return Measured(k20c_launches(), device, 0)
+
+    monkeypatch.setattr(tracker.gpu.runner, "profile_events", pass1)
+    db = str(tmp_path / "k20c.db")
+    result = tracker.profile.profile(db, build("alexnet"), 1, repeat=3, warmup=0)
+    assert result.backend == "nvprof" and seen[0].steps and seen[0].repeat == 3
+    store = open_store(db, write=False)
+    (backend, status, reason), = run_sql(store, "SELECT backend, status, backend_reason FROM run")[1]
+    assert (backend, status) == ("nvprof", "complete") and "nvprof 10.2.89" in reason
+    rows = run_sql(store, "SELECT l.name, m.value FROM metric m JOIN launch k USING (run_id, invocation) "
+                          "JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id "
+                          "WHERE m.name = 'fp32_flops' ORDER BY k.invocation")[1]
+    assert rows[:4] == [("conv1", FLOPS_K0), ("relu1", 673384360), ("lrn1", 673384360), ("pool1", 673384360)]
+
+
+def test_a_workload_is_checked_where_it_is_made_and_carries_its_plan(emulator):
+    from tracker.gpu.network import Executor, plan
+    from tracker.nets import build
+
+    for bad, message in ((dict(batch=0), "batch 0 is out of range"), (dict(phases="up"), "phases"),
+                         (dict(variants={"conv": "nope"}), "nope"), (dict(repeat=0), "repeat 0 is out of range"),
+                         (dict(warmup=-1), "warmup -1 is out of range")):
+        with pytest.raises(TrackerError, match=message):
+            Workload("alexnet", **{"batch": 1, **bad})
+    net = build("alexnet")
+    steps = plan(net, {"conv": "fused"}, "fwd")
+    workload = Workload.of(net, 2, variants={"conv": "fused"}, phases="fwd").planned(steps, {"conv2/fwd": "64x64x8"})
+    assert workload.net is net  # the caller's network, not a second build
+    child = Workload.from_json(workload.to_json())
+    assert child == workload and child.steps[0] == ("conv1", "fwd", "fused") and len(child.steps) == len(steps)
+    with pytest.raises(TrackerError, match="no plan"):
+        Executor.of(emulator, Workload("alexnet", batch=1))
+    run = Executor.of(emulator, child)
+    assert [(s.layer.name, s.phase, s.variant) for s in run.steps] == list(child.steps)
+    assert {k: t.label for k, t in run.tiles.items()} == {"conv2/fwd": "64x64x8"}

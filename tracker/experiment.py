@@ -18,7 +18,9 @@ from typing import Callable
 from tracker.errors import TrackerError
 from tracker.model import Device
 from tracker.nets import Network
-from tracker.profile import check_arguments, choose_backend, profile
+from tracker.gpu.workload import Workload
+from tracker.profile import check_options, choose_backend, profile_workload
+from tracker.profilers import Options
 from tracker.profilers.ncu import Settings as NcuSettings
 
 KINDS = ("l1-bypass", "fusion", "variants", "batch")
@@ -75,8 +77,10 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
 
     plan = arms(kind, batch, batches)
     chosen, why = check(kind, backend, device)
-    for arm in plan:
-        check_arguments(arm.batch, "both", arm.variants, 32, repeat, warmup, ncu)
+    options = Options(ncu)
+    check_options(32, options)
+    workloads = [Workload.of(net, arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, repeat=repeat,
+                             warmup=warmup) for arm in plan]  # every arm checked before the experiment's row
     echo(f"experiment {kind}: {len(plan)} runs of {net.name} on backend {chosen} ({why})")
     store = open_store(db, write=True)
     settings = dict(batch=batch, batches=list(batches), backend=chosen, repeat=repeat, warmup=warmup,
@@ -86,13 +90,12 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
                               settings=settings) as experiment:
         echo(f"experiment e{experiment.experiment_id} in {store.where}")
         runs_on = backend  # the first arm chooses as profile does (auto may fall back); the rest follow it
-        for i, arm in enumerate(plan, 1):
+        for i, (arm, workload) in enumerate(zip(plan, workloads), 1):
             echo(f"[{i}/{len(plan)}] {arm.label}")
-            result = profile(db, net, arm.batch, backend=runs_on,
-                             variants=arm.variants, l1_bypass=arm.l1_bypass, device=device, repeat=repeat,
-                             warmup=warmup, echo=lambda line: echo(f"    {line}"), ncu=ncu,
-                             link=lambda session, run_id, arm=arm: experiment.link(
-                                 session, run_id, arm.label, arm.comparison, arm.baseline))
+            result = profile_workload(db, workload, backend=runs_on, device=device, options=options,
+                                      echo=lambda line: echo(f"    {line}"),
+                                      link=lambda session, run_id, arm=arm: experiment.link(
+                                          session, run_id, arm.label, arm.comparison, arm.baseline))
             runs_on = result.backend
     store.dispose()
     return experiment.experiment_id

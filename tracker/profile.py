@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from tracker.errors import BackendUnavailable, TrackerError, UnknownName, unknown
-from tracker.gpu.workload import MAX_REPEAT, MAX_WARMUP, Workload, check
+from tracker.gpu.workload import MAX_REPEAT, MAX_WARMUP, Workload
 from tracker.model import Device, Memory, Prediction, lookup, memory, predict
 from tracker.model.roofline import check_dtype_bits
 from tracker.nets import Network
@@ -25,7 +25,8 @@ from tracker.profilers import COLLECTORS, Collector, Options
 from tracker.profilers.ncu import Settings as NcuSettings
 
 BACKENDS = ("auto", *COLLECTORS, "events", "model")  # --backend reads these
-__all__ = ["BACKENDS", "MAX_REPEAT", "MAX_WARMUP", "Choice", "Profile", "choose_backend", "profile", "require_gpu"]
+__all__ = ["BACKENDS", "MAX_REPEAT", "MAX_WARMUP", "Choice", "Profile", "choose_backend", "profile", "profile_workload",
+           "require_gpu"]
 
 
 @dataclass(frozen=True)
@@ -126,18 +127,38 @@ def profile(
     link: Callable | None = None,
     untuned: bool = False,
 ) -> Profile:
-    """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored.
+    """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored: the
+    library's spelling of ``profile_workload`` (the CLI makes its Workload itself)."""
+    workload = Workload.of(net, batch, variants=variants or {}, phases=phases, l1_bypass=l1_bypass, repeat=repeat,
+                           warmup=warmup)
+    return profile_workload(db, workload, backend=backend, device=device, dtype_bits=dtype_bits,
+                            options=Options(ncu, ncu_report), echo=echo, link=link, untuned=untuned)
+
+
+def profile_workload(
+    db: str | None,
+    workload: Workload,
+    *,
+    backend: str = "auto",
+    device: Device | None = None,
+    dtype_bits: int = 32,
+    options: Options = Options(),
+    echo: Callable[[str], None] = lambda line: None,
+    link: Callable | None = None,
+    untuned: bool = False,
+) -> Profile:
+    """Profile ``workload`` into the trace database ``db`` and return what was stored.
 
     The run's row is written first (status running), then the passes run and their results are
     written, each in one transaction; a failure or interruption marks the run and keeps nothing
     half-written. GEMM-shaped launches run the fastest verified tile `tracker tune` stored for
-    this GPU and shape, unless ``untuned``. ``ncu_report``: where to keep the collector's report."""
+    this GPU and shape, unless ``untuned``. ``options``: the collector's settings, and where to
+    keep its report."""
     from tracker.store import open_store, recording
 
-    check_arguments(batch, phases, variants or {}, dtype_bits, repeat, warmup, ncu)
-    workload = Workload.of(net, batch, variants=variants or {}, phases=phases, l1_bypass=l1_bypass, repeat=repeat,
-                           warmup=warmup)
-    choice = choose_backend(backend, Options(ncu, ncu_report))  # before the database: a refusal creates no file
+    check_options(dtype_bits, options)
+    net, batch = workload.net, workload.batch
+    choice = choose_backend(backend, options)  # before the database: a refusal creates no file
     echo(f"backend: {choice.backend} ({choice.reason})")
     if choice.backend != "model":
         from tracker.gpu.network import check_indexing
@@ -146,9 +167,10 @@ def profile(
     store = open_store(db, write=True)
     peak = memory(net, batch, dtype_bits)
     fields = dict(
-        network=net.name, network_options=net.options, batch=batch, phases=phases, dtype_bits=dtype_bits,
-        variants=variants or {}, l1_bypass=l1_bypass, backend=choice.backend, backend_reason=choice.reason,
-        repeat=repeat if choice.backend != "model" else 0, predicted_peak_bytes=peak.peak_bytes,
+        network=net.name, network_options=net.options, batch=batch, phases=workload.phases, dtype_bits=dtype_bits,
+        variants=workload.variants, l1_bypass=workload.l1_bypass, backend=choice.backend,
+        backend_reason=choice.reason, repeat=workload.repeat if choice.backend != "model" else 0,
+        predicted_peak_bytes=peak.peak_bytes,
     )
     if choice.backend == "model" and device is not None:
         fields.update(device_name=device.name, compute_capability=device.compute_capability,
@@ -156,7 +178,7 @@ def profile(
     with recording(store, link=link, **fields) as run:  # link: an experiment's, in the run's own transaction
         echo(f"run {run.run_id} in {store.where}")
         if choice.backend == "model":
-            predictions = predict(net, batch, device, dtype_bits, phases)
+            predictions = predict(net, batch, device, dtype_bits, workload.phases)
             run.add_layers(net, predictions)
         else:
             workload = _planned(store, workload, untuned, echo)
@@ -166,15 +188,12 @@ def profile(
     return Profile(run.run_id, store.where, choice.backend, choice.reason, predictions, peak)
 
 
-def check_arguments(batch: int, phases: str, variants: dict[str, str], dtype_bits: int, repeat: int, warmup: int,
-                    ncu: NcuSettings) -> None:
-    """profile()'s arguments, checked as the CLI checks its options, before anything is written
-    (a model run records its variants: an unknown one must not be stored; an experiment checks
-    every arm's before it creates its row)."""
-    check(batch, phases, variants, repeat, warmup)
+def check_options(dtype_bits: int, options: Options) -> None:
+    """What a profile takes beside its Workload (which checks itself), checked as the CLI checks
+    its options, before anything is written."""
     check_dtype_bits(dtype_bits)
-    if not isinstance(ncu, NcuSettings):
-        raise TrackerError(f"ncu must be tracker.profilers.ncu.Settings, not {type(ncu).__name__}")
+    if not isinstance(options.ncu, NcuSettings):
+        raise TrackerError(f"ncu must be tracker.profilers.ncu.Settings, not {type(options.ncu).__name__}")
 
 
 def _planned(store, workload: Workload, untuned: bool, echo: Callable[[str], None]) -> Workload:

@@ -11,9 +11,8 @@ from tracker.cli.output import cell, stream, to_json
 from tracker.model import lookup
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import build
-from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP
+from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP, profile_workload
 from tracker.profilers import COLLECTORS
-from tracker.profile import profile as run_profile
 
 
 @cli.command()
@@ -57,18 +56,20 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
       tracker profile alexnet --batch 16 --backend ncu --repeat 3 --ncu-report alexnet.ncu-rep
       tracker profile unet2d --batch 16 --conv-type separable --backend model
     """
+    from tracker.gpu.workload import Workload
+    from tracker.ops import OPS
+    from tracker.profilers import Options
     from tracker.profilers.ncu import Settings as NcuSettings
 
     net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
     gpu = lookup(device) if device else None
-    from tracker.ops import OPS
-
     variants = OPS.parse_variants(variant)
+    workload = Workload.of(net, batch, variants=variants, phases=phases, l1_bypass=l1_bypass, repeat=repeat,
+                           warmup=warmup)  # the one value that reaches pass 2's child process
+    options = Options(NcuSettings(cache_control=cache_control, clock_control=clock_control), ncu_report)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
-    result = run_profile(db, net, batch, backend=backend, phases=phases, variants=variants,
-                         l1_bypass=l1_bypass, device=gpu, dtype_bits=int(dtype_bits), repeat=repeat,
-                         warmup=warmup, ncu_report=ncu_report, echo=say, untuned=untuned,
-                         ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control))
+    result = profile_workload(db, workload, backend=backend, device=gpu, dtype_bits=int(dtype_bits), options=options,
+                              echo=say, untuned=untuned)
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)
     summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,

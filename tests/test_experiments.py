@@ -204,8 +204,9 @@ def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chose
             raise BackendUnavailable("ncu cannot read counters: ERR_NVGPUCTRPERM")
 
     def choose_backend(requested, options=None):
-        return (Choice(requested, "asked for by name", Restricted()) if requested != "auto"
-                else Choice("ncu", "test: ncu found", Restricted()))
+        if requested == "auto":
+            return Choice("ncu", "test: ncu found", Restricted())
+        return Choice(requested, "asked for by name", Restricted() if requested == "ncu" else None)
 
     import tracker.gpu.runner as runner
 

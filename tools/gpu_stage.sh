@@ -131,8 +131,9 @@ stage2() {
 
 stage3() {
     step ncu-b128 200 'tracker profile alexnet --batch 128 --backend ncu --repeat 1 --db $W/alexnet-b128-ncu.db'
-    step ncu-full-b128 200 'spec=$(python3 -c "from tracker.gpu.workload import Workload
-print(Workload(\"alexnet\", batch=128).to_json())")
+    step ncu-full-b128 200 'spec=$(python3 -c "from tracker.gpu.network import plan; from tracker.gpu.workload import Workload
+w = Workload(\"alexnet\", batch=128)
+print(w.planned(plan(w.net, w.variants, w.phases), {}).to_json())")
         "$NCU" --set full --profile-from-start off --target-processes all -f -o /tmp/full-b128 \
             python3 -m tracker.gpu.workload "$spec"'
     step exp-fusion-ncu 200 'tracker experiment fusion alexnet --batch 128 --backend ncu --repeat 1 \

@@ -1,7 +1,7 @@
 """What a GPU profile runs, and what it launched.
 
-``Workload`` is one value from the library's entry (``tracker.profile.profile``, which the CLI
-calls) to the child process that a collector profiles: the network, batch, variants, phases, L1
+``Workload`` is one value from where a profile enters (the CLI, or ``tracker.profile.profile``
+for a library caller) through ``profile_workload`` to the child process a collector profiles: the network, batch, variants, phases, L1
 policy, iterations, tuned tiles and the plan (``steps``: which variant runs each layer phase, in
 which order), planned once in the parent. Pass 1 and pass 2 run the same steps, so the profiled
 launches line up with pass 1's log one for one. Its values are checked where it is made.

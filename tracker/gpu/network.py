@@ -20,7 +20,6 @@ from tracker.nets import Layer, Network
 from tracker.ops import OPS
 from tracker.ops.gemm import Tile
 from tracker.ops.launch import Arrays, Backend
-from tracker.phases import BACKWARD_ORDER
 
 if TYPE_CHECKING:
     from tracker.gpu.workload import Workload
@@ -72,17 +71,11 @@ def resolve(net: Network, chosen: dict[str, str]) -> dict[str, str]:
 
 
 def plan(net: Network, chosen: dict[str, str], phases: str = "both") -> list[Step]:
-    """Forward through the layers in order, then backward in reverse (per layer: weight gradient,
-    then data gradient). ``phases``: fwd, bwd or both."""
+    """The network's training order (``Network.training_order``: forward, then backward in
+    reverse, weight gradient before data gradient), each layer phase with its variant.
+    ``phases``: fwd, bwd or both."""
     variants = resolve(net, chosen)
-    steps = []
-    if phases in ("fwd", "both"):
-        steps += [Step(layer, "fwd", variants[layer.name]) for layer in net.layers]
-    if phases in ("bwd", "both"):
-        for layer in reversed(net.layers):
-            steps += [Step(layer, phase, variants[layer.name]) for phase in BACKWARD_ORDER
-                      if phase in layer.phases]
-    return steps
+    return [Step(layer, phase, variants[layer.name]) for layer, phase in net.training_order(phases)]
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 from tracker.errors import TrackerError
+from tracker.phases import BACKWARD_ORDER
 
 Shape = tuple[int, ...]
 
@@ -289,6 +290,18 @@ class Network:
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
+
+    def training_order(self, phases: str = "both") -> list[tuple[Layer, str]]:
+        """The layer phases of a training step in the order they run: forward through the layers,
+        then backward in reverse (per layer: weight gradient, then data gradient). ``phases``:
+        fwd, bwd or both. Our plan and the library arm both run this order."""
+        order: list[tuple[Layer, str]] = []
+        if phases in ("fwd", "both"):
+            order += [(layer, "fwd") for layer in self.layers]
+        if phases in ("bwd", "both"):
+            order += [(layer, phase) for layer in reversed(self.layers) for phase in BACKWARD_ORDER
+                      if phase in layer.phases]
+        return order
 
     @property
     def params(self) -> int:

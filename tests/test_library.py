@@ -1,0 +1,66 @@
+"""The library arm's PyTorch build of a tracker network, on the CPU (PyTorch's CPU wheel, the
+`torch` extra): one training step equals the NumPy reference, forward and backward, and runs
+its layer phases in our plan's order under our plan's range names."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+import pytest
+
+from tracker import reference
+from tracker.errors import TrackerError
+from tracker.nets import build
+
+torch = pytest.importorskip("torch")
+
+from tracker.library.torch_net import TorchStep  # noqa: E402
+
+
+def small_net():
+    from test_network_plan import small_net as net
+
+    return net()
+
+
+def test_a_step_equals_the_numpy_reference_forward_and_backward():
+    """float64 on the CPU: the loss and every weight and bias gradient, to 1e-10."""
+    from tracker.gpu.network import initial_parameters
+
+    net, batch = small_net(), 3
+    step = TorchStep(net, batch, dtype=torch.float64)
+    step.iteration()
+    x, labels = step.x.numpy(), step.labels.numpy()
+    loss, grads = reference.network_step(net, initial_parameters(net, 0), x, labels)
+    assert float(step.loss.detach()) == pytest.approx(loss, rel=1e-12)
+    assert set(step.grads) == set(grads) == {"conv1", "conv2", "fc3", "fc4"}
+    for name, (dw, db) in grads.items():
+        got_dw, got_db = (g.numpy() for g in step.grads[name])
+        assert np.linalg.norm(got_dw - dw) / np.linalg.norm(dw) < 1e-10, name
+        assert np.linalg.norm(got_db - db) / np.linalg.norm(db) < 1e-10, name
+
+
+def test_its_ranges_are_our_plans_names_in_our_plans_order():
+    from tracker.gpu.network import plan
+
+    opened: list[str] = []
+
+    def region(name):
+        opened.append(name)
+        return nullcontext()
+
+    net = build("alexnet")
+    TorchStep(net, 1, region=region).iteration()
+    assert opened == [f"{s.layer.name}/{s.phase}" for s in plan(net, {})]
+    assert opened[:2] == ["conv1/fwd", "relu1/fwd"] and opened[21:24] == ["softmax/bwd_data", "fc8/bwd_weight",
+                                                                            "fc8/bwd_data"]
+    assert opened[-1] == "conv1/bwd_weight"  # nothing upstream of conv1 needs a gradient
+    with_fwd_only: list[str] = []
+    TorchStep(net, 1, phases="fwd", region=lambda n: with_fwd_only.append(n) or nullcontext()).iteration()
+    assert with_fwd_only == [f"{layer.name}/fwd" for layer in net.layers]
+
+
+def test_a_network_it_cannot_build_is_refused_in_one_line():
+    with pytest.raises(TrackerError, match="unet2d is not 2-D|does not know"):
+        TorchStep(build("unet2d"), 1)

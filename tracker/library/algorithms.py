@@ -1,0 +1,66 @@
+"""Which algorithm a library ran, read from its kernels' names (issue 29; paper 004's question).
+
+cuDNN and cuBLAS do not say which algorithm a convolution ran, but their kernels' names do:
+``implicit_convolve_sgemm`` is an implicit GEMM, ``winograd_nonfused::winogradForwardData4x4``
+the data transform of a non-fused Winograd, ``fft2d_r2c_32x32`` the forward FFT of a 32x32-tile
+FFT convolution, ``sm90_xmma_fprop_implicit_gemm_tf32f32_…`` a tensor-core implicit GEMM. Each
+rule below names the algorithm a kernel belongs to and its role in it: ``math`` (the layer's
+arithmetic) or the work around it (a layout or FFT/Winograd ``transform``, a split-K
+``reduction``, a ``fill``, precomputed ``offsets``), which is kept and labelled, never dropped.
+
+A layer phase's algorithm is read from all its launches (``phase_algorithm``): a non-fused
+Winograd's element-wise products run as a plain ``sgemm`` and an FFT's as a ``cgemm``, which only
+the transforms beside them tell apart from a GEMM convolution.
+
+Pure Python: the rules are tested on real kernel names from public profiler traces.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, NamedTuple
+
+
+class Kernel(NamedTuple):
+    algorithm: str | None  # None: not a convolution's or a GEMM's kernel (an element-wise op's, say)
+    role: str  # math, transform, reduction, fill, offsets, other
+    tensor_cores: bool
+
+
+# (pattern, algorithm, role), the first match wins: specific names before the generic GEMM ones.
+RULES: tuple[tuple[str, str | None, str], ...] = (
+    (r"fft\d?d?_?(r2c|c2r)|fft2d|fft1d|flip_filter|vector_fft", "fft", "transform"),
+    (r"winograd(Forward|Wgrad)(Data|Filter|Output|Delta)", "winograd_nonfused", "transform"),
+    (r"winograd", "winograd", "math"),
+    (r"precomputed_convolve_sgemm|scudnn_\d+x\d+_(relu_)?(interior|small|medium|large)", "implicit_precomp_gemm",
+     "math"),
+    (r"computeOffsetsKernel", "implicit_precomp_gemm", "offsets"),
+    (r"implicit_convolve_[sh]gemm|xmma_(fprop|dgrad|wgrad)_implicit_gemm|implicit_gemm|dgrad_engine|"
+     r"dgrad2d_alg1|wgrad_alg[01]_engine|dgrad_1x1", "implicit_gemm", "math"),
+    (r"explicit_convolve_sgemm|im2col", "gemm", "math"),
+    (r"grouped_direct|[Dd]epthwise", "direct", "math"),
+    (r"cgemm", "fft", "math"),  # complex GEMM: an FFT convolution's element-wise products
+    (r"[sdh]gemm|gemv|gemmk|gemm_|tensorop|xmma_gemm|cutlass", "gemm", "math"),
+    (r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|ShuffleInTensor", None, "transform"),
+    (r"splitK[Rr]educe|reduce_kernel|[Rr]eduction", None, "reduction"),
+    (r"[Ff]ill|memset|[Ss]etTensor|scalePackedTensor", None, "fill"),
+)
+_COMPILED = tuple((re.compile(pattern), algorithm, role) for pattern, algorithm, role in RULES)
+_TENSOR_CORES = re.compile(r"tensorop|tensor\d+x\d+|hmma|s1688|s16816|[hi]884|_(tf32|f16|bf16)(f16|f32|bf16|tf32)")
+# which algorithm a layer phase ran when its launches name several: the most specific first
+PRIORITY = ("fft", "winograd_nonfused", "winograd", "implicit_precomp_gemm", "implicit_gemm", "direct", "gemm")
+
+
+def classify(name: str) -> Kernel:
+    """The algorithm and role of one kernel, from its (demangled or mangled) name."""
+    tensor_cores = bool(_TENSOR_CORES.search(name))
+    for pattern, algorithm, role in _COMPILED:
+        if pattern.search(name):
+            return Kernel(algorithm, role, tensor_cores)
+    return Kernel(None, "other", tensor_cores)
+
+
+def phase_algorithm(names: Iterable[str]) -> str | None:
+    """The algorithm a layer phase ran, from the names of all its launches; None if none says."""
+    found = {classify(name).algorithm for name in names}
+    return next((algorithm for algorithm in PRIORITY if algorithm in found), None)

@@ -1,4 +1,4 @@
--- tracker trace store, schema v5: tables
+-- tracker trace store, schema v6: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -51,6 +51,8 @@ CREATE TABLE metric_def (
 --   phases: fwd, bwd or both
 --   variants: op -> kernel variant
 --   tiles: 'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default ({}: every default); NULL: nothing ran (model) or recorded before schema v5
+--   implementation: ours (tracker's kernels) or torch (PyTorch: cuDNN and cuBLAS); ours before schema v6
+--   library: the library arm's versions and settings (torch, cudnn, cublas, tf32, cudnn_benchmark); NULL for ours
 --   backend: ncu, nvprof, events or model
 --   device_name: the GPU measured, or the catalog device predicted for
 --   repeat: measured iterations per launch
@@ -68,6 +70,8 @@ CREATE TABLE run (
     variants JSON NOT NULL,
     tiles JSON,
     l1_bypass BOOLEAN NOT NULL,
+    implementation VARCHAR DEFAULT 'ours' NOT NULL,
+    library JSON,
     backend VARCHAR NOT NULL,
     backend_reason VARCHAR NOT NULL,
     device_name VARCHAR,
@@ -342,6 +346,7 @@ CREATE TABLE rollup_stall_category (
 --   measured_ms: median over measured iterations
 --   repeats: measured iterations timed
 --   spread_pct: (max - min) / median, in %
+--   algorithm: the algorithm its launches ran (launch.algorithm)
 CREATE TABLE rollup_time (
     run_id INTEGER NOT NULL,
     layer_id INTEGER NOT NULL,
@@ -352,6 +357,7 @@ CREATE TABLE rollup_time (
     max_ms FLOAT,
     repeats INTEGER NOT NULL,
     spread_pct FLOAT,
+    algorithm VARCHAR,
     PRIMARY KEY (run_id, layer_id, phase),
     FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
 );
@@ -360,6 +366,8 @@ CREATE TABLE rollup_time (
 --   repeat: which measured iteration, from 0
 --   l1_policy: ca (cache in L1) or cg (bypass L1)
 --   time_ms: CUDA-event time
+--   algorithm: the layer phase's algorithm read from a library's kernel names (implicit_gemm, implicit_precomp_gemm, gemm, winograd, winograd_nonfused, fft, direct); NULL for our kernels and where no name says
+--   role: a library kernel's part in its layer phase: math, or the work around it (transform, reduction, fill, offsets, other); NULL for our kernels
 CREATE TABLE launch (
     run_id INTEGER NOT NULL,
     invocation INTEGER NOT NULL,
@@ -378,6 +386,8 @@ CREATE TABLE launch (
     shared_bytes INTEGER NOT NULL,
     registers INTEGER,
     time_ms FLOAT,
+    algorithm VARCHAR,
+    role VARCHAR,
     PRIMARY KEY (run_id, invocation),
     FOREIGN KEY(run_id, layer_id) REFERENCES layer (run_id, layer_id) ON DELETE CASCADE,
     CONSTRAINT launch_phase CHECK (phase IN ('fwd', 'bwd_data', 'bwd_weight')),

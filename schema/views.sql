@@ -1,10 +1,11 @@
--- tracker trace store, schema v5: views
+-- tracker trace store, schema v6: views
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 
--- Measured time per run, layer and phase: event time summed over the phase's launches, the median over measured repeats (NULL where nothing was timed), with min, max and spread in %. Computed when the run is written.
+-- Measured time per run, layer and phase: event time summed over the phase's launches, the median over measured repeats (NULL where nothing was timed), with min, max and spread in %, and the algorithm a library's kernels ran (NULL for ours). Computed when the run is written.
 CREATE VIEW layer_time AS
-SELECT run_id, layer_id, phase, launches, measured_ms, min_ms, max_ms, repeats, spread_pct FROM rollup_time;
+SELECT run_id, layer_id, phase, launches, measured_ms, min_ms, max_ms, repeats, spread_pct, algorithm
+FROM rollup_time;
 
 -- Measured time per run, layer, phase and measured iteration: the event time of the phase's launches in that iteration (the median and spread over iterations are taken from this).
 CREATE VIEW layer_time_repeat AS
@@ -13,12 +14,12 @@ FROM launch
 WHERE time_ms IS NOT NULL
 GROUP BY run_id, layer_id, phase, repeat;
 
--- One row per run, layer and phase: the model's prediction beside the measurement. achieved_gflops = model ops / measured time.
+-- One row per run, layer and phase: the model's prediction beside the measurement, and the algorithm a library ran it with. achieved_gflops = model ops / measured time.
 CREATE VIEW layer_phase AS
 SELECT l.run_id, l.layer_id, l.name AS layer, l.kind, p.phase, l.output_shape, l.params,
        p.macs, p.ops, p.bytes, p.intensity, p.attainable_gflops, p.predicted_ms, p.bound,
        t.launches, t.measured_ms,
-       CASE WHEN t.measured_ms > 0 THEN p.ops / (t.measured_ms * 1.0e6) END AS achieved_gflops
+       CASE WHEN t.measured_ms > 0 THEN p.ops / (t.measured_ms * 1.0e6) END AS achieved_gflops, t.algorithm
 FROM layer l
 JOIN prediction p ON p.run_id = l.run_id AND p.layer_id = l.layer_id
 LEFT JOIN layer_time t ON t.run_id = p.run_id AND t.layer_id = p.layer_id AND t.phase = p.phase;
@@ -33,7 +34,7 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
        (SELECT SUM(p.bytes) FROM prediction p WHERE p.run_id = r.id) AS bytes,
        (SELECT SUM(p.predicted_ms) FROM prediction p WHERE p.run_id = r.id) AS predicted_ms,
        (SELECT SUM(t.measured_ms) FROM layer_time t WHERE t.run_id = r.id) AS measured_ms,
-       r.predicted_peak_bytes, r.measured_peak_bytes
+       r.predicted_peak_bytes, r.measured_peak_bytes, r.implementation
 FROM run r;
 
 -- One row per profiled launch: the launch log (pass 1) beside every counter of the catalog (pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma (or nvprof's total).
@@ -41,7 +42,7 @@ CREATE VIEW launch_metrics AS
 SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
        k.l1_policy, k.time_ms,
        r.duration_ns, r.cycles_elapsed, r.sm_active_cycles, r.sm_clock_hz, r.dram_clock_hz, r.l2_clock_hz, r.l1_clock_hz, r.fadd, r.fmul, r.ffma, r.fp32_flops, r.fp32_inst, r.instructions, r.stall_barrier, r.stall_branch_resolving, r.stall_dispatch_stall, r.stall_drain, r.stall_imc_miss, r.stall_lg_throttle, r.stall_long_scoreboard, r.stall_math_pipe_throttle, r.stall_membar, r.stall_mio_throttle, r.stall_misc, r.stall_no_instruction, r.stall_not_selected, r.stall_short_scoreboard, r.stall_sleeping, r.stall_tex_throttle, r.stall_wait, r.stall_gmma, r.stall_exec_dependency, r.stall_memory_throttle, r.stall_pipe_busy, r.stall_sync, r.stall_other, r.stall_selected, r.warps_per_issue, r.l1_hit_rate, r.l1_global_load_hit_rate, r.l2_hit_rate, r.l2_read_hit_rate, r.l2_write_hit_rate, r.l1_global_load_requests, r.l1_global_load_sectors, r.l1_global_store_requests, r.l1_global_store_sectors, r.l1_local_load_sectors, r.l1_local_store_sectors, r.l1_requests, r.l1_sectors, r.l1_bytes, r.shared_load_wavefronts, r.shared_store_wavefronts, r.shared_load_bank_conflicts, r.shared_store_bank_conflicts, r.shared_bytes, r.l2_read_sectors, r.l2_write_sectors, r.l2_sectors, r.l2_bytes, r.l2_to_l1_read_bytes, r.l1_to_l2_write_bytes, r.dram_read_sectors, r.dram_write_sectors, r.dram_read_bytes, r.dram_write_bytes, r.l1_lg_writeback_cycles, r.sm_throughput_pct, r.memory_throughput_pct, r.l1_throughput_pct, r.shared_throughput_pct, r.l2_throughput_pct, r.dram_throughput_pct, r.achieved_occupancy, r.sm_efficiency, r.ipc, r.issue_slot_pct, r.eligible_warps, r.warp_execution_efficiency, r.fma_pipe_pct, r.alu_pipe_pct, r.lsu_pipe_pct, r.xu_pipe_pct, r.fp32_fu_utilization_level, r.ldst_fu_utilization_level, r.special_fu_utilization_level, r.shared_utilization_level, r.l1_utilization_level, r.l2_utilization_level, r.dram_utilization_level, r.ffma_peak_per_cycle, r.dram_bytes_peak_per_cycle, r.l2_to_l1_bytes_peak_per_cycle, r.l1_lg_writeback_peak_per_cycle, r.replay_passes,
-       r.flops
+       r.flops, k.algorithm, k.role
 FROM launch k
 JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
 JOIN rollup_launch r ON r.run_id = k.run_id AND r.invocation = k.invocation;

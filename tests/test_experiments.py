@@ -65,7 +65,7 @@ def emulated_events(emulator, monkeypatch):
         return Measured([replace(launch, time_ms=made_up_ms(launch.row())) for launch in launches],
                         {"device_name": "CPU emulation (tests/emu)"}, 0)
 
-    def choose_backend(requested, options=None):
+    def choose_backend(requested, options=None, library=False):
         return Choice("model", "asked for") if requested == "model" else Choice("events", "test: CPU emulation, "
                                                                                            "made-up times")
 
@@ -203,7 +203,7 @@ def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chose
             attempts.append(1)
             raise BackendUnavailable("ncu cannot read counters: ERR_NVGPUCTRPERM")
 
-    def choose_backend(requested, options=None):
+    def choose_backend(requested, options=None, library=False):
         if requested == "auto":
             return Choice("ncu", "test: ncu found", Restricted())
         return Choice(requested, "asked for by name", Restricted() if requested == "ncu" else None)

@@ -4,9 +4,11 @@ found on GitHub, as the profilers printed them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tracker.library.algorithms import classify, phase_algorithm
+from tracker.kernel_names import classify, phase_algorithm
 
 REAL = [  # (kernel name, algorithm, role, tensor cores)
     ("void implicit_convolve_sgemm<float, float, 512, 6, 8, 3, 3, 5, 1, false, false, true>(int, int, int, "
@@ -47,6 +49,31 @@ REAL = [  # (kernel name, algorithm, role, tensor cores)
     ("void cudnn::detail::pooling_fw_4d_kernel<float, float, cudnn::detail::maxpooling_func<float, "
      "(cudnnNanPropagation_t)0>, 0, false>", None, "other", False),
 ]
+
+
+def hta_alexnet() -> list[tuple]:
+    """Every distinct kernel of the public AlexNet trace (tests/data/public), and what it is:
+    cuDNN's conv1 (offsets, then a precomputed implicit GEMM), conv2 (FFT), conv3-5 (TF32
+    implicit GEMM, after layout transforms), cuBLAS's fc layers (sgemm, a cuBLASLt epilogue)."""
+    from tracker.library import kineto
+
+    path = Path(__file__).parent / "data" / "public" / "pytorch-alexnet-fwd-a100-kineto.json.gz"
+    names = dict.fromkeys(k.name for k in kineto.kernels(kineto.load(path)))
+    expected = {"computeOffsetsKernel": ("implicit_precomp_gemm", "offsets", False),
+                "scudnn_128x64_relu_xregs_large": ("implicit_precomp_gemm", "math", False),
+                "fft2d_r2c_32x32": ("fft", "transform", False), "fft2d_c2r_32x32": ("fft", "transform", False),
+                "gcgemm_64x64_nt": ("fft", "math", False), "nchwToNhwcKernel": (None, "transform", False),
+                "xmma_fprop_implicit_gemm_indexed_tf32f32": ("implicit_gemm", "math", True),
+                "ampere_sgemm_32x32_sliced1x4_tn": ("gemm", "math", False),
+                "epilogue::impl::globalKernel": (None, "epilogue", False)}
+    cases = [(name, *what) for name in names for key, what in expected.items() if key in name]
+    assert {key for key in expected if any(key in name for name in names)} == set(expected)
+    return cases
+
+
+@pytest.mark.parametrize("name, algorithm, role, tensor_cores", hta_alexnet())
+def test_the_kernels_of_a_public_alexnet_trace(name, algorithm, role, tensor_cores):
+    assert tuple(classify(name)) == (algorithm, role, tensor_cores)
 
 
 @pytest.mark.parametrize("name, algorithm, role, tensor_cores", REAL)

@@ -470,7 +470,7 @@ def test_a_failed_join_marks_the_run_and_stores_no_launch(tmp_path, monkeypatch)
             raise JoinError("invocation 0 (conv1/fwd, conv2d_fwd_shared): pass 2 profiled kernel 'relu_fwd' there")
 
     monkeypatch.setattr(tracker.profile, "choose_backend",
-                        lambda requested, options: Choice("ncu", "asked for with --backend ncu", Joining()))
+                        lambda requested, options, library=False: Choice("ncu", "asked for with --backend ncu", Joining()))
     monkeypatch.setattr(tracker.gpu.runner, "profile_events", lambda *args: Measured([row], device, 0))
     db = str(tmp_path / "t.db")
     with pytest.raises(JoinError):

@@ -4,6 +4,7 @@
     fusion      conv and fc with a separate ReLU against the fused kernels
     variants    global vs constant vs shared vs gemm vs fused, each op's kernels where it has one
     batch       the same network at several batch sizes (runtime per layer per batch)
+    library     our kernels (tuned) against the same network run by PyTorch (cuDNN, cuBLAS)
 
 Each arm is one ``tracker profile`` run; the ``experiment`` row links them (tracker/store) and the
 analyses (tracker/analysis/experiments.py) compare each comparison's runs with its baseline. The
@@ -23,7 +24,7 @@ from tracker.profile import check_options, choose_backend, profile_workload
 from tracker.profilers import Options
 from tracker.profilers.ncu import Settings as NcuSettings
 
-KINDS = ("l1-bypass", "fusion", "variants", "batch")
+KINDS = ("l1-bypass", "fusion", "variants", "batch", "library")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Arm:
     batch: int
     variants: dict[str, str] = field(default_factory=dict)
     l1_bypass: bool = False
+    implementation: str = "ours"
 
 
 def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
@@ -55,15 +57,21 @@ def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
     if kind == "batch":
         sizes = batches or (batch,)
         return [Arm(f"batch {b}", "batch", i == 0, b) for i, b in enumerate(sizes)]
+    if kind == "library":  # ours with the tiles `tracker tune` found, as `tracker profile` runs them
+        return [Arm("ours", "library", True, batch), Arm("torch", "library", False, batch, implementation="torch")]
     raise TrackerError(f"unknown experiment '{kind}'; known: {', '.join(KINDS)}")
 
 
 def check(kind: str, backend: str, device: Device | None) -> tuple[str, str]:
     """(backend, why) for the experiment, refusing what cannot answer its question."""
-    chosen, why, _ = choose_backend(backend)
+    if kind == "library":
+        from tracker.library import require_torch
+
+        require_torch(f"experiment {kind}")
+    chosen, why, _ = choose_backend(backend, library=kind == "library")
     if chosen == "model" and kind != "batch":
         raise TrackerError(f"experiment {kind} needs a GPU backend (events or ncu): the analytic model does not "
-                           f"depend on kernel variants or the L1 policy, and here {why}")
+                           f"depend on kernel variants, the L1 policy or who runs the kernels, and here {why}")
     if chosen == "model" and device is None:
         raise TrackerError("experiment batch on the model backend needs --device NAME for the roofline's times")
     return chosen, why
@@ -80,7 +88,7 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     options = Options(ncu)
     check_options(32, options)
     workloads = [Workload.of(net, arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, repeat=repeat,
-                             warmup=warmup) for arm in plan]  # every arm checked before the experiment's row
+                             warmup=warmup, implementation=arm.implementation) for arm in plan]  # every arm checked before the experiment's row
     echo(f"experiment {kind}: {len(plan)} runs of {net.name} on backend {chosen} ({why})")
     store = open_store(db, write=True)
     settings = dict(batch=batch, batches=list(batches), backend=chosen, repeat=repeat, warmup=warmup,

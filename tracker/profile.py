@@ -7,7 +7,9 @@ model's predictions so that each measured figure sits beside its prediction.
 
 A GPU profile is one ``Workload`` (tracker/gpu/workload.py), checked and planned once: pass 1
 runs it for the launch log and times, then the collector runs the same workload in a child
-process under its profiler and joins the counters onto the log (tracker/profilers).
+process under its profiler and joins the counters onto the log (tracker/profilers). The
+workload's implementation says who runs it: our kernels, or PyTorch's libraries (the library
+arm, tracker/library), through the same backends, collectors, join and store.
 """
 
 from __future__ import annotations
@@ -59,19 +61,20 @@ def require_gpu(what: str) -> str:
     return why
 
 
-def choose_backend(requested: str, options: Options = Options()) -> Choice:
+def choose_backend(requested: str, options: Options = Options(), library: bool = False) -> Choice:
     """The backend for ``--backend requested``; one that cannot run here is an error. ``auto``
     picks the collector for this GPU's compute capability (ncu, or nvprof before Volta) where a
-    GPU, CuPy and the collector are found, else events, else model; a run that then finds the
-    counters restricted falls back to events (``profile``)."""
+    GPU, CuPy and the collector are found (and, for the ``library`` arm, a CUDA build of
+    PyTorch), else events, else model; a run that then finds the counters restricted falls back
+    to events (``profile``)."""
     if requested not in BACKENDS:
         raise unknown("backend", str(requested), list(BACKENDS))
     if requested == "model":
         return Choice("model", "asked for with --backend model")
     if requested != "auto":
-        return _named(requested, options)
+        return _named(requested, options, library)
     try:
-        why = require_gpu("a GPU backend")
+        why = _require_gpu("a GPU backend", library)
     except BackendUnavailable as exc:
         return Choice("model", str(exc).replace("a GPU backend needs", "the GPU backends need"))
     from tracker import profilers
@@ -88,14 +91,24 @@ def choose_backend(requested: str, options: Options = Options()) -> Choice:
     return Choice(name, f"{why} found, {collector.describe()}", collector)
 
 
-def _named(requested: str, options: Options) -> Choice:
+def _require_gpu(what: str, library: bool) -> str:
+    """require_gpu, and for the library arm a PyTorch that runs on it."""
+    why = require_gpu(what)
+    if not library:
+        return why
+    from tracker.library import require_torch_cuda
+
+    return f"{why}, {require_torch_cuda(what)}"
+
+
+def _named(requested: str, options: Options, library: bool) -> Choice:
     """--backend events, ncu or nvprof: asked for by name, so what is missing is an error."""
     from tracker import profilers
     from tracker.gpu.detect import compute_capability
 
     fallback = "events" if requested in COLLECTORS else "model"
     try:
-        why = require_gpu(f"--backend {requested}")
+        why = _require_gpu(f"--backend {requested}", library)
         if requested not in COLLECTORS:
             return Choice(requested, f"asked for with --backend {requested} ({why})")
         cc = compute_capability()
@@ -158,9 +171,10 @@ def profile_workload(
 
     check_options(dtype_bits, options)
     net, batch = workload.net, workload.batch
-    choice = choose_backend(backend, options)  # before the database: a refusal creates no file
+    library = _library(workload)
+    choice = choose_backend(backend, options, workload.library)  # before the database: a refusal creates no file
     echo(f"backend: {choice.backend} ({choice.reason})")
-    if choice.backend != "model":
+    if choice.backend != "model" and not workload.library:
         from tracker.gpu.network import check_indexing
 
         check_indexing(net, batch)  # before the database too
@@ -168,7 +182,8 @@ def profile_workload(
     peak = memory(net, batch, dtype_bits)
     fields = dict(
         network=net.name, network_options=net.options, batch=batch, phases=workload.phases, dtype_bits=dtype_bits,
-        variants=workload.variants, l1_bypass=workload.l1_bypass, backend=choice.backend,
+        variants=workload.variants, l1_bypass=workload.l1_bypass, implementation=workload.implementation,
+        library=library, backend=choice.backend,
         backend_reason=choice.reason, repeat=workload.repeat if choice.backend != "model" else 0,
         predicted_peak_bytes=peak.peak_bytes,
     )
@@ -196,10 +211,23 @@ def check_options(dtype_bits: int, options: Options) -> None:
         raise TrackerError(f"ncu must be tracker.profilers.ncu.Settings, not {type(options.ncu).__name__}")
 
 
+def _library(workload: Workload) -> dict | None:
+    """What the library arm runs with, recorded on its run (None for our kernels); PyTorch missing
+    is refused here, before anything is written."""
+    if not workload.library:
+        return None
+    from tracker.library import require_torch, versions
+
+    require_torch()
+    return versions(workload.tf32, workload.cudnn_benchmark)
+
+
 def _planned(store, workload: Workload, untuned: bool, echo: Callable[[str], None]) -> Workload:
     """The workload planned, once: `tracker tune`'s lookup, pass 1 and pass 2 all run these steps."""
     from tracker.gpu.network import plan
 
+    if workload.library:
+        return workload.planned_in_training_order()
     steps = plan(workload.net, workload.variants, workload.phases)
     return workload.planned(steps, {} if untuned else _tuned(store, workload, steps, echo))
 
@@ -209,7 +237,10 @@ def _measure(run, choice: Choice, may_fall_back: bool, workload: Workload, devic
     """Pass 1 (events), then pass 2 (the collector) if there is one; store both. Returns what ran
     and the predictions. ``may_fall_back``: the backend was chosen (--backend auto), so restricted
     counters fall back to events."""
-    from tracker.gpu.runner import profile_events
+    if workload.library:
+        from tracker.library.torch_run import profile_events
+    else:
+        from tracker.gpu.runner import profile_events
 
     net = workload.net
     measured = profile_events(workload, echo)

@@ -21,7 +21,8 @@ KEY = ["layer_id", "layer", "kind", "phase"]
 # (view, column) pairs whose change between two runs compare reports, when both runs have counters.
 DELTAS = (("cache_hit_rate", "l1_hit_rate"), ("cache_hit_rate", "l2_hit_rate"),
           ("memory_traffic", "dram_read_bytes"), ("memory_traffic", "dram_write_bytes"),
-          ("stall_breakdown", "first_reason"), ("stall_breakdown", "first_share"))
+          ("stall_breakdown", "first_reason"), ("stall_breakdown", "first_share"),
+          ("fp_instructions", "fp32_inst"))
 
 
 def _check_comparable(a: pd.DataFrame, b: pd.DataFrame, run_a: int, run_b: int) -> None:
@@ -69,15 +70,18 @@ def _per_image(frame: pd.DataFrame, batch: int) -> pd.DataFrame:
 
 
 def compare(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
-    """Per layer and phase: a_ms, b_ms, their spreads, speedup, change_pct and noise; times per
-    image (``basis``) when the batch sizes differ."""
+    """Per layer and phase: a_ms, b_ms, their spreads, speedup, change_pct and noise, and the
+    algorithm each ran where a library's kernel names say it (ours against cuDNN, say); times
+    per image (``basis``) when the batch sizes differ."""
     batch_a, batch_b = _batches(store, run_a, run_b)
     a, b = runtime(store, run_a), runtime(store, run_b)
     _check_comparable(a, b, run_a, run_b)
     if batch_a != batch_b:
         a, b = _per_image(a, batch_a), _per_image(b, batch_b)
-    cols = ["ms", "min_ms", "max_ms", "spread_pct", "repeats"]
+    cols = ["ms", "min_ms", "max_ms", "spread_pct", "repeats", "algorithm"]
     frame = a[KEY + cols].merge(b[KEY + cols], on=KEY, suffixes=("_a", "_b"))
+    if frame[["algorithm_a", "algorithm_b"]].isna().all().all():
+        frame = frame.drop(columns=["algorithm_a", "algorithm_b"])
     frame = frame.rename(columns={"ms_a": "a_ms", "ms_b": "b_ms"})
     frame["speedup"] = frame["a_ms"] / frame["b_ms"].where(frame["b_ms"] > 0)
     frame["change_pct"] = 100 * (frame["speedup"] - 1)

@@ -62,6 +62,8 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, clock
       fusion     conv/fc + separate ReLU against the fused kernels, per fused pair
       variants   global, constant, shared, gemm and fused kernels against global
       batch      runtime per layer at each of --batches (model backend: with --device)
+      library    our kernels (tuned) against PyTorch's cuDNN and cuBLAS (--impl torch),
+                 with the algorithm cuDNN ran per layer phase
     A speedup is 'noise' when the two runs' ranges over their --repeat iterations overlap.
 
     \b
@@ -70,6 +72,7 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, clock
       tracker experiment fusion alexnet --batch 128 --repeat 10
       tracker experiment batch alexnet --batches 16,64,128
       tracker experiment batch alexnet --batches 16,128 --backend model --device h100
+      tracker experiment library alexnet --batch 128 --backend events
     """
     from tracker.analysis.experiments import results
     from tracker.experiment import run_experiment
@@ -88,7 +91,7 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, clock
                                    ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control))
     frame = results(open_store(db, write=False), experiment_id, kind)
     columns = BATCH_COLUMNS if kind == "batch" else None if kind == "fusion" else [
-        c for c in SPEEDUP_COLUMNS + ("l1_hit_rate_change", "l2_hit_rate_change") if c in frame.columns]
+        c for c in SPEEDUP_COLUMNS + ("algorithm_b", "l1_hit_rate_change", "l2_hit_rate_change") if c in frame.columns]
     if fmt == "table":
         click.echo(f"experiment e{experiment_id} complete; speedup = baseline time / arm time; "
                    f"next: tracker report e{experiment_id} --out report/")
@@ -153,7 +156,9 @@ def compare(run_a, run_b, db, fmt):
         click.echo(f"run {b} against run {a}: speedup = run {a} time / run {b} time, {per}"
                    f"{' (the batch sizes differ)' if per == 'per image' else ''}; "
                    "noise: the runs' ranges over their iterations overlap")
-        emit(rows, fmt, [c for c in SPEEDUP_COLUMNS[2:] + ("l1_hit_rate_change", "l2_hit_rate_change")
+        emit(rows, fmt, [c for c in SPEEDUP_COLUMNS[2:] + ("algorithm_a", "algorithm_b", "first_reason_a",
+                                                           "first_reason_b", "l1_hit_rate_change",
+                                                           "l2_hit_rate_change", "fp32_inst_change")
                          if any(r.get(c) is not None for r in rows)])
         return
     emit(rows, fmt)

@@ -11,6 +11,7 @@ from tracker.cli.output import cell, stream, to_json
 from tracker.model import lookup
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import build
+from tracker.gpu.workload import IMPLEMENTATIONS, Workload
 from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP, profile_workload
 from tracker.profilers import COLLECTORS
 
@@ -32,6 +33,15 @@ from tracker.profilers import COLLECTORS
               help="Measured iterations (GPU backends); every launch is timed in each.")
 @click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=1, show_default=True,
               help="Unmeasured iterations first (the first one compiles the kernels).")
+@click.option("--impl", "implementation", type=click.Choice(IMPLEMENTATIONS), default="ours", show_default=True,
+              help="Who runs the network: ours (tracker's kernels) or torch (the same network built in PyTorch from "
+              "tracker's definition, run by cuDNN and cuBLAS layer phase by layer phase under the same ranges; "
+              "pip install -e '.[torch]'). The run records torch, cuDNN and cuBLAS versions and, per layer phase, the "
+              "algorithm the library's kernels ran.")
+@click.option("--tf32", is_flag=True, help="--impl torch: let cuDNN and cuBLAS use TF32 tensor cores (off: fp32, "
+              "as our kernels compute).")
+@click.option("--cudnn-benchmark", is_flag=True, help="--impl torch: let cuDNN time its algorithms during warm-up "
+              "and keep the fastest (off: its heuristics choose).")
 @click.option("--untuned", is_flag=True,
               help="Run every GEMM launch with the default tile, not the fastest `tracker tune` stored for this GPU.")
 @click.option("--ncu-report", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
@@ -42,8 +52,8 @@ from tracker.profilers import COLLECTORS
 @dtype_option
 @network_options
 @format_option
-def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, warmup, untuned, ncu_report,
-            clock_control, cache_control, device, dtype_bits, fmt, **kwargs):
+def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, warmup, implementation, tf32,
+            cudnn_benchmark, untuned, ncu_report, clock_control, cache_control, device, dtype_bits, fmt, **kwargs):
     """Profile a network forward and backward, layer by layer, into the trace database.
 
     Chooses the backend (ncu, nvprof, events or model) from what this machine has and says which
@@ -55,8 +65,8 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
       tracker profile alexnet --batch 64 --device h100 --db runs.db
       tracker profile alexnet --batch 16 --backend ncu --repeat 3 --ncu-report alexnet.ncu-rep
       tracker profile unet2d --batch 16 --conv-type separable --backend model
+      tracker profile alexnet --batch 128 --impl torch --backend events
     """
-    from tracker.gpu.workload import Workload
     from tracker.ops import OPS
     from tracker.profilers import Options
     from tracker.profilers.ncu import Settings as NcuSettings
@@ -65,7 +75,8 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
     gpu = lookup(device) if device else None
     variants = OPS.parse_variants(variant)
     workload = Workload.of(net, batch, variants=variants, phases=phases, l1_bypass=l1_bypass, repeat=repeat,
-                           warmup=warmup)  # the one value that reaches pass 2's child process
+                           warmup=warmup, implementation=implementation, tf32=tf32,
+                           cudnn_benchmark=cudnn_benchmark)  # the one value that reaches pass 2's child process
     options = Options(NcuSettings(cache_control=cache_control, clock_control=clock_control), ncu_report)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = profile_workload(db, workload, backend=backend, device=gpu, dtype_bits=int(dtype_bits), options=options,
@@ -73,14 +84,15 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)
     summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,
-               "network": net.name, "batch": batch, "layers": len(net.layers),
+               "network": net.name, "implementation": implementation, "batch": batch, "layers": len(net.layers),
                "predictions": len(result.predictions), "ops": ops, "bytes": nbytes,
                "predicted_ms": sum(p.predicted_ms or 0.0 for p in result.predictions) if gpu else None,
                "predicted_peak_bytes": result.memory.peak_bytes, "measured": result.backend != "model"}
     if fmt != "table":
         emit([summary], fmt)
         return
-    click.echo(f"run {result.run_id} complete: {net.name}, batch {batch}, {cell('', ops)} ops, "
+    by = "" if implementation == "ours" else f" run by {implementation}"
+    click.echo(f"run {result.run_id} complete: {net.name}{by}, batch {batch}, {cell('', ops)} ops, "
                f"{cell('bytes', nbytes)} compulsory traffic, peak memory {cell('bytes', result.memory.peak_bytes)}")
     if result.backend == "model":
         click.echo("  these are analytic predictions: nothing was measured" +
@@ -116,7 +128,7 @@ def runs(db, fmt):
     emit(rows, fmt)
 
 
-SHOW_COLUMNS = MODEL_COLUMNS + ROOF_COLUMNS + ("launches", "median_ms", "spread_pct", "achieved_gflops")
+SHOW_COLUMNS = MODEL_COLUMNS + ROOF_COLUMNS + ("launches", "median_ms", "spread_pct", "achieved_gflops", "algorithm")
 
 
 @cli.command()
@@ -145,7 +157,7 @@ def show(run, db, fmt):
     if fmt == "csv":
         emit(rows, fmt)
         return
-    keys = ("id", "status", "network", "network_options", "batch", "phases", "dtype_bits", "backend",
+    keys = ("id", "status", "network", "network_options", "implementation", "library", "batch", "phases", "dtype_bits", "backend",
             "backend_reason", "device_name", "variants", "tiles", "l1_bypass", "predicted_peak_bytes", "measured_peak_bytes",
             "started_at", "finished_at", "error", "command_line")
     for key in keys:

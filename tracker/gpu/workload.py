@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 MAX_REPEAT = 1000  # --repeat and --warmup read these
 MAX_WARMUP = 100
+IMPLEMENTATIONS = ("ours", "torch")  # --impl reads these: our kernels, or PyTorch's libraries (tracker/library)
 
 
 class PlannedStep(NamedTuple):
@@ -48,9 +49,13 @@ class Workload:
     warmup: int = 1
     tiles: dict = field(default_factory=dict)  # 'layer/phase' -> tuned GEMM tile (tracker tune)
     steps: tuple[PlannedStep, ...] = ()  # the plan; empty until ``planned``
+    implementation: str = "ours"  # or torch: the library arm runs the same layer phases (tracker/library)
+    tf32: bool = False  # torch: let cuDNN and cuBLAS use TF32 tensor cores
+    cudnn_benchmark: bool = False  # torch: let cuDNN time its algorithms and keep the fastest
 
     def __post_init__(self) -> None:
         check(self.batch, self.phases, self.variants, self.repeat, self.warmup)
+        check_implementation(self.implementation, self.variants, self.l1_bypass, self.tf32, self.cudnn_benchmark)
         object.__setattr__(self, "steps", tuple(PlannedStep(*s) for s in self.steps))  # JSON gives lists
 
     @classmethod
@@ -75,6 +80,20 @@ class Workload:
         caller) and the tuned tiles its GEMM-shaped steps run."""
         done = replace(self, steps=tuple(PlannedStep(s.layer.name, s.phase, s.variant) for s in steps),
                        tiles=dict(tiles))
+        vars(done)["net"] = self.net
+        return done
+
+    @property
+    def library(self) -> bool:
+        """Run by a framework's libraries (cuDNN, cuBLAS), not by our kernels."""
+        return self.implementation != "ours"
+
+    def planned_in_training_order(self) -> Workload:
+        """The library arm's plan: every layer phase in ``Network.training_order``, run by the
+        library (it has no variants and no tiles to choose)."""
+        steps = tuple(PlannedStep(layer.name, phase, self.implementation)
+                      for layer, phase in self.net.training_order(self.phases))
+        done = replace(self, steps=steps, tiles={})
         vars(done)["net"] = self.net
         return done
 
@@ -106,6 +125,29 @@ def check(batch: int, phases: str, variants: dict[str, str], repeat: int, warmup
         raise TrackerError(f"warmup {warmup} is out of range 0..{MAX_WARMUP}")
 
 
+def check_implementation(implementation: str, variants: dict, l1_bypass: bool, tf32: bool,
+                         cudnn_benchmark: bool) -> None:
+    """Our kernels take variants and the L1 build; a library takes TF32 and cuDNN's benchmark
+    mode. Either given to the other is refused rather than ignored."""
+    from tracker.errors import TrackerError, unknown
+
+    if implementation not in IMPLEMENTATIONS:
+        raise unknown("implementation", str(implementation), list(IMPLEMENTATIONS))
+    if implementation == "ours":
+        given = [name for name, on in (("--tf32", tf32), ("--cudnn-benchmark", cudnn_benchmark)) if on]
+        if given:
+            raise TrackerError(f"{' and '.join(given)} {_verb(given, 'chooses')} how PyTorch runs: add --impl torch")
+        return
+    given = [name for name, on in (("--variant", bool(variants)), ("--l1-bypass", l1_bypass)) if on]
+    if given:
+        raise TrackerError(f"{' and '.join(given)} {_verb(given, 'chooses')} among our kernels; --impl "
+                           f"{implementation} runs the library's")
+
+
+def _verb(subjects: list[str], singular: str) -> str:
+    return singular if len(subjects) == 1 else singular.removesuffix("s")
+
+
 @dataclass(frozen=True)
 class Launch:
     """One kernel launch of pass 1, in invocation order across the measured iterations."""
@@ -123,6 +165,8 @@ class Launch:
     shared_bytes: int
     registers: int | None
     time_ms: float | None  # None: untimed (under a profiler)
+    algorithm: str | None = None  # the layer phase's algorithm, where a library's kernel names say it
+    role: str | None = None  # the kernel's part in it: math, transform, reduction, fill, offsets, other
 
     @property
     def range(self) -> str:
@@ -135,17 +179,23 @@ class Launch:
         return dict(invocation=self.invocation, layer_id=self.layer_id, phase=self.phase, repeat=self.repeat,
                     kernel_name=self.kernel_name, variant=self.variant, l1_policy=self.l1_policy,
                     grid_x=grid_x, grid_y=grid_y, grid_z=grid_z, block_x=block_x, block_y=block_y, block_z=block_z,
-                    shared_bytes=self.shared_bytes, registers=self.registers, time_ms=self.time_ms)
+                    shared_bytes=self.shared_bytes, registers=self.registers, time_ms=self.time_ms,
+                    algorithm=self.algorithm, role=self.role)
 
 
 def main(spec: str) -> None:
+    w = Workload.from_json(spec)
+    if w.library:
+        from tracker.library.torch_run import run_child
+
+        run_child(w)
+        return
     import cupy as cp
 
     from tracker.gpu.cupy_backend import CupyBackend
     from tracker.gpu.network import Executor
     from tracker.gpu.runner import measure
 
-    w = Workload.from_json(spec)
     run = Executor.of(CupyBackend(w.l1_policy, timed=False), w)
     measure(run, w.repeat, w.warmup, w.l1_policy, lambda line: print(line, file=sys.stderr),
             around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))

@@ -9,10 +9,10 @@ stored half-joined.
 
 from __future__ import annotations
 
-import re
 from typing import Protocol, Sequence
 
 from tracker.errors import JoinError
+from tracker.kernel_names import kernel_base
 from tracker.profilers.ncu_csv import ProfiledLaunch
 
 
@@ -27,20 +27,6 @@ class Logged(Protocol):
 
     @property
     def range(self) -> str: ...  # the NVTX range it ran in: 'layer/phase'
-
-
-def kernel_base(name: str) -> str:
-    """The function name in a kernel name as a profiler prints it: no return type, template
-    arguments or parameter list (``void k<32>(float*, int)`` -> ``k``)."""
-    name = re.sub(r"^(void|__global__ void)\s+", "", name.strip())
-    name = name.split("(", 1)[0]
-    depth, out = 0, []
-    for char in name:
-        depth += char == "<"
-        if depth == 0:
-            out.append(char)
-        depth -= char == ">" and depth > 0
-    return "".join(out).rsplit("::", 1)[-1].strip()
 
 
 def _describe(launch: Logged) -> str:

@@ -14,7 +14,8 @@ from typing import NamedTuple
 import pandas as pd
 
 from tracker import units
-from tracker.analysis import caches, experiments, fp, reconcile, roofline, run_row, runtime, speedup, stalls
+from tracker.analysis import algorithms, caches, experiments, fp, reconcile, roofline, run_row, runtime, speedup
+from tracker.analysis import stalls
 from tracker.analysis import traffic, utilization
 from tracker.errors import StoreError
 from tracker.figures import bars
@@ -75,6 +76,7 @@ class Spec(NamedTuple):
     title: str
     paper: str  # which paper figure it redraws
     build: Callable[[Run], Body | None]  # None: the run did not collect the counters it needs
+    shown: Callable[[pd.Series], bool] = lambda run: True  # whether a run of this kind has the section
 
     def section(self, run: Run) -> Section:
         body = self.build(run)
@@ -111,8 +113,22 @@ def describe(run: pd.Series) -> str:
         how = f"timed with {run['backend']}"
     l1 = "L1 bypassed (loads compiled .cg)" if run["l1_bypass"] else "L1 cached"
     repeats = f"{run['repeat']} measured iteration{'s' if run['repeat'] != 1 else ''}"
-    return (f"{run['network']} at batch {run['batch']} on {device}, {how}; kernel variants: {_variants(run)}; "
-            f"GEMM tiles: {_tiles(run)}; {l1}; {repeats}. Run {run.name}, {run['status']}, {_when(run)}.")
+    kernels = (f"run by {_library(run)}" if _is_library(run) else
+               f"kernel variants: {_variants(run)}; GEMM tiles: {_tiles(run)}; {l1}")
+    return (f"{run['network']} at batch {run['batch']} on {device}, {how}; {kernels}; {repeats}. "
+            f"Run {run.name}, {run['status']}, {_when(run)}.")
+
+
+def _is_library(run: pd.Series) -> bool:
+    return run.get("implementation") not in (None, "ours")
+
+
+def _library(run: pd.Series) -> str:
+    """'PyTorch 2.9.1 (CUDA 12.8, cuDNN 91002, cuBLAS 12.8.4.1; TF32 off, cuDNN benchmark off)'."""
+    lib = run.get("library") or {}
+    on = lambda key: "on" if lib.get(key) else "off"  # noqa: E731
+    return (f"PyTorch {lib.get('torch')} (CUDA {lib.get('cuda')}, cuDNN {lib.get('cudnn')}, cuBLAS {lib.get('cublas')}; "
+            f"TF32 {on('tf32')}, cuDNN benchmark {on('cudnn_benchmark')})")
 
 
 def _when(run: pd.Series) -> str:
@@ -133,6 +149,8 @@ ABOUT = {"network": "network", "batch": "batch", "device_name": "GPU", "compute_
 
 def _about(run: pd.Series) -> dict:
     about = {"run": run.name, **{label: run[key] for key, label in ABOUT.items()}}
+    if _is_library(run):
+        about["run by"] = _library(run)
     about["kernel variants"] = _variants(run)
     about["GEMM tiles"] = _tiles(run)
     about["L1 bypass"] = bool(run["l1_bypass"])
@@ -141,10 +159,12 @@ def _about(run: pd.Series) -> dict:
 
 
 def for_run(run: Run) -> Report:
-    sections, row = [spec.section(run) for spec in RUN_SECTIONS], run.row
+    row = run.row
+    sections = [spec.section(run) for spec in RUN_SECTIONS if spec.shown(row)]
     return Report(f"Run {run.id}: {row['network']}, batch {row['batch']}, {row['device_name'] or 'no device'}",
                   describe(row), _about(row), sections,
-                  f"tracker profile {row['network']} --batch {row['batch']} --backend ncu")
+                  f"tracker profile {row['network']} --batch {row['batch']} --backend ncu"
+                  + (f" --impl {row['implementation']}" if _is_library(row) else ""))
 
 
 def _top(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -312,7 +332,19 @@ def _reconcile(run: Run) -> Body | None:
     return Body(None, finding, frame.drop(columns=["run_id", "layer_id"]))
 
 
+def _algorithms(run: Run) -> Body:
+    frame = algorithms.per_phase(run.store, run.id)
+    if frame.empty:
+        return Body(None, "no launch names an algorithm", missing="the model backend runs no kernel")
+    counts = frame.groupby("algorithm")["phase"].count().sort_values(ascending=False)
+    conv = frame[frame["kind"] == "conv"]
+    finding = ("; ".join(f"{r.layer} {r.phase}: {r.algorithm}" for r in conv.itertuples()) if not conv.empty
+               else ", ".join(f"{name} in {n} layer phases" for name, n in counts.items()))
+    return Body(None, finding, frame.drop(columns=["layer_id"]))
+
+
 RUN_SECTIONS = (  # in the page's order
+    Spec("algorithms", "Algorithm per layer phase (cuDNN, cuBLAS)", "paper 004", _algorithms, _is_library),
     Spec("runtime", "Time per layer", "Figures 6/7", _runtime),
     Spec("roofline", "Roofline", "paper 000", _roofline),
     Spec("memory", "GPU memory", "paper 002", _memory),
@@ -404,7 +436,8 @@ def _batch_sections(store, experiment_id: int, batches: list[int], sub: str) -> 
 
 TITLES = {"l1-bypass": ("L1 bypass (-dlcm=cg) speedup per layer", "paper 003 section 4 (6.2 %)"),
           "variants": ("Kernel variants against global", "memory placement"),
-          "fusion": ("Fusion speedup per layer", "paper 003 section 4")}
+          "fusion": ("Fusion speedup per layer", "paper 003 section 4"),
+          "library": ("PyTorch (cuDNN, cuBLAS) against our kernels per layer", "paper 003's library study")}
 
 
 def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Section]:
@@ -418,8 +451,9 @@ def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Sectio
                                 _speedup_finding(pd.concat([pairs, frame[frame["layer"] == "iteration"]])),
                                 pairs.drop(columns=["layer_id"], errors="ignore")))
     title, paper = TITLES[kind]
-    columns = ["comparison", "arm", "layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup",
-               "change_pct", "noise", "l1_hit_rate_change", "l2_hit_rate_change", "first_reason_a", "first_reason_b"]
+    columns = ["comparison", "arm", "layer", "phase", "algorithm_a", "algorithm_b", "a_ms", "b_ms", "spread_pct_a",
+               "spread_pct_b", "speedup", "change_pct", "noise", "l1_hit_rate_change", "l2_hit_rate_change",
+               "first_reason_a", "first_reason_b"]
     columns = [c for c in columns if c in frame.columns]
     layers = frame[frame["layer"] != "iteration"] if not frame.empty else frame
     sections.append(Section(kind.replace("-", "_"), title, paper, bars.speedup(layers, title, sub),

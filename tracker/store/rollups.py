@@ -33,14 +33,18 @@ ROLLUP = {m.name: (m.rollup, m.rollup.removeprefix("weighted:")) for m in CATALO
 
 
 def _time(run_id: int, launches: list[dict]) -> list[dict]:
-    """Per layer phase: launches per iteration, and the event time per iteration over iterations."""
+    """Per layer phase: launches per iteration, the event time per iteration over iterations, and
+    the algorithm its launches ran (a library's; the first iteration's where they differ)."""
     count: defaultdict[tuple, int] = defaultdict(int)
+    algorithm: dict[tuple, str] = {}
     repeats: defaultdict[tuple, set] = defaultdict(set)
     per_repeat: defaultdict[tuple, defaultdict[int, list]] = defaultdict(lambda: defaultdict(list))
     for k in launches:
         key = (k["layer_id"], k["phase"])
         count[key] += 1
         repeats[key].add(k["repeat"])
+        if k.get("algorithm") is not None:
+            algorithm.setdefault(key, k["algorithm"])
         if k.get("time_ms") is not None:
             per_repeat[key][k["repeat"]].append(k["time_ms"])
     rows = []
@@ -48,7 +52,8 @@ def _time(run_id: int, launches: list[dict]) -> list[dict]:
         stats = over_repeats(sum(times) for times in per_repeat[key].values())
         rows.append(dict(run_id=run_id, layer_id=key[0], phase=key[1], launches=count[key] // len(repeats[key]),
                          measured_ms=stats and stats.median, min_ms=stats and stats.min, max_ms=stats and stats.max,
-                         repeats=stats.repeats if stats else 0, spread_pct=stats and stats.spread_pct))
+                         repeats=stats.repeats if stats else 0, spread_pct=stats and stats.spread_pct,
+                         algorithm=algorithm.get(key)))
     return rows
 
 
@@ -150,7 +155,7 @@ def rebuild(conn: Connection) -> int:
     runs = [row[0] for row in conn.execute(text("SELECT DISTINCT run_id FROM launch"))]
     for run_id in runs:
         launches = [dict(row._mapping) for row in conn.execute(
-            text("SELECT invocation, layer_id, phase, repeat, time_ms FROM launch WHERE run_id = :run"),
+            text("SELECT invocation, layer_id, phase, repeat, time_ms, algorithm FROM launch WHERE run_id = :run"),
             {"run": run_id})]
         metrics = [dict(row._mapping) for row in conn.execute(
             text("SELECT invocation, name, value FROM metric WHERE run_id = :run"), {"run": run_id})]

@@ -33,7 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from tracker.phases import PHASES
 from tracker.metrics import CATALOG
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 STATUSES = ("running", "complete", "failed", "interrupted")
 
@@ -80,6 +80,10 @@ class Run(Base):
         doc="'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default "
             "({}: every default); NULL: nothing ran (model) or recorded before schema v5")
     l1_bypass: Mapped[bool]
+    implementation: Mapped[str] = mapped_column(
+        server_default="ours", doc="ours (tracker's kernels) or torch (PyTorch: cuDNN and cuBLAS); ours before schema v6")
+    library: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="the library arm's versions and settings (torch, cudnn, cublas, tf32, cudnn_benchmark); NULL for ours")
     backend: Mapped[str] = mapped_column(doc="ncu, nvprof, events or model")
     backend_reason: Mapped[str]
     device_name: Mapped[str | None] = mapped_column(doc="the GPU measured, or the catalog device predicted for")
@@ -172,6 +176,12 @@ class Launch(Base):
     shared_bytes: Mapped[int]
     registers: Mapped[int | None]
     time_ms: Mapped[float | None] = mapped_column(Float, doc="CUDA-event time")
+    algorithm: Mapped[str | None] = mapped_column(
+        doc="the layer phase's algorithm read from a library's kernel names (implicit_gemm, implicit_precomp_gemm, "
+            "gemm, winograd, winograd_nonfused, fft, direct); NULL for our kernels and where no name says")
+    role: Mapped[str | None] = mapped_column(
+        doc="a library kernel's part in its layer phase: math, or the work around it (transform, reduction, fill, "
+            "offsets, other); NULL for our kernels")
 
 
 class MetricDefRow(Base):
@@ -224,6 +234,7 @@ class RollupTime(PerLayerPhase, Base):
     max_ms: Mapped[float | None] = mapped_column(Float)
     repeats: Mapped[int] = mapped_column(doc="measured iterations timed")
     spread_pct: Mapped[float | None] = mapped_column(Float, doc="(max - min) / median, in %")
+    algorithm: Mapped[str | None] = mapped_column(doc="the algorithm its launches ran (launch.algorithm)")
 
 
 # One row per profiled launch and a column per catalog metric (tracker/store/rollups.py). Its

@@ -74,7 +74,7 @@ COUNTER_VIEWS = (
 SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
        k.l1_policy, k.time_ms,
        {", ".join(f"r.{m.name}" for m in CATALOG)},
-       r.flops
+       r.flops, k.algorithm, k.role
 FROM launch k
 JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
 JOIN rollup_launch r ON r.run_id = k.run_id AND r.invocation = k.invocation
@@ -200,10 +200,11 @@ VIEWS = (
     View(
         "layer_time",
         "Measured time per run, layer and phase: event time summed over the phase's launches, the median "
-        "over measured repeats (NULL where nothing was timed), with min, max and spread in %. Computed when "
-        "the run is written.",
+        "over measured repeats (NULL where nothing was timed), with min, max and spread in %, and the "
+        "algorithm a library's kernels ran (NULL for ours). Computed when the run is written.",
         """
-SELECT run_id, layer_id, phase, launches, measured_ms, min_ms, max_ms, repeats, spread_pct FROM rollup_time
+SELECT run_id, layer_id, phase, launches, measured_ms, min_ms, max_ms, repeats, spread_pct, algorithm
+FROM rollup_time
 """,
     ),
     View(
@@ -219,13 +220,13 @@ GROUP BY run_id, layer_id, phase, repeat
     ),
     View(
         "layer_phase",
-        "One row per run, layer and phase: the model's prediction beside the measurement. "
-        "achieved_gflops = model ops / measured time.",
+        "One row per run, layer and phase: the model's prediction beside the measurement, and the "
+        "algorithm a library ran it with. achieved_gflops = model ops / measured time.",
         """
 SELECT l.run_id, l.layer_id, l.name AS layer, l.kind, p.phase, l.output_shape, l.params,
        p.macs, p.ops, p.bytes, p.intensity, p.attainable_gflops, p.predicted_ms, p.bound,
        t.launches, t.measured_ms,
-       CASE WHEN t.measured_ms > 0 THEN p.ops / (t.measured_ms * 1.0e6) END AS achieved_gflops
+       CASE WHEN t.measured_ms > 0 THEN p.ops / (t.measured_ms * 1.0e6) END AS achieved_gflops, t.algorithm
 FROM layer l
 JOIN prediction p ON p.run_id = l.run_id AND p.layer_id = l.layer_id
 LEFT JOIN layer_time t ON t.run_id = p.run_id AND t.layer_id = p.layer_id AND t.phase = p.phase
@@ -244,7 +245,7 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
        (SELECT SUM(p.bytes) FROM prediction p WHERE p.run_id = r.id) AS bytes,
        (SELECT SUM(p.predicted_ms) FROM prediction p WHERE p.run_id = r.id) AS predicted_ms,
        (SELECT SUM(t.measured_ms) FROM layer_time t WHERE t.run_id = r.id) AS measured_ms,
-       r.predicted_peak_bytes, r.measured_peak_bytes
+       r.predicted_peak_bytes, r.measured_peak_bytes, r.implementation
 FROM run r
 """,
     ),

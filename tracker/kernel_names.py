@@ -1,4 +1,10 @@
-"""Which algorithm a library ran, read from its kernels' names (issue 29; paper 004's question).
+"""What a kernel's name says: its function name as the profilers print it (``kernel_base``, by
+which the join matches pass 1 to pass 2 and the report shortens a name), and which algorithm and
+role a library kernel has in its layer phase (``classify``, ``phase_algorithm``; issue 29, paper
+004's question).
+
+A name may come demangled with its return type, template arguments and parameters (PyTorch's
+profiler, nvprof) or as the bare function (ncu's default).
 
 cuDNN and cuBLAS do not say which algorithm a convolution ran, but their kernels' names do:
 ``implicit_convolve_sgemm`` is an implicit GEMM, ``winograd_nonfused::winogradForwardData4x4``
@@ -21,9 +27,23 @@ import re
 from typing import Iterable, NamedTuple
 
 
+def kernel_base(name: str) -> str:
+    """The function name in a kernel name as a profiler prints it: no return type, template
+    arguments or parameter list (``void k<32>(float*, int)`` -> ``k``)."""
+    name = re.sub(r"^(void|__global__ void)\s+", "", name.strip())
+    name = name.split("(", 1)[0]
+    depth, out = 0, []
+    for char in name:
+        depth += char == "<"
+        if depth == 0:
+            out.append(char)
+        depth -= char == ">" and depth > 0
+    return "".join(out).rsplit("::", 1)[-1].strip()
+
+
 class Kernel(NamedTuple):
     algorithm: str | None  # None: not a convolution's or a GEMM's kernel (an element-wise op's, say)
-    role: str  # math, transform, reduction, fill, offsets, other
+    role: str  # math, transform, reduction, fill, offsets, epilogue, other
     tensor_cores: bool
 
 
@@ -32,7 +52,7 @@ RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"fft\d?d?_?(r2c|c2r)|fft2d|fft1d|flip_filter|vector_fft", "fft", "transform"),
     (r"winograd(Forward|Wgrad)(Data|Filter|Output|Delta)", "winograd_nonfused", "transform"),
     (r"winograd", "winograd", "math"),
-    (r"precomputed_convolve_sgemm|scudnn_\d+x\d+_(relu_)?(interior|small|medium|large)", "implicit_precomp_gemm",
+    (r"precomputed_convolve_sgemm|scudnn_\d+x\d+_(relu_)?(\w+_)?(interior|small|medium|large)", "implicit_precomp_gemm",
      "math"),
     (r"computeOffsetsKernel", "implicit_precomp_gemm", "offsets"),
     (r"implicit_convolve_[sh]gemm|xmma_(fprop|dgrad|wgrad)_implicit_gemm|implicit_gemm|dgrad_engine|"
@@ -44,6 +64,7 @@ RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|ShuffleInTensor", None, "transform"),
     (r"splitK[Rr]educe|reduce_kernel|[Rr]eduction", None, "reduction"),
     (r"[Ff]ill|memset|[Ss]etTensor|scalePackedTensor", None, "fill"),
+    (r"epilogue", None, "epilogue"),  # cuBLASLt's bias or activation after a GEMM
 )
 _COMPILED = tuple((re.compile(pattern), algorithm, role) for pattern, algorithm, role in RULES)
 _TENSOR_CORES = re.compile(r"tensorop|tensor\d+x\d+|hmma|s1688|s16816|[hi]884|_(tf32|f16|bf16)(f16|f32|bf16|tf32)")

@@ -1,0 +1,142 @@
+"""A PyTorch profiler trace read as a launch log (pure Python: no torch needed to read one).
+
+``torch.profiler`` records through CUPTI (Kineto) each kernel a step ran, with its full name
+(template arguments kept), grid, block, registers, shared memory and device time, and the host
+runtime call that launched it, linked by a ``correlation`` id; each ``record_function`` range
+is a ``user_annotation`` span on the host thread that opened it. A kernel belongs to the
+innermost annotation, on the thread that launched it, whose span holds its launch call: that is
+how a library kernel is told which layer phase it ran for, whatever its name, and how the same
+kernel launched by several layers is told apart (by the range, and by invocation order).
+
+The trace is Chrome's JSON (``prof.export_chrome_trace``), the format Holistic Trace Analysis
+reads too; ``tests/data/public/`` holds a real one of AlexNet under PyTorch on an A100.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from tracker.errors import TrackerError
+from tracker.phases import PHASES
+
+if TYPE_CHECKING:
+    from tracker.gpu.workload import Launch
+    from tracker.nets import Layer, Network
+
+RUNTIME = ("cuda_runtime", "cuda_driver")  # the host calls that launch kernels
+
+
+class Annotation(NamedTuple):
+    name: str
+    start_us: float  # with the name, tells one occurrence of a range from the next
+    end_us: float
+
+
+class TraceKernel(NamedTuple):
+    """One kernel of the trace, in launch order."""
+
+    name: str
+    annotation: Annotation | None  # the innermost range holding its launch; None outside every range
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    registers: int | None
+    shared_bytes: int
+    time_ms: float  # device time
+    correlation: int
+
+
+def load(path: str | Path) -> dict:
+    """A trace file (``.json`` or ``.json.gz``) as its JSON object."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise TrackerError(f"cannot read the PyTorch profiler trace {path}: {exc}") from None
+
+
+def kernels(trace: dict) -> list[TraceKernel]:
+    """Every kernel of the trace in launch order, each with the annotation it ran under."""
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    launches: dict[int, dict] = {}
+    spans: defaultdict[tuple, list[Annotation]] = defaultdict(list)
+    found = []
+    for event in events:
+        category, args = event.get("cat"), event.get("args") or {}
+        if category in RUNTIME and "correlation" in args:
+            launches[args["correlation"]] = event
+        elif category == "user_annotation":
+            spans[(event.get("pid"), event.get("tid"))].append(
+                Annotation(event["name"], float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0))))
+        elif category == "kernel":
+            found.append(event)
+    for annotations in spans.values():
+        annotations.sort(key=lambda a: a.start_us)
+    out = []
+    for event in found:
+        args = event["args"]
+        launch = launches.get(args.get("correlation"))
+        at = float(launch["ts"]) if launch else float(event["ts"])
+        where = spans.get((launch.get("pid"), launch.get("tid"))) if launch else None
+        out.append((at, args.get("correlation", 0), TraceKernel(
+            event["name"], _innermost(where or [], at), _dim3(args.get("grid")), _dim3(args.get("block")),
+            args.get("registers per thread"), int(args.get("shared memory") or 0), float(event.get("dur", 0)) / 1e3,
+            args.get("correlation", 0))))
+    return [kernel for _, _, kernel in sorted(out, key=lambda item: item[:2])]
+
+
+def _innermost(annotations: list[Annotation], at: float) -> Annotation | None:
+    """The latest-starting annotation whose span holds ``at``: nested spans start inside their
+    parents, so the first one found walking back from ``at`` is the innermost."""
+    starts = [a.start_us for a in annotations]
+    for annotation in reversed(annotations[:bisect.bisect_right(starts, at)]):
+        if annotation.end_us >= at:
+            return annotation
+    return None
+
+
+def _dim3(value) -> tuple[int, int, int]:
+    x, y, z = (list(value or []) + [1, 1, 1])[:3]
+    return int(x), int(y), int(z)
+
+
+def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[list[Launch], list[TraceKernel]]:
+    """(the launches of ``net``'s layer phases, in invocation order; the kernels that ran outside
+    every layer phase's range). A kernel's repeat is which occurrence of its range it ran in; its
+    algorithm is its layer phase's occurrence's (``phase_algorithm`` over all its kernels), its
+    role its own, with a kernel no rule names counted as the math of a phase that runs no
+    convolution or GEMM (a ReLU's element-wise kernel is the ReLU)."""
+    from tracker.gpu.workload import Launch
+    from tracker.kernel_names import classify, phase_algorithm
+
+    layers = {layer.name: layer for layer in net.layers}
+    placed = [(k, _layer_phase(k.annotation.name, layers) if k.annotation else None) for k in traced]
+    groups: defaultdict[Annotation, list[str]] = defaultdict(list)
+    for k, where in placed:
+        if where:
+            groups[k.annotation].append(k.name)  # type: ignore[index]
+    starts: defaultdict[str, list[float]] = defaultdict(list)
+    for annotation in sorted(groups, key=lambda a: a.start_us):
+        starts[annotation.name].append(annotation.start_us)
+    algorithms = {annotation: phase_algorithm(names) for annotation, names in groups.items()}
+    launches: list[Launch] = []
+    for k, where in placed:
+        if where is None:
+            continue
+        assert k.annotation is not None
+        (layer, phase), algorithm, role = where, algorithms[k.annotation], classify(k.name).role
+        launches.append(Launch(len(launches), layer.id, layer.name, phase, starts[k.annotation.name].index(
+            k.annotation.start_us), k.name, variant, "ca", k.grid, k.block, k.shared_bytes, k.registers, k.time_ms,
+            algorithm, "math" if role == "other" and algorithm is None else role))
+    return launches, [k for k, where in placed if where is None]
+
+
+def _layer_phase(name: str, layers: dict[str, Layer]) -> tuple[Layer, str] | None:
+    """The layer and phase of a range named 'layer/phase' (ours), or None."""
+    layer, _, phase = name.rpartition("/")
+    return (layers[layer], phase) if layer in layers and phase in PHASES else None

@@ -11,6 +11,9 @@
 #      events profiles with the tuned tiles and --untuned; the database stays on the machine as
 #      ./tuning-GPU.db (git-ignored) for stage 5
 #   5  the kernel benchmark with stage 4's tuned tiles (RESULTS.md, tuned)
+#   6  the library arm (issue 29): PyTorch's AlexNet step on the GPU against the NumPy reference;
+#      --impl torch on events at batch 128 and under ncu at batch 16 (raw CSV pages kept); the
+#      library experiment at batch 128; a Kineto trace of one batch-16 step under our range names
 #
 # Each stage fits one 10-minute command: every step runs under its own `timeout`, cut to what is
 # left of the stage's budget (TRACKER_STAGE_BUDGET_S, default 560 s). Everything lands in a scratch
@@ -28,7 +31,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-case "$stage" in 1|2|3|4|5) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5 (got '${stage}')"; exit 2 ;; esac
+case "$stage" in 1|2|3|4|5|6) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5|6 (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
 w="$work/stage$stage"
@@ -174,6 +177,37 @@ stage5() {
     # The benchmark again, each GEMM-shaped launch on the tile stage 4 found fastest on this GPU.
     step benchmark-tuned 540 '[ -f tuning-$GPU.db ] || { echo "no tuning-$GPU.db here: run stage 4 first"; exit 3; }
         python3 benchmarks/kernels.py --reps 10 --db tuning-$GPU.db --out $W/RESULTS.md'
+}
+
+stage6() {
+    # The library arm: the PyTorch build's step first (fp32, TF32 off: it must compute what the
+    # reference does), then the recordings issue 29 asks for, each with `tracker show` beside it.
+    step lib-check 120 'python3 - <<"PY" > $W/lib-check.key
+import numpy as np, torch
+from tracker import reference
+from tracker.gpu.network import initial_parameters
+from tracker.library.torch_net import TorchStep
+from tracker.nets import build
+net = build("alexnet")
+step = TorchStep(net, 2, "cuda")
+step.iteration()
+loss, grads = reference.network_step(net, initial_parameters(net, 0), step.x.cpu().numpy().astype(np.float64),
+                                     step.labels.cpu().numpy())
+worst = max(np.linalg.norm(g.cpu().numpy() - r) / np.linalg.norm(r)
+            for name, pair in grads.items() for g, r in zip(step.grads[name], pair))
+print(f"loss {float(step.loss.detach()):.6f} vs {loss:.6f}; worst relative gradient error {worst:.2e}")
+raise SystemExit(0 if worst < 1e-3 and abs(float(step.loss.detach()) - loss) < 1e-4 * abs(loss) else 1)
+PY'
+    stop_unless_ok $? "PyTorch's AlexNet step does not match the NumPy reference (lib-check.key)"
+    step lib-events-b128 150 'tracker profile alexnet --batch 128 --impl torch --backend events --repeat 5         --db $W/library-b128-events-$GPU.db && tracker show last --db $W/library-b128-events-$GPU.db --format csv         > $W/library-b128-events-show.csv'
+    step lib-ncu-b16 200 'tracker profile alexnet --batch 16 --impl torch --backend ncu --repeat 1         --db $W/library-b16-ncu-$GPU.db --ncu-report $W/lib-b16.ncu-rep; rc=$?
+        [ -f $W/lib-b16.ncu-rep ] && export_pages $W/lib-b16.ncu-rep library-b16-$GPU && rm -f $W/lib-b16.ncu-rep
+        tracker show last --db $W/library-b16-ncu-$GPU.db --format csv > $W/library-b16-ncu-show.csv; exit $rc'
+    step exp-library-b128 150 'tracker experiment library alexnet --batch 128 --backend events --repeat 5         --db $W/library-experiment-b128-$GPU.db --format csv > $W/experiment-library.csv'
+    step lib-trace-b16 60 'python3 -c "from tracker.gpu.workload import Workload
+from tracker.library.torch_run import trace
+trace(Workload(\"alexnet\", batch=16, implementation=\"torch\"), \"$W/pytorch-alexnet-b16-$GPU-kineto.json\", print)" \
+        && gzip -9 $W/pytorch-alexnet-b16-$GPU-kineto.json'
 }
 
 "stage$stage"

@@ -46,13 +46,28 @@ def _warm_up(step: TorchStep, warmup: int, echo: Callable[[str], None]) -> None:
 
 def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
     """Pass 1: the measured iterations under torch.profiler, read back as the launch log."""
-    from torch.profiler import ProfilerActivity, profile
-
     from tracker.gpu.cupy_backend import device_info
 
     device = device_info()
     echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs), "
          f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
+    with tempfile.TemporaryDirectory(prefix="tracker-torch-") as tmp:
+        path = Path(tmp) / "trace.json"
+        peak = trace(workload, path, echo)
+        launches, outside = kineto.launch_log(kineto.kernels(kineto.load(path)), workload.net,
+                                              workload.implementation)
+    if outside:
+        names = sorted({k.name[:60] for k in outside})
+        echo(f"{len(outside)} kernels ran outside every layer phase's range and are not stored: {', '.join(names)}")
+    echo(f"{len(launches)} launches in {workload.repeat} iterations")
+    return Measured(launches, device, peak)
+
+
+def trace(workload: Workload, path: str | Path, echo: Callable[[str], None]) -> int:
+    """Warm up, then the measured iterations under torch.profiler, its Chrome trace written to
+    ``path``; the peak of allocated device memory."""
+    from torch.profiler import ProfilerActivity, profile
+
     step = _step(workload)
     _warm_up(step, workload.warmup, echo)
     torch.cuda.reset_peak_memory_stats()
@@ -61,16 +76,8 @@ def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
             step.iteration()
             torch.cuda.synchronize()
             echo(f"iteration {r + 1}/{workload.repeat}")
-    with tempfile.TemporaryDirectory(prefix="tracker-torch-") as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        launches, outside = kineto.launch_log(kineto.kernels(kineto.load(path)), workload.net,
-                                              workload.implementation)
-    if outside:
-        names = sorted({k.name[:60] for k in outside})
-        echo(f"{len(outside)} kernels ran outside every layer phase's range and are not stored: {', '.join(names)}")
-    echo(f"{len(launches)} launches in {workload.repeat} iterations")
-    return Measured(launches, device, torch.cuda.max_memory_allocated())
+    prof.export_chrome_trace(str(path))
+    return torch.cuda.max_memory_allocated()
 
 
 def run_child(workload: Workload) -> None:

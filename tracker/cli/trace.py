@@ -8,6 +8,7 @@ from tracker.cli import cli
 from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
 from tracker.cli.options import db_option, emit, format_option, ncu_options, net_kwargs, network_options
 from tracker.cli.output import cell, stream, to_json
+from tracker.errors import TrackerError
 from tracker.model import lookup
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import build
@@ -17,9 +18,14 @@ from tracker.profilers import COLLECTORS
 
 
 @cli.command()
-@click.argument("network")
+@click.argument("network", required=False)
 @click.option("--batch", "-b", type=click.IntRange(1, MAX_BATCH), default=128, show_default=True,
               help="Images per mini-batch (paper 003 used 16, 64 and 128).")
+@click.option("--torch", "torch_model", default=None, metavar="MODULE:FUNCTION",
+              help="Profile your own PyTorch model instead of NETWORK: FUNCTION (no arguments) returns an nn.Module "
+              "and an example input, whose first dimension is the batch. Every call of a leaf module is a layer, "
+              "named by its module path (path#k for the k-th of several calls), forward and backward, with the "
+              "FLOPs torch.utils.flop_counter counts beside the measurement. Implies --impl torch.")
 @db_option
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="auto: ncu with a GPU and Nsight Compute (nvprof on a GPU before Volta, which ncu does not "
@@ -52,9 +58,13 @@ from tracker.profilers import COLLECTORS
 @dtype_option
 @network_options
 @format_option
-def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, warmup, implementation, tf32,
-            cudnn_benchmark, untuned, ncu_report, clock_control, cache_control, device, dtype_bits, fmt, **kwargs):
+def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass, repeat, warmup, implementation,
+            tf32, cudnn_benchmark, untuned, ncu_report, clock_control, cache_control, device, dtype_bits, fmt,
+            **kwargs):
     """Profile a network forward and backward, layer by layer, into the trace database.
+
+    NETWORK is one of tracker's (`tracker networks`), run by our kernels or, with --impl torch,
+    by PyTorch's cuDNN and cuBLAS; or give --torch MODULE:FUNCTION for your own PyTorch model.
 
     Chooses the backend (ncu, nvprof, events or model) from what this machine has and says which
     and why. Without a GPU the run holds the analytic model's predictions, labelled as such.
@@ -66,12 +76,18 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
       tracker profile alexnet --batch 16 --backend ncu --repeat 3 --ncu-report alexnet.ncu-rep
       tracker profile unet2d --batch 16 --conv-type separable --backend model
       tracker profile alexnet --batch 128 --impl torch --backend events
+      tracker profile --torch mymodels.resnet:build --backend events
     """
     from tracker.ops import OPS
     from tracker.profilers import Options
     from tracker.profilers.ncu import Settings as NcuSettings
 
-    net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
+    if torch_model:
+        net, batch, implementation = _torch_model(torch_model, network, implementation, net_kwargs(kwargs))
+    elif network is None:
+        raise TrackerError("name a NETWORK (tracker networks lists them) or your own model with --torch MODULE:FUNCTION")
+    else:
+        net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
     gpu = lookup(device) if device else None
     variants = OPS.parse_variants(variant)
     workload = Workload.of(net, batch, variants=variants, phases=phases, l1_bypass=l1_bypass, repeat=repeat,
@@ -104,6 +120,27 @@ def profile(network, batch, db, backend, phases, variant, l1_bypass, repeat, war
         click.echo(f"  --ncu-report ignored: the {result.backend} backend runs no counter profiler")
     click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}, "
                f"tracker report {result.run_id} --out report/")
+
+
+def _torch_model(spec: str, network: str | None, implementation: str, options: dict):
+    """(network, batch, implementation) of --torch MODULE:FUNCTION, refusing what does not apply."""
+    source = click.get_current_context().get_parameter_source
+    if network is not None:
+        raise TrackerError(f"give NETWORK ({network}) or --torch {spec}, not both")
+    if source("implementation") != click.core.ParameterSource.DEFAULT and implementation != "torch":
+        raise TrackerError(f"--torch {spec} is run by PyTorch: it takes --impl torch, not --impl {implementation}")
+    if source("batch") != click.core.ParameterSource.DEFAULT:
+        raise TrackerError(f"--batch does not apply to --torch {spec}: its example input's first dimension is the batch")
+    given = [name for name, value in options.items() if value is not None]
+    if given:
+        raise TrackerError(f"--{given[0].replace('_', '-')} is an option of tracker's networks, not of --torch {spec}")
+    from tracker.library import require_torch
+
+    require_torch("--torch")
+    from tracker.library.torch_module import check_spec, network as torch_network
+
+    net = torch_network(check_spec(spec))
+    return net, int(net.options["example_batch"]), "torch"
 
 
 @cli.command()

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
+from tracker.errors import TrackerError
+
 if TYPE_CHECKING:
     from tracker.gpu.network import Step
     from tracker.nets import Network
@@ -56,6 +58,8 @@ class Workload:
     def __post_init__(self) -> None:
         check(self.batch, self.phases, self.variants, self.repeat, self.warmup)
         check_implementation(self.implementation, self.variants, self.l1_bypass, self.tf32, self.cudnn_benchmark)
+        if is_module_spec(self.network) and self.implementation != "torch":
+            raise TrackerError(f"{self.network} is a PyTorch model: only --impl torch runs it")
         object.__setattr__(self, "steps", tuple(PlannedStep(*s) for s in self.steps))  # JSON gives lists
 
     @classmethod
@@ -67,6 +71,10 @@ class Workload:
 
     @cached_property
     def net(self) -> Network:
+        if is_module_spec(self.network):  # a user's PyTorch model (tracker profile --torch)
+            from tracker.library.torch_module import network
+
+            return network(self.network)
         from tracker.nets import build
 
         return build(self.network, **self.options)
@@ -109,10 +117,14 @@ class Workload:
         return [sys.executable, "-m", "tracker.gpu.workload", self.to_json()]
 
 
+def is_module_spec(network: str) -> bool:
+    """A user's PyTorch model named MODULE:FUNCTION, not one of tracker's networks."""
+    return ":" in network
+
+
 def check(batch: int, phases: str, variants: dict[str, str], repeat: int, warmup: int) -> None:
     """A workload's values, checked as the CLI checks its options (the library's callers and
     the child's JSON skip the CLI)."""
-    from tracker.errors import TrackerError
     from tracker.model.roofline import check_batch, check_phases
     from tracker.ops import OPS
 
@@ -129,7 +141,7 @@ def check_implementation(implementation: str, variants: dict, l1_bypass: bool, t
                          cudnn_benchmark: bool) -> None:
     """Our kernels take variants and the L1 build; a library takes TF32 and cuDNN's benchmark
     mode. Either given to the other is refused rather than ignored."""
-    from tracker.errors import TrackerError, unknown
+    from tracker.errors import unknown
 
     if implementation not in IMPLEMENTATIONS:
         raise unknown("implementation", str(implementation), list(IMPLEMENTATIONS))

@@ -18,8 +18,9 @@ from typing import Callable
 import torch
 
 from tracker.gpu.runner import Measured
-from tracker.gpu.workload import Workload
+from tracker.gpu.workload import Workload, is_module_spec
 from tracker.library import kineto
+from tracker.library.torch_module import ModuleStep
 from tracker.library.torch_net import TorchStep
 
 
@@ -31,13 +32,16 @@ def annotated(name: str) -> AbstractContextManager:
     return stack
 
 
-def _step(workload: Workload) -> TorchStep:
+def _step(workload: Workload) -> TorchStep | ModuleStep:
+    """Our network built in PyTorch, or the user's own model replayed call by call (--torch)."""
     torch.backends.cudnn.benchmark = workload.cudnn_benchmark
+    if is_module_spec(workload.network):
+        return ModuleStep(workload.network, "cuda", workload.phases, annotated, workload.tf32)
     return TorchStep(workload.net, workload.batch, "cuda", phases=workload.phases, region=annotated,
                      allow_tf32=workload.tf32)
 
 
-def _warm_up(step: TorchStep, warmup: int, echo: Callable[[str], None]) -> None:
+def _warm_up(step: TorchStep | ModuleStep, warmup: int, echo: Callable[[str], None]) -> None:
     for i in range(warmup):
         echo(f"warm-up {i + 1}/{warmup} (cuDNN and cuBLAS choose their kernels)")
         step.iteration()

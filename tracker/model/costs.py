@@ -38,6 +38,9 @@ CONVENTIONS = {
                  "gamma*x+beta 2); bwd_data 6 per element; bwd_weight 5 per element",
     "upsample": "0 (copies); backward (scale^dims - 1) adds per input element",
     "concat": "0 (copies), forward and backward",
+    "module": "torch.utils.flop_counter's FLOPs of the call (a multiply-add is 2; it counts convolutions, "
+              "matrix products and attention, not element-wise ops), MACs = FLOPs / 2; traffic: its inputs, "
+              "output and parameters once",
 }
 
 # Per-element op counts of the element-wise kinds: (forward, backward data, backward weight).
@@ -77,7 +80,7 @@ def costs(layer: Layer, batch: int) -> dict[str, Cost]:
     x = batch * sum(numel(s) for s in layer.input_shapes)  # input elements
     y = batch * numel(layer.output_shape)  # output elements
     p = layer.params
-    kind, op = layer.kind, cast(Any, layer.op)  # the kind says which Op subclass
+    kind, op = layer.op.kind, cast(Any, layer.op)  # the kind says which Op subclass
     if kind in ("conv", "convtranspose", "linear"):
         m = batch * _macs(layer)
         w = p - layer.op.biases()
@@ -97,6 +100,12 @@ def costs(layer: Layer, batch: int) -> dict[str, Cost]:
         table = {"fwd": Cost(0, 0, x, y), "bwd_data": Cost(0, x * (op.scale**dims - 1), y, x)}
     elif kind == "concat":
         table = {"fwd": Cost(0, 0, x, y), "bwd_data": Cost(0, 0, y, x)}
+    elif kind == "module":  # a user's PyTorch module: what flop_counter counted, scaled to the batch
+        flops = {phase: n * batch // op.counted_at for phase, n in op.flops}
+        read = {"fwd": x + p, "bwd_data": y + p, "bwd_weight": y + x}
+        wrote = {"fwd": y, "bwd_data": x, "bwd_weight": p}
+        table = {phase: Cost(flops.get(phase, 0) // 2, flops.get(phase, 0), read[phase], wrote[phase])
+                 for phase in read}
     else:
         table = _elementwise(layer, x, y, p)
     return {phase: table[phase] for phase in layer.phases}

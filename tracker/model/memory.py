@@ -51,7 +51,7 @@ def memory(net: Network, batch: int, dtype_bits: int = 32) -> Memory:
         for layer in layers
     ) * width
     workspace = max(
-        (col_images(batch, per_image) * per_image for layer in layers if layer.kind == "conv"
+        (col_images(batch, per_image) * per_image for layer in layers if layer.op.kind == "conv"
          for conv in [cast(Any, layer.op)]
          for per_image in [numel(layer.output_shape[1:]) * (layer.input_shapes[0][0] // conv.groups)
                            * math.prod(conv.kernel)]),

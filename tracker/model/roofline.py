@@ -95,7 +95,7 @@ def predict(
             attainable, ms, bound = roofline(cost.ops, nbytes, device) if device else (None, None, None)
             rows.append(Prediction(
                 layer.id, layer.name, layer.kind, phase, list(layer.output_shape), layer.params,
-                cost.macs, cost.ops, nbytes, cost.ops / nbytes, attainable, ms, bound, CONVENTIONS[layer.kind],
+                cost.macs, cost.ops, nbytes, cost.ops / nbytes, attainable, ms, bound, CONVENTIONS[layer.op.kind],
             ))
     return rows
 

@@ -43,6 +43,14 @@ class Op:
         """How many of ``params`` are biases (the paper's convention does not count their ops)."""
         return 0
 
+    def weighted(self) -> bool:
+        """Whether it has weights to learn (a bwd_weight phase)."""
+        return self.has_weights
+
+    def label(self) -> str:
+        """The layer's kind as shown and stored (``kind``: the model's cost formula)."""
+        return self.kind
+
     def attrs(self) -> dict:
         """The op's settings, JSON-ready, for ``tracker networks`` and the store."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -216,6 +224,32 @@ class Concat(Op):
 
 
 @dataclass(frozen=True)
+class Module(Op):
+    """One call of a leaf module of a user's own PyTorch model (``tracker profile --torch``), as
+    it was recorded: the module's class, the output shape it produced (per sample), its parameter
+    count, and the FLOPs ``torch.utils.flop_counter`` counted per phase at the example's batch."""
+
+    kind: ClassVar[str] = "module"
+    type: str  # the module's class, e.g. Conv2d
+    output: Shape
+    weights: int = 0  # parameters it learns
+    flops: tuple[tuple[str, int], ...] = ()  # (phase, FLOPs of ``counted_at`` samples)
+    counted_at: int = 1
+
+    def infer(self, inputs: list[Shape]) -> Shape:
+        return self.output
+
+    def params(self, inputs: list[Shape]) -> int:
+        return self.weights
+
+    def weighted(self) -> bool:
+        return self.weights > 0
+
+    def label(self) -> str:
+        return self.type.lower()  # conv2d, batchnorm2d, ...: the cost formula is still 'module'
+
+
+@dataclass(frozen=True)
 class Layer:
     """One layer of a network, with its shapes resolved. ``id`` counts from 1 in network order."""
 
@@ -230,7 +264,7 @@ class Layer:
 
     @property
     def kind(self) -> str:
-        return self.op.kind
+        return self.op.label()
 
     @property
     def phases(self) -> tuple[str, ...]:
@@ -238,7 +272,7 @@ class Layer:
         return (
             ("fwd",)
             + (("bwd_data",) if self.needs_input_grad else ())
-            + (("bwd_weight",) if self.op.has_weights else ())
+            + (("bwd_weight",) if self.op.weighted() else ())
         )
 
     def to_dict(self) -> dict:

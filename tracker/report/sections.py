@@ -163,8 +163,17 @@ def for_run(run: Run) -> Report:
     sections = [spec.section(run) for spec in RUN_SECTIONS if spec.shown(row)]
     return Report(f"Run {run.id}: {row['network']}, batch {row['batch']}, {row['device_name'] or 'no device'}",
                   describe(row), _about(row), sections,
-                  f"tracker profile {row['network']} --batch {row['batch']} --backend ncu"
-                  + (f" --impl {row['implementation']}" if _is_library(row) else ""))
+                  _fill_command(row))
+
+
+def _fill_command(row: pd.Series) -> str:
+    """The command that profiles the same workload with counters."""
+    from tracker.gpu.workload import is_module_spec
+
+    if is_module_spec(row["network"]):
+        return f"tracker profile --torch {row['network']} --backend ncu"
+    impl = f" --impl {row['implementation']}" if _is_library(row) else ""
+    return f"tracker profile {row['network']} --batch {row['batch']} --backend ncu{impl}"
 
 
 def _top(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -218,10 +227,15 @@ def _roofline(run: Run) -> Body:
 
 
 def _memory(run: Run) -> Body:
+    from tracker.gpu.workload import is_module_spec
     from tracker.model import memory
     from tracker.nets import build
 
     row = run.row
+    if is_module_spec(row["network"]):  # a user's PyTorch model: the parts need the module, not stored
+        peak = row["predicted_peak_bytes"]
+        return Body(None, f"the model's peak: {units.nbytes(peak)}" if peak else "no prediction stored",
+                    missing=f"the parts of the peak need tracker's own network, and {row['network']} is a PyTorch model")
     model = memory(build(row["network"], **(row["network_options"] or {})), int(row["batch"]), int(row["dtype_bits"]))
     parts = pd.DataFrame([{"part": k.removesuffix("_bytes").replace("_", " "), "bytes": v}
                           for k, v in model.to_dict().items() if k != "peak_bytes"])

@@ -1,0 +1,42 @@
+"""Small PyTorch models for `tracker profile --torch torch_models:FUNCTION` in the tests (this
+folder is put on the path): a residual CNN that calls one ReLU module three times, and functions
+that return or raise what a user's might by mistake."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class ResidualCNN(nn.Module):
+    def __init__(self, classes: int = 5):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.act = nn.ReLU(inplace=True)  # called three times; in place, as models often write it
+        self.block = nn.Conv2d(8, 8, 3, padding=1)
+        self.pool = nn.MaxPool2d(2)
+        self.head = nn.Linear(8 * 4 * 4, classes)
+
+    def forward(self, x):
+        x = self.act(self.bn(self.stem(x)))
+        x = self.act(self.block(x)) + x  # the residual add is no module's
+        x = self.pool(x)
+        return self.head(self.act(x).flatten(1))
+
+
+def residual_cnn():
+    torch.manual_seed(0)
+    return ResidualCNN(), torch.randn(4, 3, 8, 8)
+
+
+def not_a_model():
+    return 1, 2
+
+
+def broken():
+    raise ValueError("no weights file")
+
+
+def no_batch():
+    return nn.Linear(3, 2), 5

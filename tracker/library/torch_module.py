@@ -1,0 +1,234 @@
+"""A user's own PyTorch model as a tracker network: ``tracker profile --torch MODULE:FUNCTION``.
+
+FUNCTION (no arguments) returns an ``nn.Module`` and an example input (a tensor or a tuple of
+them; its first dimension is the batch). One forward pass with hooks records every call of a
+leaf module (a module without children): each call is a layer, named by its module path (a
+module called k times gives ``path#1`` ... ``path#k``), with the shapes it saw, its parameters
+and the FLOPs ``torch.utils.flop_counter`` counts for its forward, weight gradient and data
+gradient. Kernels that several modules share are told apart by the range each runs in, and a
+module called more than once by its call's name and invocation order.
+
+``ModuleStep`` replays the calls as a training step, layer phase by layer phase in
+``Network.training_order`` under our range names, each call on its recorded inputs (so that its
+backward is its own, as ``TorchStep`` does for our networks). What runs between leaf modules in
+the model's own ``forward`` (a residual add, a reshape) is no module's and is not replayed.
+In-place activations run out of place: autograd refuses an in-place op on a layer's own input.
+Everything a replay needs is made before the measured iterations, so that no kernel runs outside
+a layer phase's range (a collector's pass 2 sees exactly pass 1's launches).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tracker.errors import TrackerError
+from tracker.library.torch_net import Region, nvtx_region
+from tracker.nets import Network
+from tracker.nets.layers import Layer, Module
+
+SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+@dataclass
+class Call:
+    """One call of a leaf module, with what a replay of it needs."""
+
+    name: str  # module path, '#k' for the k-th of several calls
+    module: torch.nn.Module
+    args: list  # detached copies of the tensors it was called with, other arguments as they were
+    needs_input_grad: bool
+    output: torch.Tensor
+    sources: tuple[str, ...] = ()  # the layers (or 'input') that produced its tensor arguments
+    flops: dict[str, int] = field(default_factory=dict)
+
+
+def check_spec(spec: str) -> str:
+    if not SPEC.fullmatch(spec or ""):
+        raise TrackerError(f"--torch takes MODULE:FUNCTION (e.g. mymodels.resnet:build), not '{spec}'")
+    return spec
+
+
+def load(spec: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """The model and example inputs FUNCTION returns, imported as ``python -m`` would (the current
+    directory first on the path); anything else ends in one line saying what went wrong."""
+    module_name, function = check_spec(spec).split(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        imported = importlib.import_module(module_name)
+    except Exception as exc:  # the user's code: whatever it raises is reported in one line
+        raise TrackerError(f"--torch {spec}: cannot import {module_name}: {type(exc).__name__}: {exc}") from None
+    make = getattr(imported, function, None)
+    if not callable(make):
+        raise TrackerError(f"--torch {spec}: {module_name} has no function {function}")
+    try:
+        made = make()
+    except Exception as exc:
+        raise TrackerError(f"--torch {spec}: {function}() raised {type(exc).__name__}: {exc}") from None
+    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
+        raise TrackerError(f"--torch {spec}: {function}() returned {_kind(made)}, not (an nn.Module, an example "
+                           "input)")
+    model, example = made
+    inputs = example if isinstance(example, tuple) else (example,)
+    if not inputs or not all(isinstance(x, torch.Tensor) and x.dim() >= 1 for x in inputs):
+        raise TrackerError(f"--torch {spec}: the example input must be a tensor or a tuple of tensors, each with a "
+                           f"batch dimension, not {_kind(example)}")
+    if len({x.shape[0] for x in inputs}) != 1:
+        raise TrackerError(f"--torch {spec}: the example inputs differ in batch size (first dimension)")
+    return model, inputs
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} ({', '.join(type(v).__name__ for v in value)})"
+    return f"a {type(value).__name__}"
+
+
+def record(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[Call]:
+    """Every call of a leaf module in one training-mode forward pass, in call order."""
+    for m in model.modules():
+        if getattr(m, "inplace", False) is True:
+            m.inplace = False
+    leaves = [(path or type(m).__name__, m) for path, m in model.named_modules() if not any(m.children())]
+    produced: dict[int, str] = {id(x): "input" for x in inputs}
+    calls: list[Call] = []
+    keep: list[torch.Tensor] = []  # outputs alive until the pass ends, so that their ids stay theirs
+
+    def hook(path: str):
+        def after(module, args, output):
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            out = output if isinstance(output, torch.Tensor) else next(
+                (o for o in (output if isinstance(output, (tuple, list)) else ()) if isinstance(o, torch.Tensor)), None)
+            if out is None:
+                raise TrackerError(f"--torch: module {path} ({type(module).__name__}) returned no tensor")
+            calls.append(Call(path, module, [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args],
+                              any(t.requires_grad for t in tensors), out.detach(),
+                              tuple(produced.get(id(t), "(functional)") for t in tensors)))
+            produced[id(out)] = path
+            keep.append(out)
+        return after
+
+    handles = [m.register_forward_hook(hook(path)) for path, m in leaves]
+    try:
+        model.train()
+        model(*inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return _named(calls)
+
+
+def _named(calls: list[Call]) -> list[Call]:
+    """path#k for each call of a module called more than once; its consumers' sources follow."""
+    counts: dict[str, int] = {}
+    for call in calls:
+        counts[call.name] = counts.get(call.name, 0) + 1
+    seen: dict[str, int] = {}
+    renamed: dict[str, str] = {}
+    for call in calls:
+        call.sources = tuple(renamed.get(s, s) for s in call.sources)
+        if counts[call.name] > 1:
+            seen[call.name] = seen.get(call.name, 0) + 1
+            renamed[call.name] = f"{call.name}#{seen[call.name]}"
+            call.name = renamed[call.name]
+    return calls
+
+
+class Replay:
+    """One call made replayable: inputs, output gradient and parameters, all made up front."""
+
+    def __init__(self, call: Call, seed: int):
+        generator = torch.Generator(device=call.output.device).manual_seed(seed)
+        self.call = call
+        self.params = [p for p in call.module.parameters(recurse=False) if p.requires_grad]
+        self.dy = torch.randn(call.output.shape, generator=generator, device=call.output.device,
+                              dtype=call.output.dtype)
+        self.xs: list = []
+        self.out: torch.Tensor | None = None
+
+    def forward(self) -> None:
+        """The call on its recorded inputs (a view of each: no copy, so no kernel)."""
+        self.xs = [a.detach().requires_grad_(self.call.needs_input_grad and a.is_floating_point())
+                   if isinstance(a, torch.Tensor) else a for a in self.call.args]
+        output = self.call.module(*self.xs)
+        self.out = output if isinstance(output, torch.Tensor) else next(o for o in output if isinstance(o, torch.Tensor))
+
+    def grad(self, phase: str) -> tuple:
+        """bwd_weight: the gradients of its parameters; bwd_data: of its inputs."""
+        assert self.out is not None
+        wrt = self.params if phase == "bwd_weight" else [x for x in self.xs if isinstance(x, torch.Tensor)
+                                                          and x.requires_grad]
+        return torch.autograd.grad(self.out, wrt, self.dy, retain_graph=phase == "bwd_weight", allow_unused=True)
+
+
+def count_flops(calls: list[Call]) -> None:
+    """FLOPs per phase of each call, by torch.utils.flop_counter on a replay of it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    for i, call in enumerate(calls):
+        replay = Replay(call, i)
+        phases = ["fwd"] + (["bwd_weight"] if replay.params else []) + (["bwd_data"] if call.needs_input_grad else [])
+        for phase in phases:
+            with FlopCounterMode(display=False) as counter:
+                replay.forward() if phase == "fwd" else replay.grad(phase)
+            call.flops[phase] = int(counter.get_total_flops())
+
+
+def network(spec: str) -> Network:
+    """The user's model as a tracker network: one layer per leaf-module call, with its FLOPs."""
+    model, inputs = load(spec)
+    calls = record(model, inputs)
+    count_flops(calls)
+    return as_network(spec, calls, inputs)
+
+
+def as_network(spec: str, calls: list[Call], inputs: tuple[torch.Tensor, ...]) -> Network:
+    """The network of recorded calls, with the FLOPs counted on them (none for a replay, which
+    needs only the layers and their order)."""
+    if not calls:
+        raise TrackerError(f"--torch {spec}: the model ran no leaf module")
+    batch = inputs[0].shape[0]
+    net = Network(spec, tuple(inputs[0].shape[1:]), options={"example_batch": batch})
+    for i, call in enumerate(calls, 1):
+        shapes = tuple(tuple(a.shape[1:]) for a in call.args if isinstance(a, torch.Tensor))
+        weights = sum(p.numel() for p in call.module.parameters(recurse=False) if p.requires_grad)
+        op = Module(type(call.module).__name__, tuple(call.output.shape[1:]), weights,
+                    tuple(sorted(call.flops.items())), batch)
+        net.layers.append(Layer(i, call.name, op, call.sources or ("input",), shapes, op.output, weights,
+                                call.needs_input_grad))
+    net.notes.append(f"{spec}: {len(calls)} leaf-module calls; FLOPs from torch.utils.flop_counter at batch {batch}")
+    return net
+
+
+class ModuleStep:
+    """One training step of the user's model, replayed call by call (``TorchStep``'s interface)."""
+
+    def __init__(self, spec: str, device: str = "cpu", phases: str = "both", region: Region | None = None,
+                 allow_tf32: bool = False):
+        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+        torch.backends.cudnn.allow_tf32 = allow_tf32
+        model, inputs = load(spec)
+        model, inputs = model.to(device), tuple(x.to(device) for x in inputs)
+        calls = record(model, inputs)
+        self.net = as_network(spec, calls, inputs)
+        self.order = self.net.training_order(phases)
+        self.replays = {call.name: Replay(call, i) for i, call in enumerate(calls)}
+        self.region = region or (nvtx_region if torch.device(device).type == "cuda" else _no_region)
+
+    def iteration(self) -> None:
+        for layer, phase in self.order:
+            replay = self.replays[layer.name]
+            with self.region(f"{layer.name}/{phase}"):
+                replay.forward() if phase == "fwd" else replay.grad(phase)
+
+
+def _no_region(name: str) -> AbstractContextManager:
+    return nullcontext()

@@ -138,8 +138,13 @@ ROOF_COLUMNS = ("attainable_gflops", "predicted_ms", "bound")
 @click.option("--memory", "show_memory", is_flag=True, help="Print the peak-memory breakdown instead of the layers.")
 @click.option("--plot", default=None, metavar="FILE",
               help="Draw the roofline (needs --device) into this PNG, SVG or PDF file.")
+@click.option("--algorithm", default=None, metavar="NAME|all",
+              help="Cost the convolutions by one algorithm (direct, implicit_gemm, gemm, winograd_f2, winograd_f4, "
+              "fft; Winograd and FFT where the stride is 1, direct elsewhere, as each row says): its multiplies, "
+              "transform FLOPs and workspace move the roofline and the memory peak. 'all': every algorithm side by "
+              "side per conv layer phase, the fastest on --device (else the fewest FLOPs) marked best (paper 004).")
 @format_option
-def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **kwargs):
+def model(network, batch, device, dtype_bits, phases, show_memory, plot, algorithm, fmt, **kwargs):
     """Analytic FLOPs, bytes, arithmetic intensity, roofline and memory per layer and phase.
 
     Ops follow paper 003 (a multiply-add is 2 ops, bias not counted); bytes are compulsory
@@ -151,7 +156,13 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **
       tracker model alexnet --batch 128 --device h100 --plot roofline.png
       tracker model unet2d --batch 16 --device rtx2060-super --conv-type separable
       tracker model unet3d --batch 2 --memory
+      tracker model alexnet --batch 128 --device h100 --algorithm all
+      tracker model alexnet --batch 128 --algorithm winograd_f4 --memory
     """
+    from tracker.model.algorithms import check_algorithm
+
+    if algorithm not in (None, "all"):
+        check_algorithm(algorithm)
     net = build(network, **net_kwargs(kwargs))
     gpu = lookup(device) if device else None
     if plot is not None and gpu is None:
@@ -161,13 +172,20 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **
 
         check_file(plot, PLOT_SUFFIXES)
     bits = int(dtype_bits)
-    peak = memory(net, batch, bits)
+    if algorithm == "all":
+        if show_memory or plot is not None:
+            raise TrackerError("--algorithm all compares the algorithms in one table: name one algorithm for --memory "
+                               "or --plot")
+        _algorithms(net, batch, gpu, bits, phases, fmt)
+        return
+    peak = memory(net, batch, bits, algorithm)
     if show_memory:
         emit([{"item": k, "bytes": v} for k, v in peak.to_dict().items()], fmt)
         return
-    rows = predict(net, batch, gpu, bits, phases)
+    rows = predict(net, batch, gpu, bits, phases, algorithm)
     emit([r.to_dict(with_device=gpu is not None) for r in rows], fmt,
-         None if fmt == "json" else MODEL_COLUMNS + (ROOF_COLUMNS if gpu else ()))
+         None if fmt == "json" else MODEL_COLUMNS + (ROOF_COLUMNS if gpu else ())
+         + (("algorithm", "workspace_bytes") if algorithm else ()))
     if fmt == "table":
         _model_footer(net, batch, gpu, bits, rows, peak)
     if plot is not None and gpu is not None:  # refused above without a device
@@ -185,6 +203,22 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, fmt, **
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+ALGORITHM_COLUMNS = ("layer", "phase", "algorithm", "multiplies", "transform_flops", "ops", "workspace_bytes",
+                     "intensity")
+
+
+def _algorithms(net, batch, gpu, bits, phases, fmt) -> None:
+    """--algorithm all: every convolution algorithm per conv layer phase, the best marked."""
+    from tracker.model.algorithms import compare
+
+    rows = compare(net, batch, gpu, bits, phases)
+    if not rows:
+        raise TrackerError(f"{net.name} has no convolution for --algorithm all to compare")
+    emit(rows, fmt, None if fmt == "json" else ALGORITHM_COLUMNS + (ROOF_COLUMNS if gpu else ()) + ("best",))
+    if fmt == "table":
+        basis = f"predicted time on {gpu.name} (roofline)" if gpu else "fewest FLOPs (add --device NAME for time)"
+        click.echo(f"\nbest: {basis}; multiplies: of each algorithm's arithmetic stage; transform FLOPs "
+                   "as dense matrix products (an upper bound); --format json gives each row's rule")
 
 
 def _model_footer(net, batch, gpu, bits, rows, peak) -> None:

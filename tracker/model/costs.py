@@ -54,10 +54,13 @@ _PER_ELEMENT = {
 
 @dataclass(frozen=True)
 class Cost:
-    macs: int
+    macs: int  # of an algorithm other than direct: the multiplies of its arithmetic stage
     ops: int
     read: int  # elements
     written: int  # elements
+    algorithm: str | None = None  # a conv phase costed by a named algorithm (tracker/model/algorithms.py)
+    workspace: int = 0  # elements it holds, counted in read and written once each
+    note: str = ""  # the algorithm's rule, or why the one asked for did not apply
 
     @property
     def elements(self) -> int:
@@ -75,12 +78,15 @@ def _macs(layer: Layer) -> int:
     return numel(shape) * op.out_features
 
 
-def costs(layer: Layer, batch: int) -> dict[str, Cost]:
-    """The cost of each phase the layer runs (``layer.phases``), for ``batch`` samples."""
+def costs(layer: Layer, batch: int, algorithm: str | None = None) -> dict[str, Cost]:
+    """The cost of each phase the layer runs (``layer.phases``), for ``batch`` samples; a conv
+    layer's by ``algorithm`` where one is named (direct, winograd_f4, fft, ...)."""
     x = batch * sum(numel(s) for s in layer.input_shapes)  # input elements
     y = batch * numel(layer.output_shape)  # output elements
     p = layer.params
     kind, op = layer.op.kind, cast(Any, layer.op)  # the kind says which Op subclass
+    if kind == "conv" and algorithm is not None:
+        return {phase: _by_algorithm(layer, phase, batch, algorithm, x, y, p) for phase in layer.phases}
     if kind in ("conv", "convtranspose", "linear"):
         m = batch * _macs(layer)
         w = p - layer.op.biases()
@@ -109,6 +115,17 @@ def costs(layer: Layer, batch: int) -> dict[str, Cost]:
     else:
         table = _elementwise(layer, x, y, p)
     return {phase: table[phase] for phase in layer.phases}
+
+
+def _by_algorithm(layer: Layer, phase: str, batch: int, algorithm: str, x: int, y: int, p: int) -> Cost:
+    """A conv phase by a named algorithm: its multiplies and transforms, the compulsory traffic
+    plus its workspace written and read once."""
+    from tracker.model.algorithms import conv_cost
+
+    cost = conv_cost(layer, phase, batch, algorithm)
+    read, written = {"fwd": (x + p, y), "bwd_data": (y + p - layer.op.biases(), x), "bwd_weight": (y + x, p)}[phase]
+    return Cost(cost.multiplies, cost.flops, read + cost.workspace, written + cost.workspace, cost.algorithm,
+                cost.workspace, cost.note)
 
 
 def _elementwise(layer: Layer, x: int, y: int, p: int) -> dict[str, Cost]:

@@ -33,14 +33,17 @@ class Memory:
     activation_bytes: int  # the input and every layer output, kept for the backward pass
     weight_grad_bytes: int  # one gradient per parameter
     activation_grad_bytes: int  # the largest (output gradient + input gradient) of one layer
-    workspace_bytes: int  # the largest im2col buffer (GEMM convolution: a chunk of images, see col_images)
+    workspace_bytes: int  # the largest im2col buffer (GEMM convolution: a chunk of images, see col_images),
+    # or with an algorithm named, its largest workspace (tracker/model/algorithms.py)
     peak_bytes: int
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def memory(net: Network, batch: int, dtype_bits: int = 32) -> Memory:
+def memory(net: Network, batch: int, dtype_bits: int = 32, algorithm: str | None = None) -> Memory:
+    """The peak of one training step; with ``algorithm``, its workspace is that convolution
+    algorithm's largest (tracker/model/algorithms.py) instead of our gemm variant's im2col chunk."""
     check_batch(batch)
     width = check_dtype_bits(dtype_bits) // 8
     params = net.params * width
@@ -50,12 +53,21 @@ def memory(net: Network, batch: int, dtype_bits: int = 32) -> Memory:
         batch * (numel(layer.output_shape) + (sum(map(numel, layer.input_shapes)) if layer.needs_input_grad else 0))
         for layer in layers
     ) * width
-    workspace = max(
+    workspace = (_algorithm_workspace(net, batch, algorithm) if algorithm is not None else max(
         (col_images(batch, per_image) * per_image for layer in layers if layer.op.kind == "conv"
          for conv in [cast(Any, layer.op)]
          for per_image in [numel(layer.output_shape[1:]) * (layer.input_shapes[0][0] // conv.groups)
                            * math.prod(conv.kernel)]),
         default=0,
-    ) * width
+    )) * width
     peak = params + activations + params + act_grads + workspace
     return Memory(params, activations, params, act_grads, workspace, peak)
+
+
+def _algorithm_workspace(net: Network, batch: int, algorithm: str) -> int:
+    """The largest workspace, in elements, of any conv phase run by ``algorithm``."""
+    from tracker.model.algorithms import check_algorithm, conv_cost
+
+    check_algorithm(algorithm)
+    return max((conv_cost(layer, phase, batch, algorithm).workspace for layer in net.layers
+                if layer.op.kind == "conv" for phase in layer.phases), default=0)

@@ -34,9 +34,13 @@ class Prediction:
     predicted_ms: float | None = None
     bound: str | None = None
     convention: str = ""
+    algorithm: str | None = None  # a conv phase costed by a named algorithm (predict's ``algorithm``)
+    workspace_bytes: int | None = None
 
     def to_dict(self, with_device: bool = True, with_convention: bool = True) -> dict:
         row = asdict(self)
+        if self.algorithm is None:
+            del row["algorithm"], row["workspace_bytes"]
         if not with_device:
             for key in ("attainable_gflops", "predicted_ms", "bound"):
                 del row[key]
@@ -81,21 +85,29 @@ def predict(
     device: Device | None = None,
     dtype_bits: int = 32,
     phases: str = "both",
+    algorithm: str | None = None,
 ) -> list[Prediction]:
-    """One row per layer and phase, in network order then phase order."""
+    """One row per layer and phase, in network order then phase order; conv phases by
+    ``algorithm`` where one is named (tracker/model/algorithms.py)."""
     check_batch(batch)
+    if algorithm is not None:
+        from tracker.model.algorithms import check_algorithm
+
+        check_algorithm(algorithm)
     width = check_dtype_bits(dtype_bits) // 8
     wanted = PHASE_SETS[check_phases(phases)]
     rows = []
     for layer in net.layers:
-        for phase, cost in costs(layer, batch).items():
+        for phase, cost in costs(layer, batch, algorithm).items():
             if phase not in wanted:
                 continue
             nbytes = cost.elements * width
             attainable, ms, bound = roofline(cost.ops, nbytes, device) if device else (None, None, None)
+            convention = f"{cost.algorithm}: {cost.note}" if cost.algorithm else CONVENTIONS[layer.op.kind]
             rows.append(Prediction(
                 layer.id, layer.name, layer.kind, phase, list(layer.output_shape), layer.params,
-                cost.macs, cost.ops, nbytes, cost.ops / nbytes, attainable, ms, bound, CONVENTIONS[layer.op.kind],
+                cost.macs, cost.ops, nbytes, cost.ops / nbytes, attainable, ms, bound, convention,
+                cost.algorithm, cost.workspace * width if cost.algorithm else None,
             ))
     return rows
 

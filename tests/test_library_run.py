@@ -113,6 +113,15 @@ def test_compare_puts_our_kernels_beside_the_librarys_per_layer_phase(tmp_path, 
     assert conv2["a_ms"] == pytest.approx(0.5 * (1.00 + 1.01) / 2)  # layer 5 made up: 0.5 ms x jitter 1.00, 1.01
     assert conv2["speedup"] == pytest.approx(conv2["a_ms"] / conv2["b_ms"])
     assert rows[("lrn1", "fwd")]["b_ms"] == 0  # PyTorch's trace ran nothing under lrn1/fwd here
+    table = runner.invoke(cli, ["compare", str(ours), str(theirs), "--db", db])
+    assert f"run {theirs} against run {ours} (torch against ours)" in table.output and "algorithm_b" in table.output
+
+
+def tracker_report(store, target: str, out) -> str:
+    from tracker.report import report
+
+    report(store, target, str(out), None)
+    return (out / "report.md").read_text()
 
 
 def test_the_library_experiment_records_both_arms_and_reports_speedups(tmp_path, gpu_seams):
@@ -127,6 +136,9 @@ def test_the_library_experiment_records_both_arms_and_reports_speedups(tmp_path,
     frame = results(store, experiment_id, "library")
     conv2 = frame[(frame["layer"] == "conv2") & (frame["phase"] == "fwd")].iloc[0]
     assert conv2["algorithm_b"] == "fft" and conv2["speedup"] > 0
+    report = tracker_report(store, f"e{experiment_id}", tmp_path / "report")
+    assert "PyTorch (cuDNN, cuBLAS) against our kernels per layer" in report
+    assert "| library | torch | conv2 | fwd |  | fft |" in report  # ours names no algorithm; cuDNN's was FFT
 
 
 def test_the_model_backend_records_a_library_run_without_a_gpu(tmp_path, runner):

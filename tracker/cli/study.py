@@ -153,7 +153,9 @@ def compare(run_a, run_b, db, fmt):
     rows = _records(comparison(store, a, b))
     if fmt == "table":
         per = basis(store, a, b)
-        click.echo(f"run {b} against run {a}: speedup = run {a} time / run {b} time, {per}"
+        by = {run: find_run(store, run).implementation for run in (a, b)}
+        who = f" ({by[b]} against {by[a]})" if by[a] != by[b] else ""
+        click.echo(f"run {b} against run {a}{who}: speedup = run {a} time / run {b} time, {per}"
                    f"{' (the batch sizes differ)' if per == 'per image' else ''}; "
                    "noise: the runs' ranges over their iterations overlap")
         emit(rows, fmt, [c for c in SPEEDUP_COLUMNS[2:] + ("algorithm_a", "algorithm_b", "first_reason_a",

@@ -2,7 +2,7 @@
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 
--- Measured time per run, layer and phase: event time summed over the phase's launches, the median over measured repeats (NULL where nothing was timed), with min, max and spread in %, and the algorithm a library's kernels ran (NULL for ours). Computed when the run is written.
+-- Measured time per run, layer and phase: event time summed over the phase's launches, the median over measured repeats (NULL where nothing was timed), with min, max and spread in %, and the algorithm its kernels ran (launch.algorithm). Computed when the run is written.
 CREATE VIEW layer_time AS
 SELECT run_id, layer_id, phase, launches, measured_ms, min_ms, max_ms, repeats, spread_pct, algorithm
 FROM rollup_time;
@@ -14,7 +14,7 @@ FROM launch
 WHERE time_ms IS NOT NULL
 GROUP BY run_id, layer_id, phase, repeat;
 
--- One row per run, layer and phase: the model's prediction beside the measurement, and the algorithm a library ran it with. achieved_gflops = model ops / measured time.
+-- One row per run, layer and phase: the model's prediction beside the measurement, and the algorithm its kernels ran (ours or a library's). achieved_gflops = model ops / measured time.
 CREATE VIEW layer_phase AS
 SELECT l.run_id, l.layer_id, l.name AS layer, l.kind, p.phase, l.output_shape, l.params,
        p.macs, p.ops, p.bytes, p.intensity, p.attainable_gflops, p.predicted_ms, p.bound,

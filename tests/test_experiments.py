@@ -21,6 +21,7 @@ from tracker.experiment import arms, run_experiment
 from tracker.gpu.runner import Measured
 from tracker.profile import Choice
 from tracker.nets.layers import LRN, Linear, Network, ReLU, Softmax, conv, maxpool
+from tracker.ops import OPS
 from tracker.store import launch_rows, open_store
 
 JITTER = (1.00, 1.01, 0.99)
@@ -75,12 +76,12 @@ def emulated_events(emulator, monkeypatch):
 
 
 def test_l1_bypass_pairs_every_variant_and_computes_speedups(tmp_path, emulated_events):
-    # SQLite only: 10 emulated runs take a while; the fusion and compare tests cover PostgreSQL
+    # SQLite only: 12 emulated runs take a while; the fusion and compare tests cover PostgreSQL
     db = str(tmp_path / "trace.db")
     experiment_id = run_experiment(db, "l1-bypass", small_net(), 1, repeat=2, warmup=0)
     store = open_store(db, write=False)
     table = experiments.runs(store, experiment_id)
-    assert list(table.arm) == [a.label for a in arms("l1-bypass", 1)] and len(table) == 10
+    assert list(table.arm) == [a.label for a in arms("l1-bypass", 1)] and len(table) == 2 * len(OPS.variant_names())
     assert table.groupby("comparison")["baseline"].sum().eq(1).all()
     result = experiments.speedups(store, experiment_id)
     shared = result[(result.comparison == "shared") & (result.layer == "conv1") & (result.phase == "fwd")].iloc[0]

@@ -97,3 +97,16 @@ def test_a_phase_is_named_by_its_most_telling_launch():
     assert phase_algorithm(["volta_sgemm_128x64_nn", "void splitKreduce_kernel<32, 16>(...)"]) == "gemm"
     assert phase_algorithm(["void at::native::vectorized_elementwise_kernel<4, FillFunctor<float>>"]) is None
     assert phase_algorithm([]) is None
+
+
+def test_our_own_kernels_are_named_by_the_same_rules():
+    """Every conv variant's forward names its algorithm from the kernels it launches, so that our
+    runs and a library's sit side by side; the work around the math is labelled."""
+    from tracker.ops import OPS
+
+    declared = {name: [k.name for k in variant.launches["fwd"].kernels] for name, variant in OPS["conv"].variants.items()}
+    assert {name: phase_algorithm(kernels) for name, kernels in declared.items()} == {
+        "global": "direct", "constant": "direct", "shared": "implicit_gemm", "gemm": "gemm",
+        "fused": "implicit_gemm", "winograd": "winograd_nonfused"}  # winograd's fallback is implicit_gemm
+    assert [classify(k).role for k in ("im2col", "winograd_input", "splitk_reduce", "bias_grad", "relu_fwd_global")] == [
+        "transform", "transform", "reduction", "reduction", "other"]  # a ReLU's kernel: its phase's math (tagged)

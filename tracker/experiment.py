@@ -5,6 +5,8 @@
     variants    global vs constant vs shared vs gemm vs fused, each op's kernels where it has one
     batch       the same network at several batch sizes (runtime per layer per batch)
     library     our kernels (tuned) against the same network run by PyTorch (cuDNN, cuBLAS)
+    algorithms  each convolution algorithm we have (direct, implicit GEMM, explicit GEMM, Winograd)
+                against the default's, per conv layer phase (paper 004)
 
 Each arm is one ``tracker profile`` run; the ``experiment`` row links them (tracker/store) and the
 analyses (tracker/analysis/experiments.py) compare each comparison's runs with its baseline. The
@@ -24,7 +26,7 @@ from tracker.profile import check_options, choose_backend, profile_workload
 from tracker.profilers import Options
 from tracker.profilers.ncu import Settings as NcuSettings
 
-KINDS = ("l1-bypass", "fusion", "variants", "batch", "library")
+KINDS = ("l1-bypass", "fusion", "variants", "batch", "library", "algorithms")
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,27 @@ def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
     if kind == "batch":
         sizes = batches or (batch,)
         return [Arm(f"batch {b}", "batch", i == 0, b) for i, b in enumerate(sizes)]
+    if kind == "algorithms":
+        conv = OPS["conv"]
+        return [Arm(f"{algorithm} ({name})", "algorithms", name == conv.default, batch, {"conv": name})
+                for algorithm, name in conv_algorithms().items()]
     if kind == "library":  # ours with the tiles `tracker tune` found, as `tracker profile` runs them
         return [Arm("ours", "library", True, batch), Arm("torch", "library", False, batch, implementation="torch")]
     raise TrackerError(f"unknown experiment '{kind}'; known: {', '.join(KINDS)}")
+
+
+def conv_algorithms() -> dict[str, str]:
+    """algorithm -> the first conv variant that runs it, by the kernels its forward launches
+    (tracker/kernel_names.py): direct (global), implicit_gemm (shared), gemm, winograd_nonfused."""
+    from tracker.kernel_names import phase_algorithm
+    from tracker.ops import OPS
+
+    found: dict[str, str] = {}
+    for name, variant in OPS["conv"].variants.items():
+        algorithm = phase_algorithm(k.name for k in variant.launches["fwd"].kernels)
+        if algorithm is not None and variant.absorbs is None:
+            found.setdefault(algorithm, name)
+    return found
 
 
 def check(kind: str, backend: str, device: Device | None) -> tuple[str, str]:

@@ -18,7 +18,9 @@ A layer phase's algorithm is read from all its launches (``phase_algorithm``): a
 Winograd's element-wise products run as a plain ``sgemm`` and an FFT's as a ``cgemm``, which only
 the transforms beside them tell apart from a GEMM convolution.
 
-Pure Python: the rules are tested on real kernel names from public profiler traces.
+The same rules name what our own kernels ran (direct, implicit GEMM, explicit GEMM, non-fused
+Winograd), so that ours and a library's sit side by side. Pure Python: the rules are tested on
+real kernel names from public profiler traces and on every kernel tracker registers.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ class Kernel(NamedTuple):
 
 # (pattern, algorithm, role), the first match wins: specific names before the generic GEMM ones.
 RULES: tuple[tuple[str, str | None, str], ...] = (
+    # tracker's own kernels (kernels/*.cu), by their exact names
+    (r"^winograd_(filter|input|output)$", "winograd_nonfused", "transform"),
+    (r"^conv2d_\w+_implicit$", "implicit_gemm", "math"),
+    (r"^conv2d_\w+_(global|constant)$", "direct", "math"),
+    (r"^(splitk_reduce|bias_grad)$", None, "reduction"),
+    # the libraries'
     (r"fft\d?d?_?(r2c|c2r)|fft2d|fft1d|flip_filter|vector_fft", "fft", "transform"),
     (r"winograd(Forward|Wgrad)(Data|Filter|Output|Delta)", "winograd_nonfused", "transform"),
     (r"winograd", "winograd", "math"),
@@ -57,7 +65,8 @@ RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"computeOffsetsKernel", "implicit_precomp_gemm", "offsets"),
     (r"implicit_convolve_[sh]gemm|xmma_(fprop|dgrad|wgrad)_implicit_gemm|implicit_gemm|dgrad_engine|"
      r"dgrad2d_alg1|wgrad_alg[01]_engine|dgrad_1x1", "implicit_gemm", "math"),
-    (r"explicit_convolve_sgemm|im2col", "gemm", "math"),
+    (r"explicit_convolve_sgemm", "gemm", "math"),
+    (r"im2col|col2im", "gemm", "transform"),  # an explicit GEMM's unfolding and folding
     (r"grouped_direct|[Dd]epthwise", "direct", "math"),
     (r"cgemm", "fft", "math"),  # complex GEMM: an FFT convolution's element-wise products
     (r"[sdh]gemm|gemv|gemmk|gemm_|tensorop|xmma_gemm|cutlass", "gemm", "math"),

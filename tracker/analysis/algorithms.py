@@ -1,6 +1,6 @@
-"""Which algorithm a library ran per layer phase, and with which kernels (paper 004's question,
-asked of cuDNN and cuBLAS): read from the algorithm and role stored on each launch of a library
-run (tracker/kernel_names.py names them from the kernels' names)."""
+"""Which algorithm ran each layer phase, and with which kernels (paper 004's question, asked of
+cuDNN and cuBLAS as of our variants): read from the algorithm and role stored on each launch
+(tracker/kernel_names.py names them from the kernels' names)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ COLUMNS = ["layer_id", "layer", "kind", "phase", "algorithm", "tensor_cores", "k
 def per_phase(store, run_id: int) -> pd.DataFrame:
     """Per layer phase that ran a named algorithm (convolutions and GEMMs): the algorithm, whether
     its math ran on tensor cores, its kernels in launch order as 'name (role)', its launches per
-    iteration and median time. Empty for a run of our kernels."""
+    iteration and median time. Empty for a model run and for runs recorded before schema v6."""
     launches = view(store, "launch", run_id)
     launches = launches[launches["algorithm"].notna()] if "algorithm" in launches else launches.iloc[0:0]
     if launches.empty:

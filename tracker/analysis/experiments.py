@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from tracker.analysis import in_layer_order, view
+from tracker.analysis import in_layer_order, run_row, view
 from tracker.analysis.runtime import runtime
 from tracker.analysis.speedup import comparison
 from tracker.store import Store
@@ -107,11 +107,65 @@ def scaling(store: Store, experiment_id: int) -> pd.DataFrame:
     return in_layer_order(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
 
 
+# The algorithm a launch's kernel names say -> the analytic model's (tracker/model/algorithms.py).
+MODELLED = {"direct": "direct", "implicit_gemm": "implicit_gemm", "implicit_precomp_gemm": "implicit_gemm",
+            "gemm": "gemm", "winograd_nonfused": "winograd_f2", "fft": "fft"}
+
+
+def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
+    """Per conv layer phase and arm of an algorithms experiment: the speedups (with the algorithm
+    that ran: a Winograd arm's conv1 and conv2 ran the implicit GEMM), the model's workspace of
+    the algorithm that ran, and, where the store holds a complete library run of the same
+    network, batch and GPU, the algorithm cuDNN chose and its time."""
+    from tracker.model.algorithms import conv_cost
+    from tracker.store.queries import latest_library_run
+
+    frame = speedups(store, experiment_id)
+    if frame.empty:
+        return frame
+    base = runs(store, experiment_id).iloc[0]
+    info = run_row(store, int(base.run_id))
+    layers, batch, width = _stored_convs(store, int(base.run_id)), int(info["batch"]), int(info["dtype_bits"]) // 8
+    conv = frame[(frame["kind"] == "conv") | (frame["layer"] == "iteration")].copy()
+    conv["workspace_bytes_b"] = [
+        width * conv_cost(layers[r.layer], r.phase, batch, MODELLED[r.algorithm_b]).workspace
+        if r.layer in layers and r.algorithm_b in MODELLED else None for r in conv.itertuples()]
+    library = latest_library_run(store, info["network"], batch, info["device_name"])
+    if library is not None:
+        cudnn = runtime(store, library)[["layer_id", "phase", "algorithm", "ms"]].rename(
+            columns={"algorithm": "library_algorithm", "ms": "library_ms"})
+        conv = conv.merge(cudnn, on=["layer_id", "phase"], how="left").assign(library_run=library)
+    return conv
+
+
+def _stored_convs(store: Store, run_id: int) -> dict:
+    """The run's conv layers as the store holds them (name -> Layer), for the model's costs: read
+    back, not rebuilt by the network's name, which a test's or a user's network does not have."""
+    from tracker.nets.layers import Conv, Layer
+
+    def decode(value):
+        return json.loads(value) if isinstance(value, str) else value  # SQLite gives JSON as text
+
+    layers = {}
+    for row in view(store, "layer", run_id).itertuples():
+        if row.kind != "conv":
+            continue
+        a = decode(row.attributes)
+        op = Conv(a["out_channels"], tuple(a["kernel"]), tuple(a["stride"]), tuple(a["padding"]), a["groups"], a["bias"])
+        layers[row.name] = Layer(int(row.layer_id), row.name, op, tuple(decode(row.inputs)),
+                                 tuple(tuple(s) for s in decode(row.input_shapes)), tuple(decode(row.output_shape)),
+                                 int(row.params), True)
+    return layers
+
+
 def results(store: Store, experiment_id: int, kind: str) -> pd.DataFrame:
     """The table ``tracker experiment`` prints: fused pairs for fusion, time per batch for batch,
-    speedups per arm, layer and phase for the others."""
+    each algorithm per conv layer phase for algorithms, speedups per arm, layer and phase for
+    the others."""
     if kind == "batch":
         return scaling(store, experiment_id)
+    if kind == "algorithms":
+        return algorithms(store, experiment_id)
     frame = speedups(store, experiment_id)
     if kind == "fusion":
         pairs = fused_pairs(store, experiment_id)

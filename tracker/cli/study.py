@@ -64,6 +64,9 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, clock
       batch      runtime per layer at each of --batches (model backend: with --device)
       library    our kernels (tuned) against PyTorch's cuDNN and cuBLAS (--impl torch),
                  with the algorithm cuDNN ran per layer phase
+      algorithms direct, implicit GEMM, explicit GEMM and Winograd convolutions against the
+                 default, per conv layer phase, with the algorithm that ran, its workspace
+                 (the model's) and a library run's choice where one is stored (paper 004)
     A speedup is 'noise' when the two runs' ranges over their --repeat iterations overlap.
 
     \b
@@ -73,6 +76,7 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, clock
       tracker experiment batch alexnet --batches 16,64,128
       tracker experiment batch alexnet --batches 16,128 --backend model --device h100
       tracker experiment library alexnet --batch 128 --backend events
+      tracker experiment algorithms alexnet --batch 128
     """
     from tracker.analysis.experiments import results
     from tracker.experiment import run_experiment
@@ -91,7 +95,10 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, clock
                                    ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control))
     frame = results(open_store(db, write=False), experiment_id, kind)
     columns = BATCH_COLUMNS if kind == "batch" else None if kind == "fusion" else [
-        c for c in SPEEDUP_COLUMNS + ("algorithm_b", "l1_hit_rate_change", "l2_hit_rate_change") if c in frame.columns]
+        c for c in SPEEDUP_COLUMNS + ("algorithm_a", "algorithm_b", "workspace_bytes_b", "library_algorithm",
+                                      "library_ms", "l1_hit_rate_change", "l2_hit_rate_change")
+        if c in frame.columns and (kind in ("library", "algorithms", "variants") or not c.startswith(("algorithm",
+                                                                                                      "library")))]
     if fmt == "table":
         click.echo(f"experiment e{experiment_id} complete; speedup = baseline time / arm time; "
                    f"next: tracker report e{experiment_id} --out report/")

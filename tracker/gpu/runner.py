@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from tracker.errors import BackendUnavailable
 from tracker.gpu.network import Executor
 from tracker.gpu.timing import launch_ms
-from tracker.gpu.workload import Launch, Workload
+from tracker.gpu.workload import Launch, Workload, tagged
 
 if TYPE_CHECKING:
     from tracker.ops.gemm import Tile
@@ -76,7 +76,7 @@ def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable
             echo(f"iteration {r + 1}/{repeat}: {len(launches)} launches{timed}")
     finally:
         stop()
-    return rows, totals
+    return tagged(rows), totals
 
 
 def _row(invocation: int, repeat: int, k: LaunchRecord, policy: str) -> Launch:
@@ -104,6 +104,8 @@ def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile
 
 
 def summarize(results) -> list[dict]:
+    finite = lambda value: value if math.isfinite(value) else None  # noqa: E731  (never written: JSON null)
     return [{"l1": policy, "layer": r.layer, "op": r.op, "variant": r.variant, "phase": r.phase,
-             "output": r.output, "error": r.error if math.isfinite(r.error) else None,
-             "tolerance": r.tolerance, "passed": r.passed} for policy, r in results]
+             "output": r.output, "error": finite(r.error), "max_error": finite(r.max_error),
+             "mean_error": finite(r.mean_error), "tolerance": r.tolerance, "passed": r.passed}
+            for policy, r in results]

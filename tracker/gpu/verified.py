@@ -2,7 +2,11 @@
 
 ``tracker selftest --record`` writes one JSON file per run under ``tests/data/verified/``:
 ``{"gpu": ..., "driver": ..., "cuda": ..., "date": "YYYY-MM-DD",
-"variants": {"conv/fwd/shared": {"source_hash": ..., "passed": true, "errors": {"ca": 1e-7, "cg": ...}}}}``.
+"variants": {"conv/fwd/shared": {"source_hash": ..., "passed": true, "errors": {"ca": 1e-7, "cg": ...},
+"layers": {"conv3": {"ca": {"max": 3e-7, "mean": 4e-8}, ...}}}}}`` (``errors``: the worst
+||out - ref|| / ||ref|| per L1 policy; ``layers``: per layer and policy the largest and the mean
+difference relative to the reference's largest and mean magnitude, worst over the phase's
+outputs; records before issue 30 have no ``layers``).
 Records are committed; ``tracker kernels`` reads them to say where each variant was verified and
 whether its source changed since.
 """
@@ -35,6 +39,17 @@ def status(variant: Launch, history: list[dict]) -> tuple[str | None, bool | Non
     return None, None
 
 
+def _per_layer(rows: list[dict]) -> dict:
+    """layer -> L1 policy -> the worst max and mean error over the phase's outputs (None: never written)."""
+    layers: dict[str, dict] = {}
+    for row in rows:
+        entry = layers.setdefault(row["layer"], {}).setdefault(row["l1"], {"max": 0.0, "mean": 0.0})
+        for key in ("max", "mean"):
+            value = row.get(f"{key}_error")
+            entry[key] = None if value is None or entry[key] is None else max(entry[key], value)
+    return layers
+
+
 def write_record(results: list[dict], device: dict, directory: Path = RECORD_DIR) -> Path:
     """Write a record of one selftest (rows of ``runner.summarize``); returns its path."""
     variants: dict[str, dict] = {}
@@ -47,7 +62,8 @@ def write_record(results: list[dict], device: dict, directory: Path = RECORD_DIR
                 worst = errors.get(row["l1"], 0.0)
                 errors[row["l1"]] = None if row["error"] is None or worst is None else max(worst, row["error"])
             variants[variant.key] = {"source_hash": source_hash(variant.sources),
-                                     "passed": all(r["passed"] for r in rows), "errors": errors}
+                                     "passed": all(r["passed"] for r in rows), "errors": errors,
+                                     "layers": _per_layer(rows)}
     today = date.today().isoformat()
     record = {"gpu": device["device_name"], "driver": device["driver_version"], "cuda": device["cuda_version"],
               "date": today, "variants": variants}

@@ -177,8 +177,8 @@ class Launch:
     shared_bytes: int
     registers: int | None
     time_ms: float | None  # None: untimed (under a profiler)
-    algorithm: str | None = None  # the layer phase's algorithm, where a library's kernel names say it
-    role: str | None = None  # the kernel's part in it: math, transform, reduction, fill, offsets, other
+    algorithm: str | None = None  # its layer phase's algorithm, as the phase's kernel names say (``tagged``)
+    role: str | None = None  # the kernel's part in it: math, transform, reduction, fill, offsets, epilogue, other
 
     @property
     def range(self) -> str:
@@ -193,6 +193,23 @@ class Launch:
                     grid_x=grid_x, grid_y=grid_y, grid_z=grid_z, block_x=block_x, block_y=block_y, block_z=block_z,
                     shared_bytes=self.shared_bytes, registers=self.registers, time_ms=self.time_ms,
                     algorithm=self.algorithm, role=self.role)
+
+
+def tagged(launches: Sequence[Launch]) -> list[Launch]:
+    """The launches with their layer phase's algorithm (``kernel_names.phase_algorithm`` over the
+    phase's launches in that iteration) and each kernel's role in it; a kernel no rule names is
+    the math of a phase that runs no convolution or GEMM (a ReLU's kernel is the ReLU)."""
+    from tracker.kernel_names import classify, phase_algorithm
+
+    names: dict[tuple, list[str]] = {}
+    for k in launches:
+        names.setdefault((k.layer_id, k.phase, k.repeat), []).append(k.kernel_name)
+    algorithms = {key: phase_algorithm(group) for key, group in names.items()}
+    out = []
+    for k in launches:
+        algorithm, role = algorithms[(k.layer_id, k.phase, k.repeat)], classify(k.kernel_name).role
+        out.append(replace(k, algorithm=algorithm, role="math" if role == "other" and algorithm is None else role))
+    return out
 
 
 def main(spec: str) -> None:

@@ -106,34 +106,26 @@ def _dim3(value) -> tuple[int, int, int]:
 
 
 def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[list[Launch], list[TraceKernel]]:
-    """(the launches of ``net``'s layer phases, in invocation order; the kernels that ran outside
-    every layer phase's range). A kernel's repeat is which occurrence of its range it ran in; its
-    algorithm is its layer phase's occurrence's (``phase_algorithm`` over all its kernels), its
-    role its own, with a kernel no rule names counted as the math of a phase that runs no
-    convolution or GEMM (a ReLU's element-wise kernel is the ReLU)."""
-    from tracker.gpu.workload import Launch
-    from tracker.kernel_names import classify, phase_algorithm
+    """(the launches of ``net``'s layer phases, in invocation order, tagged with their phase's
+    algorithm and their role (``workload.tagged``); the kernels that ran outside every layer
+    phase's range). A kernel's repeat is which occurrence of its range it ran in."""
+    from tracker.gpu.workload import Launch, tagged
 
     layers = {layer.name: layer for layer in net.layers}
     placed = [(k, _layer_phase(k.annotation.name, layers) if k.annotation else None) for k in traced]
-    groups: defaultdict[Annotation, list[str]] = defaultdict(list)
-    for k, where in placed:
-        if where:
-            groups[k.annotation].append(k.name)  # type: ignore[index]
     starts: defaultdict[str, list[float]] = defaultdict(list)
-    for annotation in sorted(groups, key=lambda a: a.start_us):
+    ranges = {k.annotation for k, where in placed if where and k.annotation}
+    for annotation in sorted(ranges, key=lambda a: a.start_us):
         starts[annotation.name].append(annotation.start_us)
-    algorithms = {annotation: phase_algorithm(names) for annotation, names in groups.items()}
     launches: list[Launch] = []
     for k, where in placed:
         if where is None:
             continue
         assert k.annotation is not None
-        (layer, phase), algorithm, role = where, algorithms[k.annotation], classify(k.name).role
+        layer, phase = where
         launches.append(Launch(len(launches), layer.id, layer.name, phase, starts[k.annotation.name].index(
-            k.annotation.start_us), k.name, variant, "ca", k.grid, k.block, k.shared_bytes, k.registers, k.time_ms,
-            algorithm, "math" if role == "other" and algorithm is None else role))
-    return launches, [k for k, where in placed if where is None]
+            k.annotation.start_us), k.name, variant, "ca", k.grid, k.block, k.shared_bytes, k.registers, k.time_ms))
+    return tagged(launches), [k for k, where in placed if where is None]
 
 
 def _layer_phase(name: str, layers: dict[str, Layer]) -> tuple[Layer, str] | None:

@@ -451,7 +451,8 @@ def _batch_sections(store, experiment_id: int, batches: list[int], sub: str) -> 
 TITLES = {"l1-bypass": ("L1 bypass (-dlcm=cg) speedup per layer", "paper 003 section 4 (6.2 %)"),
           "variants": ("Kernel variants against global", "memory placement"),
           "fusion": ("Fusion speedup per layer", "paper 003 section 4"),
-          "library": ("PyTorch (cuDNN, cuBLAS) against our kernels per layer", "paper 003's library study")}
+          "library": ("PyTorch (cuDNN, cuBLAS) against our kernels per layer", "paper 003's library study"),
+          "algorithms": ("Convolution algorithms against the default per layer", "paper 004 Figs. 8/9")}
 
 
 def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Section]:
@@ -465,9 +466,11 @@ def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Sectio
                                 _speedup_finding(pd.concat([pairs, frame[frame["layer"] == "iteration"]])),
                                 pairs.drop(columns=["layer_id"], errors="ignore")))
     title, paper = TITLES[kind]
+    if kind == "algorithms":
+        frame = experiments.algorithms(store, experiment_id)
     columns = ["comparison", "arm", "layer", "phase", "algorithm_a", "algorithm_b", "a_ms", "b_ms", "spread_pct_a",
-               "spread_pct_b", "speedup", "change_pct", "noise", "l1_hit_rate_change", "l2_hit_rate_change",
-               "first_reason_a", "first_reason_b"]
+               "spread_pct_b", "speedup", "change_pct", "noise", "workspace_bytes_b", "library_algorithm", "library_ms",
+               "l1_hit_rate_change", "l2_hit_rate_change", "first_reason_a", "first_reason_b"]
     columns = [c for c in columns if c in frame.columns]
     layers = frame[frame["layer"] != "iteration"] if not frame.empty else frame
     sections.append(Section(kind.replace("-", "_"), title, paper, bars.speedup(layers, title, sub),

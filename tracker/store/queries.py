@@ -150,3 +150,12 @@ def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
             "r.batch, r.l1_bypass, r.variants, r.backend, r.device_name FROM experiment_run e "
             "JOIN run r ON r.id = e.run_id WHERE e.experiment_id = :e ORDER BY e.position"), conn,
             params={"e": experiment_id})
+
+
+def latest_library_run(store: Store, network: str, batch: int, device_name: str | None) -> int | None:
+    """The newest complete measured run of ``network`` at ``batch`` on ``device_name`` that a
+    library ran (``--impl torch``), or None."""
+    with store.session() as session:
+        return session.scalar(select(Run.id).where(
+            Run.network == network, Run.batch == batch, Run.device_name == device_name, Run.status == "complete",
+            Run.implementation != "ours", Run.backend != "model").order_by(Run.id.desc()).limit(1))

@@ -177,11 +177,12 @@ class Launch(Base):
     registers: Mapped[int | None]
     time_ms: Mapped[float | None] = mapped_column(Float, doc="CUDA-event time")
     algorithm: Mapped[str | None] = mapped_column(
-        doc="the layer phase's algorithm read from a library's kernel names (implicit_gemm, implicit_precomp_gemm, "
-            "gemm, winograd, winograd_nonfused, fft, direct); NULL for our kernels and where no name says")
+        doc="its layer phase's algorithm as the phase's kernel names say (direct, implicit_gemm, "
+            "implicit_precomp_gemm, gemm, winograd, winograd_nonfused, fft), ours and a library's alike; NULL where "
+            "no name says (an element-wise phase) and in runs recorded before schema v6")
     role: Mapped[str | None] = mapped_column(
-        doc="a library kernel's part in its layer phase: math, or the work around it (transform, reduction, fill, "
-            "offsets, other); NULL for our kernels")
+        doc="the kernel's part in its layer phase: math, or the work around it (transform, reduction, fill, "
+            "offsets, epilogue, other); NULL in runs recorded before schema v6")
 
 
 class MetricDefRow(Base):

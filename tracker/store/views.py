@@ -201,7 +201,7 @@ VIEWS = (
         "layer_time",
         "Measured time per run, layer and phase: event time summed over the phase's launches, the median "
         "over measured repeats (NULL where nothing was timed), with min, max and spread in %, and the "
-        "algorithm a library's kernels ran (NULL for ours). Computed when the run is written.",
+        "algorithm its kernels ran (launch.algorithm). Computed when the run is written.",
         """
 SELECT run_id, layer_id, phase, launches, measured_ms, min_ms, max_ms, repeats, spread_pct, algorithm
 FROM rollup_time
@@ -221,7 +221,7 @@ GROUP BY run_id, layer_id, phase, repeat
     View(
         "layer_phase",
         "One row per run, layer and phase: the model's prediction beside the measurement, and the "
-        "algorithm a library ran it with. achieved_gflops = model ops / measured time.",
+        "algorithm its kernels ran (ours or a library's). achieved_gflops = model ops / measured time.",
         """
 SELECT l.run_id, l.layer_id, l.name AS layer, l.kind, p.phase, l.output_shape, l.params,
        p.macs, p.ops, p.bytes, p.intensity, p.attainable_gflops, p.predicted_ms, p.bound,

@@ -1,0 +1,70 @@
+"""`tracker experiment algorithms`: each convolution algorithm we have against the default, per
+conv layer phase, on the CPU emulation with test_experiments' made-up times (the bookkeeping, not a
+GPU's speed): the algorithm each arm really ran, the model's workspace for it, and a stored
+library run's choice beside them (the public A100 trace's kernels, as test_library_run feeds)."""
+
+from __future__ import annotations
+
+import pytest
+
+import tracker.experiment
+import tracker.profile
+from tracker.analysis.experiments import results, runs
+from tracker.experiment import arms, run_experiment
+from tracker.gpu.runner import Measured
+from tracker.gpu.workload import Workload
+from tracker.library import kineto
+from tracker.model.algorithms import conv_cost
+from tracker.profile import profile_workload
+from tracker.store import open_store
+
+from test_experiments import emulated_events, small_net  # noqa: F401  (a fixture used below)
+from test_library_trace import SMALL_NET_RANGES, TRACE, rehomed
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_arms_are_the_registrys_algorithms_against_the_default():
+    assert [(a.label, a.baseline, a.variants) for a in arms("algorithms", 8)] == [
+        ("direct (global)", False, {"conv": "global"}), ("implicit_gemm (shared)", True, {"conv": "shared"}),
+        ("gemm (gemm)", False, {"conv": "gemm"}), ("winograd_nonfused (winograd)", False, {"conv": "winograd"})]
+
+
+def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_path, emulated_events, monkeypatch):
+    db = str(tmp_path / "t.db")
+    net = small_net()
+
+    def library(workload, echo):  # the public trace's cuDNN kernels under our small net's ranges
+        launches, _ = kineto.launch_log(kineto.kernels(rehomed(kineto.load(TRACE), SMALL_NET_RANGES)), workload.net,
+                                        "torch")
+        return Measured(launches, {"device_name": "CPU emulation (tests/emu)"}, 0)
+
+    monkeypatch.setattr("tracker.library.torch_run.profile_events", library)
+    monkeypatch.setattr("tracker.library.require_torch", lambda what="": None)
+    library_run = profile_workload(db, Workload.of(net, 1, repeat=2, warmup=0, implementation="torch"),
+                                   backend="events").run_id
+    experiment_id = run_experiment(db, "algorithms", net, 1, repeat=2, warmup=0)
+    store = open_store(db, write=False)
+    assert list(runs(store, experiment_id)["arm"]) == [a.label for a in arms("algorithms", 1)]
+    frame = results(store, experiment_id, "algorithms")
+    row = lambda arm, layer, phase: frame[(frame.arm == arm) & (frame.layer == layer) & (frame.phase == phase)].iloc[0]  # noqa: E731
+    winograd = row("winograd_nonfused (winograd)", "conv2", "fwd")
+    assert (winograd.algorithm_a, winograd.algorithm_b) == ("implicit_gemm", "winograd_nonfused")
+    assert winograd.workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "winograd_f2").workspace
+    assert row("winograd_nonfused (winograd)", "conv2", "bwd_weight").algorithm_b == "implicit_gemm"  # its fallback
+    assert row("gemm (gemm)", "conv2", "fwd").workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1,
+                                                                                   "gemm").workspace
+    assert row("direct (global)", "conv1", "fwd").workspace_bytes_b == 0
+    assert (winograd.library_run, winograd.library_algorithm) == (library_run, "fft")  # cuDNN's conv2 in the trace
+    assert set(frame.layer) <= {"conv1", "conv2", "iteration"}
+
+
+def test_its_report(tmp_path, emulated_events):
+    from tracker.report import report
+
+    db = str(tmp_path / "t.db")
+    experiment_id = run_experiment(db, "algorithms", small_net(), 1, repeat=2, warmup=0)
+    report(open_store(db, write=False), f"e{experiment_id}", str(tmp_path / "out"), None)
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "Convolution algorithms against the default per layer" in page
+    assert "| algorithms | winograd_nonfused (winograd) | conv2 | fwd | implicit_gemm | winograd_nonfused |" in page

@@ -1,58 +1,80 @@
-// conv2d by Winograd F(2x2, 3x3) (Lavin & Gray, "Fast Algorithms for Convolutional Neural
-// Networks"), non-fused: a stride-1 3x3 convolution as 16 independent GEMMs in the transformed
-// domain, each 2x2 output tile from a 4x4 input tile with 16 multiplies instead of 36.
+// conv2d by Winograd F(m x m, r x r) (Lavin & Gray, "Fast Algorithms for Convolutional Neural
+// Networks"), non-fused: a stride-1 r x r convolution as alpha^2 independent GEMMs in the
+// transformed domain (alpha = m + r - 1), each m x m output tile from an alpha x alpha input
+// tile with alpha^2 multiplies per channel pair instead of m^2 r^2.
 //
-//   winograd_filter  U[xi][m][k] = (G g G^T)[xi], g the 3x3 filter from channel k to output m
-//   winograd_input   V[xi][k][n*T + t] = (B^T d B)[xi], d the 4x4 input patch of tile t
-//   (gemm.cu)        M[xi] = U[xi] V[xi], 16 GEMMs of (outputs x channels) x (channels x tiles)
-//   winograd_output  y = A^T m A (+ bias), m the 16 products of one tile, 2x2 outputs each
+//   winograd_filter_aA  U[xi][o][k] = (G g G^T)[xi], g the r x r filter from channel k to output o
+//   winograd_input_aA   V[xi][k][n*T + t] = (B^T d B)[xi], d the alpha x alpha input patch of tile t
+//   (gemm.cu)           M[xi] = U[xi] V[xi], alpha^2 GEMMs of (outputs x channels) x (channels x tiles)
+//   winograd_output_aA  y = A^T m A (+ bias), m the alpha^2 products of one tile, m x m outputs
 //
-// The data gradient is the same algorithm: a stride-1 convolution of dy, padded by 2 - pad, with
-// each filter turned 180 degrees and its channels swapped (winograd_filter's flip). The transforms
-// are tracker/ops/winograd.py's; the weight gradient runs the shared variant's implicit GEMM.
+// A = alpha is a compile-time size (4: F(2x2,3x3); 6: F(2x2,5x5), F(4x4,3x3)), so every array
+// lives in registers; m, r and the matrices are the host's (tracker/ops/winograd.py derives them
+// by Cook-Toom and writes them to c_wino: B^T, then G and A^T, each alpha x alpha, zero-padded).
+// The data gradient is the same algorithm: a stride-1 convolution of dy, padded by r - 1 - pad,
+// with each filter turned 180 degrees and its channels swapped (the filter transform's flip).
 #include "common.cuh"
 
-// One stride-1 3x3 convolution as the transforms see it: the input (N x C x H x W), padded by
-// pad, and the output (P x Q), in TH x TW tiles of 2 x 2.
+__constant__ float c_wino[3 * 8 * 8];  // B^T, G, A^T: alpha x alpha each, row-major, zero-padded
+
+// One stride-1 convolution as the transforms see it: the input (N x C x H x W), padded by pad,
+// and the output (P x Q), in TH x TW tiles of m x m.
 struct WinoShape {
-    int N, C, H, W, P, Q, pad, TH, TW;
+    int N, C, H, W, P, Q, pad, TH, TW, m, r;
 };
 
-// U[xi][m][k] for m < M outputs and k < Kc channels. flip 0: g = w[m][k] (w is M x Kc x 3 x 3);
-// flip 1, the data gradient: g = w[k][m] turned 180 degrees (w is Kc x M x 3 x 3).
-extern "C" __global__ void winograd_filter(const float* RESTRICT w, float* RESTRICT U, int M, int Kc, int flip) {
+// out = L in R^T for alpha x alpha matrices (L and R from c_wino at the given offsets).
+template <int A>
+__device__ __forceinline__ void sandwich(const float (&in)[A][A], float (&out)[A][A], int left, int right) {
+    float t[A][A];
+#pragma unroll
+    for (int i = 0; i < A; ++i)
+#pragma unroll
+        for (int j = 0; j < A; ++j) {
+            float acc = 0.f;
+#pragma unroll
+            for (int k = 0; k < A; ++k) acc = fmaf(c_wino[left + i * A + k], in[k][j], acc);
+            t[i][j] = acc;
+        }
+#pragma unroll
+    for (int i = 0; i < A; ++i)
+#pragma unroll
+        for (int j = 0; j < A; ++j) {
+            float acc = 0.f;
+#pragma unroll
+            for (int k = 0; k < A; ++k) acc = fmaf(t[i][k], c_wino[right + j * A + k], acc);
+            out[i][j] = acc;
+        }
+}
+
+// U[xi][o][k] for o < M outputs and k < Kc channels. flip 0: g = w[o][k] (w is M x Kc x r x r);
+// flip 1, the data gradient: g = w[k][o] turned 180 degrees (w is Kc x M x r x r).
+template <int A>
+__device__ __forceinline__ void filter_transform(const float* RESTRICT w, float* RESTRICT U, int M, int Kc, int r,
+                                                 int flip) {
     const int total = M * Kc;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        const int m = i / Kc, k = i % Kc;
-        const float* f = w + (size_t)(flip ? k * M + m : m * Kc + k) * 9;
-        float g[3][3];
+        const int o = i / Kc, k = i % Kc;
+        const float* f = w + (size_t)(flip ? k * M + o : o * Kc + k) * r * r;
+        float g[A][A], u[A][A];
 #pragma unroll
-        for (int r = 0; r < 3; ++r)
+        for (int a = 0; a < A; ++a)
 #pragma unroll
-            for (int q = 0; q < 3; ++q) g[r][q] = flip ? f[(2 - r) * 3 + (2 - q)] : f[r * 3 + q];
-        float gg[4][3];  // G g
+            for (int b = 0; b < A; ++b)
+                g[a][b] = a < r && b < r ? f[flip ? (r - 1 - a) * r + (r - 1 - b) : a * r + b] : 0.f;
+        sandwich<A>(g, u, A * A, A * A);  // G g G^T
+        float* out = U + (size_t)o * Kc + k;
 #pragma unroll
-        for (int q = 0; q < 3; ++q) {
-            gg[0][q] = g[0][q];
-            gg[1][q] = 0.5f * (g[0][q] + g[1][q] + g[2][q]);
-            gg[2][q] = 0.5f * (g[0][q] - g[1][q] + g[2][q]);
-            gg[3][q] = g[2][q];
-        }
-        float* out = U + (size_t)m * Kc + k;
-        const size_t step = (size_t)M * Kc;
+        for (int a = 0; a < A; ++a)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {  // (G g) G^T
-            out[(r * 4 + 0) * step] = gg[r][0];
-            out[(r * 4 + 1) * step] = 0.5f * (gg[r][0] + gg[r][1] + gg[r][2]);
-            out[(r * 4 + 2) * step] = 0.5f * (gg[r][0] - gg[r][1] + gg[r][2]);
-            out[(r * 4 + 3) * step] = gg[r][2];
-        }
+            for (int b = 0; b < A; ++b) out[(size_t)(a * A + b) * total] = u[a][b];
     }
 }
 
-// V[xi][c][n*T + t], one thread per (channel, image, tile): the 4x4 patch at (2*th - pad,
-// 2*tw - pad), zero outside the input.
-extern "C" __global__ void winograd_input(const float* RESTRICT x, float* RESTRICT V, WinoShape s) {
+// V[xi][c][n*T + t], one thread per (channel, image, tile): the alpha x alpha patch at
+// (m*th - pad, m*tw - pad), zero outside the input.
+template <int A>
+__device__ __forceinline__ void input_transform(const float* RESTRICT x, float* RESTRICT V, const WinoShape& s) {
     const int tiles = s.TH * s.TW;
     const long long cols = (long long)s.N * tiles, total = cols * s.C;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
@@ -60,64 +82,77 @@ extern "C" __global__ void winograd_input(const float* RESTRICT x, float* RESTRI
         const int c = (int)(i / cols);
         const long long col = i % cols;
         const int n = (int)(col / tiles), t = (int)(col % tiles);
-        const int y0 = (t / s.TW) * 2 - s.pad, x0 = (t % s.TW) * 2 - s.pad;
+        const int y0 = (t / s.TW) * s.m - s.pad, x0 = (t % s.TW) * s.m - s.pad;
         const float* plane = x + ((size_t)n * s.C + c) * s.H * s.W;
-        float d[4][4];
+        float d[A][A], v[A][A];
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
+        for (int a = 0; a < A; ++a)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int h = y0 + r, v = x0 + q;
-                d[r][q] = h >= 0 && h < s.H && v >= 0 && v < s.W ? plane[h * s.W + v] : 0.f;
+            for (int b = 0; b < A; ++b) {
+                const int h = y0 + a, q = x0 + b;
+                d[a][b] = h >= 0 && h < s.H && q >= 0 && q < s.W ? plane[h * s.W + q] : 0.f;
             }
-        float bd[4][4];  // B^T d
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            bd[0][q] = d[0][q] - d[2][q];
-            bd[1][q] = d[1][q] + d[2][q];
-            bd[2][q] = d[2][q] - d[1][q];
-            bd[3][q] = d[1][q] - d[3][q];
-        }
+        sandwich<A>(d, v, 0, 0);  // B^T d B
         float* out = V + (size_t)c * cols + col;
         const size_t step = (size_t)s.C * cols;
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {  // (B^T d) B
-            out[(r * 4 + 0) * step] = bd[r][0] - bd[r][2];
-            out[(r * 4 + 1) * step] = bd[r][1] + bd[r][2];
-            out[(r * 4 + 2) * step] = bd[r][2] - bd[r][1];
-            out[(r * 4 + 3) * step] = bd[r][1] - bd[r][3];
-        }
+        for (int a = 0; a < A; ++a)
+#pragma unroll
+            for (int b = 0; b < A; ++b) out[(a * A + b) * step] = v[a][b];
     }
 }
 
-// y[n][m] over tile t = A^T m A (+ bias[m]): 2x2 outputs, those inside P x Q written.
-extern "C" __global__ void winograd_output(const float* RESTRICT Mp, const float* RESTRICT bias,
-                                           float* RESTRICT y, WinoShape s, int M) {
+// y[n][o] over tile t = A^T m A (+ bias[o]): m x m outputs, those inside P x Q written.
+template <int A>
+__device__ __forceinline__ void output_transform(const float* RESTRICT Mp, const float* RESTRICT bias,
+                                                 float* RESTRICT y, const WinoShape& s, int M) {
     const int tiles = s.TH * s.TW;
     const long long cols = (long long)s.N * tiles, total = cols * M;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
-        const int m = (int)(i / cols);
+        const int o = (int)(i / cols);
         const long long col = i % cols;
         const int n = (int)(col / tiles), t = (int)(col % tiles);
-        const float* in = Mp + (size_t)m * cols + col;
+        const float* in = Mp + (size_t)o * cols + col;
         const size_t step = (size_t)M * cols;
-        float a[2][4];  // A^T m
+        float p[A][A], out[A][A];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const float m0 = in[q * step], m1 = in[(4 + q) * step], m2 = in[(8 + q) * step], m3 = in[(12 + q) * step];
-            a[0][q] = m0 + m1 + m2;
-            a[1][q] = m1 - m2 - m3;
-        }
-        const float b = bias != nullptr ? bias[m] : 0.f;
-        const int p0 = (t / s.TW) * 2, q0 = (t % s.TW) * 2;
-        float* plane = y + ((size_t)n * M + m) * s.P * s.Q;
+        for (int a = 0; a < A; ++a)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {  // (A^T m) A
-            const float o[2] = {a[r][0] + a[r][1] + a[r][2], a[r][1] - a[r][2] - a[r][3]};
+            for (int b = 0; b < A; ++b) p[a][b] = in[(a * A + b) * step];
+        sandwich<A>(p, out, 2 * A * A, 2 * A * A);  // A^T m A (rows past m are zero)
+        const float bb = bias != nullptr ? bias[o] : 0.f;
+        const int p0 = (t / s.TW) * s.m, q0 = (t % s.TW) * s.m;
+        float* plane = y + ((size_t)n * M + o) * s.P * s.Q;
 #pragma unroll
-            for (int q = 0; q < 2; ++q)
-                if (p0 + r < s.P && q0 + q < s.Q) plane[(p0 + r) * s.Q + q0 + q] = o[q] + b;
-        }
+        for (int a = 0; a < A; ++a)
+#pragma unroll
+            for (int b = 0; b < A; ++b)
+                if (a < s.m && b < s.m && p0 + a < s.P && q0 + b < s.Q) plane[(p0 + a) * s.Q + q0 + b] = out[a][b] + bb;
     }
+}
+
+// The kernels, one set per alpha (written out: the emulation and the compile check find kernels by name).
+extern "C" __global__ void winograd_filter_a4(const float* RESTRICT w, float* RESTRICT U, int M, int Kc, int r,
+                                             int flip) {
+    filter_transform<4>(w, U, M, Kc, r, flip);
+}
+extern "C" __global__ void winograd_input_a4(const float* RESTRICT x, float* RESTRICT V, WinoShape s) {
+    input_transform<4>(x, V, s);
+}
+extern "C" __global__ void winograd_output_a4(const float* RESTRICT Mp, const float* RESTRICT bias, float* RESTRICT y,
+                                             WinoShape s, int M) {
+    output_transform<4>(Mp, bias, y, s, M);
+}
+
+extern "C" __global__ void winograd_filter_a6(const float* RESTRICT w, float* RESTRICT U, int M, int Kc, int r,
+                                             int flip) {
+    filter_transform<6>(w, U, M, Kc, r, flip);
+}
+extern "C" __global__ void winograd_input_a6(const float* RESTRICT x, float* RESTRICT V, WinoShape s) {
+    input_transform<6>(x, V, s);
+}
+extern "C" __global__ void winograd_output_a6(const float* RESTRICT Mp, const float* RESTRICT bias, float* RESTRICT y,
+                                             WinoShape s, int M) {
+    output_transform<6>(Mp, bias, y, s, M);
 }

@@ -14,6 +14,9 @@
 #   6  the library arm (issue 29): PyTorch's AlexNet step on the GPU against the NumPy reference;
 #      --impl torch on events at batch 128 and under ncu at batch 16 (raw CSV pages kept); the
 #      library experiment at batch 128; a Kineto trace of one batch-16 step under our range names
+#   7  the convolution algorithms (issue 30): selftest --record (the winograd variant's first GPU
+#      check, with every variant's max and mean error); the algorithms experiment at batch 128 on
+#      events, beside the model's prediction of the same (tracker model --algorithm all)
 #
 # Each stage fits one 10-minute command: every step runs under its own `timeout`, cut to what is
 # left of the stage's budget (TRACKER_STAGE_BUDGET_S, default 560 s). Everything lands in a scratch
@@ -31,7 +34,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-case "$stage" in 1|2|3|4|5|6) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5|6 (got '${stage}')"; exit 2 ;; esac
+case "$stage" in 1|2|3|4|5|6|7) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5|6|7 (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
 w="$work/stage$stage"
@@ -208,6 +211,15 @@ PY'
 from tracker.library.torch_run import trace
 trace(Workload(\"alexnet\", batch=16, implementation=\"torch\"), \"$W/pytorch-alexnet-b16-$GPU-kineto.json\", print)" \
         && gzip -9 $W/pytorch-alexnet-b16-$GPU-kineto.json'
+}
+
+stage7() {
+    step selftest 240 'tracker selftest --batch 2 --record --format csv > $W/selftest.csv
+        rc=$?; cp tests/data/verified/*.json $W/ 2>/dev/null; grep -c winograd $W/selftest.csv > $W/selftest.key; exit $rc'
+    step exp-algorithms-b128 240 'tracker experiment algorithms alexnet --batch 128 --backend events --repeat 5 \
+        --db $W/algorithms-b128-events-$GPU.db --format csv > $W/experiment-algorithms.csv'
+    step model-algorithms 30 'tracker model alexnet --batch 128 --device h100 --algorithm all --format csv \
+        > $W/model-algorithms-b128.csv'
 }
 
 "stage$stage"

@@ -229,6 +229,7 @@ CONV = OPS.register(Op(
         Case("conv", "big-filters", {"x": (1, 64, 13, 13), "w": (5, 64, 11, 11)}, {"stride": 2, "pad": 0}),  # 3 chunks
         Case("conv", "conv1-like", {"x": (1, 3, 27, 27), "w": (4, 3, 11, 11)}, {"stride": 4, "pad": 0}),
         Case("conv", "k6-s1-p0", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 0}),  # bwd pads by 2
+        Case("conv", "k4-5x5-s1-p2", {"x": (1, 3, 8, 9), "w": (4, 3, 5, 5)}, {"stride": 1, "pad": 2}),  # Winograd 6x6
     ),
 ))
 _IMPLICIT = ("conv2d.cu:conv2d_fwd_implicit", "conv2d.cu:conv2d_bwd_data_implicit", "conv2d.cu:conv2d_bwd_weight_implicit")

@@ -57,14 +57,10 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     assert row("direct (global)", "conv1", "fwd").workspace_bytes_b == 0
     assert (winograd.library_run, winograd.library_algorithm) == (library_run, "fft")  # cuDNN's conv2 in the trace
     assert set(frame.layer) <= {"conv1", "conv2", "iteration"}
+    from tracker.report import report  # and its report, from the same store
 
-
-def test_its_report(tmp_path, emulated_events):
-    from tracker.report import report
-
-    db = str(tmp_path / "t.db")
-    experiment_id = run_experiment(db, "algorithms", small_net(), 1, repeat=2, warmup=0)
-    report(open_store(db, write=False), f"e{experiment_id}", str(tmp_path / "out"), None)
+    report(store, f"e{experiment_id}", str(tmp_path / "out"), None)
     page = (tmp_path / "out" / "report.md").read_text()
     assert "Convolution algorithms against the default per layer" in page
     assert "| algorithms | winograd_nonfused (winograd) | conv2 | fwd | implicit_gemm | winograd_nonfused |" in page
+

@@ -64,3 +64,34 @@ def test_its_ranges_are_our_plans_names_in_our_plans_order():
 def test_a_network_it_cannot_build_is_refused_in_one_line():
     with pytest.raises(TrackerError, match="unet2d is not 2-D|does not know"):
         TorchStep(build("unet2d"), 1)
+
+
+def test_backward_nodes_open_their_layer_phases_range_where_they_run():
+    """On a GPU the autograd engine runs backward nodes on its device thread, where the caller's
+    ranges are not: each node opens its layer phase's range itself. Forced on here (the CPU runs
+    nodes on the caller's thread): every backward phase's range is opened by the caller and by its
+    nodes, no forward range by a node, and every range is closed."""
+    import threading
+    from contextlib import contextmanager
+
+    events = []
+
+    @contextmanager
+    def recorded(name):
+        events.append(("open", name, threading.get_ident()))
+        yield
+        events.append(("close", name, threading.get_ident()))
+
+    net = small_net()
+    step = TorchStep(net, 2, region=recorded)
+    step.on_engine_threads = True
+    step.iteration()
+    opened = [name for kind, name, _ in events if kind == "open"]
+    backward = [f"{layer.name}/{phase}" for layer, phase in net.training_order() if phase != "fwd"]
+    assert all(opened.count(name) >= 2 for name in backward), opened
+    assert all(opened.count(f"{layer.name}/fwd") == 1 for layer in net.layers)
+    depth = 0
+    for kind, _, _ in events:
+        depth += 1 if kind == "open" else -1
+        assert depth >= 0
+    assert depth == 0

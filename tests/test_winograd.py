@@ -55,7 +55,7 @@ def test_cook_toom_matrices_compute_the_correlation_exactly(m, r):
 
 @pytest.mark.parametrize("x, w, pad, within", [
     ((1, 64, 13, 13), (16, 64, 3, 3), 1, 10),  # AlexNet's conv3-5 plane: F(2x2,3x3)
-    ((1, 48, 27, 27), (16, 48, 5, 5), 2, 20),  # conv2's: F(2x2,5x5), larger transforms, larger error
+    ((1, 32, 27, 27), (8, 32, 5, 5), 2, 20),  # conv2's plane: F(2x2,5x5), larger transforms, larger error
 ])
 def test_its_error_stays_near_the_implicit_gemms_at_a_deep_contraction(emulator, x, w, pad, within):
     """Lavin & Gray measured F(2x2,3x3)'s max error in fp32 at 4e-5, a direct convolution's at 3e-4."""

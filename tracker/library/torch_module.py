@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from tracker.errors import TrackerError
-from tracker.library.torch_net import Region, nvtx_region
+from tracker.library.torch_net import Region, bracket_nodes, nvtx_region
 from tracker.nets import Network
 from tracker.nets.layers import Layer, Module
 
@@ -222,12 +222,20 @@ class ModuleStep:
         self.order = self.net.training_order(phases)
         self.replays = {call.name: Replay(call, i) for i, call in enumerate(calls)}
         self.region = region or (nvtx_region if torch.device(device).type == "cuda" else _no_region)
+        self.on_engine_threads = torch.device(device).type == "cuda"  # as TorchStep: backward on the device's thread
+        self.phase = ""
 
     def iteration(self) -> None:
         for layer, phase in self.order:
             replay = self.replays[layer.name]
-            with self.region(f"{layer.name}/{phase}"):
-                replay.forward() if phase == "fwd" else replay.grad(phase)
+            self.phase = f"{layer.name}/{phase}"
+            with self.region(self.phase):
+                if phase != "fwd":
+                    replay.grad(phase)
+                    continue
+                replay.forward()
+                if self.on_engine_threads and replay.out is not None and replay.out.grad_fn is not None:
+                    bracket_nodes(replay.out, lambda: self.phase, self.region)
 
 
 def _no_region(name: str) -> AbstractContextManager:

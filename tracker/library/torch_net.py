@@ -13,10 +13,17 @@ as ours are (``layer/phase``):
   its ``bwd_data`` is the gradient of the loss for the logits.
 
 fp32 by default with TF32 off (``allow_tf32``), so that it computes what our fp32 kernels do.
+
+On a CUDA device the autograd engine runs each backward node on its own device thread, whose
+NVTX stack and profiler ranges are not the caller's: a range the caller opens around
+``autograd.grad`` holds none of the kernels. So each node of a layer's graph also opens the
+layer phase's range on the thread that runs it (``bracket_nodes``), and Nsight Compute and
+PyTorch's profiler see every backward kernel inside ``layer/phase``.
 """
 
 from __future__ import annotations
 
+import threading
 from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
@@ -35,6 +42,31 @@ KINDS = ("conv", "linear", "relu", "maxpool", "lrn", "softmax")  # what forward(
 def nvtx_region(name: str) -> AbstractContextManager:
     """An NVTX push/pop range, as our CuPy backend opens one around each layer phase."""
     return torch.cuda.nvtx.range(name)
+
+
+def bracket_nodes(output: torch.Tensor, name: Callable[[], str], region: Region) -> None:
+    """Open ``region(name())`` around every node of ``output``'s autograd graph, on the thread
+    that runs the node (the engine's device thread on CUDA), and close it when the node is done."""
+    opened = threading.local()
+
+    def before(grad_outputs) -> None:
+        context = region(name())
+        context.__enter__()
+        opened.__dict__.setdefault("stack", []).append(context)
+
+    def after(grad_inputs, grad_outputs) -> None:
+        opened.stack.pop().__exit__(None, None, None)
+
+    seen: set = set()
+    stack = [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen or type(node).__name__ == "AccumulateGrad":  # a leaf: autograd.grad captures it
+            continue
+        seen.add(node)
+        node.register_prehook(before)
+        node.register_hook(after)
+        stack.extend(child for child, _ in node.next_functions)
 
 
 class TorchStep:
@@ -56,6 +88,8 @@ class TorchStep:
         torch.backends.cudnn.allow_tf32 = allow_tf32
         self.net, self.order = net, net.training_order(phases)
         self.region = region or (nvtx_region if torch.device(device).type == "cuda" else lambda name: nullcontext())
+        self.on_engine_threads = torch.device(device).type == "cuda"  # backward nodes run on the device's thread
+        self.phase = ""  # the layer phase running: what the nodes' ranges are named
         rng = np.random.default_rng(seed + 1)  # the inputs our executor makes
         as_tensor = lambda a: torch.as_tensor(a, dtype=dtype, device=device)  # noqa: E731
         self.x = as_tensor(rng.normal(size=(batch, *net.input_shape)))
@@ -71,11 +105,14 @@ class TorchStep:
         outputs: dict[str, torch.Tensor] = {"input": self.x}
         dy: dict[str, torch.Tensor | None] = {}
         for layer, phase in self.order:
-            with self.region(f"{layer.name}/{phase}"):
+            self.phase = f"{layer.name}/{phase}"
+            with self.region(self.phase):
                 if phase == "fwd":
                     source = layer.inputs[0]
                     x = inputs[layer.name] = outputs[source].detach().requires_grad_(layer.needs_input_grad)
                     outputs[layer.name] = self._forward(layer, x)
+                    if self.on_engine_threads and outputs[layer.name].grad_fn is not None:
+                        bracket_nodes(outputs[layer.name], lambda: self.phase, self.region)
                 elif phase == "bwd_weight":
                     w, b = self.params[layer.name]
                     dw, db = torch.autograd.grad(outputs[layer.name], (w, b), dy.get(layer.name), retain_graph=True)

@@ -10,6 +10,7 @@ import pandas as pd
 from tracker.analysis import in_layer_order, run_row, view
 from tracker.analysis.runtime import runtime
 from tracker.analysis.speedup import comparison
+from tracker.ops.winograd import OUTPUT_TILE as WINOGRAD_TILE
 from tracker.store import Store
 from tracker.store.queries import experiment_runs
 
@@ -107,9 +108,10 @@ def scaling(store: Store, experiment_id: int) -> pd.DataFrame:
     return in_layer_order(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
 
 
-# The algorithm a launch's kernel names say -> the analytic model's (tracker/model/algorithms.py).
+# The algorithm a launch's kernel names say -> the analytic model's (tracker/model/algorithms.py);
+# our non-fused Winograd's output tile is the winograd variant's.
 MODELLED = {"direct": "direct", "implicit_gemm": "implicit_gemm", "implicit_precomp_gemm": "implicit_gemm",
-            "gemm": "gemm", "winograd_nonfused": "winograd_f2", "fft": "fft"}
+            "gemm": "gemm", "winograd_nonfused": f"winograd_f{WINOGRAD_TILE}", "fft": "fft"}
 
 
 def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:

@@ -12,8 +12,9 @@ from tracker.store.rollups import over_repeats
 
 def runtime(store: Store, run_id: int) -> pd.DataFrame:
     """Per layer and phase: median_ms, min_ms, max_ms, spread_pct ((max - min) / median), repeats,
-    launches, the algorithm a library ran, predicted_ms, ops, bytes, and ``ms``: the median of a measured run (0 for a layer
-    phase that launched nothing), the prediction of a model run, with ``source`` saying which."""
+    launches, the algorithm its kernels ran, predicted_ms, ops, bytes, and ``ms``: the median of a
+    measured run (0 for a layer phase that launched nothing), the prediction of a model run, with
+    ``source`` saying which."""
     layers = view(store, "layer_phase", run_id)[
         ["run_id", "layer_id", "layer", "kind", "phase", "ops", "bytes", "predicted_ms", "bound"]]
     times = view(store, "layer_time", run_id).rename(columns={"measured_ms": "median_ms"})[

@@ -71,8 +71,8 @@ def _per_image(frame: pd.DataFrame, batch: int) -> pd.DataFrame:
 
 def compare(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
     """Per layer and phase: a_ms, b_ms, their spreads, speedup, change_pct and noise, and the
-    algorithm each ran where a library's kernel names say it (ours against cuDNN, say); times
-    per image (``basis``) when the batch sizes differ."""
+    algorithm each ran where its kernel names say it (ours against cuDNN, say); times per image
+    (``basis``) when the batch sizes differ."""
     batch_a, batch_b = _batches(store, run_a, run_b)
     a, b = runtime(store, run_a), runtime(store, run_b)
     _check_comparable(a, b, run_a, run_b)

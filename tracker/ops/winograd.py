@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tracker.ops.conv2d import CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit
+from tracker.ops.conv2d import _IMPLICIT, CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
 
@@ -30,7 +30,6 @@ ALPHAS = {3: 4, 5: 6}  # filter size -> alpha = m + r - 1, the kernels' compile-
 POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)  # Cook-Toom interpolation points, then infinity
 KERNELS = tuple(f"{SOURCE}:winograd_{part}_a{alpha}" for alpha in ALPHAS.values()
                 for part in ("filter", "input", "output"))
-_IMPLICIT = ("conv2d.cu:conv2d_fwd_implicit", "conv2d.cu:conv2d_bwd_data_implicit", "conv2d.cu:conv2d_bwd_weight_implicit")
 
 
 def applies(w_shape: tuple[int, ...], stride: int, pad: int) -> bool:

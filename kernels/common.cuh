@@ -13,8 +13,12 @@
 // the global loads of tiles k+1 .. k+STAGES-1 are in flight, and one barrier per k-tile
 // separates writing a buffer from reading it. Plain operands go straight to shared memory with
 // cp.async (LDGSTS, sm_80 on), which needs no staging registers, so more stages are more loads in
-// flight; an operand read through a ReLU mask, and every operand of the L1-bypass build, is staged
-// through registers, one k-tile ahead. Every GEMM kernel is __launch_bounds__(GEMM_THREADS,
+// flight. An operand read through a ReLU mask (the fused backward's output gradient) is copied
+// the same way, the ReLU's output beside it into a ring of its own, and each thread zeroes its own
+// copies where that output is not positive once they have landed, before the barrier that hands
+// the tile to the other threads: the mask costs a compare a copied element, not the pipeline.
+// Every operand of the L1-bypass build is staged through registers, one k-tile ahead (a 4-byte
+// cp.async always goes through L1; see copy_async). Every GEMM kernel is __launch_bounds__(GEMM_THREADS,
 // MIN_CTAS): 0 leaves registers to ptxas's own trade-off, 1 gives the code all it asks for, 2
 // holds a 256-thread tile to 128 (spilling if it must) so that two CTAs share an SM; `tracker
 // tune` measures which pays.
@@ -37,9 +41,14 @@
 #endif
 
 #if !defined(TILE_M) || !defined(TILE_N) || !defined(TILE_K) || !defined(THREAD_M) || !defined(THREAD_N) || \
-    !defined(GEMM_THREADS) || !defined(WARP_ROWS) || !defined(STAGES) || !defined(TILE_PAD) || !defined(MIN_CTAS)
+    !defined(GEMM_THREADS) || !defined(WARP_ROWS) || !defined(STAGES) || !defined(TILE_PAD) || !defined(MIN_CTAS) || \
+    !defined(RELU_MASK)
 #error "the GEMM's sizes come from tracker/ops/gemm.py as -D options (tracker.gpu.kernels.compile_options)"
 #endif
+// RELU_MASK 1: the build the fused variants' backward launches, whose Masked operand reads the
+// output gradient through the ReLU's output (copied beside it, see gemm_tile); 0: every other
+// build, where a Masked operand's y is null and the operand is copied like any other.
+static_assert(RELU_MASK == 0 || RELU_MASK == 1, "RELU_MASK is 0 or 1");
 static_assert(THREAD_M == 8 && THREAD_N == 8, "a thread's block is two 4-row by two 4-column groups");
 constexpr int WARP_COLS = 32 / WARP_ROWS;
 static_assert(WARP_ROWS * WARP_COLS == 32 && TILE_M % (WARP_ROWS * THREAD_M) == 0 && TILE_N % (WARP_COLS * THREAD_N) == 0,
@@ -111,11 +120,30 @@ struct Images {
 };
 
 // An operand read through a ReLU: zero where the ReLU's output y (laid out as the operand) is not
-// positive. The fused variants' backward kernels use it; y == nullptr reads the operand as it is.
+// positive. The fused variants' backward kernels use it (built with RELU_MASK 1); y == nullptr
+// reads the operand as it is.
 template <class G>
 struct Masked : G {
     const float* RESTRICT y;
 };
+
+template <class G>
+constexpr bool is_masked = false;
+template <class G>
+constexpr bool is_masked<Masked<G>> = true;
+
+// The loader of a Masked operand's y: the same walk over y's memory (any other loader: itself,
+// never copied).
+template <class G>
+__device__ __forceinline__ G mask_of(const Masked<G>& g) {
+    G m = g;
+    m.p = g.y;
+    return m;
+}
+template <class G>
+__device__ __forceinline__ const G& mask_of(const G& g) {
+    return g;
+}
 
 template <class G>
 __device__ __forceinline__ float element(const G& g, int j) {
@@ -223,12 +251,18 @@ __device__ __forceinline__ void stage(float* dst, const float* RESTRICT src, int
     wait_copies();
 }
 
-// A loader whose element is p[at] (or a zero) can be copied around the registers; one read
-// through a ReLU mask is computed, so it is staged through them.
+// Whether gemm_tile copies a Masked operand's y into a ring of its own and applies the mask in
+// shared memory (the copy path of a RELU_MASK build); the staged path reads y in element().
 template <class G>
-constexpr bool copyable = true;
-template <class G>
-constexpr bool copyable<Masked<G>> = false;
+constexpr bool masks_in_shared = RELU_MASK && COPY_AROUND_REGISTERS && is_masked<G>;
+
+// Zeroes this thread's LOADS slots of a landed k-tile row where the ReLU's output is not positive.
+template <int LOADS>
+__device__ __forceinline__ void apply_mask(float* row, const float* y_row) {
+#pragma unroll
+    for (int j = 0; j < LOADS; ++j)
+        if (!(y_row[LANES * j] > 0.f)) row[LANES * j] = 0.f;
+}
 
 // One operand's share of a k-tile for gemm_tile: slot j is outer index o + LANES * j (in C while
 // < extent), at row[LANES * j] of its shared k-row. COPY: copied there around the registers;
@@ -239,8 +273,10 @@ __device__ __forceinline__ void fetch_operand(const G& g, float (&regs)[R], floa
     for (int j = 0; j < LOADS; ++j) {
         const bool in = k_in && o + LANES * j < extent;
         if constexpr (COPY) {
-            const int at = in ? g.at(j) : -1;
-            copy_async(row + LANES * j, g.p + max(at, 0), at >= 0);
+            // The address is formed whatever `in` says (a copy that is not valid reads nothing):
+            // no select between addresses, so slots a constant apart share one base register.
+            const int at = g.at(j);
+            copy_async(row + LANES * j, g.p + at, in && at >= 0);
         } else {
             regs[j] = in ? element(g, j) : 0.f;
         }
@@ -271,13 +307,23 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     const int kb = B::k_contiguous ? t % TILE_K : t / LANES, ob = B::k_contiguous ? t / TILE_K : t % LANES;
     a.start(m0 + oa, k_begin + ka);
     b.start(n0 + ob, k_begin + kb);
-    constexpr bool copy_a = COPY_AROUND_REGISTERS && copyable<A>, copy_b = COPY_AROUND_REGISTERS && copyable<B>;
+    constexpr bool copy_a = COPY_AROUND_REGISTERS, copy_b = COPY_AROUND_REGISTERS;
     float ra[copy_a ? 1 : LOADS_A], rb[copy_b ? 1 : LOADS_B];  // staging registers, where used
-    // The k-tile at k0 (where the loaders stand) into buffer buf: copied operands straight there,
-    // staged ones into their registers.
+    // A masked operand's y ring, in step with its own (a token where no operand is masked).
+    constexpr bool mask_a = masks_in_shared<A>, mask_b = masks_in_shared<B>, masking = mask_a || mask_b;
+    static_assert(!(mask_a && mask_b), "one operand at most is read through the mask");
+    __shared__ __align__(16) float Ys[masking ? STAGES : 1][masking ? TILE_K : 1][(mask_a ? TILE_M : TILE_N) + TILE_PAD];
+    // The k-tile at k0 (where the loaders stand) into buffer buf: copied operands straight there
+    // (a masked one's y beside it), staged ones into their registers.
     auto fetch = [&](int k0, int buf) {
         fetch_operand<copy_a, LOADS_A>(a, ra, &As[buf][ka][oa], m0 + oa, M, k0 + ka < k_end);
         fetch_operand<copy_b, LOADS_B>(b, rb, &Bs[buf][kb][ob], n0 + ob, N, k0 + kb < k_end);
+        if constexpr (mask_a) fetch_operand<true, LOADS_A>(mask_of(a), ra, &Ys[buf][ka][oa], m0 + oa, M, k0 + ka < k_end);
+        if constexpr (mask_b) fetch_operand<true, LOADS_B>(mask_of(b), rb, &Ys[buf][kb][ob], n0 + ob, N, k0 + kb < k_end);
+    };
+    auto mask = [&](int buf) {  // this thread's copies into buffer buf, landed, through the mask
+        if constexpr (mask_a) apply_mask<LOADS_A>(&As[buf][ka][oa], &Ys[buf][ka][oa]);
+        if constexpr (mask_b) apply_mask<LOADS_B>(&Bs[buf][kb][ob], &Ys[buf][kb][ob]);
     };
     auto advance = [&] {  // the loaders on to the next k-tile
         a.next();
@@ -300,6 +346,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
         commit_copies();
     }
     wait_copies<STAGES - 2>();
+    mask(0);
     __syncthreads();
     int read = 0;
     for (int k0 = k_begin; k0 < k_end; k0 += TILE_K) {
@@ -330,6 +377,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
         // The next tile has landed for every thread (its group, and its stash a barrier or more
         // ago), and every thread is done with this tile's buffer.
         wait_copies<STAGES - 2>();
+        mask((read + 1) % STAGES);
         __syncthreads();
         read = (read + 1) % STAGES;
     }

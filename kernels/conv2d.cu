@@ -204,7 +204,10 @@ template <int L>
 struct GradByInput {
     const float* RESTRICT p;  // the output gradient
     ConvShape s;
-    int image[L], hp[L], vp[L];  // per slot: its image in the gradient, its row and column plus the padding
+    // Per slot: its image in the gradient, and its row and column plus the padding packed as
+    // row << 16 | column (one register a slot, not two: ptxas keeps the copying loop's slots
+    // live at once, and two a slot spilled the 128 x 128 x 16 tile).
+    int image[L], hv[L];
     int kout = 0, r = 0, t = 0;
     static constexpr bool k_contiguous = false;
     __device__ __forceinline__ void start(int n, int k) {
@@ -212,15 +215,14 @@ struct GradByInput {
 #pragma unroll
         for (int j = 0; j < L; ++j) {
             const int col = n + LANES * j;
-            hp[j] = col % hw / s.W + s.pad;
-            vp[j] = col % s.W + s.pad;
+            hv[j] = (col % hw / s.W + s.pad) << 16 | (col % s.W + s.pad);
             image[j] = col / hw * s.K * s.P * s.Q;
         }
         const int rs = s.R * s.S;
         kout = k / rs, r = k % rs / s.S, t = k % s.S;
     }
     __device__ __forceinline__ int at(int j) const {
-        int y = hp[j] - r, x = vp[j] - t;  // the output row and column, times the stride
+        int y = (hv[j] >> 16) - r, x = (hv[j] & 0xffff) - t;  // the output row and column, times the stride
         if (y < 0 || x < 0) return -1;
         if (s.stride != 1) {
             if (y % s.stride || x % s.stride) return -1;

@@ -85,13 +85,30 @@ def schedule_builds():
 def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_schedule(schedule_builds, tile):
     """Read from the sm_90 SASS of every GEMM-shaped kernel, for every schedule `tracker tune` can
     run: the k-loop's FFMA per LDS (the old 64 x 64 core with 4 x 4 scalar blocks issued 2), its
-    fragments loaded as 128-bit LDS, its operands (all but one read through a ReLU mask) copied
+    fragments loaded as 128-bit LDS, its operands copied
     to shared memory with cp.async, no spills, and at least one CTA fits on an SM."""
     for source, name in GEMM_KERNELS:
         r = schedule_builds[source, "sm_90", "ca", tile.overrides].kernels[name]
         assert r.ffma_per_lds is not None and r.ffma_per_lds >= 8, (tile.label, name, r)
         assert r.wide_loads > 0 and r.cp_async > 0 and (r.spill_stores, r.spill_loads) == (0, 0), (tile.label, name, r)
         assert r.block_threads == tile.threads and occupancy(r, "sm_90") > 0, (tile.label, name, r)
+
+
+@pytest.mark.slow  # compiles kernels with NVRTC
+def test_the_fused_backward_copies_dy_and_the_relu_output_with_cp_async():
+    """Issue 30: the fused backward's GEMM applies the ReLU mask in shared memory. Read from the
+    sm_90 SASS of the RELU_MASK build each fused backward launch runs (its table entry's -D): no
+    global load through registers (no LDG), and more cp.async (LDGSTS) than the unmasked build of
+    the same kernel: the ReLU output's own copies, into a ring beside the operand's."""
+    fused = [v for v in TABLE if v.defines]
+    assert {(v.op, v.phase, v.variant) for v in fused} == {
+        (op, phase, "fused") for op in ("conv", "linear") for phase in ("bwd_data", "bwd_weight")}
+    for v in fused:
+        k = v.kernels[0]
+        masked = build(k.source, "sm_90", "ca", v.defines).kernels[k.name]
+        plain = build(k.source, "sm_90", "ca").kernels[k.name]
+        assert masked.global_loads == 0 and masked.cp_async > plain.cp_async > 0, (v.key, masked, plain)
+        assert masked.shared_bytes == gemm.DEFAULT.masked_shared_bytes > plain.shared_bytes, v.key
 
 
 @pytest.mark.slow  # compiles kernels with NVRTC
@@ -164,9 +181,17 @@ def test_kernels_command_builds_a_tuned_tile(runner):
     assert result.exit_code == 0, result.output
     rows = {(r["op"], r["phase"], r["variant"]): r for r in json.loads(result.stdout)}
     for key, row in rows.items():
-        tuned = next(v for v in TABLE if (v.op, v.phase, v.variant) == key).tunable
-        assert (row["shared_bytes"] == RING.shared_bytes) == tuned, key
-        assert (row["verified_on"] is None) == tuned, key
+        launch = next(v for v in TABLE if (v.op, v.phase, v.variant) == key)
+        ring = RING.masked_shared_bytes if launch.defines else RING.shared_bytes  # the fused backward's mask ring
+        assert (row["shared_bytes"] == ring) == launch.tunable, key
+        assert (row["verified_on"] is None) == launch.tunable, key
+    big = "128x128x16"  # fits, but not beside the fused backward's mask ring: those rows are left out
+    result = runner.invoke(cli, ["kernels", "--l1", "ca", "--tile", big, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    left_out = {(v.op, v.phase, v.variant) for v in TABLE} - {(r["op"], r["phase"], r["variant"])
+                                                             for r in json.loads(result.stdout)}
+    assert left_out == {(v.op, v.phase, v.variant) for v in TABLE if v.defines}
+    assert "the fused backward is left out: 128x128x16" in result.stderr
     for label, why in (("64x64x8/ring3", "'ring3' is not stagesN"), ("12x", "the tile shape is MxNxK"),
                        ("128x128x16/stages4", "67,584 of at most 49,152 bytes")):
         result = runner.invoke(cli, ["kernels", "--tile", label])

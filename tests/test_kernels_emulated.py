@@ -7,7 +7,7 @@ A GPU must still confirm all of it."""
 import pytest
 
 from tracker.ops import OPS
-from tracker.ops.gemm import DEFAULT
+from tracker.ops.gemm import DEFAULT, MASKED, RELU_MASK
 from tracker.ops.selftest import run_case, small_cases
 
 from test_tune import RING
@@ -16,17 +16,30 @@ pytestmark = pytest.mark.slow  # every test here builds the kernels with g++ and
 
 
 @pytest.mark.parametrize("case", small_cases(), ids=lambda c: f"{c.op}-{c.layer}")
-def test_every_variant_matches_the_reference(emulator, case):
+def test_every_variant_matches_the_reference(emulator, case, monkeypatch):
+    built: dict[str, set] = {}  # kernel -> the registry's -D it was launched with beyond the tile's
+    launch = emulator.launch
+
+    def spy(source, kernel, grid, block, args, shared_bytes=0, defines=()):
+        built.setdefault(kernel, set()).add(tuple(d for d in defines if d[0] == RELU_MASK))
+        return launch(source, kernel, grid, block, args, shared_bytes, defines)
+
+    monkeypatch.setattr(emulator, "launch", spy)
     for variant in OPS[case.op].variants:
         emulator.log.clear()
+        built.clear()
         results = run_case(emulator, case, variant, seed=1)
         assert results and {r.phase for r in results} >= {"fwd", "bwd_data"}
         failed = [(r.variant, r.phase, r.output, r.error) for r in results if not r.passed]
         assert not failed, failed
-        # what ran is what the registry says the variant launches (the compile check reads that)
-        declared = {(k.source, k.name) for launch in OPS[case.op].variants[variant].launches.values()
-                    for k in launch.kernels}
+        # what ran is what the registry says the variant launches (the compile check reads that),
+        # built as its table entry says (the fused backward's GEMM with RELU_MASK 1)
+        launches = OPS[case.op].variants[variant].launches.values()
+        declared = {(k.source, k.name) for launch in launches for k in launch.kernels}
         assert {(r.source, r.kernel) for r in emulator.log} <= declared
+        masked = {launch.kernels[0].name for launch in launches if launch.defines}
+        assert {k for k, builds in built.items() if builds == {MASKED}} == masked, variant
+        assert all(builds == {()} for k, builds in built.items() if k not in masked), (variant, built)
 
 
 def test_the_gemm_convolution_folds_chunks_of_images_into_each_gemm(emulator, monkeypatch):

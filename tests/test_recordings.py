@@ -291,8 +291,9 @@ def test_on_the_h100_the_default_tiles_conv_kernels_hold_one_cta_per_sm(recordin
 
 
 def test_on_the_new_core_fusion_and_the_l1_bypass_both_lose(recordings):
-    """Issue 16's core copies plain operands with cp.async; an operand read through the ReLU mask
-    (fused backward) or any operand of the L1-bypass build is staged through registers instead.
+    """Issue 16's core copied plain operands with cp.async; an operand read through the ReLU mask
+    (fused backward) or any operand of the L1-bypass build was staged through registers instead
+    (issue 30 copies the masked operand too; this recording predates it).
     So the fused data gradients run at 0.56-0.71x, and the fused iteration at 0.68x; the bypass
     costs the GEMM-shaped variants 12-20 % of the iteration."""
     store = open_store(recording(CORE_EXPERIMENTS, recordings), write=False)

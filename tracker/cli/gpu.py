@@ -60,7 +60,8 @@ def kernels(arch, l1, tile, fmt):
 
     With --tile, the GEMM-shaped variants are built with that tile (what a tuned profile runs:
     deeper rings, for instance, may cost registers and so occupancy); a verification record
-    vouches for the default tile's build only, so theirs read '-'.
+    vouches for the default tile's build only, so theirs read '-'. The fused backward copies the
+    ReLU's output into a ring beside the masked operand's; where that does not fit, it is left out.
 
     \b
     Examples:
@@ -74,6 +75,9 @@ def kernels(arch, l1, tile, fmt):
     click.echo(f"compiling {arch} kernels with NVRTC ...", err=True)
     rows = variant_rows(arch, policies, tile)
     emit(rows, fmt, None if fmt == "json" else KERNEL_COLUMNS)
+    if tile is not None and not tile.fits(masked=True):
+        click.echo(f"the fused backward is left out: {tile.label} with its ReLU mask ring needs "
+                   f"{tile.masked_shared_bytes:,} bytes of shared memory, more than a CTA's static share", err=True)
     if fmt == "table":
         unverified = sum(row["verified_on"] is None for row in rows)
         click.echo(f"\n{len(rows)} variant builds, {sum(r['spill_bytes'] > 0 for r in rows)} with spills; "

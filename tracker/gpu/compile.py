@@ -268,20 +268,25 @@ def variant_main(used: list[Resources]) -> Resources:
 
 def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = None) -> list[dict]:
     """One row per (op, phase, variant, L1 policy): its kernels' worst-case resources and where
-    it was last verified. ``tile``: the GEMM-shaped variants' build,
-    which no verification record vouches for."""
+    it was last verified. ``tile``: the GEMM-shaped variants' build, which no verification record
+    vouches for (a fused backward whose ReLU mask ring does not fit beside it has no row)."""
     from tracker.gpu.verified import records, status
     from tracker.ops import OPS
 
     def overrides(variant: Launch) -> Overrides:
-        return tile.overrides if tile is not None and variant.tunable else ()
+        return (tile.overrides if tile is not None and variant.tunable else ()) + variant.defines
+
+    def buildable(variant: Launch) -> bool:  # a fused backward's mask ring may not fit beside the tile's
+        return not (tile is not None and variant.tunable and variant.defines and not tile.fits(masked=True))
 
     history = records()
-    builds = build_all((k.source, arch, policy, overrides(v)) for v in OPS.launches() for policy in l1_policies
+    launches = [v for v in OPS.launches() if buildable(v)]
+    builds = build_all((k.source, arch, policy, overrides(v)) for v in launches for policy in l1_policies
                        for k in v.kernels)
     rows = []
-    for variant in OPS.launches():
-        verified_on, changed = status(variant, history) if not overrides(variant) else (None, None)
+    for variant in launches:
+        tuned = tile is not None and variant.tunable
+        verified_on, changed = status(variant, history) if not tuned else (None, None)
         for policy in l1_policies:
             used = [builds[k.source, arch, policy, overrides(variant)].kernels[k.name] for k in variant.kernels]
             main = variant_main(used)

@@ -112,7 +112,8 @@ def _bwd_data_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool 
     s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, *_ = s.values
     gemm.run(b, SOURCE, "conv2d_bwd_data_implicit", tile, C, N * H * W, K * R * S,
-             lambda partial, chunk: (a.dy, a.w, a.y if relu else None, a.dx, partial, s, chunk), Out(a.dx, H * W))
+             lambda partial, chunk: (a.dy, a.w, a.y if relu else None, a.dx, partial, s, chunk), Out(a.dx, H * W),
+             masked=relu)
 
 
 def _bwd_data_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
@@ -148,7 +149,7 @@ def _bwd_weight_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: boo
     N, C, H, W, K, R, S, P, Q, *_ = s.values
     mask = a.y if relu else None
     gemm.run(b, SOURCE, "conv2d_bwd_weight_implicit", tile, K, C * R * S, N * P * Q,
-             lambda partial, chunk: (a.dy, a.x, mask, a.dw, partial, s, chunk), Out(a.dw, C * R * S))
+             lambda partial, chunk: (a.dy, a.x, mask, a.dw, partial, s, chunk), Out(a.dw, C * R * S), masked=relu)
     _bias(b, a, s, mask)
 
 
@@ -252,5 +253,6 @@ CONV.add("gemm",
          bwd_weight=tiled(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt_images", BIAS_GRAD))
 CONV.add("fused", absorbs="relu", fallback="shared",
          fwd=tiled(partial(_fwd_implicit, relu=True), _IMPLICIT[0], note=FUSED_FWD),
-         bwd_data=tiled(partial(_bwd_data_implicit, relu=True), _IMPLICIT[1], note=FUSED_BWD),
-         bwd_weight=tiled(partial(_bwd_weight_implicit, relu=True), _IMPLICIT[2], BIAS_GRAD, note=FUSED_BWD))
+         bwd_data=tiled(partial(_bwd_data_implicit, relu=True), _IMPLICIT[1], note=FUSED_BWD, masked=True),
+         bwd_weight=tiled(partial(_bwd_weight_implicit, relu=True), _IMPLICIT[2], BIAS_GRAD, note=FUSED_BWD,
+                          masked=True))

@@ -58,6 +58,12 @@ class Tile:
         return self.stages * self.k * (self.m + PAD + self.n + PAD) * 4
 
     @property
+    def masked_shared_bytes(self) -> int:
+        """shared_bytes plus the ring the fused backward copies the ReLU's output into (common.cuh's
+        RELU_MASK build), as wide as the wider operand."""
+        return self.shared_bytes + self.stages * self.k * (max(self.m, self.n) + PAD) * 4
+
+    @property
     def valid(self) -> bool:
         """Whether common.cuh compiles it: warps tile the CTA, and the rings fit in shared memory."""
         warp_cols, lanes = 32 // self.warp_rows, self.threads // self.k  # lanes: common.cuh's LANES
@@ -65,7 +71,12 @@ class Tile:
                       and self.n % (warp_cols * THREAD) == 0)
         lanes_cover_a_k_row = self.threads % self.k == 0 and self.m % lanes == 0 and self.n % lanes == 0
         return (warps_tile and lanes_cover_a_k_row and self.stages >= 2 and self.min_ctas >= 0
-                and self.shared_bytes <= DEFAULT_SHARED)
+                and self.fits())
+
+    def fits(self, masked: bool = False) -> bool:
+        """Whether its rings fit in a CTA's static shared memory (``masked``: with the fused
+        backward's mask ring too)."""
+        return (self.masked_shared_bytes if masked else self.shared_bytes) <= DEFAULT_SHARED
 
     @property
     def caps_registers(self) -> bool:
@@ -153,7 +164,11 @@ DEFAULT = Tile()
 # tiles for big layers, small ones where the output has few tiles.
 SHAPES = (Tile(128, 128, 8), Tile(128, 128, 16), Tile(128, 64, 8), Tile(64, 128, 8), Tile(64, 64, 8),
           Tile(64, 64, 16), Tile(32, 64, 8))
-DEFINES = DEFAULT.defines()
+# The fused variants' backward reads the output gradient through the ReLU mask: their GEMMs are
+# built with RELU_MASK 1 (common.cuh), every other build with 0.
+RELU_MASK = "RELU_MASK"
+MASKED = ((RELU_MASK, 1),)
+DEFINES = {**DEFAULT.defines(), RELU_MASK: 0}
 
 
 @dataclass(frozen=True)
@@ -171,14 +186,18 @@ class Out:
 
 
 def run(b: Backend, source: str, kernel: str, tile: Tile, M: int, N: int, K: int,
-        args: Callable[[Any, int], tuple], out: Out) -> None:
+        args: Callable[[Any, int], tuple], out: Out, masked: bool = False) -> None:
     """Launch a GEMM-shaped kernel of ``tile`` over C (M x N) with reduction K; ``args(partial,
-    k_chunk)`` are its arguments. With more than one split, the splits' partial products go to a
-    scratch array and splitk_reduce sums them into ``out``."""
+    k_chunk)`` are its arguments, which pass a ReLU mask exactly when ``masked`` (the RELU_MASK
+    build). With more than one split, the splits' partial products go to a scratch array and
+    splitk_reduce sums them into ``out``."""
+    if masked and not tile.fits(masked=True):
+        raise ValueError(f"tile {tile.label} with the ReLU mask's ring needs {tile.masked_shared_bytes:,} of at "
+                         f"most {DEFAULT_SHARED:,} bytes of shared memory")
     splits = tile.splits(M, N, K)
     partial = b.empty((splits, M, N)) if splits > 1 else None
     b.launch(source, kernel, tile.grid(M, N, splits), (tile.threads,), args(partial, tile.k_chunk(K, splits)),
-             defines=tile.overrides)
+             defines=tile.overrides + (MASKED if masked else ()))
     if splits > 1:
         b.launch("gemm.cu", "splitk_reduce", (blocks(M * N),), (THREADS,),
                  (partial, splits, out.c, M, N, out.per_image, out.bias, int(out.bias_per_row), int(out.relu),
@@ -212,20 +231,21 @@ class Gemm:
             lambda partial, chunk: (a, a_mask, bmat, c, partial, self.M, self.N, self.K, self.lda, self.ldb, chunk,
                                     out.per_image, bias, int(self.bias_per_row), int(self.relu),
                                     int(self.accumulate)),
-            out)
+            out, masked=a_mask is not None)
 
 
 BIAS_GRAD = "gemm.cu:bias_grad"
 SPLITK_REDUCE = "gemm.cu:splitk_reduce"
 
 
-def tiled(run: Launcher, *kernels: str, note: str = "") -> Launch:
+def tiled(run: Launcher, *kernels: str, note: str = "", masked: bool = False) -> Launch:
     """A Launch built on this GEMM: its launcher takes ``tile``, which `tracker tune` chooses, and
-    it may end in the split-K reduction."""
-    return launch(run, *kernels, SPLITK_REDUCE, note=note, tunable=True)
+    it may end in the split-K reduction. ``masked``: its GEMM reads an operand through the ReLU
+    mask (``run(masked=True)``), so it runs the RELU_MASK build."""
+    return launch(run, *kernels, SPLITK_REDUCE, note=note, tunable=True, defines=MASKED if masked else ())
 # What the fused variants (conv and linear) do with the GEMM's epilogue and loaders.
 FUSED_FWD = "bias + ReLU in the GEMM epilogue; the ReLU layer launches nothing"
-FUSED_BWD = "reads dy through the ReLU mask"
+FUSED_BWD = "reads dy through the ReLU mask, applied in shared memory (dy and y both copied with cp.async)"
 
 
 def bias_grad(b: Backend, dy: Any, relu_y: Any, db: Any, N: int, K: int, L: int) -> None:

@@ -127,5 +127,6 @@ LINEAR.add("shared",
            bwd_weight=tiled(_bwd_weight_gemm, "gemm.cu:gemm_tn", BIAS_GRAD))
 LINEAR.add("fused", absorbs="relu", fallback="shared",
            fwd=tiled(partial(_fwd_gemm, relu=True), "gemm.cu:gemm_nt", note=FUSED_FWD),
-           bwd_data=tiled(partial(_bwd_data_gemm, relu=True), "gemm.cu:gemm_nn", note=FUSED_BWD),
-           bwd_weight=tiled(partial(_bwd_weight_gemm, relu=True), "gemm.cu:gemm_tn", BIAS_GRAD, note=FUSED_BWD))
+           bwd_data=tiled(partial(_bwd_data_gemm, relu=True), "gemm.cu:gemm_nn", note=FUSED_BWD, masked=True),
+           bwd_weight=tiled(partial(_bwd_weight_gemm, relu=True), "gemm.cu:gemm_tn", BIAS_GRAD, note=FUSED_BWD,
+                            masked=True))

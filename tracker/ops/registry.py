@@ -44,6 +44,7 @@ class Launch:
     kernels: tuple[Kernel, ...]
     note: str = ""
     tunable: bool = False  # its launcher takes ``tile``, a GEMM schedule (tracker/ops/gemm.Tile)
+    defines: tuple[tuple[str, int], ...] = ()  # -D sizes its launches compile with beyond the tile's
     op: str = ""
     phase: str = ""
     variant: str = ""
@@ -57,9 +58,10 @@ class Launch:
         return tuple(dict.fromkeys(k.source for k in self.kernels))
 
 
-def launch(run: Launcher, *kernels: str, note: str = "", tunable: bool = False) -> Launch:
+def launch(run: Launcher, *kernels: str, note: str = "", tunable: bool = False,
+           defines: tuple[tuple[str, int], ...] = ()) -> Launch:
     """``launch(fn, 'conv2d.cu:im2col', 'gemm.cu:gemm_nn')``: a Launch from 'source:kernel' names."""
-    return Launch(run, tuple(Kernel.parse(k) for k in kernels), note, tunable)
+    return Launch(run, tuple(Kernel.parse(k) for k in kernels), note, tunable, defines)
 
 
 @dataclass(frozen=True)

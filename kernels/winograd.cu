@@ -8,7 +8,7 @@
 //   (gemm.cu)           M[xi] = U[xi] V[xi], alpha^2 GEMMs of (outputs x channels) x (channels x tiles)
 //   winograd_output_aA  y = A^T m A (+ bias), m the alpha^2 products of one tile, m x m outputs
 //
-// A = alpha is a compile-time size (4: F(2x2,3x3); 6: F(2x2,5x5), F(4x4,3x3)), so every array
+// A = alpha is a compile-time size (4: F(2x2,3x3); 6: F(2x2,5x5), F(4x4,3x3); 8: F(4x4,5x5)), so every array
 // lives in registers; m, r and the matrices are the host's (tracker/ops/winograd.py derives them
 // by Cook-Toom and writes them to c_wino: B^T, then G and A^T, each alpha x alpha, zero-padded).
 // The data gradient is the same algorithm: a stride-1 convolution of dy, padded by r - 1 - pad,
@@ -155,4 +155,16 @@ extern "C" __global__ void winograd_input_a6(const float* RESTRICT x, float* RES
 extern "C" __global__ void winograd_output_a6(const float* RESTRICT Mp, const float* RESTRICT bias, float* RESTRICT y,
                                              WinoShape s, int M) {
     output_transform<6>(Mp, bias, y, s, M);
+}
+
+extern "C" __global__ void winograd_filter_a8(const float* RESTRICT w, float* RESTRICT U, int M, int Kc, int r,
+                                             int flip) {
+    filter_transform<8>(w, U, M, Kc, r, flip);
+}
+extern "C" __global__ void winograd_input_a8(const float* RESTRICT x, float* RESTRICT V, WinoShape s) {
+    input_transform<8>(x, V, s);
+}
+extern "C" __global__ void winograd_output_a8(const float* RESTRICT Mp, const float* RESTRICT bias, float* RESTRICT y,
+                                             WinoShape s, int M) {
+    output_transform<8>(Mp, bias, y, s, M);
 }

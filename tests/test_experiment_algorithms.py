@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 def test_the_arms_are_the_registrys_algorithms_against_the_default():
     assert [(a.label, a.baseline, a.variants) for a in arms("algorithms", 8)] == [
         ("direct (global)", False, {"conv": "global"}), ("implicit_gemm (shared)", True, {"conv": "shared"}),
-        ("gemm (gemm)", False, {"conv": "gemm"}), ("winograd_nonfused (winograd)", False, {"conv": "winograd"})]
+        ("gemm (gemm)", False, {"conv": "gemm"}), ("winograd_f2 (winograd)", False, {"conv": "winograd"}),
+        ("winograd_f4 (winograd_f4)", False, {"conv": "winograd_f4"})]
 
 
 def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_path, emulated_events, monkeypatch):
@@ -48,10 +49,13 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     assert list(runs(store, experiment_id)["arm"]) == [a.label for a in arms("algorithms", 1)]
     frame = results(store, experiment_id, "algorithms")
     row = lambda arm, layer, phase: frame[(frame.arm == arm) & (frame.layer == layer) & (frame.phase == phase)].iloc[0]  # noqa: E731
-    winograd = row("winograd_nonfused (winograd)", "conv2", "fwd")
+    winograd = row("winograd_f2 (winograd)", "conv2", "fwd")
     assert (winograd.algorithm_a, winograd.algorithm_b) == ("implicit_gemm", "winograd_nonfused")
     assert winograd.workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "winograd_f2").workspace
-    assert row("winograd_nonfused (winograd)", "conv2", "bwd_weight").algorithm_b == "implicit_gemm"  # its fallback
+    f4 = row("winograd_f4 (winograd_f4)", "conv2", "fwd")  # the same kernels' tag, the model's larger tile
+    assert f4.workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "winograd_f4").workspace
+    assert f4.workspace_bytes_b != winograd.workspace_bytes_b
+    assert row("winograd_f2 (winograd)", "conv2", "bwd_weight").algorithm_b == "implicit_gemm"  # its fallback
     assert row("gemm (gemm)", "conv2", "fwd").workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1,
                                                                                    "gemm").workspace
     assert row("direct (global)", "conv1", "fwd").workspace_bytes_b == 0
@@ -62,5 +66,5 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     report(store, f"e{experiment_id}", str(tmp_path / "out"), None)
     page = (tmp_path / "out" / "report.md").read_text()
     assert "Convolution algorithms against the default per layer" in page
-    assert "| algorithms | winograd_nonfused (winograd) | conv2 | fwd | implicit_gemm | winograd_nonfused |" in page
+    assert "| algorithms | winograd_f2 (winograd) | conv2 | fwd | implicit_gemm | winograd_nonfused |" in page
 

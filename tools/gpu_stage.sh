@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 5.
+# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 8.
 #
 #   1  preflight; selftest --record; a batch-1 ncu smoke profile (the join); events at batch 128;
 #      this GPU's ncu --query-metrics; the batch-16 ncu fixture database with its raw CSV pages
@@ -14,9 +14,12 @@
 #   6  the library arm (issue 29): PyTorch's AlexNet step on the GPU against the NumPy reference;
 #      --impl torch on events at batch 128 and under ncu at batch 16 (raw CSV pages kept); the
 #      library experiment at batch 128; a Kineto trace of one batch-16 step under our range names
-#   7  the convolution algorithms (issue 30): selftest --record (the winograd variant's first GPU
+#   7  the convolution algorithms (issue 30): selftest --record (the Winograd variants' first GPU
 #      check, with every variant's max and mean error); the algorithms experiment at batch 128 on
 #      events, beside the model's prediction of the same (tracker model --algorithm all)
+#   8  fusion and L1 bypass on the fast loaders (issue 30): racecheck of the fused backward's mask
+#      ring (default tile and a 3-deep ring); the fusion and l1-bypass experiments at batch 128 on
+#      events; the kernel benchmark (RESULTS.md)
 #
 # Each stage fits one 10-minute command: every step runs under its own `timeout`, cut to what is
 # left of the stage's budget (TRACKER_STAGE_BUDGET_S, default 560 s). Everything lands in a scratch
@@ -34,7 +37,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-case "$stage" in 1|2|3|4|5|6|7) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5|6|7 (got '${stage}')"; exit 2 ;; esac
+case "$stage" in 1|2|3|4|5|6|7|8) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5|6|7|8 (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
 w="$work/stage$stage"
@@ -220,6 +223,20 @@ stage7() {
         --db $W/algorithms-b128-events-$GPU.db --format csv > $W/experiment-algorithms.csv'
     step model-algorithms 30 'tracker model alexnet --batch 128 --device h100 --algorithm all --format csv \
         > $W/model-algorithms-b128.csv'
+}
+
+stage8() {
+    local ring
+    for ring in 128x128x8 128x128x8/stages3; do
+        step "racecheck-fused-${ring//\//-}" 90 "TRACKER_CUPY_POOL=off \"\$SANITIZER\" --tool racecheck --print-limit 20 \
+            python3 -m tracker selftest --batch 1 --shapes small --l1 ca --tile $ring"
+    done
+    export EXP_DB="$w/fast-loaders-b128.db"
+    step exp-fusion 90 'tracker experiment fusion alexnet --batch 128 --backend events --repeat 5 --db $EXP_DB \
+        --format csv > $W/experiment-fusion.csv'
+    step exp-l1-bypass 200 'tracker experiment l1-bypass alexnet --batch 128 --backend events --repeat 5 \
+        --db $EXP_DB --format csv > $W/experiment-l1-bypass.csv'
+    step benchmark 150 'python3 benchmarks/kernels.py --reps 10 --out $W/RESULTS.md'
 }
 
 "stage$stage"

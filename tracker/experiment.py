@@ -69,14 +69,16 @@ def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
 
 
 def conv_algorithms() -> dict[str, str]:
-    """algorithm -> the first conv variant that runs it, by the kernels its forward launches
-    (tracker/kernel_names.py): direct (global), implicit_gemm (shared), gemm, winograd_nonfused."""
+    """algorithm, as the analytic model names it -> the first conv variant that runs it, by the
+    kernels its forward launches (tracker/kernel_names.py) and a Winograd's output tile: direct
+    (global), implicit_gemm (shared), gemm, winograd_f2 (winograd), winograd_f4."""
+    from tracker.analysis.experiments import modelled
     from tracker.kernel_names import phase_algorithm
     from tracker.ops import OPS
 
     found: dict[str, str] = {}
     for name, variant in OPS["conv"].variants.items():
-        algorithm = phase_algorithm(k.name for k in variant.launches["fwd"].kernels)
+        algorithm = modelled(phase_algorithm(k.name for k in variant.launches["fwd"].kernels), name)
         if algorithm is not None and variant.absorbs is None:
             found.setdefault(algorithm, name)
     return found

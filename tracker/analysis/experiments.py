@@ -10,7 +10,7 @@ import pandas as pd
 from tracker.analysis import in_layer_order, run_row, view
 from tracker.analysis.runtime import runtime
 from tracker.analysis.speedup import comparison
-from tracker.ops.winograd import OUTPUT_TILE as WINOGRAD_TILE
+from tracker.ops.winograd import OUTPUT_TILES, model_algorithm
 from tracker.store import Store
 from tracker.store.queries import experiment_runs
 
@@ -109,9 +109,16 @@ def scaling(store: Store, experiment_id: int) -> pd.DataFrame:
 
 
 # The algorithm a launch's kernel names say -> the analytic model's (tracker/model/algorithms.py);
-# our non-fused Winograd's output tile is the winograd variant's.
+# our non-fused Winograd's output tile is its variant's (modelled).
 MODELLED = {"direct": "direct", "implicit_gemm": "implicit_gemm", "implicit_precomp_gemm": "implicit_gemm",
-            "gemm": "gemm", "winograd_nonfused": f"winograd_f{WINOGRAD_TILE}", "fft": "fft"}
+            "gemm": "gemm", "fft": "fft"}
+
+
+def modelled(algorithm: str | None, conv_variant: str | None) -> str | None:
+    """The model's name for what a conv phase of ours ran: a Winograd's by its variant's tile."""
+    if algorithm == "winograd_nonfused" and conv_variant in OUTPUT_TILES:
+        return model_algorithm(conv_variant)
+    return MODELLED.get(algorithm or "")
 
 
 def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
@@ -129,15 +136,25 @@ def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
     info = run_row(store, int(base.run_id))
     layers, batch, width = _stored_convs(store, int(base.run_id)), int(info["batch"]), int(info["dtype_bits"]) // 8
     conv = frame[(frame["kind"] == "conv") | (frame["layer"] == "iteration")].copy()
-    conv["workspace_bytes_b"] = [
-        width * conv_cost(layers[r.layer], r.phase, batch, MODELLED[r.algorithm_b]).workspace
-        if r.layer in layers and r.algorithm_b in MODELLED else None for r in conv.itertuples()]
+    variants = {row.arm: row.variants for row in runs(store, experiment_id).itertuples()}
+
+    def workspace(r) -> int | None:
+        name = modelled(r.algorithm_b, _conv_variant(variants.get(r.arm)))
+        return width * conv_cost(layers[r.layer], r.phase, batch, name).workspace if r.layer in layers and name else None
+
+    conv["workspace_bytes_b"] = [workspace(r) for r in conv.itertuples()]
     library = latest_library_run(store, info["network"], batch, info["device_name"])
     if library is not None:
         cudnn = runtime(store, library)[["layer_id", "phase", "algorithm", "ms"]].rename(
             columns={"algorithm": "library_algorithm", "ms": "library_ms"})
         conv = conv.merge(cudnn, on=["layer_id", "phase"], how="left").assign(library_run=library)
     return conv
+
+
+def _conv_variant(variants) -> str | None:
+    """A run's conv variant from its variants column (JSON text on SQLite)."""
+    chosen = json.loads(variants) if isinstance(variants, str) else variants
+    return (chosen or {}).get("conv")
 
 
 def _stored_convs(store: Store, run_id: int) -> dict:

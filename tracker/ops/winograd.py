@@ -1,21 +1,24 @@
-"""conv2d's ``winograd`` variant (kernels/winograd.cu): Winograd F(2x2, rxr), non-fused, for
-stride-1 square 3x3 and 5x5 convolutions (AlexNet's conv2-5), forward and data gradient.
+"""conv2d's Winograd variants (kernels/winograd.cu), non-fused, for stride-1 square 3x3 and 5x5
+convolutions (AlexNet's conv2-5), forward and data gradient: ``winograd`` runs F(2x2, rxr) (the
+most accurate), ``winograd_f4`` F(4x4, rxr) (fewer multiplies, larger transforms, larger error;
+`tracker experiment algorithms` puts both side by side with their errors).
 
 Each phase is the filter transform, the input transform, alpha^2 GEMMs on the tuned GEMM core
 (``gemm_nn``: one per point of the alpha x alpha transformed tile, outputs x channels times
-channels x tiles; alpha = 4 for 3x3, 6 for 5x5) and the output transform. The transform
-matrices are derived here by Cook-Toom (``matrices``, points 0, 1, -1, 2, -2: Lavin & Gray's)
-and checked to reproduce the correlation exactly. The data gradient is a stride-1 convolution
-of dy padded by r - 1 - pad with the filters turned and their channels swapped. Where the
-algorithm does not apply (a stride above 1: conv1) and for the weight gradient, the launch runs
-the shared variant's implicit GEMM, as its note says; ``tracker model --algorithm winograd_f2``
-prices the same choice.
+channels x tiles; alpha = m + r - 1: 4 and 6 for F(2x2, 3x3) and F(2x2, 5x5), 6 and 8 for
+F(4x4, 3x3) and F(4x4, 5x5)) and the output transform. The transform matrices are derived here
+by Cook-Toom (``matrices``, points 0, 1, -1, 2, -2, 1/2, -1/2: Lavin & Gray's) and checked to
+reproduce the correlation exactly. The data gradient is a stride-1 convolution of dy padded by
+r - 1 - pad with the filters turned and their channels swapped. Where the algorithm does not
+apply (a stride above 1: conv1) and for the weight gradient, the launch runs the shared
+variant's implicit GEMM, as its note says; ``tracker model --algorithm winograd_f2`` (or
+``winograd_f4``) prices the same choice.
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -25,18 +28,32 @@ from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
 
 SOURCE = "winograd.cu"
-OUTPUT_TILE = 2  # m: each transformed tile gives m x m outputs (F(2x2, rxr): the most accurate)
-ALPHAS = {3: 4, 5: 6}  # filter size -> alpha = m + r - 1, the kernels' compile-time tile
+# variant -> m: each transformed tile gives m x m outputs; the model names the algorithm winograd_f<m>
+OUTPUT_TILES = {"winograd": 2, "winograd_f4": 4}
+FILTERS = (3, 5)  # r: the square filter sizes it runs
 POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)  # Cook-Toom interpolation points, then infinity
-KERNELS = tuple(f"{SOURCE}:winograd_{part}_a{alpha}" for alpha in ALPHAS.values()
-                for part in ("filter", "input", "output"))
+
+
+def alpha(m: int, r: int) -> int:
+    """The transformed tile's side, the kernels' compile-time size (winograd_*_a<alpha>)."""
+    return m + r - 1
+
+
+def kernels(m: int) -> tuple[str, ...]:
+    """F(mxm, rxr)'s transform kernels, for each filter size."""
+    return tuple(f"{SOURCE}:winograd_{part}_a{alpha(m, r)}" for r in FILTERS for part in ("filter", "input", "output"))
+
+
+def model_algorithm(variant: str) -> str:
+    """The analytic model's name for a Winograd variant's algorithm (tracker/model/algorithms.py)."""
+    return f"winograd_f{OUTPUT_TILES[variant]}"
 
 
 def applies(w_shape: tuple[int, ...], stride: int, pad: int) -> bool:
-    """F(2x2, rxr) runs stride-1 square 3x3 and 5x5 filters, padded by at most r - 1 (the data
+    """Winograd runs stride-1 square 3x3 and 5x5 filters, padded by at most r - 1 (the data
     gradient pads by r - 1 - pad)."""
     r = w_shape[2]
-    return stride == 1 and tuple(w_shape[2:]) == (r, r) and r in ALPHAS and 0 <= pad <= r - 1
+    return stride == 1 and tuple(w_shape[2:]) == (r, r) and r in FILTERS and 0 <= pad <= r - 1
 
 
 @lru_cache(maxsize=None)
@@ -59,48 +76,51 @@ def matrices(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return at, g, bt
 
 
-def _constants(r: int) -> np.ndarray:
-    """c_wino for alpha: B^T, G and A^T, each zero-padded to alpha x alpha, row-major."""
-    at, g, bt = matrices(OUTPUT_TILE, r)
-    alpha = ALPHAS[r]
-    padded = [np.pad(mat, ((0, alpha - mat.shape[0]), (0, alpha - mat.shape[1]))) for mat in (bt, g, at)]
+def _constants(m: int, r: int) -> np.ndarray:
+    """c_wino for F(m, r): B^T, G and A^T, each zero-padded to alpha x alpha, row-major."""
+    at, g, bt = matrices(m, r)
+    side = alpha(m, r)
+    padded = [np.pad(mat, ((0, side - mat.shape[0]), (0, side - mat.shape[1]))) for mat in (bt, g, at)]
     return np.concatenate([mat.ravel() for mat in padded]).astype(np.float32)
 
 
-def _winograd(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, tile: Tile) -> None:
-    """out (N x M x P x Q) = the stride-1 r x r convolution of x (N x Kc x H x W) padded by pad."""
+def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, tile: Tile) -> None:
+    """out (N x M x P x Q) = the stride-1 r x r convolution of x (N x Kc x H x W) padded by pad,
+    in m x m output tiles."""
     N, Kc, H, W = x.shape
     M, P, Q = out.shape[1:]
-    r, m = w.shape[2], OUTPUT_TILE
-    alpha = ALPHAS[r]
+    r = w.shape[2]
+    side = alpha(m, r)
     TH, TW = math.ceil(P / m), math.ceil(Q / m)
-    cols, points = N * TH * TW, alpha * alpha
+    cols, points = N * TH * TW, side * side
     shape = Struct("WinoShape", tuple((n, "i") for n in ("N", "C", "H", "W", "P", "Q", "pad", "TH", "TW", "m", "r")),
                    (N, Kc, H, W, P, Q, pad, TH, TW, m, r))
     U, V, products = b.empty((points, M, Kc)), b.empty((points, Kc, cols)), b.empty((points, M, cols))
-    b.to_constant(SOURCE, "c_wino", _constants(r))
-    b.launch(SOURCE, f"winograd_filter_a{alpha}", (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
-    b.launch(SOURCE, f"winograd_input_a{alpha}", (blocks(Kc * cols),), (THREADS,), (x, V, shape))
+    b.to_constant(SOURCE, "c_wino", _constants(m, r))
+    b.launch(SOURCE, f"winograd_filter_a{side}", (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
+    b.launch(SOURCE, f"winograd_input_a{side}", (blocks(Kc * cols),), (THREADS,), (x, V, shape))
     for point in range(points):
         Gemm("gemm_nn", M=M, N=cols, K=Kc, lda=Kc, ldb=cols).launch(b, U[point], V[point], products[point], tile=tile)
-    b.launch(SOURCE, f"winograd_output_a{alpha}", (blocks(M * cols),), (THREADS,), (products, bias, out, shape, M))
+    b.launch(SOURCE, f"winograd_output_a{side}", (blocks(M * cols),), (THREADS,), (products, bias, out, shape, M))
 
 
-def _fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
+def _fwd(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile = DEFAULT) -> None:
     if not applies(a.w.shape, stride, pad):
         return _fwd_implicit(b, a, stride, pad, tile=tile)
-    _winograd(b, a.x, a.w, False, a.bias, a.y, pad, tile)
+    _winograd(b, m, a.x, a.w, False, a.bias, a.y, pad, tile)
 
 
-def _bwd_data(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
+def _bwd_data(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile = DEFAULT) -> None:
     if not applies(a.w.shape, stride, pad):
         return _bwd_data_implicit(b, a, stride, pad, tile=tile)
-    _winograd(b, a.dy, a.w, True, None, a.dx, a.w.shape[2] - 1 - pad, tile)
+    _winograd(b, m, a.dy, a.w, True, None, a.dx, a.w.shape[2] - 1 - pad, tile)
 
 
-ELSEWHERE = "F(2x2,3x3) and F(2x2,5x5) for stride-1 filters; any other layer runs the shared variant's implicit GEMM"
-CONV.add("winograd",
-         fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn", _IMPLICIT[0], note=ELSEWHERE),
-         bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn", _IMPLICIT[1], note=ELSEWHERE),
-         bwd_weight=tiled(_bwd_weight_implicit, _IMPLICIT[2], BIAS_GRAD,
-                          note="no Winograd weight gradient yet: the shared variant's implicit GEMM"))
+for _name, _m in OUTPUT_TILES.items():
+    _elsewhere = (f"F({_m}x{_m},3x3) and F({_m}x{_m},5x5) for stride-1 filters; any other layer runs the shared "
+                  "variant's implicit GEMM")
+    CONV.add(_name,
+             fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn", _IMPLICIT[0], note=_elsewhere),
+             bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn", _IMPLICIT[1], note=_elsewhere),
+             bwd_weight=tiled(_bwd_weight_implicit, _IMPLICIT[2], BIAS_GRAD,
+                              note="no Winograd weight gradient yet: the shared variant's implicit GEMM"))

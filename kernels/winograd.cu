@@ -8,6 +8,12 @@
 //   (gemm.cu)           M[xi] = U[xi] V[xi], alpha^2 GEMMs of (outputs x channels) x (channels x tiles)
 //   winograd_output_aA  y = A^T m A (+ bias), m the alpha^2 products of one tile, m x m outputs
 //
+// The weight gradient is F(r x r, m x m) (Lavin & Gray): dW, r x r, is the correlation of the
+// input with dy, whose m x m tiles play the filter: the input transform reads dy's tiles with G
+// (G t G^T, t an m x m tile: `extent` m), the input's alpha x alpha patches with B^T as above,
+// alpha^2 GEMMs reduce over every image's tiles (channels x tiles times tiles x outputs, split-K),
+// and the output transform writes each channel pair's r x r gradient.
+//
 // A = alpha is a compile-time size (4: F(2x2,3x3); 6: F(2x2,5x5), F(4x4,3x3); 8: F(4x4,5x5)), so every array
 // lives in registers; m, r and the matrices are the host's (tracker/ops/winograd.py derives them
 // by Cook-Toom and writes them to c_wino: B^T, then G and A^T, each alpha x alpha, zero-padded).
@@ -18,9 +24,11 @@
 __constant__ float c_wino[3 * 8 * 8];  // B^T, G, A^T: alpha x alpha each, row-major, zero-padded
 
 // One stride-1 convolution as the transforms see it: the input (N x C x H x W), padded by pad,
-// and the output (P x Q), in TH x TW tiles of m x m.
+// and the output (P x Q), in TH x TW tiles of m x m. The input transform reads extent x extent
+// values of a tile (alpha: an input patch; m: a tile of dy) and multiplies by the matrix at
+// c_wino[matrix] (0: B^T; alpha^2: G).
 struct WinoShape {
-    int N, C, H, W, P, Q, pad, TH, TW, m, r;
+    int N, C, H, W, P, Q, pad, TH, TW, m, r, extent, matrix;
 };
 
 // out = L in R^T for alpha x alpha matrices (L and R from c_wino at the given offsets).
@@ -71,8 +79,8 @@ __device__ __forceinline__ void filter_transform(const float* RESTRICT w, float*
     }
 }
 
-// V[xi][c][n*T + t], one thread per (channel, image, tile): the alpha x alpha patch at
-// (m*th - pad, m*tw - pad), zero outside the input.
+// V[xi][c][n*T + t], one thread per (channel, image, tile): the extent x extent patch at
+// (m*th - pad, m*tw - pad), zero outside the input and past extent, times the matrix each side.
 template <int A>
 __device__ __forceinline__ void input_transform(const float* RESTRICT x, float* RESTRICT V, const WinoShape& s) {
     const int tiles = s.TH * s.TW;
@@ -90,9 +98,10 @@ __device__ __forceinline__ void input_transform(const float* RESTRICT x, float* 
 #pragma unroll
             for (int b = 0; b < A; ++b) {
                 const int h = y0 + a, q = x0 + b;
-                d[a][b] = h >= 0 && h < s.H && q >= 0 && q < s.W ? plane[h * s.W + q] : 0.f;
+                d[a][b] = a < s.extent && b < s.extent && h >= 0 && h < s.H && q >= 0 && q < s.W ? plane[h * s.W + q]
+                                                                                                 : 0.f;
             }
-        sandwich<A>(d, v, 0, 0);  // B^T d B
+        sandwich<A>(d, v, s.matrix, s.matrix);  // B^T d B, or G t G^T
         float* out = V + (size_t)c * cols + col;
         const size_t step = (size_t)s.C * cols;
 #pragma unroll

@@ -55,7 +55,7 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     f4 = row("winograd_f4 (winograd_f4)", "conv2", "fwd")  # the same kernels' tag, the model's larger tile
     assert f4.workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "winograd_f4").workspace
     assert f4.workspace_bytes_b != winograd.workspace_bytes_b
-    assert row("winograd_f2 (winograd)", "conv2", "bwd_weight").algorithm_b == "implicit_gemm"  # its fallback
+    assert row("winograd_f2 (winograd)", "conv2", "bwd_weight").algorithm_b == "winograd_nonfused"  # F(3x3,2x2) on dy's 2x2 tiles
     assert row("gemm (gemm)", "conv2", "fwd").workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1,
                                                                                    "gemm").workspace
     assert row("direct (global)", "conv1", "fwd").workspace_bytes_b == 0

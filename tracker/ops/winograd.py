@@ -1,5 +1,5 @@
 """conv2d's Winograd variants (kernels/winograd.cu), non-fused, for stride-1 square 3x3 and 5x5
-convolutions (AlexNet's conv2-5), forward and data gradient: ``winograd`` runs F(2x2, rxr) (the
+convolutions (AlexNet's conv2-5), all three phases: ``winograd`` runs F(2x2, rxr) (the
 most accurate), ``winograd_f4`` F(4x4, rxr) (fewer multiplies, larger transforms, larger error;
 `tracker experiment algorithms` puts both side by side with their errors).
 
@@ -9,10 +9,10 @@ channels x tiles; alpha = m + r - 1: 4 and 6 for F(2x2, 3x3) and F(2x2, 5x5), 6 
 F(4x4, 3x3) and F(4x4, 5x5)) and the output transform. The transform matrices are derived here
 by Cook-Toom (``matrices``, points 0, 1, -1, 2, -2, 1/2, -1/2: Lavin & Gray's) and checked to
 reproduce the correlation exactly. The data gradient is a stride-1 convolution of dy padded by
-r - 1 - pad with the filters turned and their channels swapped. Where the algorithm does not
-apply (a stride above 1: conv1) and for the weight gradient, the launch runs the shared
-variant's implicit GEMM, as its note says; ``tracker model --algorithm winograd_f2`` (or
-``winograd_f4``) prices the same choice.
+r - 1 - pad with the filters turned and their channels swapped. The weight gradient is
+F(rxr, mxm): dy's m x m tiles play the filter (``_weight_gradient``). Where the algorithm does not
+apply (a stride above 1: conv1), the launch runs the shared variant's implicit GEMM, as its note
+says; ``tracker model --algorithm winograd_f2`` (or ``winograd_f4``) prices the same choice.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from tracker.ops.conv2d import _IMPLICIT, CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit
-from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, tiled
+from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
 
 SOURCE = "winograd.cu"
@@ -84,6 +84,13 @@ def _constants(m: int, r: int) -> np.ndarray:
     return np.concatenate([mat.ravel() for mat in padded]).astype(np.float32)
 
 
+def _shape(N: int, C: int, H: int, W: int, P: int, Q: int, pad: int, TH: int, TW: int, m: int, r: int,
+           extent: int, matrix: int = 0) -> Struct:
+    """The kernels' WinoShape (kernels/winograd.cu)."""
+    names = ("N", "C", "H", "W", "P", "Q", "pad", "TH", "TW", "m", "r", "extent", "matrix")
+    return Struct("WinoShape", tuple((n, "i") for n in names), (N, C, H, W, P, Q, pad, TH, TW, m, r, extent, matrix))
+
+
 def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, tile: Tile) -> None:
     """out (N x M x P x Q) = the stride-1 r x r convolution of x (N x Kc x H x W) padded by pad,
     in m x m output tiles."""
@@ -93,8 +100,7 @@ def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: An
     side = alpha(m, r)
     TH, TW = math.ceil(P / m), math.ceil(Q / m)
     cols, points = N * TH * TW, side * side
-    shape = Struct("WinoShape", tuple((n, "i") for n in ("N", "C", "H", "W", "P", "Q", "pad", "TH", "TW", "m", "r")),
-                   (N, Kc, H, W, P, Q, pad, TH, TW, m, r))
+    shape = _shape(N, Kc, H, W, P, Q, pad, TH, TW, m, r, extent=side)
     U, V, products = b.empty((points, M, Kc)), b.empty((points, Kc, cols)), b.empty((points, M, cols))
     b.to_constant(SOURCE, "c_wino", _constants(m, r))
     b.launch(SOURCE, f"winograd_filter_a{side}", (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
@@ -102,6 +108,29 @@ def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: An
     for point in range(points):
         Gemm("gemm_nn", M=M, N=cols, K=Kc, lda=Kc, ldb=cols).launch(b, U[point], V[point], products[point], tile=tile)
     b.launch(SOURCE, f"winograd_output_a{side}", (blocks(M * cols),), (THREADS,), (products, bias, out, shape, M))
+
+
+def _weight_gradient(b: Backend, m: int, x: Any, dy: Any, dw: Any, pad: int, tile: Tile) -> None:
+    """dw (K x C x r x r) = the correlation of x (N x C x H x W, padded by pad) with dy (N x K x P x
+    Q): F(rxr, mxm), dy's m x m tiles the filter, each channel pair's alpha^2 products summed over
+    every image's tiles by one GEMM a point (C x tiles times tiles x K: split-K)."""
+    N, C, H, W = x.shape
+    K, P, Q = dy.shape[1:]
+    r = dw.shape[2]
+    side = alpha(m, r)  # F(r, m): r outputs (the filter's taps) from m-long tiles of dy
+    TH, TW = math.ceil(P / m), math.ceil(Q / m)
+    cols, points = N * TH * TW, side * side
+    V, U, products = b.empty((points, C, cols)), b.empty((points, K, cols)), b.empty((points, C, K))
+    b.to_constant(SOURCE, "c_wino", _constants(r, m))
+    b.launch(SOURCE, f"winograd_input_a{side}", (blocks(C * cols),), (THREADS,),
+             (x, V, _shape(N, C, H, W, P, Q, pad, TH, TW, m, r, extent=side)))  # B^T d B
+    b.launch(SOURCE, f"winograd_input_a{side}", (blocks(K * cols),), (THREADS,),
+             (dy, U, _shape(N, K, P, Q, P, Q, 0, TH, TW, m, r, extent=m, matrix=points)))  # G t G^T
+    for point in range(points):
+        Gemm("gemm_nt", M=C, N=K, K=cols, lda=cols, ldb=cols).launch(b, V[point], U[point], products[point], tile=tile)
+    # each (channel, output) pair an 'image' of one r x r tile: written at dw[k][c]
+    b.launch(SOURCE, f"winograd_output_a{side}", (blocks(C * K),), (THREADS,),
+             (products, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, m, extent=side), C))
 
 
 def _fwd(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile = DEFAULT) -> None:
@@ -116,11 +145,21 @@ def _bwd_data(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile =
     _winograd(b, m, a.dy, a.w, True, None, a.dx, a.w.shape[2] - 1 - pad, tile)
 
 
+def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile = DEFAULT) -> None:
+    if not applies(a.dw.shape, stride, pad):
+        return _bwd_weight_implicit(b, a, stride, pad, tile=tile)
+    _weight_gradient(b, m, a.x, a.dy, a.dw, pad, tile)
+    if a.db is not None:
+        N, K, P, Q = a.dy.shape
+        bias_grad(b, a.dy, None, a.db, N, K, P * Q)
+
+
 for _name, _m in OUTPUT_TILES.items():
     _elsewhere = (f"F({_m}x{_m},3x3) and F({_m}x{_m},5x5) for stride-1 filters; any other layer runs the shared "
                   "variant's implicit GEMM")
     CONV.add(_name,
              fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn", _IMPLICIT[0], note=_elsewhere),
              bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn", _IMPLICIT[1], note=_elsewhere),
-             bwd_weight=tiled(_bwd_weight_implicit, _IMPLICIT[2], BIAS_GRAD,
-                              note="no Winograd weight gradient yet: the shared variant's implicit GEMM"))
+             bwd_weight=tiled(partial(_bwd_weight, m=_m), *kernels(_m), "gemm.cu:gemm_nt", _IMPLICIT[2], BIAS_GRAD,
+                              note=f"F(3x3,{_m}x{_m}) and F(5x5,{_m}x{_m}) on dy's tiles for stride-1 filters; any "
+                                   "other layer runs the shared variant's implicit GEMM"))

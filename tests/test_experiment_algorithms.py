@@ -28,7 +28,7 @@ def test_the_arms_are_the_registrys_algorithms_against_the_default():
     assert [(a.label, a.baseline, a.variants) for a in arms("algorithms", 8)] == [
         ("direct (global)", False, {"conv": "global"}), ("implicit_gemm (shared)", True, {"conv": "shared"}),
         ("gemm (gemm)", False, {"conv": "gemm"}), ("winograd_f2 (winograd)", False, {"conv": "winograd"}),
-        ("winograd_f4 (winograd_f4)", False, {"conv": "winograd_f4"})]
+        ("winograd_f4 (winograd_f4)", False, {"conv": "winograd_f4"}), ("fft (fft)", False, {"conv": "fft"})]
 
 
 def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_path, emulated_events, monkeypatch):

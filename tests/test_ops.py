@@ -76,7 +76,7 @@ def test_cuda_sizes_come_from_the_registry_alone():
     """Every -D size is written in Python once and reaches NVRTC (and the emulator's g++) as an
     option; no kernel source or header defines it, so the two cannot disagree."""
     assert defines() == {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8, "THREAD_M": 8, "THREAD_N": 8, "GEMM_THREADS": 256,
-                         "STAGES": 2, "WARP_ROWS": 4, "TILE_PAD": 4, "MIN_CTAS": 0, "CONSTANT_FLOATS": 16384}
+                         "STAGES": 2, "WARP_ROWS": 4, "TILE_PAD": 4, "MIN_CTAS": 0, "RELU_MASK": 0, "CONSTANT_FLOATS": 16384}
     options = compile_options("ca")
     assert all(f"-D{name}={value}" in options for name, value in defines().items())
     for path in [KERNEL_DIR / s for s in sources()] + [KERNEL_DIR / "common.cuh"]:

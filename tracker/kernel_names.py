@@ -53,6 +53,7 @@ class Kernel(NamedTuple):
 RULES: tuple[tuple[str, str | None, str], ...] = (
     # tracker's own kernels (kernels/*.cu), by their exact names
     (r"^winograd_(filter|input|output)_a\d+$", "winograd_nonfused", "transform"),
+    (r"^fft_(filter|input|output)_n\d+$", "fft", "transform"),
     (r"^conv2d_\w+_implicit$", "implicit_gemm", "math"),
     (r"^conv2d_\w+_(global|constant)$", "direct", "math"),
     (r"^(splitk_reduce|bias_grad)$", None, "reduction"),

@@ -122,11 +122,17 @@ def _winograd(layer: Layer, phase: str, batch: int, algorithm: str) -> Algorithm
                          "dense matrix products")
 
 
+def fft_side(p: int, q: int, r: int) -> int:
+    """The FFT's tile side n for p x q outputs of an r x r filter: the power of two that holds a
+    whole output row and the filter's overhang (the input its outputs read, padding included),
+    FFT_TILE at most (32x32 tiles beyond, overlapping by r - 1). Our fft variant runs the same."""
+    return min(FFT_TILE, 1 << (max(p, q) + r - 2).bit_length())
+
+
 def _fft(layer: Layer, phase: str, batch: int) -> AlgorithmCost:
     cin, cout, p, q, r = _geometry(layer, phase)
     groups = cast(Any, layer.op).groups
-    padded = max(p, q) + r - 1  # the input a phase's outputs read, padding included
-    n = min(FFT_TILE, 1 << (padded - 1).bit_length())
+    n = fft_side(p, q, r)
     step = n - r + 1  # outputs per tile side (overlap-save)
     tiles = batch * math.ceil(p / step) * math.ceil(q / step)
     spectrum = n * (n // 2 + 1)  # complex values of a real n x n FFT

@@ -1,0 +1,73 @@
+"""conv's fft variant, FFT tiling (kernels/fft.cu), on the CPU emulation of CUDA: which layers it
+runs and which it leaves to the implicit GEMM, the tile side the model prices, overlapping tiles,
+and its error against the float64 reference beside the implicit GEMM's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tracker.model.algorithms import fft_side
+from tracker.ops.fft import TWIDDLES, applies
+from tracker.ops.registry import Case
+from tracker.ops.selftest import run_case
+
+pytestmark = pytest.mark.slow
+
+
+def kernels(emulator, case: Case) -> tuple[list, list[str]]:
+    emulator.log.clear()
+    results = run_case(emulator, case, "fft")
+    return results, [k.kernel for k in emulator.log]
+
+
+def test_fft_runs_stride_1_layers_in_one_tile_an_image_and_leaves_the_rest_to_the_implicit_gemm(emulator):
+    case = Case("conv", "s1", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 1})
+    results, launched = kernels(emulator, case)
+    assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
+    frequencies = 16 * 9  # 7 outputs + 2 of overhang: 16-point tiles, half spectrum 16 x 9
+    fwd = launched[:launched.index("fft_output_n16") + 1]
+    assert fwd == ["fft_filter_n16", "fft_input_n16", *["gemm_nn"] * frequencies, "fft_output_n16"]
+    assert launched.count("fft_output_n16") == 2  # forward and data gradient
+    assert "conv2d_bwd_weight_implicit" in launched  # no FFT weight gradient yet, as its note says
+    strided = Case("conv", "s2", {"x": (1, 3, 9, 9), "w": (4, 3, 3, 3)}, {"stride": 2, "pad": 1})
+    results, launched = kernels(emulator, strided)
+    assert all(r.passed for r in results) and not any(k.startswith("fft") for k in launched)
+    assert [applies((1, 1, 3, 3), 1, pad) for pad in (0, 2, 3)] == [True, True, False]
+    assert not applies((1, 1, 1, 1), 1, 0) and not applies((1, 1, 32, 32), 1, 0) and applies((1, 1, 31, 31), 1, 0)
+
+
+def test_the_tile_side_is_the_models():
+    """conv3-5 (13 outputs, 3x3) in 16-point tiles, conv2 (27, 5x5) in 32: one tile an image; past
+    32, 32-point tiles that overlap by r - 1."""
+    assert [fft_side(13, 13, 3), fft_side(27, 27, 5), fft_side(5, 5, 3), fft_side(40, 40, 3)] == [16, 32, 8, 32]
+
+
+def test_overlapping_32_point_tiles_and_the_twiddles():
+    """The host's table: e^(-2 pi i k / 32) for k < 16, as cos and the imaginary part."""
+    k = np.arange(16)
+    w = np.exp(-2j * np.pi * k / 32)
+    assert np.allclose(TWIDDLES[:16], w.real, atol=1e-7) and np.allclose(TWIDDLES[16:], w.imag, atol=1e-7)
+
+
+def test_a_plane_wider_than_a_tile_is_cut_into_overlapping_tiles(emulator):
+    case = Case("conv", "wide", {"x": (1, 3, 40, 40), "w": (2, 3, 3, 3)}, {"stride": 1, "pad": 1})
+    results, launched = kernels(emulator, case)
+    assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
+    # 40 outputs in 30-wide steps of 32-point tiles: 2 x 2 tiles, 32 x 17 frequencies
+    input_launch = next(r for r in emulator.log if r.kernel == "fft_input_n32")
+    assert input_launch.grid == (4, 3, 1) and input_launch.block == (32, 1, 1)
+    assert launched.count("gemm_nn") == 2 * 32 * 17
+
+
+@pytest.mark.parametrize("x, w, pad", [
+    ((1, 64, 13, 13), (16, 64, 3, 3), 1),  # AlexNet's conv3-5 plane: 16-point tiles
+    ((1, 32, 27, 27), (8, 32, 5, 5), 2),  # conv2's: 32-point tiles
+])
+def test_its_error_stays_near_the_implicit_gemms_at_a_deep_contraction(emulator, x, w, pad):
+    case = Case("conv", "deep", {"x": x, "w": w}, {"stride": 1, "pad": pad})
+    fft = {(r.phase, r.output): r for r in run_case(emulator, case, "fft")}
+    shared = {(r.phase, r.output): r for r in run_case(emulator, case, "shared")}
+    for key in (("fwd", "y"), ("bwd_data", "dx")):
+        assert fft[key].passed
+        assert fft[key].max_error < 1e-5 and fft[key].error < 5 * max(shared[key].error, 1e-7), key

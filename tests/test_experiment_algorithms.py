@@ -9,7 +9,7 @@ import pytest
 
 import tracker.experiment
 import tracker.profile
-from tracker.analysis.experiments import results, runs
+from tracker.analysis.experiments import per_algorithm, results, runs
 from tracker.experiment import arms, run_experiment
 from tracker.gpu.runner import Measured
 from tracker.gpu.workload import Workload
@@ -67,4 +67,13 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     page = (tmp_path / "out" / "report.md").read_text()
     assert "Convolution algorithms against the default per layer" in page
     assert "| algorithms | winograd_f2 (winograd) | conv2 | fwd | implicit_gemm | winograd_nonfused |" in page
+    # paper 004's Figs. 8 and 9: time and workspace per conv layer phase, an arm a bar, cuDNN's beside
+    assert "Time per conv layer phase and algorithm" in page and "Workspace per conv layer phase and algorithm" in page
+    assert {"algorithm_time.png", "algorithm_workspace.png"} <= {f.name for f in (tmp_path / "out").iterdir()}
+    long = per_algorithm(frame)
+    conv2 = long[(long.layer == "conv2") & (long.phase == "fwd")].set_index("arm")
+    assert list(conv2.index) == ["implicit_gemm (shared)", *[a.label for a in arms("algorithms", 1) if not a.baseline],
+                                 "cuDNN (library run)"]
+    assert conv2.loc["cuDNN (library run)", "ran"] == "fft" and conv2.loc["implicit_gemm (shared)", "workspace_bytes"] == 0
+    assert conv2.loc["fft (fft)", "workspace_bytes"] == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "fft").workspace
 

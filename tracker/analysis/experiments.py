@@ -138,17 +138,38 @@ def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
     conv = frame[(frame["kind"] == "conv") | (frame["layer"] == "iteration")].copy()
     variants = {row.arm: row.variants for row in runs(store, experiment_id).itertuples()}
 
-    def workspace(r) -> int | None:
-        name = modelled(r.algorithm_b, _conv_variant(variants.get(r.arm)))
+    def workspace(r, algorithm: str, arm: str) -> int | None:
+        name = modelled(algorithm, _conv_variant(variants.get(arm)))
         return width * conv_cost(layers[r.layer], r.phase, batch, name).workspace if r.layer in layers and name else None
 
-    conv["workspace_bytes_b"] = [workspace(r) for r in conv.itertuples()]
+    conv["workspace_bytes_a"] = [workspace(r, r.algorithm_a, r.baseline_arm) for r in conv.itertuples()]
+    conv["workspace_bytes_b"] = [workspace(r, r.algorithm_b, r.arm) for r in conv.itertuples()]
     library = latest_library_run(store, info["network"], batch, info["device_name"])
     if library is not None:
         cudnn = runtime(store, library)[["layer_id", "phase", "algorithm", "ms"]].rename(
             columns={"algorithm": "library_algorithm", "ms": "library_ms"})
         conv = conv.merge(cudnn, on=["layer_id", "phase"], how="left").assign(library_run=library)
     return conv
+
+
+def per_algorithm(frame: pd.DataFrame) -> pd.DataFrame:
+    """An algorithms experiment's table (``algorithms``) as paper 004's Figs. 8 and 9 draw it: per
+    conv layer phase, one row per arm, the baseline's included once, with its time and the
+    model's workspace of the algorithm that ran, and cuDNN's time where a library run is stored."""
+    rows = frame[frame["layer"] != "iteration"]
+    if rows.empty:
+        return pd.DataFrame()
+    keys = ["layer_id", "layer", "phase"]
+    base = rows.drop_duplicates(keys).assign(arm=rows["baseline_arm"], ms=rows["a_ms"],
+                                             workspace_bytes=rows["workspace_bytes_a"], ran=rows["algorithm_a"])
+    others = rows.assign(ms=rows["b_ms"], workspace_bytes=rows["workspace_bytes_b"], ran=rows["algorithm_b"])
+    parts = [base, others]
+    if "library_ms" in rows:
+        parts.append(rows.drop_duplicates(keys).assign(arm="cuDNN (library run)", ms=rows["library_ms"],
+                                                       workspace_bytes=None, ran=rows["library_algorithm"]))
+    columns = [*keys, "arm", "ran", "ms", "workspace_bytes"]
+    long = pd.concat([part[columns] for part in parts], ignore_index=True)
+    return in_layer_order(long.assign(workspace_mib=long["workspace_bytes"].astype(float) / 2**20))
 
 
 def _conv_variant(variants) -> str | None:

@@ -455,6 +455,26 @@ TITLES = {"l1-bypass": ("L1 bypass (-dlcm=cg) speedup per layer", "paper 003 sec
           "algorithms": ("Convolution algorithms against the default per layer", "paper 004 Figs. 8/9")}
 
 
+def _algorithm_figures(frame: pd.DataFrame, sub: str) -> list[Section]:
+    """Paper 004's Fig. 8 (time per conv layer phase and algorithm) and Fig. 9 (the workspace each
+    holds, from the model), from the experiment's runs."""
+    long = experiments.per_algorithm(frame)
+    if long.empty:
+        return []
+    timed = long[long["ms"].notna()]
+    fastest = timed.loc[timed.groupby(["layer", "phase"], sort=False)["ms"].idxmin()]
+    finding = "fastest per conv layer phase: " + ", ".join(
+        f"{r.layer} {r.phase} {r.arm} ({units.milliseconds(r.ms)})" for r in fastest.itertuples())
+    time_title, memory_title = "Time per conv layer phase and algorithm", "Workspace per conv layer phase and algorithm"
+    table = long.drop(columns=["layer_id", "workspace_mib"])
+    return [Section("algorithm_time", time_title, "paper 004 Fig. 8",
+                    bars.grouped(long, "ms", "arm", time_title, sub, "time (ms)", log=True), finding, table),
+            Section("algorithm_workspace", memory_title, "paper 004 Fig. 9",
+                    bars.grouped(long[long["workspace_mib"].notna()], "workspace_mib", "arm", memory_title, sub,
+                                 "workspace (MiB, the model's for the algorithm that ran)"),
+                    "workspace the algorithm that ran holds beside its operands (the analytic model's)")]
+
+
 def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Section]:
     frame = experiments.speedups(store, experiment_id)
     sections = []
@@ -475,6 +495,8 @@ def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Sectio
     layers = frame[frame["layer"] != "iteration"] if not frame.empty else frame
     sections.append(Section(kind.replace("-", "_"), title, paper, bars.speedup(layers, title, sub),
                             _speedup_finding(frame), frame[columns] if not frame.empty else None))
+    if kind == "algorithms":
+        sections += _algorithm_figures(frame, sub)
     for base, other in experiments.pairs(store, experiment_id):
         what = f" ({base.comparison}: {base.arm} -> {other.arm})"
         sections.append(_moves(store, int(base.run_id), int(other.run_id), f"roofline_{other.run_id}", sub, what))

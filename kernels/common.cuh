@@ -200,15 +200,19 @@ __device__ __forceinline__ Store split_store(const Store& out, float* RESTRICT p
 // copy_async is a cp.async (LDGSTS), so all of a thread's copies are in flight together instead of
 // one load at a time through a register; wait_copies() waits for the thread's own (a
 // __syncthreads must follow before any thread reads another's). The L1-bypass build keeps plain
-// loads, which -dlcm=cg sends around L1 (a 4-byte cp.async always goes through it).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(TRACKER_L1_BYPASS)
+// loads, which -dlcm=cg sends around L1: a 4-byte cp.async always goes through L1 (only the
+// 16-byte cp.async.cg bypasses it, and a convolution's NCHW operands are not 16-byte vectors in
+// the layout the GEMM's shared tiles want). The staged build (-DTRACKER_STAGED, -dlcm=ca) runs the
+// L1-bypass build's code with L1 caching: the l1-bypass experiment's like-for-like arm, whose
+// difference from the cg build is the L1 alone.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(TRACKER_L1_BYPASS) && !defined(TRACKER_STAGED)
 #define TRACKER_CP_ASYNC 1
 #endif
 // Whether the GEMM copies its plain operands straight into shared memory with copy_async: where
 // that is a cp.async, and on the CPU emulation (where it is a plain copy, so the tests run this
-// path). Otherwise (the L1-bypass build, GPUs before sm_80) they are staged through registers;
-// the emulation of the L1-bypass build runs that path.
-#if defined(TRACKER_CP_ASYNC) || (!defined(__CUDA_ARCH__) && !defined(TRACKER_L1_BYPASS))
+// path). Otherwise (the L1-bypass and staged builds, GPUs before sm_80) they are staged through
+// registers; the emulation of those builds runs that path.
+#if defined(TRACKER_CP_ASYNC) || (!defined(__CUDA_ARCH__) && !defined(TRACKER_L1_BYPASS) && !defined(TRACKER_STAGED))
 constexpr bool COPY_AROUND_REGISTERS = true;
 #else
 constexpr bool COPY_AROUND_REGISTERS = false;

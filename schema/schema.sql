@@ -1,4 +1,4 @@
--- tracker trace store, schema v6: tables
+-- tracker trace store, schema v7: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -52,6 +52,7 @@ CREATE TABLE metric_def (
 --   variants: op -> kernel variant
 --   tiles: 'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default ({}: every default); NULL: nothing ran (model) or recorded before schema v5
 --   implementation: ours (tracker's kernels) or torch (PyTorch: cuDNN and cuBLAS); ours before schema v6
+--   loaders: how our GEMM kernels fill shared memory: async (cp.async, the default build), staged (through registers: the L1-bypass build, and --staged with L1 cached) or library (--impl torch); async before schema v7
 --   library: the library arm's versions and settings (torch, cudnn, cublas, tf32, cudnn_benchmark); NULL for ours
 --   backend: ncu, nvprof, events or model
 --   device_name: the GPU measured, or the catalog device predicted for
@@ -71,6 +72,7 @@ CREATE TABLE run (
     tiles JSON,
     l1_bypass BOOLEAN NOT NULL,
     implementation VARCHAR DEFAULT 'ours' NOT NULL,
+    loaders VARCHAR DEFAULT 'async' NOT NULL,
     library JSON,
     backend VARCHAR NOT NULL,
     backend_reason VARCHAR NOT NULL,

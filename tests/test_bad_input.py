@@ -121,6 +121,8 @@ def test_did_you_mean_does_not_search_for_a_name_no_known_one_is_close_to(monkey
     (["profile", "alexnet", "--variant", "conv=fused,conv=shared", "--backend", "model"], ["op conv twice"]),
     (["profile", "alexnet", "--variant", "conv=fused,lrn=shared,conv=fused", "--backend", "model"], ["op conv twice"]),
     (["profile", "alexnet", "--device", "", "--backend", "model"], ["device name is empty"]),
+    (["profile", "alexnet", "--staged", "--l1-bypass", "--backend", "model"], ["--staged", "staged already"]),
+    (["profile", "alexnet", "--staged", "--impl", "torch", "--backend", "model"], ["--staged", "--impl torch"]),
     (["model", "alexnet", "--device", ""], ["device name is empty"]),
     (["model", "alexnet", "--device", "  "], ["device name is empty"]),
     (["devices", ""], ["device name is empty"]),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
 import tracker.experiment
@@ -81,8 +82,21 @@ def test_l1_bypass_pairs_every_variant_and_computes_speedups(tmp_path, emulated_
     experiment_id = run_experiment(db, "l1-bypass", small_net(), 1, repeat=2, warmup=0)
     store = open_store(db, write=False)
     table = experiments.runs(store, experiment_id)
-    assert list(table.arm) == [a.label for a in arms("l1-bypass", 1)] and len(table) == 2 * len(OPS.variant_names())
+    staged = [name for name in OPS.variant_names() if any(  # where ca copies with cp.async what cg stages
+        launch.tunable for op in OPS if name in op.variants for launch in op.variants[name].launches.values())]
+    assert staged == ["shared", "gemm", "fused", "winograd", "winograd_f4", "fft"]
+    assert list(table.arm) == [a.label for a in arms("l1-bypass", 1)]
+    assert len(table) == 2 * len(OPS.variant_names()) + len(staged)
     assert table.groupby("comparison")["baseline"].sum().eq(1).all()
+    assert set(table[table.arm == "shared ca staged"].loaders) == {"staged"}
+    assert list(table.loaders[:3]) == ["async", "staged", "async"]  # global ca, global cg, constant ca
+    assert {row["l1_policy"] for row in launch_rows(store, int(table[table.arm == "shared ca staged"].run_id.iloc[0]))} \
+        == {"ca-staged"}
+    result = experiments.results(store, experiment_id, "l1-bypass")
+    cg = result[(result.arm == "shared cg") & (result.layer == "conv1") & (result.phase == "fwd")].iloc[0]
+    staged = result[(result.arm == "shared ca staged") & (result.layer == "conv1") & (result.phase == "fwd")].iloc[0]
+    assert cg.l1_speedup == pytest.approx(staged.b_ms / cg.b_ms) and pd.isna(staged.l1_speedup)
+    assert result[result.arm == "global cg"].l1_speedup.isna().all()  # no staged arm: nothing to isolate
     result = experiments.speedups(store, experiment_id)
     shared = result[(result.comparison == "shared") & (result.layer == "conv1") & (result.phase == "fwd")].iloc[0]
     assert shared.speedup == pytest.approx(1 / 0.9)  # made_up_ms: conv under cg is 10 % faster

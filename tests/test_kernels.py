@@ -9,7 +9,8 @@ import pytest
 from tracker.cli import cli
 from tracker.gpu import verified
 from tracker.gpu.compile import build, build_all, global_loads, instruction_mix, occupancy, variant_rows
-from tracker.gpu.kernels import ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, compile_options, source_hash, source_text
+from tracker.gpu.kernels import (ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, STAGED, compile_options, source_hash,
+                                 source_text)
 from tracker.gpu.kernels import sources as kernel_sources
 from tracker.ops import OPS, gemm
 
@@ -110,6 +111,21 @@ def test_the_fused_backward_copies_dy_and_the_relu_output_with_cp_async():
         plain = build(k.source, "sm_90", "ca").kernels[k.name]
         assert masked.global_loads == 0 and masked.cp_async > plain.cp_async > 0, (v.key, masked, plain)
         assert masked.shared_bytes == gemm.DEFAULT.masked_shared_bytes > plain.shared_bytes, v.key
+
+
+@pytest.mark.slow  # compiles kernels with NVRTC
+def test_the_staged_build_is_the_l1_bypass_builds_code_with_l1_cached():
+    """The l1-bypass experiment's like-for-like arm, read from the sm_90 SASS: a 4-byte cp.async is
+    LDGSTS.E whatever -dlcm says (only the 16-byte .cg form bypasses L1), so the cg build stages
+    its GEMM operands through registers; the staged build does the same (no LDGSTS, as many global
+    loads as the cg build's) with every load cached in L1."""
+    for source in ("conv2d.cu", "gemm.cu"):
+        staged, bypassed = build(source, "sm_90", STAGED), build(source, "sm_90", "cg")
+        for name, r in staged.kernels.items():
+            cg = bypassed.kernels[name]
+            assert r.cp_async == 0 and r.global_loads == cg.global_loads, (source, name, r, cg)
+            assert r.l1_loads == r.global_loads and cg.l1_loads == 0, (source, name, r, cg)
+        assert any(r.global_loads > 0 for r in staged.kernels.values())
 
 
 @pytest.mark.slow  # compiles kernels with NVRTC

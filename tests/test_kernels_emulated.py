@@ -63,13 +63,15 @@ def test_the_gemm_convolution_folds_chunks_of_images_into_each_gemm(emulator, mo
 
 
 @pytest.mark.parametrize("tile", [DEFAULT, RING], ids=lambda t: t.label)
-def test_the_l1_bypass_build_stages_the_gemm_operands_and_matches_too(tmp_path, tile):
+@pytest.mark.parametrize("build", ["cg", "ca-staged"])
+def test_the_l1_bypass_build_stages_the_gemm_operands_and_matches_too(tmp_path, tile, build):
     """The cg build's GEMM stages every operand through registers (a 4-byte cp.async would fill
-    L1): that path, emulated from the same source with -DTRACKER_L1_BYPASS, against the reference,
-    in the default double buffer and in a ring of three."""
+    L1), and so does the staged build (the same code, L1 cached): that path, emulated from the same
+    source with -DTRACKER_L1_BYPASS or -DTRACKER_STAGED, against the reference, in the default
+    double buffer and in a ring of three (the fused backward reads its mask in element())."""
     from emu.emulator import Emulator
 
-    bypass = Emulator(tmp_path, l1_bypass=True)
+    bypass = Emulator(tmp_path, l1_bypass=build == "cg", staged=build == "ca-staged")
     for case in (c for c in small_cases() if c.op in ("conv", "linear")):
         for variant, v in OPS[case.op].variants.items():
             if any(launch.tunable for launch in v.launches.values()):

@@ -38,6 +38,7 @@ class Arm:
     variants: dict[str, str] = field(default_factory=dict)
     l1_bypass: bool = False
     implementation: str = "ours"
+    staged: bool = False  # the L1-bypass build's loaders, L1 cached (Workload.staged)
 
 
 def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
@@ -47,9 +48,12 @@ def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
     from tracker.ops import OPS
 
     names = OPS.variant_names()
-    if kind == "l1-bypass":
-        return [Arm(f"{name} {'cg' if bypass else 'ca'}", name, not bypass, batch, OPS.parse_variants(name), bypass)
-                for name in names for bypass in (False, True)]
+    if kind == "l1-bypass":  # where the cg build stages what ca copies with cp.async, ca staged beside them
+        return [arm for name in names for arm in (
+            Arm(f"{name} ca", name, True, batch, OPS.parse_variants(name)),
+            Arm(f"{name} cg", name, False, batch, OPS.parse_variants(name), l1_bypass=True),
+            *([Arm(f"{name} ca staged", name, False, batch, OPS.parse_variants(name), staged=True)]
+              if _copies_async(name) else []))]
     if kind == "fusion":
         fused = [(op.kind, v) for op in OPS for v in op.variants.values() if v.absorbs and v.fallback]
         return [Arm("separate", "fusion", True, batch, {op: str(v.fallback) for op, v in fused}),
@@ -66,6 +70,14 @@ def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
     if kind == "library":  # ours with the tiles `tracker tune` found, as `tracker profile` runs them
         return [Arm("ours", "library", True, batch), Arm("torch", "library", False, batch, implementation="torch")]
     raise TrackerError(f"unknown experiment '{kind}'; known: {', '.join(KINDS)}")
+
+
+def _copies_async(variant: str) -> bool:
+    """Whether the variant's ca build copies operands with cp.async where its cg build stages them
+    (kernels/common.cuh): a GEMM-shaped variant of some op."""
+    from tracker.ops import OPS
+
+    return any(launch.tunable for op in OPS if variant in op.variants for launch in op.variants[variant].launches.values())
 
 
 def conv_algorithms() -> dict[str, str]:
@@ -109,8 +121,9 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     chosen, why = check(kind, backend, device)
     options = Options(ncu)
     check_options(32, options)
-    workloads = [Workload.of(net, arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, repeat=repeat,
-                             warmup=warmup, implementation=arm.implementation) for arm in plan]  # every arm checked before the experiment's row
+    workloads = [Workload.of(net, arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, staged=arm.staged,
+                             repeat=repeat, warmup=warmup, implementation=arm.implementation)
+                 for arm in plan]  # every arm checked before the experiment's row
     echo(f"experiment {kind}: {len(plan)} runs of {net.name} on backend {chosen} ({why})")
     store = open_store(db, write=True)
     settings = dict(batch=batch, batches=list(batches), backend=chosen, repeat=repeat, warmup=warmup,

@@ -182,7 +182,8 @@ def profile_workload(
     peak = memory(net, batch, dtype_bits)
     fields = dict(
         network=net.name, network_options=net.options, batch=batch, phases=workload.phases, dtype_bits=dtype_bits,
-        variants=workload.variants, l1_bypass=workload.l1_bypass, implementation=workload.implementation,
+        variants=workload.variants, l1_bypass=workload.l1_bypass, loaders=workload.loaders,
+        implementation=workload.implementation,
         library=library, backend=choice.backend,
         backend_reason=choice.reason, repeat=workload.repeat if choice.backend != "model" else 0,
         predicted_peak_bytes=peak.peak_bytes,

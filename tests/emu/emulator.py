@@ -30,11 +30,12 @@ def available() -> bool:
 
 
 class Emulator:
-    def __init__(self, build_dir: Path, l1_bypass: bool = False):
+    def __init__(self, build_dir: Path, l1_bypass: bool = False, staged: bool = False):
         self.build_dir = build_dir
-        # The L1-bypass build's source (-DTRACKER_L1_BYPASS): its GEMM stages every operand through
-        # registers, where the default build copies them around (cp.async on a GPU).
-        self.options = ["-DTRACKER_L1_BYPASS"] if l1_bypass else []
+        # The L1-bypass build's source (-DTRACKER_L1_BYPASS), or the staged build's (-DTRACKER_STAGED,
+        # its code with L1 cached): their GEMM stages every operand through registers, where the
+        # default build copies them around (cp.async on a GPU).
+        self.options = ["-DTRACKER_L1_BYPASS"] if l1_bypass else ["-DTRACKER_STAGED"] if staged else []
         self.libs: dict[tuple, ctypes.CDLL] = {}
         self.log: list[LaunchRecord] = []
         self.context = None  # set by the executor to the step being run
@@ -46,7 +47,7 @@ class Emulator:
             registry = "".join(f'static bool emu_k_{n} = emu_register("{n}", &{n});\n' for n in _KERNEL.findall(text))
             registry += "".join(f'static bool emu_s_{s} = (emu_symbols()["{s}"] = {{{s}, sizeof {s}}}, true);\n'
                                 for s in _CONSTANT.findall(text))
-            name = source + "".join(f"-{k}{v}" for k, v in defines) + ("-cg" if self.options else "")
+            name = source + "".join(f"-{k}{v}" for k, v in defines) + "".join(f"-{o[2:].lower()}" for o in self.options)
             cpp = self.build_dir / f"{name}.cpp"
             cpp.write_text('#include "cuda_emu.h"\n' + text + "\n" + registry)
             lib = self.build_dir / f"{name}.so"

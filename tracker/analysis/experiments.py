@@ -212,7 +212,25 @@ def results(store: Store, experiment_id: int, kind: str) -> pd.DataFrame:
         iteration = frame[frame["layer"] == "iteration"] if not frame.empty else frame
         return pd.concat([pairs, iteration.rename(columns={"a_ms": "separate_ms", "b_ms": "fused_ms"})],
                          ignore_index=True)[[c for c in FUSION_COLUMNS if c in pairs.columns or c in iteration]]
-    return frame
+    return l1_alone(frame) if kind == "l1-bypass" else frame
+
+
+STAGED_ARM = " ca staged"  # experiment.arms' label of the staged build beside a variant's ca and cg
+
+
+def l1_alone(frame: pd.DataFrame) -> pd.DataFrame:
+    """An l1-bypass experiment's speedups with, on each cg row that has a staged arm beside it,
+    ``l1_speedup``: the staged build's time over the cg build's, the same code with L1 cached and
+    bypassed, so what the L1 alone is worth (the cg row's own speedup also holds what the cp.async
+    copies of the ca build are worth)."""
+    if frame.empty or not frame["arm"].str.endswith(STAGED_ARM).any():
+        return frame.assign(l1_speedup=None) if not frame.empty else frame
+    keys = ["comparison", "layer", "phase"]
+    staged = frame[frame["arm"].str.endswith(STAGED_ARM)][[*keys, "b_ms"]].rename(columns={"b_ms": "staged_ms"})
+    out = frame.merge(staged, on=keys, how="left")
+    cg = out["arm"].str.endswith(" cg")
+    out["l1_speedup"] = (out["staged_ms"] / out["b_ms"]).where(cg & out["staged_ms"].notna())
+    return out.drop(columns=["staged_ms"])
 
 
 FUSION_COLUMNS = ("layer", "relu", "phase", "separate_ms", "fused_ms", "speedup", "noise", "dram_bytes_saved",

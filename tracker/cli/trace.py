@@ -35,6 +35,10 @@ from tracker.profilers import COLLECTORS
               help="Kernel variant: one name for every op that has it (shared), or per op (conv=fused,lrn=shared).")
 @click.option("--l1-bypass", is_flag=True, help="Compile the kernels to bypass L1: -Xptxas -dlcm=cg and no read-only path, so "
               "every global load goes around L1 (tracker kernels shows the load mix).")
+@click.option("--staged", is_flag=True,
+              help="Run the L1-bypass build's code with L1 cached: the GEMM operands staged through registers, "
+              "no cp.async (a 4-byte cp.async always fills L1). Against --l1-bypass it isolates what L1 does; "
+              "`tracker experiment l1-bypass` runs both.")
 @click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=5, show_default=True,
               help="Measured iterations (GPU backends); every launch is timed in each.")
 @click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=1, show_default=True,
@@ -58,7 +62,7 @@ from tracker.profilers import COLLECTORS
 @dtype_option
 @network_options
 @format_option
-def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass, repeat, warmup, implementation,
+def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass, staged, repeat, warmup, implementation,
             tf32, cudnn_benchmark, untuned, ncu_report, clock_control, cache_control, device, dtype_bits, fmt,
             **kwargs):
     """Profile a network forward and backward, layer by layer, into the trace database.
@@ -90,8 +94,8 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
         net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
     gpu = lookup(device) if device else None
     variants = OPS.parse_variants(variant)
-    workload = Workload.of(net, batch, variants=variants, phases=phases, l1_bypass=l1_bypass, repeat=repeat,
-                           warmup=warmup, implementation=implementation, tf32=tf32,
+    workload = Workload.of(net, batch, variants=variants, phases=phases, l1_bypass=l1_bypass, staged=staged,
+                           repeat=repeat, warmup=warmup, implementation=implementation, tf32=tf32,
                            cudnn_benchmark=cudnn_benchmark)  # the one value that reaches pass 2's child process
     options = Options(NcuSettings(cache_control=cache_control, clock_control=clock_control), ncu_report)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
@@ -113,8 +117,8 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
     if result.backend == "model":
         click.echo("  these are analytic predictions: nothing was measured" +
                    ("" if gpu else " (add --device NAME for roofline times)"))
-    if result.backend == "model" and (variants or l1_bypass):
-        click.echo("  --variant and --l1-bypass are recorded on the run; "
+    if result.backend == "model" and (variants or l1_bypass or staged):
+        click.echo("  --variant, --l1-bypass and --staged are recorded on the run; "
                    "the model's compulsory bytes do not depend on them")
     if ncu_report and result.backend not in COLLECTORS:
         click.echo(f"  --ncu-report ignored: the {result.backend} backend runs no counter profiler")

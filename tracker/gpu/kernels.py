@@ -17,6 +17,11 @@ KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
 HEADERS = ("common.cuh",)
 ARCHS = ("sm_80", "sm_90")
 L1_POLICIES = ("ca", "cg")  # -dlcm=ca caches global loads in L1; cg bypasses L1 (paper 003's flag)
+# The builds a run can launch: the two L1 policies, and the L1-bypass build's code (its operands
+# staged through registers, no cp.async) with L1 caching: the l1-bypass experiment's like-for-like
+# arm (kernels/common.cuh, TRACKER_STAGED).
+STAGED = "ca-staged"
+BUILDS = (*L1_POLICIES, STAGED)
 
 # What CuPy's RawModule adds to our options (cupy/cuda/compiler.py, _compile_with_cache_cuda),
 # besides the device's architecture: the compile check adds it too, so that it compiles exactly
@@ -44,12 +49,14 @@ def define_options(overrides: Overrides = ()) -> tuple[str, ...]:
 def compile_options(l1_policy: str, arch: str | None = None, overrides: Overrides = ()) -> tuple[str, ...]:
     """NVRTC options for every kernel module. CuPy adds the architecture of the device itself,
     and CUPY_ADDS."""
-    if l1_policy not in L1_POLICIES:
-        raise ValueError(f"L1 policy {l1_policy!r} is not one of {L1_POLICIES}")
-    options = ("--std=c++17", f"--include-path={KERNEL_DIR}", "-lineinfo", "-Xptxas", f"-dlcm={l1_policy}",
+    if l1_policy not in BUILDS:
+        raise ValueError(f"L1 policy {l1_policy!r} is not one of {BUILDS}")
+    options = ("--std=c++17", f"--include-path={KERNEL_DIR}", "-lineinfo", "-Xptxas", f"-dlcm={l1_policy[:2]}",
                *define_options(overrides))
     if l1_policy == "cg":  # and no read-only path either (kernels/common.cuh, RESTRICT)
         options += ("-DTRACKER_L1_BYPASS",)
+    if l1_policy == STAGED:
+        options += ("-DTRACKER_STAGED",)
     return options + ((f"--gpu-architecture={arch}",) if arch else ())
 
 

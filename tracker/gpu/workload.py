@@ -54,10 +54,14 @@ class Workload:
     implementation: str = "ours"  # or torch: the library arm runs the same layer phases (tracker/library)
     tf32: bool = False  # torch: let cuDNN and cuBLAS use TF32 tensor cores
     cudnn_benchmark: bool = False  # torch: let cuDNN time its algorithms and keep the fastest
+    staged: bool = False  # the L1-bypass build's loaders (operands staged through registers), L1 cached
 
     def __post_init__(self) -> None:
         check(self.batch, self.phases, self.variants, self.repeat, self.warmup)
         check_implementation(self.implementation, self.variants, self.l1_bypass, self.tf32, self.cudnn_benchmark)
+        if self.staged and (self.l1_bypass or self.library):
+            raise TrackerError("--staged runs our kernels with the L1-bypass build's loaders and L1 cached: "
+                               f"not with {'--l1-bypass (staged already)' if self.l1_bypass else '--impl torch'}")
         if is_module_spec(self.network) and self.implementation != "torch":
             raise TrackerError(f"{self.network} is a PyTorch model: only --impl torch runs it")
         object.__setattr__(self, "steps", tuple(PlannedStep(*s) for s in self.steps))  # JSON gives lists
@@ -80,8 +84,17 @@ class Workload:
         return build(self.network, **self.options)
 
     @property
+    def loaders(self) -> str:
+        """How its GEMM kernels fill shared memory (run.loaders): cp.async, or staged through
+        registers (the L1-bypass build, and --staged), or the library's own."""
+        return "library" if self.library else "staged" if self.l1_bypass or self.staged else "async"
+
+    @property
     def l1_policy(self) -> str:
-        return "cg" if self.l1_bypass else "ca"
+        """The build its kernels run (tracker.gpu.kernels.BUILDS), recorded on every launch."""
+        from tracker.gpu.kernels import STAGED
+
+        return "cg" if self.l1_bypass else STAGED if self.staged else "ca"
 
     def planned(self, steps: Sequence[Step], tiles: dict[str, str]) -> Workload:
         """This workload with its plan (``tracker.gpu.network.plan``'s steps, planned once by the

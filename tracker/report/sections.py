@@ -112,6 +112,8 @@ def describe(run: pd.Series) -> str:
     else:
         how = f"timed with {run['backend']}"
     l1 = "L1 bypassed (loads compiled .cg)" if run["l1_bypass"] else "L1 cached"
+    if run.get("loaders") == "staged" and not run["l1_bypass"]:
+        l1 += ", operands staged through registers as the L1-bypass build's (--staged)"
     repeats = f"{run['repeat']} measured iteration{'s' if run['repeat'] != 1 else ''}"
     kernels = (f"run by {_library(run)}" if _is_library(run) else
                f"kernel variants: {_variants(run)}; GEMM tiles: {_tiles(run)}; {l1}")
@@ -141,7 +143,8 @@ def _when(run: pd.Series) -> str:
 
 ABOUT = {"network": "network", "batch": "batch", "device_name": "GPU", "compute_capability": "compute capability",
          "backend": "backend", "backend_reason": "why this backend", "variants": "kernel variants",
-         "l1_bypass": "L1 bypass", "repeat": "measured iterations", "ncu_version": "ncu version",
+         "l1_bypass": "L1 bypass", "loaders": "GEMM loaders", "repeat": "measured iterations",
+         "ncu_version": "ncu version",
          "ncu_replay_mode": "ncu replay", "ncu_clock_control": "ncu clock control",
          "ncu_cache_control": "ncu cache control", "driver_version": "driver", "cuda_version": "CUDA",
          "status": "status", "started_at": "started", "command_line": "command"}

@@ -56,7 +56,8 @@ def migrate(conn: Connection, where: str) -> None:
     """v2 -> v3 added tables (experiment, experiment_run) and a view (layer_time_repeat); v3 -> v4 the
     per-run rollups (tracker/store/rollups.py), computed here for every stored run; v4 -> v5 the
     GEMM tiles a run ran (run.tiles, NULL in older runs); v5 -> v6 the library arm (run.implementation,
-'ours' in older runs, and run.library; launch.algorithm and role; rollup_time.algorithm). Create what is missing and recreate every
+'ours' in older runs, and run.library; launch.algorithm and role; rollup_time.algorithm); v6 -> v7
+run.loaders ('async' in older runs). Create what is missing and recreate every
     view. Any write opening migrates (``tracker upgrade`` is one); a
     read-only one refuses an older file."""
     with conn.begin():
@@ -78,8 +79,9 @@ def migrate(conn: Connection, where: str) -> None:
 
 def _add_missing_columns(conn: Connection) -> None:
     """Columns a later schema added to an existing table (v4: experiment's host, pid and
-    process_start; v5: run's tiles; v6: the library arm's), NULL in the rows already there, or
-    the column's server default where it has one (v6: run.implementation is 'ours')."""
+    process_start; v5: run's tiles; v6: the library arm's; v7: run's loaders), NULL in the rows
+    already there, or the column's server default where it has one (v6: run.implementation is
+    'ours'; v7: run.loaders 'async')."""
     for table in Base.metadata.sorted_tables:
         present = {c["name"] for c in inspect(conn).get_columns(table.name)}
         for column in table.columns:

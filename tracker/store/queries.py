@@ -147,7 +147,7 @@ def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
     with store.connect() as conn:
         return pd.read_sql(text(
             "SELECT e.experiment_id, e.position, e.arm, e.comparison, e.baseline, r.id AS run_id, r.status, "
-            "r.batch, r.l1_bypass, r.variants, r.backend, r.device_name FROM experiment_run e "
+            "r.batch, r.l1_bypass, r.loaders, r.variants, r.backend, r.device_name FROM experiment_run e "
             "JOIN run r ON r.id = e.run_id WHERE e.experiment_id = :e ORDER BY e.position"), conn,
             params={"e": experiment_id})
 

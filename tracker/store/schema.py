@@ -33,7 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from tracker.phases import PHASES
 from tracker.metrics import CATALOG
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 STATUSES = ("running", "complete", "failed", "interrupted")
 
@@ -82,6 +82,10 @@ class Run(Base):
     l1_bypass: Mapped[bool]
     implementation: Mapped[str] = mapped_column(
         server_default="ours", doc="ours (tracker's kernels) or torch (PyTorch: cuDNN and cuBLAS); ours before schema v6")
+    loaders: Mapped[str] = mapped_column(
+        server_default="async", doc="how our GEMM kernels fill shared memory: async (cp.async, the default build), "
+            "staged (through registers: the L1-bypass build, and --staged with L1 cached) or library (--impl "
+            "torch); async before schema v7")
     library: Mapped[dict[str, Any] | None] = mapped_column(
         doc="the library arm's versions and settings (torch, cudnn, cublas, tf32, cudnn_benchmark); NULL for ours")
     backend: Mapped[str] = mapped_column(doc="ncu, nvprof, events or model")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 8.
+# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 9.
 #
 #   1  preflight; selftest --record; a batch-1 ncu smoke profile (the join); events at batch 128;
 #      this GPU's ncu --query-metrics; the batch-16 ncu fixture database with its raw CSV pages
@@ -18,8 +18,10 @@
 #      check, with every variant's max and mean error); the algorithms experiment at batch 128 on
 #      events, beside the model's prediction of the same (tracker model --algorithm all)
 #   8  fusion and L1 bypass on the fast loaders (issue 30): racecheck of the fused backward's mask
-#      ring (default tile and a 3-deep ring); the fusion and l1-bypass experiments at batch 128 on
-#      events; the kernel benchmark (RESULTS.md)
+#      ring (default tile and a 3-deep ring); the fusion and l1-bypass experiments (with the staged
+#      arms) at batch 128 on events
+#   9  the new variants' speed (issue 30): the kernel benchmark (RESULTS.md: every variant against
+#      cuDNN); tracker tune of the Winograd and FFT variants' GEMMs (quick) into one database
 #
 # Each stage fits one 10-minute command: every step runs under its own `timeout`, cut to what is
 # left of the stage's budget (TRACKER_STAGE_BUDGET_S, default 560 s). Everything lands in a scratch
@@ -37,7 +39,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-case "$stage" in 1|2|3|4|5|6|7|8) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5|6|7|8 (got '${stage}')"; exit 2 ;; esac
+case "$stage" in 1|2|3|4|5|6|7|8|9) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5|6|7|8|9 (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
 w="$work/stage$stage"
@@ -234,9 +236,17 @@ stage8() {
     export EXP_DB="$w/fast-loaders-b128.db"
     step exp-fusion 90 'tracker experiment fusion alexnet --batch 128 --backend events --repeat 5 --db $EXP_DB \
         --format csv > $W/experiment-fusion.csv'
-    step exp-l1-bypass 200 'tracker experiment l1-bypass alexnet --batch 128 --backend events --repeat 5 \
+    step exp-l1-bypass 250 'tracker experiment l1-bypass alexnet --batch 128 --backend events --repeat 5 \
         --db $EXP_DB --format csv > $W/experiment-l1-bypass.csv'
-    step benchmark 150 'python3 benchmarks/kernels.py --reps 10 --out $W/RESULTS.md'
+}
+
+stage9() {
+    step benchmark 250 'python3 benchmarks/kernels.py --reps 10 --out $W/RESULTS.md'
+    local variant
+    for variant in winograd winograd_f4 fft; do
+        step "tune-$variant" 100 "tracker tune alexnet --batch 128 --variant conv=$variant --quick --reps 3 \
+            --budget 80 --db \$W/tuning-new-variants-\$GPU.db --format csv > \$W/tune-$variant.csv"
+    done
 }
 
 "stage$stage"

@@ -178,7 +178,7 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     result = runner.invoke(cli, ["kernels", "--arch", "sm_80", "--format", "json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert len(rows) == 2 * len(TABLE) == 82
+    assert len(rows) == 2 * len(TABLE) == 94
     assert {r["l1"] for r in rows} == {"ca", "cg"}
     # The committed record (tests/data/verified/2026-11-22-nvidia-h100-80gb-hbm3.json): every
     # variant of its day passed on an H100; a kernel changed since keeps that GPU, flagged

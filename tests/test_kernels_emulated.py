@@ -10,7 +10,7 @@ from tracker.ops import OPS
 from tracker.ops.gemm import DEFAULT, MASKED, RELU_MASK
 from tracker.ops.selftest import run_case, small_cases
 
-from test_tune import RING
+from test_tune import RING, TRANSFORMS
 
 pytestmark = pytest.mark.slow  # every test here builds the kernels with g++ and runs them on OS threads
 
@@ -63,18 +63,18 @@ def test_the_gemm_convolution_folds_chunks_of_images_into_each_gemm(emulator, mo
 
 
 @pytest.mark.parametrize("tile", [DEFAULT, RING], ids=lambda t: t.label)
-@pytest.mark.parametrize("build", ["cg", "ca-staged"])
-def test_the_l1_bypass_build_stages_the_gemm_operands_and_matches_too(tmp_path, tile, build):
+def test_the_l1_bypass_build_stages_the_gemm_operands_and_matches_too(tmp_path, tile):
     """The cg build's GEMM stages every operand through registers (a 4-byte cp.async would fill
-    L1), and so does the staged build (the same code, L1 cached): that path, emulated from the same
-    source with -DTRACKER_L1_BYPASS or -DTRACKER_STAGED, against the reference, in the default
-    double buffer and in a ring of three (the fused backward reads its mask in element())."""
+    L1): that path, emulated from the same source with -DTRACKER_L1_BYPASS, against the reference,
+    in the default double buffer and in a ring of three (the fused backward reads its mask in
+    element()). The staged build (-DTRACKER_STAGED) is this code with L1 cached: on the CPU the
+    same program (tests/test_kernels.py compares their SASS)."""
     from emu.emulator import Emulator
 
-    bypass = Emulator(tmp_path, l1_bypass=build == "cg", staged=build == "ca-staged")
+    bypass = Emulator(tmp_path, l1_bypass=True)
     for case in (c for c in small_cases() if c.op in ("conv", "linear")):
         for variant, v in OPS[case.op].variants.items():
-            if any(launch.tunable for launch in v.launches.values()):
+            if any(launch.tunable for launch in v.launches.values()) and variant not in TRANSFORMS:
                 failed = [(variant, r.phase, r.output, r.error)
                           for r in run_case(bypass, case, variant, seed=3, tile=tile) if not r.passed]
                 assert not failed, (case.layer, failed)

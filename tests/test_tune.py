@@ -16,8 +16,12 @@ from tracker.ops.gemm import DEFAULT, SHAPES, Tile
 from tracker.ops.selftest import run_case, small_cases
 from tracker.store import open_store
 
+# The variants that wrap gemm.cu's GEMMs in transforms of their own (issue 30's Winograd and FFT):
+# their GEMMs run every schedule through the gemm and linear variants, and their transforms take
+# no tile, so the per-schedule tests leave them out (test_winograd and test_fft run them).
+TRANSFORMS = ("winograd", "winograd_f4", "fft")
 TUNABLE = [(case, name) for case in small_cases() for name, variant in OPS[case.op].variants.items()
-           if any(launch.tunable for launch in variant.launches.values())]
+           if any(launch.tunable for launch in variant.launches.values()) and name not in TRANSFORMS]
 
 
 # Every schedule `tracker tune` can run, as code: each shape and its neighbours in ring depth and
@@ -41,6 +45,10 @@ def test_every_candidate_tile_matches_the_reference(emulator, tile):
     every GEMM-shaped variant of conv and linear at the small cases."""
     emulator.log.clear()
     for case, variant in TUNABLE:
+        if variant == "fused" and not tile.fits(masked=True):  # its backward's mask ring does not fit beside
+            with pytest.raises(ValueError, match=f"tile {tile.label} with the ReLU mask's ring needs"):
+                run_case(emulator, case, variant, seed=2, tile=tile)
+            continue
         results = run_case(emulator, case, variant, seed=2, tile=tile)
         failed = [(case.layer, variant, r.phase, r.output, r.error) for r in results if not r.passed]
         assert results and not failed, failed

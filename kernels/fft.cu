@@ -12,6 +12,11 @@
 //   fft_output_nN  y = the inverse 2-D DFT of each tile's Y (+ bias), its first step x step
 //                  values: the rest wrapped around
 //
+// The weight gradient is the correlation of the input with dy: dy's step x step tiles (zero-
+// padded to N) play the filter, so Z[f] = X[f] conj(D[f]) summed over every image's tiles is one
+// real GEMM a frequency, [Re X | Im X] (C x 2 tiles) times [[Re D, Im D], [-Im D, Re D]]^T, and
+// each channel pair's inverse DFT holds its r x r gradient in its first r x r values.
+//
 // A real tile's spectrum is Hermitian, so only frequencies (u, v) with v <= N/2 are kept:
 // N (N/2 + 1) of them. A block of N threads transforms one tile: each thread one row (a
 // radix-2 FFT in registers, N compile-time), then, through shared memory, N/2 + 1 of them one
@@ -25,10 +30,22 @@ constexpr int TWIDDLE_N = 32;  // the largest tile: the table's period
 __constant__ float c_twiddle[TWIDDLE_N];
 
 // One stride-1 convolution in N x N tiles: the input (images x C x H x W, padded by pad), the
-// output (P x Q) in TH x TW tiles of step x step.
+// output (P x Q) in TH x TW tiles of step x step; the input transform reads extent x extent of
+// a tile (N; dy's step-wide tiles in the weight gradient). layout: how a frequency's values lie
+// (STACKED: [Re; Im], channels x tiles each; SIDE: [Re | Im]; BLOCK: [[Re, Im], [-Im, Re]]).
 struct FftShape {
-    int images, C, H, W, P, Q, pad, TH, TW, step;
+    int images, C, H, W, P, Q, pad, TH, TW, step, extent, layout;
 };
+enum Layout { STACKED = 0, SIDE = 1, BLOCK = 2 };
+
+// Where channel c's value of column col lies in a frequency's plane of C x cols complex values,
+// and where its imaginary part lies from there.
+__device__ __forceinline__ size_t row_at(const FftShape& s, int c, int col, int cols) {
+    return (size_t)c * (s.layout == STACKED ? cols : 2 * cols) + col;
+}
+__device__ __forceinline__ size_t imag_at(const FftShape& s, int C, int cols) {
+    return s.layout == STACKED ? (size_t)C * cols : cols;
+}
 
 template <int N>
 __device__ __forceinline__ constexpr int bit_reversed(int i) {
@@ -118,15 +135,17 @@ __device__ __forceinline__ void input_transform(const float* RESTRICT x, float* 
     const int n = col / tiles, t = col % tiles;
     const int y0 = (t / s.TW) * s.step - s.pad, x0 = (t % s.TW) * s.step - s.pad;
     const float* plane = x + ((size_t)n * s.C + c) * s.H * s.W;
-    const size_t part = (size_t)s.C * cols;
+    const size_t frequency = (size_t)(s.layout == BLOCK ? 4 : 2) * s.C * cols, im_at = imag_at(s, s.C, cols);
+    const size_t lower = (size_t)s.C * 2 * cols;  // BLOCK: the [-Im, Re] rows
     forward_2d<N>(
         [&](int a, int b) {
             const int h = y0 + a, q = x0 + b;
-            return h >= 0 && h < s.H && q >= 0 && q < s.W ? plane[h * s.W + q] : 0.f;
+            return a < s.extent && b < s.extent && h >= 0 && h < s.H && q >= 0 && q < s.W ? plane[h * s.W + q] : 0.f;
         },
         [&](int u, int v, float re, float im) {
-            float* at = X + (u * (N / 2 + 1) + v) * 2 * part + (size_t)c * cols + col;
-            at[0] = re, at[part] = im;
+            float* at = X + (u * (N / 2 + 1) + v) * frequency + row_at(s, c, col, cols);
+            at[0] = re, at[im_at] = im;
+            if (s.layout == BLOCK) at[lower] = -im, at[lower + im_at] = re;
         });
 }
 
@@ -138,13 +157,13 @@ __device__ __forceinline__ void output_transform(const float* RESTRICT Y, const 
                                                  float* RESTRICT y, const FftShape& s, int M) {
     __shared__ float sr[N][N / 2 + 1], si[N][N / 2 + 1];
     const int tiles = s.TH * s.TW, col = blockIdx.x, o = blockIdx.y, cols = gridDim.x, t = threadIdx.x;
-    const size_t part = (size_t)M * cols;
+    const size_t frequency = (size_t)2 * M * cols, im_at = imag_at(s, M, cols);
     float re[N], im[N];
     if (t <= N / 2) {
 #pragma unroll
         for (int u = 0; u < N; ++u) {
-            const float* at = Y + (u * (N / 2 + 1) + t) * 2 * part + (size_t)o * cols + col;
-            re[u] = at[0], im[u] = at[part];
+            const float* at = Y + (u * (N / 2 + 1) + t) * frequency + row_at(s, o, col, cols);
+            re[u] = at[0], im[u] = at[im_at];
         }
         fft<N>(re, im, true);
 #pragma unroll

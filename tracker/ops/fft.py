@@ -1,5 +1,5 @@
 """conv2d's ``fft`` variant (kernels/fft.cu): FFT tiling, paper 004's FFT algorithm (cuDNN's
-FFT_TILING), for stride-1 square filters: forward and data gradient.
+FFT_TILING), for stride-1 square filters, all three phases.
 
 Each phase transforms the filters and N x N tiles of the input (N the power of two that holds a
 whole output row plus the filter's overhang, as tracker/model/algorithms.py's ``fft_side``
@@ -7,9 +7,9 @@ chooses and prices it; past 32, tiles that overlap by r - 1), multiplies per fre
 (``gemm_nn``: one real GEMM a frequency, the complex product in its real 2 x 2 block form, over
 the N (N/2 + 1) frequencies a real tile's half spectrum holds), and transforms each tile's
 products back. The data gradient is a stride-1 convolution of dy padded by r - 1 - pad with the
-filters turned and their channels swapped. Where it does not apply (a stride above 1: conv1)
-and for the weight gradient, the launch runs the shared variant's implicit GEMM, as its note
-says.
+filters turned and their channels swapped; the weight gradient correlates the input with dy,
+whose tiles play the filter (``_weight_gradient``). Where it does not apply (a stride above 1:
+conv1), the launch runs the shared variant's implicit GEMM, as its note says.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 from tracker.model.algorithms import FFT_TILE, fft_side
 from tracker.ops.conv2d import _IMPLICIT, CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit
-from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, tiled
+from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import Arrays, Backend, Struct
 
 SOURCE = "fft.cu"
@@ -39,6 +39,15 @@ def applies(w_shape: tuple[int, ...], stride: int, pad: int) -> bool:
     return stride == 1 and tuple(w_shape[2:]) == (r, r) and 2 <= r < FFT_TILE and 0 <= pad <= r - 1
 
 
+STACKED, SIDE, BLOCK = 0, 1, 2  # kernels/fft.cu's Layout: how a frequency's complex values lie
+
+
+def _shape(*values: int) -> Struct:
+    """The kernels' FftShape (kernels/fft.cu)."""
+    names = ("images", "C", "H", "W", "P", "Q", "pad", "TH", "TW", "step", "extent", "layout")
+    return Struct("FftShape", tuple((name, "i") for name in names), values)
+
+
 def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, tile: Tile) -> None:
     """out (images x M x P x Q) = the stride-1 r x r convolution of x (images x Kc x H x W) padded by pad."""
     images, Kc, H, W = x.shape
@@ -48,8 +57,7 @@ def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, 
     step = n - r + 1
     TH, TW = math.ceil(P / step), math.ceil(Q / step)
     cols, freqs = images * TH * TW, n * (n // 2 + 1)
-    names = ("images", "C", "H", "W", "P", "Q", "pad", "TH", "TW", "step")
-    shape = Struct("FftShape", tuple((name, "i") for name in names), (images, Kc, H, W, P, Q, pad, TH, TW, step))
+    shape = _shape(images, Kc, H, W, P, Q, pad, TH, TW, step, n, STACKED)
     Wb, X, Y = b.empty((freqs, 2 * M, 2 * Kc)), b.empty((freqs, 2 * Kc, cols)), b.empty((freqs, 2 * M, cols))
     b.to_constant(SOURCE, "c_twiddle", TWIDDLES)
     b.launch(SOURCE, f"fft_filter_n{n}", (M * Kc,), (n,), (w, Wb, M, Kc, r, int(flip)))
@@ -57,6 +65,28 @@ def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, 
     for f in range(freqs):
         Gemm("gemm_nn", M=2 * M, N=cols, K=2 * Kc, lda=2 * Kc, ldb=cols).launch(b, Wb[f], X[f], Y[f], tile=tile)
     b.launch(SOURCE, f"fft_output_n{n}", (cols, M), (n,), (Y, bias, out, shape, M))
+
+
+def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile) -> None:
+    """dw (K x C x r x r) = the correlation of x (images x C x H x W, padded by pad) with dy: dy's
+    step x step tiles play the filter, Z = X conj(D) summed over every image's tiles by one real
+    GEMM a frequency (C x 2 tiles times 2 tiles x 2K: split-K), each pair's inverse DFT cut to r x r."""
+    images, C, H, W = x.shape
+    K, P, Q = dy.shape[1:]
+    r = dw.shape[2]
+    n = fft_side(P, Q, r)
+    step = n - r + 1
+    TH, TW = math.ceil(P / step), math.ceil(Q / step)
+    cols, freqs = images * TH * TW, n * (n // 2 + 1)
+    X, D, Z = b.empty((freqs, C, 2 * cols)), b.empty((freqs, 2 * K, 2 * cols)), b.empty((freqs, C, 2 * K))
+    b.to_constant(SOURCE, "c_twiddle", TWIDDLES)
+    b.launch(SOURCE, f"fft_input_n{n}", (cols, C), (n,), (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE)))
+    b.launch(SOURCE, f"fft_input_n{n}", (cols, K), (n,),
+             (dy, D, _shape(images, K, P, Q, P, Q, 0, TH, TW, step, step, BLOCK)))
+    for f in range(freqs):
+        Gemm("gemm_nt", M=C, N=2 * K, K=2 * cols, lda=2 * cols, ldb=2 * cols).launch(b, X[f], D[f], Z[f], tile=tile)
+    # each (channel, output) pair an 'image' of one r x r tile: written at dw[k][c]
+    b.launch(SOURCE, f"fft_output_n{n}", (K, C), (n,), (Z, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, n, SIDE), C))
 
 
 def _fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
@@ -71,9 +101,17 @@ def _bwd_data(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT
     _fft(b, a.dy, a.w, True, None, a.dx, a.w.shape[2] - 1 - pad, tile)
 
 
+def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
+    if not applies(a.dw.shape, stride, pad):
+        return _bwd_weight_implicit(b, a, stride, pad, tile=tile)
+    _weight_gradient(b, a.x, a.dy, a.dw, pad, tile)
+    if a.db is not None:
+        images, K, P, Q = a.dy.shape
+        bias_grad(b, a.dy, None, a.db, images, K, P * Q)
+
+
 ELSEWHERE = "NxN FFT tiles (N up to 32) for stride-1 filters; any other layer runs the shared variant's implicit GEMM"
 CONV.add("fft",
          fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn", _IMPLICIT[0], note=ELSEWHERE),
          bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn", _IMPLICIT[1], note=ELSEWHERE),
-         bwd_weight=tiled(_bwd_weight_implicit, _IMPLICIT[2], BIAS_GRAD,
-                          note="no FFT weight gradient yet: the shared variant's implicit GEMM"))
+         bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt", _IMPLICIT[2], BIAS_GRAD, note=ELSEWHERE))

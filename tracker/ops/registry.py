@@ -74,6 +74,9 @@ class Variant:
     launches: dict[str, Launch]
     absorbs: str | None = None
     fallback: str | None = None
+    # The selftest's tolerance over the op's: an algorithm that trades rounding for multiplies
+    # (Winograd's transforms) is held to a bound set from its measured error.
+    error_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class Op:
     flat_input: bool = False  # the launchers see the input as (batch, features): linear
     variants: dict[str, Variant] = field(default_factory=dict)
 
-    def add(self, name: str, absorbs: str | None = None, fallback: str | None = None,
+    def add(self, name: str, absorbs: str | None = None, fallback: str | None = None, error_scale: float = 1.0,
             **launches: Launch) -> Variant:
         """Register variant ``name`` with a Launch for each of the op's phases."""
         if set(launches) != set(self.phases):
@@ -116,7 +119,7 @@ class Op:
         if name in self.variants:
             raise TrackerError(f"{self.kind} already has a variant {name!r}")
         filled = {phase: replace(launches[phase], op=self.kind, phase=phase, variant=name) for phase in self.phases}
-        self.variants[name] = Variant(name, filled, absorbs, fallback)
+        self.variants[name] = Variant(name, filled, absorbs, fallback, error_scale)
         return self.variants[name]
 
     def variant(self, name: str) -> Variant:

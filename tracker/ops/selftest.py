@@ -81,8 +81,10 @@ class Check:
         OPS[self.case.op].launch(self.b, self.variant, phase, arrays, tile=self.tile, **params)
 
     def compare(self, phase: str, name: str, device_out: Any, expected: np.ndarray, tol: float) -> np.ndarray:
+        """``tol``: the op's bound for this output, scaled by the variant's error_scale."""
         host = self.b.asnumpy(device_out)
         error, largest, mean = _errors(host, expected)
+        tol *= OPS[self.case.op].variant(self.variant).error_scale
         self.results.append(Result(self.case.op, self.variant, self.case.layer, phase, name, error, tol, largest,
                                    mean))
         return host

@@ -154,10 +154,15 @@ def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile
         bias_grad(b, a.dy, None, a.db, N, K, P * Q)
 
 
+# Measured on the emulation (tests/test_winograd.py), Winograd's error is up to 14x the implicit
+# GEMM's (the 5x5 weight gradient, F(5x5,2x2)); Lavin & Gray's F(4x4,3x3) errs 3x more than direct:
+# the selftest holds both tiles to 10x the op's bound.
+ERROR_SCALE = 10.0
+
 for _name, _m in OUTPUT_TILES.items():
     _elsewhere = (f"F({_m}x{_m},3x3) and F({_m}x{_m},5x5) for stride-1 filters; any other layer runs the shared "
                   "variant's implicit GEMM")
-    CONV.add(_name,
+    CONV.add(_name, error_scale=ERROR_SCALE,
              fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn", _IMPLICIT[0], note=_elsewhere),
              bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn", _IMPLICIT[1], note=_elsewhere),
              bwd_weight=tiled(partial(_bwd_weight, m=_m), *kernels(_m), "gemm.cu:gemm_nt", _IMPLICIT[2], BIAS_GRAD,

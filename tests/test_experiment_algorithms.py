@@ -5,6 +5,7 @@ library run's choice beside them (the public A100 trace's kernels, as test_libra
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 import tracker.experiment
@@ -41,6 +42,9 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
         return Measured(launches, {"device_name": "CPU emulation (tests/emu)"}, 0)
 
     monkeypatch.setattr("tracker.library.torch_run.profile_events", library)
+    record = {"gpu": "CPU emulation (tests/emu)", "date": "2026-11-25", "file": "made-up.json", "variants": {
+        "conv/fwd/winograd": {"passed": True, "layers": {"conv2": {"ca": {"max": 3e-6, "mean": 1e-6}}}}}}
+    monkeypatch.setattr("tracker.gpu.verified.records", lambda: [record])  # this 'GPU's selftest record
     monkeypatch.setattr("tracker.library.require_torch", lambda what="": None)
     library_run = profile_workload(db, Workload.of(net, 1, repeat=2, warmup=0, implementation="torch"),
                                    backend="events").run_id
@@ -51,6 +55,7 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     row = lambda arm, layer, phase: frame[(frame.arm == arm) & (frame.layer == layer) & (frame.phase == phase)].iloc[0]  # noqa: E731
     winograd = row("winograd_f2 (winograd)", "conv2", "fwd")
     assert (winograd.algorithm_a, winograd.algorithm_b) == ("implicit_gemm", "winograd_nonfused")
+    assert winograd.max_error_b == 3e-6 and pd.isna(row("winograd_f2 (winograd)", "conv1", "fwd").max_error_b)
     assert winograd.workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "winograd_f2").workspace
     f4 = row("winograd_f4 (winograd_f4)", "conv2", "fwd")  # the same kernels' tag, the model's larger tile
     assert f4.workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "winograd_f4").workspace

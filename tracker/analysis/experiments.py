@@ -123,9 +123,10 @@ def modelled(algorithm: str | None, conv_variant: str | None) -> str | None:
 
 def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
     """Per conv layer phase and arm of an algorithms experiment: the speedups (with the algorithm
-    that ran: a Winograd arm's conv1 and conv2 ran the implicit GEMM), the model's workspace of
-    the algorithm that ran, and, where the store holds a complete library run of the same
-    network, batch and GPU, the algorithm cuDNN chose and its time."""
+    that ran: a Winograd arm's conv1 ran the implicit GEMM), the model's workspace of the
+    algorithm that ran, its error where this GPU's selftest record holds one, and, where the
+    store holds a complete library run of the same network, batch and GPU, the algorithm cuDNN
+    chose and its time."""
     from tracker.model.algorithms import conv_cost
     from tracker.store.queries import latest_library_run
 
@@ -144,6 +145,7 @@ def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
 
     conv["workspace_bytes_a"] = [workspace(r, r.algorithm_a, r.baseline_arm) for r in conv.itertuples()]
     conv["workspace_bytes_b"] = [workspace(r, r.algorithm_b, r.arm) for r in conv.itertuples()]
+    conv["max_error_b"] = _errors(conv, variants, info["device_name"])
     library = latest_library_run(store, info["network"], batch, info["device_name"])
     if library is not None:
         cudnn = runtime(store, library)[["layer_id", "phase", "algorithm", "ms"]].rename(
@@ -170,6 +172,20 @@ def per_algorithm(frame: pd.DataFrame) -> pd.DataFrame:
     columns = [*keys, "arm", "ran", "ms", "workspace_bytes"]
     long = pd.concat([part[columns] for part in parts], ignore_index=True)
     return in_layer_order(long.assign(workspace_mib=long["workspace_bytes"].astype(float) / 2**20))
+
+
+def _errors(conv: pd.DataFrame, variants: dict, device: str | None) -> list[float | None]:
+    """Per row, the arm's largest error at that layer phase as this GPU's newest selftest record
+    holds it (tracker selftest --record: relative to the reference's largest value), or None."""
+    from tracker.gpu.verified import layer_error, records
+
+    history = records()
+    found = []
+    for r in conv.itertuples():
+        variant = _conv_variant(variants.get(r.arm))
+        entry = layer_error(history, device, f"conv/{r.phase}/{variant}", r.layer) if variant else None
+        found.append(entry.get("max") if entry else None)
+    return found
 
 
 def _conv_variant(variants) -> str | None:

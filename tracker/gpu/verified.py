@@ -39,6 +39,17 @@ def status(variant: Launch, history: list[dict]) -> tuple[str | None, bool | Non
     return None, None
 
 
+def layer_error(history: list[dict], gpu: str | None, key: str, layer: str, policy: str = "ca") -> dict | None:
+    """The newest record's {"max", "mean"} error of variant ``key`` ('conv/fwd/winograd') at
+    ``layer`` under ``policy`` on ``gpu``, or None where no record of that GPU holds one."""
+    for record in reversed(history):
+        if record.get("gpu") == gpu:
+            entry = record.get("variants", {}).get(key, {}).get("layers", {}).get(layer, {}).get(policy)
+            if entry:
+                return entry
+    return None
+
+
 def _per_layer(rows: list[dict]) -> dict:
     """layer -> L1 policy -> the worst max and mean error over the phase's outputs (None: never written)."""
     layers: dict[str, dict] = {}

@@ -49,10 +49,12 @@ def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
 
     names = OPS.variant_names()
     if kind == "l1-bypass":  # where the cg build stages what ca copies with cp.async, ca staged beside them
+        from tracker.analysis.experiments import BYPASS_ARM, CACHED_ARM, STAGED_ARM
+
         return [arm for name in names for arm in (
-            Arm(f"{name} ca", name, True, batch, OPS.parse_variants(name)),
-            Arm(f"{name} cg", name, False, batch, OPS.parse_variants(name), l1_bypass=True),
-            *([Arm(f"{name} ca staged", name, False, batch, OPS.parse_variants(name), staged=True)]
+            Arm(name + CACHED_ARM, name, True, batch, OPS.parse_variants(name)),
+            Arm(name + BYPASS_ARM, name, False, batch, OPS.parse_variants(name), l1_bypass=True),
+            *([Arm(name + STAGED_ARM, name, False, batch, OPS.parse_variants(name), staged=True)]
               if _copies_async(name) else []))]
     if kind == "fusion":
         fused = [(op.kind, v) for op in OPS for v in op.variants.values() if v.absorbs and v.fallback]

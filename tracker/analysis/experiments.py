@@ -231,7 +231,8 @@ def results(store: Store, experiment_id: int, kind: str) -> pd.DataFrame:
     return l1_alone(frame) if kind == "l1-bypass" else frame
 
 
-STAGED_ARM = " ca staged"  # experiment.arms' label of the staged build beside a variant's ca and cg
+# The l1-bypass experiment's arm labels after each variant's name (tracker.experiment.arms uses them)
+CACHED_ARM, BYPASS_ARM, STAGED_ARM = " ca", " cg", " ca staged"
 
 
 def l1_alone(frame: pd.DataFrame) -> pd.DataFrame:
@@ -244,7 +245,7 @@ def l1_alone(frame: pd.DataFrame) -> pd.DataFrame:
     keys = ["comparison", "layer", "phase"]
     staged = frame[frame["arm"].str.endswith(STAGED_ARM)][[*keys, "b_ms"]].rename(columns={"b_ms": "staged_ms"})
     out = frame.merge(staged, on=keys, how="left")
-    cg = out["arm"].str.endswith(" cg")
+    cg = out["arm"].str.endswith(BYPASS_ARM)
     out["l1_speedup"] = (out["staged_ms"] / out["b_ms"]).where(cg & out["staged_ms"].notna())
     return out.drop(columns=["staged_ms"])
 

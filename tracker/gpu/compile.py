@@ -272,15 +272,13 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = No
     vouches for (a fused backward whose ReLU mask ring does not fit beside it has no row)."""
     from tracker.gpu.verified import records, status
     from tracker.ops import OPS
+    from tracker.ops.gemm import leaves_out
 
     def overrides(variant: Launch) -> Overrides:
         return (tile.overrides if tile is not None and variant.tunable else ()) + variant.defines
 
-    def buildable(variant: Launch) -> bool:  # a fused backward's mask ring may not fit beside the tile's
-        return not (tile is not None and variant.tunable and variant.defines and not tile.fits(masked=True))
-
     history = records()
-    launches = [v for v in OPS.launches() if buildable(v)]
+    launches = [v for v in OPS.launches() if not leaves_out(v, tile)]
     builds = build_all((k.source, arch, policy, overrides(v)) for v in launches for policy in l1_policies
                        for k in v.kernels)
     rows = []

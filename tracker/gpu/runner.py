@@ -91,6 +91,7 @@ def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile
     reference, the GEMM-shaped ones in ``tile`` (None: the default):
     (results, device_info)."""
     from tracker.ops import OPS
+    from tracker.ops.gemm import leaves_out
     from tracker.ops.selftest import run_case
 
     results, device = [], None
@@ -98,7 +99,7 @@ def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile
         backend, device = _cupy_backend(policy)
         for case in cases:
             for variant, v in OPS[case.op].variants.items():
-                if tile is not None and not tile.fits(masked=True) and any(l.defines for l in v.launches.values()):
+                if tile is not None and any(leaves_out(launch, tile) for launch in v.launches.values()):
                     echo(f"{policy} {case.layer} {variant}: skipped, {tile.label} leaves no room for the ReLU mask's ring")
                     continue
                 echo(f"{policy} {case.layer} {variant}")

@@ -87,7 +87,7 @@ class Workload:
     def loaders(self) -> str:
         """How its GEMM kernels fill shared memory (run.loaders): cp.async, or staged through
         registers (the L1-bypass build, and --staged), or the library's own."""
-        return "library" if self.library else "staged" if self.l1_bypass or self.staged else "async"
+        return "library" if self.library else "async" if self.l1_policy == "ca" else "staged"
 
     @property
     def l1_policy(self) -> str:

@@ -48,15 +48,22 @@ def _shape(*values: int) -> Struct:
     return Struct("FftShape", tuple((name, "i") for name in names), values)
 
 
+def _tiling(images: int, P: int, Q: int, r: int) -> tuple[int, int, int, int, int, int]:
+    """(n, step, TH, TW, tiles, frequencies): n x n tiles of step x step outputs (overlap-save)
+    over P x Q outputs of an r x r filter, TH x TW of them an image, and a real tile's half
+    spectrum."""
+    n = fft_side(P, Q, r)
+    step = n - r + 1
+    TH, TW = math.ceil(P / step), math.ceil(Q / step)
+    return n, step, TH, TW, images * TH * TW, n * (n // 2 + 1)
+
+
 def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, tile: Tile) -> None:
     """out (images x M x P x Q) = the stride-1 r x r convolution of x (images x Kc x H x W) padded by pad."""
     images, Kc, H, W = x.shape
     M, P, Q = out.shape[1:]
     r = w.shape[2]
-    n = fft_side(P, Q, r)
-    step = n - r + 1
-    TH, TW = math.ceil(P / step), math.ceil(Q / step)
-    cols, freqs = images * TH * TW, n * (n // 2 + 1)
+    n, step, TH, TW, cols, freqs = _tiling(images, P, Q, r)
     shape = _shape(images, Kc, H, W, P, Q, pad, TH, TW, step, n, STACKED)
     Wb, X, Y = b.empty((freqs, 2 * M, 2 * Kc)), b.empty((freqs, 2 * Kc, cols)), b.empty((freqs, 2 * M, cols))
     b.to_constant(SOURCE, "c_twiddle", TWIDDLES)
@@ -74,10 +81,7 @@ def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile)
     images, C, H, W = x.shape
     K, P, Q = dy.shape[1:]
     r = dw.shape[2]
-    n = fft_side(P, Q, r)
-    step = n - r + 1
-    TH, TW = math.ceil(P / step), math.ceil(Q / step)
-    cols, freqs = images * TH * TW, n * (n // 2 + 1)
+    n, step, TH, TW, cols, freqs = _tiling(images, P, Q, r)
     X, D, Z = b.empty((freqs, C, 2 * cols)), b.empty((freqs, 2 * K, 2 * cols)), b.empty((freqs, C, 2 * K))
     b.to_constant(SOURCE, "c_twiddle", TWIDDLES)
     b.launch(SOURCE, f"fft_input_n{n}", (cols, C), (n,), (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE)))

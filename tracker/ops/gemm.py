@@ -185,6 +185,12 @@ class Out:
     accumulate: bool = False
 
 
+def leaves_out(launch: Launch, tile: Tile | None) -> bool:
+    """Whether ``tile`` cannot build ``launch``: a fused backward (the RELU_MASK build) whose mask
+    ring does not fit beside the tile's rings (``run`` refuses it)."""
+    return tile is not None and launch.tunable and dict(launch.defines).get(RELU_MASK) == 1 and not tile.fits(masked=True)
+
+
 def run(b: Backend, source: str, kernel: str, tile: Tile, M: int, N: int, K: int,
         args: Callable[[Any, int], tuple], out: Out, masked: bool = False) -> None:
     """Launch a GEMM-shaped kernel of ``tile`` over C (M x N) with reduction K; ``args(partial,

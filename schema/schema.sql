@@ -1,11 +1,12 @@
--- tracker trace store, schema v7: tables
+-- tracker trace store, schema v8: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
--- A set of runs recorded together to answer one question (l1-bypass, fusion, variants, batch).
---   kind: l1-bypass, fusion, variants or batch
+-- A set of runs recorded together to answer one question (tracker.experiment.KINDS), planned as
+--     arms (``experiment_arm``) and linked to each arm's run (``experiment_run``).
+--   kind: l1-bypass, fusion, variants, batch, library or algorithms
 --   status: running, complete, failed or interrupted
---   settings: batch(es), backend, repeat, warmup, device
+--   settings: batch(es), variants, gpus, backend, repeat, warmup, device, ncu settings, executor
 --   host: where it ran (schema v4; NULL in older experiments)
 --   process_start: start time of the process, to tell a reused pid
 CREATE TABLE experiment (
@@ -145,6 +146,54 @@ CREATE TABLE tuning (
     CONSTRAINT tuning_phase CHECK (phase IN ('fwd', 'bwd_data', 'bwd_weight'))
 );
 CREATE INDEX tuning_by_shape ON tuning (device_name, op, variant, phase, shape);
+
+-- One planned arm of an experiment (schema v8): what it runs (``spec``), where and how it is
+--     doing. An executor (tracker/executors) queues it; the process that runs it marks it running
+--     with its node and pid, then complete (with its run), failed (with the reason and its log's
+--     tail) or interrupted. Re-running the experiment keeps the complete arms and runs the rest.
+--   position: order planned, from 0
+--   label: experiment_run.arm of its run
+--   spec: what the arm runs: arm (its label before the sweep's axes), batch, variants, l1_bypass, staged, implementation, gpu
+--   gpu: the GPU kind asked for (--gpus); NULL: any
+--   state: queued, running, complete, failed or interrupted
+--   executor: local or slurm
+--   job: the engine's job id (Slurm: array job _ task)
+--   attempts: times queued: a resumed experiment queues its unfinished arms again
+--   node: the host it ran on
+--   process_start: start time of the process, to tell a reused pid
+--   device_name: the GPU measured, or the catalog device predicted for
+--   run_id: its latest attempt's run
+--   reason: why it failed or was interrupted
+--   log_path: where the engine writes its output
+--   log: the last lines of its output, when it ended
+CREATE TABLE experiment_arm (
+    experiment_id INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    label VARCHAR NOT NULL,
+    comparison VARCHAR NOT NULL,
+    baseline BOOLEAN NOT NULL,
+    spec JSON NOT NULL,
+    gpu VARCHAR,
+    state VARCHAR NOT NULL,
+    executor VARCHAR NOT NULL,
+    job VARCHAR,
+    attempts INTEGER NOT NULL,
+    node VARCHAR,
+    pid INTEGER,
+    process_start VARCHAR,
+    device_name VARCHAR,
+    run_id INTEGER,
+    reason TEXT,
+    log_path VARCHAR,
+    log TEXT,
+    queued_at DATETIME NOT NULL,
+    started_at DATETIME,
+    finished_at DATETIME,
+    PRIMARY KEY (experiment_id, position),
+    CONSTRAINT experiment_arm_state CHECK (state IN ('queued', 'running', 'complete', 'failed', 'interrupted')),
+    FOREIGN KEY(experiment_id) REFERENCES experiment (id) ON DELETE CASCADE,
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE SET NULL
+);
 
 -- One run of an experiment: its arm, the comparison it belongs to, and whether it is that
 --     comparison's baseline (every other run of the comparison is measured against it).

@@ -93,7 +93,8 @@ def test_a_signal_while_a_row_is_created_leaves_it_marked(db, table):
                                variants={}, l1_bypass=False, backend="model", backend_reason="test", repeat=0):
                     pytest.fail("the run's block started after the signal")
             else:
-                with recording_experiment(store, kind="batch", network="alexnet", network_options={}, settings={}):
+                with recording_experiment(store, [], "local", kind="batch", network="alexnet", network_options={},
+                                          settings={}):
                     pytest.fail("the experiment's block started after the signal")
     finally:
         event.remove(Session, "before_commit", signal_once)

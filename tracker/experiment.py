@@ -8,23 +8,31 @@
     algorithms  each convolution algorithm we have (direct, implicit GEMM, explicit GEMM, Winograd)
                 against the default's, per conv layer phase (paper 004)
 
-Each arm is one ``tracker profile`` run; the ``experiment`` row links them (tracker/store) and the
-analyses (tracker/analysis/experiments.py) compare each comparison's runs with its baseline. The
-analytic model does not see variants or the L1 policy, so only ``batch`` runs on the model backend.
+Each arm is one ``tracker profile`` run, planned as an ``experiment_arm`` row and linked to its run
+as the run is created (tracker/store); the analyses (tracker/analysis/experiments.py) compare each
+comparison's runs with its baseline. A sweep adds axes: every arm at each of ``--batches`` (batch's
+own axis) and on each of ``--gpus``. An executor (tracker/executors) runs the arms: this process one
+after another (local), or one cluster job each (slurm) writing into one PostgreSQL store; re-running
+an unfinished experiment resumes it. The analytic model does not see variants or the L1 policy, so
+only ``batch`` runs on the model backend.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable
 
 from tracker.errors import TrackerError
-from tracker.model import Device
+from tracker.model import Device, lookup
 from tracker.nets import Network
 from tracker.gpu.workload import Workload
-from tracker.profile import check_options, choose_backend, profile_workload
+from tracker.profile import Profile, check_options, choose_backend, profile_workload
 from tracker.profilers import Options
 from tracker.profilers.ncu import Settings as NcuSettings
+
+if TYPE_CHECKING:
+    from tracker.executors import Executor
 
 KINDS = ("l1-bypass", "fusion", "variants", "batch", "library", "algorithms")
 
@@ -39,15 +47,55 @@ class Arm:
     l1_bypass: bool = False
     implementation: str = "ours"
     staged: bool = False  # the L1-bypass build's loaders, L1 cached (Workload.staged)
+    gpu: str | None = None  # the GPU kind it runs on (--gpus); None: any
+    name: str = ""  # its label before the sweep's axes (batch, GPU) were added; "" : the label
+
+    def row(self) -> dict:
+        """Its experiment_arm columns (tracker/store/schema.py)."""
+        spec = dict(arm=self.name or self.label, batch=self.batch, variants=self.variants, l1_bypass=self.l1_bypass,
+                    staged=self.staged, implementation=self.implementation)
+        return dict(label=self.label, comparison=self.comparison, baseline=self.baseline, spec=spec, gpu=self.gpu)
+
+    @classmethod
+    def of(cls, row) -> "Arm":
+        """The arm an experiment_arm row planned."""
+        spec = row.spec
+        return cls(row.label, row.comparison, row.baseline, spec["batch"], spec["variants"], spec["l1_bypass"],
+                   spec["implementation"], spec["staged"], row.gpu, spec["arm"])
 
 
-def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
-    """The runs of an experiment, in the order they run. The variant names are the registry's
-    (tracker/ops), the first registered ('global') the variants baseline; fusion compares each
-    absorbing variant (fused) with its fallback (shared: the same kernels, then a ReLU)."""
+# Kinds whose arms --variants chooses (the others fix their own variants), and the kind whose
+# own axis is --batches (the others run each arm at every batch size given).
+TAKE_VARIANTS = ("l1-bypass", "variants", "batch")
+
+
+def arms(kind: str, batch: int, batches: tuple[int, ...] = (), variants: tuple[str, ...] = (),
+         gpus: tuple[str, ...] = ()) -> list[Arm]:
+    """The runs of an experiment, in the order they run: the kind's arms (``kind_arms``), at each
+    batch size of ``batches`` (for any kind but batch, whose own axis it is) on each GPU kind of
+    ``gpus``. Each (GPU, batch) cell compares its arms as the kind does; the analysis compares
+    the cells (tracker/analysis/experiments.py: GPU against GPU, per image across batches)."""
+    if variants and kind not in TAKE_VARIANTS:
+        raise TrackerError(f"--variants chooses the arms of {', '.join(TAKE_VARIANTS)}; "
+                           f"experiment {kind} runs its own")
+    sizes = (batch,) if kind == "batch" or not batches else batches
+    plan = []
+    for gpu in gpus or (None,):
+        for size in sizes:
+            suffix = (f" b{size}" if len(sizes) > 1 else "") + (f" @{gpu}" if gpu else "")
+            plan += [replace(arm, label=arm.label + suffix, comparison=arm.comparison + suffix, gpu=gpu, name=arm.label)
+                     for arm in kind_arms(kind, size, batches if kind == "batch" else (), variants)]
+    return plan
+
+
+def kind_arms(kind: str, batch: int, batches: tuple[int, ...] = (), variants: tuple[str, ...] = ()) -> list[Arm]:
+    """The arms of one kind of experiment at one batch size. The variant names are the registry's
+    (tracker/ops), the first registered ('global') the variants baseline, or the first of
+    ``variants`` where given; fusion compares each absorbing variant (fused) with its fallback
+    (shared: the same kernels, then a ReLU)."""
     from tracker.ops import OPS
 
-    names = OPS.variant_names()
+    names = _variant_names(variants)
     if kind == "l1-bypass":  # where the cg build stages what ca copies with cp.async, ca staged beside them
         from tracker.analysis.experiments import BYPASS_ARM, CACHED_ARM, STAGED_ARM
 
@@ -64,7 +112,10 @@ def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
         return [Arm(name, "variants", i == 0, batch, OPS.parse_variants(name)) for i, name in enumerate(names)]
     if kind == "batch":
         sizes = batches or (batch,)
-        return [Arm(f"batch {b}", "batch", i == 0, b) for i, b in enumerate(sizes)]
+        if not variants:
+            return [Arm(f"batch {b}", "batch", i == 0, b) for i, b in enumerate(sizes)]
+        return [Arm(f"{name} batch {b}", f"batch {name}", i == 0, b, OPS.parse_variants(name))
+                for name in names for i, b in enumerate(sizes)]
     if kind == "algorithms":
         conv = OPS["conv"]
         return [Arm(f"{algorithm} ({name})", "algorithms", name == conv.default, batch, {"conv": name})
@@ -72,6 +123,20 @@ def arms(kind: str, batch: int, batches: tuple[int, ...] = ()) -> list[Arm]:
     if kind == "library":  # ours with the tiles `tracker tune` found, as `tracker profile` runs them
         return [Arm("ours", "library", True, batch), Arm("torch", "library", False, batch, implementation="torch")]
     raise TrackerError(f"unknown experiment '{kind}'; known: {', '.join(KINDS)}")
+
+
+def _variant_names(chosen: tuple[str, ...]) -> list[str]:
+    """The registry's variant names, or those ``chosen`` (each checked, in the order given)."""
+    from tracker.errors import unknown
+    from tracker.ops import OPS
+
+    names = OPS.variant_names()
+    for name in chosen:
+        if name not in names:
+            raise unknown("variant", name, list(names))
+    if len(set(chosen)) != len(chosen):
+        raise TrackerError(f"--variants names a variant twice: {','.join(chosen)}")
+    return list(chosen) or list(names)
 
 
 def _copies_async(variant: str) -> bool:
@@ -98,50 +163,135 @@ def conv_algorithms() -> dict[str, str]:
     return found
 
 
-def check(kind: str, backend: str, device: Device | None) -> tuple[str, str]:
-    """(backend, why) for the experiment, refusing what cannot answer its question."""
-    if kind == "library":
-        from tracker.library import require_torch
+def check(kind: str, backend: str, device: Device | None, executor: str = "local",
+          gpus: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(backend, why) for the experiment, refusing what cannot answer its question. On a cluster
+    (an executor but local) each arm's node chooses for its own GPU, as tracker profile does."""
+    if gpus and executor == "local" and backend not in ("auto", "model"):
+        raise TrackerError(_ONE_GPU)
+    if backend == "model" or executor == "local":
+        if kind == "library":
+            from tracker.library import require_torch
 
-        require_torch(f"experiment {kind}")
-    chosen, why, _ = choose_backend(backend, library=kind == "library")
+            require_torch(f"experiment {kind}")
+        chosen, why, _ = choose_backend(backend, library=kind == "library")
+    else:
+        chosen, why = backend, f"{backend}: chosen on each node as tracker profile chooses"
     if chosen == "model" and kind != "batch":
         raise TrackerError(f"experiment {kind} needs a GPU backend (events or ncu): the analytic model does not "
                            f"depend on kernel variants, the L1 policy or who runs the kernels, and here {why}")
-    if chosen == "model" and device is None:
-        raise TrackerError("experiment batch on the model backend needs --device NAME for the roofline's times")
+    if chosen == "model" and gpus:
+        if device is not None:
+            raise TrackerError("--device and --gpus both name the device to predict for: give one")
+        for gpu in gpus:
+            lookup(gpu)  # on the model backend a GPU kind is the catalog device predicted for
+    elif chosen == "model" and device is None:
+        raise TrackerError("experiment batch on the model backend needs --device NAME (or --gpus NAME,...) "
+                           "for the roofline's times")
+    elif gpus and executor == "local":
+        raise TrackerError(_ONE_GPU)
     return chosen, why
 
 
+_ONE_GPU = ("--gpus on a GPU backend needs a cluster to place each arm on its GPU kind (--executor slurm); "
+            "this machine runs the arms on its own GPU")
+
+
+def workload(net: Network, arm: Arm, repeat: int, warmup: int) -> Workload:
+    """What an arm runs (checked: a bad value is refused here)."""
+    return Workload.of(net, arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, staged=arm.staged,
+                       repeat=repeat, warmup=warmup, implementation=arm.implementation)
+
+
 def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batches: tuple[int, ...] = (),
-                   backend: str = "auto", repeat: int = 5, warmup: int = 1, device: Device | None = None,
-                   echo: Callable[[str], None] = lambda line: None, ncu: NcuSettings = NcuSettings()) -> int:
-    """Run every arm of ``kind`` into ``db``, link the runs in an experiment row; its id."""
-    from tracker.store import open_store, recording_experiment
+                   variants: tuple[str, ...] = (), gpus: tuple[str, ...] = (), backend: str = "auto",
+                   repeat: int = 5, warmup: int = 1, device: Device | None = None,
+                   echo: Callable[[str], None] = lambda line: None, ncu: NcuSettings = NcuSettings(),
+                   executor: Executor | None = None, fresh: bool = False) -> int:
+    """Plan every arm of ``kind`` (on each of ``gpus``, at each of ``batches``), record them in an
+    experiment row, and have ``executor`` (default: this process, one arm after another) run them
+    into ``db``; its id. An unfinished experiment planned the same way is resumed unless ``fresh``:
+    its complete arms are kept, the others run again."""
+    from tracker.executors import Local, Sweep
+    from tracker.store import open_store
+    from tracker.store.experiments import arm_rows, recording_experiment, unfinished
 
-    plan = arms(kind, batch, batches)
-    chosen, why = check(kind, backend, device)
-    options = Options(ncu)
-    check_options(32, options)
-    workloads = [Workload.of(net, arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, staged=arm.staged,
-                             repeat=repeat, warmup=warmup, implementation=arm.implementation)
-                 for arm in plan]  # every arm checked before the experiment's row
-    echo(f"experiment {kind}: {len(plan)} runs of {net.name} on backend {chosen} ({why})")
+    runner: Executor = executor or Local()
+    plan = arms(kind, batch, batches, variants, gpus)
+    chosen, why = check(kind, backend, device, runner.name, gpus)
+    check_options(32, Options(ncu))
+    for arm in plan:
+        workload(net, arm, repeat, warmup)  # every arm checked before the experiment's row
+    runner.check(db, net, chosen)
+    echo(f"experiment {kind}: {len(plan)} runs of {net.name} on backend {chosen} ({why}), executor {runner.name}")
     store = open_store(db, write=True)
-    settings = dict(batch=batch, batches=list(batches), backend=chosen, repeat=repeat, warmup=warmup,
-                    device=device.name if device else None, ncu_cache_control=ncu.cache_control,
-                    ncu_clock_control=ncu.clock_control)
-    with recording_experiment(store, kind=kind, network=net.name, network_options=net.options,
-                              settings=settings) as experiment:
-        echo(f"experiment e{experiment.experiment_id} in {store.where}")
-        runs_on = backend  # the first arm chooses as profile does (auto may fall back); the rest follow it
-        for i, (arm, workload) in enumerate(zip(plan, workloads), 1):
-            echo(f"[{i}/{len(plan)}] {arm.label}")
-            result = profile_workload(db, workload, backend=runs_on, device=device, options=options,
-                                      echo=lambda line: echo(f"    {line}"),
-                                      link=lambda session, run_id, arm=arm: experiment.link(
-                                          session, run_id, arm.label, arm.comparison, arm.baseline))
-            runs_on = result.backend
+    settings = dict(batch=batch, batches=list(batches), variants=list(variants), gpus=list(gpus), backend=chosen,
+                    repeat=repeat, warmup=warmup, device=device.name if device else None,
+                    ncu_cache_control=ncu.cache_control, ncu_clock_control=ncu.clock_control, executor=runner.name)
+    rows = [arm.row() for arm in plan]
+    resume = None if fresh else unfinished(store, kind, net.name, net.options, settings, rows)
+    if resume is not None:
+        runner.reconcile(store, resume, echo)
+        kept = sum(a.state == "complete" for a in arm_rows(store, resume))
+        echo(f"resuming experiment e{resume}: {kept} of {len(plan)} arms complete (kept); the rest run "
+             "(--fresh starts a new experiment)")
+    with recording_experiment(store, rows, runner.name, resume, kind=kind, network=net.name,
+                              network_options=net.options, settings=settings) as experiment_id:
+        echo(f"experiment e{experiment_id} in {store.where}")
+        runner.run(Sweep(db, store, experiment_id, net, backend, echo))
     store.dispose()
-    return experiment.experiment_id
+    return experiment_id
 
+
+LOG_LINES = 40  # the last lines of an arm's output kept in its row
+
+
+def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable[[str], None] = lambda line: None,
+            net: Network | None = None, backend: str | None = None) -> Profile:
+    """Run one queued arm of an experiment into ``db`` as its row plans it (``net`` and ``backend``:
+    what the planning process already holds, else rebuilt from the experiment's row) and record
+    how it ended: complete with its run, failed or interrupted with the reason and its output's
+    last lines. The process that ends the experiment's last arm settles the experiment."""
+    from tracker.model import lookup
+    from tracker.nets import build
+    from tracker.signals import held, interruptible
+    from tracker.store import find_experiment, find_run, open_store
+    from tracker.store.experiments import end_arm, find_arm, link_arm, settle, start_arm, update_arm
+
+    store = open_store(db, write=True)
+    experiment, row = find_experiment(store, experiment_id), find_arm(store, experiment_id, position)
+    arm, settings = Arm.of(row), experiment.settings
+    net = net or build(experiment.network, **experiment.network_options)
+    chosen = backend or settings["backend"]
+    device = lookup(arm.gpu) if chosen == "model" and arm.gpu else lookup(settings["device"]) if settings[
+        "device"] else None
+    work = workload(net, arm, settings["repeat"], settings["warmup"])
+    options = Options(NcuSettings(cache_control=settings["ncu_cache_control"],
+                                  clock_control=settings["ncu_clock_control"]))
+    if not start_arm(store, experiment_id, position):
+        raise TrackerError(f"arm {position} ({arm.label}) of experiment e{experiment_id} is {row.state}, "
+                           "not queued: nothing to run")
+    lines: deque[str] = deque(maxlen=LOG_LINES)
+
+    def say(line: str) -> None:
+        lines.append(line)
+        echo(line)
+
+    with interruptible():
+        try:
+            result = profile_workload(db, work, backend=chosen, device=device, options=options, echo=say,
+                                      link=lambda session, run_id: link_arm(session, experiment_id, position, run_id))
+        except BaseException as exc:
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            why = "interrupted (Ctrl-C or SIGTERM)" if interrupted else f"{type(exc).__name__}: {exc}"
+            with held():
+                end_arm(store, experiment_id, position, "interrupted" if interrupted else "failed", why,
+                        "\n".join([*lines, why]))
+                settle(store, experiment_id)
+            raise
+        with held():
+            update_arm(store, experiment_id, position, device_name=find_run(store, result.run_id).device_name)
+            end_arm(store, experiment_id, position, "complete", log="\n".join(lines))
+            settle(store, experiment_id)
+    store.dispose()
+    return result

@@ -98,14 +98,40 @@ def _dram(store: Store, run_id: int, names, phase: str) -> float | None:
 
 def scaling(store: Store, experiment_id: int) -> pd.DataFrame:
     """Batch experiments: per layer and phase, the time at each batch size and per image (complete
-    runs only: an interrupted batch size is linked but not shown)."""
+    runs only: an interrupted batch size is linked but not shown), with each run's arm and GPU kind."""
     frames = []
     table = runs(store, experiment_id)
     for _, run in table[table["status"] == "complete"].iterrows():
         frame = runtime(store, int(run.run_id))[["layer_id", "layer", "kind", "phase", "ms", "spread_pct", "source"]]
         frames.append(frame.assign(batch=int(run.batch), ms_per_image=frame["ms"] / int(run.batch),
-                                   run_id=int(run.run_id)))
+                                   run_id=int(run.run_id), arm=run.arm, gpu=run.gpu))
     return in_layer_order(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+
+
+def across(store: Store, experiment_id: int, axis: str) -> pd.DataFrame:
+    """A sweep's arms compared along one of its axes, ``gpu`` (GPU against GPU, paper 003 Fig. 8) or
+    ``batch`` (per image), the other coordinates held: per layer and phase, each value's speedup
+    over the axis's first value, as ``speedups`` gives it. Empty unless the axis has two values."""
+    from tracker.store.experiments import arm_rows
+
+    arms = [a for a in arm_rows(store, experiment_id) if a.run_id is not None]
+    coordinate = {"gpu": lambda a: a.gpu, "batch": lambda a: a.spec["batch"]}[axis]
+    values = list(dict.fromkeys(coordinate(a) for a in arm_rows(store, experiment_id)))
+    if len(values) < 2:
+        return pd.DataFrame()
+    held = {"gpu": lambda a: (a.spec["arm"], a.spec["batch"]), "batch": lambda a: (a.spec["arm"], a.gpu)}[axis]
+    complete = {(held(a), coordinate(a)): a for a in arms if a.state == "complete"}
+    frames = []
+    for (key, value), arm in complete.items():
+        base = complete.get((key, values[0]))
+        if value == values[0] or base is None:
+            continue
+        frame = comparison(store, int(base.run_id or 0), int(arm.run_id or 0))  # complete: both have a run
+        frame.insert(0, "arm", arm.label)
+        frame.insert(0, "baseline_arm", base.label)
+        frame.insert(0, "comparison", f"{axis} {values[0]} -> {value}")
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 # The algorithm a launch's kernel names say -> the analytic model's (tracker/model/algorithms.py);

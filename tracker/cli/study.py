@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from tracker.cli import cli
 from tracker.cli.catalog import device_option
 from tracker.cli.options import db_option, emit, format_option, net_kwargs, ncu_options, network_options
+from tracker.executors import EXECUTORS
 from tracker.experiment import KINDS
 from tracker.export import FORMATS as EXPORT_FORMATS
 from tracker.model.roofline import MAX_BATCH
@@ -15,6 +18,8 @@ from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP
 SPEEDUP_COLUMNS = ("comparison", "arm", "layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup",
                    "change_pct", "noise")
 BATCH_COLUMNS = ("batch", "layer", "phase", "ms", "spread_pct", "ms_per_image", "source")
+ACROSS = {"gpu": "GPU against GPU (paper 003 Fig. 8): speedup = the first GPU's time / this GPU's time",
+          "batch": "batch against batch, per image: speedup = the first batch's time per image / this one's"}
 
 
 def _batches(ctx, param, value: str | None) -> tuple[int, ...]:
@@ -27,6 +32,21 @@ def _batches(ctx, param, value: str | None) -> tuple[int, ...]:
     if any(not 1 <= b <= MAX_BATCH for b in sizes) or len(set(sizes)) != len(sizes):
         raise click.BadParameter(f"batch sizes must be distinct, from 1 to {MAX_BATCH}")
     return sizes
+
+
+def _names(ctx, param, value: str | None) -> tuple[str, ...]:
+    """A comma-separated list of names (variants, GPU kinds): letters, digits, '.', '_' and '-'."""
+    import re
+
+    if not value:
+        return ()
+    names = tuple(v.strip() for v in value.split(","))
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", n)]
+    if bad:
+        raise click.BadParameter(f"'{bad[0]}' is not a name (letters, digits, '.', '_', '-'; e.g. h100,a100)")
+    if len(set(names)) != len(names):
+        raise click.BadParameter("a name is given twice")
+    return names
 
 
 def _records(frame) -> list[dict]:
@@ -48,12 +68,34 @@ def _records(frame) -> list[dict]:
 @click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=5, show_default=True,
               help="Measured iterations per run: the spread that tells a speedup from noise.")
 @click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=1, show_default=True)
+@click.option("--variants", "variants", callback=_names, default=None, metavar="V,V,...",
+              help="l1-bypass, variants, batch: the kernel variants to run (default: every one; the first is "
+                   "the variants baseline; batch runs each at every batch size).")
+@click.option("--gpus", callback=_names, default=None, metavar="KIND,...",
+              help="Run every arm on each GPU kind and compare GPU against GPU per layer (paper 003 Fig. 8): "
+                   "Slurm GRES types (gpu:KIND) with --executor slurm; catalog devices on --backend model.")
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+              help="local: this process runs the arms one after another. slurm: one job per arm on the "
+                   "cluster (sbatch --array), into one PostgreSQL store (--db postgresql://...).")
+@click.option("--sbatch", "sbatch_args", default="", metavar="OPTIONS",
+              help="slurm: more sbatch options, e.g. '--partition=gpu --time=30 --account=lab' "
+                   "({gpu} becomes the arm's GPU kind: '--partition={gpu}').")
+@click.option("--logs", default="tracker-logs", show_default=True, type=click.Path(file_okay=False),
+              help="slurm: the directory each job writes its output to (one the nodes share).")
+@click.option("--detach", is_flag=True,
+              help="slurm: submit the arms and return; `tracker experiments eN` follows them, and running "
+                   "the same command again waits for them.")
+@click.option("--poll", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS",
+              help="slurm: how often to look at the store and the queue while the arms run.")
+@click.option("--fresh", is_flag=True,
+              help="Start a new experiment even where an unfinished one was planned the same way "
+                   "(by default it is resumed: complete arms are kept, the rest run again).")
 @ncu_options
 @device_option
 @network_options
 @format_option
-def experiment(kind, network, batch, batches, db, backend, repeat, warmup, clock_control, cache_control, device, fmt,
-               **kwargs):
+def experiment(kind, network, batch, batches, variants, gpus, executor, sbatch_args, logs, detach, poll, fresh, db,
+               backend, repeat, warmup, clock_control, cache_control, device, fmt, **kwargs):
     """Run a set of profiles that answers one question, and print per-layer speedups.
 
     \b
@@ -70,6 +112,12 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, clock
     A speedup is 'noise' when the two runs' ranges over their --repeat iterations overlap.
 
     \b
+    A sweep adds axes: every arm at each of --batches (for any kind but batch, whose axis it
+    is) and on each of --gpus; each cell compares its arms, and GPU is compared with GPU per
+    layer. Each arm's state, node and GPU: `tracker experiments eN`. Running an unfinished
+    experiment again resumes it: complete arms are kept, the others run again.
+
+    \b
     Examples:
       tracker experiment l1-bypass alexnet --batch 128
       tracker experiment fusion alexnet --batch 128 --repeat 10
@@ -77,61 +125,119 @@ def experiment(kind, network, batch, batches, db, backend, repeat, warmup, clock
       tracker experiment batch alexnet --batches 16,128 --backend model --device h100
       tracker experiment library alexnet --batch 128 --backend events
       tracker experiment algorithms alexnet --batch 128
+      tracker experiment variants alexnet --variants global,shared --gpus h100,a100 \\
+          --executor slurm --db postgresql://tracker@dbhost/traces --sbatch '--time=30'
+      tracker experiment batch alexnet --batches 16,64,128 --gpus h100,a100 --backend model
     """
-    from tracker.analysis.experiments import results
+    from tracker.analysis.experiments import across, results
     from tracker.experiment import run_experiment
     from tracker.profilers.ncu import Settings as NcuSettings
     from tracker.model import lookup
     from tracker.nets import build
-    from tracker.store import open_store
+    from tracker.executors import Local, Slurm
+    from tracker.store import experiment_dict, find_experiment, open_store
 
     net = build(network, **net_kwargs(kwargs))
     gpu = lookup(device) if device else None
     if kind == "batch" and not batches:
         batches = (batch,)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
-    experiment_id = run_experiment(db, kind, net, batch, batches=batches, backend=backend, repeat=repeat,
-                                   warmup=warmup, device=gpu, echo=say,
-                                   ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control))
-    frame = results(open_store(db, write=False), experiment_id, kind)
-    columns = BATCH_COLUMNS if kind == "batch" else None if kind == "fusion" else [
+    runner = Slurm(tuple(_split(sbatch_args)), logs, poll, detach) if executor == "slurm" else Local()
+    if detach and executor == "local":
+        raise click.UsageError("--detach leaves a cluster's jobs running: it needs --executor slurm")
+    experiment_id = run_experiment(db, kind, net, batch, batches=batches, variants=variants, gpus=gpus,
+                                   backend=backend, repeat=repeat, warmup=warmup, device=gpu, echo=say,
+                                   ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control),
+                                   executor=runner, fresh=fresh)
+    store = open_store(db, write=False)
+    if detach:
+        return
+    status = experiment_dict(find_experiment(store, experiment_id))["status"]
+    if status != "complete":
+        say(f"experiment e{experiment_id} {status}: {find_experiment(store, experiment_id).error}; "
+            "run the same command again to resume it")
+    frame = results(store, experiment_id, kind)
+    swept = [c for c in ("arm", "gpu") if kind == "batch" and (variants if c == "arm" else gpus)]
+    columns = (*swept, *BATCH_COLUMNS) if kind == "batch" else None if kind == "fusion" else [
         c for c in SPEEDUP_COLUMNS + ("algorithm_a", "algorithm_b", "workspace_bytes_b", "library_algorithm",
                                       "library_ms", "l1_hit_rate_change", "l2_hit_rate_change")
         if c in frame.columns and (kind in ("library", "algorithms", "variants") or not c.startswith(("algorithm",
                                                                                                       "library")))]
+    sweeps = [(axis, across(store, experiment_id, axis)) for axis in ("gpu", "batch") if kind != axis]
+    sweeps = [(axis, table) for axis, table in sweeps if not table.empty]
     if fmt == "table":
-        click.echo(f"experiment e{experiment_id} complete; speedup = baseline time / arm time; "
+        click.echo(f"experiment e{experiment_id} {status}; speedup = baseline time / arm time; "
                    f"next: tracker report e{experiment_id} --out report/")
-    emit(_records(frame), fmt, columns)
+        emit(_records(frame), fmt, columns)
+        for axis, table in sweeps:
+            click.echo(f"\n{ACROSS[axis]}")
+            emit(_records(table), fmt, [c for c in SPEEDUP_COLUMNS if c in table.columns])
+    elif sweeps:  # one table for programs: each row says which comparison it belongs to
+        emit(_records(frame.assign(table="arms")) + [r for axis, table in sweeps
+                                                     for r in _records(table.assign(table=axis))], fmt)
+    else:
+        emit(_records(frame), fmt, columns)
+    if status != "complete":
+        sys.exit(1)
+
+
+def _split(options: str) -> list[str]:
+    import shlex
+
+    try:
+        return shlex.split(options)
+    except ValueError as exc:
+        raise click.BadParameter(f"--sbatch: {exc}") from None
 
 
 @cli.command()
+@click.argument("target", default=None, required=False, metavar="[EXPERIMENT]")
 @db_option
 @format_option
-def experiments(db, fmt):
-    """List the experiments in the trace database and the runs of each.
+def experiments(target, db, fmt):
+    """List the experiments in the trace database, or one experiment's arms.
+
+    Without EXPERIMENT: each experiment, its status, executor and how many arms are in each state.
+    With EXPERIMENT (e.g. e2, or 'last'): each arm's state (queued, running, complete, failed,
+    interrupted), the node and GPU it ran on, its run, job, attempts, and why it did not complete.
 
     \b
     Examples:
       tracker experiments
+      tracker experiments e2
       tracker experiments --format json
     """
     from tracker.analysis.experiments import runs
     from tracker.store import experiment_dict, experiment_ids, find_experiment, open_store
+    from tracker.store.experiments import arm_rows, arm_state
 
     store = open_store(db, write=False)
+    if target is not None:
+        experiment_id = find_experiment(store, target).id
+        emit([_arm_row(arm, arm_state(arm)) for arm in arm_rows(store, experiment_id)], fmt)
+        return
     rows = []
     for experiment_id in experiment_ids(store):
-        info = experiment_dict(find_experiment(store, experiment_id))
-        arms = runs(store, experiment_id)
+        arms = arm_rows(store, experiment_id)
+        info = experiment_dict(find_experiment(store, experiment_id), arms)
+        linked = runs(store, experiment_id)
+        states = [arm_state(a) for a in arms]
         rows.append({"experiment": f"e{experiment_id}", "kind": info["kind"], "status": info["status"],
                      "network": info["network"], "backend": info["settings"].get("backend"),
-                     "runs": ",".join(str(r) for r in arms.run_id), "arms": ", ".join(arms.arm),
+                     "executor": info["settings"].get("executor", "local"),
+                     "arms": ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states)) or ", ".join(linked.arm),
+                     "runs": ",".join(str(r) for r in linked.run_id),
                      "started_at": info["started_at"].isoformat(timespec="seconds")})
     if not rows and fmt == "table":
         click.echo("no experiments yet: tracker experiment fusion alexnet --batch 128")
         return
     emit(rows, fmt)
+
+
+def _arm_row(arm, state: str) -> dict:
+    return {"position": arm.position, "arm": arm.label, "gpu": arm.gpu, "state": state, "node": arm.node,
+            "device": arm.device_name, "run": arm.run_id, "job": arm.job, "attempts": arm.attempts,
+            "reason": arm.reason, "log": arm.log_path}
 
 
 @cli.command()
@@ -232,3 +338,25 @@ def export(run, out, fmt, db):
     store = open_store(db, write=False)
     written = write_export(store, find_run(store, run).id, out, fmt)
     click.echo(f"{len(written)} files in {out}")
+
+
+@cli.command(hidden=True)
+@click.argument("experiment_ref", metavar="EXPERIMENT")
+@click.argument("position", type=click.IntRange(0))
+@db_option
+def arm(experiment_ref, position, db):
+    """Run one queued arm of an experiment: what each cluster job runs (tracker experiment --executor
+    slurm), on the node it lands on, into the store in $TRACKER_DB or --db.
+
+    \b
+    Example (as a Slurm array task runs it):
+      tracker arm e3 "$SLURM_ARRAY_TASK_ID"
+    """
+    from tracker.experiment import run_arm
+    from tracker.store import find_experiment, open_store
+
+    store = open_store(db, write=True)
+    experiment_id = find_experiment(store, experiment_ref).id
+    store.dispose()
+    result = run_arm(db, experiment_id, position, echo=click.echo)
+    click.echo(f"arm {position} of e{experiment_id} complete: run {result.run_id}")

@@ -1,45 +1,66 @@
-"""Writing and finding experiments: an ``experiment`` row first (status running), each run linked
-as it completes, the outcome last (as for a run: failed, interrupted or complete)."""
+"""Writing and finding experiments: an ``experiment`` row first (status running) with its planned
+arms (queued), each arm's run linked as it is created, each arm's outcome as it ends, and the
+experiment's outcome from its arms' (``settle``). Re-running an unfinished experiment finds it
+(``unfinished``) and queues its arms that did not complete."""
 
 from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Iterator
+from typing import Iterator, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from tracker import __version__
 from tracker.errors import StoreError
 from tracker.store.db import Store
 from tracker.store.queries import row_id
-from tracker.store.runs import effective_status, marking, this_process
-from tracker.store.schema import Experiment, ExperimentRun
+from tracker.signals import held, interruptible
+from tracker.store.runs import effective_status, process_alive, this_process
+from tracker.store.schema import ARM_STATES, Experiment, ExperimentArm, ExperimentRun, Run
+
+FINAL = ARM_STATES[2:]  # complete, failed, interrupted: an arm that is no longer queued or running
 
 
-class ExperimentWriter:
-    def __init__(self, store: Store, experiment_id: int):
-        self.store = store
-        self.experiment_id = experiment_id
-        self.position = 0
-
-    def link(self, session, run_id: int, arm: str, comparison: str, baseline: bool) -> None:
-        """Link a run to the experiment in ``session``: the transaction that creates the run, so
-        that no run of the experiment, interrupted or not, is ever left unlinked."""
-        session.add(ExperimentRun(experiment_id=self.experiment_id, run_id=run_id, position=self.position,
-                                  arm=arm, comparison=comparison, baseline=baseline))
-        self.position += 1
+def link_arm(session, experiment_id: int, position: int, run_id: int) -> None:
+    """Link an arm's run to the experiment in ``session``: the transaction that creates the run, so
+    that no run of the experiment, interrupted or not, is ever left unlinked."""
+    arm = session.get(ExperimentArm, (experiment_id, position))
+    session.add(ExperimentRun(experiment_id=experiment_id, run_id=run_id, position=position, arm=arm.label,
+                              comparison=arm.comparison, baseline=arm.baseline))
+    arm.run_id = run_id
 
 
 @contextmanager
-def recording_experiment(store: Store, **fields) -> Iterator[ExperimentWriter]:
-    """Create an experiment from ``fields`` (kind, network, network_options, settings), yield its
-    writer, and record how it ended."""
-    row = Experiment(status="running", command_line=" ".join(sys.argv), tracker_version=__version__,
-                     started_at=datetime.now(timezone.utc), **this_process(), **fields)
-    with marking(store, row) as experiment_id:
-        yield ExperimentWriter(store, experiment_id)
+def recording_experiment(store: Store, arms: Sequence[dict], executor: str, resume: int | None = None,
+                         **fields) -> Iterator[int]:
+    """Create an experiment from ``fields`` (kind, network, network_options, settings) with its
+    ``arms`` queued for ``executor``, or queue the unfinished arms of experiment ``resume`` again;
+    yield its id; then set its status from its arms' (``settle``). Ctrl-C, SIGTERM or an error
+    first ends the arms still queued (interrupted or failed) and marks the experiment so."""
+    experiment_id: int | None = None
+    with interruptible():
+        try:
+            with held():
+                if resume is None:
+                    experiment_id = start_experiment(store, arms, executor, **fields)
+                else:
+                    requeue(store, resume, [a.position for a in arm_rows(store, resume) if a.state != "complete"],
+                            executor)
+                    experiment_id = resume
+            yield experiment_id
+        except BaseException as exc:
+            if experiment_id is not None:
+                interrupted = isinstance(exc, KeyboardInterrupt)
+                status = "interrupted" if interrupted else "failed"
+                why = "interrupted (Ctrl-C or SIGTERM)" if interrupted else f"{type(exc).__name__}: {exc}"
+                with held():
+                    end_unsubmitted(store, experiment_id, status, why)
+                    settle(store, experiment_id, status, why)
+            raise
+        with held():
+            settle(store, experiment_id)
 
 
 def find_experiment(store: Store, ref: str | int) -> Experiment:
@@ -63,7 +84,155 @@ def experiment_ids(store: Store) -> list[int]:
         return list(session.scalars(select(Experiment.id).order_by(Experiment.id)))
 
 
-def experiment_dict(experiment: Experiment) -> dict:
-    """Its columns; the status as ``effective_status`` says (a killed experiment is interrupted)."""
-    return {c.name: getattr(experiment, c.key) for c in Experiment.__table__.columns} | {
-        "status": effective_status(experiment)}
+def experiment_dict(experiment: Experiment, arms: Sequence[ExperimentArm] = ()) -> dict:
+    """Its columns; the status as ``effective_status`` says (a killed experiment is interrupted),
+    except that arms still held by a cluster's jobs keep it running (they outlive the process that
+    submitted them)."""
+    status = effective_status(experiment)
+    if experiment.status == "running" and any(a.job is not None and arm_state(a) in ("queued", "running")
+                                              for a in arms):
+        status = "running"
+    return {c.name: getattr(experiment, c.key) for c in Experiment.__table__.columns} | {"status": status}
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def start_experiment(store: Store, arms: Sequence[dict], executor: str, **fields) -> int:
+    """Create an experiment (running) from ``fields`` and its ``arms`` (label, comparison, baseline,
+    spec, gpu), every arm queued for ``executor``, in one transaction; its id."""
+    row = Experiment(status="running", command_line=" ".join(sys.argv), tracker_version=__version__,
+                     started_at=_now(), **this_process(), **fields)
+    with store.session() as session:
+        session.add(row)
+        session.flush()
+        session.add_all(ExperimentArm(experiment_id=row.id, position=i, state="queued", executor=executor,
+                                      attempts=1, queued_at=_now(), **arm) for i, arm in enumerate(arms))
+        return row.id
+
+
+def unfinished(store: Store, kind: str, network: str, network_options: dict, settings: dict,
+               arms: Sequence[dict]) -> int | None:
+    """The newest experiment planned exactly like this one (the same kind, network, settings but
+    the executor, and arms) that did not complete, to resume; None if there is none."""
+    def same(settings_a: dict, settings_b: dict) -> bool:
+        return ({k: v for k, v in settings_a.items() if k != "executor"}
+                == {k: v for k, v in settings_b.items() if k != "executor"})
+
+    planned = [(a["label"], a["comparison"], a["baseline"], a["spec"], a["gpu"]) for a in arms]
+    with store.session() as session:
+        candidates = list(session.scalars(select(Experiment).where(
+            Experiment.kind == kind, Experiment.network == network, Experiment.status != "complete")
+            .order_by(Experiment.id.desc())))
+    for found in candidates:
+        if found.network_options != network_options or not same(found.settings, settings):
+            continue
+        stored = [(a.label, a.comparison, a.baseline, a.spec, a.gpu) for a in arm_rows(store, found.id)]
+        if stored == planned:
+            return found.id
+    return None
+
+
+def requeue(store: Store, experiment_id: int, positions: Sequence[int], executor: str) -> None:
+    """Queue these arms again for ``executor`` (a resumed experiment's unfinished arms), and mark the
+    experiment running in this process."""
+    with store.session() as session:
+        session.execute(update(ExperimentArm).where(
+            ExperimentArm.experiment_id == experiment_id, ExperimentArm.position.in_(positions)).values(
+            state="queued", executor=executor, attempts=ExperimentArm.attempts + 1, job=None, node=None, pid=None,
+            process_start=None, device_name=None, run_id=None, reason=None, log_path=None, log=None,
+            queued_at=_now(), started_at=None, finished_at=None))
+        session.execute(update(Experiment).where(Experiment.id == experiment_id).values(
+            status="running", error=None, finished_at=None, **this_process()))
+
+
+def arm_rows(store: Store, experiment_id: int) -> list[ExperimentArm]:
+    """The experiment's planned arms in order (none for an experiment recorded before schema v8)."""
+    with store.session() as session:
+        return list(session.scalars(select(ExperimentArm).where(ExperimentArm.experiment_id == experiment_id)
+                                    .order_by(ExperimentArm.position)))
+
+
+def find_arm(store: Store, experiment_id: int, position: int) -> ExperimentArm:
+    with store.session() as session:
+        arm = session.get(ExperimentArm, (experiment_id, position))
+    if arm is None:
+        raise StoreError(f"experiment {experiment_id} has no arm {position} in {store.where}")
+    return arm
+
+
+def update_arm(store: Store, experiment_id: int, position: int, *, only_if: Sequence[str] | None = None,
+               **fields) -> bool:
+    """Set the arm's ``fields``; with ``only_if``, only while its state is one of those (an arm that
+    ended meanwhile keeps its outcome). Whether it was set."""
+    query = update(ExperimentArm).where(ExperimentArm.experiment_id == experiment_id,
+                                        ExperimentArm.position == position)
+    if only_if is not None:
+        query = query.where(ExperimentArm.state.in_(only_if))
+    with store.session() as session:
+        return bool(session.execute(query.values(**fields)).rowcount)  # type: ignore[attr-defined]
+
+
+def start_arm(store: Store, experiment_id: int, position: int) -> bool:
+    """Mark a queued arm running in this process; False if it is not queued (ended, or taken)."""
+    return update_arm(store, experiment_id, position, only_if=("queued",), state="running",
+                      node=this_process()["host"], pid=this_process()["pid"],
+                      process_start=this_process()["process_start"], started_at=_now())
+
+
+def end_arm(store: Store, experiment_id: int, position: int, state: str, reason: str | None = None,
+            log: str | None = None, *, only_if: Sequence[str] = ("queued", "running")) -> bool:
+    """Mark an arm that has not ended yet as ``state`` (one of FINAL); a run it left ``running``
+    (its process killed) is marked interrupted with the reason."""
+    assert state in FINAL, state
+    ended = update_arm(store, experiment_id, position, only_if=only_if, state=state, reason=reason,
+                       finished_at=_now(), **({"log": log} if log is not None else {}))
+    arm = find_arm(store, experiment_id, position)
+    if ended and state != "complete" and arm.run_id is not None:
+        with store.session() as session:
+            session.execute(update(Run).where(Run.id == arm.run_id, Run.status == "running").values(
+                status="interrupted", error=reason, finished_at=_now()))
+    return ended
+
+
+def end_unsubmitted(store: Store, experiment_id: int, state: str, reason: str) -> None:
+    """End the arms still queued that no engine holds (no job: an arm with one is the engine's)."""
+    with store.session() as session:
+        session.execute(update(ExperimentArm).where(
+            ExperimentArm.experiment_id == experiment_id, ExperimentArm.state == "queued",
+            ExperimentArm.job.is_(None)).values(state=state, reason=reason, finished_at=_now()))
+
+
+def arm_state(arm: ExperimentArm) -> str:
+    """The stored state, except that a running arm whose process on this host is gone is
+    interrupted (as ``effective_status`` says of a run)."""
+    if arm.state == "running" and arm.pid is not None and arm.node is not None and process_alive(
+            arm.node, arm.pid, arm.process_start) is False:
+        return "interrupted"
+    return arm.state
+
+
+def outcome(states: Sequence[str]) -> str:
+    """An experiment's status from its arms' states: running while any is queued or running, then
+    failed if any failed, interrupted if any was, else complete."""
+    if any(s in ("queued", "running") for s in states):
+        return "running"
+    for status in ("failed", "interrupted"):
+        if status in states:
+            return status
+    return "complete"
+
+
+def settle(store: Store, experiment_id: int, status: str | None = None, error: str | None = None) -> str:
+    """Set the experiment's status: ``status`` if given, else from its arms' once none is queued or
+    running; with ``error``, or else a line naming the arms that did not complete. The status."""
+    arms = arm_rows(store, experiment_id)
+    status = status or outcome([arm_state(a) for a in arms])
+    if status != "running":
+        unfinished_arms = [f"{a.label}: {arm_state(a)}" + (f" ({a.reason})" if a.reason else "")
+                           for a in arms if arm_state(a) != "complete"]
+        with store.session() as session:
+            session.execute(update(Experiment).where(Experiment.id == experiment_id).values(
+                status=status, finished_at=_now(), error=error or ("; ".join(unfinished_arms) or None)))
+    return status

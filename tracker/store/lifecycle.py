@@ -57,7 +57,8 @@ def migrate(conn: Connection, where: str) -> None:
     per-run rollups (tracker/store/rollups.py), computed here for every stored run; v4 -> v5 the
     GEMM tiles a run ran (run.tiles, NULL in older runs); v5 -> v6 the library arm (run.implementation,
 'ours' in older runs, and run.library; launch.algorithm and role; rollup_time.algorithm); v6 -> v7
-run.loaders ('async' in older runs). Create what is missing and recreate every
+run.loaders ('async' in older runs); v7 -> v8 experiment_arm (an experiment's planned arms; older
+experiments have none). Create what is missing and recreate every
     view. Any write opening migrates (``tracker upgrade`` is one); a
     read-only one refuses an older file."""
     with conn.begin():

@@ -141,14 +141,16 @@ def view_frame(store: Store, name: str, run_id: int | None = None) -> pd.DataFra
 
 
 def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
-    """An experiment's runs in the order they ran: arm, comparison, baseline, and run settings."""
+    """An experiment's runs in the order of its arms (an arm run again: its attempts in order): arm,
+    comparison, baseline, the GPU kind it asked for (a sweep over --gpus), and run settings."""
     import pandas as pd
 
     with store.connect() as conn:
         return pd.read_sql(text(
             "SELECT e.experiment_id, e.position, e.arm, e.comparison, e.baseline, r.id AS run_id, r.status, "
-            "r.batch, r.l1_bypass, r.loaders, r.variants, r.backend, r.device_name FROM experiment_run e "
-            "JOIN run r ON r.id = e.run_id WHERE e.experiment_id = :e ORDER BY e.position"), conn,
+            "r.batch, r.l1_bypass, r.loaders, r.variants, r.backend, r.device_name, a.gpu FROM experiment_run e "
+            "JOIN run r ON r.id = e.run_id LEFT JOIN experiment_arm a ON a.experiment_id = e.experiment_id "
+            "AND a.position = e.position WHERE e.experiment_id = :e ORDER BY e.position, r.id"), conn,
             params={"e": experiment_id})
 
 

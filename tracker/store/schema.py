@@ -33,9 +33,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from tracker.phases import PHASES
 from tracker.metrics import CATALOG
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 STATUSES = ("running", "complete", "failed", "interrupted")
+ARM_STATES = ("queued", "running", "complete", "failed", "interrupted")  # an experiment arm's, in order
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -329,17 +330,19 @@ class Tuning(Base):
 
 
 class Experiment(Base):
-    """A set of runs recorded together to answer one question (l1-bypass, fusion, variants, batch)."""
+    """A set of runs recorded together to answer one question (tracker.experiment.KINDS), planned as
+    arms (``experiment_arm``) and linked to each arm's run (``experiment_run``)."""
 
     __tablename__ = "experiment"
     __table_args__ = (CheckConstraint(_in("status", STATUSES), name="experiment_status"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    kind: Mapped[str] = mapped_column(doc="l1-bypass, fusion, variants or batch")
+    kind: Mapped[str] = mapped_column(doc="l1-bypass, fusion, variants, batch, library or algorithms")
     status: Mapped[str] = mapped_column(doc="running, complete, failed or interrupted")
     network: Mapped[str]
     network_options: Mapped[dict[str, Any]]
-    settings: Mapped[dict[str, Any]] = mapped_column(doc="batch(es), backend, repeat, warmup, device")
+    settings: Mapped[dict[str, Any]] = mapped_column(
+        doc="batch(es), variants, gpus, backend, repeat, warmup, device, ncu settings, executor")
     command_line: Mapped[str]
     tracker_version: Mapped[str]
     started_at: Mapped[datetime]
@@ -362,3 +365,39 @@ class ExperimentRun(Base):
     arm: Mapped[str] = mapped_column(doc="what this run varies, e.g. 'shared cg', 'fused', 'batch 64'")
     comparison: Mapped[str] = mapped_column(doc="the runs compared with each other (e.g. one variant's ca and cg)")
     baseline: Mapped[bool]
+
+
+class ExperimentArm(Base):
+    """One planned arm of an experiment (schema v8): what it runs (``spec``), where and how it is
+    doing. An executor (tracker/executors) queues it; the process that runs it marks it running
+    with its node and pid, then complete (with its run), failed (with the reason and its log's
+    tail) or interrupted. Re-running the experiment keeps the complete arms and runs the rest."""
+
+    __tablename__ = "experiment_arm"
+    __table_args__ = (CheckConstraint(_in("state", ARM_STATES), name="experiment_arm_state"),)
+
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiment.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False, doc="order planned, from 0")
+    label: Mapped[str] = mapped_column(doc="experiment_run.arm of its run")
+    comparison: Mapped[str]
+    baseline: Mapped[bool]
+    spec: Mapped[dict[str, Any]] = mapped_column(
+        doc="what the arm runs: arm (its label before the sweep's axes), batch, variants, l1_bypass, staged, "
+            "implementation, gpu")
+    gpu: Mapped[str | None] = mapped_column(doc="the GPU kind asked for (--gpus); NULL: any")
+    state: Mapped[str] = mapped_column(doc="queued, running, complete, failed or interrupted")
+    executor: Mapped[str] = mapped_column(doc="local or slurm")
+    job: Mapped[str | None] = mapped_column(doc="the engine's job id (Slurm: array job _ task)")
+    attempts: Mapped[int] = mapped_column(doc="times queued: a resumed experiment queues its unfinished arms again")
+    node: Mapped[str | None] = mapped_column(doc="the host it ran on")
+    pid: Mapped[int | None]
+    process_start: Mapped[str | None] = mapped_column(doc="start time of the process, to tell a reused pid")
+    device_name: Mapped[str | None] = mapped_column(doc="the GPU measured, or the catalog device predicted for")
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("run.id", ondelete="SET NULL"),
+                                               doc="its latest attempt's run")
+    reason: Mapped[str | None] = mapped_column(Text, doc="why it failed or was interrupted")
+    log_path: Mapped[str | None] = mapped_column(doc="where the engine writes its output")
+    log: Mapped[str | None] = mapped_column(Text, doc="the last lines of its output, when it ended")
+    queued_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]

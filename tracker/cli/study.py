@@ -340,7 +340,7 @@ def export(run, out, fmt, db):
     click.echo(f"{len(written)} files in {out}")
 
 
-@cli.command(hidden=True)
+@cli.command()
 @click.argument("experiment_ref", metavar="EXPERIMENT")
 @click.argument("position", type=click.IntRange(0))
 @db_option

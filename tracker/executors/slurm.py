@@ -32,7 +32,6 @@ KILLED = ("CANCELLED", "PREEMPTED", "DEADLINE", "TIMEOUT", "NODE_FAIL", "BOOT_FA
 QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED",
           "STOPPED", "SIGNALING", "SPECIAL_EXIT", "RESIZING")
 RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT")
-LOG_LINES = 40
 COMMANDS = ("sbatch", "squeue", "scancel")
 
 
@@ -197,7 +196,9 @@ def _squeue(arrays: set[str]) -> dict[str, str]:
 
 
 def _tail(path: str | None) -> str:
-    """The last lines of a task's log, where this machine can read it."""
+    """The last lines of a task's log (as many as an arm's row keeps), where this machine can read it."""
+    from tracker.experiment import LOG_LINES
+
     try:
         text = Path(path).read_text(errors="replace") if path else ""
     except OSError:

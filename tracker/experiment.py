@@ -252,11 +252,11 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
     what the planning process already holds, else rebuilt from the experiment's row) and record
     how it ended: complete with its run, failed or interrupted with the reason and its output's
     last lines. The process that ends the experiment's last arm settles the experiment."""
-    from tracker.model import lookup
     from tracker.nets import build
     from tracker.signals import held, interruptible
     from tracker.store import find_experiment, find_run, open_store
     from tracker.store.experiments import end_arm, find_arm, link_arm, settle, start_arm, update_arm
+    from tracker.store.runs import ended_by
 
     store = open_store(db, write=True)
     experiment, row = find_experiment(store, experiment_id), find_arm(store, experiment_id, position)
@@ -282,11 +282,9 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
             result = profile_workload(db, work, backend=chosen, device=device, options=options, echo=say,
                                       link=lambda session, run_id: link_arm(session, experiment_id, position, run_id))
         except BaseException as exc:
-            interrupted = isinstance(exc, KeyboardInterrupt)
-            why = "interrupted (Ctrl-C or SIGTERM)" if interrupted else f"{type(exc).__name__}: {exc}"
+            ended, why = ended_by(exc)
             with held():
-                end_arm(store, experiment_id, position, "interrupted" if interrupted else "failed", why,
-                        "\n".join([*lines, why]))
+                end_arm(store, experiment_id, position, ended, why, "\n".join([*lines, why]))
                 settle(store, experiment_id)
             raise
         with held():

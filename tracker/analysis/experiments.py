@@ -114,9 +114,10 @@ def across(store: Store, experiment_id: int, axis: str) -> pd.DataFrame:
     over the axis's first value, as ``speedups`` gives it. Empty unless the axis has two values."""
     from tracker.store.experiments import arm_rows
 
-    arms = [a for a in arm_rows(store, experiment_id) if a.run_id is not None]
+    planned = arm_rows(store, experiment_id)
+    arms = [a for a in planned if a.run_id is not None]
     coordinate = {"gpu": lambda a: a.gpu, "batch": lambda a: a.spec["batch"]}[axis]
-    values = list(dict.fromkeys(coordinate(a) for a in arm_rows(store, experiment_id)))
+    values = list(dict.fromkeys(coordinate(a) for a in planned))
     if len(values) < 2:
         return pd.DataFrame()
     held = {"gpu": lambda a: (a.spec["arm"], a.spec["batch"]), "batch": lambda a: (a.spec["arm"], a.gpu)}[axis]

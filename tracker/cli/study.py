@@ -152,9 +152,10 @@ def experiment(kind, network, batch, batches, variants, gpus, executor, sbatch_a
     store = open_store(db, write=False)
     if detach:
         return
-    status = experiment_dict(find_experiment(store, experiment_id))["status"]
+    found = find_experiment(store, experiment_id)
+    status = experiment_dict(found)["status"]
     if status != "complete":
-        say(f"experiment e{experiment_id} {status}: {find_experiment(store, experiment_id).error}; "
+        say(f"experiment e{experiment_id} {status}: {found.error}; "
             "run the same command again to resume it")
     frame = results(store, experiment_id, kind)
     swept = [c for c in ("arm", "gpu") if kind == "batch" and (variants if c == "arm" else gpus)]

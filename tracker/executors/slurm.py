@@ -77,9 +77,9 @@ class Slurm:
     def reconcile(self, store, experiment_id: int, echo: Callable[[str], None]) -> None:
         """Mark the arms whose jobs left the queue without reporting; arms still queued or running in
         Slurm are left to finish (the resumed experiment waits for them)."""
-        from tracker.store.experiments import arm_rows
+        from tracker.store.experiments import OPEN, arm_rows
 
-        open_arms = [a for a in arm_rows(store, experiment_id) if a.state in ("queued", "running")]
+        open_arms = [a for a in arm_rows(store, experiment_id) if a.state in OPEN]
         jobs = _squeue({a.job.split("_")[0] for a in open_arms if a.job})
         for arm in open_arms:
             self._check_job(store, experiment_id, arm, jobs, echo)
@@ -134,33 +134,29 @@ class Slurm:
 
     def _wait(self, sweep: Sweep) -> None:
         """Until every arm has ended: say each change of state, and mark the arms whose jobs are gone."""
-        from tracker.store.experiments import arm_rows
+        from tracker.store.experiments import OPEN, arm_rows
 
         said: dict[int, str] = {}
         while True:
-            arms = arm_rows(sweep.store, sweep.experiment_id)
-            jobs = _squeue({a.job.split("_")[0] for a in arms if a.job and a.state in ("queued", "running")})
-            for arm in arms:
-                if arm.state in ("queued", "running"):
-                    self._check_job(sweep.store, sweep.experiment_id, arm, jobs, sweep.echo)
+            self.reconcile(sweep.store, sweep.experiment_id, sweep.echo)
             arms = arm_rows(sweep.store, sweep.experiment_id)
             for arm in arms:
                 if said.get(arm.position) != arm.state:
                     said[arm.position] = arm.state
                     sweep.echo(_line(arm))
-            if all(a.state not in ("queued", "running") for a in arms):
+            if all(a.state not in OPEN for a in arms):
                 return
             time.sleep(self.poll_s)
 
     def _check_job(self, store, experiment_id: int, arm, jobs: dict[str, str], echo) -> None:
         """Mark ``arm`` if its job has left the queue (or never got one) without the arm reporting."""
-        from tracker.store.experiments import end_arm, find_arm
+        from tracker.store.experiments import OPEN, end_arm, find_arm
 
         state = jobs.get(arm.job or "")
         if state in QUEUED or state in RUNNING:
             return
         arm = find_arm(store, experiment_id, arm.position)  # it may have reported since squeue looked
-        if arm.state not in ("queued", "running"):
+        if arm.state not in OPEN:
             return
         log = _tail(arm.log_path)
         how = f"Slurm job {arm.job} ended {state}" if state else (
@@ -173,9 +169,9 @@ class Slurm:
 
     def _cancel(self, sweep: Sweep) -> None:
         """Ctrl-C: cancel the experiment's jobs still queued or running, and mark their arms."""
-        from tracker.store.experiments import arm_rows, end_arm
+        from tracker.store.experiments import OPEN, arm_rows, end_arm
 
-        arms = [a for a in arm_rows(sweep.store, sweep.experiment_id) if a.state in ("queued", "running")]
+        arms = [a for a in arm_rows(sweep.store, sweep.experiment_id) if a.state in OPEN]
         if arms:
             subprocess.run(["scancel", *sorted({a.job for a in arms if a.job})], capture_output=True)
             for arm in arms:
@@ -203,7 +199,7 @@ def _tail(path: str | None) -> str:
         text = Path(path).read_text(errors="replace") if path else ""
     except OSError:
         return ""
-    return "\n".join(line for line in text.splitlines()[-LOG_LINES:])
+    return "\n".join(text.splitlines()[-LOG_LINES:])
 
 
 def _line(arm) -> str:

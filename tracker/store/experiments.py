@@ -17,10 +17,11 @@ from tracker.errors import StoreError
 from tracker.store.db import Store
 from tracker.store.queries import row_id
 from tracker.signals import held, interruptible
-from tracker.store.runs import effective_status, process_alive, this_process
+from tracker.store.runs import effective_status, ended_by, process_alive, this_process
 from tracker.store.schema import ARM_STATES, Experiment, ExperimentArm, ExperimentRun, Run
 
-FINAL = ARM_STATES[2:]  # complete, failed, interrupted: an arm that is no longer queued or running
+OPEN = ARM_STATES[:2]  # queued, running: an arm that has not ended
+FINAL = ARM_STATES[2:]  # complete, failed, interrupted: an arm that has ended
 
 
 def link_arm(session, experiment_id: int, position: int, run_id: int) -> None:
@@ -52,9 +53,7 @@ def recording_experiment(store: Store, arms: Sequence[dict], executor: str, resu
             yield experiment_id
         except BaseException as exc:
             if experiment_id is not None:
-                interrupted = isinstance(exc, KeyboardInterrupt)
-                status = "interrupted" if interrupted else "failed"
-                why = "interrupted (Ctrl-C or SIGTERM)" if interrupted else f"{type(exc).__name__}: {exc}"
+                status, why = ended_by(exc)
                 with held():
                     end_unsubmitted(store, experiment_id, status, why)
                     settle(store, experiment_id, status, why)
@@ -89,7 +88,7 @@ def experiment_dict(experiment: Experiment, arms: Sequence[ExperimentArm] = ()) 
     except that arms still held by a cluster's jobs keep it running (they outlive the process that
     submitted them)."""
     status = effective_status(experiment)
-    if experiment.status == "running" and any(a.job is not None and arm_state(a) in ("queued", "running")
+    if experiment.status == "running" and any(a.job is not None and arm_state(a) in OPEN
                                               for a in arms):
         status = "running"
     return {c.name: getattr(experiment, c.key) for c in Experiment.__table__.columns} | {"status": status}
@@ -176,13 +175,13 @@ def update_arm(store: Store, experiment_id: int, position: int, *, only_if: Sequ
 
 def start_arm(store: Store, experiment_id: int, position: int) -> bool:
     """Mark a queued arm running in this process; False if it is not queued (ended, or taken)."""
-    return update_arm(store, experiment_id, position, only_if=("queued",), state="running",
-                      node=this_process()["host"], pid=this_process()["pid"],
-                      process_start=this_process()["process_start"], started_at=_now())
+    me = this_process()
+    return update_arm(store, experiment_id, position, only_if=("queued",), state="running", node=me["host"],
+                      pid=me["pid"], process_start=me["process_start"], started_at=_now())
 
 
 def end_arm(store: Store, experiment_id: int, position: int, state: str, reason: str | None = None,
-            log: str | None = None, *, only_if: Sequence[str] = ("queued", "running")) -> bool:
+            log: str | None = None, *, only_if: Sequence[str] = OPEN) -> bool:
     """Mark an arm that has not ended yet as ``state`` (one of FINAL); a run it left ``running``
     (its process killed) is marked interrupted with the reason."""
     assert state in FINAL, state
@@ -216,7 +215,7 @@ def arm_state(arm: ExperimentArm) -> str:
 def outcome(states: Sequence[str]) -> str:
     """An experiment's status from its arms' states: running while any is queued or running, then
     failed if any failed, interrupted if any was, else complete."""
-    if any(s in ("queued", "running") for s in states):
+    if any(s in OPEN for s in states):
         return "running"
     for status in ("failed", "interrupted"):
         if status in states:

@@ -144,14 +144,18 @@ def marking(store: Store, row: Run | Experiment, link=None) -> Iterator[int]:
             with held():
                 _finish(store, table, row_id, "complete", None)
                 marked = True
-        except KeyboardInterrupt:
-            if row_id is not None and not marked:
-                _finish(store, table, row_id, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
-            raise
         except BaseException as exc:
             if row_id is not None and not marked:
-                _finish(store, table, row_id, "failed", f"{type(exc).__name__}: {exc}")
+                _finish(store, table, row_id, *ended_by(exc))
             raise
+
+
+def ended_by(exc: BaseException) -> tuple[str, str]:
+    """(status, error) of a row whose work ``exc`` ended: interrupted by Ctrl-C or SIGTERM (which
+    tracker.signals raises as KeyboardInterrupt), else failed with the exception."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", "interrupted (Ctrl-C or SIGTERM)"
+    return "failed", f"{type(exc).__name__}: {exc}"
 
 
 def _finish(store: Store, table, row_id: int, status: str, error: str | None) -> None:

@@ -153,7 +153,7 @@ CREATE INDEX tuning_by_shape ON tuning (device_name, op, variant, phase, shape);
 --     tail) or interrupted. Re-running the experiment keeps the complete arms and runs the rest.
 --   position: order planned, from 0
 --   label: experiment_run.arm of its run
---   spec: what the arm runs: arm (its label before the sweep's axes), batch, variants, l1_bypass, staged, implementation, gpu
+--   spec: what the arm runs: arm (its label before the sweep's axes), batch, variants, l1_bypass, staged, implementation
 --   gpu: the GPU kind asked for (--gpus); NULL: any
 --   state: queued, running, complete, failed or interrupted
 --   executor: local or slurm

@@ -14,7 +14,7 @@ from tracker.errors import TrackerError
 from tracker.executors import Slurm
 from tracker.experiment import Arm, arms, check, run_experiment
 from tracker.model import lookup
-from tracker.nets import build
+from tracker.nets import Network, build
 from tracker.store import find_experiment, open_store
 from tracker.store.experiments import arm_rows
 
@@ -62,9 +62,7 @@ def test_gpus_are_catalog_devices_on_the_model_backend_and_need_a_cluster_on_a_g
 
 
 def test_the_slurm_executor_refuses_what_a_cluster_cannot_run_before_anything_is_written(tmp_path, monkeypatch):
-    from tests.test_experiments import small_net
-
-    net = build("alexnet")
+    net, mine = build("alexnet"), Network("mine", (3, 8, 8), options={})  # mine: no name tracker builds
     with pytest.raises(TrackerError, match="not the SQLite file"):
         Slurm().check(str(tmp_path / "trace.db"), net, "model")
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
@@ -74,7 +72,7 @@ def test_the_slurm_executor_refuses_what_a_cluster_cannot_run_before_anything_is
         (tmp_path / name).write_text("#!/bin/sh\nexit 1\n")
         (tmp_path / name).chmod(0o755)
     with pytest.raises(TrackerError, match="not one tracker builds by name"):
-        Slurm().check("postgresql://u@db.example/traces", small_net(), "model")
+        Slurm().check("postgresql://u@db.example/traces", mine, "model")
     (tmp_path / "file").write_text("")
     with pytest.raises(TrackerError, match="cannot create the log directory"):
         Slurm(logs=str(tmp_path / "file" / "logs")).check("postgresql://u@db.example/traces", net, "model")

@@ -263,8 +263,8 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
     arm, settings = Arm.of(row), experiment.settings
     net = net or build(experiment.network, **experiment.network_options)
     chosen = backend or settings["backend"]
-    device = lookup(arm.gpu) if chosen == "model" and arm.gpu else lookup(settings["device"]) if settings[
-        "device"] else None
+    predicted_for = arm.gpu if chosen == "model" and arm.gpu else settings["device"]
+    device = lookup(predicted_for) if predicted_for else None
     work = workload(net, arm, settings["repeat"], settings["warmup"])
     options = Options(NcuSettings(cache_control=settings["ncu_cache_control"],
                                   clock_control=settings["ncu_clock_control"]))

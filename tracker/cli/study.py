@@ -149,9 +149,9 @@ def experiment(kind, network, batch, batches, variants, gpus, executor, sbatch_a
                                    backend=backend, repeat=repeat, warmup=warmup, device=gpu, echo=say,
                                    ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control),
                                    executor=runner, fresh=fresh)
-    store = open_store(db, write=False)
     if detach:
         return
+    store = open_store(db, write=False)
     found = find_experiment(store, experiment_id)
     status = experiment_dict(found)["status"]
     if status != "complete":

@@ -161,7 +161,7 @@ class Slurm:
         log = _tail(arm.log_path)
         how = f"Slurm job {arm.job} ended {state}" if state else (
             f"Slurm job {arm.job} left the queue" if arm.job else "it was never submitted")
-        last = log.splitlines()[-1] if log else ""
+        last = _last_line(log)
         reason = f"{how} without reporting" + (f": {last}" if last else "")
         ended = "interrupted" if state in KILLED else "failed"
         if end_arm(store, experiment_id, arm.position, ended, reason, log):

@@ -187,10 +187,10 @@ def end_arm(store: Store, experiment_id: int, position: int, state: str, reason:
     assert state in FINAL, state
     ended = update_arm(store, experiment_id, position, only_if=only_if, state=state, reason=reason,
                        finished_at=_now(), **({"log": log} if log is not None else {}))
-    arm = find_arm(store, experiment_id, position)
-    if ended and state != "complete" and arm.run_id is not None:
+    run_id = find_arm(store, experiment_id, position).run_id if ended and state != "complete" else None
+    if run_id is not None:
         with store.session() as session:
-            session.execute(update(Run).where(Run.id == arm.run_id, Run.status == "running").values(
+            session.execute(update(Run).where(Run.id == run_id, Run.status == "running").values(
                 status="interrupted", error=reason, finished_at=_now()))
     return ended
 
@@ -226,11 +226,11 @@ def outcome(states: Sequence[str]) -> str:
 def settle(store: Store, experiment_id: int, status: str | None = None, error: str | None = None) -> str:
     """Set the experiment's status: ``status`` if given, else from its arms' once none is queued or
     running; with ``error``, or else a line naming the arms that did not complete. The status."""
-    arms = arm_rows(store, experiment_id)
-    status = status or outcome([arm_state(a) for a in arms])
+    arms = [(a, arm_state(a)) for a in arm_rows(store, experiment_id)]
+    status = status or outcome([state for _, state in arms])
     if status != "running":
-        unfinished_arms = [f"{a.label}: {arm_state(a)}" + (f" ({a.reason})" if a.reason else "")
-                           for a in arms if arm_state(a) != "complete"]
+        unfinished_arms = [f"{a.label}: {state}" + (f" ({a.reason})" if a.reason else "")
+                           for a, state in arms if state != "complete"]
         with store.session() as session:
             session.execute(update(Experiment).where(Experiment.id == experiment_id).values(
                 status=status, finished_at=_now(), error=error or ("; ".join(unfinished_arms) or None)))

@@ -383,7 +383,7 @@ class ExperimentArm(Base):
     baseline: Mapped[bool]
     spec: Mapped[dict[str, Any]] = mapped_column(
         doc="what the arm runs: arm (its label before the sweep's axes), batch, variants, l1_bypass, staged, "
-            "implementation, gpu")
+            "implementation")
     gpu: Mapped[str | None] = mapped_column(doc="the GPU kind asked for (--gpus); NULL: any")
     state: Mapped[str] = mapped_column(doc="queued, running, complete, failed or interrupted")
     executor: Mapped[str] = mapped_column(doc="local or slurm")

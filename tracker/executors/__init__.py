@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from tracker.nets import Network
     from tracker.store import Store
 
-EXECUTORS = ("local", "slurm")  # --executor reads these
-
 
 @dataclass(frozen=True)
 class Sweep:
@@ -47,5 +45,7 @@ class Executor(Protocol):
 
 from tracker.executors.local import Local  # noqa: E402  (they import Sweep from here)
 from tracker.executors.slurm import Slurm  # noqa: E402
+
+EXECUTORS = (Local.name, Slurm.name)  # --executor reads these
 
 __all__ = ["EXECUTORS", "Executor", "Local", "Slurm", "Sweep"]

@@ -119,7 +119,6 @@ def unfinished(store: Store, kind: str, network: str, network_options: dict, set
         return ({k: v for k, v in settings_a.items() if k != "executor"}
                 == {k: v for k, v in settings_b.items() if k != "executor"})
 
-    planned = [(a["label"], a["comparison"], a["baseline"], a["spec"], a["gpu"]) for a in arms]
     with store.session() as session:
         candidates = list(session.scalars(select(Experiment).where(
             Experiment.kind == kind, Experiment.network == network, Experiment.status != "complete")
@@ -127,8 +126,9 @@ def unfinished(store: Store, kind: str, network: str, network_options: dict, set
     for found in candidates:
         if found.network_options != network_options or not same(found.settings, settings):
             continue
-        stored = [(a.label, a.comparison, a.baseline, a.spec, a.gpu) for a in arm_rows(store, found.id)]
-        if stored == planned:
+        rows = arm_rows(store, found.id)  # the same arms, compared on the columns the plan gives
+        if len(rows) == len(arms) and all(getattr(row, column) == value for row, arm in zip(rows, arms)
+                                          for column, value in arm.items()):
             return found.id
     return None
 

@@ -26,7 +26,7 @@ from tracker.store import rollups
 from tracker.store.db import Store
 from tracker.store.ingest import bulk_insert
 from tracker.signals import held, interruptible
-from tracker.store.schema import Experiment, Launch, Layer, Metric, Run
+from tracker.store.schema import Launch, Layer, Metric, Run
 from tracker.store.schema import Prediction as PredictionRow
 
 
@@ -124,12 +124,11 @@ def recording(store: Store, link=None, **fields) -> Iterator[RunWriter]:
 
 
 @contextmanager
-def marking(store: Store, row: Run | Experiment, link=None) -> Iterator[int]:
-    """Insert ``row`` (a Run or an Experiment, status running; ``link(session, id)`` in the same
-    transaction), yield its id, and mark it complete, failed (with the error) or interrupted
-    (Ctrl-C, SIGTERM) by how the block ends. A signal at any moment leaves the row marked or
-    absent: signals are held from the insert until the id is known, and while the row is marked."""
-    table = type(row)
+def marking(store: Store, row: Run, link=None) -> Iterator[int]:
+    """Insert the run ``row`` (status running; ``link(session, id)`` in the same transaction), yield
+    its id, and mark it complete, failed (with the error) or interrupted (Ctrl-C, SIGTERM) by how
+    the block ends. A signal at any moment leaves the row marked or absent: signals are held from
+    the insert until the id is known, and while the row is marked."""
     row_id: int | None = None
     marked = False
     with interruptible():
@@ -142,11 +141,11 @@ def marking(store: Store, row: Run | Experiment, link=None) -> Iterator[int]:
                 row_id = row.id  # a signal held until here is raised after the commit, in this try
             yield row_id
             with held():
-                _finish(store, table, row_id, "complete", None)
+                _finish(store, row_id, "complete", None)
                 marked = True
         except BaseException as exc:
             if row_id is not None and not marked:
-                _finish(store, table, row_id, *ended_by(exc))
+                _finish(store, row_id, *ended_by(exc))
             raise
 
 
@@ -158,8 +157,7 @@ def ended_by(exc: BaseException) -> tuple[str, str]:
     return "failed", f"{type(exc).__name__}: {exc}"
 
 
-def _finish(store: Store, table, row_id: int, status: str, error: str | None) -> None:
-    """Mark the row; a signal arriving meanwhile waits for the mark, then is raised (not lost)."""
+def _finish(store: Store, run_id: int, status: str, error: str | None) -> None:
+    """Mark the run; a signal arriving meanwhile waits for the mark, then is raised (not lost)."""
     with store.session() as session:
-        session.execute(update(table).where(table.id == row_id).values(status=status, error=error,
-                                                                     finished_at=_now()))
+        session.execute(update(Run).where(Run.id == run_id).values(status=status, error=error, finished_at=_now()))

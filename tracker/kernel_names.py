@@ -33,6 +33,7 @@ def kernel_base(name: str) -> str:
     """The function name in a kernel name as a profiler prints it: no return type, template
     arguments or parameter list (``void k<32>(float*, int)`` -> ``k``)."""
     name = re.sub(r"^(void|__global__ void)\s+", "", name.strip())
+    name = name.replace("(anonymous namespace)", "")  # PyTorch's profiler's scope, not a parameter list
     name = name.split("(", 1)[0]
     depth, out = 0, []
     for char in name:

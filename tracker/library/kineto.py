@@ -8,6 +8,12 @@ innermost annotation, on the thread that launched it, whose span holds its launc
 how a library kernel is told which layer phase it ran for, whatever its name, and how the same
 kernel launched by several layers is told apart (by the range, and by invocation order).
 
+Which iteration it ran in is its range's *occurrence*. On a GPU every backward node reopens its
+layer phase's range on the autograd engine's thread (``torch_net.bracket_nodes``), so one layer
+phase's backward leaves many spans of its name; all lie inside the span the calling thread holds
+open for the layer phase while the engine runs. So spans of one name are numbered in time across
+threads, a span inside another of its name taking that one's number: one per iteration.
+
 The trace is Chrome's JSON (``prof.export_chrome_trace``), the format Holistic Trace Analysis
 reads too; ``tests/data/public/`` holds a real one of AlexNet under PyTorch on an A100.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -33,8 +40,9 @@ RUNTIME = ("cuda_runtime", "cuda_driver")  # the host calls that launch kernels
 
 class Annotation(NamedTuple):
     name: str
-    start_us: float  # with the name, tells one occurrence of a range from the next
+    start_us: float
     end_us: float
+    occurrence: int = 0  # which span of its name, in time, not counting those inside another (``_numbered``)
 
 
 class TraceKernel(NamedTuple):
@@ -75,19 +83,38 @@ def kernels(trace: dict) -> list[TraceKernel]:
                 Annotation(event["name"], float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0))))
         elif category == "kernel":
             found.append(event)
-    for annotations in spans.values():
-        annotations.sort(key=lambda a: a.start_us)
+    numbered = _numbered(spans)
     out = []
     for event in found:
         args = event["args"]
         launch = launches.get(args.get("correlation"))
         at = float(launch["ts"]) if launch else float(event["ts"])
-        where = spans.get((launch.get("pid"), launch.get("tid"))) if launch else None
+        where = numbered.get((launch.get("pid"), launch.get("tid"))) if launch else None
         out.append((at, args.get("correlation", 0), TraceKernel(
             event["name"], _innermost(where or [], at), _dim3(args.get("grid")), _dim3(args.get("block")),
             args.get("registers per thread"), int(args.get("shared memory") or 0), float(event.get("dur", 0)) / 1e3,
             args.get("correlation", 0))))
     return [kernel for _, _, kernel in sorted(out, key=lambda item: item[:2])]
+
+
+def _numbered(spans: dict[tuple, list[Annotation]]) -> dict[tuple, list[Annotation]]:
+    """Each thread's spans in start order, each with its occurrence: the spans of one name, on
+    every thread, numbered in start order, where one that starts inside an earlier one of its
+    name (a backward node's inside its layer phase's) takes that one's number."""
+    by_name: defaultdict[str, list[Annotation]] = defaultdict(list)
+    for on_thread in spans.values():
+        for annotation in on_thread:
+            by_name[annotation.name].append(annotation)
+    occurrence: dict[Annotation, int] = {}
+    for same in by_name.values():
+        count, end = -1, -math.inf
+        for annotation in sorted(same, key=lambda a: a.start_us):
+            if annotation.start_us > end:  # outside every earlier one: the next occurrence
+                count += 1
+            end = max(end, annotation.end_us)
+            occurrence[annotation] = count
+    return {where: sorted((a._replace(occurrence=occurrence[a]) for a in on_thread), key=lambda a: a.start_us)
+            for where, on_thread in spans.items()}
 
 
 def _innermost(annotations: list[Annotation], at: float) -> Annotation | None:
@@ -108,23 +135,19 @@ def _dim3(value) -> tuple[int, int, int]:
 def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[list[Launch], list[TraceKernel]]:
     """(the launches of ``net``'s layer phases, in invocation order, tagged with their phase's
     algorithm and their role (``workload.tagged``); the kernels that ran outside every layer
-    phase's range). A kernel's repeat is which occurrence of its range it ran in."""
+    phase's range). A kernel's repeat is its range's occurrence: the measured iteration it ran in."""
     from tracker.gpu.workload import Launch, tagged
 
     layers = {layer.name: layer for layer in net.layers}
     placed = [(k, _layer_phase(k.annotation.name, layers) if k.annotation else None) for k in traced]
-    starts: defaultdict[str, list[float]] = defaultdict(list)
-    ranges = {k.annotation for k, where in placed if where and k.annotation}
-    for annotation in sorted(ranges, key=lambda a: a.start_us):
-        starts[annotation.name].append(annotation.start_us)
     launches: list[Launch] = []
     for k, where in placed:
         if where is None:
             continue
         assert k.annotation is not None
         layer, phase = where
-        launches.append(Launch(len(launches), layer.id, layer.name, phase, starts[k.annotation.name].index(
-            k.annotation.start_us), k.name, variant, "ca", k.grid, k.block, k.shared_bytes, k.registers, k.time_ms))
+        launches.append(Launch(len(launches), layer.id, layer.name, phase, k.annotation.occurrence, k.name, variant,
+                               "ca", k.grid, k.block, k.shared_bytes, k.registers, k.time_ms))
     return tagged(launches), [k for k, where in placed if where is None]
 
 

@@ -4,11 +4,18 @@ log and pass 2's counters, matched on invocation order, with the kernel name and
 
 A missing launch, an extra one, or a row whose kernel or range differs fails the whole join
 with a message naming the first bad invocation; nothing is returned half-joined, so nothing is
-stored half-joined.
+stored half-joined. A pass-2 launch that ran outside every NVTX range (its range None) is no
+layer phase's and is left out, as pass 1 leaves out such a launch (the library arm's autograd
+engine launches a gradient accumulation between two backward nodes, where no range is open).
+
+Where ncu prints the kernel after the range (``layer/phase/kernel``), that kernel must be pass
+1's: ncu's demangler and PyTorch's profiler's (a library kernel's full name) write the same name
+differently, so both are compared in ``comparable`` form.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Protocol, Sequence
 
 from tracker.errors import JoinError
@@ -33,17 +40,18 @@ def _describe(launch: Logged) -> str:
     return f"invocation {launch.invocation} ({launch.range}, {launch.kernel_name})"
 
 
-def join(launches: Sequence[Logged], profiled: list[ProfiledLaunch], ranges: list[str] | None) -> list[dict]:
+def join(launches: Sequence[Logged], profiled: list[ProfiledLaunch],
+         ranges: Sequence[str | None] | None) -> list[dict]:
     """Metric rows (invocation, name, value) for ``launches`` (pass 1, in invocation order) from
     ``profiled`` (pass 2, in ID order) and the innermost NVTX range of each profiled launch
-    (``ranges``; None where the profiler cannot report ranges: nvprof's GPU trace)."""
-    if ranges is not None and len(ranges) != len(profiled):
-        raise JoinError(f"pass 2 reports {len(profiled)} launches but NVTX ranges for {len(ranges)}")
+    (``ranges``: None for a launch outside every range; None for all where the profiler cannot
+    report ranges: nvprof's GPU trace)."""
+    profiled, inside = _in_ranges(profiled, ranges)
     for i, (row, got) in enumerate(zip(launches, profiled)):
         if kernel_base(got.kernel) != kernel_base(row.kernel_name):
             raise JoinError(f"{_describe(row)}: pass 2 profiled kernel '{got.kernel}' there")
-        if ranges is not None and not _same_range(ranges[i], row.range, kernel_base(got.kernel)):
-            raise JoinError(f"{_describe(row)}: pass 2 saw it inside NVTX range '{ranges[i]}'")
+        if inside is not None and not _same_range(inside[i], row.range, row.kernel_name):
+            raise JoinError(f"{_describe(row)}: pass 2 saw it inside NVTX range '{inside[i]}'")
     if len(profiled) < len(launches):
         raise JoinError(f"{_describe(launches[len(profiled)])} is missing from pass 2, which profiled "
                         f"{len(profiled)} of {len(launches)} launches")
@@ -55,10 +63,61 @@ def join(launches: Sequence[Logged], profiled: list[ProfiledLaunch], ranges: lis
             for row, got in zip(launches, profiled) for name, value in got.metrics.items()]
 
 
+def _in_ranges(profiled: list[ProfiledLaunch], ranges: Sequence[str | None] | None,
+               ) -> tuple[list[ProfiledLaunch], list[str] | None]:
+    """The profiled launches that ran inside a range, with their ranges (all, and None, where the
+    profiler reports no ranges)."""
+    if ranges is None:
+        return profiled, None
+    if len(ranges) != len(profiled):
+        raise JoinError(f"pass 2 reports {len(profiled)} launches but NVTX ranges for {len(ranges)}")
+    kept = [(got, printed) for got, printed in zip(profiled, ranges) if printed is not None]
+    return [got for got, _ in kept], [printed for _, printed in kept]
+
+
 def _same_range(printed: str, expected: str, kernel: str) -> bool:
     """ncu prints the innermost push/pop range, possibly behind a domain (``domain@range``) or
     its enclosing ranges, and (ncu 2025.3 on an H100) followed by the kernel's name:
-    ``conv1/fwd/conv2d_fwd_implicit``. The expected ``layer/phase`` must be the whole of what is
-    left at the end."""
-    printed = printed.rsplit("@", 1)[-1].strip().rstrip("/").removesuffix("/" + kernel)
-    return printed == expected or printed.endswith("/" + expected)
+    ``conv1/fwd/conv2d_fwd_implicit``. The expected ``layer/phase`` must be the whole of the
+    range, and a kernel printed after it must be ``kernel`` (pass 1's name for it)."""
+    printed = printed.strip().rstrip("/")
+    for match in re.finditer(f"(?:^|(?<=[/@])){re.escape(expected)}(?=/|$)", printed):
+        after = printed[match.end() + 1:]
+        if not after or comparable(after) == comparable(kernel):
+            return True
+    return False
+
+
+# How ncu 2025.3 and PyTorch's profiler (Kineto) write the same kernel (the H100 recordings of
+# tests/data/gpu-2026-11-25-h100, every kernel of them): a lambda as '[lambda(int) (instance 1)]'
+# or '{lambda(int)#1}', an anonymous namespace as '<unnamed>' or '(anonymous namespace)', a
+# template argument as '(int)128', '(bool)0', '(unsigned long)2' or '128', 'false', '2ul', a const
+# type as 'const T1 &' or 'float const&', a nested function template with 'void' or without, and
+# parameter lists with the template's own names (T1, T3) or the types they stand for.
+_LAMBDA = re.compile(r"\{lambda\([^()]*\)#(\d+)\}|\[lambda\([^()]*\) \(instance (\d+)\)\]")
+_ANONYMOUS = re.compile(r"\(anonymous namespace\)|<unnamed>")
+_CAST = re.compile(r"\((?:unsigned |signed )?(?:bool|char|short|int|long|long long)\)(?=-?\d)")
+_SUFFIX = re.compile(r"\b(\d+)(?:ull|ul|ll|u|l)\b", re.IGNORECASE)
+_WORDS = {"true": "1", "false": "0", "const": "", "void": ""}
+_WORD = re.compile(r"\b(true|false|const|void)\b")
+
+
+def comparable(name: str) -> str:
+    """A kernel's name in a form on which ncu's and PyTorch's profiler's demanglers agree: its
+    scope and template arguments, without parameter lists, casts, literal suffixes, 'const',
+    'void' or spaces."""
+    name = _LAMBDA.sub(lambda m: f"lambda#{m.group(1) or m.group(2)}", name)
+    name = _ANONYMOUS.sub("anonymous", _CAST.sub("", name))
+    name = _SUFFIX.sub(r"\1", name)
+    name = _WORD.sub(lambda m: _WORDS[m.group(1)], name)
+    return re.sub(r"\s+", "", _without_parentheses(name))
+
+
+def _without_parentheses(name: str) -> str:
+    depth, out = 0, []
+    for char in name:
+        depth += char == "("
+        if depth == 0:
+            out.append(char)
+        depth -= char == ")" and depth > 0
+    return "".join(out)

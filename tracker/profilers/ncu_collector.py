@@ -36,6 +36,13 @@ def find(options: Options) -> NcuCollector:
     return NcuCollector(path, ncu.version(path), options.ncu, options.keep_report)
 
 
+def nvtx_ranges(profiled: list[ncu_csv.ProfiledLaunch], named: list[ncu_csv.ProfiledLaunch]) -> list[str | None]:
+    """Each launch's NVTX range as the join reads it: its name in the export under
+    ``--print-nvtx-rename kernel`` (``named``), None where the raw page (``profiled``) shows no
+    range open on its thread (ncu then prints the bare kernel, which is no range)."""
+    return [n.kernel if ncu_csv.in_push_pop_range(p) else None for p, n in zip(profiled, named)]
+
+
 @dataclass(frozen=True)
 class NcuCollector:
     path: str
@@ -74,7 +81,11 @@ class NcuCollector:
             if self.keep_report:
                 shutil.copyfile(report, self.keep_report)
                 echo(f"ncu report kept at {self.keep_report}")
-        rows = join(launches, profiled, [launch.kernel for launch in named])
+        ranges = nvtx_ranges(profiled, named)
+        outside = ranges.count(None)
+        if outside:
+            echo(f"ncu: {outside} launches ran outside every NVTX range and are no layer phase's: left out")
+        rows = join(launches, profiled, ranges)
         fields = dict(ncu_version=self.version, ncu_replay_mode=settings.replay_mode,
                       ncu_cache_control=settings.cache_control, ncu_clock_control=settings.clock_control)
         return Counters(rows, fields, skipped, note)

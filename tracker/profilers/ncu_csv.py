@@ -147,6 +147,17 @@ def _set(launch: ProfiledLaunch, name: str, cell: str, unit: str, where: str) ->
     launch.units[name] = unit
 
 
+# The raw page's column (ncu --nvtx) of the NVTX push/pop ranges open on each launch's thread.
+PUSH_POP = "thread Domain:Push/Pop_Range"
+
+
+def in_push_pop_range(launch: ProfiledLaunch) -> bool:
+    """False where the raw page shows no push/pop range open on the launch's thread (the column
+    there, its cell empty); True where it shows one, or has no such column to tell."""
+    column = next((name for name in [*launch.attributes, *launch.values] if name.startswith(PUSH_POP)), None)
+    return column is None or bool(launch.attributes.get(column, "").strip())
+
+
 _IDENTITY = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context", "Stream")
 
 

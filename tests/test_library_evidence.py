@@ -1,0 +1,154 @@
+"""The library arm on real H100 recordings (tests/data/gpu-2026-11-25-h100/README.md): one
+batch-16 step of AlexNet run by cuDNN and cuBLAS, as PyTorch's profiler traced it (pass 1's
+launch log) and as Nsight Compute profiled it (pass 2), and a 3-D U-Net's kernel that ncu and the
+profiler name differently.
+
+Two defects found there: the join refused the first templated kernel (the two demanglers write
+``<128, 2, ...>`` and ``<(int)128, (int)2, ...>``), and a layer phase's repeat was counted per
+range occurrence while every backward node reopens its layer phase's range (LRN's backward came
+out as six repeats of one step).
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+from collections import Counter, defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tracker.errors import JoinError
+from tracker.library import kineto
+from tracker.nets import build
+from tracker.profilers import ncu_csv
+from tracker.profilers.join import comparable, join
+from tracker.profilers.ncu_collector import nvtx_ranges
+
+DATA = Path(__file__).parent / "data" / "gpu-2026-11-25-h100"
+STEPS = 141  # kernels in the traced step, launches ncu profiled
+OUTSIDE = 4  # of them outside every range: lrn1's and lrn2's gradient accumulations, two each
+
+
+def _ncu(name: str) -> list[ncu_csv.ProfiledLaunch]:
+    with gzip.open(DATA / name, "rt", encoding="utf-8") as f:
+        return ncu_csv.parse(f.read(), name)
+
+
+@pytest.fixture(scope="module")
+def trace() -> dict:
+    return kineto.load(DATA / "2-library-alexnet-b16-h100-kineto.json.gz")
+
+
+@pytest.fixture(scope="module")
+def pages() -> tuple[list, list]:
+    """ncu's raw page (kernel names, metrics, NVTX stack) and the same under --print-nvtx-rename."""
+    return _ncu("2-library-b16-h100-ncu-raw.csv.gz"), _ncu("2-library-b16-h100-ncu-raw-nvtx.csv.gz")
+
+
+def test_ncu_and_pytorchs_profiler_name_every_kernel_alike_in_comparable_form(trace, pages):
+    """Every kernel of the step as both recorded it (the same order: two runs of one workload),
+    and no two different kernels made alike."""
+    traced = kineto.kernels(trace)
+    named = [launch.kernel for launch in pages[1]]
+    assert len(traced) == len(named) == STEPS
+    for k, printed in zip(traced, named):
+        prefix = f"{k.annotation.name}/" if k.annotation else ""
+        assert printed.startswith(prefix)
+        assert comparable(printed.removeprefix(prefix)) == comparable(k.name), k.name
+    distinct = {k.name for k in traced}
+    assert len(distinct) == 54 and len({comparable(name) for name in distinct}) == 54
+    first = traced[1].name  # the one the join refused
+    assert first.startswith("void at::native::elementwise_kernel<128, 2, ")
+    assert named[1].startswith("conv1/fwd/void at::native::elementwise_kernel<(int)128, (int)2, ")
+
+
+def test_both_profilers_names_give_one_bare_function_name(trace, pages):
+    """The bare name (``kernel_base``: what the join matches pass 2's plain page on, and the
+    report shows) of every kernel, from the trace and from ncu's raw page: the same, never empty
+    (the trace writes a scope '(anonymous namespace)', which is no parameter list)."""
+    from tracker.kernel_names import kernel_base
+
+    traced = [kernel_base(k.name) for k in kineto.kernels(trace)]
+    assert traced == [kernel_base(p.kernel) for p in pages[0]] and all(traced)
+    assert "avg_pool3d_cuda_update_output" in traced and "softmax_warp_forward" in traced
+
+
+def test_a_unet3d_kernel_is_alike_in_comparable_form():
+    """The refusal of the 3-D U-Net's join quotes the kernel as both name it."""
+    last = (DATA / "9-torch-unet3d-ncu-tail.log").read_text().splitlines()[-1]
+    ours, _, theirs = last.partition("): pass 2 saw it inside NVTX range '")
+    traced = ours.split(", ", 1)[1]
+    printed = theirs.removesuffix("'").removeprefix("down.0.b1/fwd/")
+    assert "std::array<char*, 2ul>" in traced and "std::array<char *, (unsigned long)2>" in printed
+    assert comparable(printed) == comparable(traced)
+
+
+def test_every_launch_of_the_recorded_step_joins(trace, pages):
+    """Pass 1 from the profiler's trace, pass 2 from ncu's pages, joined as the ncu collector
+    joins them: every one of the 137 launches gets its counters, and the four launches ncu saw
+    outside every range (as the trace did) are left out."""
+    launches, outside = kineto.launch_log(kineto.kernels(trace), build("alexnet"), "torch")
+    profiled, named = pages
+    ranges = nvtx_ranges(profiled, named)
+    assert len(launches) == STEPS - OUTSIDE and len(outside) == ranges.count(None) == OUTSIDE
+    assert [comparable(k.name) for k in outside] == [comparable(n.kernel) for n, r in zip(named, ranges) if r is None]
+    rows = join(launches, profiled, ranges)
+    joined = Counter(row["invocation"] for row in rows)
+    assert sorted(joined) == [k.invocation for k in launches]
+    assert {row["name"] for row in rows} >= {"duration_ns", "dram_read_bytes", "l2_hit_rate"}
+
+
+def test_the_join_still_tells_two_kernels_of_one_base_name_apart(trace, pages):
+    """lrn1's forward launches a multiply then a fill, both ``vectorized_elementwise_kernel``:
+    swapped in pass 1, the bare names agree and the full names do not."""
+    launches, _ = kineto.launch_log(kineto.kernels(trace), build("alexnet"), "torch")
+    mul, fill = launches[3], launches[4]
+    assert (mul.range, fill.range) == ("lrn1/fwd", "lrn1/fwd") and "MulFunctor" in mul.kernel_name
+    swapped = [*launches[:3], replace(mul, kernel_name=fill.kernel_name), *launches[4:]]
+    profiled, named = pages
+    with pytest.raises(JoinError, match=r"^invocation 3 \(lrn1/fwd, .*FillFunctor.*\): pass 2 saw it inside "
+                                        r"NVTX range 'lrn1/fwd/.*MulFunctor"):
+        join(swapped, profiled, nvtx_ranges(profiled, named))
+
+
+def test_every_kernel_of_the_recorded_step_is_in_its_layer_phases_one_repeat(trace):
+    """The trace holds one step: every launch is repeat 0, each of lrn1's and lrn2's backward
+    kernels (their nodes reopen the range ten times on the engine's thread) included, and the
+    step's time is the sum over its layer phases."""
+    launches, _ = kineto.launch_log(kineto.kernels(trace), build("alexnet"), "torch")
+    assert {k.repeat for k in launches} == {0}
+    per_phase = Counter(k.range for k in launches)
+    assert per_phase["lrn1/bwd_data"] == per_phase["lrn2/bwd_data"] == 14
+    spans = Counter(e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation")
+    assert spans["lrn1/bwd_data"] == spans["lrn2/bwd_data"] == 11  # one the caller's, ten the nodes'
+    algorithms = {k.algorithm for k in launches if k.range == "conv2/bwd_weight"}
+    assert algorithms == {"winograd_nonfused"}  # one algorithm for all of a phase's kernels
+
+
+def test_a_second_step_is_repeat_1(trace):
+    """The recorded step twice (every event again, later by the step's length and with new
+    correlation ids): the second step's launches are repeat 1, the same kernels under the same
+    layer phases."""
+    launches, _ = kineto.launch_log(kineto.kernels(_twice(trace)), build("alexnet"), "torch")
+    half = len(launches) // 2
+    assert half == STEPS - OUTSIDE
+    assert [k.repeat for k in launches] == [0] * half + [1] * half
+    by_repeat: defaultdict[int, list] = defaultdict(list)
+    for k in launches:
+        by_repeat[k.repeat].append((k.range, k.kernel_name))
+    assert by_repeat[0] == by_repeat[1]
+
+
+def _twice(trace: dict) -> dict:
+    events = [e for e in trace["traceEvents"] if "ts" in e and e.get("ph") == "X"]
+    length = max(float(e["ts"]) + float(e.get("dur", 0)) for e in events) - min(float(e["ts"]) for e in events)
+    last = max(e["args"]["correlation"] for e in events if "correlation" in e.get("args", {}))
+    again = []
+    for event in map(copy.deepcopy, events):
+        event["ts"] = float(event["ts"]) + length + 1000
+        if "correlation" in event.get("args", {}):
+            event["args"]["correlation"] += last + 1
+        again.append(event)
+    return {**trace, "traceEvents": trace["traceEvents"] + again}

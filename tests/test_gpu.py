@@ -1,51 +1,515 @@
-"""On a GPU: every variant against the reference, and a short profile's complete launch log.
-Marked `gpu`: skipped without a CUDA device (see conftest.py)."""
+"""The GPU suite: every command that needs a GPU, run at small sizes on this machine's GPU, each
+asserting what it stored or wrote. Marked `gpu`: skipped without a CUDA device (conftest.py);
+`tools/gpu_stage.sh suite` runs it on a lent GPU. Sized to finish within 8 minutes on an H100.
+
+CI has no GPU, so a GPU path this suite does not run first runs in front of a person: on
+2026-11-25 every path added since the previous GPU session broke at first contact
+(../shared/gpu-2026-11-25-h100/README.md). tests/test_gpu_coverage.py (no GPU) fails when a
+command, backend, implementation, experiment kind or GPU benchmark appears that this file never
+names.
+
+Commands that touch the GPU run as `python -m tracker ...` in a child process, as a user runs
+them: a crash in CUDA, CuPy or PyTorch (a double free at exit was seen) then fails that test
+alone, and each starts on a fresh CUDA context. Commands that only read the store (report, show,
+compare, export, runs, experiments) run in this process through click's runner. Each profile runs
+once, in a module-scoped fixture, and its tests read the store it wrote. Times in comments are
+estimates for an H100 with CuPy's kernel cache filled by the selftest (the first test)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from tracker.ops.selftest import network_cases
+from tracker.cli import cli
 from tracker.nets import build
+from tracker.ops.selftest import network_cases
 
 pytestmark = pytest.mark.gpu
 
+ROOT = Path(__file__).resolve().parent.parent
+USER_MODEL = "torch_models:residual_cnn"  # tests/torch_models.py: 8 layers, conv, batchnorm, one ReLU called 3 times
+ENV = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1",  # tests/ on the path: USER_MODEL imports
+       "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH")) if p)}
 
-def test_selftest_passes_every_variant():
+
+def tracker(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m tracker ARGS` in a child process; the test fails with its output's end unless it exits 0."""
+    return child([sys.executable, "-m", "tracker", *args], timeout)
+
+
+def child(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(argv[1:])} exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}"
+    return done
+
+
+def profiled(db: str, *args: str, timeout: float = 300) -> int:
+    """`tracker profile ARGS` into ``db``; the id of the run it stored."""
+    return json.loads(tracker("profile", *args, "--db", db, "--format", "json", timeout=timeout).stdout)[0]["run_id"]
+
+
+def needs_torch() -> None:
+    """The library arm needs PyTorch; found without importing it here (PyTorch and CuPy in one
+    process ended in a double free at exit, 2026-11-25)."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("PyTorch is not installed: the library arm (--impl torch, --torch) needs it")
+
+
+# What a stored run must hold -------------------------------------------------------------------
+
+def planned(store, run: dict) -> dict[tuple[str, str], str]:
+    """(layer, phase) -> kind of every layer phase the run should launch: each predicted one, less
+    the layers our fused variants fold into the one before (they launch nothing)."""
+    from tracker.gpu.network import FUSED_INTO, resolve
+    from tracker.store import layer_rows
+
+    rows = layer_rows(store, run["id"])
+    gone: set[str] = set()
+    if run["implementation"] == "ours":
+        variants = resolve(build(run["network"], **run["network_options"]), run["variants"])
+        gone = {layer for layer, variant in variants.items() if variant == FUSED_INTO}
+    return {(r["layer"], r["phase"]): r["kind"] for r in rows if r["layer"] not in gone}
+
+
+def check_launches(store, run_id: int, backend: str) -> dict:
+    """The run is complete on ``backend`` and every planned layer phase launched in each measured
+    iteration, and nothing else did; every launch timed, in invocation order. The run's row."""
+    from tracker.store import find_run, launch_rows, layer_rows, run_dict
+
+    run = run_dict(find_run(store, run_id))
+    assert (run["status"], run["backend"], run["error"]) == ("complete", backend, None)
+    ids = {r["layer"]: r["layer_id"] for r in layer_rows(store, run_id)}
+    launches = launch_rows(store, run_id)
+    seen = {(k["layer_id"], k["phase"], k["repeat"]) for k in launches}
+    assert seen == {(ids[layer], phase, r) for layer, phase in planned(store, run) for r in range(run["repeat"])}
+    assert all(k["time_ms"] is not None and k["time_ms"] > 0 for k in launches)
+    assert [k["invocation"] for k in launches] == list(range(len(launches)))
+    return run
+
+
+def check_counters(store, run_id: int, expected: set[str]) -> None:
+    """Pass 2 joined every launch of pass 1: each holds exactly the ``expected`` counters."""
+    from tracker.store import launch_rows, metric_rows
+
+    held: dict[int, set[str]] = {}
+    values: dict[tuple[int, str], float | None] = {}
+    for row in metric_rows(store, run_id):
+        held.setdefault(row["invocation"], set()).add(row["name"])
+        values[(row["invocation"], row["name"])] = row["value"]
+    invocations = [k["invocation"] for k in launch_rows(store, run_id)]
+    assert sorted(held) == invocations
+    assert all(names == expected for names in held.values()), {i: expected ^ n for i, n in held.items() if n != expected}
+    if "duration_ns" in expected:  # ncu's own time of each launch
+        assert all((values[(i, "duration_ns")] or 0) > 0 for i in invocations)
+
+
+def check_report(runner, db: str, target: str, out: Path, counters: bool | None = None) -> None:
+    """`tracker report TARGET`: index.html shows every figure written (each as PNG and SVG) and
+    report.md; a run's counter sections all drawn where it has ``counters``, else left out."""
+    result = runner.invoke(cli, ["report", target, "--db", db, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    svg, png = ({p.stem for p in out.glob(f"*.{ext}")} for ext in ("svg", "png"))
+    shown = re.findall(r"<img src='([^']+)\.svg'", (out / "index.html").read_text())
+    assert sorted(shown) == sorted(svg) == sorted(png) != [], f"each figure in files of its own: {sorted(shown)}"
+    assert result.stdout.startswith(f"{len(shown)} figures of "), result.output
+    assert (out / "report.md").read_text().startswith("#")
+    if counters is not None:
+        assert ("not collected (no counters)" in result.stdout) is not counters
+
+
+# Selftest: every variant against the reference ------------------------------------------------
+
+def test_selftest_passes_every_variant():  # about 45 s: compiles every variant, ca and cg
     from tracker.gpu.runner import selftest, summarize
+    from tracker.ops import OPS
 
-    results, device = selftest(tuple(network_cases(build("alexnet"), 2)), ("ca", "cg"), lambda line: None)
-    failed = [r for r in summarize(results) if not r["passed"]]
+    cases = tuple(network_cases(build("alexnet"), 2))
+    results, _ = selftest(cases, ("ca", "cg"), lambda line: None)
+    rows = summarize(results)
+    assert {(r["l1"], r["layer"], r["variant"]) for r in rows} == {
+        (l1, case.layer, variant) for l1 in ("ca", "cg") for case in cases for variant in OPS[case.op].variants}
+    failed = [r for r in rows if not r["passed"]]
     assert not failed, failed
 
 
-def test_events_profile_logs_every_layer_phase(tmp_path):
-    from tracker.profile import profile
-    from tracker.store import launch_rows, open_store
+def test_selftest_of_the_small_cases_through_the_cli():
+    from tracker.ops import OPS
+    from tracker.ops.selftest import small_cases
 
-    result = profile(str(tmp_path / "t.db"), build("alexnet"), 8, backend="events", repeat=2, warmup=1)
-    launches = launch_rows(open_store(str(tmp_path / "t.db"), write=False), result.run_id)
-    seen = {(k["layer_id"], k["phase"], k["repeat"]) for k in launches}
-    expected = {(p.layer_id, p.phase, r) for p in result.predictions for r in range(2)}
-    assert seen == expected
-    assert all(k["time_ms"] > 0 for k in launches)
-    assert [k["invocation"] for k in launches] == list(range(len(launches)))
+    done = tracker("selftest", "--shapes", "small", "--l1", "both", "--format", "json")
+    rows = json.loads(done.stdout)
+    assert {(r["l1"], r["op"], r["variant"]) for r in rows} == {
+        (l1, case.op, variant) for l1 in ("ca", "cg") for case in small_cases() for variant in OPS[case.op].variants}
+    assert all(r["passed"] and r["error"] is not None for r in rows), [r for r in rows if not r["passed"]]
+    assert f"{len(rows)} passed, 0 failed on " in done.stderr
 
 
-def test_the_library_arm_logs_every_layer_phase_with_its_algorithm(tmp_path):
-    """--impl torch on events: PyTorch's kernels placed under our ranges, every layer phase with a
-    launch, each conv phase named by an algorithm, the versions recorded."""
-    pytest.importorskip("torch")
-    from tracker.gpu.workload import Workload
-    from tracker.profile import profile_workload
-    from tracker.store import find_run, launch_rows, layer_rows, open_store, run_dict
+# Profiles: ours, the library arm and a user's model, on events and under ncu ------------------
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory) -> str:
+    """The one database every profile fixture below writes into (so that compare can pair them)."""
+    return str(tmp_path_factory.mktemp("profiles") / "trace.db")
+
+
+@pytest.fixture(scope="module")
+def ncu() -> str:
+    from tracker.profilers.ncu import find
+
+    path = find()
+    if path is None:
+        pytest.skip("Nsight Compute (ncu) is not on PATH, in $TRACKER_NCU or under /usr/local/cuda: "
+                    "the ncu backend cannot run here")
+    return path
+
+
+@pytest.fixture(scope="module")
+def ncu_counters(ncu) -> set[str]:
+    """The catalog names each launch of an ncu run holds on this GPU: the metrics of its compute
+    capability that this ncu lists, and the replay passes ncu adds."""
+    from tracker.gpu.detect import compute_capability
+    from tracker.metrics import BY_NCU, ncu_metrics
+    from tracker.profilers.ncu import available_metrics
+
+    known = available_metrics(ncu)
+    names = {BY_NCU[m].name for m in ncu_metrics(compute_capability()) if m.split(".", 1)[0] in known}
+    assert {"duration_ns", "dram_read_bytes", "l2_hit_rate", "stall_long_scoreboard", "ffma"} <= names
+    return names | {"replay_passes"}
+
+
+@pytest.fixture(scope="module")
+def ours_events(profiles) -> int:
+    return profiled(profiles, "alexnet", "--batch", "2", "--backend", "events", "--repeat", "2")
+
+
+@pytest.fixture(scope="module")
+def ours_ncu(profiles, ncu) -> int:  # about 40 s: 18 replay passes of each of AlexNet's ~70 launches
+    return profiled(profiles, "alexnet", "--batch", "1", "--backend", "ncu", "--repeat", "1")
+
+
+@pytest.fixture(scope="module")
+def torch_events(profiles) -> int:
+    needs_torch()
+    return profiled(profiles, "alexnet", "--batch", "2", "--impl", "torch", "--backend", "events", "--repeat", "2")
+
+
+@pytest.fixture(scope="module")
+def torch_ncu(profiles, ncu) -> int:  # about 25 s
+    """The forward only: about 30 of the step's 140 library launches (the backward's kernels are
+    joined in user_ncu); the first library join that failed on a GPU was conv1's forward."""
+    needs_torch()
+    return profiled(profiles, "alexnet", "--batch", "1", "--impl", "torch", "--phases", "fwd", "--backend", "ncu",
+                    "--repeat", "1")
+
+
+@pytest.fixture(scope="module")
+def user_events(profiles) -> int:
+    needs_torch()
+    return profiled(profiles, "--torch", USER_MODEL, "--backend", "events", "--repeat", "2")
+
+
+@pytest.fixture(scope="module")
+def user_ncu(profiles, ncu) -> int:  # about 25 s
+    needs_torch()
+    return profiled(profiles, "--torch", USER_MODEL, "--backend", "ncu", "--repeat", "1")
+
+
+def test_events_profile_of_ours_times_every_layer_phase(profiles, ours_events):
+    from tracker.store import open_store
+
+    run = check_launches(open_store(profiles, write=False), ours_events, "events")
+    assert (run["implementation"], run["batch"], run["tiles"]) == ("ours", 2, {})
+
+
+def test_ncu_profile_of_ours_joins_every_launch(profiles, ours_ncu, ncu_counters):
+    from tracker.store import open_store
+
+    store = open_store(profiles, write=False)
+    run = check_launches(store, ours_ncu, "ncu")
+    assert run["ncu_version"] and run["ncu_clock_control"] in ("base", "none")
+    check_counters(store, ours_ncu, ncu_counters)
+
+
+def check_library(store, run: dict) -> None:
+    """A library run records its versions and names the algorithm of every convolution phase."""
+    from tracker.store import layer_rows
+
+    assert run["implementation"] == "torch" and run["library"]["cudnn"]
+    convs = {(r["layer"], r["phase"]): r["algorithm"] for r in layer_rows(store, run["id"]) if r["kind"] == "conv"}
+    assert convs and all(convs.values()), convs
+
+
+def test_the_library_arm_on_events_logs_every_layer_phase_with_its_algorithm(profiles, torch_events):
+    from tracker.store import open_store
+
+    store = open_store(profiles, write=False)
+    check_library(store, check_launches(store, torch_events, "events"))
+
+
+def test_the_library_arm_under_ncu_joins_every_launch(profiles, torch_ncu, ncu_counters):
+    from tracker.store import open_store
+
+    store = open_store(profiles, write=False)
+    run = check_launches(store, torch_ncu, "ncu")
+    assert run["phases"] == "fwd"
+    check_library(store, run)
+    check_counters(store, torch_ncu, ncu_counters)
+
+
+def test_a_users_model_on_events_logs_every_module_call(profiles, user_events):
+    from tracker.store import layer_rows, open_store
+
+    store = open_store(profiles, write=False)
+    run = check_launches(store, user_events, "events")
+    assert (run["network"], run["implementation"], run["batch"]) == (USER_MODEL, "torch", 4)
+    assert [r["layer"] for r in layer_rows(store, user_events) if r["phase"] == "fwd"] == [
+        "stem", "bn", "act#1", "block", "act#2", "pool", "act#3", "head"]
+
+
+def test_a_users_model_under_ncu_joins_every_launch(profiles, user_ncu, ncu_counters):
+    from tracker.store import open_store
+
+    store = open_store(profiles, write=False)
+    run = check_launches(store, user_ncu, "ncu")
+    assert (run["network"], run["implementation"]) == (USER_MODEL, "torch")
+    check_counters(store, user_ncu, ncu_counters)
+
+
+def test_nvprof_profile_joins_every_launch(tmp_path):
+    """Only on a GPU before Volta with nvprof installed; elsewhere it says why it skipped."""
+    from tracker import profilers
+    from tracker.errors import BackendUnavailable
+    from tracker.gpu.detect import compute_capability
+    from tracker.metrics import BY_NVPROF
+    from tracker.store import metric_rows, open_store
+
+    cc = compute_capability()
+    if cc is None or not profilers.supports("nvprof", cc):
+        pytest.skip(f"nvprof profiles GPUs before Volta; this one is compute capability {cc} (the ncu tests cover it)")
+    try:
+        profilers.find("nvprof")
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    db = str(tmp_path / "t.db")
+    run_id = profiled(db, "alexnet", "--batch", "1", "--backend", "nvprof", "--repeat", "1")
+    store = open_store(db, write=False)
+    check_launches(store, run_id, "nvprof")
+    names = {row["name"] for row in metric_rows(store, run_id)}
+    assert names and names <= {m.name for m in BY_NVPROF.values()}
+    check_counters(store, run_id, names)
+
+
+RUNS = ("ours_events", "ours_ncu", "torch_events", "torch_ncu", "user_events", "user_ncu")
+
+
+@pytest.mark.parametrize("fixture", RUNS)
+def test_report_show_and_export_of_each_run(fixture, profiles, request, runner, tmp_path):
+    """What a user reads of a measured run: `tracker report` (every counter figure drawn where ncu
+    ran), `tracker show` (every launch and counter the store holds) and `tracker export`."""
+    from tracker.export import TABLES
+    from tracker.store import launch_rows, metric_rows, open_store
+    from tracker.store.views import VIEWS
+
+    run_id = request.getfixturevalue(fixture)
+    check_report(runner, profiles, str(run_id), tmp_path / "report", counters=fixture.endswith("ncu"))
+    shown = runner.invoke(cli, ["show", str(run_id), "--db", profiles, "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    store = open_store(profiles, write=False)
+    stored = json.loads(shown.stdout)
+    assert (len(stored["launches"]), len(stored["metrics"])) == (len(launch_rows(store, run_id)),
+                                                                 len(metric_rows(store, run_id)))
+    exported = runner.invoke(cli, ["export", str(run_id), "--db", profiles, "--out", str(tmp_path / "csv")])
+    assert exported.exit_code == 0, exported.output
+    assert {p.name for p in (tmp_path / "csv").iterdir()} == {
+        f"{name}.csv" for name in (*TABLES, *(v.name for v in VIEWS), "metric_def")}
+
+
+def test_runs_lists_every_measured_run_complete(profiles, ours_events, ours_ncu, runner):
+    listed = runner.invoke(cli, ["runs", "--db", profiles, "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {r["run_id"]: r for r in json.loads(listed.stdout)}
+    assert {(rows[i]["status"], rows[i]["backend"]) for i in (ours_events, ours_ncu)} == {
+        ("complete", "events"), ("complete", "ncu")}
+
+
+def test_compare_ours_against_the_library_per_layer_phase(profiles, ours_events, torch_events, runner):
+    from tracker.store import find_run, open_store, run_dict
+
+    compared = runner.invoke(cli, ["compare", str(ours_events), str(torch_events), "--db", profiles, "--format", "json"])
+    assert compared.exit_code == 0, compared.output
+    rows = json.loads(compared.stdout)
+    store = open_store(profiles, write=False)
+    phases = planned(store, run_dict(find_run(store, ours_events)))
+    assert {(r["layer"], r["phase"]) for r in rows if r["layer"] != "iteration"} == set(phases)
+    assert all(r["speedup"] > 0 for r in rows)
+    assert all(r.get("algorithm_b") for r in rows if phases.get((r["layer"], r["phase"])) == "conv")
+
+
+# Experiments: every kind, at tiny batch, on events ---------------------------------------------
+
+EXPERIMENTS = {  # kind -> its options as tracker.experiment.arms takes them: few arms, and each kind's own axis
+    "l1-bypass": {"variants": ("global", "shared")},  # 5 arms: global ca, cg; shared ca, cg, ca staged
+    "fusion": {},
+    "variants": {},  # every variant of every op, winograd, winograd_f4 and fft included
+    "batch": {"batches": (1, 2)},
+    "library": {},
+    "algorithms": {},
+}
+
+
+@pytest.mark.parametrize("kind", EXPERIMENTS)
+def test_experiment_runs_every_arm_and_reports(kind, tmp_path, runner):  # 10-40 s each
+    """Every arm complete on this GPU with its planned launches, the kind's table complete, and the
+    experiment's report."""
+    from tracker.analysis.experiments import results
+    from tracker.experiment import arms
+    from tracker.store import find_experiment, open_store
+
+    if kind == "library":
+        needs_torch()
+    db = str(tmp_path / "t.db")
+    options = [a for key, values in EXPERIMENTS[kind].items() for a in (f"--{key}", ",".join(map(str, values)))]
+    tracker("experiment", kind, "alexnet", "--batch", "2", *options, "--backend", "events", "--repeat", "2",
+            "--db", db, "--format", "json")
+    store = open_store(db, write=False)
+    experiment_id = find_experiment(store, "last").id
+    listed = runner.invoke(cli, ["experiments", f"e{experiment_id}", "--db", db, "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)
+    assert [(r["arm"], r["state"]) for r in rows] == [(a.label, "complete") for a in arms(kind, 2, **EXPERIMENTS[kind])]
+    runs = {r["arm"]: check_launches(store, r["run"], "events") for r in rows}
+    assert {run["device_name"] for run in runs.values()} == {r["device"] for r in rows}
+    check_table(kind, results(store, experiment_id, kind), {arm: planned(store, run) for arm, run in runs.items()})
+    check_report(runner, db, f"e{experiment_id}", tmp_path / "report")
+
+
+def check_table(kind: str, table, phases: dict[str, dict[tuple[str, str], str]]) -> None:
+    """The table `tracker experiment KIND` prints: a row, with a time, for every layer phase that
+    both runs of a comparison launched (``phases``: each arm's planned layer phases)."""
+    if kind == "batch":
+        assert set(table["batch"]) == {1, 2} and (table["ms"] > 0).all()
+        return
+    if kind == "fusion":  # a row per ReLU phase the fused kernels absorbed
+        pairs = table[table["layer"] != "iteration"]
+        separate, fused = phases["separate"], phases["fused"]
+        assert sorted(zip(pairs["relu"], pairs["phase"])) == sorted(key for key in separate if key not in fused)
+        assert (pairs["separate_ms"] > 0).all()
+        # a fused time where the producer runs that phase (conv1 has no data gradient: relu1's just goes)
+        assert all((r.fused_ms > 0) is ((r.layer, r.phase) in fused) for r in pairs.itertuples())
+        assert (table[table["layer"] == "iteration"]["speedup"] > 0).all()
+        return
+    per_layer = table[table["layer"] != "iteration"]
+    for (base, arm), rows in per_layer.groupby(["baseline_arm", "arm"]):
+        both = {key: k for key, k in phases[arm].items() if key in phases[base]}
+        if kind == "algorithms":
+            both = {key: k for key, k in both.items() if k == "conv"}
+        timed = {(r.layer, r.phase) for r in rows.itertuples() if r.speedup > 0}
+        assert timed == set(both), (base, arm)
+        if kind in ("library", "algorithms"):  # the algorithm each side ran
+            assert rows[rows["kind"] == "conv"]["algorithm_b"].notna().all(), (base, arm)
+    assert set(table["arm"]) == set(phases) - set(table["baseline_arm"])
+    assert (table[table["layer"] == "iteration"]["speedup"] > 0).all()
+    if kind == "l1-bypass":  # the staged arm beside each cg arm of a GEMM-shaped variant: what L1 alone is worth
+        assert table[table["arm"] == "shared cg"]["l1_speedup"].notna().all()
+
+
+class Queued:
+    """An executor that runs nothing: the arms stay queued, as `--executor slurm --detach` leaves them."""
+
+    name = "local"
+
+    def check(self, db, net, backend) -> None:
+        pass
+
+    def reconcile(self, store, experiment_id, echo) -> None:
+        pass
+
+    def run(self, sweep) -> None:
+        pass
+
+
+def test_arm_runs_a_queued_arm_as_a_cluster_task_does(tmp_path, runner):
+    """`tracker arm EXPERIMENT POSITION`, what each Slurm task runs on its node: each queued arm
+    of a fusion experiment run on this GPU; the last one settles the experiment."""
+    from tracker.experiment import run_experiment
+    from tracker.store import experiment_dict, find_experiment, open_store
+    from tracker.store.experiments import arm_rows
 
     db = str(tmp_path / "t.db")
-    workload = Workload.of(build("alexnet"), 8, repeat=2, warmup=1, implementation="torch")
-    result = profile_workload(db, workload, backend="events")
+    experiment_id = run_experiment(db, "fusion", build("alexnet"), 2, backend="events", repeat=2, executor=Queued())
+    for position in (0, 1):
+        done = tracker("arm", f"e{experiment_id}", str(position), "--db", db)
+        assert f"arm {position} of e{experiment_id} complete: run " in done.stdout
     store = open_store(db, write=False)
-    launches = launch_rows(store, result.run_id)
-    seen = {(k["layer_id"], k["phase"], k["repeat"]) for k in launches}
-    assert seen == {(p.layer_id, p.phase, r) for p in result.predictions for r in range(2)}
-    assert all(k["time_ms"] > 0 for k in launches)
-    convs = {(r["layer"], r["phase"]): r["algorithm"] for r in layer_rows(store, result.run_id) if r["kind"] == "conv"}
-    assert all(convs.values()), convs
-    assert run_dict(find_run(store, result.run_id))["library"]["cudnn"]
+    arms = arm_rows(store, experiment_id)
+    assert [a.state for a in arms] == ["complete", "complete"] and all(a.device_name for a in arms)
+    for a in arms:
+        check_launches(store, a.run_id, "events")
+    assert experiment_dict(find_experiment(store, experiment_id), arms)["status"] == "complete"
+
+
+# The schedule search and the kernel benchmark --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory) -> tuple[str, list[dict]]:  # about 35 s: the budget, and the candidate in hand
+    """`tracker tune --quick` at batch 2 with a 30-second budget: its database and its table."""
+    db = str(tmp_path_factory.mktemp("tune") / "tuning.db")
+    done = tracker("tune", "alexnet", "--batch", "2", "--quick", "--reps", "2", "--verify-batch", "1", "--budget", "30",
+                   "--db", db, "--format", "json")
+    return db, json.loads(done.stdout)
+
+
+def test_tune_stores_every_candidate_verified_and_timed(tuned):
+    from tracker.store import open_store
+    from tracker.store.queries import view_frame
+    from tracker.tune import targets
+
+    db, rows = tuned
+    assert [(r["layer"], r["phase"], r["variant"]) for r in rows] == [
+        (t.layer, t.phase, t.variant) for t in targets(build("alexnet"), 2, {}, 1)]
+    searched = [r for r in rows if r["tried"]]
+    assert searched and all(r["best"] and r["best_ms"] > 0 for r in searched)
+    candidates = view_frame(open_store(db, write=False), "tuning")
+    assert len(candidates) == sum(r["tried"] for r in rows)
+    assert candidates["verified"].astype(bool).all() and (candidates["time_ms"] > 0).all()
+    assert set(candidates["timer"]) == {"events"}
+
+
+@pytest.mark.parametrize("untuned", [False, True])
+def test_profile_runs_the_tuned_tiles_unless_untuned(tuned, untuned):
+    from tracker.store import open_store
+    from tracker.tune import best
+
+    db, _ = tuned
+    run_id = profiled(db, "alexnet", "--batch", "2", "--backend", "events", "--repeat", "1",
+                      *(["--untuned"] if untuned else []))
+    store = open_store(db, write=False)
+    run = check_launches(store, run_id, "events")
+    assert run["tiles"] == (
+        {} if untuned else best(store, run["device_name"], build("alexnet"), 2, {}))
+
+
+def test_the_kernel_benchmark_times_every_variant_of_every_layer_phase(tuned, tmp_path):  # about 40 s
+    """benchmarks/kernels.py with the tuned tiles, at batch 2 and 2 repetitions."""
+    from tracker.model import costs
+    from tracker.ops import OPS
+
+    db, _ = tuned
+    out = tmp_path / "RESULTS.md"
+    child([sys.executable, "benchmarks/kernels.py", "--batch", "2", "--reps", "2", "--db", db, "--out", str(out)], 600)
+    text = out.read_text()
+    net = build("alexnet")
+    rows = {tuple(line.split(" | ")[:2]): line.split(" | ")[2] for line in text.splitlines()
+            if line.startswith("| ") and re.match(r"\| \S+ \| \S+ \| \S+ [\d.]+ \(", line)}
+    expected = {(f"| {case.layer}", phase): list(OPS[case.op].variants) for case in network_cases(net, 2)
+                for phase in OPS[case.op].phases if phase in costs(net.layer(case.layer), 2)}
+    assert set(rows) == set(expected)
+    assert all(re.findall(r"(\S+) [\d.]+ \(", rows[key]) == variants for key, variants in expected.items())
+    assert "## Whole training iteration, batch 2" in text and "GEMM tiles as `tracker tune` stored them in tuning.db" in text

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 9.
+# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 9 or suite.
 #
 #   1  preflight; selftest --record; a batch-1 ncu smoke profile (the join); events at batch 128;
 #      this GPU's ncu --query-metrics; the batch-16 ncu fixture database with its raw CSV pages
@@ -22,6 +22,9 @@
 #      arms) at batch 128 on events
 #   9  the new variants' speed (issue 30): the kernel benchmark (RESULTS.md: every variant against
 #      cuDNN); tracker tune of the Winograd and FFT variants' GEMMs (quick) into one database
+#  suite  the GPU suite (issue 43): `pytest -m gpu` on tests/test_gpu*.py, every command that needs
+#      a GPU at small sizes, each test asserting what it stored or wrote; each test's time in the
+#      log (stagesuite.tar.gz). Run it first in a GPU session: it says which paths work
 #
 # Each stage fits one 10-minute command: every step runs under its own `timeout`, cut to what is
 # left of the stage's budget (TRACKER_STAGE_BUDGET_S, default 560 s). Everything lands in a scratch
@@ -39,7 +42,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-case "$stage" in 1|2|3|4|5|6|7|8|9) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5|6|7|8|9 (got '${stage}')"; exit 2 ;; esac
+case "$stage" in 1|2|3|4|5|6|7|8|9|suite) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5|6|7|8|9 (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
 w="$work/stage$stage"
@@ -247,6 +250,12 @@ stage9() {
         step "tune-$variant" 100 "tracker tune alexnet --batch 128 --variant conv=$variant --quick --reps 3 \
             --budget 80 --db \$W/tuning-new-variants-\$GPU.db --format csv > \$W/tune-$variant.csv"
     done
+}
+
+stagesuite() {
+    # The files by name: `pytest -m gpu` alone collects every test module, and some import packages
+    # this machine lacks (nbformat), which stops the whole session at collection.
+    step suite 540 'python3 -m pytest -m gpu -q --durations=0 tests/test_gpu*.py'
 }
 
 "stage$stage"

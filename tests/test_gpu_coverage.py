@@ -1,0 +1,91 @@
+"""The GPU suite (tests/test_gpu*.py, `pytest -m gpu`) keeps up with the code: it runs every
+command, backend, implementation, experiment kind and GPU benchmark that needs a GPU, as read
+from its source. This test needs no GPU: CI has none, so a GPU path missing from the suite would first run
+in front of a person on a lent GPU (2026-11-25: every one added since the previous GPU session
+broke there at first contact)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+from tracker.cli import cli
+from tracker.experiment import KINDS
+from tracker.gpu.workload import IMPLEMENTATIONS
+from tracker.profile import BACKENDS
+
+HERE = Path(__file__).parent
+SUITE = [path for path in sorted(HERE.glob("test_gpu*.py")) if path.name != Path(__file__).name]
+
+# Commands that never touch a GPU, whatever the store holds: the catalogs and the analytic model,
+# NVRTC compiling with no GPU (CI runs it), and the store's SQL and schema. Every other command
+# runs on a GPU or reads what a GPU run stored, so the suite runs it.
+NO_GPU = {"devices", "metrics", "model", "networks", "kernels", "sql", "upgrade"}
+
+
+def calls() -> list[tuple[str, list[str | None]]]:
+    """Every call in the suite's source: the called name, and its positional arguments with a
+    list argument spread in place (`runner.invoke(cli, ["report", ...])`), each literal string
+    as such and anything else None."""
+    assert SUITE, "no tests/test_gpu*.py"
+    found = []
+    for path in SUITE:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                items = [item for arg in node.args for item in (arg.elts if isinstance(arg, ast.List) else [arg])]
+                found.append((getattr(node.func, "id", getattr(node.func, "attr", "")),
+                              [i.value if isinstance(i, ast.Constant) and isinstance(i.value, str) else None
+                               for i in items]))
+    return found
+
+
+def commands_run() -> set[str]:
+    """What the suite runs: `tracker(COMMAND, ...)` in a child, `runner.invoke(cli, [COMMAND, ...])` here."""
+    return {args[0] if name == "tracker" else args[1] for name, args in calls()
+            if (name == "tracker" and args) or (name == "invoke" and len(args) > 1)}
+
+
+def arguments() -> set[str]:
+    return {arg for _, args in calls() for arg in args if arg is not None}
+
+
+def values_of(option: str) -> set[str]:
+    """Every literal value the suite passes to ``option`` (--backend events)."""
+    return {args[i + 1] for _, args in calls() for i in range(len(args) - 1) if args[i] == option}
+
+
+def experiment_kinds() -> set[str]:
+    """The keys of the suite's EXPERIMENTS table: the kinds its experiment test runs."""
+    return {key.value for path in SUITE for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["EXPERIMENTS"]
+            for key in node.value.keys}
+
+
+def test_every_command_but_the_gpu_free_ones_is_run_by_the_gpu_suite():
+    assert NO_GPU <= set(cli.commands), NO_GPU - set(cli.commands)  # a renamed command is noticed
+    assert sorted(set(cli.commands) - NO_GPU - commands_run()) == []
+
+
+def test_no_command_said_to_need_no_gpu_asks_for_one():
+    for name in sorted(NO_GPU):
+        command = cli.commands[name]
+        assert "backend" not in {p.name for p in command.params}, name
+        assert "require_gpu" not in inspect.getsource(command.callback), name
+
+
+def test_every_experiment_kind_gpu_backend_and_implementation_is_run_by_the_gpu_suite():
+    assert sorted(set(KINDS) - experiment_kinds()) == []
+    assert sorted(set(BACKENDS) - {"auto", "model"} - values_of("--backend")) == []  # auto picks one of the others
+    default = next(p.default for p in cli.commands["profile"].params if p.name == "implementation")
+    assert sorted(set(IMPLEMENTATIONS) - {default} - values_of("--impl")) == []
+    assert "--torch" in arguments()
+
+
+def test_every_benchmark_that_needs_a_gpu_is_run_by_the_gpu_suite():
+    root = HERE.parent
+    gpu = {path.relative_to(root).as_posix() for path in sorted((root / "benchmarks").glob("*.py"))
+           if re.search(r"^\s*(import|from) cupy\b", path.read_text(), re.MULTILINE)}
+    assert gpu, "no benchmark imports CuPy: this test looks for the wrong thing"
+    assert sorted(gpu - arguments()) == []

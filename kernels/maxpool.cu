@@ -33,15 +33,17 @@ struct Window {
     }
 };
 
-// Calls f with the shape's window, compiled for it where it is a common one.
-template <class F>
-__device__ __forceinline__ void with_window(const PoolShape& s, F f) {
+// Calls Body::run(window, args...) with the shape's window, compiled for it where it is a common
+// one. A struct's member template, not a generic lambda: NVRTC 13.0 takes a lambda's call operator
+// for a host function, which JIT mode rejects, and marking it __device__ needs --extended-lambda.
+template <class Body, class... Args>
+__device__ __forceinline__ void with_window(const PoolShape& s, Args... args) {
     if (s.size == 3 && s.stride == 2)
-        f(Window<3, 2>{3, 2});
+        Body::run(Window<3, 2>{3, 2}, args...);
     else if (s.size == 2 && s.stride == 2)
-        f(Window<2, 2>{2, 2});
+        Body::run(Window<2, 2>{2, 2}, args...);
     else
-        f(Window<0, 0>{s.size, s.stride});
+        Body::run(Window<0, 0>{s.size, s.stride}, args...);
 }
 
 // The first maximum (row-major) of the window whose corner is `corner`, in rows `pitch` apart:
@@ -73,8 +75,9 @@ struct Walk {
     }
 };
 
-extern "C" __global__ void maxpool_fwd_global(const float* RESTRICT x, float* RESTRICT y, PoolShape s) {
-    with_window(s, [&](auto w) {
+struct FwdGlobal {
+    template <class Win>
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT x, float* RESTRICT y, const PoolShape& s) {
         const int total = s.N * s.C * s.P * s.Q;
         for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
             const int q = e % s.Q, p = (e / s.Q) % s.P, plane = e / (s.Q * s.P);
@@ -83,12 +86,17 @@ extern "C" __global__ void maxpool_fwd_global(const float* RESTRICT x, float* RE
             first_max(corner, s.W, w, m);
             y[e] = m;
         }
-    });
+    }
+};
+
+extern "C" __global__ void maxpool_fwd_global(const float* RESTRICT x, float* RESTRICT y, PoolShape s) {
+    with_window<FwdGlobal>(s, x, y, s);
 }
 
-extern "C" __global__ void maxpool_bwd_global(const float* RESTRICT dy, const float* RESTRICT x,
-                                              float* RESTRICT dx, PoolShape s) {
-    with_window(s, [&](auto w) {
+struct BwdGlobal {
+    template <class Win>
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT dy, const float* RESTRICT x,
+                                               float* RESTRICT dx, const PoolShape& s) {
         const int total = s.N * s.C * s.H * s.W;
         for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
             const int v = e % s.W, h = (e / s.W) % s.H, plane = e / (s.W * s.H);
@@ -105,14 +113,20 @@ extern "C" __global__ void maxpool_bwd_global(const float* RESTRICT dy, const fl
                 }
             dx[e] = acc;
         }
-    });
+    }
+};
+
+extern "C" __global__ void maxpool_bwd_global(const float* RESTRICT dy, const float* RESTRICT x,
+                                              float* RESTRICT dx, PoolShape s) {
+    with_window<BwdGlobal>(s, dy, x, dx, s);
 }
 
 // Block per (band of `band` output rows, plane): grid (ceil(P / band), N * C). Dynamic shared
 // memory: the input rows the band reads, ((band - 1) * stride + size) * W floats.
-extern "C" __global__ void maxpool_fwd_shared(const float* RESTRICT x, float* RESTRICT y, PoolShape s, int band) {
-    extern __shared__ float rows[];
-    with_window(s, [&](auto w) {
+struct FwdShared {
+    template <class Win>
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT x, float* RESTRICT y, const PoolShape& s,
+                                               int band, float* rows) {
         const int plane = blockIdx.y, p0 = blockIdx.x * band, np = min(band, s.P - p0);
         const int h0 = p0 * w.stride(), span = (np - 1) * w.stride() + w.size();
         stage(rows, x + ((size_t)plane * s.H + h0) * s.W, span * s.W, threadIdx.x, blockDim.x);
@@ -123,17 +137,22 @@ extern "C" __global__ void maxpool_fwd_shared(const float* RESTRICT x, float* RE
             first_max(rows + o.row * w.stride() * s.W + o.col * w.stride(), s.W, w, m);
             out[o.row * s.Q + o.col] = m;
         }
-    });
+    }
+};
+
+extern "C" __global__ void maxpool_fwd_shared(const float* RESTRICT x, float* RESTRICT y, PoolShape s, int band) {
+    extern __shared__ float rows[];
+    with_window<FwdShared>(s, x, y, s, band, rows);
 }
 
 // Block per (band of `band` input rows, plane): grid (ceil(H / band), N * C). Dynamic shared
 // memory: the input rows read by the windows that meet the band, their output gradients, and
 // each such window's maximum as an offset into those rows (see bwd_band_bytes in
 // tracker/ops/maxpool.py).
-extern "C" __global__ void maxpool_bwd_shared(const float* RESTRICT dy, const float* RESTRICT x,
-                                              float* RESTRICT dx, PoolShape s, int band) {
-    extern __shared__ float smem[];
-    with_window(s, [&](auto w) {
+struct BwdShared {
+    template <class Win>
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT dy, const float* RESTRICT x,
+                                               float* RESTRICT dx, const PoolShape& s, int band, float* smem) {
         const int plane = blockIdx.y, h_first = blockIdx.x * band, h_last = min(h_first + band, s.H) - 1;
         int p0, p1, unused;
         w.covering(h_first, s.P, p0, unused);
@@ -166,5 +185,11 @@ extern "C" __global__ void maxpool_bwd_shared(const float* RESTRICT dy, const fl
                 }
             out[i.row * s.W + i.col] = acc;
         }
-    });
+    }
+};
+
+extern "C" __global__ void maxpool_bwd_shared(const float* RESTRICT dy, const float* RESTRICT x,
+                                              float* RESTRICT dx, PoolShape s, int band) {
+    extern __shared__ float smem[];
+    with_window<BwdShared>(s, dy, x, dx, s, band, smem);
 }

@@ -137,4 +137,9 @@ extern "C" int emu_to_symbol(const char* name, const void* data, size_t bytes) {
     return 0;
 }
 
+extern "C" long long emu_symbol_bytes(const char* name) {
+    auto found = emu_symbols().find(name);
+    return found == emu_symbols().end() ? -1 : static_cast<long long>(found->second.second);
+}
+
 extern "C" void* emu_dynamic_shared_memory() { return emu_dynamic_shared; }

@@ -1,7 +1,10 @@
-"""Run tracker's CUDA kernels on the CPU through cuda_emu.h, as a ``launchers.Backend``.
+"""Run tracker's CUDA kernels on the CPU through cuda_emu.h, as a ``tracker.ops.launch.Backend``.
 
-Each kernel module is compiled once per test session with g++ (C++20) into a shared library;
-arrays are NumPy float32 (int32 labels). For tests only: see cuda_emu.h for what it checks.
+Each kernel module is compiled once per test session with g++ (C++20) into a shared library.
+It keeps the GPU's contract: its device arrays are a type of their own (``DeviceArray``) that only
+the emulator makes and reads back, as CuPy's are, and every launch and constant is checked against
+the same rules the CuPy backend checks (tracker/ops/contract.py), so that CI refuses what the GPU
+would. For tests only: see cuda_emu.h for what it checks of the kernels themselves.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracker.gpu.kernels import KERNEL_DIR, define_options, source_text
-from tracker.ops.launch import DEFAULT_SHARED, LaunchRecord, Struct
+from tracker.gpu.kernels import KERNEL_DIR, Overrides, define_options, source_text
+from tracker.ops.contract import H100_MAX_SHARED, check_constant, check_launch
+from tracker.ops.launch import Backend, LaunchRecord, Struct
 
 HERE = Path(__file__).parent
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([\w, ]+\)\s*)?(\w+)\(')
@@ -27,6 +32,72 @@ _DYNAMIC = re.compile(r"extern __shared__ float (\w+)\[\];")
 
 def available() -> bool:
     return shutil.which("g++") is not None
+
+
+_MINT = object()  # the key only Emulator holds: nothing else makes a DeviceArray
+
+
+class DeviceArray:
+    """The emulation's device array, as CuPy's ndarray is the GPU's: only the Emulator makes one
+    (``asarray``, ``empty``) and only its ``asnumpy`` (or ``get``) reads one back. It keeps the
+    dtype it was given, views share its memory, and NumPy refuses to take it as a host array, with
+    CuPy's own message."""
+
+    __slots__ = ("_host",)
+    __array_ufunc__ = None  # numpy_array + device_array raises TypeError, as with CuPy
+
+    def __init__(self, host: np.ndarray, key: object):
+        if key is not _MINT:
+            raise TypeError("only the Emulator makes device arrays (Emulator.asarray, Emulator.empty)")
+        self._host = host
+
+    shape = property(lambda self: self._host.shape)
+    dtype = property(lambda self: self._host.dtype)
+    size = property(lambda self: self._host.size)
+    ndim = property(lambda self: self._host.ndim)
+    nbytes = property(lambda self: self._host.nbytes)
+    flags = property(lambda self: self._host.flags)
+    strides = property(lambda self: self._host.strides)
+
+    def __len__(self) -> int:
+        return len(self._host)
+
+    def __getitem__(self, key: Any) -> "DeviceArray":
+        return DeviceArray(self._host[key][...], _MINT)  # [...]: a 0-d view where CuPy gives a 0-d array
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(value, np.ndarray):
+            raise TypeError("a host array cannot be assigned into a device array: Emulator.asarray it first")
+        self._host[key] = value._host if isinstance(value, DeviceArray) else value
+
+    def reshape(self, *shape: Any) -> "DeviceArray":
+        return DeviceArray(self._host.reshape(*shape), _MINT)
+
+    def ravel(self) -> "DeviceArray":
+        return DeviceArray(self._host.ravel(), _MINT)
+
+    def fill(self, value: float) -> None:
+        self._host.fill(value)
+
+    def copy(self) -> "DeviceArray":
+        return DeviceArray(self._host.copy(), _MINT)
+
+    def astype(self, dtype: Any) -> "DeviceArray":
+        return DeviceArray(self._host.astype(dtype), _MINT)
+
+    def get(self) -> np.ndarray:
+        return self._host.copy()
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise TypeError("Implicit conversion to a NumPy array is not allowed. "
+                        "Please use `.get()` to construct a NumPy array explicitly.")
+
+    def __repr__(self) -> str:
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype})"
+
+
+def is_device(array: Any) -> bool:
+    return isinstance(array, DeviceArray)
 
 
 class Emulator:
@@ -59,6 +130,7 @@ class Emulator:
                             *define_options(defines), *self.options, str(cpp), "-o", str(lib)], check=True,
                            capture_output=True)
             self.libs[source, defines] = ctypes.CDLL(str(lib))
+            self.libs[source, defines].emu_symbol_bytes.restype = ctypes.c_longlong
         return self.libs[source, defines]
 
     def prepare(self, builds) -> None:
@@ -67,10 +139,10 @@ class Emulator:
         with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
             list(pool.map(lambda build: self._lib(*build), dict.fromkeys(builds)))
 
-    def launch(self, source, kernel, grid, block, args, shared_bytes=0, defines=()):
-        assert shared_bytes <= DEFAULT_SHARED, f"{kernel}: {shared_bytes} bytes of dynamic shared memory"
+    def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple, shared_bytes: int = 0,
+               defines: Overrides = ()) -> None:
+        check_launch(is_device, kernel, grid, block, args, shared_bytes, H100_MAX_SHARED)
         record = LaunchRecord(source, kernel, grid, block, shared_bytes, None, self.context)
-        assert np.prod(record.block) <= 1024 and max(record.grid) <= 65535
         values = [_c_value(a) for a in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         self.log.append(record)
@@ -79,30 +151,42 @@ class Emulator:
                                                         pointers)
         assert status == 0, f"no kernel {kernel} in {source}"
 
-    def empty(self, shape):
-        return np.full(shape, np.nan, dtype=np.float32)  # scratch starts poisoned, like every output
+    def empty(self, shape: tuple) -> DeviceArray:
+        return DeviceArray(np.full(shape, np.nan, dtype=np.float32), _MINT)  # scratch starts poisoned, like every output
 
-    def asarray(self, array):
-        return np.array(array, dtype=np.int32 if array.dtype.kind in "iu" else np.float32)
+    def asarray(self, array: Any) -> DeviceArray:
+        """A device copy of a host array, its dtype kept as CuPy keeps it (float64 stays float64)."""
+        return array if isinstance(array, DeviceArray) else DeviceArray(np.array(array), _MINT)
 
-    def asnumpy(self, array):
-        return np.asarray(array)
+    def asnumpy(self, array: Any) -> np.ndarray:
+        return array.get() if isinstance(array, DeviceArray) else np.asarray(array)
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         pass
 
-    def to_constant(self, source, symbol, array):
-        data = np.ascontiguousarray(array, dtype=np.float32)
-        assert self._lib(source).emu_to_symbol(symbol.encode(), data.ctypes.data_as(ctypes.c_void_p),
-                                               ctypes.c_size_t(data.nbytes)) == 0
+    def symbol_bytes(self, source: str, symbol: str) -> int:
+        """A __constant__ symbol's size as the compiler declared it (sizeof)."""
+        size = self._lib(source).emu_symbol_bytes(symbol.encode())
+        assert size >= 0, f"no __constant__ {symbol} in {source}"
+        return size
+
+    def to_constant(self, source: str, symbol: str, array: Any) -> None:
+        check_constant(is_device, symbol, array, self.symbol_bytes(source, symbol))
+        assert self._lib(source).emu_to_symbol(symbol.encode(), ctypes.c_void_p(array._host.ctypes.data),
+                                               ctypes.c_size_t(array.nbytes)) == 0
 
 
-def _c_value(arg):
+if TYPE_CHECKING:  # mypy checks that the emulation speaks the protocol every launcher is written against
+    def _speaks_backend(b: Emulator) -> Backend:
+        return b
+
+
+def _c_value(arg: Any) -> Any:
+    """A checked argument (tracker/ops/contract.py) as the C value the kernel takes."""
     if arg is None:
         return ctypes.c_void_p(None)
-    if isinstance(arg, np.ndarray):
-        assert arg.flags.c_contiguous and arg.dtype in (np.float32, np.int32), (arg.dtype, arg.flags)
-        return ctypes.c_void_p(arg.ctypes.data)
+    if isinstance(arg, DeviceArray):
+        return ctypes.c_void_p(arg._host.ctypes.data)
     if isinstance(arg, Struct):
         fields = [(n, ctypes.c_int32 if t == "i" else ctypes.c_float) for n, t in arg.fields]
         return type(arg.name, (ctypes.Structure,), {"_fields_": fields})(*arg.values)

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import cupy as cp
 import numpy as np
 
-from tracker.gpu.kernels import compile_options, source_text
-from tracker.ops.launch import DEFAULT_SHARED, LaunchRecord, Struct
+from tracker.gpu.kernels import Overrides, compile_options, constant_bytes, source_text
+from tracker.ops.contract import check_constant, check_launch
+from tracker.ops.launch import DEFAULT_SHARED, Backend, LaunchRecord, Struct
 
 
 class CupyBackend:
+    """A ``Backend`` on the GPU. Every launch and constant is checked against the device contract
+    (tracker/ops/contract.py) before CuPy sees it, as the CPU emulation checks it in CI."""
+
     def __init__(self, l1_policy: str = "ca", timed: bool = True):
         self.l1_policy = l1_policy
         self.timed = timed
@@ -30,15 +34,18 @@ class CupyBackend:
             cp.cuda.set_allocator(None)
         self.pool = cp.get_default_memory_pool()
         self.peak_bytes = 0
+        self.max_shared = cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
 
-    def module(self, source: str, defines: tuple = ()) -> cp.RawModule:
+    def module(self, source: str, defines: Overrides = ()) -> Any:
         key = (source, defines)
         if key not in self.modules:
             self.modules[key] = cp.RawModule(code=source_text(source, defines),
                                              options=compile_options(self.l1_policy, overrides=defines))
         return self.modules[key]
 
-    def launch(self, source, kernel, grid, block, args, shared_bytes=0, defines=()):
+    def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple, shared_bytes: int = 0,
+               defines: Overrides = ()) -> None:
+        check_launch(_is_device, kernel, grid, block, args, shared_bytes, self.max_shared)
         function = self.module(source, defines).get_function(kernel)
         if shared_bytes > DEFAULT_SHARED:
             function.max_dynamic_shared_size_bytes = shared_bytes
@@ -53,22 +60,22 @@ class CupyBackend:
         self.log.append(record)
         self.peak_bytes = max(self.peak_bytes, self.pool.total_bytes())
 
-    def empty(self, shape):
+    def empty(self, shape: tuple) -> Any:
         array = cp.empty(shape, dtype=cp.float32)
         self.peak_bytes = max(self.peak_bytes, self.pool.total_bytes())
         return array
 
-    def asarray(self, array: np.ndarray):
-        out = cp.asarray(array)
+    def asarray(self, array: Any) -> Any:
+        out = cp.asarray(array)  # keeps the dtype: a float64 array stays float64 (the contract refuses it at launch)
         self.peak_bytes = max(self.peak_bytes, self.pool.total_bytes())
         return out
 
-    def asnumpy(self, array) -> np.ndarray:
+    def asnumpy(self, array: Any) -> np.ndarray:
         return cp.asnumpy(array)
 
-    def to_constant(self, source, symbol, array):
-        data = cp.ascontiguousarray(array, dtype=cp.float32)
-        self.module(source).get_global(symbol).copy_from_device(data.data, data.nbytes)
+    def to_constant(self, source: str, symbol: str, array: Any) -> None:
+        check_constant(_is_device, symbol, array, constant_bytes(source)[symbol])
+        self.module(source).get_global(symbol).copy_from_device(array.data, array.nbytes)
 
     def flush_l2(self) -> None:
         """Overwrite twice the L2's size, so that the next launch starts with a cold L2 (as the
@@ -117,6 +124,15 @@ def bracketed(fn: Callable[[], object]) -> tuple[Callable[[], None], Callable[[]
 def synchronize() -> None:
     """Wait for the device (cudaDeviceSynchronize: every stream, CuPy's and PyTorch's alike)."""
     cp.cuda.Device().synchronize()
+
+
+def _is_device(array: Any) -> bool:
+    return isinstance(array, cp.ndarray)
+
+
+if TYPE_CHECKING:  # mypy checks that this backend speaks the protocol every launcher is written against
+    def _speaks_backend(b: CupyBackend) -> Backend:
+        return b
 
 
 def _argument(arg):

@@ -84,3 +84,25 @@ def source_hash(sources: tuple[str, ...]) -> str:
         if re.search(rf"\b{name}\b".encode(), texts):
             digest.update(f"-D{name}={value}".encode())
     return digest.hexdigest()[:16]
+
+
+_CONSTANT = re.compile(r"__constant__\s+float\s+(\w+)\s*\[([^\]]+)\]")
+_INT_NAME = re.compile(r"^\s*(?:#define\s+(\w+)\s+|constexpr\s+int\s+(\w+)\s*=\s*)(\d+)\b", re.M)
+_SIZE_EXPR = re.compile(r"[\d\s*+()-]+")
+
+
+def constant_bytes(source: str, overrides: Overrides = ()) -> dict[str, int]:
+    """The ``__constant__`` float arrays of a module and their sizes in bytes, as declared (a
+    size may name a -D size, a #define or a constexpr int of the file): what the CuPy backend checks
+    a copy into a symbol against, since CuPy's ``get_global`` does not know a symbol's size. The
+    CPU emulation's compiler gives the same (``sizeof``; tests/test_contract.py compares them)."""
+    text = (KERNEL_DIR / source).read_text()
+    names = {**defines(), **dict(overrides)}
+    names.update({a or b: int(value) for a, b, value in _INT_NAME.findall(text)})
+    sizes = {}
+    for symbol, expression in _CONSTANT.findall(text):
+        numeric = re.sub(r"[A-Za-z_]\w*", lambda m: str(names[m.group()]), expression)
+        if not _SIZE_EXPR.fullmatch(numeric):
+            raise ValueError(f"{source}: cannot size __constant__ {symbol}[{expression}]")
+        sizes[symbol] = 4 * int(eval(numeric, {"__builtins__": {}}))  # digits and + - * ( ) only
+    return sizes

@@ -66,7 +66,7 @@ def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, 
     n, step, TH, TW, cols, freqs = _tiling(images, P, Q, r)
     shape = _shape(images, Kc, H, W, P, Q, pad, TH, TW, step, n, STACKED)
     Wb, X, Y = b.empty((freqs, 2 * M, 2 * Kc)), b.empty((freqs, 2 * Kc, cols)), b.empty((freqs, 2 * M, cols))
-    b.to_constant(SOURCE, "c_twiddle", TWIDDLES)
+    b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))  # a device array, as CuPy needs
     b.launch(SOURCE, f"fft_filter_n{n}", (M * Kc,), (n,), (w, Wb, M, Kc, r, int(flip)))
     b.launch(SOURCE, f"fft_input_n{n}", (cols, Kc), (n,), (x, X, shape))
     for f in range(freqs):
@@ -83,7 +83,7 @@ def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile)
     r = dw.shape[2]
     n, step, TH, TW, cols, freqs = _tiling(images, P, Q, r)
     X, D, Z = b.empty((freqs, C, 2 * cols)), b.empty((freqs, 2 * K, 2 * cols)), b.empty((freqs, C, 2 * K))
-    b.to_constant(SOURCE, "c_twiddle", TWIDDLES)
+    b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))
     b.launch(SOURCE, f"fft_input_n{n}", (cols, C), (n,), (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE)))
     b.launch(SOURCE, f"fft_input_n{n}", (cols, K), (n,),
              (dy, D, _shape(images, K, P, Q, P, Q, 0, TH, TW, step, step, BLOCK)))

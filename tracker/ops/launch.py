@@ -90,7 +90,14 @@ def dim3(sizes: tuple) -> tuple[int, int, int]:
 class Backend(Protocol):
     """Launches kernels (logging a LaunchRecord, tagged with ``context``, to ``log``), allocates.
     ``defines``: -D sizes that differ from the registry's (a GEMM tile `tracker tune` tries); the
-    module is compiled once per distinct set."""
+    module is compiled once per distinct set.
+
+    Arrays are the backend's own device arrays: ``asarray`` copies a host array to the device
+    (keeping its dtype, as CuPy does), ``empty`` allocates float32, ``asnumpy`` copies back. A
+    launch's array arguments and a constant's source must be device arrays, and every launch and
+    constant keeps the contract of tracker/ops/contract.py, which each backend checks. Both
+    backends (tracker/gpu/cupy_backend.py, tests/emu/emulator.py) are checked against this
+    protocol by mypy."""
 
     log: list[LaunchRecord]
     context: Any

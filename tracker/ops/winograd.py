@@ -102,7 +102,7 @@ def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: An
     cols, points = N * TH * TW, side * side
     shape = _shape(N, Kc, H, W, P, Q, pad, TH, TW, m, r, extent=side)
     U, V, products = b.empty((points, M, Kc)), b.empty((points, Kc, cols)), b.empty((points, M, cols))
-    b.to_constant(SOURCE, "c_wino", _constants(m, r))
+    b.to_constant(SOURCE, "c_wino", b.asarray(_constants(m, r)))  # a device array, as CuPy needs
     b.launch(SOURCE, f"winograd_filter_a{side}", (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
     b.launch(SOURCE, f"winograd_input_a{side}", (blocks(Kc * cols),), (THREADS,), (x, V, shape))
     for point in range(points):
@@ -121,7 +121,7 @@ def _weight_gradient(b: Backend, m: int, x: Any, dy: Any, dw: Any, pad: int, til
     TH, TW = math.ceil(P / m), math.ceil(Q / m)
     cols, points = N * TH * TW, side * side
     V, U, products = b.empty((points, C, cols)), b.empty((points, K, cols)), b.empty((points, C, K))
-    b.to_constant(SOURCE, "c_wino", _constants(r, m))
+    b.to_constant(SOURCE, "c_wino", b.asarray(_constants(r, m)))
     b.launch(SOURCE, f"winograd_input_a{side}", (blocks(C * cols),), (THREADS,),
              (x, V, _shape(N, C, H, W, P, Q, pad, TH, TW, m, r, extent=side)))  # B^T d B
     b.launch(SOURCE, f"winograd_input_a{side}", (blocks(K * cols),), (THREADS,),

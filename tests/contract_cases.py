@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+import pytest
 
+from tracker.ops.contract import Refused
 from tracker.ops.fft import TWIDDLES
 from tracker.ops.gemm import Gemm
 
@@ -48,3 +50,21 @@ CASES: dict[str, tuple[str, Callable[[Any], None]]] = {
     "a constant larger than its symbol": ("constant-size", lambda b: b.to_constant(
         "winograd.cu", "c_wino", b.asarray(np.zeros(3 * 8 * 8 + 1, np.float32)))),
 }
+
+
+def assert_refused(backend: Any, name: str) -> None:
+    """CASES[name] on ``backend`` raises Refused under its rule, and nothing was launched."""
+    rule, call = CASES[name]
+    backend.log.clear()
+    with pytest.raises(Refused) as refused:
+        call(backend)
+    assert refused.value.rule == rule
+    assert backend.log == []
+
+
+def assert_a_valid_launch_runs(backend: Any) -> None:
+    y = backend.empty((N,))
+    relu(backend, y=y)
+    backend.to_constant("fft.cu", "c_twiddle", backend.asarray(TWIDDLES))
+    backend.synchronize()
+    np.testing.assert_array_equal(backend.asnumpy(y), np.maximum(np.linspace(-1, 1, N, dtype=np.float32), 0))

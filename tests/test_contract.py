@@ -5,10 +5,10 @@ compiler's."""
 
 import numpy as np
 import pytest
-from contract_cases import CASES, N, relu
+from contract_cases import CASES, assert_a_valid_launch_runs, assert_refused
 
 from tracker.gpu.kernels import constant_bytes, sources
-from tracker.ops.contract import RULES, Refused
+from tracker.ops.contract import RULES
 
 
 def test_every_rule_has_a_call_that_breaks_it():
@@ -17,19 +17,11 @@ def test_every_rule_has_a_call_that_breaks_it():
 
 @pytest.mark.parametrize("name", CASES)
 def test_the_emulation_refuses_what_the_gpu_refuses_before_launching(emulator, name):
-    rule, call = CASES[name]
-    emulator.log.clear()
-    with pytest.raises(Refused) as refused:
-        call(emulator)
-    assert refused.value.rule == rule
-    assert emulator.log == []
+    assert_refused(emulator, name)
 
 
-def test_a_valid_launch_runs(emulator):
-    y = emulator.empty((N,))
-    relu(emulator, y=y)
-    expected = np.maximum(np.linspace(-1, 1, N, dtype=np.float32), 0)
-    np.testing.assert_array_equal(emulator.asnumpy(y), expected)
+def test_a_valid_launch_and_a_constant_run(emulator):
+    assert_a_valid_launch_runs(emulator)
 
 
 def test_device_arrays_are_made_only_by_the_backend_and_never_taken_for_host_arrays(emulator):

@@ -1,4 +1,4 @@
--- tracker trace store, schema v8: tables
+-- tracker trace store, schema v9: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -58,6 +58,7 @@ CREATE TABLE metric_def (
 --   backend: ncu, nvprof, events or model
 --   device_name: the GPU measured, or the catalog device predicted for
 --   repeat: measured iterations per launch
+--   counter_iterations: how many measured iterations pass 2 (ncu, nvprof) collected counters from: the first ones, their launches carrying the counters; NULL: the run holds no counters (model, events, or a pass 2 that failed or was interrupted). Schema v9; older runs with counters had every iteration profiled
 --   predicted_peak_bytes: model's peak memory of one training step
 --   measured_peak_bytes: device memory high-water mark
 --   process_start: start time of the process, to tell a reused pid
@@ -89,6 +90,7 @@ CREATE TABLE run (
     ncu_cache_control VARCHAR,
     ncu_clock_control VARCHAR,
     repeat INTEGER NOT NULL,
+    counter_iterations INTEGER,
     predicted_peak_bytes INTEGER,
     measured_peak_bytes INTEGER,
     command_line VARCHAR NOT NULL,

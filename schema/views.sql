@@ -1,4 +1,4 @@
--- tracker trace store, schema v8: views
+-- tracker trace store, schema v9: views
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 
@@ -24,7 +24,7 @@ FROM layer l
 JOIN prediction p ON p.run_id = l.run_id AND p.layer_id = l.layer_id
 LEFT JOIN layer_time t ON t.run_id = p.run_id AND t.layer_id = p.layer_id AND t.phase = p.phase;
 
--- One row per run: settings, stored status (see `tracker runs` for runs whose process died), and totals over its layers.
+-- One row per run: settings, stored status (see `tracker runs` for runs whose process died), totals over its layers, and how many measured iterations carry counters (NULL: none).
 CREATE VIEW run_summary AS
 SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.device_name,
        r.started_at, r.finished_at,
@@ -34,7 +34,7 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
        (SELECT SUM(p.bytes) FROM prediction p WHERE p.run_id = r.id) AS bytes,
        (SELECT SUM(p.predicted_ms) FROM prediction p WHERE p.run_id = r.id) AS predicted_ms,
        (SELECT SUM(t.measured_ms) FROM layer_time t WHERE t.run_id = r.id) AS measured_ms,
-       r.predicted_peak_bytes, r.measured_peak_bytes, r.implementation
+       r.predicted_peak_bytes, r.measured_peak_bytes, r.implementation, r.counter_iterations
 FROM run r;
 
 -- One row per profiled launch: the launch log (pass 1) beside every counter of the catalog (pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma (or nvprof's total).

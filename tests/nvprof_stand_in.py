@@ -7,17 +7,24 @@ answers from the public K20c samples in tests/data/ncu (SOURCES.md: jacobi-orig,
 - a profile (``... --log-file F program``): the K20c GPU trace as recorded, each launch row
   given a column per requested metric that the K20c metric sample holds for its kernel (the
   sample's Avg over the kernel's invocations, which is its value: Min = Max for every metric
-  kept), written to F. The program is not run.
+  kept), written to F. The program is not run. The recorded program runs its four kernels once
+  per iteration, three times: a workload (``-m tracker.gpu.workload SPEC``) measuring N
+  iterations gets the trace of the first N (all three where N is larger).
 
 $STAND_IN_LOG, if set, gets each call's arguments; $STAND_IN_FAIL makes a profile fail with
-that text on stderr (as nvprof prints an error) and status 1.
+that text on stderr (as nvprof prints an error) and status 1; $STAND_IN_SIGTERM_PARENT makes a
+profile send SIGTERM to the process that started it (as `timeout` or a scheduler ends tracker
+while pass 2 runs), then wait to be stopped.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
+import signal
+import time
 import sys
 from pathlib import Path
 
@@ -47,9 +54,12 @@ def query() -> str:
         f"{name:>32}:  {description}\n" for name, description in sorted(names.items()))
 
 
-def trace(wanted: list[str]) -> str:
+KERNELS_PER_ITERATION = 4  # the recorded program's kernels, launched once each per iteration
+
+
+def trace(wanted: list[str], iterations: int) -> str:
     preamble, rows = _table(TRACE, '"Start","Duration"')
-    header, units, launches = rows[0], rows[1], rows[2:]
+    header, units, launches = rows[0], rows[1], _first_iterations(rows[2:], rows[0], iterations)
     metrics = _metrics()
     kept = [m for m in wanted if any(m in per for per in metrics.values())]
     out = io.StringIO()
@@ -61,6 +71,18 @@ def trace(wanted: list[str]) -> str:
         values = [metrics.get(kernel, {}).get(m, ("", ""))[1] for m in kept]
         writer.writerow(row + values)
     return "\n".join(preamble) + "\n" + out.getvalue()
+
+
+def _first_iterations(rows: list[list[str]], header: list[str], iterations: int) -> list[list[str]]:
+    """The trace's rows up to the last kernel of its first ``iterations`` iterations (memcpys kept)."""
+    kernels = [i for i, row in enumerate(rows) if row[header.index("Grid X")]]
+    wanted = KERNELS_PER_ITERATION * iterations
+    return rows if wanted >= len(kernels) else rows[:kernels[wanted - 1] + 1]
+
+
+def _iterations(args: list[str]) -> int:
+    """The measured iterations of the workload nvprof was asked to run (its JSON spec, last)."""
+    return int(json.loads(args[-1])["repeat"])
 
 
 def main(args: list[str]) -> int:
@@ -77,8 +99,12 @@ def main(args: list[str]) -> int:
     if os.environ.get("STAND_IN_FAIL"):
         print(os.environ["STAND_IN_FAIL"], file=sys.stderr)
         return 1
+    if os.environ.get("STAND_IN_SIGTERM_PARENT"):
+        os.kill(os.getppid(), signal.SIGTERM)
+        time.sleep(60)  # profiling on, until stopped
+        return 0
     wanted = args[args.index("--metrics") + 1].split(",")
-    Path(args[args.index("--log-file") + 1]).write_text(trace(wanted))
+    Path(args[args.index("--log-file") + 1]).write_text(trace(wanted, _iterations(args)))
     return 0
 
 

@@ -138,6 +138,8 @@ def tracker_db(runner, tmp_path) -> Path:
     (["profile", "alexnet", "--backend", "ncu"], ["needs an NVIDIA GPU"]),
     (["profile", "alexnet", "--variant", "turbo"], ["unknown variant"]),
     (["profile", "alexnet", "--variant", "conv=warp"], ["unknown conv variant 'warp'"]),
+    (["profile", "alexnet", "--repeat", 2, "--counter-iterations", 3], ["--counter-iterations 3 exceeds --repeat 2"]),
+    (["profile", "alexnet", "--counter-iterations", 0], ["--counter-iterations"]),
     (["sql", "SELEC 1"], ["SQL error"]),
     (["sql", "DELETE FROM run"], ["read-only"]),
     (["show", 99], ["no run 99"]),
@@ -251,6 +253,15 @@ def test_metrics_lists_the_catalog(runner):
 def test_unknown_metric_is_one_line(runner):
     result = runner.invoke(cli, ["metrics", "l2_hitrate"])
     assert result.exit_code == 1 and "did you mean l2_hit_rate" in result.output
+
+
+def test_counter_iterations_on_a_backend_without_counters_are_recorded_as_none(runner, tmp_path):
+    db = tmp_path / "t.db"
+    result = run(runner, "profile", "alexnet", "--counter-iterations", 2, "--db", db)
+    assert "  --counter-iterations ignored: the model backend runs no counter profiler\n" in result.output
+    summary = json.loads(run(runner, "profile", "alexnet", "--db", db, "--format", "json").stdout)[0]
+    assert summary["counter_iterations"] is None
+    assert json.loads(run(runner, "show", "--db", db, "--format", "json").output)["run"]["counter_iterations"] is None
 
 
 def test_ncu_backend_without_a_gpu_is_one_line(runner, tmp_path):

@@ -40,18 +40,22 @@ def nvprof(tmp_path, monkeypatch) -> Path:
 
 
 def k20c_launches(layers=("conv1", "relu1", "lrn1", "pool1")) -> list[Launch]:
-    """Pass 1's log as it would be for the recorded program: three iterations of four launches."""
+    """Pass 1's log as it would be for the recorded program: three iterations of four launches,
+    timed as the trace timed them."""
     return [Launch(invocation=4 * repeat + i, layer_id=i + 1, layer=layers[i], phase="fwd", repeat=repeat,
                    kernel_name=K20C_KERNELS[i], variant="global", l1_policy="ca", grid=(257, 257, 1),
-                   block=(32, 32, 1), shared_bytes=0, registers=16, time_ms=None)
+                   block=(32, 32, 1), shared_bytes=0, registers=16, time_ms=K20C_MS[4 * repeat + i])
             for repeat in range(3) for i in range(4)]
+
+
+K20C = Workload("alexnet", batch=1, repeat=3)  # the recorded program's three iterations, all profiled
 
 
 def test_the_nvprof_collector_joins_the_k20c_trace_launch_by_launch(nvprof):
     collector = find("nvprof")
     assert (collector.name, collector.version) == ("nvprof", "10.2.89")
     said: list[str] = []
-    counters = collector.collect(Workload("alexnet", batch=1), k20c_launches(), 3.5, said.append)
+    counters = collector.collect(K20C, k20c_launches(), 3.5, said.append)
     values = {(r["invocation"], r["name"]): r["value"] for r in counters.rows}
     assert {i for i, _ in values} == set(range(12))
     assert [values[i, "duration_ns"] for i in range(12)] == pytest.approx([ms * 1e6 for ms in K20C_MS])
@@ -69,7 +73,7 @@ def test_the_nvprof_collector_joins_the_k20c_trace_launch_by_launch(nvprof):
 
 
 def test_the_join_refuses_a_k20c_trace_that_is_not_pass_1s(nvprof):
-    collector, workload = find("nvprof"), Workload("alexnet", batch=1)
+    collector, workload = find("nvprof"), K20C
     launches = k20c_launches()
     swapped = launches[:5] + [launches[6], launches[5]] + launches[7:]
     with pytest.raises(JoinError, match=r"^invocation 6 \(lrn1/fwd, __kernel___forma_kernel__2__\): pass 2 "
@@ -88,7 +92,7 @@ def test_the_join_refuses_a_k20c_trace_that_is_not_pass_1s(nvprof):
 def test_nvprof_failures_end_in_one_line(nvprof, monkeypatch, printed, error, message):
     monkeypatch.setenv("STAND_IN_FAIL", printed)
     with pytest.raises(error, match=message):
-        find("nvprof").collect(Workload("alexnet", batch=1), k20c_launches(), 3.5, lambda line: None)
+        find("nvprof").collect(K20C, k20c_launches(), 3.5, lambda line: None)
 
 
 def test_a_missing_nvprof_says_where_it_looked(monkeypatch, tmp_path):
@@ -126,33 +130,143 @@ def test_auto_chooses_nvprof_before_volta_and_a_named_collector_must_fit_the_gpu
         tracker.profile.choose_backend("nvprof")
 
 
-def test_tracker_profile_stores_an_nvprof_run_end_to_end(nvprof, kepler, tmp_path, monkeypatch):
-    """`tracker profile --backend auto` on the stand-in Kepler machine: pass 1 is stood in (it
-    needs a GPU) by the log of the recorded program; pass 2 runs the stand-in nvprof; the run is
-    stored as nvprof's, its counters queryable per layer phase like an ncu run's."""
+K20C_DEVICE = dict(device_name="Tesla K20c", compute_capability="3.5", sm_count=13)
+
+
+@pytest.fixture
+def k20c_pass1(monkeypatch) -> list[Workload]:
+    """Pass 1 stood in (it needs a GPU) by the log of the recorded program; the workloads it ran."""
     import tracker.gpu.runner
     from tracker.gpu.runner import Measured
-    from tracker.nets import build
-    from tracker.store import open_store, run_sql
 
-    device = dict(device_name="Tesla K20c", compute_capability="3.5", sm_count=13)
-    seen = []
+    seen: list[Workload] = []
 
     def pass1(workload, echo):
         seen.append(workload)
-        return Measured(k20c_launches(), device, 0)
+        return Measured(k20c_launches(), K20C_DEVICE, 0)
 
     monkeypatch.setattr(tracker.gpu.runner, "profile_events", pass1)
-    db = str(tmp_path / "k20c.db")
-    result = tracker.profile.profile(db, build("alexnet"), 1, repeat=3, warmup=0)
-    assert result.backend == "nvprof" and seen[0].steps and seen[0].repeat == 3
+    return seen
+
+
+def child_spec(calls: Path) -> dict:
+    """The workload nvprof was asked to profile: the child's JSON spec on its logged command line."""
+    call = next(c for c in calls.read_text().splitlines() if "--log-file" in c)
+    return json.loads(call.partition(" -m tracker.gpu.workload ")[2])
+
+
+def test_tracker_profile_stores_an_nvprof_run_end_to_end(nvprof, kepler, k20c_pass1, tmp_path):
+    """`tracker profile --backend auto` on the stand-in Kepler machine: pass 2 runs the stand-in
+    nvprof on the first of the three measured iterations (the default), its four launches joined
+    onto pass 1's invocations 0-3; the other two iterations keep their times and carry no
+    counters. The run is stored as nvprof's, its counters queryable per layer phase like an ncu
+    run's, each over the one iteration that has them while times are over all three."""
+    from tracker.nets import build
+    from tracker.store import open_store, run_sql
+
+    db, said = str(tmp_path / "k20c.db"), []
+    result = tracker.profile.profile(db, build("alexnet"), 1, repeat=3, warmup=0, echo=said.append)
+    assert result.backend == "nvprof" and k20c_pass1[0].steps and k20c_pass1[0].repeat == 3
+    spec = child_spec(nvprof)
+    assert spec["repeat"] == 1 and spec["steps"] == [list(step) for step in k20c_pass1[0].steps]
+    assert "pass 2 profiles the first of 3 measured iterations (4 launches; --counter-iterations N sets how many)" in said
     store = open_store(db, write=False)
-    (backend, status, reason), = run_sql(store, "SELECT backend, status, backend_reason FROM run")[1]
-    assert (backend, status) == ("nvprof", "complete") and "nvprof 10.2.89" in reason
-    rows = run_sql(store, "SELECT l.name, m.value FROM metric m JOIN launch k USING (run_id, invocation) "
+    (backend, status, reason, iterations), = run_sql(
+        store, "SELECT backend, status, backend_reason, counter_iterations FROM run")[1]
+    assert (backend, status, iterations) == ("nvprof", "complete", 1) and "nvprof 10.2.89" in reason
+    rows = run_sql(store, "SELECT k.invocation, l.name, m.value FROM metric m JOIN launch k USING (run_id, invocation) "
                           "JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id "
                           "WHERE m.name = 'fp32_flops' ORDER BY k.invocation")[1]
-    assert rows[:4] == [("conv1", FLOPS_K0), ("relu1", 673384360), ("lrn1", 673384360), ("pool1", 673384360)]
+    assert rows == [(0, "conv1", FLOPS_K0), (1, "relu1", 673384360), (2, "lrn1", 673384360), (3, "pool1", 673384360)]
+    assert run_sql(store, "SELECT COUNT(*), SUM(time_ms) FROM launch")[1] == [(12, pytest.approx(sum(K20C_MS)))]
+    assert run_sql(store, "SELECT DISTINCT repeats FROM layer_time")[1] == [(3,)]
+    assert run_sql(store, "SELECT DISTINCT repeats FROM layer_metric")[1] == [(1,)]
+    assert run_sql(store, "SELECT COUNT(*) FROM stall_breakdown WHERE first_reason IS NOT NULL")[1] == [(4,)]
+
+
+def test_counter_iterations_profiles_more_of_the_measured_iterations(nvprof, kepler, k20c_pass1, tmp_path):
+    from tracker.nets import build
+    from tracker.store import open_store, run_sql
+
+    db = str(tmp_path / "k20c.db")
+    tracker.profile.profile(db, build("alexnet"), 1, repeat=3, warmup=0, counter_iterations=3)
+    assert child_spec(nvprof)["repeat"] == 3
+    store = open_store(db, write=False)
+    assert run_sql(store, "SELECT counter_iterations FROM run")[1] == [(3,)]
+    assert run_sql(store, "SELECT COUNT(DISTINCT invocation) FROM metric")[1] == [(12,)]
+    assert run_sql(store, "SELECT DISTINCT repeats FROM layer_metric")[1] == [(3,)]
+
+
+def test_counter_iterations_are_checked_where_they_enter(tmp_path):
+    from tracker.nets import build
+
+    db = tmp_path / "t.db"
+    with pytest.raises(TrackerError, match=r"^--counter-iterations 4 exceeds --repeat 3: pass 2 collects counters "
+                                           r"from measured iterations of pass 1$"):
+        tracker.profile.profile(str(db), build("alexnet"), 1, repeat=3, counter_iterations=4)
+    for bad in (0, 1001, True, 1.5, "2"):
+        with pytest.raises(TrackerError, match=r"^counter iterations .* is out of range 1\.\.1000$"):
+            Options(iterations=bad)  # type: ignore[arg-type]
+    assert not db.exists()
+
+
+def pass1_kept(db: str, status: str) -> tuple:
+    """What the store holds of a run whose pass 2 did not finish: its status and error, then
+    whether every launch of pass 1 is there with its time, and how many counters."""
+    from tracker.store import open_store, run_sql
+
+    store = open_store(db, write=False)
+    (stored, error, iterations, device), = run_sql(store, "SELECT status, error, counter_iterations, device_name "
+                                                          "FROM run")[1]
+    assert (stored, iterations, device) == (status, None, "Tesla K20c")
+    assert run_sql(store, "SELECT COUNT(*) FROM layer")[1] == [(21,)]
+    assert run_sql(store, "SELECT invocation, time_ms FROM launch ORDER BY invocation")[1] == list(enumerate(K20C_MS))
+    assert run_sql(store, "SELECT DISTINCT repeats FROM layer_time")[1] == [(3,)]
+    return error, run_sql(store, "SELECT COUNT(*) FROM metric")[1][0][0]
+
+
+def test_a_sigterm_in_pass_2_keeps_pass_1_and_the_run_says_it_was_interrupted(nvprof, kepler, k20c_pass1, tmp_path,
+                                                                             monkeypatch, runner):
+    """H100, 2026-11-25 (7-profile-alexnet-b128-default-head.log): `timeout` ended `tracker
+    profile` in pass 2 and the run kept no layer and no launch, though pass 1 had timed five
+    iterations. Here the stand-in nvprof sends SIGTERM to tracker and profiles on: the run is
+    marked interrupted within seconds (nvprof stopped, not waited for), keeps pass 1's layers,
+    launches and times, has no counters, and show, runs and report say so."""
+    import csv
+    import io
+    import time
+
+    from tracker.cli import cli
+    from tracker.nets import build
+
+    monkeypatch.setenv("STAND_IN_SIGTERM_PARENT", "1")
+    db = str(tmp_path / "k20c.db")
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        tracker.profile.profile(db, build("alexnet"), 1, repeat=3, warmup=0)
+    assert time.monotonic() - started < 30  # the stand-in would profile on for 60 s
+    assert pass1_kept(db, "interrupted") == ("interrupted (Ctrl-C or SIGTERM)", 0)
+    kept = ("this run was interrupted (Ctrl-C or SIGTERM) before pass 2 (nvprof) stored its counters: pass 1's 12 "
+            "launches and their event times are kept, and it has no counters")
+    show = runner.invoke(cli, ["show", "last", "--db", db])
+    assert show.exit_code == 0 and f"\n{kept}\n" in show.output and "median_ms" in show.output
+    listed, = csv.DictReader(io.StringIO(runner.invoke(cli, ["runs", "--db", db, "--format", "csv"]).output))
+    assert (listed["status"], listed["launches"], listed["counter_iterations"]) == ("interrupted", "12", "")
+    report = runner.invoke(cli, ["report", "last", "--db", db, "--out", str(tmp_path / "r")])
+    assert report.exit_code == 0, report.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "profiled with nvprof, whose pass 2 stored no counters" in md and f"{kept[0].upper()}{kept[1:]}." in md
+    assert (tmp_path / "r" / "runtime.svg").exists() and f"\n  {kept}\n" in report.output  # pass 1's times, drawn
+
+
+def test_a_failed_pass_2_keeps_pass_1_and_the_run_says_why(nvprof, kepler, k20c_pass1, tmp_path, monkeypatch):
+    from tracker.nets import build
+
+    monkeypatch.setenv("STAND_IN_FAIL", "==ERROR== Invalid metric name: stall_sleeping")
+    db = str(tmp_path / "k20c.db")
+    with pytest.raises(ProfilerFailed):
+        tracker.profile.profile(db, build("alexnet"), 1, repeat=3, warmup=0)
+    assert pass1_kept(db, "failed") == ("ProfilerFailed: nvprof failed: Invalid metric name: stall_sleeping", 0)
 
 
 def test_a_workload_is_checked_where_it_is_made_and_carries_its_plan(emulator):

@@ -352,15 +352,55 @@ def test_child_failure_and_missing_report(tmp_path):
 
 
 def test_progress_per_profiled_launch(tmp_path):
+    """Launch k of those to profile, the time since ncu started and, at the pace since the first
+    launch (ncu's start and the child's warm-up come before it), the time left."""
     report = tmp_path / "r.ncu-rep"
     fake = _stand_in(tmp_path, f"""echo '==PROF== Connected to process 1'
-echo '==PROF== Profiling "conv2d_fwd_shared" - 0: 0%....50%....100% - 11 passes'
-echo '==PROF== Profiling "relu_fwd" - 1: 0%....50%....100% - 11 passes'
+echo '==PROF== Profiling "conv2d_fwd_shared" - 0: 0%....50%....100% - 18 passes'
+echo '==PROF== Profiling "relu_fwd" - 1: 0%....50%....100% - 18 passes'
+echo '==PROF== Profiling "lrn_fwd" - 2: 0%....50%....100% - 18 passes'
+echo '==PROF== Profiling "gemm_nt" - 3: 0%....50%....100%'
 echo report > {report}
 """)
+    ticks = iter([0.0, 40.0, 42.5, 45.0, 3640.0])  # ncu's start, then each launch profiled
     lines = []
-    ncu.run([fake], report, 2, lines.append)
-    assert lines == ["ncu: launch 1/2 conv2d_fwd_shared, 11 passes", "ncu: launch 2/2 relu_fwd, 11 passes"]
+    ncu.run([fake], report, 68, lines.append, clock=lambda: next(ticks))
+    assert lines == ["ncu: launch 1/68 conv2d_fwd_shared, 18 passes; 0:40 elapsed",
+                     "ncu: launch 2/68 relu_fwd, 18 passes; 0:42 elapsed, about 2:45 left",
+                     "ncu: launch 3/68 lrn_fwd, 18 passes; 0:45 elapsed, about 2:42 left",
+                     "ncu: launch 4/68 gemm_nt; 1:00:40 elapsed, about 21:20:00 left"]
+
+
+def test_an_interrupted_ncu_is_stopped_with_the_workload_under_it(tmp_path):
+    """Ctrl-C or SIGTERM while ncu profiles (here: raised where the progress is echoed) stops ncu
+    and the workload it started, in its own process group, rather than leaving them holding the
+    GPU; the interruption goes on up to mark the run."""
+    import time
+
+    pids = tmp_path / "pids"
+    fake = _stand_in(tmp_path, f"""sleep 60 &
+echo $$ $! > {pids}
+echo '==PROF== Profiling "conv2d_fwd_shared" - 0: 0%....50%....100% - 18 passes'
+wait
+""")
+
+    def interrupted(line):
+        raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ncu.run([fake], tmp_path / "r.ncu-rep", 68, interrupted)
+    assert time.monotonic() - started < ncu.STOP_GRACE_S
+    for pid in map(int, pids.read_text().split()):  # ncu, and the workload it runs
+        assert not running(pid)
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for an init that may never reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_command_records_every_choice():
@@ -444,10 +484,10 @@ def test_clocks_that_cannot_be_locked_fall_back_to_clock_control_none(tmp_path, 
     assert any("profiling again with --clock-control none" in line for line in lines)
 
 
-def test_a_failed_join_marks_the_run_and_stores_no_launch(tmp_path, monkeypatch):
+def test_a_failed_join_marks_the_run_and_stores_no_counter(tmp_path, monkeypatch):
     """The ncu path of `tracker profile` with both passes stood in (pass 1 needs a GPU): the
-    run's row exists from the start, the join's failure marks it failed with the reason, and
-    neither launches nor counters are stored."""
+    run's row exists from the start, the join's failure marks it failed with the reason, pass
+    1's launch stays with its time, and no counter is stored."""
     import tracker.gpu.runner
     import tracker.profile
     from tracker.gpu.runner import Measured
@@ -479,8 +519,8 @@ def test_a_failed_join_marks_the_run_and_stores_no_launch(tmp_path, monkeypatch)
     store = open_store(db, write=False)
     (status, error), = run_sql(store, "SELECT status, error FROM run")[1]
     assert status == "failed" and "invocation 0 (conv1/fwd" in error
-    assert run_sql(store, "SELECT COUNT(*) FROM launch")[1] == [(0,)]
-    assert run_sql(store, "SELECT COUNT(*) FROM metric")[1] == [(0,)]
+    assert run_sql(store, "SELECT invocation, time_ms FROM launch")[1] == [(0, 1.0)]
+    assert run_sql(store, "SELECT COUNT(*), MAX(counter_iterations) FROM metric, run")[1] == [(0, None)]
 
 
 NVPROF_TEXT = read("nvprof-metrics-text-v100-kernel-excerpt.txt")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
@@ -45,7 +46,8 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     assert "<code>tracker profile alexnet --batch 1 --backend ncu</code>" in page
     md = (tmp_path / "report.md").read_text()
     assert "**Finding:** pool1 fwd: top stalls memory_dependency, exec_dependency -> memory-bound" in md
-    assert "alexnet at batch 1 on Tesla K20c, timed with nvprof; kernel variants: the default of each op" in md
+    assert ("alexnet at batch 1 on Tesla K20c, measured with nvprof on all 3 measured iterations; kernel variants: "
+            "the default of each op") in md
     # The K20c's roofs are the catalog's (3.52 TFLOP/s over 208 GB/s: the ridge at 16.9 FLOP/B).
     assert ("**Finding:** fastest: conv1 fwd at 26.6 GFLOP/s, 0.756% of the FP32 roof; 3 of 4 layer phases lie "
             "left of the DRAM ridge (16.9 FLOP/B): memory-bound") in md
@@ -145,6 +147,48 @@ def test_report_on_a_run_without_a_device_beside_one_with(runner, tmp_path):
     md = (tmp_path / "r" / "report.md").read_text()
     assert "# Run 1: alexnet, batch 16, no device" in md and "modelled without a device" in md
     assert "nan" not in md.lower().replace("nanosecond", "")
+
+
+def test_report_on_a_run_interrupted_before_it_met_its_gpu(runner, tmp_path, monkeypatch):
+    """H100, 2026-11-25 (7-report-interrupted.log): `tracker report last` on a run that SIGTERM
+    ended with no layer, no launch and no device recorded ended in 'internal error: TypeError:
+    unsupported operand type(s) for +: 'NoneType' and 'str''. The same run made here (the ncu
+    path of `tracker profile`, SIGTERM arriving in pass 1, which needs a GPU and is stood in)
+    reports, shows and lists, and each says what it holds."""
+    import os
+    import signal
+    import time
+
+    import tracker.gpu.runner
+    import tracker.profile
+    from tracker.errors import Interrupted
+    from tracker.profile import Choice
+
+    def terminated(workload, echo):
+        os.kill(os.getpid(), signal.SIGTERM)  # as `timeout 200` sent it
+        time.sleep(30)
+
+    monkeypatch.setattr(tracker.profile, "choose_backend",
+                        lambda requested, options, library=False: Choice("ncu", "ncu 2025.3.1.0 found", object()))
+    monkeypatch.setattr(tracker.gpu.runner, "profile_events", terminated)
+    path = str(tmp_path / "trace.db")
+    with pytest.raises(Interrupted):
+        profile(path, build("alexnet"), 128)
+    result = runner.invoke(cli, ["report", "last", "--db", path, "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    held = ("this run was interrupted (Ctrl-C or SIGTERM) before pass 1 stored any launch: it holds no "
+            "measurement")
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "# Run 1: alexnet, batch 128, no device" in md
+    assert ("alexnet at batch 128 on a GPU not recorded (the run ended before pass 1 reached it), profiled with "
+            "ncu, whose pass 2 stored no counters;") in md
+    assert "Run 1, interrupted, " in md and f"{held[0].upper()}{held[1:]}." in md and f"\n  {held}\n" in result.output
+    assert "None" not in md and "nan" not in md.lower().replace("nanosecond", "")
+    shown = runner.invoke(cli, ["show", "last", "--db", path])
+    assert shown.exit_code == 0 and f"\n{held}\n" in shown.output
+    listed = runner.invoke(cli, ["runs", "--db", path, "--format", "json"])
+    assert [(r["status"], r["layers"], r["launches"], r["device_name"]) for r in json.loads(listed.output)] == [
+        ("interrupted", 0, 0, None)]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -6,8 +6,11 @@ only), ``model`` (no GPU: analytic predictions, labelled as such). Every backend
 model's predictions so that each measured figure sits beside its prediction.
 
 A GPU profile is one ``Workload`` (tracker/gpu/workload.py), checked and planned once: pass 1
-runs it for the launch log and times, then the collector runs the same workload in a child
-process under its profiler and joins the counters onto the log (tracker/profilers). The
+runs it for the launch log and times, which are stored at once; then the collector runs the
+same workload's first measured iterations (``--counter-iterations``, one by default) in a child
+process under its profiler and joins the counters onto pass 1's launches of those iterations
+(tracker/profilers). A pass 2 that fails or is interrupted leaves pass 1 stored and the run
+marked, with no counters. The
 workload's implementation says who runs it: our kernels, or PyTorch's libraries (the library
 arm, tracker/library), through the same backends, collectors, join and store.
 """
@@ -23,7 +26,7 @@ from tracker.gpu.workload import MAX_REPEAT, MAX_WARMUP, Workload
 from tracker.model import Device, Memory, Prediction, lookup, memory, predict
 from tracker.model.roofline import check_dtype_bits
 from tracker.nets import Network
-from tracker.profilers import COLLECTORS, Collector, Options
+from tracker.profilers import COLLECTORS, Collector, Options, counted, iterations_profiled
 from tracker.profilers.ncu import Settings as NcuSettings
 
 BACKENDS = ("auto", *COLLECTORS, "events", "model")  # --backend reads these
@@ -139,13 +142,16 @@ def profile(
     ncu: NcuSettings = NcuSettings(),
     link: Callable | None = None,
     untuned: bool = False,
+    counter_iterations: int = 1,
 ) -> Profile:
     """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored: the
-    library's spelling of ``profile_workload`` (the CLI makes its Workload itself)."""
+    library's spelling of ``profile_workload`` (the CLI makes its Workload itself).
+    ``counter_iterations``: how many of the ``repeat`` measured iterations pass 2 profiles."""
     workload = Workload.of(net, batch, variants=variants or {}, phases=phases, l1_bypass=l1_bypass, repeat=repeat,
                            warmup=warmup)
     return profile_workload(db, workload, backend=backend, device=device, dtype_bits=dtype_bits,
-                            options=Options(ncu, ncu_report), echo=echo, link=link, untuned=untuned)
+                            options=Options(ncu, ncu_report, counter_iterations), echo=echo, link=link,
+                            untuned=untuned)
 
 
 def profile_workload(
@@ -162,14 +168,16 @@ def profile_workload(
 ) -> Profile:
     """Profile ``workload`` into the trace database ``db`` and return what was stored.
 
-    The run's row is written first (status running), then the passes run and their results are
-    written, each in one transaction; a failure or interruption marks the run and keeps nothing
-    half-written. GEMM-shaped launches run the fastest verified tile `tracker tune` stored for
-    this GPU and shape, unless ``untuned``. ``options``: the collector's settings, and where to
-    keep its report."""
+    The run's row is written first (status running), then the passes run and each one's results
+    are written as it ends, in one transaction; a failure or interruption marks the run and keeps
+    nothing half-written (pass 1's launches and times stay when pass 2 does not finish).
+    GEMM-shaped launches run the fastest verified tile `tracker tune` stored for this GPU and
+    shape, unless ``untuned``. ``options``: the collector's settings, where to keep its report,
+    and how many measured iterations it profiles."""
     from tracker.store import open_store, recording
 
     check_options(dtype_bits, options)
+    options.check_iterations(workload.repeat)
     net, batch = workload.net, workload.batch
     library = _library(workload)
     choice = choose_backend(backend, options, workload.library)  # before the database: a refusal creates no file
@@ -199,7 +207,8 @@ def profile_workload(
         else:
             workload = _planned(store, workload, untuned, echo)
             run.update(tiles=workload.tiles)  # what ran is part of the run: a tuned profile is not an untuned one
-            choice, predictions = _measure(run, choice, backend == "auto", workload, device, dtype_bits, echo)
+            choice, predictions = _measure(run, choice, backend == "auto", workload, device, dtype_bits,
+                                           options.iterations, echo)
     store.dispose()
     return Profile(run.run_id, store.where, choice.backend, choice.reason, predictions, peak)
 
@@ -208,6 +217,8 @@ def check_options(dtype_bits: int, options: Options) -> None:
     """What a profile takes beside its Workload (which checks itself), checked as the CLI checks
     its options, before anything is written."""
     check_dtype_bits(dtype_bits)
+    if not isinstance(options, Options):
+        raise TrackerError(f"options must be tracker.profilers.Options, not {type(options).__name__}")
     if not isinstance(options.ncu, NcuSettings):
         raise TrackerError(f"ncu must be tracker.profilers.ncu.Settings, not {type(options.ncu).__name__}")
 
@@ -234,10 +245,13 @@ def _planned(store, workload: Workload, untuned: bool, echo: Callable[[str], Non
 
 
 def _measure(run, choice: Choice, may_fall_back: bool, workload: Workload, device: Device | None, dtype_bits: int,
-             echo: Callable[[str], None]) -> tuple[Choice, list[Prediction]]:
-    """Pass 1 (events), then pass 2 (the collector) if there is one; store both. Returns what ran
-    and the predictions. ``may_fall_back``: the backend was chosen (--backend auto), so restricted
-    counters fall back to events."""
+             iterations: int, echo: Callable[[str], None]) -> tuple[Choice, list[Prediction]]:
+    """Pass 1 (events), stored as soon as it ends, then pass 2 (the collector) if there is one,
+    profiling the first ``iterations`` measured iterations, its counters stored onto pass 1's
+    launches. Pass 2 takes minutes where pass 1 takes seconds: a pass 2 that fails or is
+    interrupted must not take pass 1's times with it. Returns what ran and the predictions.
+    ``may_fall_back``: the backend was chosen (--backend auto), so restricted counters fall back
+    to events."""
     if workload.library:
         from tracker.library.torch_run import profile_events
     else:
@@ -247,26 +261,38 @@ def _measure(run, choice: Choice, may_fall_back: bool, workload: Workload, devic
     measured = profile_events(workload, echo)
     device = device or _catalog_device(measured.device["device_name"])
     predictions = predict(net, workload.batch, device, dtype_bits, workload.phases)
-    counters = None
-    if choice.collector is not None:
-        counters, choice = _pass2(choice, workload, measured, may_fall_back, echo)
-    run.update(**measured.device, measured_peak_bytes=measured.peak_bytes, backend=choice.backend,
-               backend_reason=choice.reason, **(counters.run_fields if counters else {}))
-    echo(f"storing {len(net.layers)} layers, {len(predictions)} predictions, {len(measured.launches)} launches")
-    run.add_layers(net, predictions)
+    rows = _store_pass1(run, net, predictions, measured, echo)
+    if choice.collector is None:
+        return choice, predictions
+    counters, choice = _pass2(choice, workload, measured, may_fall_back, iterations, echo)
+    run.update(backend=choice.backend, backend_reason=choice.reason)
     if counters:
         echo(f"storing {len(counters.rows)} counter values")
-    run.add_launches([launch.row() for launch in measured.launches], counters.rows if counters else [])
+        run.add_counters(rows, counters.rows, **counters.run_fields)
     return choice, predictions
 
 
-def _pass2(choice: Choice, workload: Workload, measured, may_fall_back: bool, echo):
-    """(Counters or None, what ran): the collector's counters; under --backend auto a GPU whose
-    counters are restricted falls back to events, saying why."""
+def _store_pass1(run, net: Network, predictions: list[Prediction], measured, echo: Callable[[str], None]) -> list[dict]:
+    """The device, layers, predictions and pass 1's launches with their times; the launch rows."""
+    run.update(**measured.device, measured_peak_bytes=measured.peak_bytes)
+    rows = [launch.row() for launch in measured.launches]
+    echo(f"storing {len(net.layers)} layers, {len(predictions)} predictions, {len(rows)} launches")
+    run.add_layers(net, predictions)
+    run.add_launches(rows)
+    return rows
+
+
+def _pass2(choice: Choice, workload: Workload, measured, may_fall_back: bool, iterations: int, echo):
+    """(Counters or None, what ran): the collector's counters from the first ``iterations``
+    measured iterations; under --backend auto a GPU whose counters are restricted falls back to
+    events, saying why."""
     assert choice.collector is not None
     cc = float(measured.device["compute_capability"])
+    profiled, launches = counted(workload, measured.launches, iterations)
+    echo(f"pass 2 profiles {iterations_profiled(iterations, workload.repeat)} ({len(launches)} launches; "
+         "--counter-iterations N sets how many)")
     try:
-        counters = choice.collector.collect(workload, measured.launches, cc, echo)
+        counters = choice.collector.collect(profiled, launches, cc, echo)
     except BackendUnavailable as exc:
         if may_fall_back:
             echo(f"falling back to events: {exc}")

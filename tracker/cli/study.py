@@ -310,6 +310,8 @@ def report(target, out, against, db):
     written, built = write_report(store, target, out, against)
     drawn = sum(s.figure is not None for s in built.sections)
     click.echo(f"{drawn} figures of {len(built.sections)} sections in {out}; open {Path(out) / 'index.html'}")
+    if built.unfinished:
+        click.echo(f"  {built.unfinished}")
     for s in built.sections:
         if not s.folded:
             click.echo(f"  {s.title}: {s.finding}" + (f" [not drawn: {s.missing}]" if s.missing else ""))

@@ -41,6 +41,10 @@ from tracker.profilers import COLLECTORS
               "`tracker experiment l1-bypass` runs both.")
 @click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=5, show_default=True,
               help="Measured iterations (GPU backends); every launch is timed in each.")
+@click.option("--counter-iterations", type=click.IntRange(1, MAX_REPEAT), default=1, show_default=True, metavar="N",
+              help="ncu and nvprof: collect counters from the first N measured iterations (at most --repeat). Pass "
+              "2 replays every launch once per counter pass (18 on an H100), so each iteration costs minutes; the "
+              "other iterations keep their times and carry no counters.")
 @click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=1, show_default=True,
               help="Unmeasured iterations first (the first one compiles the kernels).")
 @click.option("--impl", "implementation", type=click.Choice(IMPLEMENTATIONS), default="ours", show_default=True,
@@ -62,9 +66,9 @@ from tracker.profilers import COLLECTORS
 @dtype_option
 @network_options
 @format_option
-def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass, staged, repeat, warmup, implementation,
-            tf32, cudnn_benchmark, untuned, ncu_report, clock_control, cache_control, device, dtype_bits, fmt,
-            **kwargs):
+def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass, staged, repeat, counter_iterations,
+            warmup, implementation, tf32, cudnn_benchmark, untuned, ncu_report, clock_control, cache_control, device,
+            dtype_bits, fmt, **kwargs):
     """Profile a network forward and backward, layer by layer, into the trace database.
 
     NETWORK is one of tracker's (`tracker networks`), run by our kernels or, with --impl torch,
@@ -78,6 +82,7 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
       tracker profile alexnet --batch 128
       tracker profile alexnet --batch 64 --device h100 --db runs.db
       tracker profile alexnet --batch 16 --backend ncu --repeat 3 --ncu-report alexnet.ncu-rep
+      tracker profile alexnet --batch 128 --counter-iterations 3
       tracker profile unet2d --batch 16 --conv-type separable --backend model
       tracker profile alexnet --batch 128 --impl torch --backend events
       tracker profile --torch mymodels.resnet:build --backend events
@@ -97,7 +102,8 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
     workload = Workload.of(net, batch, variants=variants, phases=phases, l1_bypass=l1_bypass, staged=staged,
                            repeat=repeat, warmup=warmup, implementation=implementation, tf32=tf32,
                            cudnn_benchmark=cudnn_benchmark)  # the one value that reaches pass 2's child process
-    options = Options(NcuSettings(cache_control=cache_control, clock_control=clock_control), ncu_report)
+    options = Options(NcuSettings(cache_control=cache_control, clock_control=clock_control), ncu_report,
+                      counter_iterations)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = profile_workload(db, workload, backend=backend, device=gpu, dtype_bits=int(dtype_bits), options=options,
                               echo=say, untuned=untuned)
@@ -107,7 +113,8 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
                "network": net.name, "implementation": implementation, "batch": batch, "layers": len(net.layers),
                "predictions": len(result.predictions), "ops": ops, "bytes": nbytes,
                "predicted_ms": sum(p.predicted_ms or 0.0 for p in result.predictions) if gpu else None,
-               "predicted_peak_bytes": result.memory.peak_bytes, "measured": result.backend != "model"}
+               "predicted_peak_bytes": result.memory.peak_bytes, "measured": result.backend != "model",
+               "counter_iterations": counter_iterations if result.backend in COLLECTORS else None}
     if fmt != "table":
         emit([summary], fmt)
         return
@@ -120,20 +127,25 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
     if result.backend == "model" and (variants or l1_bypass or staged):
         click.echo("  --variant, --l1-bypass and --staged are recorded on the run; "
                    "the model's compulsory bytes do not depend on them")
-    if ncu_report and result.backend not in COLLECTORS:
-        click.echo(f"  --ncu-report ignored: the {result.backend} backend runs no counter profiler")
+    for option, given in (("--ncu-report", ncu_report), ("--counter-iterations", _given("counter_iterations"))):
+        if given and result.backend not in COLLECTORS:
+            click.echo(f"  {option} ignored: the {result.backend} backend runs no counter profiler")
     click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}, "
                f"tracker report {result.run_id} --out report/")
 
 
+def _given(parameter: str) -> bool:
+    """Whether the command line set ``parameter`` (rather than its default)."""
+    return click.get_current_context().get_parameter_source(parameter) != click.core.ParameterSource.DEFAULT
+
+
 def _torch_model(spec: str, network: str | None, implementation: str, options: dict):
     """(network, batch, implementation) of --torch MODULE:FUNCTION, refusing what does not apply."""
-    source = click.get_current_context().get_parameter_source
     if network is not None:
         raise TrackerError(f"give NETWORK ({network}) or --torch {spec}, not both")
-    if source("implementation") != click.core.ParameterSource.DEFAULT and implementation != "torch":
+    if _given("implementation") and implementation != "torch":
         raise TrackerError(f"--torch {spec} is run by PyTorch: it takes --impl torch, not --impl {implementation}")
-    if source("batch") != click.core.ParameterSource.DEFAULT:
+    if _given("batch"):
         raise TrackerError(f"--batch does not apply to --torch {spec}: its example input's first dimension is the batch")
     given = [name for name, value in options.items() if value is not None]
     if given:
@@ -186,7 +198,8 @@ def show(run, db, fmt):
       tracker show 3
       tracker show last --format json
     """
-    from tracker.store import find_run, launch_rows, layer_rows, metric_rows, open_store, run_dict
+    from tracker.profilers import unfinished
+    from tracker.store import find_run, launch_count, launch_rows, layer_rows, metric_rows, open_store, run_dict
 
     store = open_store(db, write=False)
     info = run_dict(find_run(store, run))
@@ -199,11 +212,14 @@ def show(run, db, fmt):
         emit(rows, fmt)
         return
     keys = ("id", "status", "network", "network_options", "implementation", "library", "batch", "phases", "dtype_bits", "backend",
-            "backend_reason", "device_name", "variants", "tiles", "l1_bypass", "predicted_peak_bytes", "measured_peak_bytes",
-            "started_at", "finished_at", "error", "command_line")
+            "backend_reason", "device_name", "variants", "tiles", "l1_bypass", "repeat", "counter_iterations",
+            "predicted_peak_bytes", "measured_peak_bytes", "started_at", "finished_at", "error", "command_line")
     for key in keys:
-        if info[key] not in (None, {}, ""):
+        if info[key] not in (None, {}, "") and not (key == "repeat" and info[key] == 0):  # 0: a model run's
             click.echo(f"{key:>20}: {cell(key, info[key])}")
+    note = unfinished(info, launch_count(store, info["id"]))
+    if note:
+        click.echo(f"\n{note}")
     if info["backend"] == "model":
         click.echo("\nanalytic predictions (backend model): nothing in this run was measured")
     click.echo()

@@ -104,6 +104,13 @@ class Workload:
         vars(done)["net"] = self.net
         return done
 
+    def measuring(self, repeat: int) -> Workload:
+        """This workload with ``repeat`` measured iterations: what pass 2's child runs when it
+        profiles the first of pass 1's (tracker.profilers.counted)."""
+        done = replace(self, repeat=repeat)
+        vars(done)["net"] = self.net
+        return done
+
     @property
     def library(self) -> bool:
         """Run by a framework's libraries (cuDNN, cuBLAS), not by our kernels."""

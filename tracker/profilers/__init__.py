@@ -6,6 +6,10 @@ child process under its profiler and returns the counters joined launch by launc
 serves Volta and newer; ``nvprof`` the GPUs Nsight Compute does not support (compute
 capability < 7.0, paper 003's K40 and GTX 1080).
 
+Pass 2 replays each launch once per counter pass (18 on an H100), so it profiles the first
+``Options.iterations`` measured iterations only (one by default), while pass 1 times every one:
+``counted`` gives the workload the child runs and the launches of pass 1 it joins onto.
+
 ``COLLECTORS`` names each collector's module, which defines ``supports(compute_capability)``
 and ``find(options)`` (the collector, or BackendUnavailable saying why not): adding a third is
 one module and its line here. Modules are imported when asked for, so the CLI starts fast.
@@ -15,9 +19,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
-from tracker.errors import BackendUnavailable
+from tracker.errors import BackendUnavailable, TrackerError
+from tracker.gpu.workload import MAX_REPEAT
 from tracker.profilers.ncu import Settings as NcuSettings
 
 if TYPE_CHECKING:
@@ -31,10 +36,24 @@ COLLECTORS = {  # --backend name -> module; the first that supports a GPU is aut
 
 @dataclass(frozen=True)
 class Options:
-    """What the user asked of pass 2: ncu's settings, and where to keep the profiler's report."""
+    """What the user asked of pass 2: ncu's settings, where to keep the profiler's report, and
+    from how many measured iterations to collect counters (the first ones; at most the workload's
+    repeat, which ``check_iterations`` checks where both are known)."""
 
     ncu: NcuSettings = field(default_factory=NcuSettings)
     keep_report: str | None = None
+    iterations: int = 1  # --counter-iterations
+
+    def __post_init__(self) -> None:
+        if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) \
+                or not 1 <= self.iterations <= MAX_REPEAT:
+            raise TrackerError(f"counter iterations {self.iterations!r} is out of range 1..{MAX_REPEAT}")
+
+    def check_iterations(self, repeat: int) -> None:
+        """Pass 2 profiles measured iterations of pass 1, so no more than it runs."""
+        if self.iterations > repeat:
+            raise TrackerError(f"--counter-iterations {self.iterations} exceeds --repeat {repeat}: pass 2 collects "
+                               "counters from measured iterations of pass 1")
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,44 @@ class Collector(Protocol):
     def collect(self, workload: Workload, launches: Sequence[Launch], compute_capability: float,
                 echo: Callable[[str], None]) -> Counters:
         ...
+
+
+def counted(workload: Workload, launches: Sequence[Launch], iterations: int) -> tuple[Workload, list[Launch]]:
+    """What pass 2 runs and joins onto: the workload with only its first ``iterations`` measured
+    iterations, and pass 1's launches of those iterations (the first in invocation order, so the
+    join's order and invocations are pass 1's own). The other iterations' launches keep their
+    times and carry no counters."""
+    return workload.measuring(iterations), [launch for launch in launches if launch.repeat < iterations]
+
+
+def iterations_profiled(iterations: int, repeat: int) -> str:
+    """The measured iterations pass 2 profiles, in words: 'the first of 5 measured iterations',
+    'the first 2 of 5 ...', 'all 3 ...', 'the one measured iteration'."""
+    if repeat == 1:
+        return "the one measured iteration"
+    if iterations >= repeat:
+        return f"all {repeat} measured iterations"
+    return f"the first {'' if iterations == 1 else f'{iterations} '}of {repeat} measured iterations"
+
+
+def unfinished(run: Mapping, launches: int) -> str | None:
+    """What a run that did not complete holds, in one sentence (``tracker show``, the report):
+    pass 1's launches are stored as it ends, counters only when pass 2 ends (``counter_iterations``
+    set with them). None for a complete run, or one still running."""
+    status = run["status"]
+    if status in ("complete", "running"):
+        return None
+    detail = (run.get("error") or "").removeprefix(status).strip()  # 'interrupted (Ctrl-C or SIGTERM)'
+    ended = ("this run failed" if status == "failed" else f"this run was {status}") + (
+        "" if not detail else f" {detail}" if detail.startswith("(") else f" ({detail})")
+    if run["backend"] == "model":
+        return ended
+    if not launches:
+        return f"{ended} before pass 1 stored any launch: it holds no measurement"
+    if run["backend"] in COLLECTORS and run.get("counter_iterations") is None:
+        return (f"{ended} before pass 2 ({run['backend']}) stored its counters: pass 1's {launches} launches and "
+                "their event times are kept, and it has no counters")
+    return f"{ended} after storing its {launches} launches"
 
 
 def supports(name: str, compute_capability: float) -> bool:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
 from typing import Callable
@@ -27,6 +29,7 @@ CACHE_CONTROL = ("all", "none")
 CLOCK_CONTROL = ("base", "none")
 REPLAY_MODES = ("kernel", "application")
 _PROGRESS = re.compile(r'==PROF== Profiling "(?P<kernel>[^"]+)"(?: - (?P<id>\d+))?:(?:.* - (?P<passes>\d+) pass)?')
+STOP_GRACE_S = 10  # a profiler told to stop (SIGTERM) gets this long before SIGKILL
 PERMISSION_HELP = (
     "the driver restricts GPU performance counters to administrators (ERR_NVGPUCTRPERM). Run as root "
     "or with CAP_SYS_ADMIN (CAP_PERFMON from driver R565), start a container with --cap-add=SYS_ADMIN, or "
@@ -108,24 +111,90 @@ def command(ncu: str, metrics: list[str], report: Path, program: list[str], sett
             "--export", str(report), "--force-overwrite", *program]
 
 
-def run(cmd: list[str], report: Path, expected: int, echo: Callable[[str], None]) -> None:
-    """Run ncu, echoing progress per profiled launch; raise NcuFailed with the reason on failure."""
+@dataclass
+class Progress:
+    """Pass 2's progress line per profiled launch: launch k of the ``expected``, the time since
+    ncu started and, at the pace since the first launch was profiled (ncu's start and the
+    child's warm-up, which compiles the kernels, come before it), the time left."""
+
+    expected: int
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(init=False)
+    first: float | None = field(init=False, default=None)
+    done: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def line(self, kernel: str, passes: str | None) -> str:
+        now = self.clock()
+        self.done += 1
+        self.first = now if self.first is None else self.first
+        timing = f"{_clock(now - self.started)} elapsed"
+        if 1 < self.done < self.expected:
+            pace = (now - self.first) / (self.done - 1)
+            timing += f", about {_clock(pace * (self.expected - self.done))} left"
+        return f"ncu: launch {self.done}/{self.expected} {kernel}{f', {passes} passes' if passes else ''}; {timing}"
+
+
+def _clock(seconds: float) -> str:
+    """'0:42', '3:20', '1:02:05'."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes}:{secs:02}"
+
+
+def run(cmd: list[str], report: Path, expected: int, echo: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic) -> None:
+    """Run ncu, echoing progress per profiled launch; raise NcuFailed with the reason on failure.
+    Interrupted (Ctrl-C, SIGTERM) or failing here, it stops ncu and the workload under it."""
     errors: list[str] = []
     lines: list[str] = []
-    profiled = 0
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+    progress = Progress(expected, clock)
+    with start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1) as proc:
         assert proc.stdout is not None  # stdout=PIPE
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            lines.append(line)
-            if line.startswith("==ERROR=="):
-                errors.append(line)
-            match = _PROGRESS.match(line)
-            if match:
-                profiled += 1
-                passes = f", {match.group('passes')} passes" if match.group("passes") else ""
-                echo(f"ncu: launch {profiled}/{expected} {match.group('kernel')}{passes}")
+        try:
+            for line in proc.stdout:
+                line = line.rstrip("\n")
+                lines.append(line)
+                if line.startswith("==ERROR=="):
+                    errors.append(line)
+                match = _PROGRESS.match(line)
+                if match:
+                    echo(progress.line(match.group("kernel"), match.group("passes")))
+        except BaseException:
+            stop(proc)
+            raise
     _check(proc.returncode, errors, lines, report)
+
+
+def start(cmd: list[str], **pipes) -> subprocess.Popen:
+    """A profiler in a process group of its own, so that ``stop`` reaches the workload child it
+    starts too, and a Ctrl-C at the terminal reaches tracker alone, which then stops them."""
+    try:
+        return subprocess.Popen(cmd, text=True, process_group=0, **pipes)
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot run {cmd[0]}: {exc}") from None
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a profiler started by ``start`` and everything in its group: SIGTERM, and after
+    ``STOP_GRACE_S`` SIGKILL to whatever is left (a workload the profiler did not end). A
+    profiler left running would hold the GPU for minutes after tracker is gone."""
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:  # the whole group is gone
+        pass
 
 
 def _check(code: int, errors: list[str], lines: list[str], report: Path) -> None:

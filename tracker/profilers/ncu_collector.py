@@ -56,7 +56,8 @@ class NcuCollector:
 
     def collect(self, workload: Workload, launches: Sequence[Launch], compute_capability: float,
                 echo: Callable[[str], None]) -> Counters:
-        """Counters for every launch of pass 1, each checked against its kernel and NVTX range."""
+        """Counters for ``launches`` (pass 1's of the measured iterations ``workload`` runs:
+        ``tracker.profilers.counted``), each checked against its kernel and NVTX range."""
         wanted = ncu_metrics(compute_capability)
         known = ncu.available_metrics(self.path)
         metrics = [m for m in wanted if m.split(".", 1)[0] in known]

@@ -82,13 +82,18 @@ class NvprofCollector:
 
 
 def _run(cmd: list[str], log: Path) -> None:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except OSError as exc:
-        raise BackendUnavailable(f"cannot run nvprof: {exc}") from None
-    except subprocess.TimeoutExpired:
-        raise ProfilerFailed(f"nvprof did not finish in {TIMEOUT_S // 60} minutes") from None
-    _check(done.returncode, done.stdout + done.stderr, log)
+    """nvprof in a process group of its own (``ncu.start``), stopped with its workload when it
+    runs too long or tracker is interrupted."""
+    with ncu.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        try:
+            out, err = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            ncu.stop(proc)
+            raise ProfilerFailed(f"nvprof did not finish in {TIMEOUT_S // 60} minutes") from None
+        except BaseException:
+            ncu.stop(proc)
+            raise
+    _check(proc.returncode, out + err, log)
 
 
 def _check(code: int, output: str, log: Path) -> None:

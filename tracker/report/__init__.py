@@ -39,6 +39,7 @@ class Report:
     about: dict  # the settings behind it, one row each
     sections: list[Section] = field(default_factory=list)
     fill_command: str = ""  # the command that collects the counters folded sections need
+    unfinished: str | None = None  # what a run that did not complete holds (tracker.profilers.unfinished)
 
 
 def write(report: Report, out: Path) -> list[Path]:

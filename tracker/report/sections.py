@@ -20,8 +20,9 @@ from tracker.analysis import traffic, utilization
 from tracker.errors import StoreError
 from tracker.figures import bars
 from tracker.figures.roofline import roofline as roofline_figure
+from tracker.profilers import iterations_profiled, unfinished
 from tracker.report import Report, Section
-from tracker.store import Store, experiment_dict, find_experiment
+from tracker.store import Store, experiment_dict, find_experiment, launch_count
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ class Run:
         if backend in ("model", "events"):
             return f"no counters in run {self.id} (backend {backend}); profile with --backend ncu on a GPU"
         return f"run {self.id} (backend {backend}) did not collect these counters"
+
+    @cached_property
+    def unfinished(self) -> str | None:
+        """What the run holds if it did not complete, in one sentence (tracker.profilers.unfinished)."""
+        return unfinished(self.row, launch_count(self.store, self.id))
 
     @cached_property
     def times(self) -> pd.DataFrame:  # time per layer phase: its section, and the layer the stall finding names
@@ -97,28 +103,51 @@ def _tiles(run: pd.Series) -> str:
     return ", ".join(f"{key} {tile}" for key, tile in tiles.items()) or "the default of each launch"
 
 
-def describe(run: pd.Series) -> str:
-    """The run in one paragraph: what ran, on what, measured how, when."""
+def describe(run: pd.Series, unfinished: str | None = None) -> str:
+    """The run in one paragraph: what ran, on what, measured how, when; ``unfinished``: what a run
+    that did not complete holds (``Run.unfinished``), said after it."""
+    after = f" {unfinished[0].upper()}{unfinished[1:]}." if unfinished else ""
     if run["backend"] == "model":
         where = (f"modelled for {run['device_name']}: the analytic model's predictions, no GPU ran it"
                  if run["device_name"] else "modelled without a device: FLOPs and bytes only")
-        return f"{run['network']} at batch {run['batch']}, {where}. Run {run.name}, {run['status']}, {_when(run)}."
-    known = [f"compute capability {run['compute_capability']}" if pd.notna(run["compute_capability"]) else "",
-             f"{int(run['sm_count'])} SMs" if pd.notna(run["sm_count"]) else ""]
-    device = run["device_name"] + (f" ({', '.join(k for k in known if k)})" if any(known) else "")
-    if run["backend"] == "ncu":
-        how = (f"measured with Nsight Compute {run['ncu_version']} ({run['ncu_replay_mode']} replay, clocks "
-               f"{run['ncu_clock_control']}, cache control {run['ncu_cache_control']})")
-    else:
-        how = f"timed with {run['backend']}"
+        return (f"{run['network']} at batch {run['batch']}, {where}. Run {run.name}, {run['status']}, "
+                f"{_when(run)}.{after}")
     l1 = "L1 bypassed (loads compiled .cg)" if run["l1_bypass"] else "L1 cached"
     if run.get("loaders") == "staged" and not run["l1_bypass"]:
         l1 += ", operands staged through registers as the L1-bypass build's (--staged)"
     repeats = f"{run['repeat']} measured iteration{'s' if run['repeat'] != 1 else ''}"
     kernels = (f"run by {_library(run)}" if _is_library(run) else
                f"kernel variants: {_variants(run)}; GEMM tiles: {_tiles(run)}; {l1}")
-    return (f"{run['network']} at batch {run['batch']} on {device}, {how}; {kernels}; {repeats}. "
-            f"Run {run.name}, {run['status']}, {_when(run)}.")
+    return (f"{run['network']} at batch {run['batch']} on {_device(run)}, {_how(run)}; {kernels}; {repeats}. "
+            f"Run {run.name}, {run['status']}, {_when(run)}.{after}")
+
+
+def _device(run: pd.Series) -> str:
+    """'NVIDIA H100 80GB HBM3 (compute capability 9.0, 132 SMs)'; a run that ended before it met
+    its GPU has none recorded."""
+    if not run["device_name"]:
+        return "a GPU not recorded (the run ended before pass 1 reached it)"
+    known = [f"compute capability {run['compute_capability']}" if pd.notna(run["compute_capability"]) else "",
+             f"{int(run['sm_count'])} SMs" if pd.notna(run["sm_count"]) else ""]
+    return run["device_name"] + (f" ({', '.join(k for k in known if k)})" if any(known) else "")
+
+
+def _how(run: pd.Series) -> str:
+    """How it was measured: the collector and the iterations it profiled (every one is timed), or
+    the events alone."""
+    iterations = run.get("counter_iterations")
+    if run["backend"] == "ncu" and iterations is not None:
+        return (f"measured with Nsight Compute {run['ncu_version']} ({run['ncu_replay_mode']} replay, clocks "
+                f"{run['ncu_clock_control']}, cache control {run['ncu_cache_control']}) on {_profiled(run)}")
+    if run["backend"] == "nvprof" and iterations is not None:
+        return f"measured with nvprof on {_profiled(run)}"
+    if run["backend"] in ("ncu", "nvprof"):
+        return f"profiled with {run['backend']}, whose pass 2 stored no counters"
+    return f"timed with {run['backend']}"
+
+
+def _profiled(run: pd.Series) -> str:
+    return iterations_profiled(int(run["counter_iterations"]), int(run["repeat"]))
 
 
 def _is_library(run: pd.Series) -> bool:
@@ -144,14 +173,14 @@ def _when(run: pd.Series) -> str:
 ABOUT = {"network": "network", "batch": "batch", "device_name": "GPU", "compute_capability": "compute capability",
          "backend": "backend", "backend_reason": "why this backend", "variants": "kernel variants",
          "l1_bypass": "L1 bypass", "loaders": "GEMM loaders", "repeat": "measured iterations",
-         "ncu_version": "ncu version",
+         "counter_iterations": "iterations with counters", "ncu_version": "ncu version",
          "ncu_replay_mode": "ncu replay", "ncu_clock_control": "ncu clock control",
          "ncu_cache_control": "ncu cache control", "driver_version": "driver", "cuda_version": "CUDA",
          "status": "status", "started_at": "started", "command_line": "command"}
 
 
 def _about(run: pd.Series) -> dict:
-    about = {"run": run.name, **{label: run[key] for key, label in ABOUT.items()}}
+    about = {"run": run.name, **{label: run.get(key) for key, label in ABOUT.items()}}
     if _is_library(run):
         about["run by"] = _library(run)
     about["kernel variants"] = _variants(run)
@@ -165,8 +194,8 @@ def for_run(run: Run) -> Report:
     row = run.row
     sections = [spec.section(run) for spec in RUN_SECTIONS if spec.shown(row)]
     return Report(f"Run {run.id}: {row['network']}, batch {row['batch']}, {row['device_name'] or 'no device'}",
-                  describe(row), _about(row), sections,
-                  _fill_command(row))
+                  describe(row, run.unfinished), _about(row), sections,
+                  _fill_command(row), run.unfinished)
 
 
 def _fill_command(row: pd.Series) -> str:

@@ -7,6 +7,7 @@ from tracker.store.db import DEFAULT_DB, Store, open_store, resolve
 from tracker.store.experiments import experiment_dict, experiment_ids, find_experiment, recording_experiment
 from tracker.store.queries import (
     find_run,
+    launch_count,
     launch_rows,
     layer_rows,
     list_runs,
@@ -19,6 +20,6 @@ from tracker.store.sql import query, run_sql
 
 __all__ = [
     "DEFAULT_DB", "SCHEMA_VERSION", "RunWriter", "Store", "effective_status", "experiment_dict", "experiment_ids",
-    "find_experiment", "find_run", "launch_rows", "layer_rows", "list_runs", "metric_rows", "open_store",
+    "find_experiment", "find_run", "launch_count", "launch_rows", "layer_rows", "list_runs", "metric_rows", "open_store",
     "query", "recording", "recording_experiment", "resolve", "run_dict", "run_sql",
 ]

@@ -58,7 +58,8 @@ def migrate(conn: Connection, where: str) -> None:
     GEMM tiles a run ran (run.tiles, NULL in older runs); v5 -> v6 the library arm (run.implementation,
 'ours' in older runs, and run.library; launch.algorithm and role; rollup_time.algorithm); v6 -> v7
 run.loaders ('async' in older runs); v7 -> v8 experiment_arm (an experiment's planned arms; older
-experiments have none). Create what is missing and recreate every
+experiments have none); v8 -> v9 run.counter_iterations (pass 2 profiled every measured iteration
+before v9, so an older run with counters gets its repeat). Create what is missing and recreate every
     view. Any write opening migrates (``tracker upgrade`` is one); a
     read-only one refuses an older file."""
     with conn.begin():
@@ -68,6 +69,7 @@ experiments have none). Create what is missing and recreate every
             return
         Base.metadata.create_all(conn)  # creates only the missing tables
         _add_missing_columns(conn)
+        _count_profiled_iterations(conn)
         conn.exec_driver_sql("DROP INDEX IF EXISTS metric_by_name")  # v4: rollup_metric_by_name instead
         cascade = " CASCADE" if conn.dialect.name == "postgresql" else ""
         for view in reversed(VIEWS):  # views hold no data: recreate them all, as this version defines them
@@ -78,9 +80,17 @@ experiments have none). Create what is missing and recreate every
         conn.execute(update(SchemaInfo).values(version=SCHEMA_VERSION))
 
 
+def _count_profiled_iterations(conn: Connection) -> None:
+    """v9's run.counter_iterations for the runs before it: every measured iteration of a run that
+    holds counters (pass 2 profiled them all), NULL where it holds none."""
+    conn.exec_driver_sql("UPDATE run SET counter_iterations = repeat WHERE counter_iterations IS NULL "
+                         "AND EXISTS (SELECT 1 FROM metric m WHERE m.run_id = run.id)")
+
+
 def _add_missing_columns(conn: Connection) -> None:
     """Columns a later schema added to an existing table (v4: experiment's host, pid and
-    process_start; v5: run's tiles; v6: the library arm's; v7: run's loaders), NULL in the rows
+    process_start; v5: run's tiles; v6: the library arm's; v7: run's loaders; v9: run's
+    counter_iterations), NULL in the rows
     already there, or the column's server default where it has one (v6: run.implementation is
     'ours'; v7: run.loaders 'async')."""
     for table in Base.metadata.sorted_tables:

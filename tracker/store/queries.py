@@ -7,7 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 
 from tracker.errors import StoreError
 from tracker.phases import ORDER
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 RELATIONS = frozenset({view.name for view in VIEWS} | set(Base.metadata.tables))  # what view_frame reads
 
 RUN_LIST_COLUMNS = ("run_id", "status", "network", "batch", "phases", "backend", "device_name",
-                    "started_at", "layers", "launches", "ops", "predicted_ms", "measured_ms")
+                    "started_at", "layers", "launches", "counter_iterations", "ops", "predicted_ms", "measured_ms")
 
 
 def _plain(value: Any) -> Any:
@@ -117,6 +117,12 @@ def launch_rows(store: Store, run_id: int) -> list[dict]:
     with store.session() as session:
         launches = session.scalars(select(Launch).where(Launch.run_id == run_id).order_by(Launch.invocation))
         return [{c.name: getattr(k, c.key) for c in Launch.__table__.columns} for k in launches]
+
+
+def launch_count(store: Store, run_id: int) -> int:
+    """How many launches the run holds (pass 1's, every measured iteration)."""
+    with store.session() as session:
+        return session.scalar(select(func.count()).select_from(Launch).where(Launch.run_id == run_id)) or 0
 
 
 def metric_rows(store: Store, run_id: int) -> list[dict]:

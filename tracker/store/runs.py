@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from sqlalchemy import update
+from sqlalchemy import Connection, update
 
 from tracker import __version__
 from tracker.model import Prediction
@@ -103,8 +103,23 @@ class RunWriter:
         join, nor counters without their rollups."""
         with self.store.begin() as conn:
             bulk_insert(conn, Launch.__table__, [dict(row, run_id=self.run_id) for row in rows])
-            bulk_insert(conn, Metric.__table__, [dict(row, run_id=self.run_id) for row in metrics])
-            rollups.write(conn, self.run_id, rows, metrics)
+            self._counters(conn, rows, metrics)
+
+    def add_counters(self, launches: list[dict], metrics: Sequence[dict], **fields) -> None:
+        """Pass 2's counters on launches already stored (``launches``: their rows, as
+        ``add_launches`` was given them) and the run fields that say how they were collected: one
+        transaction, so a run holds all of its counters or none."""
+        with self.store.begin() as conn:
+            self._counters(conn, launches, metrics, **fields)
+
+    def _counters(self, conn: Connection, launches: list[dict], metrics: Sequence[dict], **fields) -> None:
+        """The counters, the rollups rewritten with them, and on the run ``fields`` and
+        counter_iterations: how many measured iterations carry counters (NULL: none)."""
+        bulk_insert(conn, Metric.__table__, [dict(row, run_id=self.run_id) for row in metrics])
+        rollups.write(conn, self.run_id, launches, metrics)
+        counted = {row["invocation"] for row in metrics}
+        iterations = len({row["repeat"] for row in launches if row["invocation"] in counted})
+        conn.execute(update(Run).where(Run.id == self.run_id).values(counter_iterations=iterations or None, **fields))
 
     def update(self, **fields) -> None:
         """Set run fields learned while running (device, versions, peak memory, ...)."""

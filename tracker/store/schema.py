@@ -33,7 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from tracker.phases import PHASES
 from tracker.metrics import CATALOG
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 STATUSES = ("running", "complete", "failed", "interrupted")
 ARM_STATES = ("queued", "running", "complete", "failed", "interrupted")  # an experiment arm's, in order
@@ -103,6 +103,10 @@ class Run(Base):
     ncu_cache_control: Mapped[str | None]
     ncu_clock_control: Mapped[str | None]
     repeat: Mapped[int] = mapped_column(doc="measured iterations per launch")
+    counter_iterations: Mapped[int | None] = mapped_column(
+        doc="how many measured iterations pass 2 (ncu, nvprof) collected counters from: the first ones, their "
+            "launches carrying the counters; NULL: the run holds no counters (model, events, or a pass 2 that "
+            "failed or was interrupted). Schema v9; older runs with counters had every iteration profiled")
     predicted_peak_bytes: Mapped[int | None] = mapped_column(doc="model's peak memory of one training step")
     measured_peak_bytes: Mapped[int | None] = mapped_column(doc="device memory high-water mark")
     command_line: Mapped[str]

@@ -235,7 +235,7 @@ LEFT JOIN layer_time t ON t.run_id = p.run_id AND t.layer_id = p.layer_id AND t.
     View(
         "run_summary",
         "One row per run: settings, stored status (see `tracker runs` for runs whose process died), "
-        "and totals over its layers.",
+        "totals over its layers, and how many measured iterations carry counters (NULL: none).",
         """
 SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.device_name,
        r.started_at, r.finished_at,
@@ -245,7 +245,7 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
        (SELECT SUM(p.bytes) FROM prediction p WHERE p.run_id = r.id) AS bytes,
        (SELECT SUM(p.predicted_ms) FROM prediction p WHERE p.run_id = r.id) AS predicted_ms,
        (SELECT SUM(t.measured_ms) FROM layer_time t WHERE t.run_id = r.id) AS measured_ms,
-       r.predicted_peak_bytes, r.measured_peak_bytes, r.implementation
+       r.predicted_peak_bytes, r.measured_peak_bytes, r.implementation, r.counter_iterations
 FROM run r
 """,
     ),

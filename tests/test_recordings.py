@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -224,6 +225,15 @@ def test_fusion_under_ncu_measures_the_dram_bytes_it_saves(recordings):
     fwd = fwd[fwd["phase"] == "fwd"].set_index("layer")
     assert fwd["dram_bytes_saved"].notna().all()
     assert fwd.loc["conv1", "dram_bytes_saved"] > 0
+
+
+@pytest.mark.slow  # draws every figure of the experiment
+def test_a_fusion_experiments_report_draws_its_pairs_and_its_speedups_apart(runner, recordings, tmp_path):
+    result = runner.invoke(cli, ["report", "e1", "--db", recording(FUSION_NCU, recordings), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    shown = re.findall(r"<img src='([^']+)\.svg'", (tmp_path / "index.html").read_text())
+    assert shown[:2] == ["fusion_pairs", "fusion"]
+    assert sorted(shown) == sorted(p.stem for p in tmp_path.glob("*.svg"))  # each figure once, none drawn over
 
 
 def test_batch_experiment_time_per_image_falls_with_batch(experiment_store):

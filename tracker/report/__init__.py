@@ -41,6 +41,14 @@ class Report:
     fill_command: str = ""  # the command that collects the counters folded sections need
     unfinished: str | None = None  # what a run that did not complete holds (tracker.profilers.unfinished)
 
+    def __post_init__(self) -> None:
+        # A section's key names its figure's files and its anchor: two alike would draw one figure
+        # over the other (a fusion experiment's pairs and speedups did, 2026-11-25).
+        keys = [s.key for s in self.sections]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise ValueError(f"report sections share the key(s) {', '.join(repeated)}")
+
 
 def write(report: Report, out: Path) -> list[Path]:
     """Every figure as PNG and SVG, then index.html and report.md; the paths written."""

@@ -513,7 +513,7 @@ def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Sectio
     if kind == "fusion":
         pairs = experiments.fused_pairs(store, experiment_id)
         pairs = pairs.assign(change_pct=100 * (pairs["speedup"] - 1)) if not pairs.empty else pairs
-        sections.append(Section("fusion", "Fusion speedup per conv/fc + ReLU pair", "paper 003 section 4 (4.0 %)",
+        sections.append(Section("fusion_pairs", "Fusion speedup per conv/fc + ReLU pair", "paper 003 section 4 (4.0 %)",
                                 bars.speedup(pairs, "Fusion: separate ReLU -> fused kernel", sub),
                                 _speedup_finding(pd.concat([pairs, frame[frame["layer"] == "iteration"]])),
                                 pairs.drop(columns=["layer_id"], errors="ignore")))

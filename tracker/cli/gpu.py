@@ -6,6 +6,7 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.options import db_option, emit, format_option, net_kwargs, network_options
+from tracker.gpu.workload import IMPLEMENTATIONS
 from tracker.nets import build
 
 KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "occupancy", "shared_bytes",
@@ -95,45 +96,106 @@ def kernels(arch, l1, tile, fmt):
 @click.option("--record", is_flag=True,
               help="Write a verification record under tests/data/verified/ (commit it).")
 @tile_option("Check")
+@click.option("--impl", "implementation", type=click.Choice(IMPLEMENTATIONS), default="ours", show_default=True,
+              help="ours: our kernel variants, on this machine's GPU. torch: every layer phase as PyTorch runs it "
+              "in `tracker profile --impl torch` (fp32, TF32 off; backward split into bwd_weight and bwd_data by "
+              "autograd.grad), through the same checks, inputs and bounds; on PyTorch's GPU if it sees one, else "
+              "on the CPU.")
 @format_option
-def selftest(batch, l1, shapes, record, tile, fmt):
+def selftest(batch, l1, shapes, record, tile, implementation, fmt):
     """Check every kernel variant against the NumPy reference on this machine's GPU.
 
     Fresh random inputs of every AlexNet layer's shapes at a small batch; outputs start as NaN
     so an element never written fails; relative error under 1e-5 (element-wise) or 1e-4
     (reductions, convolutions) against the float64 reference.
 
+    With --impl torch the same checks hold PyTorch (cuDNN, cuBLAS) to our kernels' bounds, layer
+    phase by layer phase (variant `torch`): which phase loses digits, where a whole training
+    step only shows the compounded error. It needs no CuPy, and runs on the CPU where PyTorch
+    sees no GPU.
+
     \b
     Examples:
       tracker selftest
       tracker selftest --batch 4 --record
+      tracker selftest --impl torch --batch 2 --format csv
       compute-sanitizer --tool racecheck tracker selftest --shapes small --l1 ca
       compute-sanitizer --tool racecheck tracker selftest --shapes small --l1 ca --tile 128x128x8/stages3
     """
-    from tracker.gpu.runner import selftest as run_selftest
     from tracker.gpu.runner import summarize
     from tracker.ops.selftest import network_cases, small_cases
     from tracker.nets import build
-    from tracker.profile import require_gpu
 
+    if implementation == "torch":
+        _refuse_for_torch(record, tile, l1)
     if record and shapes != "alexnet":
         raise click.UsageError("--record vouches for AlexNet's shapes: drop --shapes small")
     if record and tile is not None:
         raise click.UsageError("--record vouches for the default tile's builds: drop --tile")
-    require_gpu("tracker selftest")
-    policies = ("ca", "cg") if l1 == "both" else (l1,)
     cases = small_cases() if shapes == "small" else tuple(network_cases(build("alexnet"), batch))
-    results, device = run_selftest(cases, policies, lambda line: click.echo(line, err=True), tile)
-    rows = summarize(results)
-    emit(rows, fmt)
-    failed = [r for r in rows if not r["passed"]]
-    click.echo(f"{len(rows) - len(failed)} passed, {len(failed)} failed on {device['device_name']}", err=True)
-    if record:
-        from tracker.gpu.verified import write_record
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    if implementation == "torch":
+        results, device = _torch_selftest(cases, echo)
+        rows = summarize([(None, r) for r in results])  # no L1 policy: the libraries choose their own loads
+        failed = _report(rows, device, fmt, echo)
+    else:
+        results, info = _kernel_selftest(cases, ("ca", "cg") if l1 == "both" else (l1,), tile, echo)
+        rows = summarize(results)
+        failed = _report(rows, info["device_name"], fmt, echo)
+        if record:
+            from tracker.gpu.verified import write_record
 
-        click.echo(f"record written to {write_record(rows, device)}", err=True)
+            echo(f"record written to {write_record(rows, info)}")
     if failed:
         raise SystemExit(1)
+
+
+def _report(rows: list[dict], device: str, fmt: str, echo) -> int:
+    """The results' table, each failure by layer, phase and output, and the summary line; how many failed."""
+    emit(rows, fmt)
+    failed = [r for r in rows if not r["passed"]]
+    for row in failed:
+        echo(f"failed: {row['layer']} {row['phase']} {row['output']} ({row['variant']}{_l1(row)}): error "
+             f"{_error(row['error'])}, bound {row['tolerance']:.0e}")
+    echo(f"{len(rows) - len(failed)} passed, {len(failed)} failed on {device}")
+    return len(failed)
+
+
+def _refuse_for_torch(record: bool, tile, l1: str) -> None:
+    """--impl torch checks PyTorch's phases: the options about our kernels' builds mean nothing to it."""
+    if record:
+        raise click.UsageError("--record vouches for our kernels' builds; --impl torch checks PyTorch's: drop --record")
+    if tile is not None:
+        raise click.UsageError("--tile picks our GEMM kernels' tile; --impl torch runs PyTorch's: drop --tile")
+    if l1 != "both":
+        raise click.UsageError(f"--l1 {l1} picks our kernels' L1 policy; --impl torch runs PyTorch's: drop --l1")
+
+
+def _kernel_selftest(cases, policies, tile, echo):
+    """Our kernel variants on this GPU: (results, device_info)."""
+    from tracker.gpu.runner import selftest as run_selftest
+    from tracker.profile import require_gpu
+
+    require_gpu("tracker selftest")
+    return run_selftest(cases, policies, echo, tile)
+
+
+def _torch_selftest(cases, echo):
+    """PyTorch's layer phases on its GPU, else the CPU: (results, the device in words)."""
+    from tracker.library import require_torch
+
+    require_torch("tracker selftest --impl torch")
+    from tracker.library.accuracy import selftest as torch_selftest
+
+    return torch_selftest(cases, echo)
+
+
+def _l1(row: dict) -> str:
+    return f", l1 {row['l1']}" if row["l1"] else ""
+
+
+def _error(value) -> str:
+    return "never written" if value is None else f"{value:.2e}"
 
 
 TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "default_ms", "speedup", "tried", "runs")

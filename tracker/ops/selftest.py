@@ -80,11 +80,15 @@ class Check:
     def run(self, phase: str, arrays: Arrays, **params: Any) -> None:
         OPS[self.case.op].launch(self.b, self.variant, phase, arrays, tile=self.tile, **params)
 
+    def error_scale(self) -> float:
+        """The variant's factor on the op's bound (a Check of PyTorch's phases has no variant of ours)."""
+        return OPS[self.case.op].variant(self.variant).error_scale
+
     def compare(self, phase: str, name: str, device_out: Any, expected: np.ndarray, tol: float) -> np.ndarray:
         """``tol``: the op's bound for this output, scaled by the variant's error_scale."""
         host = self.b.asnumpy(device_out)
         error, largest, mean = _errors(host, expected)
-        tol *= OPS[self.case.op].variant(self.variant).error_scale
+        tol *= self.error_scale()
         self.results.append(Result(self.case.op, self.variant, self.case.layer, phase, name, error, tol, largest,
                                    mean))
         return host
@@ -93,10 +97,15 @@ class Check:
 def run_case(backend: Backend, case: Case, variant: str, seed: int = 0, tile: Tile | None = None) -> list[Result]:
     """``tile``: the GEMM schedule of the variant's GEMM-shaped launches;
     None runs the default."""
-    check = Check(backend, case, variant, tile)
     OPS[case.op].variant(variant)  # an unknown name fails here, before any input is made
-    OPS[case.op].check(check, np.random.default_rng(seed), case)
-    backend.synchronize()
+    return run_check(Check(backend, case, variant, tile), seed)
+
+
+def run_check(check: Check, seed: int = 0) -> list[Result]:
+    """``check``'s case through its op's checks on fresh inputs from ``seed``: what our kernels
+    and PyTorch's phases (tracker/library/accuracy.py) are held to alike."""
+    OPS[check.case.op].check(check, np.random.default_rng(seed), check.case)
+    check.b.synchronize()
     return check.results
 
 

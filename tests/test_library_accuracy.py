@@ -118,6 +118,29 @@ def test_the_whole_step_is_compared_per_layer_as_information():
 
     rows = step_errors(small_net(), 3, "cpu")
     assert [(r["layer"], r["output"]) for r in rows] == [("loss", "loss")] + [
-        (layer, output) for layer in ("fc4", "fc3", "conv2", "conv1") for output in ("dw", "db")]
-    assert all(0 <= r["error"] < 1e-4 for r in rows), rows
+        (layer, output) for layer in ("fc4", "fc3", "conv2", "conv1") for output in ("dw", "db")] + [
+        ("pool1", f"windows of {3 * 8 * 4 * 4}")]
+    assert all(0 <= r["error"] < 1e-4 for r in rows[:-1]), rows
+    assert rows[-1]["moved_maxima"] == 0  # no near-tie flipped here, so the gradients upstream agree
     assert "passed" not in rows[0]
+
+
+def test_a_pool_window_whose_maximum_rounding_moved_is_counted():
+    """The whole step's error at a max-pool: a window whose fp32 input has its maximum elsewhere
+    than the reference's sends the gradient to another element (what a near-tie flipped by
+    rounding does)."""
+    import torch
+    from test_network_plan import small_net
+
+    from tracker.library.accuracy import _moved_maxima
+    from tracker.library.torch_net import TorchStep
+
+    net = small_net()
+    step = TorchStep(net, 2, "cpu")
+    step.iteration()
+    before = {r["layer"]: r["moved_maxima"] for r in _moved_maxima(net, step)}
+    x = step.inputs["pool1"].detach().clone()
+    window = x[0, 0, :3, :3]  # element (0, 0) lies in this window alone (3 x 3, stride 2)
+    x[0, 0, 0, 0] = window.min() - 1 if int(torch.argmax(window)) == 0 else window.max() + 1
+    step.inputs["pool1"] = x
+    assert _moved_maxima(net, step)[0]["moved_maxima"] == before["pool1"] + 1

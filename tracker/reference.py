@@ -89,10 +89,17 @@ def maxpool_fwd(x, size=3, stride=2):
     return _windows(x, size, size, stride).max(axis=(4, 5))
 
 
+def maxpool_argmax(x, size=3, stride=2):
+    """(N, C, P, Q): where in each window its first maximum lies (row-major in the window), the
+    element the kernels pick and the backward routes the gradient to."""
+    n, c = x.shape[:2]
+    win = _windows(x, size, size, stride)
+    return win.reshape(n, c, *win.shape[2:4], size * size).argmax(axis=4)
+
+
 def maxpool_bwd(dy, x, size=3, stride=2):
     n, c, p, q = dy.shape
-    win = _windows(x, size, size, stride).reshape(n, c, p, q, size * size)
-    first = win.argmax(axis=4)  # the first maximum, as the kernels pick it
+    first = maxpool_argmax(x, size, stride)
     dx = np.zeros_like(x, dtype=dy.dtype)
     ni, ci, pi, qi = np.indices((n, c, p, q))
     rows = pi * stride + first // size
@@ -148,9 +155,7 @@ def softmax_xent_bwd(p, labels):
 def network_step(net, params: dict, x: np.ndarray, labels: np.ndarray) -> tuple[float, dict]:
     """Forward and backward of a chain network made of the ops above, with softmax cross-entropy
     at the end: (loss, {layer: (dw, db)}). ``params``: {layer: (w, b)}. Float64 throughout."""
-    acts = {"input": x.astype(np.float64)}
-    for layer in net.layers:
-        acts[layer.name] = _forward(layer, params, acts[layer.inputs[0]])
+    acts = activations(net, params, x)
     probs = acts[net.layers[-1].name]
     loss = cross_entropy(probs, labels)
     grads: dict = {}
@@ -159,6 +164,14 @@ def network_step(net, params: dict, x: np.ndarray, labels: np.ndarray) -> tuple[
         x_in = acts[layer.inputs[0]]
         dy, grads[layer.name] = _backward(layer, params, x_in, acts[layer.name], dy)
     return loss, {name: g for name, g in grads.items() if g is not None}
+
+
+def activations(net, params: dict, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Every layer's output of the forward pass, by layer name ("input": ``x``), float64."""
+    acts = {"input": x.astype(np.float64)}
+    for layer in net.layers:
+        acts[layer.name] = _forward(layer, params, acts[layer.inputs[0]])
+    return acts
 
 
 def _forward(layer, params, x):

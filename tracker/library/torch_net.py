@@ -98,10 +98,11 @@ class TorchStep:
         self.params = {name: (as_tensor(w).requires_grad_(), as_tensor(b).requires_grad_())
                        for name, (w, b) in initial_parameters(net, seed).items()}
         self.grads: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.inputs: dict[str, torch.Tensor] = {}  # each layer's input, as the last iteration saw it
         self.loss: torch.Tensor | None = None
 
     def iteration(self) -> None:
-        inputs: dict[str, torch.Tensor] = {}
+        inputs = self.inputs = {}
         outputs: dict[str, torch.Tensor] = {"input": self.x}
         dy: dict[str, torch.Tensor | None] = {}
         for layer, phase in self.order:

@@ -23,7 +23,8 @@ from tracker.errors import JoinError
 from tracker.library import kineto
 from tracker.nets import build
 from tracker.profilers import ncu_csv
-from tracker.profilers.join import comparable, join
+from tracker.kernel_names import comparable
+from tracker.profilers.join import join
 from tracker.profilers.ncu_collector import nvtx_ranges
 
 DATA = Path(__file__).parent / "data" / "gpu-2026-11-25-h100"

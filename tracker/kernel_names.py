@@ -1,5 +1,6 @@
 """What a kernel's name says: its function name as the profilers print it (``kernel_base``, by
-which the join matches pass 1 to pass 2 and the report shortens a name), and which algorithm and
+which the join matches pass 1 to pass 2 and the report shortens a name), its full name in the form
+ncu's and PyTorch's profiler's demanglers agree on (``comparable``, the library arm's join), and which algorithm and
 role a library kernel has in its layer phase (``classify``, ``phase_algorithm``; issue 29, paper
 004's question).
 
@@ -35,13 +36,43 @@ def kernel_base(name: str) -> str:
     name = re.sub(r"^(void|__global__ void)\s+", "", name.strip())
     name = name.replace("(anonymous namespace)", "")  # PyTorch's profiler's scope, not a parameter list
     name = name.split("(", 1)[0]
+    return _outside(name, "<", ">").rsplit("::", 1)[-1].strip()
+
+
+# How ncu 2025.3 and PyTorch's profiler (Kineto) write the same kernel (the H100 recordings of
+# tests/data/gpu-2026-11-25-h100, every kernel of them): a lambda as '[lambda(int) (instance 1)]'
+# or '{lambda(int)#1}', an anonymous namespace as '<unnamed>' or '(anonymous namespace)', a
+# template argument as '(int)128', '(bool)0', '(unsigned long)2' or '128', 'false', '2ul', a const
+# type as 'const T1 &' or 'float const&', a nested function template with 'void' or without, and
+# parameter lists with the template's own names (T1, T3) or the types they stand for.
+_LAMBDA = re.compile(r"\{lambda\([^()]*\)#(\d+)\}|\[lambda\([^()]*\) \(instance (\d+)\)\]")
+_ANONYMOUS = re.compile(r"\(anonymous namespace\)|<unnamed>")
+_CAST = re.compile(r"\((?:unsigned |signed )?(?:bool|char|short|int|long|long long)\)(?=-?\d)")
+_SUFFIX = re.compile(r"\b(\d+)(?:ull|ul|ll|u|l)\b", re.IGNORECASE)
+_WORDS = {"true": "1", "false": "0", "const": "", "void": ""}
+_WORD = re.compile(r"\b(true|false|const|void)\b")
+
+
+def comparable(name: str) -> str:
+    """A kernel's name in a form on which ncu's and PyTorch's profiler's demanglers agree: its
+    scope and template arguments, without parameter lists, casts, literal suffixes, 'const',
+    'void' or spaces."""
+    name = _LAMBDA.sub(lambda m: f"lambda#{m.group(1) or m.group(2)}", name)
+    name = _ANONYMOUS.sub("anonymous", _CAST.sub("", name))
+    name = _SUFFIX.sub(r"\1", name)
+    name = _WORD.sub(lambda m: _WORDS[m.group(1)], name)
+    return re.sub(r"\s+", "", _outside(name, "(", ")"))
+
+
+def _outside(name: str, opening: str, closing: str) -> str:
+    """``name`` without what its ``opening``/``closing`` brackets enclose, nested ones included."""
     depth, out = 0, []
     for char in name:
-        depth += char == "<"
+        depth += char == opening
         if depth == 0:
             out.append(char)
-        depth -= char == ">" and depth > 0
-    return "".join(out).rsplit("::", 1)[-1].strip()
+        depth -= char == closing and depth > 0
+    return "".join(out)
 
 
 class Kernel(NamedTuple):

@@ -10,7 +10,7 @@ engine launches a gradient accumulation between two backward nodes, where no ran
 
 Where ncu prints the kernel after the range (``layer/phase/kernel``), that kernel must be pass
 1's: ncu's demangler and PyTorch's profiler's (a library kernel's full name) write the same name
-differently, so both are compared in ``comparable`` form.
+differently, so both are compared in ``kernel_names.comparable`` form.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 from typing import Protocol, Sequence
 
 from tracker.errors import JoinError
-from tracker.kernel_names import kernel_base
+from tracker.kernel_names import comparable, kernel_base
 from tracker.profilers.ncu_csv import ProfiledLaunch
 
 
@@ -86,38 +86,3 @@ def _same_range(printed: str, expected: str, kernel: str) -> bool:
         if not after or comparable(after) == comparable(kernel):
             return True
     return False
-
-
-# How ncu 2025.3 and PyTorch's profiler (Kineto) write the same kernel (the H100 recordings of
-# tests/data/gpu-2026-11-25-h100, every kernel of them): a lambda as '[lambda(int) (instance 1)]'
-# or '{lambda(int)#1}', an anonymous namespace as '<unnamed>' or '(anonymous namespace)', a
-# template argument as '(int)128', '(bool)0', '(unsigned long)2' or '128', 'false', '2ul', a const
-# type as 'const T1 &' or 'float const&', a nested function template with 'void' or without, and
-# parameter lists with the template's own names (T1, T3) or the types they stand for.
-_LAMBDA = re.compile(r"\{lambda\([^()]*\)#(\d+)\}|\[lambda\([^()]*\) \(instance (\d+)\)\]")
-_ANONYMOUS = re.compile(r"\(anonymous namespace\)|<unnamed>")
-_CAST = re.compile(r"\((?:unsigned |signed )?(?:bool|char|short|int|long|long long)\)(?=-?\d)")
-_SUFFIX = re.compile(r"\b(\d+)(?:ull|ul|ll|u|l)\b", re.IGNORECASE)
-_WORDS = {"true": "1", "false": "0", "const": "", "void": ""}
-_WORD = re.compile(r"\b(true|false|const|void)\b")
-
-
-def comparable(name: str) -> str:
-    """A kernel's name in a form on which ncu's and PyTorch's profiler's demanglers agree: its
-    scope and template arguments, without parameter lists, casts, literal suffixes, 'const',
-    'void' or spaces."""
-    name = _LAMBDA.sub(lambda m: f"lambda#{m.group(1) or m.group(2)}", name)
-    name = _ANONYMOUS.sub("anonymous", _CAST.sub("", name))
-    name = _SUFFIX.sub(r"\1", name)
-    name = _WORD.sub(lambda m: _WORDS[m.group(1)], name)
-    return re.sub(r"\s+", "", _without_parentheses(name))
-
-
-def _without_parentheses(name: str) -> str:
-    depth, out = 0, []
-    for char in name:
-        depth += char == "("
-        if depth == 0:
-            out.append(char)
-        depth -= char == ")" and depth > 0
-    return "".join(out)

@@ -240,3 +240,161 @@ def test_an_experiment_checks_every_arms_arguments_before_its_row(tmp_path):
             run_experiment(str(tmp_path / "e.db"), "batch", build("alexnet"), 16, **{"batches": (16, 32), **bad},
                            backend="model", device=lookup("h100"))
     assert list(tmp_path.iterdir()) == []
+
+
+# 5. Issue 44's probe of 365 bad invocations: each of these was a traceback, an internal error, a
+# silent default or a file written.
+
+@pytest.fixture
+def experiment_db(runner, work) -> Path:
+    """``work`` with experiment e1 (batch, two arms, model backend) in trace.db."""
+    result = runner.invoke(cli, ["experiment", "batch", "alexnet", "--batches", "2,4", "--backend", "model",
+                                 "--device", "h100", "--db", "trace.db"])
+    assert result.exit_code == 0, result.output
+    return work
+
+
+@pytest.mark.parametrize("label", ["0x0x0", "1x1x1", "128x128x0", "128x128x8/warp0x0", "128x128x8/warp",
+                                   "128x128x8/stages3x"])
+def test_a_tile_that_parses_but_cannot_be_built_is_one_line(runner, tmp_path, monkeypatch, label):
+    monkeypatch.chdir(tmp_path)
+    refused(runner.invoke(cli, ["kernels", "--tile", label]), "--tile", label)  # was ZeroDivisionError
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_library_refuses_such_tiles_too():
+    from tracker.gpu.compile import variant_rows
+    from tracker.ops.gemm import DEFAULT, SHAPES, Tile
+
+    for label in ("0x0x0", "1x1x1", "128x128x0", "8x8x8/warp0x0"):
+        assert not Tile.parse(label).valid
+        with pytest.raises(TrackerError, match="the GEMM core cannot build it"):
+            Tile.parse(label).check()
+    assert not Tile(128, 128, 8, split=-1).valid
+    assert all(t.valid for t in SHAPES) and DEFAULT.check() is DEFAULT
+    with pytest.raises(ValueError, match="'warp' needs a number"):
+        Tile.parse("128x128x8/warp")
+    with pytest.raises(TrackerError, match="0x0x0: the GEMM core cannot build it"):
+        variant_rows("sm_90", ("ca",), Tile(0, 0, 0))  # before NVRTC sees -D TILE_K=0
+
+
+@pytest.mark.parametrize("position, words", [("99999999999999999999", ["e1 has no arm 9999", "0 to 1"]),
+                                             ("2", ["e1 has no arm 2"])])
+def test_an_arm_out_of_range_is_one_line(runner, experiment_db, position, words):
+    before = snapshot(experiment_db)
+    refused(runner.invoke(cli, ["arm", "e1", position, "--db", "trace.db"]), *words)  # was OverflowError
+    assert snapshot(experiment_db) == before
+
+
+def test_arm_on_a_database_that_does_not_exist_creates_none(runner, work):
+    before = snapshot(work)
+    refused(runner.invoke(cli, ["arm", "e1", "0", "--db", "nosuch.db"]), "no trace database at")
+    assert snapshot(work) == before  # nosuch.db was created (and its schema written)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--batches", ""], ["--batches is empty"]),  # ran at --batch 128
+    (["--batches", "16,,64"], ["--batches '16,,64' has an empty item"]),
+    (["--batches", ","], ["has an empty item"]),
+    (["--variants", ""], ["--variants is empty"]),
+    (["--variants", "global,"], ["--variants 'global,' has an empty item"]),
+    (["--gpus", " "], ["--gpus is empty"]),
+    (["--gpus", "h100,,a100"], ["has an empty item"]),
+    (["--poll", "nan"], ["--poll", "'nan' is not a number"]),
+    (["--poll", "-NaN"], ["is not a number"]),
+])
+def test_empty_lists_and_nan_are_refused(runner, work, args, words):
+    before = snapshot(work)
+    refused(runner.invoke(cli, ["experiment", "batch", "alexnet", "--backend", "model", "--device", "h100",
+                                "--db", "trace.db", *args]), *words)
+    assert snapshot(work) == before
+
+
+@pytest.mark.parametrize("variant, words", [("", ["--variant is empty"]), ("conv=fused,", ["has an empty item"])])
+def test_an_empty_variant_list_is_refused_by_cli_and_library(runner, work, variant, words):
+    from tracker.ops import OPS
+
+    before = snapshot(work)
+    refused(runner.invoke(cli, ["profile", "alexnet", "--backend", "model", "--variant", variant, "--db", "trace.db"]),
+            *words)  # '' ran every op's default
+    assert snapshot(work) == before
+    with pytest.raises(TrackerError, match=words[0]):
+        OPS.parse_variants(variant)
+    assert OPS.parse_variants(None) == {}
+
+
+def test_report_refuses_against_for_an_experiment(runner, experiment_db):
+    before = snapshot(experiment_db)
+    refused(runner.invoke(cli, ["report", "e1", "--against", "1", "--out", "out", "--db", "trace.db"]),
+            "--against 1", "drop --against")  # was drawn without it, silently
+    assert snapshot(experiment_db) == before
+
+
+@pytest.mark.parametrize("args", [["export", "last", "--out", "~nosuchuser-tracker/x"],
+                                  ["report", "last", "--out", "~nosuchuser-tracker/x"],
+                                  ["model", "alexnet", "--device", "h100", "--plot", "~nosuchuser-tracker/x.png"]])
+def test_an_unknown_users_home_in_an_output_path_is_one_line(runner, work, args):
+    before = snapshot(work)
+    refused(runner.invoke(cli, args + (["--db", "trace.db"] if args[0] != "model" else [])),
+            "~nosuchuser-tracker/x", "no such user's home directory")
+    assert snapshot(work) == before  # export wrote ./~nosuchuser-tracker/x
+
+
+def test_output_paths_expand_home_as_db_does(runner, work, monkeypatch):
+    from tracker.paths import expand
+
+    home = work / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    result = runner.invoke(cli, ["export", "last", "--out", "~/x", "--db", "~/../trace.db"])
+    assert result.exit_code == 0, result.output
+    assert (home / "x").is_dir() and not (work / "~").exists()
+    assert expand("~/a") == home / "a" and expand("a/~") == Path("a/~")
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("torch_models:forward_raises", ["your model's forward raised RuntimeError: mat1 and mat2 shapes"]),  # internal error
+    ("torch_models:exits", ["exits() raised SystemExit"]),  # exited 0, silently
+    ("builtins:exit", ["exit() raised SystemExit"]),
+    ("torch_models:no_leaves", ["NoLeaves has no leaf modules"]),  # stored a run of no layer
+])
+def test_a_users_model_that_fails_is_one_line(runner, work, monkeypatch, spec, words):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    before = snapshot(work)
+    refused(runner.invoke(cli, ["profile", "--torch", spec, "--backend", "model", "--db", "trace.db"]), *words)
+    assert snapshot(work) == before
+
+
+INTERRUPT_IMPORT = """
+import builtins, sys
+real, target = builtins.__import__, sys.argv[1]
+def interrupted(name, *args, **kwargs):
+    if name.startswith(target):
+        raise KeyboardInterrupt  # as Ctrl-C would, while that module imports
+    return real(name, *args, **kwargs)
+builtins.__import__ = interrupted
+from tracker.signals import main
+sys.argv[1:] = ["model", "alexnet"]
+main()
+"""
+
+
+@pytest.mark.parametrize("module", ["tracker.cli", "tracker.nets", "click"])
+def test_ctrl_c_while_the_cli_imports_is_one_line_and_exit_130(tmp_path, module):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_IMPORT, module], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "Error: interrupted\n", "")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_entry_points_are_the_one_that_catches_it():
+    import tomllib
+
+    root = Path(__file__).parent.parent
+    assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"] == {
+        "tracker": "tracker.signals:main"}
+    assert "from tracker.signals import main" in (root / "tracker" / "__main__.py").read_text()

@@ -40,3 +40,33 @@ def broken():
 
 def no_batch():
     return nn.Linear(3, 2), 5
+
+
+class RaisesInForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied\n(2x3 and 4x2)")  # torch's are two lines
+
+
+def forward_raises():
+    return RaisesInForward(), torch.randn(2, 3)
+
+
+def exits():
+    raise SystemExit(0)  # not an Exception: it passed through and tracker exited 0
+
+
+class NoLeaves(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential()  # a container, and empty: falsy, so any() took the model for a leaf
+
+    def forward(self, x):
+        return x * 2
+
+
+def no_leaves():
+    return NoLeaves(), torch.randn(2, 3)

@@ -1,3 +1,3 @@
-from tracker.cli import main
+from tracker.signals import main
 
 main()

@@ -52,6 +52,16 @@ def shorten(text: str, limit: int = NAME_ECHO) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def comma_list(text: str, what: str, example: str) -> list[str]:
+    """The items of a comma-separated option (``--batches 16,64``), stripped: the one place lists
+    are split, so that an empty list or item is refused everywhere rather than read as a default."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        wrong = f"'{shorten(text)}' has an empty item" if text.strip() else "is empty"
+        raise TrackerError(f"{what} {wrong}: give a comma-separated list, e.g. {example}")
+    return items
+
+
 def did_you_mean(name: str, known: list[str]) -> str:
     """' (did you mean X?)' when a known name is close to ``name``, else ''."""
     import difflib

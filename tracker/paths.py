@@ -17,11 +17,20 @@ from tracker.errors import TrackerError, shorten
 PATH_ECHO = 200  # characters of a path an error repeats
 
 
+def expand(path: str | Path, doing: str = "cannot use", error: type[TrackerError] = TrackerError) -> Path:
+    """``path`` with a leading ~ or ~user expanded, as a shell would: the one place for --db and
+    every output path alike (else '~x/out' makes a folder named '~x'). ``doing`` starts the error."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # ~user of no such user
+        raise error(f"{doing} {shorten(str(path), PATH_ECHO)}: no such user's home directory") from None
+
+
 def check_dir(out: str | Path) -> Path:
-    """``out`` as a directory that exists or can be created, and can be written. Nothing is left
-    behind: a directory made to probe is removed again."""
+    """``out`` (~ expanded) as a directory that exists or can be created, and can be written.
+    Nothing is left behind: a directory made to probe is removed again."""
     shown = _named(out, "directory")
-    out = Path(out)
+    out = expand(out, "cannot write to")
     missing = _missing(out)
     existing = missing[0].parent if missing else out
     if not os.path.isdir(existing):
@@ -47,11 +56,11 @@ def check_dir(out: str | Path) -> Path:
 
 
 def check_file(path: str | Path, suffixes: tuple[str, ...]) -> Path:
-    """``path`` as a file of one of ``suffixes`` ('.png') whose directory exists and can be
-    written. An existing file is opened for writing and left as it was; a new one is created and
-    removed."""
+    """``path`` (~ expanded) as a file of one of ``suffixes`` ('.png') whose directory exists and
+    can be written. An existing file is opened for writing and left as it was; a new one is
+    created and removed."""
     shown = _named(path, "file")
-    path = Path(path)
+    path = expand(path, "cannot write")
     if path.suffix.lower() not in suffixes:
         raise TrackerError(f"cannot write {shown}: name a {', '.join(suffixes)} file")
     if os.path.isdir(path):

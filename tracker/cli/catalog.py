@@ -170,7 +170,7 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, algorit
     if plot is not None:  # before any output: an unwritable --plot fails in one line, not after the table
         from tracker.paths import check_file
 
-        check_file(plot, PLOT_SUFFIXES)
+        plot = check_file(plot, PLOT_SUFFIXES)
     bits = int(dtype_bits)
     if algorithm == "all":
         if show_memory or plot is not None:

@@ -18,17 +18,17 @@ def _tile(label: str | None):
     """--tile's label as a Tile that common.cuh compiles, or a one-line usage error."""
     if label is None:
         return None
+    from tracker.errors import TrackerError
     from tracker.ops.gemm import Tile
-    from tracker.ops.launch import DEFAULT_SHARED
 
     try:
         tile = Tile.parse(label)
     except ValueError as exc:
-        raise click.BadParameter(f"{label!r} is not a tile label like 128x64x8/stages3/split4 ({exc})") from None
-    if not tile.valid:
-        raise click.BadParameter(f"{label}: the GEMM core cannot build it (warps must tile the CTA, the rings fit "
-                                 f"{tile.shared_bytes:,} of at most {DEFAULT_SHARED:,} bytes of shared memory)")
-    return tile
+        raise click.BadParameter(f"{exc} (a tile label is like 128x64x8/stages3/split4)") from None
+    try:
+        return tile.check()
+    except TrackerError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def tile_option(what: str):

@@ -10,6 +10,17 @@ from tracker.cli.output import FORMATS, render
 from tracker.nets import OPTIONS
 from tracker.profilers.ncu import CACHE_CONTROL, CLOCK_CONTROL
 
+
+class FiniteRange(click.FloatRange):
+    """A FloatRange that refuses nan too: nan fails no comparison, so a range alone lets it through."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if number != number:
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
+
+
 format_option = click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
     help="Output: an aligned table for people, csv or json for programs.",

@@ -8,7 +8,8 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.catalog import device_option
-from tracker.cli.options import db_option, emit, format_option, net_kwargs, ncu_options, network_options
+from tracker.cli.options import FiniteRange, db_option, emit, format_option, net_kwargs, ncu_options, network_options
+from tracker.errors import TrackerError, comma_list, shorten
 from tracker.executors import EXECUTORS
 from tracker.experiment import KINDS
 from tracker.export import FORMATS as EXPORT_FORMATS
@@ -22,11 +23,19 @@ ACROSS = {"gpu": "GPU against GPU (paper 003 Fig. 8): speedup = the first GPU's 
           "batch": "batch against batch, per image: speedup = the first batch's time per image / this one's"}
 
 
+def _items(param, value: str, example: str) -> list[str]:
+    """A comma-list option's items through the one splitter; an empty list or item is a usage error."""
+    try:
+        return comma_list(value, f"--{param.name}", example)
+    except TrackerError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def _batches(ctx, param, value: str | None) -> tuple[int, ...]:
-    if not value:
+    if value is None:
         return ()
     try:
-        sizes = tuple(int(v) for v in value.split(","))
+        sizes = tuple(int(v) for v in _items(param, value, "16,64,128"))
     except ValueError:
         raise click.BadParameter(f"'{value}' is not a comma-separated list of batch sizes (e.g. 16,64,128)") from None
     if any(not 1 <= b <= MAX_BATCH for b in sizes) or len(set(sizes)) != len(sizes):
@@ -38,9 +47,9 @@ def _names(ctx, param, value: str | None) -> tuple[str, ...]:
     """A comma-separated list of names (variants, GPU kinds): letters, digits, '.', '_' and '-'."""
     import re
 
-    if not value:
+    if value is None:
         return ()
-    names = tuple(v.strip() for v in value.split(","))
+    names = tuple(_items(param, value, "global,shared" if param.name == "variants" else "h100,a100"))
     bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", n)]
     if bad:
         raise click.BadParameter(f"'{bad[0]}' is not a name (letters, digits, '.', '_', '-'; e.g. h100,a100)")
@@ -85,7 +94,7 @@ def _records(frame) -> list[dict]:
 @click.option("--detach", is_flag=True,
               help="slurm: submit the arms and return; `tracker experiments eN` follows them, and running "
                    "the same command again waits for them.")
-@click.option("--poll", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS",
+@click.option("--poll", type=FiniteRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS",
               help="slurm: how often to look at the store and the queue while the arms run.")
 @click.option("--fresh", is_flag=True,
               help="Start a new experiment even where an unfinished one was planned the same way "
@@ -305,7 +314,7 @@ def report(target, out, against, db):
     from tracker.report import report as write_report
     from tracker.store import open_store
 
-    check_dir(out)  # before the database: an unwritable --out opens nothing
+    out = check_dir(out)  # before the database: an unwritable --out opens nothing
     store = open_store(db, write=False)
     written, built = write_report(store, target, out, against)
     drawn = sum(s.figure is not None for s in built.sections)
@@ -337,7 +346,7 @@ def export(run, out, fmt, db):
     from tracker.paths import check_dir
     from tracker.store import find_run, open_store
 
-    check_dir(out)  # before the database: an unwritable --out opens nothing
+    out = check_dir(out)  # before the database: an unwritable --out opens nothing
     store = open_store(db, write=False)
     written = write_export(store, find_run(store, run).id, out, fmt)
     click.echo(f"{len(written)} files in {out}")
@@ -357,9 +366,14 @@ def arm(experiment_ref, position, db):
     """
     from tracker.experiment import run_arm
     from tracker.store import find_experiment, open_store
+    from tracker.store.experiments import arm_rows
 
-    store = open_store(db, write=True)
+    store = open_store(db, write=False)  # read first: a database that does not exist is refused, not created
     experiment_id = find_experiment(store, experiment_ref).id
+    count = len(arm_rows(store, experiment_id))
     store.dispose()
+    if position >= count:  # before the store sees it: 2**64 overflows SQLite's integers
+        raise click.BadParameter(f"e{experiment_id} has no arm {shorten(str(position))}"
+                                 + (f" (its arms are 0 to {count - 1})" if count else ""), param_hint="'POSITION'")
     result = run_arm(db, experiment_id, position, echo=click.echo)
     click.echo(f"arm {position} of e{experiment_id} complete: run {result.run_id}")

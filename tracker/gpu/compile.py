@@ -274,6 +274,9 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = No
     from tracker.ops import OPS
     from tracker.ops.gemm import leaves_out
 
+    if tile is not None:
+        tile.check()  # 0x0x0 would reach NVRTC as -D sizes
+
     def overrides(variant: Launch) -> Overrides:
         return (tile.overrides if tile is not None and variant.tunable else ()) + variant.defines
 

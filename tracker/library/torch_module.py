@@ -35,6 +35,7 @@ from tracker.nets import Network
 from tracker.nets.layers import Layer, Module
 
 SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)  # hold layers, are none
 
 
 @dataclass
@@ -64,15 +65,19 @@ def load(spec: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
         sys.path.insert(0, os.getcwd())
     try:
         imported = importlib.import_module(module_name)
-    except Exception as exc:  # the user's code: whatever it raises is reported in one line
-        raise TrackerError(f"--torch {spec}: cannot import {module_name}: {type(exc).__name__}: {exc}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the user's code: whatever it raises (exit() too) is reported in one line
+        raise TrackerError(f"--torch {spec}: cannot import {module_name}: {_said(exc)}") from None
     make = getattr(imported, function, None)
     if not callable(make):
         raise TrackerError(f"--torch {spec}: {module_name} has no function {function}")
     try:
         made = make()
-    except Exception as exc:
-        raise TrackerError(f"--torch {spec}: {function}() raised {type(exc).__name__}: {exc}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        raise TrackerError(f"--torch {spec}: {function}() raised {_said(exc)}") from None
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
         raise TrackerError(f"--torch {spec}: {function}() returned {_kind(made)}, not (an nn.Module, an example "
                            "input)")
@@ -86,6 +91,12 @@ def load(spec: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     return model, inputs
 
 
+def _said(exc: BaseException) -> str:
+    """'RuntimeError: its first line': what the user's code raised, as one line."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
 def _kind(value: Any) -> str:
     if isinstance(value, tuple):
         return f"a tuple of {len(value)} ({', '.join(type(v).__name__ for v in value)})"
@@ -97,7 +108,12 @@ def record(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[Cal
     for m in model.modules():
         if getattr(m, "inplace", False) is True:
             m.inplace = False
-    leaves = [(path or type(m).__name__, m) for path, m in model.named_modules() if not any(m.children())]
+    # next(), not any(): an empty nn.Sequential is falsy. A container is never a layer.
+    leaves = [(path or type(m).__name__, m) for path, m in model.named_modules()
+              if next(m.children(), None) is None and not isinstance(m, CONTAINERS)]
+    if not leaves:
+        raise TrackerError(f"--torch: {type(model).__name__} has no leaf modules (nn.Conv2d, nn.Linear, ...): "
+                           "each call of one is a layer, so there is nothing to profile")
     produced: dict[int, str] = {id(x): "input" for x in inputs}
     calls: list[Call] = []
     keep: list[torch.Tensor] = []  # outputs alive until the pass ends, so that their ids stay theirs
@@ -120,6 +136,10 @@ def record(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[Cal
     try:
         model.train()
         model(*inputs)
+    except (KeyboardInterrupt, TrackerError):
+        raise
+    except BaseException as exc:  # the user's code
+        raise TrackerError(f"--torch: your model's forward raised {_said(exc)}") from None
     finally:
         for handle in handles:
             handle.remove()

@@ -12,9 +12,11 @@ runs, splitting K by ``Tile.splits``' rule.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from tracker.errors import TrackerError
 from tracker.ops.launch import DEFAULT_SHARED, SM_REGISTERS, THREADS, Backend, LaunchRecord, blocks, tiles
 from tracker.ops.registry import Launch, Launcher, launch
 
@@ -66,12 +68,23 @@ class Tile:
     @property
     def valid(self) -> bool:
         """Whether common.cuh compiles it: warps tile the CTA, and the rings fit in shared memory."""
-        warp_cols, lanes = 32 // self.warp_rows, self.threads // self.k  # lanes: common.cuh's LANES
-        warps_tile = (self.warp_rows * warp_cols == 32 and self.m % (self.warp_rows * THREAD) == 0
-                      and self.n % (warp_cols * THREAD) == 0)
-        lanes_cover_a_k_row = self.threads % self.k == 0 and self.m % lanes == 0 and self.n % lanes == 0
-        return (warps_tile and lanes_cover_a_k_row and self.stages >= 2 and self.min_ctas >= 0
-                and self.fits())
+        if min(self.m, self.n, self.k, self.warp_rows) < 1 or 32 % self.warp_rows:  # 0x0x0: nothing to divide by
+            return False
+        warp_cols = 32 // self.warp_rows
+        warps_tile = self.m % (self.warp_rows * THREAD) == 0 and self.n % (warp_cols * THREAD) == 0  # so threads >= 1
+        if not (warps_tile and self.threads % self.k == 0):  # so lanes >= 1
+            return False
+        lanes = self.threads // self.k  # common.cuh's LANES
+        return (self.m % lanes == 0 and self.n % lanes == 0 and self.stages >= 2 and self.min_ctas >= 0
+                and self.split >= 0 and self.fits())
+
+    def check(self) -> "Tile":
+        """This tile, if common.cuh builds it; else a one-line error saying why not."""
+        if not self.valid:
+            raise TrackerError(f"{self.label}: the GEMM core cannot build it (sizes are positive, warps must tile "
+                               f"the CTA, the rings fit {self.shared_bytes:,} of at most {DEFAULT_SHARED:,} bytes of "
+                               "shared memory)")
+        return self
 
     def fits(self, masked: bool = False) -> bool:
         """Whether its rings fit in a CTA's static shared memory (``masked``: with the fused
@@ -129,8 +142,9 @@ class Tile:
     @property
     def label(self) -> str:
         """'128x64x8', then what differs from the defaults: '/stages3', '/warp8x4', '/ctas2', '/split4'."""
+        cols = 32 // self.warp_rows if self.warp_rows > 0 else 0  # warp0x0 is shown, then refused by ``check``
         extra = ((f"/stages{self.stages}" if self.stages != Tile.stages else "")
-                 + (f"/warp{self.warp_rows}x{32 // self.warp_rows}" if self.warp_rows != Tile.warp_rows else "")
+                 + (f"/warp{self.warp_rows}x{cols}" if self.warp_rows != Tile.warp_rows else "")
                  + (f"/ctas{self.min_ctas}" if self.min_ctas != Tile.min_ctas else "")
                  + (f"/split{self.split}" if self.split else ""))
         return f"{self.m}x{self.n}x{self.k}{extra}"
@@ -146,16 +160,18 @@ class Tile:
         for extra in extras:
             name = extra.rstrip("0123456789x")
             value = extra[len(name):]
+            if name not in ("split", "stages", "warp", "ctas"):
+                raise ValueError(f"{label!r}: {extra!r} is not stagesN, warpRxC, ctasN or splitN")
+            if not re.fullmatch(r"\d+" + (r"(x\d+)?" if name == "warp" else ""), value):
+                raise ValueError(f"{label!r}: {extra!r} needs a number, e.g. stages3, warp8x4")
             if name == "split":
                 tile = replace(tile, split=int(value))
             elif name == "stages":
                 tile = replace(tile, stages=int(value))
             elif name == "warp":
                 tile = replace(tile, warp_rows=int(value.split("x")[0]))
-            elif name == "ctas":
-                tile = replace(tile, min_ctas=int(value))
             else:
-                raise ValueError(f"{label!r}: {extra!r} is not stagesN, warpRxC, ctasN or splitN")
+                tile = replace(tile, min_ctas=int(value))
         return tile
 
 

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from tracker.errors import TrackerError, unknown
+from tracker.errors import TrackerError, comma_list, unknown
 from tracker.ops.launch import Arrays, Backend
 
 if TYPE_CHECKING:
@@ -187,9 +187,10 @@ class Registry:
 
     def parse_variants(self, spec: str | None) -> dict[str, str]:
         """``--variant``: ``shared`` picks shared for every op that has it; ``conv=fused,lrn=shared``
-        picks per op. An empty map means each op's default."""
-        if not spec:
+        picks per op. None means each op's default; an empty spec is refused."""
+        if spec is None:
             return {}
+        items = comma_list(spec, "--variant", "shared or conv=fused,lrn=shared")
         if "=" not in spec:
             name = spec.strip()
             chosen = {op.kind: name for op in self if name in op.variants}
@@ -197,7 +198,7 @@ class Registry:
                 raise unknown("variant", name, sorted(self.variant_names()))
             return chosen
         chosen = {}
-        for item in spec.split(","):
+        for item in items:
             kind, _, name = (part.strip() for part in item.partition("="))
             variant = self[kind].variant(name).name
             if kind in chosen:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tracker.errors import TrackerError, shorten
 from tracker.paths import check_dir
 from tracker.store import Store
 
@@ -71,6 +72,9 @@ def build(store: Store, target: str, against: str | None = None) -> Report:
     from tracker.store import find_experiment, find_run
 
     if target.lower().startswith("e") and target.lower() not in ("last", "latest"):
+        if against is not None:
+            raise TrackerError(f"--against {shorten(against)} draws a run against a run; experiment "
+                               f"{shorten(target)}'s report compares its own arms: drop --against")
         return sections.for_experiment(store, find_experiment(store, target).id)
     run = sections.Run.read(store, find_run(store, target).id)
     report = sections.for_run(run)

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from tracker.errors import StoreError
+from tracker.paths import expand
 from tracker.signals import held
 from tracker.store import lifecycle
 from tracker.store.schema import SCHEMA_VERSION
@@ -97,10 +98,7 @@ def _open(db: str | None, write: bool) -> Store:
 
 
 def _path(name: str) -> Path:
-    try:
-        return Path(name).expanduser().absolute()
-    except RuntimeError:  # ~user of no such user
-        raise StoreError(f"cannot open {name}: no such user's home directory") from None
+    return expand(name, "cannot open", StoreError).absolute()
 
 
 def _open_sqlite(path: Path, write: bool) -> Store:

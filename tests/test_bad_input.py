@@ -332,7 +332,11 @@ def test_report_refuses_against_for_an_experiment(runner, experiment_db):
 
 @pytest.mark.parametrize("args", [["export", "last", "--out", "~nosuchuser-tracker/x"],
                                   ["report", "last", "--out", "~nosuchuser-tracker/x"],
-                                  ["model", "alexnet", "--device", "h100", "--plot", "~nosuchuser-tracker/x.png"]])
+                                  ["model", "alexnet", "--device", "h100", "--plot", "~nosuchuser-tracker/x.png"],
+                                  ["profile", "alexnet", "--backend", "model", "--ncu-report",
+                                   "~nosuchuser-tracker/x.ncu-rep"],
+                                  ["experiment", "batch", "alexnet", "--executor", "slurm", "--logs",
+                                   "~nosuchuser-tracker/x"]])
 def test_an_unknown_users_home_in_an_output_path_is_one_line(runner, work, args):
     before = snapshot(work)
     refused(runner.invoke(cli, args + (["--db", "trace.db"] if args[0] != "model" else [])),

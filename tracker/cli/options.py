@@ -21,6 +21,13 @@ class FiniteRange(click.FloatRange):
         return number
 
 
+def expanded(ctx, param, value: str | None) -> str | None:
+    """A path option's callback: ~ expanded as --db's and --out's are (else '~/x' is a folder named '~')."""
+    from tracker.paths import expand
+
+    return None if value is None else str(expand(value))
+
+
 format_option = click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
     help="Output: an aligned table for people, csv or json for programs.",

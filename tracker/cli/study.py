@@ -8,7 +8,8 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.catalog import device_option
-from tracker.cli.options import FiniteRange, db_option, emit, format_option, net_kwargs, ncu_options, network_options
+from tracker.cli.options import (FiniteRange, db_option, emit, expanded, format_option, net_kwargs, ncu_options,
+                                 network_options)
 from tracker.errors import TrackerError, comma_list, shorten
 from tracker.executors import EXECUTORS
 from tracker.experiment import KINDS
@@ -90,6 +91,7 @@ def _records(frame) -> list[dict]:
               help="slurm: more sbatch options, e.g. '--partition=gpu --time=30 --account=lab' "
                    "({gpu} becomes the arm's GPU kind: '--partition={gpu}').")
 @click.option("--logs", default="tracker-logs", show_default=True, type=click.Path(file_okay=False),
+              callback=expanded,
               help="slurm: the directory each job writes its output to (one the nodes share).")
 @click.option("--detach", is_flag=True,
               help="slurm: submit the arms and return; `tracker experiments eN` follows them, and running "

@@ -25,19 +25,29 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU"))
 
 
+PG_READER = "tracker_test_reader"  # a role that can only read each test's schema (tracker.store.reader)
+
+
 @pytest.fixture
-def pg_url():
-    """A URL into a fresh, empty PostgreSQL schema, dropped afterwards."""
+def pg_url(monkeypatch):
+    """A URL into a fresh, empty PostgreSQL schema, dropped afterwards; $TRACKER_READER_URL reaches
+    it as ``PG_READER``, which tracker sql runs statements as."""
     if not PG_URL:
         if os.environ.get("TRACKER_REQUIRE_PG"):
             pytest.fail("TRACKER_REQUIRE_PG is set but TRACKER_TEST_PG_URL is not")
         pytest.skip("no PostgreSQL server (set TRACKER_TEST_PG_URL)")
-    from sqlalchemy import create_engine, text
+    from sqlalchemy import create_engine, make_url, text
 
     schema = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(PG_URL)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
+        conn.execute(text(f"DO $$ BEGIN CREATE ROLE {PG_READER} LOGIN; "
+                          "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"))
+        conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {PG_READER}"))
+        conn.execute(text(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT SELECT ON TABLES TO {PG_READER}"))
+    reader = make_url(PG_URL).set(username=PG_READER).render_as_string(hide_password=False)
+    monkeypatch.setenv("TRACKER_READER_URL", f"{reader}?options=-csearch_path%3D{schema}")
     yield f"{PG_URL}?options=-csearch_path%3D{schema}"
     with admin.begin() as conn:
         conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))

@@ -6,7 +6,7 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
-from tracker.cli.options import db_option, emit, expanded, format_option, ncu_options, net_kwargs, network_options
+from tracker.cli.options import db_option, emit, format_option, ncu_options, net_kwargs, network_options
 from tracker.cli.output import cell, stream, to_json
 from tracker.errors import TrackerError
 from tracker.model import lookup
@@ -59,7 +59,6 @@ from tracker.profilers import COLLECTORS
 @click.option("--untuned", is_flag=True,
               help="Run every GEMM launch with the default tile, not the fastest `tracker tune` stored for this GPU.")
 @click.option("--ncu-report", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
-              callback=expanded,
               help="Keep pass 2's report here: Nsight Compute's .ncu-rep, to open in ncu-ui (backend ncu), or "
               "nvprof's CSV log (backend nvprof).")
 @ncu_options
@@ -239,8 +238,12 @@ TABLE_ROWS = 1000  # a table aligns its columns, so it holds its rows: this many
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="End the query after this long (default 60; tracker.store.sql.DEFAULT_TIMEOUT_S). On PostgreSQL "
                    "the server ends it, and Ctrl-C or a killed tracker cancels it there too.")
+@click.option("--reader-url", metavar="URL", default=None,
+              help="PostgreSQL: the store as a role that can only read, which runs the statement (default: "
+                   "$TRACKER_READER_URL). Needed when --db's role is a superuser, writes the store, or reaches "
+                   "files, programs or other sessions; `tracker reader-role` makes one.")
 @format_option
-def sql(statement, db, limit, timeout_s, fmt):
+def sql(statement, db, limit, timeout_s, reader_url, fmt):
     """Run one read-only SQL query on the trace database and print its rows.
 
     Tables: run, layer, prediction, launch, metric, metric_def, experiment, experiment_run. Views:
@@ -249,20 +252,24 @@ def sql(statement, db, limit, timeout_s, fmt):
     utilization, roofline (schema/*.sql documents every column).
 
     One SELECT, WITH or VALUES query per call, in a read-only transaction; anything that would
-    write, or reach files, programs or other sessions, is refused, whatever its spelling. On a
-    shared PostgreSQL server, connect as a role that can only read.
+    write, or reach files, programs or other sessions, is refused, whatever its spelling. On
+    PostgreSQL the statement runs only as a role that can only read: --reader-url (or
+    $TRACKER_READER_URL) names one, and `tracker reader-role` prints how to make it.
 
     \b
     Examples:
       tracker sql "SELECT layer, phase, ops, bound FROM layer_phase WHERE run_id = 1"
       tracker sql "SELECT kind, SUM(ops) FROM layer_phase GROUP BY kind" --format csv
       tracker sql "SELECT * FROM launch_metrics" --format csv --timeout 600 > launches.csv
+      tracker sql "SELECT * FROM run_summary" --db postgresql://tracker@dbhost/traces \\
+          --reader-url postgresql://tracker_reader@dbhost/traces
     """
     from itertools import islice
 
     from tracker.store import open_store, query
 
-    with query(open_store(db, write=False), statement, timeout_s=timeout_s) as answer:  # None: the default
+    store = open_store(db, write=False)
+    with query(store, statement, timeout_s=timeout_s, reader=reader_url) as answer:  # None: the defaults
         for note in answer.notes:
             click.echo(f"note: {note}", err=True)
         if fmt != "table":
@@ -273,6 +280,41 @@ def sql(statement, db, limit, timeout_s, fmt):
         emit([dict(zip(answer.columns, row)) for row in rows[:shown]], fmt, answer.columns)
         if len(rows) > shown:
             click.echo(f"(the first {shown:,} rows; --limit N shows more, --format csv streams them all)", err=True)
+
+
+@cli.command("reader-role")
+@db_option
+@click.option("--name", default="tracker_reader", show_default=True, metavar="ROLE",
+              help="The role to make: lower-case letters, digits and _.")
+@click.option("--apply", "apply_", is_flag=True,
+              help="Run the SQL on --db as its role (which must be allowed to create roles) instead of printing it.")
+def reader_role(db, name, apply_):
+    """Print (or, with --apply, run) the SQL that makes a PostgreSQL role that can only read the store.
+
+    tracker sql runs a statement only as such a role (--reader-url, $TRACKER_READER_URL): never a
+    superuser, the role that writes the store, or a member of pg_read_server_files,
+    pg_write_server_files, pg_execute_server_program or pg_signal_backend. The role gets LOGIN,
+    USAGE on the store's schema and SELECT on its tables and views, nothing else; give it a
+    password (or a pg_hba.conf entry) to log in. Run it again after `tracker upgrade` adds tables.
+
+    \b
+    Examples:
+      tracker reader-role --db postgresql://tracker@dbhost/traces | psql -h dbhost -U postgres traces
+      tracker reader-role --db postgresql://postgres@dbhost/traces --apply --name alice_reader
+      psql -h dbhost -U postgres -c "ALTER ROLE tracker_reader PASSWORD 'secret'"
+      export TRACKER_READER_URL=postgresql://tracker_reader:secret@dbhost/traces
+      tracker sql "SELECT * FROM run_summary" --db postgresql://tracker@dbhost/traces
+    """
+    from tracker.store import open_store
+    from tracker.store.reader import apply, reader_statements
+
+    store = open_store(db, write=False)
+    statements = reader_statements(store, name)
+    if apply_:
+        apply(store, name, statements)
+        click.echo(f"made {name}: tracker sql --reader-url postgresql://{name}@HOST/DATABASE", err=True)
+        return
+    click.echo("".join(f"{statement};\n" for statement in statements), nl=False)
 
 
 @cli.command()

@@ -6,12 +6,19 @@ A user's statement is hostile input. What it may do is set by how it is run, not
   of a second statement, and an authorizer that allows reading and nothing else (no write, PRAGMA
   that sets, transaction or extension). A progress handler stops the query at its time limit or on
   Ctrl-C, which a Python signal handler could not do while SQLite runs.
-- **PostgreSQL**: a read-only transaction, and the statement runs as ``DECLARE ... CURSOR FOR``
-  through the extended query protocol: the server parses exactly one SELECT, WITH or VALUES query
-  (no SET, COPY, DO, CALL, a second statement, or data-modifying WITH). Before any row is fetched,
-  the server's own plan (``EXPLAIN VERBOSE``, every view expanded, every name resolved whatever its
-  spelling or comments) is read for the functions it calls, and one that reaches files, other
-  sessions, the server's settings or SQL inside a string is refused (``OUTSIDE``).
+- **PostgreSQL**: the statement runs only as a role that can only read (``tracker.store.reader``:
+  never a superuser, a member of a role that reaches the server's files, programs or other sessions,
+  nor the role that writes the store; ``--reader-url`` or $TRACKER_READER_URL names such a role).
+  It runs in a read-only transaction as ``DECLARE ... CURSOR FOR`` through the extended query
+  protocol: the server parses exactly one SELECT, WITH or VALUES query (no SET, COPY, DO, CALL, a
+  second statement, or data-modifying WITH). Before any row is fetched, the server's own plan
+  (``EXPLAIN (VERBOSE, FORMAT JSON)``, every view expanded, every function named as the server
+  resolved it) is read as a second guard: a function outside ``pg_catalog``, or one that reaches
+  files, other sessions, the server's settings or runs SQL from a string, is refused (``OUTSIDE``).
+  The plan is made and measured on the server, under the time limit, and one over ``PLAN_BYTES``
+  (a constant the planner folded, such as ``repeat('x', 1000000000)``) is refused unread.
+  EXPLAIN shows no multi-row VALUES list and no LIMIT or OFFSET expression: there the role is
+  the only guard.
   ``statement_timeout`` bounds every fetch by what is left of the time limit; Ctrl-C and SIGTERM
   cancel the query on the server (psycopg sends the cancel); a killed client is noticed by the
   server within a second (``client_connection_check_interval``, PostgreSQL 14 and later) and
@@ -45,15 +52,19 @@ _SQLITE_STEPS = 10_000  # SQLite VM instructions between two looks at the clock 
 # PostgreSQL functions that act outside the query's read-only transaction, by what they reach.
 OUTSIDE = {
     "files on the server": ("pg_read_file", "pg_read_binary_file", "pg_ls_*", "pg_stat_file", "pg_file_*",
-                            "pg_logdir_ls", "pg_current_logfile", "lo_*", "loread", "lowrite"),
+                            "pg_logdir_ls", "pg_current_logfile", "lo_*", "loread", "lowrite",
+                            "pg_hba_file_rules", "pg_ident_file_mappings", "pg_show_all_file_settings", "pg_config"),
+    "indexes, which it writes": ("brin_summarize_*", "brin_desummarize_range", "gin_clean_pending_list"),
     "other sessions": ("pg_terminate_backend", "pg_cancel_backend", "pg_signal_backend", "pg_notify",
                        "pg_advisory_*", "pg_try_advisory_*", "dblink*"),
     "the server": ("set_config", "pg_reload_conf", "pg_rotate_logfile", "pg_promote", "pg_switch_wal",
                    "pg_create_restore_point", "pg_backup_*", "pg_start_backup", "pg_stop_backup",
                    "pg_wal_replay_*", "pg_log_backend_memory_contexts", "pg_stat_reset*", "pg_*replication_slot*",
                    "pg_replication_origin_*", "pg_logical_*", "pg_import_system_collations"),
-    "SQL inside a string, which no plan shows": ("*_to_xml*", "ts_stat"),
+    "SQL inside a string, which no plan shows": ("*_to_xml*", "ts_stat", "ts_rewrite", "crosstab*",
+                                                 "xpath_table", "connectby"),
 }
+PLAN_BYTES = 1 << 20  # a longer plan is refused unread: only a folded constant makes one this long
 SQLITE_READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 SQLITE_READ_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
                        "foreign_key_list", "collation_list", "function_list", "module_list", "pragma_list",
@@ -70,23 +81,31 @@ class Answer:
     notes: list[str] = field(default_factory=list)
 
 
-def run_sql(store: Store, statement: str, *, timeout_s: float | None = None,
-            limit: int | None = None) -> tuple[list[str], list[tuple]]:
+def run_sql(store: Store, statement: str, *, timeout_s: float | None = None, limit: int | None = None,
+            reader: str | None = None) -> tuple[list[str], list[tuple]]:
     """(column names, rows) of one read-only query; at most ``limit`` rows."""
-    with query(store, statement, timeout_s=timeout_s) as answer:
+    with query(store, statement, timeout_s=timeout_s, reader=reader) as answer:
         return answer.columns, list(islice(answer.rows, limit))
 
 
 @contextmanager
-def query(store: Store, statement: str, *, timeout_s: float | None = None) -> Iterator[Answer]:
+def query(store: Store, statement: str, *, timeout_s: float | None = None,
+          reader: str | None = None) -> Iterator[Answer]:
     """Run one read-only query on ``store`` (module docstring): an ``Answer`` whose rows stream
     while the block lasts. A statement that could write, in the database or beside it, is refused
-    in one line, as is one that runs past ``timeout_s`` seconds (None: ``DEFAULT_TIMEOUT_S``)."""
+    in one line, as is one that runs past ``timeout_s`` seconds (None: ``DEFAULT_TIMEOUT_S``).
+    On PostgreSQL it runs through ``reader``, a URL of the same store as a role that can only read
+    (None: $TRACKER_READER_URL, else the store's own connection, refused unless it can only read)."""
     timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     if not timeout_s > 0:
         raise StoreError(f"the time limit must be a positive number of seconds, not {timeout_s}")
     if not statement.strip():
         raise StoreError("refused: tracker sql is read-only and runs one query, and this statement is empty")
+    if reader and store.engine.dialect.name == "sqlite":
+        raise StoreError("a reader connection is for a PostgreSQL store: tracker sql reads a SQLite file "
+                         "through a read-only connection already (leave out --reader-url)")
+    if store.engine.dialect.name != "sqlite":
+        store = _reader_store(store, reader)
     connection = store.engine.raw_connection()
     driver: Any = connection.driver_connection  # sqlite3's or psycopg's own connection
     try:
@@ -157,9 +176,30 @@ def _sqlite_errors(refused: list[str], timeout_s: float) -> Iterator[None]:
 
 # PostgreSQL
 
+def _reader_store(store: Store, reader: str | None) -> Store:
+    """The store as the reader connection reaches it (``tracker.store.reader``), checked to be the
+    same tables; without a reader, the store itself (whose role ``_postgresql`` then checks)."""
+    from tracker.store.db import open_store
+    from tracker.store.reader import reader_url
+
+    url = reader_url(reader)
+    if url is None:
+        return store
+    reading = open_store(url, write=False)  # validated as --db is, and checked to be tracker's, current
+    where = "SELECT current_database(), to_regclass('run')::oid"
+    with store.engine.connect() as a, reading.engine.connect() as b:
+        if a.exec_driver_sql(where).one() != b.exec_driver_sql(where).one():
+            reading.dispose()
+            raise StoreError(f"the reader connection {reading.where} reaches other tables than {store.where}: "
+                             "give it the same database and search_path")
+    return reading
+
+
 @contextmanager
 def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]:
     import psycopg
+
+    from tracker.store.reader import refuse_privileged
 
     deadline = time.monotonic() + timeout_s
     conn.rollback()
@@ -169,21 +209,18 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
             _limit_time(setup, deadline, timeout_s)
             if conn.info.server_version >= 140000:  # the server checks that the client is still there
                 setup.execute("SET LOCAL client_connection_check_interval = 1000")
-            superuser = setup.execute("SELECT current_setting('is_superuser')").fetchone()[0] == "on"
+            refuse_privileged(setup)
         cursor = conn.cursor(name="tracker_sql")  # DECLARE tracker_sql CURSOR FOR <statement>, one query
         cursor.execute(statement)
         _refuse_outside(conn, statement)
         columns = [d.name for d in cursor.description or ()]
-        notes = [f"connected as the superuser '{conn.info.user}': tracker sql refuses writes and functions that "
-                 "act outside the database, but a role that can only read is the real guard "
-                 "(GRANT pg_read_all_data TO a role without other rights)"] if superuser else []
 
         def fetch() -> list[tuple]:
             with conn.cursor() as setup:
                 _limit_time(setup, deadline, timeout_s)
             return cursor.fetchmany(FETCH_ROWS)
 
-        yield Answer(columns, _stream(fetch), notes)
+        yield Answer(columns, _stream(fetch))
 
 
 def _limit_time(cursor: Any, deadline: float, timeout_s: float) -> None:
@@ -195,39 +232,155 @@ def _limit_time(cursor: Any, deadline: float, timeout_s: float) -> None:
     cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {left_ms}")
 
 
+# The plan is made and measured on the server (a DO block: EXPLAIN cannot be a subquery), and
+# handed over through a setting only when it is short. The statement is the one DECLARE has just
+# parsed as a single query, so EXECUTE runs that one EXPLAIN and nothing else.
+_PLAN = f"""
+DO $$
+DECLARE plan text;
+BEGIN
+    EXECUTE 'EXPLAIN (VERBOSE, FORMAT JSON) ' || current_setting('tracker.statement') INTO plan;
+    PERFORM set_config('tracker.plan_bytes', octet_length(plan)::text, true);
+    PERFORM set_config('tracker.plan', CASE WHEN octet_length(plan) <= {PLAN_BYTES} THEN plan ELSE '' END, true);
+END
+$$"""
+# The schemas of the functions a name without one may be, on this session's search_path.
+_SCHEMAS = """
+SELECT p.proname, n.nspname, e.extname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+LEFT JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+LEFT JOIN pg_extension e ON e.oid = d.refobjid
+WHERE p.proname = ANY(%(names)s) AND (n.nspname = ANY(current_schemas(true)) OR n.nspname = ANY(%(schemas)s))
+"""
+
+
 def _refuse_outside(conn: Any, statement: str) -> None:
-    """Refuse the query if its plan calls a function of ``OUTSIDE``. EXPLAIN goes through the
-    extended protocol too (binary results), so it is one statement as well, and runs nothing."""
-    with conn.cursor(binary=True) as cursor:
-        plan = cursor.execute(f"EXPLAIN (VERBOSE, FORMAT JSON) {statement}").fetchone()[0]
-    for name in sorted(called(plan)):
-        for reach, patterns in OUTSIDE.items():
-            if any(fnmatchcase(name, pattern) for pattern in patterns):
-                raise StoreError(f"refused: tracker sql is read-only, and {name}() reaches {reach}")
+    """Refuse the query if it calls a function outside ``pg_catalog``, or one of ``OUTSIDE``, or
+    its plan is longer than ``PLAN_BYTES``. The calls are read from the plan, and from the
+    statement's own text for what EXPLAIN does not show (a multi-row VALUES list, LIMIT, OFFSET,
+    a window's frame): a name there counts if a function of that name exists."""
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT set_config('tracker.statement', %s, true)", (statement,))
+        cursor.execute(_PLAN)
+        size, plan = cursor.execute("SELECT current_setting('tracker.plan_bytes')::bigint, "
+                                    "current_setting('tracker.plan')").fetchone()
+        if size > PLAN_BYTES:
+            raise StoreError(f"refused: the query's plan is {size / 2**20:.0f} MiB, over tracker sql's "
+                             f"{PLAN_BYTES // 2**20} MiB: the planner wrote a long constant into it (such as "
+                             "repeat('x', 1000000000)); build no value that long from constants")
+        planned, written = called(plan), _calls(_statement_tokens(statement))
+        calls = planned | written
+        rows = cursor.execute(_SCHEMAS, {"names": sorted({name for _, name in calls}),
+                                         "schemas": sorted({schema for schema, _ in calls if schema})}).fetchall()
+    for schema, name in sorted(calls, key=lambda c: (c[1], c[0] or "")):
+        where = [(nsp, ext) for proname, nsp, ext in rows if proname == name and schema in (None, nsp)]
+        if where or (schema, name) in planned:  # the server's own text names only what it calls
+            _refuse_function(name, where or ([(schema, None)] if schema else []))
 
 
-_CALL = re.compile(r'("(?:[^"]|"")+"|[A-Za-z_][\w$]*)\s*\(')
-_LITERAL = re.compile(r"'(?:[^']|'')*'")
+def _refuse_function(name: str, where: list[tuple[str, str | None]]) -> None:
+    """``name`` as the query called it, and every (schema, extension) it may come from (none: no
+    function of that name, such as COALESCE or a type's modifiers)."""
+    for reach, patterns in OUTSIDE.items():
+        if any(fnmatchcase(name, pattern) for pattern in patterns):
+            raise StoreError(f"refused: tracker sql is read-only, and {name}() reaches {reach}")
+    for schema, extension in sorted(where, key=lambda w: (w[0] == "pg_catalog", w)):
+        if schema != "pg_catalog" or extension:
+            source = f"extension {extension}" if extension else f"schema {schema}"
+            raise StoreError(f"refused: tracker sql calls only PostgreSQL's own functions (pg_catalog), "
+                             f"not {schema}.{name}() from {source}")
 
 
-def called(plan: Any) -> set[str]:
-    """Every function a PostgreSQL plan (EXPLAIN VERBOSE, JSON) calls, as the server spelled it."""
+Token = tuple[str | None, str | None]  # (a name, unquoted and folded as the server would; else one character)
+
+# One token of an expression as the server writes it: a quoted name, a string, a name, or any other character.
+_TOKEN = re.compile(r'"((?:[^"]|"")*)"|\'(?:[^\']|\'\')*\'|([^\W\d][\w$]*)|(\S)')
+# Plan fields that hold a name, never an expression (an alias may hold any character).
+_NAMES = {"Node Type", "Relation Name", "Schema", "Alias", "Index Name", "CTE Name", "Subplan Name",
+          "Function Name", "Parent Relationship", "Strategy", "Join Type", "Partial Mode", "Operation",
+          "Command", "Scan Direction", "Sort Method", "Sort Space Type"}
+
+
+def called(plan: Any) -> set[tuple[str | None, str]]:
+    """Every function a PostgreSQL plan (EXPLAIN VERBOSE, JSON) calls, as (schema, name): the
+    schema where the server wrote one (it does when the name alone would not find the function),
+    else None. Every field of every node is read, whatever it holds."""
     if isinstance(plan, str):  # some drivers hand json back as text
         plan = json.loads(plan)
-    names: set[str] = set()
+    calls: set[tuple[str | None, str]] = set()
     stack = [plan]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if isinstance(node.get("Function Name"), str):
-                names.add(node["Function Name"].lower())
-            stack.extend(node.values())
+            stack.extend(value for key, value in node.items() if key not in _NAMES)
         elif isinstance(node, list):
             stack.extend(node)
         elif isinstance(node, str):
-            names.update(name.strip('"').replace('""', '"').lower()
-                         for name in _CALL.findall(_LITERAL.sub("''", node)))
-    return names
+            calls |= _calls(_expression_tokens(node))
+    return calls
+
+
+def _expression_tokens(expression: str) -> Iterator[Token]:
+    for match in _TOKEN.finditer(expression):
+        quoted, bare, other = match.groups()
+        yield (quoted.replace('""', '"') if quoted is not None else bare.lower() if bare else None), other
+
+
+# A statement as a user may write it (PostgreSQL's lexer, in what matters for names): comments,
+# nested; strings, with E'' escapes, and dollar-quoted; quoted names, with U& escapes refused.
+_LEX = re.compile(r"""(?P<space>\s+|--[^\n]*)|(?P<comment>/\*)|(?P<dollar>\$(?:[^\W\d][\w]*)?\$)
+    |(?P<escaped>[Ee]'(?:[^'\\]|\\.|'')*')|(?P<unicode>[Uu]&["'])|(?P<string>'(?:[^']|'')*')
+    |"(?P<quoted>(?:[^"]|"")*)"|(?P<bare>[^\W\d][\w$]*)|(?P<other>.)""", re.X | re.S)
+_NESTED = re.compile(r"/\*|\*/")
+
+
+def _statement_tokens(statement: str) -> Iterator[Token]:
+    at = 0
+    while at < len(statement):
+        match = _LEX.match(statement, at)
+        assert match is not None  # (?P<other>.) matches any character
+        kind, at = match.lastgroup, match.end()
+        if kind == "comment":
+            at = _comment_end(statement, at)
+        elif kind == "dollar":
+            end = statement.find(match.group(), at)
+            at = len(statement) if end < 0 else end + len(match.group())
+        elif kind == "unicode":
+            raise StoreError("refused: tracker sql reads the names a statement calls, and U& escapes "
+                             "hide them: write the name itself")
+        elif kind == "quoted":
+            yield match.group("quoted").replace('""', '"'), None
+        elif kind == "bare":
+            yield match.group("bare").lower(), None
+        elif kind == "other":
+            yield None, match.group()
+        elif kind in ("string", "escaped"):
+            yield None, "'"
+
+
+def _comment_end(statement: str, at: int) -> int:
+    depth = 1
+    for match in _NESTED.finditer(statement, at):
+        depth += 1 if match.group() == "/*" else -1
+        if depth == 0:
+            return match.end()
+    return len(statement)
+
+
+def _calls(tokens: Iterator[Token]) -> set[tuple[str | None, str]]:
+    """The (schema, name) of each call: a name, or two joined by a dot, then '('."""
+    calls = set()
+    names: list[str] = []  # the dotted name just read
+    dot = False
+    for name, other in tokens:
+        if name is not None and (dot or not names):
+            names, dot = (names + [name] if dot else [name]), False
+        elif other == "." and names and not dot:
+            dot = True
+        else:
+            if other == "(" and names and not dot:
+                calls.add((names[-2] if len(names) > 1 else None, names[-1]))
+            names, dot = ([name] if name is not None else []), False
+    return calls
 
 
 @contextmanager

@@ -6,7 +6,7 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
-from tracker.cli.options import db_option, emit, format_option, ncu_options, net_kwargs, network_options
+from tracker.cli.options import db_option, emit, expanded, format_option, ncu_options, net_kwargs, network_options
 from tracker.cli.output import cell, stream, to_json
 from tracker.errors import TrackerError
 from tracker.model import lookup
@@ -59,6 +59,7 @@ from tracker.profilers import COLLECTORS
 @click.option("--untuned", is_flag=True,
               help="Run every GEMM launch with the default tile, not the fastest `tracker tune` stored for this GPU.")
 @click.option("--ncu-report", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
+              callback=expanded,
               help="Keep pass 2's report here: Nsight Compute's .ncu-rep, to open in ncu-ui (backend ncu), or "
               "nvprof's CSV log (backend nvprof).")
 @ncu_options

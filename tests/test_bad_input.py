@@ -402,3 +402,36 @@ def test_the_entry_points_are_the_one_that_catches_it():
     assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"] == {
         "tracker": "tracker.signals:main"}
     assert "from tracker.signals import main" in (root / "tracker" / "__main__.py").read_text()
+
+
+# 6. tracker sql's --limit and --timeout (issue 44): a huge limit was an internal ValueError,
+# --timeout inf an OverflowError on PostgreSQL. Checked by the library's own bounds, at the CLI
+# before the database is opened.
+
+SQL_BAD_VALUES = [("--limit", v) for v in ("99999999999999999999999", "1000000000001", "0", "-1", "inf", "nan", "1.5")] + [
+    ("--timeout", v) for v in ("inf", "1e999", "-inf", "nan", "-1", "0", "1e300", "86401")]
+
+
+@pytest.mark.parametrize("option, value", SQL_BAD_VALUES)
+def test_sql_limit_and_timeout_out_of_range_are_one_line(runner, work, option, value):
+    before = snapshot(work)
+    refused(runner.invoke(cli, ["sql", "SELECT 1", option, value, "--db", "trace.db"]), option)
+    assert snapshot(work) == before
+
+
+def test_run_sql_and_query_refuse_them_too(work):
+    from tracker.store import open_store, query, run_sql
+    from tracker.store.sql import MAX_ROWS, MAX_TIMEOUT_S
+
+    store = open_store("trace.db", write=False)
+    before = snapshot(work)
+    for limit in (10**23, 10**5000, MAX_ROWS + 1, 0, -1, True, 1.5, float("inf"), "5"):
+        with pytest.raises(TrackerError, match=r"^the row limit must be a whole number from 1 to \d+, not "):
+            run_sql(store, "SELECT 1", limit=limit)
+    for timeout_s in (float("inf"), float("-inf"), float("nan"), -1, 0, MAX_TIMEOUT_S * 2, 10**5000, True, "60"):
+        with pytest.raises(TrackerError, match=r"^the time limit must be a positive number of seconds, at most "):
+            run_sql(store, "SELECT 1", timeout_s=timeout_s)
+        with pytest.raises(TrackerError, match="^the time limit must be"), query(store, "SELECT 1", timeout_s=timeout_s):
+            pass
+    assert run_sql(store, "SELECT 1", limit=MAX_ROWS, timeout_s=MAX_TIMEOUT_S)[1] == [(1,)]
+    assert snapshot(work) == before

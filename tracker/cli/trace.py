@@ -230,13 +230,26 @@ def show(run, db, fmt):
 TABLE_ROWS = 1000  # a table aligns its columns, so it holds its rows: this many unless --limit says
 
 
+def _bounded(check: str):
+    """A click callback holding a value to the library's own check (tracker.store.sql ``check``),
+    imported when the command runs: the store needs SQLAlchemy, which ``tracker --help`` does not."""
+    def callback(ctx, param, value):
+        from tracker.store import sql as user_sql
+
+        try:
+            return None if value is None else getattr(user_sql, check)(value)
+        except TrackerError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return callback
+
+
 @cli.command()
 @click.argument("statement")
 @db_option
-@click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N",
+@click.option("--limit", type=int, default=None, metavar="N", callback=_bounded("row_limit"),
               help=f"At most N rows. Default: every row for csv and json, which stream as they are fetched; "
                    f"{TABLE_ROWS:,} for the table, which holds its rows to align them.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+@click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS", callback=_bounded("time_limit"),
               help="End the query after this long (default 60; tracker.store.sql.DEFAULT_TIMEOUT_S). On PostgreSQL "
                    "the server ends it, and Ctrl-C or a killed tracker cancels it there too.")
 @click.option("--reader-url", metavar="URL", default=None,

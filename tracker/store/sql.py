@@ -4,8 +4,9 @@ A user's statement is hostile input. What it may do is set by how it is run, not
 
 - **SQLite**: the store's read-only connection (``query_only``, no ATTACH), the driver's own refusal
   of a second statement, and an authorizer that allows reading and nothing else (no write, PRAGMA
-  that sets, transaction or extension). A progress handler stops the query at its time limit or on
-  Ctrl-C, which a Python signal handler could not do while SQLite runs.
+  that sets, transaction or extension). No value may exceed ``SQLITE_MAX_LENGTH``. The statement
+  runs in a thread of its own while the caller's waits for its rows: the time limit, Ctrl-C and
+  SIGTERM end the wait even inside one long C call of SQLite's, and then interrupt the query.
 - **PostgreSQL**: the statement runs only as a role that can only read (``tracker.store.reader``:
   never a superuser, a member of a role that reaches the server's files, programs or other sessions,
   nor the role that writes the store; ``--reader-url`` or $TRACKER_READER_URL names such a role).
@@ -24,14 +25,18 @@ A user's statement is hostile input. What it may do is set by how it is run, not
   server within a second (``client_connection_check_interval``, PostgreSQL 14 and later) and
   within the time limit on any version.
 
-Rows stream: a fetch holds ``FETCH_ROWS`` at a time, whatever the query returns.
+Rows stream: a fetch holds ``FETCH_ROWS`` at a time (on SQLite, fewer once they hold ``FETCH_BYTES``),
+whatever the query returns.
 """
 
 from __future__ import annotations
 
 import json
+import numbers
+import queue
 import re
 import sqlite3
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,15 +44,17 @@ from fnmatch import fnmatchcase
 from itertools import islice
 from typing import Any, Callable, Iterator
 
-from tracker.errors import StoreError
-from tracker.signals import held, interruptible, pending, raise_for
+from tracker.errors import StoreError, shorten
+from tracker.signals import interruptible, pending, raise_for
 from tracker.store.db import Store
 from tracker.store.queries import _plain as plain
 
 DEFAULT_TIMEOUT_S = 60.0
+MAX_TIMEOUT_S = 86_400.0  # a day: a longer limit is a typo (PostgreSQL's statement_timeout holds 24 days)
+MAX_ROWS = 10**12  # a row limit beyond any store's rows (islice takes up to sys.maxsize)
 _ONE_QUERY = " (tracker sql runs one read-only query: SELECT, WITH or VALUES)"
 FETCH_ROWS = 1000
-_SQLITE_STEPS = 10_000  # SQLite VM instructions between two looks at the clock and the signals
+_SQLITE_STEPS = 10_000  # SQLite VM instructions between two looks at whether the query was stopped
 
 # PostgreSQL functions that act outside the query's read-only transaction, by what they reach.
 OUTSIDE = {
@@ -84,6 +91,7 @@ class Answer:
 def run_sql(store: Store, statement: str, *, timeout_s: float | None = None, limit: int | None = None,
             reader: str | None = None) -> tuple[list[str], list[tuple]]:
     """(column names, rows) of one read-only query; at most ``limit`` rows."""
+    limit = row_limit(limit)
     with query(store, statement, timeout_s=timeout_s, reader=reader) as answer:
         return answer.columns, list(islice(answer.rows, limit))
 
@@ -96,54 +104,189 @@ def query(store: Store, statement: str, *, timeout_s: float | None = None,
     in one line, as is one that runs past ``timeout_s`` seconds (None: ``DEFAULT_TIMEOUT_S``).
     On PostgreSQL it runs through ``reader``, a URL of the same store as a role that can only read
     (None: $TRACKER_READER_URL, else the store's own connection, refused unless it can only read)."""
-    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
-    if not timeout_s > 0:
-        raise StoreError(f"the time limit must be a positive number of seconds, not {timeout_s}")
+    timeout_s = time_limit(timeout_s)
     if not statement.strip():
         raise StoreError("refused: tracker sql is read-only and runs one query, and this statement is empty")
     if reader and store.engine.dialect.name == "sqlite":
         raise StoreError("a reader connection is for a PostgreSQL store: tracker sql reads a SQLite file "
                          "through a read-only connection already (leave out --reader-url)")
-    if store.engine.dialect.name != "sqlite":
-        store = _reader_store(store, reader)
+    if store.engine.dialect.name == "sqlite":  # on a connection of its own, in a thread of its own
+        with _sqlite(store.engine.raw_connection, statement, timeout_s) as answer:
+            yield answer
+        return
+    store = _reader_store(store, reader)
     connection = store.engine.raw_connection()
-    driver: Any = connection.driver_connection  # sqlite3's or psycopg's own connection
+    driver: Any = connection.driver_connection  # psycopg's own connection
     try:
-        run = _sqlite if store.engine.dialect.name == "sqlite" else _postgresql
-        with run(driver, statement, timeout_s) as answer:
+        with _postgresql(driver, statement, timeout_s) as answer:
             yield answer
     finally:
         connection.invalidate()  # never back to a pool: its session may hold the query's settings
 
 
+def time_limit(timeout_s: float | None) -> float:
+    """``timeout_s`` checked where it enters (None: ``DEFAULT_TIMEOUT_S``): seconds, finite, above 0."""
+    if timeout_s is None:
+        return DEFAULT_TIMEOUT_S
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise StoreError(f"the time limit must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}, "
+                         f"not {_shown(timeout_s)}")
+    return float(timeout_s)
+
+
+def row_limit(limit: int | None) -> int | None:
+    """``limit`` checked where it enters (None: no limit): a whole number of rows, at least 1."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral)
+                              or not 1 <= limit <= MAX_ROWS):
+        raise StoreError(f"the row limit must be a whole number from 1 to {MAX_ROWS}, not {_shown(limit)}")
+    return None if limit is None else int(limit)
+
+
+def _shown(value: object) -> str:
+    try:
+        return shorten(str(value))
+    except ValueError:  # Python writes no int of over 4,300 digits
+        return "a number that long"
+
+
 # SQLite
 
+# The longest string, blob or row a query may build, in bytes. SQLite's own limit is 1 GB, and a
+# single function call (printf('%.*c', 100000000, 'a')) builds such a value inside one C call that
+# no time limit or signal reaches, in this process's memory. A trace store's values are kilobytes.
+SQLITE_MAX_LENGTH = 16 << 20
+FETCH_BYTES = 16 << 20  # a batch of rows ends after this many bytes of text and blobs, whatever FETCH_ROWS says
+_SQLITE_GRACE_S = 0.5  # how long an ended query's thread is waited for, so that it closes its connection
+_END = "end of rows"  # what the query's thread hands over after its last row
+
+
 @contextmanager
-def _sqlite(conn: sqlite3.Connection, statement: str, timeout_s: float) -> Iterator[Answer]:
+def _sqlite(connect: Callable[[], Any], statement: str, timeout_s: float) -> Iterator[Answer]:
+    """The statement runs in a thread of its own (``_SqliteQuery``) while this one waits for its
+    rows: the time limit, Ctrl-C and SIGTERM end the wait even while SQLite is inside one long C
+    call (a function on a long string), which neither its progress handler nor a Python signal
+    handler reaches. The query is then interrupted, and its thread left to end by itself."""
     deadline = time.monotonic() + timeout_s
-    refused: list[str] = []
-    conn.set_authorizer(lambda *args: _authorize(refused, *args))
-    conn.set_progress_handler(lambda: int(pending() is not None or time.monotonic() > deadline), _SQLITE_STEPS)
-    # A signal is only noted (held): the progress handler then stops the query, and we raise it.
-    with held(), _sqlite_errors(refused, timeout_s):
-        cursor = conn.cursor()
-        cursor.execute(statement)
-        if cursor.description is None:  # nothing ran: a comment, or a PRAGMA that returns nothing
-            raise StoreError("refused: tracker sql is read-only and runs one query, and this statement holds none")
-        columns = [d[0] for d in cursor.description]
-        yield Answer(columns, _stream(lambda: cursor.fetchmany(FETCH_ROWS)))
+    worker = _SqliteQuery(connect, statement)
+    with interruptible(), _sqlite_errors(worker.refused, timeout_s):
+        try:
+            worker.start()
+            columns = worker.take(deadline, timeout_s)
+            if columns is None:  # nothing ran: a comment, or a PRAGMA that returns nothing
+                raise StoreError("refused: tracker sql is read-only and runs one query, and this statement holds none")
+            yield Answer(columns, worker.rows(deadline, timeout_s))
+        finally:
+            worker.stop()
+
+
+class _SqliteQuery(threading.Thread):
+    """One statement on a connection of its own (a sqlite3 connection serves only the thread that
+    opened it): its column names (None if it returns nothing), then its rows in batches, at most
+    one waiting to be taken, or the error that ended it."""
+
+    def __init__(self, connect: Callable[[], Any], statement: str) -> None:
+        super().__init__(name="tracker sql", daemon=True)  # daemon: a C call still running never holds up exit
+        self.connect, self.statement = connect, statement
+        self.refused: list[str] = []
+        self.stopped = threading.Event()
+        self.handed: queue.Queue = queue.Queue(maxsize=1)
+        self.conn: sqlite3.Connection | None = None
+        self.closing = threading.Lock()  # interrupt() never meets a connection being closed
+
+    def run(self) -> None:
+        connection = None
+        try:
+            connection = self.connect()
+            self.conn = conn = connection.driver_connection
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQLITE_MAX_LENGTH)
+            conn.set_authorizer(lambda *args: _authorize(self.refused, *args))
+            conn.set_progress_handler(self.stopped.is_set, _SQLITE_STEPS)  # an interrupt() that came too early
+            try:
+                cursor = conn.execute(self.statement)
+            except sqlite3.Error:
+                _name_refusal(conn, self.statement, self.refused)
+                raise
+            if self._hand(None if cursor.description is None else [d[0] for d in cursor.description]):
+                while (batch := _batch(cursor)) and self._hand(batch):
+                    pass
+                self._hand(_END)
+        except Exception as exc:  # raised in the caller's thread, where the rows are taken
+            self._hand(exc)
+        finally:
+            with self.closing:
+                self.conn = None
+                if connection is not None:
+                    connection.invalidate()  # never back to a pool: it holds the query's authorizer
+
+    def _hand(self, item: Any) -> bool:
+        """Hand ``item`` over once the one before it is taken; False if the query was stopped."""
+        while not self.stopped.is_set():
+            try:
+                self.handed.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def take(self, deadline: float, timeout_s: float) -> Any:
+        """The next thing handed over, or the error it is; past the deadline, the time limit's."""
+        try:
+            item = self.handed.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise StoreError(_past_limit(timeout_s)) from None
+        if isinstance(item, BaseException):
+            raise item
+        if item is not _END and time.monotonic() > deadline:
+            raise StoreError(_past_limit(timeout_s))
+        return item
+
+    def rows(self, deadline: float, timeout_s: float) -> Iterator[tuple]:
+        while (batch := self.take(deadline, timeout_s)) is not _END:
+            for row in batch:
+                yield tuple(plain(value) for value in row)
+
+    def stop(self) -> None:
+        """End the query: at once between two SQLite steps, else when its C call returns."""
+        self.stopped.set()
+        with self.closing:
+            if self.conn is not None:
+                self.conn.interrupt()  # the one sqlite3 call another thread may make
+        if self.is_alive():
+            self.join(_SQLITE_GRACE_S)
+
+
+def _batch(cursor: sqlite3.Cursor) -> list[tuple]:
+    """The next rows: ``FETCH_ROWS`` of them, fewer once they hold ``FETCH_BYTES``."""
+    rows: list[tuple] = []
+    size = 0
+    for row in cursor:
+        rows.append(row)
+        for value in row:  # a loop, not sum(): this runs for every value of every row
+            if isinstance(value, (str, bytes)):
+                size += len(value)
+        if len(rows) == FETCH_ROWS or size >= FETCH_BYTES:
+            break
+    return rows
 
 
 def _authorize(refused: list[str], action: int, first: str | None, second: str | None, *_) -> int:
-    """Reading, and nothing else; the first thing refused is noted for the message."""
+    """Reading, and nothing else; what is refused is noted for the message."""
     if action in SQLITE_READS and not (action == sqlite3.SQLITE_FUNCTION and second
                                        and second.lower() in SQLITE_REFUSED_FUNCTIONS):
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_PRAGMA and (first or "").lower() in SQLITE_READ_PRAGMAS:
         return sqlite3.SQLITE_OK
-    refused.append(f"{second}()" if action == sqlite3.SQLITE_FUNCTION else
-                   f"PRAGMA {first}" if action == sqlite3.SQLITE_PRAGMA else _SQLITE_ACTIONS.get(action, "this"))
+    refused.append(_refusal(action, first, second))
     return sqlite3.SQLITE_DENY
+
+
+def _refusal(action: int, first: str | None, second: str | None) -> str:
+    """What the authorizer refused, as the message names it."""
+    if action == sqlite3.SQLITE_FUNCTION:
+        return f"{second}()"
+    if action == sqlite3.SQLITE_PRAGMA:
+        return f"PRAGMA {first}" + ("" if second is None else f" = {shorten(second)}")
+    return _SQLITE_ACTIONS.get(action, f"SQLite action {action}")
 
 
 _SQLITE_ACTIONS = {getattr(sqlite3, f"SQLITE_{name}"): name.replace("_", " ") for name in (
@@ -154,17 +297,47 @@ _SQLITE_ACTIONS = {getattr(sqlite3, f"SQLITE_{name}"): name.replace("_", " ") fo
     "CREATE_VTABLE", "DROP_VTABLE", "SAVEPOINT")}
 
 
+def _name_refusal(conn: sqlite3.Connection, statement: str, refused: list[str]) -> None:
+    """Put the statement's own action first in ``refused``. SQLite asks about writing its own
+    tables before the action itself (DROP TABLE: DELETE on sqlite_master; ANALYZE: CREATE TABLE
+    sqlite_stat1), and about VACUUM's ATTACH only while VACUUM runs. So the statement is prepared
+    again as an EXPLAIN, which runs nothing, with those writes allowed: its first refusal is the
+    action; none, where the first time it was refused while running, means VACUUM."""
+    if not refused:
+        return
+    own: list[str] = []
+
+    def authorize(action: int, first: str | None, second: str | None, *rest: Any) -> int:
+        if action in _OWN_WRITES and (first or "").lower().startswith("sqlite_"):
+            return sqlite3.SQLITE_OK
+        return _authorize(own, action, first, second, *rest)
+
+    conn.set_authorizer(authorize)
+    try:
+        conn.execute(f"EXPLAIN {statement}").close()
+    except sqlite3.Error:
+        pass
+    else:
+        if not own and refused[0] == "ATTACH":
+            own.append("VACUUM")
+    refused[:0] = own[:1]
+
+
+_OWN_WRITES = {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE, sqlite3.SQLITE_CREATE_TABLE}
+
+
 @contextmanager
 def _sqlite_errors(refused: list[str], timeout_s: float) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
-        signum = pending()
-        if signum is not None:
-            raise_for(signum)
         message = _first_line(exc)
-        if message == "interrupted":
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code == sqlite3.SQLITE_INTERRUPT:
             raise StoreError(_past_limit(timeout_s)) from None
+        if code == sqlite3.SQLITE_TOOBIG:
+            raise StoreError(f"refused: the query builds a value over {SQLITE_MAX_LENGTH >> 20} MiB, tracker sql's "
+                             "limit on one value on SQLite (tracker.store.sql.SQLITE_MAX_LENGTH)") from None
         if refused:
             raise StoreError(f"refused: tracker sql is read-only and runs queries, not {refused[0]}") from None
         if "one statement at a time" in message:

@@ -211,10 +211,11 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     """Plan every arm of ``kind`` (on each of ``gpus``, at each of ``batches``), record them in an
     experiment row, and have ``executor`` (default: this process, one arm after another) run them
     into ``db``; its id. An unfinished experiment planned the same way is resumed unless ``fresh``:
-    its complete arms are kept, the others run again."""
+    its complete arms are kept, the others run again; one that a live process on this host is
+    running is refused in one line (identical commands started together make one experiment)."""
     from tracker.executors import Local, Sweep
     from tracker.store import open_store
-    from tracker.store.experiments import arm_rows, recording_experiment, unfinished
+    from tracker.store.experiments import arm_rows, recording_experiment
 
     runner: Executor = executor or Local()
     plan = arms(kind, batch, batches, variants, gpus)
@@ -228,15 +229,16 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     settings = dict(batch=batch, batches=list(batches), variants=list(variants), gpus=list(gpus), backend=chosen,
                     repeat=repeat, warmup=warmup, device=device.name if device else None,
                     ncu_cache_control=ncu.cache_control, ncu_clock_control=ncu.clock_control, executor=runner.name)
-    rows = [arm.row() for arm in plan]
-    resume = None if fresh else unfinished(store, kind, net.name, net.options, settings, rows)
-    if resume is not None:
+
+    def resuming(resume: int) -> None:
         runner.reconcile(store, resume, echo)
         kept = sum(a.state == "complete" for a in arm_rows(store, resume))
         echo(f"resuming experiment e{resume}: {kept} of {len(plan)} arms complete (kept); the rest run "
              "(--fresh starts a new experiment)")
-    with recording_experiment(store, rows, runner.name, resume, kind=kind, network=net.name,
-                              network_options=net.options, settings=settings) as experiment_id:
+
+    with recording_experiment(store, [arm.row() for arm in plan], runner.name, resume=not fresh,
+                              reconcile=resuming, kind=kind, network=net.name, network_options=net.options,
+                              settings=settings) as experiment_id:
         echo(f"experiment e{experiment_id} in {store.where}")
         runner.run(Sweep(db, store, experiment_id, net, backend, echo))
     store.dispose()
@@ -250,12 +252,13 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
             net: Network | None = None, backend: str | None = None) -> Profile:
     """Run one queued arm of an experiment into ``db`` as its row plans it (``net`` and ``backend``:
     what the planning process already holds, else rebuilt from the experiment's row) and record
-    how it ended: complete with its run, failed or interrupted with the reason and its output's
-    last lines. The process that ends the experiment's last arm settles the experiment."""
+    how it ended: complete with its run (in the run's own last transaction), failed or interrupted
+    with the reason and its output's last lines. ``ArmTaken`` if another process claimed it
+    first. The process that ends the experiment's last arm settles the experiment."""
     from tracker.nets import build
     from tracker.signals import held, interruptible
-    from tracker.store import find_experiment, find_run, open_store
-    from tracker.store.experiments import end_arm, find_arm, link_arm, settle, start_arm, update_arm
+    from tracker.store import find_experiment, open_store
+    from tracker.store.experiments import complete_arm, end_arm, find_arm, link_arm, settle, start_arm
     from tracker.store.runs import ended_by
 
     store = open_store(db, write=True)
@@ -268,28 +271,37 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
     work = workload(net, arm, settings["repeat"], settings["warmup"])
     options = Options(NcuSettings(cache_control=settings["ncu_cache_control"],
                                   clock_control=settings["ncu_clock_control"]))
-    if not start_arm(store, experiment_id, position):
-        raise TrackerError(f"arm {position} ({arm.label}) of experiment e{experiment_id} is {row.state}, "
-                           "not queued: nothing to run")
     lines: deque[str] = deque(maxlen=LOG_LINES)
 
     def say(line: str) -> None:
         lines.append(line)
         echo(line)
 
+    claimed = False
     with interruptible():
         try:
-            result = profile_workload(db, work, backend=chosen, device=device, options=options, echo=say,
-                                      link=lambda session, run_id: link_arm(session, experiment_id, position, run_id))
+            with held():  # a signal just after the claim is raised here, in the try that marks the arm
+                claimed = start_arm(store, experiment_id, position)
+            if not claimed:
+                raise ArmTaken(f"arm {position} ({arm.label}) of experiment e{experiment_id} is "
+                               f"{find_arm(store, experiment_id, position).state}, not queued: nothing to run")
+            result = profile_workload(
+                db, work, backend=chosen, device=device, options=options, echo=say,
+                link=lambda session, run_id: link_arm(session, experiment_id, position, run_id),
+                done=lambda session, run_id: complete_arm(session, experiment_id, position, run_id, "\n".join(lines)))
         except BaseException as exc:
-            ended, why = ended_by(exc)
-            with held():
-                end_arm(store, experiment_id, position, ended, why, "\n".join([*lines, why]))
-                settle(store, experiment_id)
+            if claimed:  # an arm that completed with its run keeps complete (end_arm ends only a running one)
+                ended, why = ended_by(exc)
+                with held():
+                    end_arm(store, experiment_id, position, ended, why, "\n".join([*lines, why]),
+                            only_if=("running",))
+                    settle(store, experiment_id)
             raise
         with held():
-            update_arm(store, experiment_id, position, device_name=find_run(store, result.run_id).device_name)
-            end_arm(store, experiment_id, position, "complete", log="\n".join(lines))
             settle(store, experiment_id)
     store.dispose()
     return result
+
+
+class ArmTaken(TrackerError):
+    """The arm was not queued when this process came to claim it: another process holds or ended it."""

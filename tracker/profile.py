@@ -165,6 +165,7 @@ def profile_workload(
     echo: Callable[[str], None] = lambda line: None,
     link: Callable | None = None,
     untuned: bool = False,
+    done: Callable | None = None,
 ) -> Profile:
     """Profile ``workload`` into the trace database ``db`` and return what was stored.
 
@@ -199,7 +200,8 @@ def profile_workload(
     if choice.backend == "model" and device is not None:
         fields.update(device_name=device.name, compute_capability=device.compute_capability,
                       sm_count=device.sm_count)
-    with recording(store, link=link, **fields) as run:  # link: an experiment's, in the run's own transaction
+    # link and done: an experiment's arm, in the transactions that create the run and complete it
+    with recording(store, link=link, done=done, **fields) as run:
         echo(f"run {run.run_id} in {store.where}")
         if choice.backend == "model":
             predictions = predict(net, batch, device, dtype_bits, workload.phases)

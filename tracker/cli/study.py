@@ -126,7 +126,8 @@ def experiment(kind, network, batch, batches, variants, gpus, executor, sbatch_a
     A sweep adds axes: every arm at each of --batches (for any kind but batch, whose axis it
     is) and on each of --gpus; each cell compares its arms, and GPU is compared with GPU per
     layer. Each arm's state, node and GPU: `tracker experiments eN`. Running an unfinished
-    experiment again resumes it: complete arms are kept, the others run again.
+    experiment again resumes it: complete arms are kept, the others run again. While a process
+    here runs it, the same command stops in one line (exit 1): each arm runs once.
 
     \b
     Examples:

@@ -31,13 +31,17 @@ class Local:
             echo(f"arm {arm.label}: its process ended without reporting; marked interrupted")
 
     def run(self, sweep: Sweep) -> None:
-        from tracker.experiment import run_arm
+        from tracker.experiment import ArmTaken, run_arm
         from tracker.store.experiments import arm_rows
 
         queued = [arm for arm in arm_rows(sweep.store, sweep.experiment_id) if arm.state == "queued"]
         runs_on = sweep.backend  # the first arm chooses as profile does (auto may fall back); the rest follow it
         for i, arm in enumerate(queued, 1):
             sweep.echo(f"[{i}/{len(queued)}] {arm.label}")
-            result = run_arm(sweep.db, sweep.experiment_id, arm.position, net=sweep.net, backend=runs_on,
-                             echo=lambda line: sweep.echo(f"    {line}"))
+            try:
+                result = run_arm(sweep.db, sweep.experiment_id, arm.position, net=sweep.net, backend=runs_on,
+                                 echo=lambda line: sweep.echo(f"    {line}"))
+            except ArmTaken as taken:  # a process that joined from another host claimed it first: it runs it
+                sweep.echo(f"    {taken}")
+                continue
             runs_on = result.backend

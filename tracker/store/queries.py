@@ -147,8 +147,10 @@ def view_frame(store: Store, name: str, run_id: int | None = None) -> pd.DataFra
 
 
 def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
-    """An experiment's runs in the order of its arms (an arm run again: its attempts in order): arm,
-    comparison, baseline, the GPU kind it asked for (a sweep over --gpus), and run settings."""
+    """An experiment's runs in the order of its arms, each arm's one run (``experiment_arm.run_id``,
+    its latest attempt's: an earlier attempt's run is linked but never counted; before schema v8 an
+    experiment has no arms, and every linked run is its own arm's): arm, comparison, baseline, the
+    GPU kind it asked for (a sweep over --gpus), and run settings."""
     import pandas as pd
 
     with store.connect() as conn:
@@ -156,7 +158,8 @@ def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
             "SELECT e.experiment_id, e.position, e.arm, e.comparison, e.baseline, r.id AS run_id, r.status, "
             "r.batch, r.l1_bypass, r.loaders, r.variants, r.backend, r.device_name, a.gpu FROM experiment_run e "
             "JOIN run r ON r.id = e.run_id LEFT JOIN experiment_arm a ON a.experiment_id = e.experiment_id "
-            "AND a.position = e.position WHERE e.experiment_id = :e ORDER BY e.position, r.id"), conn,
+            "AND a.position = e.position WHERE e.experiment_id = :e AND (a.position IS NULL OR a.run_id = e.run_id) "
+            "ORDER BY e.position, r.id"), conn,
             params={"e": experiment_id})
 
 

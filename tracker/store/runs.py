@@ -128,22 +128,24 @@ class RunWriter:
 
 
 @contextmanager
-def recording(store: Store, link=None, **fields) -> Iterator[RunWriter]:
+def recording(store: Store, link=None, done=None, **fields) -> Iterator[RunWriter]:
     """Create a run from ``fields`` (the Run columns), yield its writer, and record how it ended.
     ``link(session, run_id)``, if given, runs in the transaction that creates the run (an
-    experiment links its arm there, so that no run of it is ever left unlinked)."""
+    experiment links its arm there, so that no run of it is ever left unlinked); ``done(session,
+    run_id)`` in the one that marks it complete (the arm ends complete with it: never one alone)."""
     fields = {"command_line": " ".join(sys.argv), "tracker_version": __version__, **fields}
     run = Run(status="running", started_at=_now(), **this_process(), **fields)
-    with marking(store, run, link) as run_id:
+    with marking(store, run, link, done) as run_id:
         yield RunWriter(store, run_id)
 
 
 @contextmanager
-def marking(store: Store, row: Run, link=None) -> Iterator[int]:
+def marking(store: Store, row: Run, link=None, done=None) -> Iterator[int]:
     """Insert the run ``row`` (status running; ``link(session, id)`` in the same transaction), yield
-    its id, and mark it complete, failed (with the error) or interrupted (Ctrl-C, SIGTERM) by how
-    the block ends. A signal at any moment leaves the row marked or absent: signals are held from
-    the insert until the id is known, and while the row is marked."""
+    its id, and mark it complete (``done(session, id)`` in the same transaction), failed (with the
+    error) or interrupted (Ctrl-C, SIGTERM) by how the block ends. A signal at any moment leaves
+    the row marked or absent: signals are held from the insert until the id is known, and while
+    the row is marked."""
     row_id: int | None = None
     marked = False
     with interruptible():
@@ -156,7 +158,7 @@ def marking(store: Store, row: Run, link=None) -> Iterator[int]:
                 row_id = row.id  # a signal held until here is raised after the commit, in this try
             yield row_id
             with held():
-                _finish(store, row_id, "complete", None)
+                _finish(store, row_id, "complete", None, done)
                 marked = True
         except BaseException as exc:
             if row_id is not None and not marked:
@@ -172,7 +174,10 @@ def ended_by(exc: BaseException) -> tuple[str, str]:
     return "failed", f"{type(exc).__name__}: {exc}"
 
 
-def _finish(store: Store, run_id: int, status: str, error: str | None) -> None:
-    """Mark the run; a signal arriving meanwhile waits for the mark, then is raised (not lost)."""
+def _finish(store: Store, run_id: int, status: str, error: str | None, done=None) -> None:
+    """Mark the run (and call ``done`` in the same transaction); a signal arriving meanwhile waits
+    for the mark, then is raised (not lost)."""
     with store.session() as session:
         session.execute(update(Run).where(Run.id == run_id).values(status=status, error=error, finished_at=_now()))
+        if done is not None:
+            done(session, run_id)

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from sqlalchemy import text
 
 import tracker.profile
 from tracker.analysis.experiments import results
@@ -21,7 +22,7 @@ from tracker.errors import Interrupted, TrackerError
 from tracker.experiment import run_experiment
 from tracker.model import lookup
 from tracker.nets import build
-from tracker.store import experiment_ids, find_experiment, open_store, run_sql
+from tracker.store import experiment_ids, find_experiment, open_store
 from tracker.store.experiments import arm_rows
 
 COMMAND = ["experiment", "batch", "alexnet", "--batches", "16,32", "--backend", "model", "--device", "h100",
@@ -29,8 +30,9 @@ COMMAND = ["experiment", "batch", "alexnet", "--batches", "16,32", "--backend", 
 
 # The tracker CLI with test hooks: each arm's prediction slowed by $RACE_SLOW seconds (so that the
 # experiment outlives its rivals' planning), a pause of $RACE_PAUSE_S after the first call of
-# $RACE_PAUSE, "module:function" (saying "paused" on stdout: the moment to signal), and a
-# start held until the file $RACE_GO exists (saying "ready" first: every process starts at once).
+# $RACE_PAUSE, "module:function" (saying "paused" on stdout: the moment to signal), and the
+# experiment's planning held until the file $RACE_GO exists (saying "ready" when there: every
+# process plans at once, whatever its start-up took).
 DRIVER = """
 import importlib, os, sys, time
 import tracker.profile
@@ -58,9 +60,19 @@ if pause:
         return result
 
     setattr(module, name, stop)
-print("ready", flush=True)
-while go and not os.path.exists(go):
-    time.sleep(0.005)
+if go:
+    import tracker.store.experiments as experiments
+    claim = experiments.claim_experiment
+
+    def together(*args, **kwargs):
+        print("ready", flush=True)
+        while not os.path.exists(go):
+            time.sleep(0.005)
+        return claim(*args, **kwargs)
+
+    experiments.claim_experiment = together
+else:
+    print("ready", flush=True)
 sys.argv = ["tracker", *sys.argv[1:]]
 main()
 """
@@ -88,9 +100,10 @@ def assert_each_arm_counted_once(db: str) -> None:
     assert experiment_ids(store) == [1] and find_experiment(store, 1).status == "complete"
     arms = arm_rows(store, 1)
     assert [a.state for a in arms] == ["complete", "complete"]
-    complete = run_sql(store, "SELECT e.position, COUNT(*) FROM experiment_run e JOIN run r ON r.id = e.run_id "
-                              "WHERE r.status = 'complete' GROUP BY e.position ORDER BY e.position")[1]
-    assert complete == [(0, 1), (1, 1)]
+    with store.connect() as conn:
+        complete = conn.execute(text("SELECT e.position, COUNT(*) FROM experiment_run e JOIN run r ON r.id = "
+                                     "e.run_id WHERE r.status = 'complete' GROUP BY e.position ORDER BY e.position"))
+        assert [tuple(row) for row in complete] == [(0, 1), (1, 1)]
     report = results(store, 1, "batch")
     for arm in arms:
         own, reported = runtime(store, arm.run_id), report[report["batch"] == arm.spec["batch"]]

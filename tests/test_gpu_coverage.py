@@ -20,9 +20,9 @@ HERE = Path(__file__).parent
 SUITE = [path for path in sorted(HERE.glob("test_gpu*.py")) if path.name != Path(__file__).name]
 
 # Commands that never touch a GPU, whatever the store holds: the catalogs and the analytic model,
-# NVRTC compiling with no GPU (CI runs it), and the store's SQL and schema. Every other command
+# NVRTC compiling with no GPU (CI runs it), and the store's SQL, reader role and schema. Every other command
 # runs on a GPU or reads what a GPU run stored, so the suite runs it.
-NO_GPU = {"devices", "metrics", "model", "networks", "kernels", "sql", "upgrade"}
+NO_GPU = {"devices", "metrics", "model", "networks", "kernels", "sql", "reader-role", "upgrade"}
 
 
 def calls() -> list[tuple[str, list[str | None]]]:

@@ -99,15 +99,17 @@ class Workload:
     def planned(self, steps: Sequence[Step], tiles: dict[str, str]) -> Workload:
         """This workload with its plan (``tracker.gpu.network.plan``'s steps, planned once by the
         caller) and the tuned tiles its GEMM-shaped steps run."""
-        done = replace(self, steps=tuple(PlannedStep(s.layer.name, s.phase, s.variant) for s in steps),
-                       tiles=dict(tiles))
-        vars(done)["net"] = self.net
-        return done
+        return self._with(steps=tuple(PlannedStep(s.layer.name, s.phase, s.variant) for s in steps),
+                          tiles=dict(tiles))
 
     def measuring(self, repeat: int) -> Workload:
         """This workload with ``repeat`` measured iterations: what pass 2's child runs when it
         profiles the first of pass 1's (tracker.profilers.counted)."""
-        done = replace(self, repeat=repeat)
+        return self._with(repeat=repeat)
+
+    def _with(self, **changes) -> Workload:
+        """This workload with ``changes``, keeping the network it built (not a second build of it)."""
+        done = replace(self, **changes)
         vars(done)["net"] = self.net
         return done
 

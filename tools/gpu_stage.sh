@@ -247,7 +247,7 @@ stage9() {
 stagesuite() {
     # The files by name: `pytest -m gpu` alone collects every test module, and some import packages
     # this machine lacks (nbformat), which stops the whole session at collection.
-    step suite 540 'python3 -m pytest -m gpu -q --durations=0 tests/test_gpu*.py'
+    step suite 540 'python3 -m pytest -m gpu -v -rfE --durations=0 tests/test_gpu*.py'
 }
 
 "stage$stage"

@@ -17,7 +17,7 @@ from tracker.ops import OPS, gemm
 from test_tune import RING, SCHEDULES
 
 TABLE = tuple(OPS.launches())
-NEVER_ON_A_GPU = ("winograd", "winograd_f4", "fft")  # issue 30's variants, until a GPU session's selftest
+NEW_ON_THE_H200 = ("winograd", "winograd_f4", "fft")  # issue 30's variants: first on a GPU on 2026-11-26
 SOURCES = kernel_sources()
 
 
@@ -180,13 +180,11 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     rows = json.loads(result.stdout)
     assert len(rows) == 2 * len(TABLE) == 94
     assert {r["l1"] for r in rows} == {"ca", "cg"}
-    # The committed record (tests/data/verified/2026-11-22-nvidia-h100-80gb-hbm3.json): every
-    # variant of its day passed on an H100; a kernel changed since keeps that GPU, flagged
-    # changed_since; issue 30's Winograd and FFT variants never ran on a GPU and say so.
-    old = [r for r in rows if r["variant"] not in NEVER_ON_A_GPU]
-    assert {r["verified_on"] for r in old} == {"NVIDIA H100 80GB HBM3"}
-    assert all(isinstance(r["changed_since"], bool) for r in old)
-    assert {(r["verified_on"], r["changed_since"]) for r in rows if r["variant"] in NEVER_ON_A_GPU} == {(None, None)}
+    # The newest committed record (tests/data/verified/2026-11-26-nvidia-h200.json): every variant
+    # passed on an H200, issue 30's Winograd and FFT too; a kernel changed since keeps that GPU,
+    # flagged changed_since.
+    assert {r["verified_on"] for r in rows} == {"NVIDIA H200"}
+    assert all(isinstance(r["changed_since"], bool) for r in rows)
 
 
 @pytest.mark.slow  # compiles kernels with NVRTC
@@ -218,12 +216,12 @@ def test_kernels_command_builds_a_tuned_tile(runner):
     assert result.exit_code == 2 and "drop --tile" in result.output and result.output.strip().count("\n") == 0
 
 
-def test_the_committed_h100_record_vouches_for_every_variant_with_small_errors():
-    """Every variant but those added since the H100's last selftest: issue 30's Winograd and FFT
-    variants have never run on a GPU (a record from one will list them)."""
-    record = next(r for r in verified.records() if r["gpu"] == "NVIDIA H100 80GB HBM3")
-    never_on_a_gpu = {v.key for v in TABLE if v.variant in NEVER_ON_A_GPU}
-    assert set(record["variants"]) == {v.key for v in TABLE} - never_on_a_gpu
+@pytest.mark.parametrize("gpu, left_out", [("NVIDIA H100 80GB HBM3", NEW_ON_THE_H200), ("NVIDIA H200", ())])
+def test_the_committed_records_vouch_for_every_variant_with_small_errors(gpu, left_out):
+    """The H100's last record predates issue 30's Winograd and FFT variants; the H200's (2026-11-26)
+    holds every variant, both L1 policies."""
+    record = [r for r in verified.records() if r["gpu"] == gpu][-1]
+    assert set(record["variants"]) == {v.key for v in TABLE if v.variant not in left_out}
     for key, entry in record["variants"].items():
         assert entry["passed"] and set(entry["errors"]) == {"ca", "cg"}, key
         assert max(entry["errors"].values()) < 1e-4, key

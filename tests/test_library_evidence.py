@@ -1,7 +1,8 @@
-"""The library arm on real H100 recordings (tests/data/gpu-2026-11-25-h100/README.md): one
-batch-16 step of AlexNet run by cuDNN and cuBLAS, as PyTorch's profiler traced it (pass 1's
-launch log) and as Nsight Compute profiled it (pass 2), and a 3-D U-Net's kernel that ncu and the
-profiler name differently.
+"""The library arm on real recordings: one batch-16 step of AlexNet run by cuDNN and cuBLAS, as
+PyTorch's profiler traced it (pass 1's launch log) and as Nsight Compute profiled it (pass 2), on
+an H100 (tests/data/gpu-2026-11-25-h100/README.md, where the join failed) and on an H200 after the
+fixes (tests/data/gpu-2026-11-26-h200/README.md, where it joined); and a 3-D U-Net's kernel that
+ncu and the profiler name differently.
 
 Two defects found there: the join refused the first templated kernel (the two demanglers write
 ``<128, 2, ...>`` and ``<(int)128, (int)2, ...>``), and a layer phase's repeat was counted per
@@ -12,6 +13,7 @@ out as six repeats of one step).
 from __future__ import annotations
 
 import copy
+import json
 import gzip
 from collections import Counter, defaultdict
 from dataclasses import replace
@@ -28,24 +30,37 @@ from tracker.profilers.join import join
 from tracker.profilers.ncu_collector import nvtx_ranges
 
 DATA = Path(__file__).parent / "data" / "gpu-2026-11-25-h100"
+RECORDINGS = {  # GPU: (folder, the trace, ncu's raw page, the same with NVTX names)
+    "h100": (DATA, "2-library-alexnet-b16-h100-kineto.json.gz", "2-library-b16-h100-ncu-raw.csv.gz",
+             "2-library-b16-h100-ncu-raw-nvtx.csv.gz"),
+    "h200": (DATA.parent / "gpu-2026-11-26-h200", "library-alexnet-b16-h200-kineto.json.gz",
+             "library-b16-h200-ncu-raw.csv.gz", "library-b16-h200-ncu-raw-nvtx.csv.gz"),
+}
 STEPS = 141  # kernels in the traced step, launches ncu profiled
 OUTSIDE = 4  # of them outside every range: lrn1's and lrn2's gradient accumulations, two each
 
 
-def _ncu(name: str) -> list[ncu_csv.ProfiledLaunch]:
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as f:
-        return ncu_csv.parse(f.read(), name)
+def _ncu(path: Path) -> list[ncu_csv.ProfiledLaunch]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return ncu_csv.parse(f.read(), path.name)
+
+
+@pytest.fixture(scope="module", params=sorted(RECORDINGS))
+def gpu(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def trace() -> dict:
-    return kineto.load(DATA / "2-library-alexnet-b16-h100-kineto.json.gz")
+def trace(gpu) -> dict:
+    folder, name, _, _ = RECORDINGS[gpu]
+    return kineto.load(folder / name)
 
 
 @pytest.fixture(scope="module")
-def pages() -> tuple[list, list]:
+def pages(gpu) -> tuple[list, list]:
     """ncu's raw page (kernel names, metrics, NVTX stack) and the same under --print-nvtx-rename."""
-    return _ncu("2-library-b16-h100-ncu-raw.csv.gz"), _ncu("2-library-b16-h100-ncu-raw-nvtx.csv.gz")
+    folder, _, plain, renamed = RECORDINGS[gpu]
+    return _ncu(folder / plain), _ncu(folder / renamed)
 
 
 def test_ncu_and_pytorchs_profiler_name_every_kernel_alike_in_comparable_form(trace, pages):
@@ -153,3 +168,23 @@ def _twice(trace: dict) -> dict:
             event["args"]["correlation"] += last + 1
         again.append(event)
     return {**trace, "traceEvents": trace["traceEvents"] + again}
+
+
+@pytest.mark.slow  # draws every figure of the report
+def test_the_h200s_joined_library_run_is_shown_and_reported_with_its_counters(runner, tmp_path):
+    """The batch-16 library run that joined under ncu on the H200, as stored there: `tracker show`
+    names cuDNN's algorithm per conv phase, and the report draws every counter section (the GPU
+    suite's report test of a library ncu run never finished on that machine)."""
+    from test_gpu import check_report
+    from tracker.cli import cli
+
+    db = tmp_path / "library-b16-ncu-h200.db"
+    with gzip.open(RECORDINGS["h200"][0] / "library-b16-ncu-h200.db.gz") as f:
+        db.write_bytes(f.read())
+    shown = runner.invoke(cli, ["show", "1", "--db", str(db), "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    rows = json.loads(shown.stdout)["layers"]
+    conv = {(r["layer"], r["phase"]): r["algorithm"] for r in rows if r["layer"].startswith("conv")}
+    assert conv[("conv3", "fwd")] == conv[("conv2", "bwd_data")] == "fft"
+    assert {conv[(f"conv{i}", "bwd_weight")] for i in (2, 3, 4, 5)} == {"winograd_nonfused"}
+    check_report(runner, str(db), "1", tmp_path / "report", counters=True)

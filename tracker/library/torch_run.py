@@ -5,10 +5,20 @@ Each layer phase runs inside a ``record_function`` range, which the profiler's t
 an NVTX range of the same name, which Nsight Compute reads: ``layer/phase``, as our kernels'
 launches are named. Warm-up iterations run first (cuDNN picks its algorithms and cuBLAS its
 kernels there); the measured ones run between cudaProfilerStart/Stop in the child, as ours do.
+
+Pass 1 runs in a child process too (``python -m tracker.library.torch_run``), which ends with
+``os._exit`` once its trace is written: PyTorch's profiler can free activity buffers that CUPTI
+still writes into as it tears down (pytorch/pytorch#195207, #195471), and the heap corruption
+aborts the process afterwards ('double free or corruption'). On an H200 (2026-11-26, torch
+2.11) a library experiment aborted so after storing both arms, and one library run of the GPU
+suite failed with its message lost (tests/data/gpu-2026-11-26-h200/README.md); in a child the
+abort cannot reach the store, nor the arms an experiment runs after the library's.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import tempfile
 from contextlib import AbstractContextManager, ExitStack
@@ -17,6 +27,7 @@ from typing import Callable
 
 import torch
 
+from tracker.errors import ProfilerFailed, TrackerError
 from tracker.gpu.runner import Measured
 from tracker.gpu.workload import Workload, is_module_spec
 from tracker.library import kineto
@@ -48,23 +59,53 @@ def _warm_up(step: TorchStep | ModuleStep, warmup: int, echo: Callable[[str], No
     torch.cuda.synchronize()
 
 
+TRACE, PEAK = "trace.json", "peak_bytes"  # what pass 1's child leaves in its folder
+
+
 def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
-    """Pass 1: the measured iterations under torch.profiler, read back as the launch log."""
+    """Pass 1: the measured iterations under torch.profiler, in a child process, read back as the
+    launch log."""
     from tracker.gpu.cupy_backend import device_info
 
     device = device_info()
     echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs), "
          f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
     with tempfile.TemporaryDirectory(prefix="tracker-torch-") as tmp:
-        path = Path(tmp) / "trace.json"
-        peak = trace(workload, path, echo)
-        launches, outside = kineto.launch_log(kineto.kernels(kineto.load(path)), workload.net,
+        run_child_process([sys.executable, "-m", __name__, workload.to_json(), tmp], echo)
+        peak = int((Path(tmp) / PEAK).read_text())
+        launches, outside = kineto.launch_log(kineto.kernels(kineto.load(Path(tmp) / TRACE)), workload.net,
                                               workload.implementation)
     if outside:
         names = sorted({k.name[:60] for k in outside})
         echo(f"{len(outside)} kernels ran outside every layer phase's range and are not stored: {', '.join(names)}")
     echo(f"{len(launches)} launches in {workload.repeat} iterations")
     return Measured(launches, device, peak)
+
+
+def run_child_process(cmd: list[str], echo: Callable[[str], None]) -> None:
+    """Run pass 1's child, echoing its output line by line. Its ``Error:`` line is raised as the
+    one-line error it was; any other failure names its exit status and last line. Interrupted
+    here, it stops the child (in a process group of its own, as the profilers are)."""
+    from tracker.profilers import ncu
+
+    lines: list[str] = []
+    with ncu.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1) as proc:
+        assert proc.stdout is not None  # stdout=PIPE
+        try:
+            for line in proc.stdout:
+                lines.append(line.rstrip("\n"))
+                if not lines[-1].startswith("Error: "):  # raised below, said once
+                    echo(lines[-1])
+        except BaseException:
+            ncu.stop(proc)
+            raise
+    if proc.returncode == 0:
+        return
+    error = next((line for line in reversed(lines) if line.startswith("Error: ")), None)
+    if error:
+        raise TrackerError(error.removeprefix("Error: "))
+    tail = next((line.strip() for line in reversed(lines) if line.strip()), "no output")
+    raise ProfilerFailed(f"PyTorch's profile (pass 1) exited with status {proc.returncode}: {tail}")
 
 
 def trace(workload: Workload, path: str | Path, echo: Callable[[str], None]) -> int:
@@ -95,3 +136,29 @@ def run_child(workload: Workload) -> None:
         torch.cuda.synchronize()
     finally:
         torch.cuda.profiler.stop()
+
+
+def _pass1_child(spec: str, folder: str) -> None:
+    """Pass 1's child: the trace and the peak memory written into ``folder``, then ``os._exit``,
+    past the teardown that can abort (the module's docstring). A TrackerError becomes its
+    ``Error:`` line, for ``run_child_process`` to raise."""
+    code = 1
+    try:
+        peak = trace(Workload.from_json(spec), Path(folder) / TRACE, lambda line: print(line, flush=True))
+        (Path(folder) / PEAK).write_text(str(peak))
+        code = 0
+    except TrackerError as exc:
+        print(f"Error: {exc}")
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        import traceback
+
+        traceback.print_exc(file=sys.stdout)
+    finally:
+        sys.stdout.flush()
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    _pass1_child(sys.argv[1], sys.argv[2])

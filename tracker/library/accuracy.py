@@ -188,7 +188,7 @@ def selftest(cases: Iterable[Case], echo: Callable[[str], None], where: str | No
 
 # The whole step, as information -------------------------------------------------------------------
 
-STEP_COLUMNS = ("layer", "output", "error", "max_error", "mean_error", "moved_maxima")
+STEP_COLUMNS = ("layer", "output", "error", "max_error", "mean_error", "moved_maxima", "flipped_signs")
 
 
 def step_errors(net: Any, batch: int, where: str | None = None) -> list[dict]:
@@ -208,26 +208,32 @@ def step_errors(net: Any, batch: int, where: str | None = None) -> list[dict]:
     for name, expected in grads.items():
         rows += [_step_row(name, output, got.detach().cpu().numpy(), want)
                  for output, got, want in zip(("dw", "db"), step.grads[name], expected)]
-    return rows + _moved_maxima(net, step)
+    return rows + _moved_routes(net, step)
 
 
-def _moved_maxima(net: Any, step: Any) -> list[dict]:
-    """Per max-pool layer, the windows whose maximum PyTorch's fp32 input puts elsewhere than the
-    float64 reference's: a near-tie that rounding flips sends that window's gradient to another
-    element, and every gradient upstream moves with it, however exact each phase is (on the CPU,
-    one pool5 window of AlexNet at batch 2 gave conv1's dw a 1.2e-2 error)."""
+def _moved_routes(net: Any, step: Any) -> list[dict]:
+    """Where PyTorch's fp32 forward routes the gradient elsewhere than the float64 reference: per
+    max-pool layer, the windows whose maximum lies elsewhere (``moved_maxima``), and per ReLU,
+    the elements whose input has the other sign (``flipped_signs``: a pre-activation within
+    rounding of zero passes a gradient the reference blocks, or blocks one it passes). Either
+    moves every gradient upstream however exact each phase is (on the CPU, one pool5 window of
+    AlexNet at batch 2 gave conv1's dw a 1.2e-2 error)."""
     from tracker import reference
     from tracker.gpu.network import initial_parameters
 
     acts = reference.activations(net, initial_parameters(net, 0), step.x.cpu().numpy())
     rows = []
     for layer in net.layers:
+        if layer.kind not in ("maxpool", "relu"):
+            continue
+        ours, exact = step.inputs[layer.name].detach().cpu().numpy(), acts[layer.inputs[0]]
+        row = {"layer": layer.name, "error": None, "max_error": None, "mean_error": None}
         if layer.kind == "maxpool":
             size, stride = layer.op.kernel[0], layer.op.stride[0]
-            ours = reference.maxpool_argmax(step.inputs[layer.name].detach().cpu().numpy(), size, stride)
-            exact = reference.maxpool_argmax(acts[layer.inputs[0]], size, stride)
-            rows.append({"layer": layer.name, "output": f"windows of {exact.size}", "error": None, "max_error": None,
-                         "mean_error": None, "moved_maxima": int((ours != exact).sum())})
+            ours, exact = reference.maxpool_argmax(ours, size, stride), reference.maxpool_argmax(exact, size, stride)
+            rows.append(row | {"output": f"windows of {exact.size}", "moved_maxima": int((ours != exact).sum())})
+        else:
+            rows.append(row | {"output": f"elements of {exact.size}", "flipped_signs": int(((ours > 0) != (exact > 0)).sum())})
     return rows
 
 
@@ -249,7 +255,8 @@ def step_report(network: str = "alexnet", batch: int = 2) -> str:
     out = io.StringIO()
     out.write(f"# {network} batch {batch}, PyTorch's whole step on {describe(where)} against the float64 "
               f"reference (information only: errors compound along the chain, and a max-pool window whose "
-              f"maximum fp32 rounding moved, moved_maxima, sends a gradient elsewhere)\n")
+              f"maximum fp32 rounding moved, moved_maxima, or a ReLU input whose sign it flipped, "
+              f"flipped_signs, sends a gradient elsewhere)\n")
     writer = csv.DictWriter(out, STEP_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows({k: f"{v:.3e}" if isinstance(v, float) else v for k, v in row.items()} for row in rows)

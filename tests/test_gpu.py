@@ -46,7 +46,13 @@ def tracker(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def child(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
     done = subprocess.run(argv, check=False, capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(argv[1:])} exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}"
+    if done.returncode != 0:
+        why = f"{' '.join(argv[1:])} exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}"
+        # written now, past pytest's capture: a suite its call's time limit cuts (the H200's,
+        # 2026-11-26) never prints its summary, and with it went the only copy of why
+        assert sys.__stderr__ is not None
+        sys.__stderr__.write(f"\n{why}\n")
+        pytest.fail(why)
     return done
 
 

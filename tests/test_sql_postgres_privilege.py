@@ -164,6 +164,39 @@ def test_a_constant_the_planner_folds_is_refused_unread(store):
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024  # KiB: nothing near 200 MB
 
 
+@pytest.mark.parametrize("statement", [
+    "SELECT repeat('x', (200000000 + random() * 0)::int)",  # built on the server, unfolded: no plan shows it
+    "SELECT repeat('x', 20000 + (random() * 0)::int) FROM generate_series(1, 1000)",  # 20 MB in one fetch's rows
+])
+def test_rows_too_large_to_fetch_are_refused_on_the_server(store, statement, runner):
+    """The gap issue 44 left: a value the planner does not fold is not in the plan, and a fetch
+    of it would take the client's memory. The server counts the bytes of every FETCH_ROWS rows in
+    a row and ends the query past FETCH_BYTES, before they are sent."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(StoreError, match=r"^refused: 1,000 rows in a row hold [\d,]+ bytes on the server, over "
+                                         r"the 16 MiB tracker sql fetches at a time"):
+        run_sql(store, statement, timeout_s=60)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024  # KiB: not the 200 MB
+    done = runner.invoke(cli, ["sql", statement, "--db", store.where])
+    assert done.exit_code != 0 and done.output.startswith("Error: refused: 1,000 rows in a row hold ")
+    assert done.output.count("\n") == 1
+
+
+def test_the_bound_keeps_the_querys_rows_order_and_columns(store):
+    """The wrapped query is the user's: its order across fetches, its column names (a repeated
+    one too), the rows just under the bound; a trailing semicolon and comment are dropped, and a
+    second statement is refused as before."""
+    columns, rows = run_sql(store, "SELECT x AS a, -x AS a FROM generate_series(1, 2500) x ORDER BY x DESC; -- last")
+    assert columns == ["a", "a"] and rows == [(x, -x) for x in range(2500, 0, -1)]
+    _, rows = run_sql(store, "SELECT repeat('x', 15000) FROM generate_series(1, 1000) /* 15 MB */ ;;")
+    assert len(rows) == 1000 and {len(r[0]) for r in rows} == {15000}
+    with pytest.raises(StoreError, match="^refused: tracker sql is read-only and runs one statement at a time$"):
+        run_sql(store, "SELECT 1; SELECT 2")
+    assert run_sql(store, "VALUES (1, 'a'), (2, 'b')") == (["column1", "column2"], [(1, "a"), (2, "b")])
+
+
 @pytest.fixture
 def without_reader(monkeypatch):
     monkeypatch.delenv("TRACKER_READER_URL")

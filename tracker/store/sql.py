@@ -20,13 +20,17 @@ A user's statement is hostile input. What it may do is set by how it is run, not
   (a constant the planner folded, such as ``repeat('x', 1000000000)``) is refused unread.
   EXPLAIN shows no multi-row VALUES list and no LIMIT or OFFSET expression: there the role is
   the only guard.
+  The query runs wrapped (``_bounded``) so that the server refuses rows too large to fetch: any
+  ``FETCH_ROWS`` consecutive rows (a fetch) may hold ``FETCH_BYTES`` as the server stores them,
+  so a value built on the server, such as ``repeat('x', (1e9 + random())::int)``, never reaches
+  the client's memory.
   ``statement_timeout`` bounds every fetch by what is left of the time limit; Ctrl-C and SIGTERM
   cancel the query on the server (psycopg sends the cancel); a killed client is noticed by the
   server within a second (``client_connection_check_interval``, PostgreSQL 14 and later) and
   within the time limit on any version.
 
-Rows stream: a fetch holds ``FETCH_ROWS`` at a time (on SQLite, fewer once they hold ``FETCH_BYTES``),
-whatever the query returns.
+Rows stream: a fetch holds ``FETCH_ROWS`` at a time, whatever the query returns, and about
+``FETCH_BYTES`` at most (on SQLite a batch ends early there; on PostgreSQL the server refuses more).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ DEFAULT_TIMEOUT_S = 60.0
 MAX_TIMEOUT_S = 86_400.0  # a day: a longer limit is a typo (PostgreSQL's statement_timeout holds 24 days)
 MAX_ROWS = 10**12  # a row limit beyond any store's rows (islice takes up to sys.maxsize)
 _ONE_QUERY = " (tracker sql runs one read-only query: SELECT, WITH or VALUES)"
+_ONE_STATEMENT = "refused: tracker sql is read-only and runs one statement at a time"
 FETCH_ROWS = 1000
 _SQLITE_STEPS = 10_000  # SQLite VM instructions between two looks at whether the query was stopped
 
@@ -155,7 +160,7 @@ def _shown(value: object) -> str:
 # single function call (printf('%.*c', 100000000, 'a')) builds such a value inside one C call that
 # no time limit or signal reaches, in this process's memory. A trace store's values are kilobytes.
 SQLITE_MAX_LENGTH = 16 << 20
-FETCH_BYTES = 16 << 20  # a batch of rows ends after this many bytes of text and blobs, whatever FETCH_ROWS says
+FETCH_BYTES = 16 << 20  # a fetch holds about this many bytes at most: SQLite ends its batch, PostgreSQL refuses more
 _SQLITE_GRACE_S = 0.5  # how long an ended query's thread is waited for, so that it closes its connection
 _END = "end of rows"  # what the query's thread hands over after its last row
 
@@ -341,7 +346,7 @@ def _sqlite_errors(refused: list[str], timeout_s: float) -> Iterator[None]:
         if refused:
             raise StoreError(f"refused: tracker sql is read-only and runs queries, not {refused[0]}") from None
         if "one statement at a time" in message:
-            raise StoreError("refused: tracker sql is read-only and runs one statement at a time") from None
+            raise StoreError(_ONE_STATEMENT) from None
         if "readonly" in message or "read-only" in message:
             raise StoreError(f"refused: tracker sql is read-only ({message})") from None
         raise StoreError(f"SQL error: {message}{_ONE_QUERY if 'syntax error' in message else ''}") from None
@@ -383,17 +388,49 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
             if conn.info.server_version >= 140000:  # the server checks that the client is still there
                 setup.execute("SET LOCAL client_connection_check_interval = 1000")
             refuse_privileged(setup)
-        cursor = conn.cursor(name="tracker_sql")  # DECLARE tracker_sql CURSOR FOR <statement>, one query
-        cursor.execute(statement)
-        _refuse_outside(conn, statement)
-        columns = [d.name for d in cursor.description or ()]
+        bounded = _bounded(statement)
+        cursor = conn.cursor(name="tracker_sql")  # DECLARE tracker_sql CURSOR FOR <query>, one query
+        cursor.execute(bounded)
+        _refuse_outside(conn, bounded)
+        columns = [d.name for d in cursor.description or ()][:-1]  # the last is _bounded's byte count
 
         def fetch() -> list[tuple]:
             with conn.cursor() as setup:
                 _limit_time(setup, deadline, timeout_s)
-            return cursor.fetchmany(FETCH_ROWS)
+            return [row[:-1] for row in cursor.fetchmany(FETCH_ROWS)]
 
         yield Answer(columns, _stream(fetch))
+
+
+# The user's query inside two of ours: the middle adds, per row, the bytes of the last FETCH_ROWS
+# rows (a sliding window, in the query's own order: no PARTITION or ORDER BY, so no sort); the
+# outer ends the query with an error naming that count when it passes FETCH_BYTES. The cast of
+# a row-dependent string is how plain SQL raises an error of its own; CASE evaluates it only then.
+_OVER = "tracker_sql_over_"
+_BOUNDED = f"""SELECT tracker_sql_q.* FROM (
+SELECT tracker_sql_r.*, sum(pg_column_size(tracker_sql_r.*))
+    OVER (ROWS BETWEEN {FETCH_ROWS - 1} PRECEDING AND CURRENT ROW) AS tracker_sql_bytes FROM (
+{{query}}
+) tracker_sql_r) tracker_sql_q
+WHERE CASE WHEN tracker_sql_q.tracker_sql_bytes > {FETCH_BYTES}
+    THEN ('{_OVER}' || tracker_sql_q.tracker_sql_bytes)::int = 0 ELSE true END"""
+
+
+def _bounded(statement: str) -> str:
+    """The user's one query wrapped in ``_BOUNDED``: its trailing semicolons, spaces and
+    comments dropped (a line comment would swallow our closing parenthesis), and a second
+    statement after a semicolon refused."""
+    end, ended = 0, False
+    for kind, start, stop in _lexemes(statement):
+        if kind in ("space", "comment"):
+            continue
+        if statement[start:stop] == ";":
+            ended = True
+        elif ended:
+            raise StoreError(_ONE_STATEMENT)
+        else:
+            end = stop
+    return _BOUNDED.format(query=statement[:end])
 
 
 def _limit_time(cursor: Any, deadline: float, timeout_s: float) -> None:
@@ -506,18 +543,27 @@ _LEX = re.compile(r"""(?P<space>\s+|--[^\n]*)|(?P<comment>/\*)|(?P<dollar>\$(?:[
 _NESTED = re.compile(r"/\*|\*/")
 
 
-def _statement_tokens(statement: str) -> Iterator[Token]:
+def _lexemes(statement: str) -> Iterator[tuple[str, int, int]]:
+    """(kind, start, end) of each lexeme: a _LEX group's name, a comment and a dollar-quoted
+    string whole."""
     at = 0
     while at < len(statement):
         match = _LEX.match(statement, at)
-        assert match is not None  # (?P<other>.) matches any character
-        kind, at = match.lastgroup, match.end()
+        assert match is not None and match.lastgroup is not None  # (?P<other>.) matches any character
+        kind, start, at = match.lastgroup, match.start(), match.end()
         if kind == "comment":
             at = _comment_end(statement, at)
         elif kind == "dollar":
             end = statement.find(match.group(), at)
             at = len(statement) if end < 0 else end + len(match.group())
-        elif kind == "unicode":
+        yield kind, start, at
+
+
+def _statement_tokens(statement: str) -> Iterator[Token]:
+    for kind, start, end in _lexemes(statement):
+        match = _LEX.match(statement, start)
+        assert match is not None
+        if kind == "unicode":
             raise StoreError("refused: tracker sql reads the names a statement calls, and U& escapes "
                              "hide them: write the name itself")
         elif kind == "quoted":
@@ -566,7 +612,12 @@ def _postgresql_errors(psycopg: Any, timeout_s: float) -> Iterator[None]:
         if state == "57014":  # query_canceled: by the time limit (a Ctrl-C is raised as itself)
             raise StoreError(_past_limit(timeout_s)) from None
         if "multiple commands" in message:
-            raise StoreError("refused: tracker sql is read-only and runs one statement at a time") from None
+            raise StoreError(_ONE_STATEMENT) from None
+        if _OVER in message:  # _BOUNDED's own error
+            size = int(re.sub(r"\D", "", message.split(_OVER, 1)[1]))
+            raise StoreError(f"refused: {FETCH_ROWS:,} rows in a row hold {size:,} bytes on the server, over the "
+                             f"{FETCH_BYTES >> 20} MiB tracker sql fetches at a time: select fewer or shorter "
+                             "values (substr, length)") from None
         if state in ("25006", "42501", "0A000"):  # read-only transaction, privilege, DECLARE's own refusals
             raise StoreError(f"refused: tracker sql is read-only ({message})") from None
         if state == "42601":  # a syntax error: DECLARE ... FOR takes a query and nothing else

@@ -46,7 +46,9 @@ class Arrays:
     """The device arrays one layer's phases read and write, by role. ``x`` is the layer's input,
     ``y`` its output (and, for a fused conv or linear, the ReLU mask its backward reads); ``dy``
     and ``dx`` their gradients; ``w``, ``bias``, ``dw``, ``db`` its parameters and theirs;
-    ``labels`` and ``loss`` the softmax's. Roles a layer lacks stay None."""
+    ``labels`` and ``loss`` the loss layer's (softmax: int32 class per image; sigmoid: float32
+    targets of the output's shape); ``x2`` and ``dx2`` a second input and its gradient (concat).
+    Roles a layer lacks stay None."""
 
     x: Any = None
     y: Any = None
@@ -58,6 +60,8 @@ class Arrays:
     db: Any = None
     labels: Any = None
     loss: Any = None
+    x2: Any = None
+    dx2: Any = None
 
 
 @dataclass

@@ -76,3 +76,12 @@ def test_the_real_child_reports_a_model_that_does_not_import_as_one_line(tmp_pat
         run_child_process([sys.executable, "-m", "tracker.library.torch_run", spec, str(tmp_path)], lambda line: None)
     assert "no_such_module_here" in str(caught.value) and "\n" not in str(caught.value)
     assert not list(tmp_path.iterdir())  # nothing left that reads as a trace
+
+
+def test_a_child_out_of_memory_is_an_out_of_memory_error():
+    """What the memory experiment records on the arm and goes on from (PyTorch's allocator's words kept)."""
+    from tracker.errors import OutOfMemory
+
+    with pytest.raises(OutOfMemory, match=r"^out of memory: CUDA out of memory\. Tried to allocate 2\.00 GiB$"):
+        run_child_process(python("print('Error: out of memory: CUDA out of memory. Tried to allocate 2.00 GiB'); "
+                                 "raise SystemExit(1)"), lambda line: None)

@@ -40,6 +40,11 @@ class Mismatch(TrackerError):
     """Two runs that cannot be compared layer by layer."""
 
 
+class OutOfMemory(TrackerError):
+    """The device ran out of memory for the workload: an answer of a memory study (an arm that
+    records it), not a crash."""
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that one code path marks a run interrupted."""
 

@@ -19,6 +19,7 @@ only ``batch`` runs on the model backend.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
@@ -34,7 +35,7 @@ from tracker.profilers.ncu import Settings as NcuSettings
 if TYPE_CHECKING:
     from tracker.executors import Executor
 
-KINDS = ("l1-bypass", "fusion", "variants", "batch", "library", "algorithms")
+KINDS = ("l1-bypass", "fusion", "variants", "batch", "library", "algorithms", "memory")
 
 
 @dataclass(frozen=True)
@@ -48,21 +49,33 @@ class Arm:
     implementation: str = "ours"
     staged: bool = False  # the L1-bypass build's loaders, L1 cached (Workload.staged)
     gpu: str | None = None  # the GPU kind it runs on (--gpus); None: any
-    name: str = ""  # its label before the sweep's axes (batch, GPU) were added; "" : the label
+    name: str = ""  # its label before the sweep's axes (batch, GPU, options) were added; "" : the label
+    options: dict = field(default_factory=dict)  # network options over the experiment's (--vary)
 
     def row(self) -> dict:
         """Its experiment_arm columns (tracker/store/schema.py)."""
         spec = dict(arm=self.name or self.label, batch=self.batch, variants=self.variants, l1_bypass=self.l1_bypass,
-                    staged=self.staged, implementation=self.implementation)
+                    staged=self.staged, implementation=self.implementation, options=self.options)
         return dict(label=self.label, comparison=self.comparison, baseline=self.baseline, spec=spec, gpu=self.gpu)
 
     @classmethod
     def of(cls, row) -> "Arm":
-        """The arm an experiment_arm row planned."""
+        """The arm an experiment_arm row planned (one planned before --vary has no options)."""
         spec = row.spec
         return cls(row.label, row.comparison, row.baseline, spec["batch"], spec["variants"], spec["l1_bypass"],
-                   spec["implementation"], spec["staged"], row.gpu, spec["arm"])
+                   spec["implementation"], spec["staged"], row.gpu, spec["arm"], spec.get("options", {}))
 
+    def network(self, net: Network) -> Network:
+        """The network it runs: ``net`` (the experiment's), rebuilt with its options if it has any."""
+        if not self.options:
+            return net
+        from tracker.nets import build
+
+        return build(net.name, **{**net.options, **self.options})
+
+
+WITH_TORCH = ("library", "memory")  # kinds with a PyTorch arm
+ON_THE_MODEL = ("batch", "memory")  # kinds the analytic model answers too (a device's roofline; the peak)
 
 # Kinds whose arms --variants chooses (the others fix their own variants), and the kind whose
 # own axis is --batches (the others run each arm at every batch size given).
@@ -70,21 +83,29 @@ TAKE_VARIANTS = ("l1-bypass", "variants", "batch")
 
 
 def arms(kind: str, batch: int, batches: tuple[int, ...] = (), variants: tuple[str, ...] = (),
-         gpus: tuple[str, ...] = ()) -> list[Arm]:
-    """The runs of an experiment, in the order they run: the kind's arms (``kind_arms``), at each
+         gpus: tuple[str, ...] = (), vary: tuple[tuple[str, tuple], ...] = ()) -> list[Arm]:
+    """The runs of an experiment, in the order they run: the kind's arms (``kind_arms``), for each
+    combination of the network options ``vary`` sweeps ((name, values), ``nets.axis``), at each
     batch size of ``batches`` (for any kind but batch, whose own axis it is) on each GPU kind of
-    ``gpus``. Each (GPU, batch) cell compares its arms as the kind does; the analysis compares
-    the cells (tracker/analysis/experiments.py: GPU against GPU, per image across batches)."""
+    ``gpus``. Each (GPU, options, batch) cell compares its arms as the kind does; the analysis
+    compares the cells (tracker/analysis/experiments.py: GPU against GPU, per image across batches)."""
     if variants and kind not in TAKE_VARIANTS:
         raise TrackerError(f"--variants chooses the arms of {', '.join(TAKE_VARIANTS)}; "
                            f"experiment {kind} runs its own")
     sizes = (batch,) if kind == "batch" or not batches else batches
+    names = [name for name, _ in vary]
+    if len(set(names)) != len(names):
+        raise TrackerError(f"--vary names {', '.join(sorted({n for n in names if names.count(n) > 1}))} twice")
     plan = []
     for gpu in gpus or (None,):
-        for size in sizes:
-            suffix = (f" b{size}" if len(sizes) > 1 else "") + (f" @{gpu}" if gpu else "")
-            plan += [replace(arm, label=arm.label + suffix, comparison=arm.comparison + suffix, gpu=gpu, name=arm.label)
-                     for arm in kind_arms(kind, size, batches if kind == "batch" else (), variants)]
+        for values in itertools.product(*(values for _, values in vary)):
+            options = dict(zip(names, values))
+            for size in sizes:
+                suffix = "".join(f" {name}={value}" for name, value in options.items())
+                suffix += (f" b{size}" if len(sizes) > 1 else "") + (f" @{gpu}" if gpu else "")
+                plan += [replace(arm, label=arm.label + suffix, comparison=arm.comparison + suffix, gpu=gpu,
+                                 name=arm.label, options=options)
+                         for arm in kind_arms(kind, size, batches if kind == "batch" else (), variants)]
     return plan
 
 
@@ -122,6 +143,8 @@ def kind_arms(kind: str, batch: int, batches: tuple[int, ...] = (), variants: tu
                 for algorithm, name in conv_algorithms().items()]
     if kind == "library":  # ours with the tiles `tracker tune` found, as `tracker profile` runs them
         return [Arm("ours", "library", True, batch), Arm("torch", "library", False, batch, implementation="torch")]
+    if kind == "memory":  # paper 002: each arm's predicted and measured peak (run.*_peak_bytes), ours and PyTorch's
+        return [Arm("ours", "memory", True, batch), Arm("torch", "memory", False, batch, implementation="torch")]
     raise TrackerError(f"unknown experiment '{kind}'; known: {', '.join(KINDS)}")
 
 
@@ -170,14 +193,14 @@ def check(kind: str, backend: str, device: Device | None, executor: str = "local
     if gpus and executor == "local" and backend not in ("auto", "model"):
         raise TrackerError(_ONE_GPU)
     if backend == "model" or executor == "local":
-        if kind == "library":
+        if kind in WITH_TORCH:
             from tracker.library import require_torch
 
             require_torch(f"experiment {kind}")
-        chosen, why, _ = choose_backend(backend, library=kind == "library")
+        chosen, why, _ = choose_backend(backend, library=kind in WITH_TORCH)
     else:
         chosen, why = backend, f"{backend}: chosen on each node as tracker profile chooses"
-    if chosen == "model" and kind != "batch":
+    if chosen == "model" and kind not in ON_THE_MODEL:
         raise TrackerError(f"experiment {kind} needs a GPU backend (events or ncu): the analytic model does not "
                            f"depend on kernel variants, the L1 policy or who runs the kernels, and here {why}")
     if chosen == "model" and gpus:
@@ -185,7 +208,7 @@ def check(kind: str, backend: str, device: Device | None, executor: str = "local
             raise TrackerError("--device and --gpus both name the device to predict for: give one")
         for gpu in gpus:
             lookup(gpu)  # on the model backend a GPU kind is the catalog device predicted for
-    elif chosen == "model" and device is None:
+    elif chosen == "model" and device is None and kind == "batch":
         raise TrackerError("experiment batch on the model backend needs --device NAME (or --gpus NAME,...) "
                            "for the roofline's times")
     elif gpus and executor == "local":
@@ -198,13 +221,14 @@ _ONE_GPU = ("--gpus on a GPU backend needs a cluster to place each arm on its GP
 
 
 def workload(net: Network, arm: Arm, repeat: int, warmup: int) -> Workload:
-    """What an arm runs (checked: a bad value is refused here)."""
-    return Workload.of(net, arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, staged=arm.staged,
+    """What an arm runs on the experiment's network ``net`` (checked: a bad value is refused here)."""
+    return Workload.of(arm.network(net), arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, staged=arm.staged,
                        repeat=repeat, warmup=warmup, implementation=arm.implementation)
 
 
 def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batches: tuple[int, ...] = (),
-                   variants: tuple[str, ...] = (), gpus: tuple[str, ...] = (), backend: str = "auto",
+                   variants: tuple[str, ...] = (), gpus: tuple[str, ...] = (),
+                   vary: tuple[tuple[str, tuple], ...] = (), backend: str = "auto",
                    repeat: int = 5, warmup: int = 1, device: Device | None = None,
                    echo: Callable[[str], None] = lambda line: None, ncu: NcuSettings = NcuSettings(),
                    executor: Executor | None = None, fresh: bool = False) -> int:
@@ -218,7 +242,7 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     from tracker.store.experiments import arm_rows, recording_experiment
 
     runner: Executor = executor or Local()
-    plan = arms(kind, batch, batches, variants, gpus)
+    plan = arms(kind, batch, batches, variants, gpus, vary)
     chosen, why = check(kind, backend, device, runner.name, gpus)
     check_options(32, Options(ncu))
     for arm in plan:
@@ -226,7 +250,8 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     runner.check(db, net, chosen)
     echo(f"experiment {kind}: {len(plan)} runs of {net.name} on backend {chosen} ({why}), executor {runner.name}")
     store = open_store(db, write=True)
-    settings = dict(batch=batch, batches=list(batches), variants=list(variants), gpus=list(gpus), backend=chosen,
+    settings = dict(batch=batch, batches=list(batches), variants=list(variants), gpus=list(gpus),
+                    vary={name: list(values) for name, values in vary}, backend=chosen,
                     repeat=repeat, warmup=warmup, device=device.name if device else None,
                     ncu_cache_control=ncu.cache_control, ncu_clock_control=ncu.clock_control, executor=runner.name)
 

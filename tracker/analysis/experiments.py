@@ -241,14 +241,42 @@ def _stored_convs(store: Store, run_id: int) -> dict:
     return layers
 
 
+MEMORY_COLUMNS = ("arm", "implementation", "options", "batch", "state", "predicted_peak_bytes", "measured_peak_bytes",
+                  "measured_over_predicted", "reason")
+
+
+def memory(store: Store, experiment_id: int) -> pd.DataFrame:
+    """Paper 002's study: every arm (each implementation at each network option and batch size) with
+    the model's peak memory of a training step beside the one measured (ours: the backend's
+    allocator's high-water mark; PyTorch's: torch.cuda.max_memory_allocated), and why an arm did
+    not complete (out of memory: the reason says so)."""
+    from tracker.store import find_run
+    from tracker.store.experiments import arm_rows
+
+    rows = []
+    for arm in arm_rows(store, experiment_id):
+        run = find_run(store, str(arm.run_id)) if arm.run_id is not None else None
+        predicted = run.predicted_peak_bytes if run is not None else None
+        measured = run.measured_peak_bytes if run is not None and run.status == "complete" else None
+        rows.append(dict(arm=arm.label, implementation=arm.spec["implementation"],
+                         options=" ".join(f"{k}={v}" for k, v in arm.spec.get("options", {}).items()),
+                         batch=arm.spec["batch"], state=arm.state, predicted_peak_bytes=predicted,
+                         measured_peak_bytes=measured,
+                         measured_over_predicted=measured / predicted if measured and predicted else None,
+                         reason=arm.reason))
+    return pd.DataFrame(rows, columns=list(MEMORY_COLUMNS))
+
+
 def results(store: Store, experiment_id: int, kind: str) -> pd.DataFrame:
     """The table ``tracker experiment`` prints: fused pairs for fusion, time per batch for batch,
-    each algorithm per conv layer phase for algorithms, speedups per arm, layer and phase for
-    the others."""
+    each algorithm per conv layer phase for algorithms, each arm's peak memory for memory,
+    speedups per arm, layer and phase for the others."""
     if kind == "batch":
         return scaling(store, experiment_id)
     if kind == "algorithms":
         return algorithms(store, experiment_id)
+    if kind == "memory":
+        return memory(store, experiment_id)
     frame = speedups(store, experiment_id)
     if kind == "fusion":
         pairs = fused_pairs(store, experiment_id)

@@ -59,6 +59,16 @@ def _names(ctx, param, value: str | None) -> tuple[str, ...]:
     return names
 
 
+def _axes(ctx, param, values: tuple[str, ...]) -> tuple[tuple[str, tuple], ...]:
+    """--vary NAME=V,V,...: each a network option and its values (``nets.axis``), a usage error if not."""
+    from tracker.nets import axis
+
+    try:
+        return tuple(axis(value) for value in values)
+    except TrackerError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _records(frame) -> list[dict]:
     """DataFrame rows as plain dicts (NaN -> None) for the renderers."""
     return [{k: (None if v is None or (isinstance(v, float) and v != v) else v) for k, v in row.items()}
@@ -81,6 +91,9 @@ def _records(frame) -> list[dict]:
 @click.option("--variants", "variants", callback=_names, default=None, metavar="V,V,...",
               help="l1-bypass, variants, batch: the kernel variants to run (default: every one; the first is "
                    "the variants baseline; batch runs each at every batch size).")
+@click.option("--vary", "vary", multiple=True, callback=_axes, metavar="OPTION=V,V,...",
+              help="Run every arm at each value of a network option (repeatable: every combination), e.g. "
+                   "--vary input_size=64,96,128 --vary conv_type=standard,separable.")
 @click.option("--gpus", callback=_names, default=None, metavar="KIND,...",
               help="Run every arm on each GPU kind and compare GPU against GPU per layer (paper 003 Fig. 8): "
                    "Slurm GRES types (gpu:KIND) with --executor slurm; catalog devices on --backend model.")
@@ -105,7 +118,7 @@ def _records(frame) -> list[dict]:
 @device_option
 @network_options
 @format_option
-def experiment(kind, network, batch, batches, variants, gpus, executor, sbatch_args, logs, detach, poll, fresh, db,
+def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sbatch_args, logs, detach, poll, fresh, db,
                backend, repeat, warmup, clock_control, cache_control, device, fmt, **kwargs):
     """Run a set of profiles that answers one question, and print per-layer speedups.
 
@@ -120,11 +133,14 @@ def experiment(kind, network, batch, batches, variants, gpus, executor, sbatch_a
       algorithms direct, implicit GEMM, explicit GEMM and Winograd convolutions against the
                  default, per conv layer phase, with the algorithm that ran, its workspace
                  (the model's) and a library run's choice where one is stored (paper 004)
+      memory     the model's peak memory of a training step beside the measured one, ours and
+                 PyTorch's, per arm; an arm that runs out of memory is recorded and the rest
+                 run (paper 002: --vary input_size=... --batches ...; the model backend too)
     A speedup is 'noise' when the two runs' ranges over their --repeat iterations overlap.
 
     \b
     A sweep adds axes: every arm at each of --batches (for any kind but batch, whose axis it
-    is) and on each of --gpus; each cell compares its arms, and GPU is compared with GPU per
+    is), at each value of each --vary network option, and on each of --gpus; each cell compares its arms, and GPU is compared with GPU per
     layer. Each arm's state, node and GPU: `tracker experiments eN`. Running an unfinished
     experiment again resumes it: complete arms are kept, the others run again. While a process
     here runs it, the same command stops in one line (exit 1): each arm runs once.
@@ -157,7 +173,7 @@ def experiment(kind, network, batch, batches, variants, gpus, executor, sbatch_a
     runner = Slurm(tuple(_split(sbatch_args)), logs, poll, detach) if executor == "slurm" else Local()
     if detach and executor == "local":
         raise click.UsageError("--detach leaves a cluster's jobs running: it needs --executor slurm")
-    experiment_id = run_experiment(db, kind, net, batch, batches=batches, variants=variants, gpus=gpus,
+    experiment_id = run_experiment(db, kind, net, batch, batches=batches, variants=variants, gpus=gpus, vary=vary,
                                    backend=backend, repeat=repeat, warmup=warmup, device=gpu, echo=say,
                                    ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control),
                                    executor=runner, fresh=fresh)
@@ -166,21 +182,24 @@ def experiment(kind, network, batch, batches, variants, gpus, executor, sbatch_a
     store = open_store(db, write=False)
     found = find_experiment(store, experiment_id)
     status = experiment_dict(found)["status"]
-    if status != "complete":
+    frame = results(store, experiment_id, kind)
+    if kind == "memory" and status == "failed" and _only_out_of_memory(frame):
+        status = f"complete, {int((frame['state'] == 'failed').sum())} arms out of memory"
+    elif status != "complete":
         say(f"experiment e{experiment_id} {status}: {found.error}; "
             "run the same command again to resume it")
-    frame = results(store, experiment_id, kind)
     swept = [c for c in ("arm", "gpu") if kind == "batch" and (variants if c == "arm" else gpus)]
-    columns = (*swept, *BATCH_COLUMNS) if kind == "batch" else None if kind == "fusion" else [
+    columns = (*swept, *BATCH_COLUMNS) if kind == "batch" else None if kind in ("fusion", "memory") else [
         c for c in SPEEDUP_COLUMNS + ("algorithm_a", "algorithm_b", "workspace_bytes_b", "library_algorithm",
                                       "library_ms", "l1_hit_rate_change", "l2_hit_rate_change")
         if c in frame.columns and (kind in ("library", "algorithms", "variants") or not c.startswith(("algorithm",
                                                                                                       "library")))]
-    sweeps = [(axis, across(store, experiment_id, axis)) for axis in ("gpu", "batch") if kind != axis]
+    sweeps = [(axis, across(store, experiment_id, axis)) for axis in ("gpu", "batch") if kind not in (axis, "memory")]
     sweeps = [(axis, table) for axis, table in sweeps if not table.empty]
     if fmt == "table":
-        click.echo(f"experiment e{experiment_id} {status}; speedup = baseline time / arm time; "
-                   f"next: tracker report e{experiment_id} --out report/")
+        measure = ("each arm's peak memory of a training step, the model's beside the measured" if kind == "memory"
+                   else "speedup = baseline time / arm time")
+        click.echo(f"experiment e{experiment_id} {status}; {measure}; next: tracker report e{experiment_id} --out report/")
         emit(_records(frame), fmt, columns)
         for axis, table in sweeps:
             click.echo(f"\n{ACROSS[axis]}")
@@ -190,8 +209,14 @@ def experiment(kind, network, batch, batches, variants, gpus, executor, sbatch_a
                                                      for r in _records(table.assign(table=axis))], fmt)
     else:
         emit(_records(frame), fmt, columns)
-    if status != "complete":
+    if not status.startswith("complete"):
         sys.exit(1)
+
+
+def _only_out_of_memory(frame) -> bool:
+    """Every arm that did not complete ran out of memory: the study's answer, not a failure."""
+    failed = frame[frame["state"] != "complete"]
+    return not failed.empty and failed["reason"].fillna("").str.startswith("OutOfMemory").all()
 
 
 def _split(options: str) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, ClassVar
 
-from tracker.errors import TrackerError
+from tracker.errors import OutOfMemory, TrackerError
 from tracker.executors import Sweep
 from tracker.nets import Network
 
@@ -43,5 +43,8 @@ class Local:
                                  echo=lambda line: sweep.echo(f"    {line}"))
             except ArmTaken as taken:  # a process that joined from another host claimed it first: it runs it
                 sweep.echo(f"    {taken}")
+                continue
+            except OutOfMemory as exc:  # an answer, recorded on the arm (failed, its reason): the sweep goes on
+                sweep.echo(f"    {exc}: recorded, and the next arm runs")
                 continue
             runs_on = result.backend

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from tracker.errors import BackendUnavailable
+from tracker.errors import BackendUnavailable, OutOfMemory
 from tracker.gpu.network import Executor
 from tracker.gpu.timing import launch_ms
 from tracker.gpu.workload import Launch, Workload, tagged
@@ -44,8 +44,11 @@ def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
 
     backend, device = _cupy_backend(workload.l1_policy)
     echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs)")
-    launches, _ = measure(Executor.of(backend, workload), workload.repeat, workload.warmup, workload.l1_policy, echo,
-                          around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
+    try:
+        launches, _ = measure(Executor.of(backend, workload), workload.repeat, workload.warmup, workload.l1_policy,
+                              echo, around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
+    except cp.cuda.memory.OutOfMemoryError as exc:
+        raise OutOfMemory(f"out of memory: {workload.network} at batch {workload.batch} ({exc})") from None
     return Measured(launches, device, backend.peak_bytes)
 
 

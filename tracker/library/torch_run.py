@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from tracker.errors import ProfilerFailed, TrackerError
+from tracker.errors import OutOfMemory, ProfilerFailed, TrackerError
 from tracker.gpu.runner import Measured
 from tracker.gpu.workload import Workload, is_module_spec
 from tracker.library import kineto
@@ -60,6 +60,7 @@ def _warm_up(step: TorchStep | ModuleStep, warmup: int, echo: Callable[[str], No
 
 
 TRACE, PEAK = "trace.json", "peak_bytes"  # what pass 1's child leaves in its folder
+OUT_OF_MEMORY = "out of memory"  # how the child's Error: line says so (OutOfMemory in the parent)
 
 
 def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
@@ -103,7 +104,8 @@ def run_child_process(cmd: list[str], echo: Callable[[str], None]) -> None:
         return
     error = next((line for line in reversed(lines) if line.startswith("Error: ")), None)
     if error:
-        raise TrackerError(error.removeprefix("Error: "))
+        message = error.removeprefix("Error: ")
+        raise (OutOfMemory if message.startswith(OUT_OF_MEMORY) else TrackerError)(message)
     tail = next((line.strip() for line in reversed(lines) if line.strip()), "no output")
     raise ProfilerFailed(f"PyTorch's profile (pass 1) exited with status {proc.returncode}: {tail}")
 
@@ -138,6 +140,10 @@ def run_child(workload: Workload) -> None:
         torch.cuda.profiler.stop()
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _pass1_child(spec: str, folder: str) -> None:
     """Pass 1's child: the trace and the peak memory written into ``folder``, then ``os._exit``,
     past the teardown that can abort (the module's docstring). A TrackerError becomes its
@@ -149,6 +155,8 @@ def _pass1_child(spec: str, folder: str) -> None:
         code = 0
     except TrackerError as exc:
         print(f"Error: {exc}")
+    except torch.cuda.OutOfMemoryError as exc:
+        print(f"Error: {OUT_OF_MEMORY}: {_first_line(exc)}")
     except KeyboardInterrupt:
         code = 130
     except BaseException:
@@ -162,3 +170,4 @@ def _pass1_child(spec: str, folder: str) -> None:
 
 if __name__ == "__main__":
     _pass1_child(sys.argv[1], sys.argv[2])
+

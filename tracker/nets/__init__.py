@@ -57,6 +57,32 @@ NETWORKS: dict[str, NetworkEntry] = {
 }
 
 
+def axis(text: str) -> tuple[str, tuple]:
+    """A network option and the values an experiment sweeps it over, from ``NAME=V,V,...``
+    (``input_size=64,96,128``; dashes as in the flags): each value of the option's type and
+    among its choices; a network checks its own when it is built."""
+    from tracker.errors import comma_list, shorten, unknown
+
+    name, sep, values = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep:
+        raise TrackerError(f"'{shorten(text)}' is not NAME=V,V,... (e.g. input_size=64,96,128)")
+    option = next((o for o in OPTIONS if o.name == name), None)
+    if option is None:
+        raise unknown("network option", name, [o.name for o in OPTIONS])
+    parsed: list = []
+    for value in comma_list(values, f"the values of {name}", "input_size=64,96,128"):
+        if option.type is int and not value.isdigit():
+            raise TrackerError(f"{name} takes whole numbers, not '{shorten(value)}'")
+        typed = option.type(value)
+        if option.choices and typed not in option.choices:
+            raise TrackerError(f"{name} is one of {', '.join(map(str, option.choices))}, not '{shorten(value)}'")
+        parsed.append(typed)
+    if len(set(parsed)) != len(parsed):
+        raise TrackerError(f"{name} names a value twice: {shorten(values)}")
+    return name, tuple(parsed)
+
+
 def build(name: str, **options) -> Network:
     """The network ``name`` built with ``options`` (None values mean the network's default)."""
     entry = NETWORKS.get(name.lower())

@@ -460,6 +460,7 @@ def for_experiment(store: Store, experiment_id: int) -> Report:
                f"on {device}, {len(arms)} runs ({', '.join(f'{r.arm}: run {r.run_id}' for r in arms.itertuples())}); "
                f"the baseline run: {describe(base)}")
     sections = (_batch_sections(store, experiment_id, batches, sub) if info["kind"] == "batch"
+                else _memory_sections(store, experiment_id, sub) if info["kind"] == "memory"
                 else _arm_sections(store, experiment_id, info["kind"], sub))
     return Report(f"Experiment e{experiment_id}: {info['kind']} on {info['network']}", summary,
                   _experiment_about(info, arms), sections, f"tracker profile {info['network']} --backend ncu")
@@ -478,6 +479,24 @@ def _batch_sections(store, experiment_id: int, batches: list[int], sub: str) -> 
     wide.columns = [f"batch_{b}_per_image_ms" for b in wide.columns]
     return [Section("batch_runtime", title, "Figures 6/7", bars.batch(frame, totals, title, sub), finding,
                     wide.reset_index().drop(columns=["layer_id"]))]
+
+
+def _memory_sections(store, experiment_id: int, sub: str) -> list[Section]:
+    """Paper 002's figure: each arm's peak memory of a training step, the model's beside the one
+    measured (none on the model backend), over the options and batch sizes the experiment swept."""
+    frame = experiments.memory(store, experiment_id)
+    long = pd.concat([frame.assign(source=source, gib=frame[column] / 2**30)
+                      for source, column in (("predicted", "predicted_peak_bytes"), ("measured", "measured_peak_bytes"))])
+    long = long.assign(layer=long["arm"], phase="step")[["layer", "phase", "source", "gib"]]
+    title = "Peak memory of a training step per arm: the model's and the measured"
+    out = frame[frame["state"] != "complete"]
+    finding = (f"{len(frame) - len(out)} of {len(frame)} arms complete"
+               + (f"; out of memory or failed: {', '.join(out['arm'])}" if not out.empty else ""))
+    ratios = frame["measured_over_predicted"].dropna()
+    if not ratios.empty:
+        finding += f"; measured / predicted {ratios.min():.2f} to {ratios.max():.2f}"
+    return [Section("memory_peak", title, "paper 002", bars.grouped(long, "gib", "source", title, sub, "peak (GiB)"),
+                    finding, frame)]
 
 
 TITLES = {"l1-bypass": ("L1 bypass (-dlcm=cg) speedup per layer", "paper 003 section 4 (6.2 %)"),

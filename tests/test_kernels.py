@@ -18,6 +18,7 @@ from test_tune import RING, SCHEDULES
 
 TABLE = tuple(OPS.launches())
 NEW_ON_THE_H200 = ("winograd", "winograd_f4", "fft")  # issue 30's variants: first on a GPU on 2026-11-26
+NOT_YET_ON_A_GPU = ("batchnorm",)  # issue 45's U-Net ops: no record vouches for them yet
 SOURCES = kernel_sources()
 
 
@@ -178,13 +179,14 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     result = runner.invoke(cli, ["kernels", "--arch", "sm_80", "--format", "json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert len(rows) == 2 * len(TABLE) == 94
+    assert len(rows) == 2 * len(TABLE) == 106
     assert {r["l1"] for r in rows} == {"ca", "cg"}
     # The newest committed record (tests/data/verified/2026-11-26-nvidia-h200.json): every variant
     # passed on an H200, issue 30's Winograd and FFT too; a kernel changed since keeps that GPU,
     # flagged changed_since.
-    assert {r["verified_on"] for r in rows} == {"NVIDIA H200"}
-    assert all(isinstance(r["changed_since"], bool) for r in rows)
+    assert {r["verified_on"] for r in rows if r["op"] not in NOT_YET_ON_A_GPU} == {"NVIDIA H200"}
+    assert {r["verified_on"] for r in rows if r["op"] in NOT_YET_ON_A_GPU} == {None}
+    assert all(isinstance(r["changed_since"], bool) for r in rows if r["op"] not in NOT_YET_ON_A_GPU)
 
 
 @pytest.mark.slow  # compiles kernels with NVRTC
@@ -199,7 +201,7 @@ def test_kernels_command_builds_a_tuned_tile(runner):
         launch = next(v for v in TABLE if (v.op, v.phase, v.variant) == key)
         ring = RING.masked_shared_bytes if launch.defines else RING.shared_bytes  # the fused backward's mask ring
         assert (row["shared_bytes"] == ring) == launch.tunable, key
-        assert (row["verified_on"] is None) == launch.tunable, key
+        assert (row["verified_on"] is None) == (launch.tunable or launch.op in NOT_YET_ON_A_GPU), key
     big = "128x128x16"  # fits, but not beside the fused backward's mask ring: those rows are left out
     result = runner.invoke(cli, ["kernels", "--l1", "ca", "--tile", big, "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -221,7 +223,8 @@ def test_the_committed_records_vouch_for_every_variant_with_small_errors(gpu, le
     """The H100's last record predates issue 30's Winograd and FFT variants; the H200's (2026-11-26)
     holds every variant, both L1 policies."""
     record = [r for r in verified.records() if r["gpu"] == gpu][-1]
-    assert set(record["variants"]) == {v.key for v in TABLE if v.variant not in left_out}
+    assert set(record["variants"]) == {v.key for v in TABLE
+                                       if v.variant not in left_out and v.op not in NOT_YET_ON_A_GPU}
     for key, entry in record["variants"].items():
         assert entry["passed"] and set(entry["errors"]) == {"ca", "cg"}, key
         assert max(entry["errors"].values()) < 1e-4, key

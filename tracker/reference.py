@@ -131,6 +131,42 @@ def lrn_bwd(dy, x, y, size=5, alpha=1e-4, beta=0.75, k=2.0):
     return dy * s ** -beta - 2 * alpha * beta / size * x * _window_sum(dy * y / s, size)
 
 
+# batch normalization, training mode -----------------------------------------------------------
+# x (N, C, *spatial), 2-D or 3-D; each channel's statistics over its M = N * prod(spatial) elements,
+# the variance biased (PyTorch's F.batch_norm with training=True); w the scale and b the shift (C,).
+
+def _per_channel(v, ndim):
+    return v.reshape(1, -1, *([1] * (ndim - 2)))
+
+
+def batchnorm_fwd(x, w, b, eps=1e-5):
+    """(y, mean, var): y = (x - mean) / sqrt(var + eps) * w + b, per channel, var biased."""
+    axes = (0, *range(2, x.ndim))
+    mean, var = x.mean(axis=axes), x.var(axis=axes)
+    xhat = (x - _per_channel(mean, x.ndim)) / np.sqrt(_per_channel(var, x.ndim) + eps)
+    return xhat * _per_channel(w, x.ndim) + _per_channel(b, x.ndim), mean, var
+
+
+def batchnorm_bwd(dy, x, w, eps=1e-5):
+    """(dx, dw, db) of the training-mode forward, whose statistics depend on x:
+    dx = w / sqrt(var + eps) / M * (M dy - sum dy - xhat sum dy xhat)."""
+    axes = (0, *range(2, x.ndim))
+    m = x.size // x.shape[1]
+    mean, var = x.mean(axis=axes), x.var(axis=axes)
+    invstd = 1 / np.sqrt(var + eps)
+    xhat = (x - _per_channel(mean, x.ndim)) * _per_channel(invstd, x.ndim)
+    db, dw = dy.sum(axis=axes), (dy * xhat).sum(axis=axes)
+    dx = _per_channel(w * invstd / m, x.ndim) * (m * dy - _per_channel(db, x.ndim) - xhat * _per_channel(dw, x.ndim))
+    return dx, dw, db
+
+
+def batchnorm_running(running_mean, running_var, mean, var, m, momentum=0.1):
+    """The running statistics after one training-mode forward over m elements a channel: each moves
+    by momentum towards the batch's, the variance unbiased (var * m / (m - 1)), as PyTorch's do."""
+    return ((1 - momentum) * running_mean + momentum * mean,
+            (1 - momentum) * running_var + momentum * var * m / (m - 1))
+
+
 # softmax + cross-entropy ----------------------------------------------------------------------
 
 def softmax_fwd(x):

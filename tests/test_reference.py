@@ -105,6 +105,50 @@ def test_softmax_cross_entropy():
     close(grad, numeric_grad(lambda: ref.cross_entropy(ref.softmax_fwd(x), labels), x))
 
 
+def test_sigmoid_binary_cross_entropy():
+    x = rng.normal(size=(3, 2, 4, 5)) * 3
+    t = (rng.random(size=x.shape) < 0.5).astype(np.float64)
+    p = ref.sigmoid_fwd(x)
+    close(p, 1 / (1 + np.exp(-x)))
+    loops = np.mean([-np.log(pi) if ti else -np.log(1 - pi) for pi, ti in zip(p.ravel(), t.ravel())])
+    assert np.isclose(ref.binary_cross_entropy(p, t), loops)
+    assert np.isclose(ref.bce_with_logits(x, t).mean(), loops)  # the kernels' loss terms, from the logit
+    close(ref.sigmoid_bce_bwd(p, t), numeric_grad(lambda: ref.binary_cross_entropy(ref.sigmoid_fwd(x), t), x))
+    # far from zero neither overflows nor takes log 0: each term is |x| where wrong, 0 where right
+    far = np.array([[-800.0, 800.0, -800.0, 800.0]])
+    assert np.allclose(ref.sigmoid_fwd(far), [[0, 1, 0, 1]])
+    assert np.allclose(ref.bce_with_logits(far, np.array([[0.0, 1.0, 1.0, 0.0]])), [[0, 0, 800, 800]])
+    assert ref.binary_cross_entropy(ref.sigmoid_fwd(far), np.array([[0.0, 1.0, 0.0, 1.0]])) == 0
+
+
+@pytest.mark.parametrize("shape, scale", [((2, 3, 4, 5), 2), ((1, 2, 3, 2), 3), ((2, 2, 2, 3, 4), 2)])
+def test_upsample(shape, scale):
+    x = rng.normal(size=shape)
+    y = ref.upsample_fwd(x, scale)
+    assert y.shape == (*shape[:2], *(s * scale for s in shape[2:]))
+    for index in np.ndindex(*y.shape):
+        assert y[index] == x[(*index[:2], *(i // scale for i in index[2:]))]
+    g = rng.normal(size=y.shape)
+    close(ref.upsample_bwd(g, scale), numeric_grad(lambda: (ref.upsample_fwd(x, scale) * g).sum(), x))
+
+
+@pytest.mark.parametrize("shape, c2", [((2, 3, 4, 5), 2), ((1, 1, 2, 3, 2), 3)])
+def test_concat(shape, c2):
+    x, x2 = rng.normal(size=shape), rng.normal(size=(shape[0], c2, *shape[2:]))
+    y = ref.concat_fwd(x, x2)
+    for index in np.ndindex(*y.shape):
+        n, c, *rest = index
+        assert y[index] == (x[(n, c, *rest)] if c < shape[1] else x2[(n, c - shape[1], *rest)])
+    g = rng.normal(size=y.shape)
+    dx, dx2 = ref.concat_bwd(g, shape[1])
+
+    def loss():
+        return (ref.concat_fwd(x, x2) * g).sum()
+
+    close(dx, numeric_grad(loss, x))
+    close(dx2, numeric_grad(loss, x2))
+
+
 def test_alexnet_shapes_run_through_the_reference():
     """One image through conv1..pool1 at AlexNet's real sizes, in float32 as the GPU will."""
     x = rng.normal(size=(1, 3, 227, 227)).astype(np.float32)

@@ -186,6 +186,58 @@ def softmax_xent_bwd(p, labels):
     return grad / len(labels)
 
 
+# sigmoid + binary cross-entropy (the U-Nets' output) -----------------------------------------
+# The backward is fused with the mean binary cross-entropy over every element of the batch,
+# against targets t of the output's shape: (p - t) / p.size, as softmax's is with cross-entropy.
+
+def sigmoid_fwd(x):
+    return np.exp(-np.logaddexp(0.0, -x))  # 1 / (1 + exp(-x)), with no overflow for very negative x
+
+
+def bce_with_logits(x, t):
+    """Each element's binary cross-entropy of sigmoid(x) against t, computed from the logit x
+    (never log 0): max(x, 0) - x t + log(1 + exp(-|x|)). The kernels' loss terms."""
+    return np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x)))
+
+
+def binary_cross_entropy(p, t):
+    """Mean binary cross-entropy of probabilities p against targets t over every element."""
+    ones, zeros = np.where(t > 0, p, 1.0), np.where(t < 1, p, 0.0)  # a term whose weight is 0 takes no log of 0
+    return -(t * np.log(ones) + (1 - t) * np.log1p(-zeros)).mean()
+
+
+def sigmoid_bce_bwd(p, t):
+    """Gradient of the mean binary cross-entropy (over all N*E elements) for the sigmoid's input."""
+    return (p - t) / p.size
+
+
+# nearest-neighbour up-sampling ----------------------------------------------------------------
+# An integer ``scale`` in every spatial dimension, 2-D (N, C, H, W) or 3-D (N, C, D, H, W).
+
+def upsample_fwd(x, scale):
+    for axis in range(2, x.ndim):
+        x = np.repeat(x, scale, axis=axis)
+    return x
+
+
+def upsample_bwd(dy, scale):
+    """Each input's gradient: the sum of the output gradients of its scale^d block."""
+    n, c, *spatial = dy.shape
+    blocks = [size for s in spatial for size in (s // scale, scale)]
+    return dy.reshape(n, c, *blocks).sum(axis=tuple(range(3, 2 + 2 * len(spatial), 2)))
+
+
+# channel concatenation ------------------------------------------------------------------------
+
+def concat_fwd(x, x2):
+    return np.concatenate([x, x2], axis=1)
+
+
+def concat_bwd(dy, c1):
+    """(gradient of the first input: dy's first c1 channels, gradient of the second: the rest)."""
+    return dy[:, :c1].copy(), dy[:, c1:].copy()
+
+
 # a whole network ------------------------------------------------------------------------------
 
 def network_step(net, params: dict, x: np.ndarray, labels: np.ndarray) -> tuple[float, dict]:

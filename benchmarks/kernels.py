@@ -62,15 +62,15 @@ def _pct(spread: float | None) -> str:
 
 def arrays(case: Case, rng) -> Arrays:
     """CuPy arrays of every role a case's phases touch (the same arrays serve each variant):
-    random inputs, ones as the incoming gradient, labels 0."""
+    random inputs, ones as the incoming gradient, labels (and targets) 0."""
     shapes = OPS[case.op].arrays(case)
     made = {role: cp.asarray(rng.normal(size=shape).astype(np.float32)) for role, shape in shapes.items()}
     if "w" in made:
         made["w"] *= 0.01
     if "dy" in made:
         made["dy"] = cp.ones_like(made["dy"])
-    if "labels" in made:
-        made["labels"] = cp.zeros(shapes["labels"], cp.int32)
+    if "labels" in made:  # softmax's a class per image; sigmoid's a 0/1 target per output element
+        made["labels"] = cp.zeros(shapes["labels"], cp.float32 if case.op == "sigmoid" else cp.int32)
     return Arrays(**made)
 
 

@@ -13,7 +13,7 @@ from tracker import reference as ref
 from tracker.errors import TrackerError
 from tracker.nets import build
 from tracker.ops import OPS
-from tracker.ops.batchnorm import CHANNEL_THREADS, EPS, MOMENTUM, BatchNormArrays, bn_shape, inputs, parts
+from tracker.ops.batchnorm import CHANNEL_THREADS, EPS, MOMENTUM, bn_shape, inputs, parts
 from tracker.ops.launch import Arrays
 from tracker.ops.selftest import REDUCTION, network_cases, run_case
 
@@ -58,7 +58,7 @@ def test_the_running_statistics_follow_pytorch_over_two_steps(emulator):
     C = x_shape[1]
     for variant in BATCHNORM.variants:
         xh, w, b, rm, rv, _ = inputs(rng, x_shape)
-        a = BatchNormArrays(w=emulator.asarray(w), bias=emulator.asarray(b), running_mean=emulator.asarray(rm),
+        a = Arrays(w=emulator.asarray(w), bias=emulator.asarray(b), running_mean=emulator.asarray(rm),
                             running_var=emulator.asarray(rv), mean=emulator.empty((C,)), invstd=emulator.empty((C,)))
         t_mean, t_var = torch.tensor(rm), torch.tensor(rv)
         for step in range(2):

@@ -61,9 +61,56 @@ def test_its_ranges_are_our_plans_names_in_our_plans_order():
     assert with_fwd_only == [f"{layer.name}/fwd" for layer in net.layers]
 
 
-def test_a_network_it_cannot_build_is_refused_in_one_line():
-    with pytest.raises(TrackerError, match="unet2d is not 2-D|does not know"):
-        TorchStep(build("unet2d"), 1)
+def test_a_network_without_a_loss_layer_is_refused_in_one_line():
+    from tracker.nets import Network
+    from tracker.nets.layers import ReLU
+
+    net = Network("headless", (3, 8, 8), options={})
+    net.add("relu1", ReLU())
+    with pytest.raises(TrackerError, match=r"^headless does not end in softmax or sigmoid"):
+        TorchStep(net, 1)
+
+
+def small_unet(dims: int = 2):
+    return build(f"unet{dims}d", input_size="8", in_channels=1, base_filters=2, depth=2, classes=2)
+
+
+def test_a_unet_step_equals_the_numpy_reference_forward_and_backward():
+    """The skips (concat: two inputs; the encoder's activation read twice, its gradient summed),
+    nearest up-sampling, and the sigmoid with binary cross-entropy, float64, to 1e-10."""
+    from tracker.gpu.network import initial_parameters
+
+    net = small_unet()
+    step = TorchStep(net, 2, dtype=torch.float64)
+    step.iteration()
+    loss, grads = reference.network_step(net, initial_parameters(net, 0), step.x.numpy(), step.labels.numpy())
+    assert float(step.loss.detach()) == pytest.approx(loss, rel=1e-12)
+    assert set(step.grads) == set(grads) == {layer.name for layer in net.layers if layer.kind == "conv"}
+    for name, (dw, db) in grads.items():
+        got_dw, got_db = (g.numpy() for g in step.grads[name])
+        assert np.linalg.norm(got_dw - dw) / np.linalg.norm(dw) < 1e-10, name
+        assert np.linalg.norm(got_db - db) / np.linalg.norm(db) < 1e-10, name
+
+
+def test_a_3d_unet_runs_every_layer_phase_in_our_order_with_batch_statistics():
+    """3-D convolutions and pools, batch norm in training mode, transposed convolutions: every
+    layer phase in training order under its range, every learned layer's gradients, and the
+    running statistics moved by the step."""
+    opened: list[str] = []
+    net = small_unet(3)
+    step = TorchStep(net, 2, region=lambda name: opened.append(name) or nullcontext())
+    step.iteration()
+    assert opened == [f"{layer.name}/{phase}" for layer, phase in net.training_order()]
+    learned = {layer.name: layer for layer in net.layers if layer.op.has_weights}
+    assert {layer.kind for layer in learned.values()} == {"conv", "batchnorm", "convtranspose"}
+    assert set(step.grads) == set(learned)
+    for name, (dw, db) in step.grads.items():
+        layer = learned[name]
+        assert tuple(dw.shape) == layer.op.weight_shape(list(layer.input_shapes)), name
+        assert torch.isfinite(dw).all() and dw.abs().sum() > 0, name
+        assert (db is None) == (layer.op.biases() == 0 and layer.kind == "conv"), name  # a conv before batch norm has none
+    mean, var = step.running["enc1_bn1"]
+    assert mean.abs().sum() > 0 and not torch.equal(var, torch.ones_like(var))
 
 
 def test_backward_nodes_open_their_layer_phases_range_where_they_run():

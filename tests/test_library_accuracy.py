@@ -23,9 +23,12 @@ from tracker.library.accuracy import selftest, step_errors  # noqa: E402
 def expected_outputs(cases) -> set[tuple[str, str, str]]:
     """(layer, phase, output) of every phase of every case: what the op's check compares."""
     outputs = {"fwd": ("y",), "bwd_data": ("dx",), "bwd_weight": ("dw", "db")}
-    softmax = {"fwd": ("p",), "bwd_data": ("dx", "loss")}
+    own = {"softmax": {"fwd": ("p",), "bwd_data": ("dx", "loss")},
+           "sigmoid": {"fwd": ("y",), "bwd_data": ("dx", "loss")},
+           "concat": {"fwd": ("y",), "bwd_data": ("dx", "dx2")},
+           "accumulate": {"bwd_data": ("dy",)}}
     return {(case.layer, phase, output) for case in cases for phase in OPS[case.op].phases
-            for output in (softmax if case.op == "softmax" else outputs)[phase]}
+            for output in own.get(case.op, outputs)[phase]}
 
 
 def assert_every_output_passes(cases) -> None:

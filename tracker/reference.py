@@ -241,16 +241,26 @@ def concat_bwd(dy, c1):
 # a whole network ------------------------------------------------------------------------------
 
 def network_step(net, params: dict, x: np.ndarray, labels: np.ndarray) -> tuple[float, dict]:
-    """Forward and backward of a chain network made of the ops above, with softmax cross-entropy
-    at the end: (loss, {layer: (dw, db)}). ``params``: {layer: (w, b)}. Float64 throughout."""
+    """Forward and backward of a network made of the ops above, ending in its loss layer (softmax
+    with cross-entropy against class ``labels``, or sigmoid with binary cross-entropy against
+    target ``labels`` of its output's shape): (loss, {layer: (dw, db)}). ``params``: {layer:
+    (w, b)}. Float64 throughout. A layer may read several inputs (concat) and an activation feed
+    several layers (a U-Net's skip): its gradient is the sum over its readers."""
     acts = activations(net, params, x)
-    probs = acts[net.layers[-1].name]
-    loss = cross_entropy(probs, labels)
+    last = net.layers[-1]
+    probs = acts[last.name]
+    if last.kind == "sigmoid":
+        loss, dy = binary_cross_entropy(probs, labels), sigmoid_bce_bwd(probs, labels)
+    else:
+        loss, dy = cross_entropy(probs, labels), softmax_xent_bwd(probs, labels)
+    source = last.inputs[0]
+    dys = {source: dy.reshape(acts[source].shape)}  # each activation's gradient, summed over its readers
     grads: dict = {}
-    dy = softmax_xent_bwd(probs, labels)
-    for layer in reversed(net.layers[:-1]):
-        x_in = acts[layer.inputs[0]]
-        dy, grads[layer.name] = _backward(layer, params, x_in, acts[layer.name], dy)
+    for layer in reversed(net.layers[:-1]):  # every reader of a layer comes after it
+        inputs = [acts[name] for name in layer.inputs]
+        dxs, grads[layer.name] = _backward(layer, params, inputs, acts[layer.name], dys.pop(layer.name))
+        for name, dx in zip(layer.inputs, dxs):
+            dys[name] = dys[name] + dx if name in dys else dx
     return loss, {name: g for name, g in grads.items() if g is not None}
 
 
@@ -258,12 +268,21 @@ def activations(net, params: dict, x: np.ndarray) -> dict[str, np.ndarray]:
     """Every layer's output of the forward pass, by layer name ("input": ``x``), float64."""
     acts = {"input": x.astype(np.float64)}
     for layer in net.layers:
-        acts[layer.name] = _forward(layer, params, acts[layer.inputs[0]])
+        acts[layer.name] = _forward(layer, params, [acts[name] for name in layer.inputs])
     return acts
 
 
-def _forward(layer, params, x):
-    op = layer.op
+def _forward(layer, params, inputs: list):
+    op, x = layer.op, inputs[0]
+    if layer.kind == "concat":
+        return concat_fwd(*inputs)
+    if layer.kind == "upsample":
+        return upsample_fwd(x, op.scale)
+    if layer.kind == "sigmoid":
+        return sigmoid_fwd(x)
+    if layer.kind == "batchnorm":
+        w, b = params[layer.name]
+        return batchnorm_fwd(x, w.astype(np.float64), b.astype(np.float64))[0]
     if layer.kind == "conv":
         w, b = params[layer.name]
         return conv2d_fwd(x, w.astype(np.float64), b.astype(np.float64), op.stride[0], op.padding[0])
@@ -279,18 +298,25 @@ def _forward(layer, params, x):
     return softmax_fwd(x.reshape(x.shape[0], -1))
 
 
-def _backward(layer, params, x, y, dy):
-    """(gradient of the layer's input, (dw, db) or None)."""
-    op = layer.op
+def _backward(layer, params, inputs: list, y, dy):
+    """(the gradient of each of the layer's inputs, (dw, db) or None)."""
+    op, x = layer.op, inputs[0]
     if layer.kind == "conv":
         w = params[layer.name][0].astype(np.float64)
         stride, pad = op.stride[0], op.padding[0]
-        return conv2d_bwd_data(dy, w, x.shape, stride, pad), conv2d_bwd_weight(dy, x, w.shape, stride, pad)
+        return [conv2d_bwd_data(dy, w, x.shape, stride, pad)], conv2d_bwd_weight(dy, x, w.shape, stride, pad)
     if layer.kind == "linear":
         w = params[layer.name][0].astype(np.float64)
-        return linear_bwd_data(dy, w, x.shape), linear_bwd_weight(dy, x)
+        return [linear_bwd_data(dy, w, x.shape)], linear_bwd_weight(dy, x)
+    if layer.kind == "concat":
+        return list(concat_bwd(dy, x.shape[1])), None
+    if layer.kind == "batchnorm":
+        dx, dw, db = batchnorm_bwd(dy, x, params[layer.name][0].astype(np.float64))
+        return [dx], (dw, db)
+    if layer.kind == "upsample":
+        return [upsample_bwd(dy, op.scale)], None
     if layer.kind == "relu":
-        return relu_bwd(dy, y), None
+        return [relu_bwd(dy, y)], None
     if layer.kind == "maxpool":
-        return maxpool_bwd(dy, x, op.kernel[0], op.stride[0]), None
-    return lrn_bwd(dy, x, y, op.size, op.alpha, op.beta, op.k), None
+        return [maxpool_bwd(dy, x, op.kernel[0], op.stride[0])], None
+    return [lrn_bwd(dy, x, y, op.size, op.alpha, op.beta, op.k)], None

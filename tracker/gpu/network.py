@@ -37,6 +37,15 @@ def check_indexing(net: Network, batch: int) -> None:
                            f"with 32-bit ints, so {net.name} runs at batch {INDEX_LIMIT // per_image} at most")
 
 
+def readers(net: Network) -> dict[str, list[Layer]]:
+    """The layers that read each activation ("input" and every layer's output), in forward order."""
+    found: dict[str, list[Layer]] = {"input": [], **{layer.name: [] for layer in net.layers}}
+    for layer in net.layers:
+        for name in layer.inputs:
+            found[name].append(layer)
+    return found
+
+
 @dataclass(frozen=True)
 class Step:
     layer: Layer
@@ -47,13 +56,17 @@ class Step:
 def resolve(net: Network, chosen: dict[str, str]) -> dict[str, str]:
     """The variant of every layer: the chosen one for its op, else the op's default. A variant
     that absorbs the next layer (the fused conv or linear, a ReLU) needs that layer right after it
-    and alone reading it, else its fallback runs (fc8 feeds softmax: it runs shared); the
-    absorbed layer launches nothing."""
-    missing = sorted({layer.kind for layer in net.layers if layer.kind not in OPS})
+    and alone reading it, and the absorbed layer's output read by one layer at most (a gradient
+    summed from several readers has no phase of its own to be summed in), else its fallback runs
+    (fc8 feeds softmax: it runs shared); the absorbed layer launches nothing."""
+    missing = {layer.kind: None for layer in net.layers if layer.kind not in OPS}
+    missing |= {f"{layer.kind} ({why})": None for layer in net.layers
+                if layer.kind in OPS and (why := OPS[layer.kind].unsupported(layer))}
     if missing:
-        raise TrackerError(f"{net.name} has layers with no kernels yet: {', '.join(missing)}")
+        raise TrackerError(f"{net.name} has layers with no kernels yet: {', '.join(sorted(missing))}")
     OPS.check_chosen(chosen)  # an API or workload caller skips parse_variants: check here too
     variants: dict[str, str] = {}
+    read_by = readers(net)
     for i, layer in enumerate(net.layers):
         if variants.get(layer.name) == FUSED_INTO:
             continue
@@ -61,8 +74,8 @@ def resolve(net: Network, chosen: dict[str, str]) -> dict[str, str]:
         variant = op.variant(chosen.get(layer.kind, op.default))
         if variant.absorbs:
             after = net.layers[i + 1] if i + 1 < len(net.layers) else None
-            consumers = [other for other in net.layers if layer.name in other.inputs]
-            if after is not None and after.kind == variant.absorbs and consumers == [after]:
+            if (after is not None and after.kind == variant.absorbs and read_by[layer.name] == [after]
+                    and len(read_by[after.name]) <= 1):
                 variants[after.name] = FUSED_INTO
             elif variant.fallback:
                 variant = op.variant(variant.fallback)
@@ -88,26 +101,44 @@ class Tensors:
     param_grads: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     labels: Any = None
     loss: Any = None
+    # (activation, reader) -> the buffer a reader other than the activation's first writes its
+    # share of the activation's gradient into; added into ``grad`` by the accumulate op
+    shares: dict[tuple[str, str], Any] = field(default_factory=dict)
+    # a batch norm's (mean, invstd, running_mean, running_var), each (C,)
+    statistics: dict[str, tuple[Any, Any, Any, Any]] = field(default_factory=dict)
 
     def of(self, layer: Layer) -> Arrays:
-        """The arrays of one layer, by the roles its op's launchers read."""
-        source = layer.inputs[0]
+        """The arrays of one layer, by the roles its op's launchers read (a second input: concat)."""
         w, bias = self.params.get(layer.name, (None, None))
         dw, db = self.param_grads.get(layer.name, (None, None))
-        return Arrays(x=self.act[source], y=self.act[layer.name], dy=self.grad[layer.name], dx=self.grad.get(source),
-                      w=w, bias=bias, dw=dw, db=db, labels=self.labels, loss=self.loss)
+        sources = [*layer.inputs, None][:2]
+        x, x2 = (self.act[name] if name else None for name in sources)
+        dx, dx2 = (self.gradient(name, layer.name) if name else None for name in sources)
+        mean, invstd, running_mean, running_var = self.statistics.get(layer.name, (None,) * 4)
+        return Arrays(x=x, y=self.act[layer.name], dy=self.grad[layer.name], dx=dx, w=w, bias=bias, dw=dw, db=db,
+                      labels=self.labels, loss=self.loss, x2=x2, dx2=dx2, mean=mean, invstd=invstd,
+                      running_mean=running_mean, running_var=running_var)
+
+    def gradient(self, source: str, reader: str) -> Any:
+        """Where ``reader`` writes its share of ``source``'s gradient (None: "input" has none)."""
+        return self.shares.get((source, reader), self.grad.get(source))
 
 
 def initial_parameters(net: Network, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """He-normal weights and small biases for every conv and linear layer, float32."""
+    """Every learned layer's (weight, bias), float32: He-normal weights and small biases for a
+    (transposed) convolution or linear layer; a batch norm's scale near 1 and shift near 0."""
     rng = np.random.default_rng(seed)
     params = {}
     for layer in net.layers:
-        shape = OPS[layer.kind].weights(layer) if layer.kind in OPS else None
-        if shape:
-            fan_in = math.prod(shape[1:])
-            params[layer.name] = ((rng.normal(size=shape) * math.sqrt(2 / fan_in)).astype(np.float32),
-                                  (rng.normal(size=shape[0]) * 0.01).astype(np.float32))
+        shape = layer.op.weight_shape(list(layer.input_shapes))
+        if shape is None:
+            continue
+        if layer.kind == "batchnorm":
+            scale = 1 + rng.normal(size=shape) * 0.1
+        else:
+            scale = rng.normal(size=shape) * math.sqrt(2 / math.prod(shape[1:]))
+        bias = rng.normal(size=layer.op.biases() or shape[0]) * 0.01
+        params[layer.name] = (scale.astype(np.float32), bias.astype(np.float32))
     return params
 
 
@@ -132,12 +163,38 @@ class Executor:
         for layer in net.layers:  # a fused conv reads its ReLU's output gradient
             if self.variants[layer.name] == FUSED_INTO:
                 t.grad[layer.inputs[0]] = t.grad[layer.name]
+        for name, read_by in readers(net).items():
+            if name in t.grad:
+                for reader in read_by[1:]:
+                    t.shares[(name, reader.name)] = backend.empty(t.grad[name].shape)
+        self.summed_before = self._first_backward_steps()
         for name, (w, b) in initial_parameters(net, seed).items():
             t.params[name] = (backend.asarray(w), backend.asarray(b))
             t.param_grads[name] = (backend.empty(w.shape), backend.empty(b.shape))
-        classes = net.layers[-1].output_shape[0]
-        t.labels = backend.asarray(rng.integers(0, classes, size=batch).astype(np.int32))
+        for layer in net.layers:  # PyTorch's running statistics start at 0 and 1
+            if layer.kind == "batchnorm":
+                c = layer.output_shape[0]
+                t.statistics[layer.name] = (backend.empty((c,)), backend.empty((c,)),
+                                            backend.asarray(np.zeros(c, np.float32)), backend.asarray(np.ones(c, np.float32)))
+        last = net.layers[-1]
+        if last.kind == "sigmoid":  # binary cross-entropy against a target per output element
+            t.labels = backend.asarray((rng.random(size=(batch, *last.output_shape)) < 0.5).astype(np.float32))
+        else:  # softmax: cross-entropy against a class per image
+            t.labels = backend.asarray(rng.integers(0, last.output_shape[0], size=batch).astype(np.int32))
         t.loss = backend.empty((batch,))
+
+    def _first_backward_steps(self) -> dict[tuple[str, str], list[Any]]:
+        """(layer, phase) of the first backward step of each layer whose output gradient has
+        shares to add, and the shares: they are summed there, before its own kernels."""
+        shares: dict[str, list[Any]] = {}
+        for (name, _), buffer in self.t.shares.items():
+            shares.setdefault(name, []).append(buffer)
+        first: dict[tuple[str, str], list[Any]] = {}
+        for step in self.steps:
+            name = step.layer.name
+            if step.phase != "fwd" and name in shares:
+                first[(name, step.phase)] = shares.pop(name)
+        return first
 
     @classmethod
     def of(cls, backend: Backend, workload: Workload) -> Executor:
@@ -159,6 +216,8 @@ class Executor:
                 self.run(step)
 
     def run(self, step: Step) -> None:
+        for share in self.summed_before.get((step.layer.name, step.phase), ()):
+            OPS["accumulate"].launch(self.b, "global", "bwd_data", Arrays(dy=self.t.grad[step.layer.name], dx2=share))
         if step.variant == FUSED_INTO:
             return
         op = OPS[step.layer.kind]

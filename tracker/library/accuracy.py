@@ -101,7 +101,7 @@ class TorchCheck(Check):
         return 1.0  # PyTorch held to our ops' own bound
 
     def run(self, phase: str, arrays: Arrays, **params: Any) -> None:
-        compute = (_SOFTMAX if self.case.op == "softmax" else _PHASES)[phase]
+        compute = _OWN.get(self.case.op, _PHASES)[phase]
         for role, value in compute(self, arrays, params).items():
             out = getattr(arrays, role)  # the check's output tensor, NaN until written
             out.copy_(value.detach().reshape(out.shape))
@@ -163,13 +163,48 @@ def _softmax_bwd(c: TorchCheck, a: Arrays, params: dict) -> dict[str, Any]:
     return {"dx": dx, "loss": F.cross_entropy(x.detach(), labels, reduction="none")}
 
 
+def _sigmoid_fwd(c: TorchCheck, a: Arrays, params: dict) -> dict[str, Any]:
+    """The probabilities the check compares; TorchStep's forward goes straight to the loss."""
+    return {"y": torch.sigmoid(a.x)}
+
+
+def _sigmoid_bwd(c: TorchCheck, a: Arrays, params: dict) -> dict[str, Any]:
+    """TorchStep's fused sigmoid backward: the gradient of the mean binary cross-entropy for the
+    logits; and each image's mean loss, which the check compares too."""
+    x = a.x.detach().requires_grad_()
+    (dx,) = torch.autograd.grad(torch_forward("sigmoid")(x, None, a.labels), x)
+    terms = F.binary_cross_entropy_with_logits(x.detach(), a.labels, reduction="none")
+    return {"dx": dx, "loss": terms.flatten(1).mean(1)}
+
+
+def _concat_fwd(c: TorchCheck, a: Arrays, params: dict) -> dict[str, Any]:
+    """torch.cat of both inputs, as TorchStep joins them (torch_forward takes one input)."""
+    leaves = {role: getattr(a, role).detach().requires_grad_() for role in ("x", "x2")}
+    y = torch.cat((leaves["x"], leaves["x2"]), 1)
+    c.graph = (leaves, y)
+    return {"y": y}
+
+
+def _concat_bwd(c: TorchCheck, a: Arrays, params: dict) -> dict[str, Any]:
+    dx, dx2 = c.backward(a.dy, "x", "x2")
+    return {"dx": dx, "dx2": dx2}
+
+
 _PHASES: dict[str, Phase] = {"fwd": _fwd, "bwd_data": _bwd_data, "bwd_weight": _bwd_weight}
 _SOFTMAX: dict[str, Phase] = {"fwd": _softmax_fwd, "bwd_data": _softmax_bwd}
+_OWN: dict[str, dict[str, Phase]] = {  # ops whose phases TorchStep computes its own way
+    "softmax": _SOFTMAX,
+    "sigmoid": {"fwd": _sigmoid_fwd, "bwd_data": _sigmoid_bwd},
+    "concat": {"fwd": _concat_fwd, "bwd_data": _concat_bwd},
+    # a gradient summed from two readers, as autograd's engine sums it
+    "accumulate": {"bwd_data": lambda c, a, params: {"dy": (a.dy + a.dx2).detach()}},
+}
 
 
 def check_case(tensors: Tensors, case: Case, seed: int = 0) -> list[Result]:
     """One case's every phase and output, as PyTorch computes them, against the reference."""
-    torch_forward(case.op)  # an op PyTorch cannot run fails here, before any input is made
+    if case.op not in _OWN:
+        torch_forward(case.op)  # an op PyTorch cannot run fails here, before any input is made
     return run_check(TorchCheck(tensors, case), seed)
 
 

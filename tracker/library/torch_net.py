@@ -9,8 +9,12 @@ as ours are (``layer/phase``):
 - backward, per layer in reverse: ``bwd_weight`` (``autograd.grad`` of the layer's output for
   its weight and bias only: the library runs its weight-gradient kernels) then ``bwd_data``
   (for its input only: the data-gradient kernels);
-- softmax is fused with the mean cross-entropy loss, as our kernels and the NumPy reference do:
-  its ``bwd_data`` is the gradient of the loss for the logits.
+- the loss layer is fused with its loss, as our kernels and the NumPy reference do: softmax with
+  the mean cross-entropy, sigmoid (the U-Nets') with the mean binary cross-entropy; its
+  ``bwd_data`` is the gradient of the loss for the logits;
+- a layer may read several inputs (concat) and an activation feed several layers (a U-Net's
+  skip): each reader's ``bwd_data`` adds its share to the activation's gradient;
+- batch normalization runs in training mode: batch statistics, the running ones updated.
 
 fp32 by default with TF32 off (``allow_tf32``), so that it computes what our fp32 kernels do.
 
@@ -33,10 +37,12 @@ import torch.nn.functional as F
 
 from tracker.errors import TrackerError
 from tracker.nets import Layer, Network
-from tracker.nets.layers import LRN, Conv, Linear, MaxPool, ReLU
+from tracker.nets.layers import LRN, BatchNorm, Concat, Conv, ConvTranspose, Linear, MaxPool, ReLU, Sigmoid, Upsample
 
 Region = Callable[[str], AbstractContextManager]
-KINDS = ("conv", "linear", "relu", "maxpool", "lrn", "softmax")  # what forward() knows
+KINDS = ("conv", "convtranspose", "linear", "relu", "maxpool", "lrn", "batchnorm", "upsample", "concat",
+         "sigmoid", "softmax")  # what _forward knows
+LOSSES = ("softmax", "sigmoid")
 
 
 def nvtx_region(name: str) -> AbstractContextManager:
@@ -80,10 +86,8 @@ class TorchStep:
         missing = sorted({layer.kind for layer in net.layers if layer.kind not in KINDS})
         if missing:
             raise TrackerError(f"{net.name} has layers the PyTorch build does not know: {', '.join(missing)}")
-        if len(net.input_shape) != 3:
-            raise TrackerError(f"{net.name} is not 2-D (input {net.input_shape}): the PyTorch build runs 2-D nets")
-        if net.layers[-1].kind != "softmax":
-            raise TrackerError(f"{net.name} does not end in softmax: the step's loss is softmax cross-entropy")
+        if net.layers[-1].kind not in LOSSES:
+            raise TrackerError(f"{net.name} does not end in softmax or sigmoid: the step's loss is their cross-entropy")
         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
         torch.backends.cudnn.allow_tf32 = allow_tf32
         self.net, self.order = net, net.training_order(phases)
@@ -93,47 +97,74 @@ class TorchStep:
         rng = np.random.default_rng(seed + 1)  # the inputs our executor makes
         as_tensor = lambda a: torch.as_tensor(a, dtype=dtype, device=device)  # noqa: E731
         self.x = as_tensor(rng.normal(size=(batch, *net.input_shape)))
-        classes = net.layers[-1].output_shape[0]
-        self.labels = torch.as_tensor(rng.integers(0, classes, size=batch), dtype=torch.long, device=device)
-        self.params = {name: (as_tensor(w).requires_grad_(), as_tensor(b).requires_grad_())
+        last = net.layers[-1]
+        if last.kind == "sigmoid":  # a target per output element, as our executor draws them
+            self.labels = as_tensor(rng.random(size=(batch, *last.output_shape)) < 0.5)
+        else:
+            self.labels = torch.as_tensor(rng.integers(0, last.output_shape[0], size=batch), dtype=torch.long,
+                                          device=device)
+        biased = {layer.name: getattr(layer.op, "bias", True) for layer in net.layers}  # unet3d's convs: none
+        self.params = {name: (as_tensor(w).requires_grad_(), as_tensor(b).requires_grad_() if biased[name] else None)
                        for name, (w, b) in initial_parameters(net, seed).items()}
-        self.grads: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.inputs: dict[str, torch.Tensor] = {}  # each layer's input, as the last iteration saw it
+        self.running = {layer.name: (torch.zeros(layer.output_shape[0], dtype=dtype, device=device),
+                                     torch.ones(layer.output_shape[0], dtype=dtype, device=device))
+                        for layer in net.layers if layer.kind == "batchnorm"}  # batch norm's running statistics
+        self.grads: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}  # (dw, db), db None without a bias
+        self.inputs: dict[str, torch.Tensor] = {}  # each layer's (first) input, as the last iteration saw it
+        self.operands: dict[str, tuple[torch.Tensor, ...]] = {}  # all of them (concat reads two)
         self.loss: torch.Tensor | None = None
 
     def iteration(self) -> None:
-        inputs = self.inputs = {}
+        inputs, operands = self.inputs, self.operands = {}, {}
         outputs: dict[str, torch.Tensor] = {"input": self.x}
-        dy: dict[str, torch.Tensor | None] = {}
+        dy: dict[str, torch.Tensor] = {}  # each activation's gradient, summed over its readers
         for layer, phase in self.order:
             self.phase = f"{layer.name}/{phase}"
             with self.region(self.phase):
                 if phase == "fwd":
-                    source = layer.inputs[0]
-                    x = inputs[layer.name] = outputs[source].detach().requires_grad_(layer.needs_input_grad)
-                    outputs[layer.name] = self._forward(layer, x)
+                    xs = operands[layer.name] = tuple(outputs[source].detach().requires_grad_(layer.needs_input_grad)
+                                                      for source in layer.inputs)
+                    inputs[layer.name] = xs[0]
+                    outputs[layer.name] = self._forward(layer, xs)
                     if self.on_engine_threads and outputs[layer.name].grad_fn is not None:
                         bracket_nodes(outputs[layer.name], lambda: self.phase, self.region)
                 elif phase == "bwd_weight":
                     w, b = self.params[layer.name]
-                    dw, db = torch.autograd.grad(outputs[layer.name], (w, b), dy.get(layer.name), retain_graph=True)
-                    self.grads[layer.name] = (dw, db)
+                    learned = (w,) if b is None else (w, b)
+                    got = torch.autograd.grad(outputs[layer.name], learned, dy.get(layer.name), retain_graph=True)
+                    self.grads[layer.name] = (got[0], got[1] if b is not None else None)
                 else:
-                    (dx,) = torch.autograd.grad(outputs[layer.name], inputs[layer.name], dy.get(layer.name))
-                    dy[layer.inputs[0]] = dx
+                    dxs = torch.autograd.grad(outputs[layer.name], operands[layer.name], dy.get(layer.name))
+                    for source, dx in zip(layer.inputs, dxs):
+                        dy[source] = dy[source] + dx if source in dy else dx
 
-    def _forward(self, layer: Layer, x: torch.Tensor) -> torch.Tensor:
-        op = layer.op
+    def _forward(self, layer: Layer, xs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        op, x = layer.op, xs[0]
+        dims = x.dim() - 2  # spatial dimensions: 2-D or 3-D
         if isinstance(op, Conv):
             w, b = self.params[layer.name]
-            return F.conv2d(x, w, b, op.stride, op.padding, groups=op.groups)
+            return (F.conv3d if dims == 3 else F.conv2d)(x, w, b, op.stride, op.padding, groups=op.groups)
+        if isinstance(op, ConvTranspose):
+            w, b = self.params[layer.name]
+            return (F.conv_transpose3d if dims == 3 else F.conv_transpose2d)(x, w, b, op.stride)
+        if isinstance(op, BatchNorm):
+            w, b = self.params[layer.name]
+            mean, var = self.running[layer.name]
+            return F.batch_norm(x, mean, var, w, b, training=True)
+        if isinstance(op, Upsample):
+            return F.interpolate(x, scale_factor=op.scale, mode="nearest")
+        if isinstance(op, Concat):
+            return torch.cat(xs, 1)
+        if isinstance(op, Sigmoid):  # fused with its loss
+            self.loss = F.binary_cross_entropy_with_logits(x, self.labels)
+            return self.loss
         if isinstance(op, Linear):
             w, b = self.params[layer.name]
             return F.linear(x.flatten(1), w, b)
         if isinstance(op, ReLU):
             return F.relu(x)
         if isinstance(op, MaxPool):
-            return F.max_pool2d(x, op.kernel, op.stride)
+            return (F.max_pool3d if dims == 3 else F.max_pool2d)(x, op.kernel, op.stride)
         if isinstance(op, LRN):
             return F.local_response_norm(x, op.size, op.alpha, op.beta, op.k)
         self.loss = F.cross_entropy(x.flatten(1), self.labels)  # softmax, fused with its loss

@@ -37,7 +37,13 @@ class Op:
         raise NotImplementedError
 
     def params(self, inputs: list[Shape]) -> int:
-        return 0
+        weights = self.weight_shape(inputs)
+        return (numel(weights) if weights else 0) + self.biases()
+
+    def weight_shape(self, inputs: list[Shape]) -> Shape | None:
+        """The shape of its learned weight tensor (PyTorch's layout), or None; its bias is
+        ``biases()`` long."""
+        return None
 
     def biases(self) -> int:
         """How many of ``params`` are biases (the paper's convention does not count their ops)."""
@@ -89,9 +95,8 @@ class Conv(Op):
         out = [_window_out(s, k, st, p, "conv") for s, k, st, p in zip(spatial, self.kernel, self.stride, self.padding)]
         return (self.out_channels, *out)
 
-    def params(self, inputs: list[Shape]) -> int:
-        c = inputs[0][0]
-        return self.out_channels * (c // self.groups) * math.prod(self.kernel) + self.biases()
+    def weight_shape(self, inputs: list[Shape]) -> Shape:
+        return (self.out_channels, inputs[0][0] // self.groups, *self.kernel)
 
     def biases(self) -> int:
         return self.out_channels if self.bias else 0
@@ -113,8 +118,8 @@ class ConvTranspose(Op):
         out = [(s - 1) * st + k for s, k, st in zip(spatial, self.kernel, self.stride)]
         return (self.out_channels, *out)
 
-    def params(self, inputs: list[Shape]) -> int:
-        return inputs[0][0] * self.out_channels * math.prod(self.kernel) + self.biases()
+    def weight_shape(self, inputs: list[Shape]) -> Shape:
+        return (inputs[0][0], self.out_channels, *self.kernel)
 
     def biases(self) -> int:
         return self.out_channels if self.bias else 0
@@ -133,8 +138,8 @@ class Linear(Op):
         _only(inputs, self.kind)
         return (self.out_features,)
 
-    def params(self, inputs: list[Shape]) -> int:
-        return numel(inputs[0]) * self.out_features + self.biases()
+    def weight_shape(self, inputs: list[Shape]) -> Shape:
+        return (self.out_features, numel(inputs[0]))
 
     def biases(self) -> int:
         return self.out_features if self.bias else 0
@@ -182,6 +187,9 @@ class BatchNorm(Elementwise):
 
     kind: ClassVar[str] = "batchnorm"
     has_weights: ClassVar[bool] = True
+
+    def weight_shape(self, inputs: list[Shape]) -> Shape:
+        return (inputs[0][0],)
 
     def params(self, inputs: list[Shape]) -> int:
         return 2 * inputs[0][0]

@@ -8,15 +8,14 @@ F.batch_norm(training=True) does.
 channel merging them, then an element-wise launch); ``shared`` runs one block per channel and
 reduces in shared memory, the whole phase in one launch. kernels/batchnorm.cu says what each buys.
 
-Beyond ``Arrays``' roles the launchers read ``mean`` and ``invstd`` (C,: the forward writes them, the
-backward reads them) and ``running_mean`` and ``running_var`` (C,: the forward updates them in place;
-None keeps none). Until ``Arrays`` has those fields they travel in ``BatchNormArrays``.
+The launchers read ``Arrays``' batch-norm roles: ``mean`` and ``invstd`` (C,: the forward writes
+them, the backward reads them) and ``running_mean`` and ``running_var`` (C,: the forward updates
+them in place; None keeps none).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,18 +32,7 @@ PER_THREAD = 4  # elements each thread of a global reduction takes at least, whe
 WAVE = 1024  # blocks that fill a large GPU several times over: fewer channels are cut into more parts
 CHANNEL_THREADS = 1024  # the shared variant's block, one a channel: as many loads in flight on its SM as it can
 WARPS = THREADS // 32  # partials a block of the global reductions writes
-STATS = ("mean", "invstd", "running_mean", "running_var")  # the roles beyond Arrays' own
-
-
-@dataclass
-class BatchNormArrays(Arrays):
-    """``Arrays`` with batch norm's own roles, each (C,) float32: ``mean`` and ``invstd``, what the
-    forward saves for the backward, and ``running_mean`` and ``running_var``, which it updates in place."""
-
-    mean: Any = None
-    invstd: Any = None
-    running_mean: Any = None
-    running_var: Any = None
+STATS = ("mean", "invstd", "running_mean", "running_var")  # batch norm's own roles of Arrays
 
 
 def bn_shape(x_shape: tuple, eps: float, momentum: float) -> Struct:
@@ -63,8 +51,7 @@ def bn_shape(x_shape: tuple, eps: float, momentum: float) -> Struct:
 def _stats(a: Arrays, *roles: str) -> tuple:
     """The batch-norm roles a launcher reads: a clear error where the executor handed none."""
     if any(getattr(a, role, None) is None for role in roles):
-        raise TrackerError(f"batch norm needs the arrays {', '.join(roles)} (C,) beside Arrays' own roles "
-                           "(tracker.ops.batchnorm.BatchNormArrays)")
+        raise TrackerError(f"batch norm needs the arrays {', '.join(roles)} (C,)")
     return tuple(getattr(a, role) for role in roles)
 
 
@@ -159,7 +146,7 @@ def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     xh, wh, bh, rm, rv, dyh = inputs(rng, x)
     x64, w64 = xh.astype(np.float64), wh.astype(np.float64)
     y, mean, var = ref.batchnorm_fwd(x64, w64, bh.astype(np.float64), p["eps"])
-    a = BatchNormArrays(x=c.put(xh), y=c.out(x), w=c.put(wh), bias=c.put(bh), mean=c.out((C,)), invstd=c.out((C,)),
+    a = Arrays(x=c.put(xh), y=c.out(x), w=c.put(wh), bias=c.put(bh), mean=c.out((C,)), invstd=c.out((C,)),
                         running_mean=c.put(rm), running_var=c.put(rv))
     c.run("fwd", a, **p)
     c.compare("fwd", "y", a.y, y, REDUCTION)

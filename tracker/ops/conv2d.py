@@ -217,14 +217,26 @@ def _torch_forward(h, wb, labels, stride: int, pad: int):
     return F.conv2d(h, *wb, stride=stride, padding=pad)
 
 
+def _unsupported(layer) -> str | None:
+    """The kernels convolve 2-D planes, one group, with one size, stride and padding in both
+    dimensions."""
+    op = layer.op
+    if len(op.kernel) != 2:
+        return f"{len(op.kernel)}-D"
+    if op.groups != 1:
+        return "grouped"
+    if len({*op.kernel}) > 1 or len({*op.stride}) > 1 or len({*op.padding}) > 1:
+        return "non-square"
+    return None
+
+
 def _params(layer) -> dict[str, Any]:
     return {"stride": layer.op.stride[0], "pad": layer.op.padding[0]}
 
 
 CONV = OPS.register(Op(
     "conv", ("fwd", "bwd_data", "bwd_weight"), default="shared", params=_params, arrays=_arrays, check=_check,
-    weights=lambda layer: (layer.op.out_channels, layer.input_shapes[0][0] // layer.op.groups, *layer.op.kernel),
-    library=_library, torch_forward=_torch_forward, defines=DEFINES,
+    library=_library, torch_forward=_torch_forward, defines=DEFINES, unsupported=_unsupported,
     small_cases=(
         Case("conv", "k70-s1-p1", {"x": (2, 3, 9, 9), "w": (70, 3, 3, 3)}, {"stride": 1, "pad": 1}),  # 2 tiles of K
         Case("conv", "big-filters", {"x": (1, 64, 13, 13), "w": (5, 64, 11, 11)}, {"stride": 2, "pad": 0}),  # 3 chunks

@@ -47,8 +47,10 @@ class Arrays:
     ``y`` its output (and, for a fused conv or linear, the ReLU mask its backward reads); ``dy``
     and ``dx`` their gradients; ``w``, ``bias``, ``dw``, ``db`` its parameters and theirs;
     ``labels`` and ``loss`` the loss layer's (softmax: int32 class per image; sigmoid: float32
-    targets of the output's shape); ``x2`` and ``dx2`` a second input and its gradient (concat).
-    Roles a layer lacks stay None."""
+    targets of the output's shape); ``x2`` and ``dx2`` a second input and its gradient (concat);
+    ``mean`` and ``invstd`` what a batch norm's forward saves for its backward, and
+    ``running_mean`` and ``running_var`` the statistics it updates (each (C,)). Roles a layer
+    lacks stay None."""
 
     x: Any = None
     y: Any = None
@@ -62,6 +64,10 @@ class Arrays:
     loss: Any = None
     x2: Any = None
     dx2: Any = None
+    mean: Any = None
+    invstd: Any = None
+    running_mean: Any = None
+    running_var: Any = None
 
 
 @dataclass

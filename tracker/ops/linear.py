@@ -113,7 +113,6 @@ def _torch_forward(h, wb, labels):
 LINEAR = OPS.register(Op(
     "linear", ("fwd", "bwd_data", "bwd_weight"), default="shared", params=lambda layer: {}, arrays=_arrays,
     check=_check, flat_input=True,
-    weights=lambda layer: (layer.op.out_features, math.prod(layer.input_shapes[0])),
     library=_library, torch_forward=_torch_forward,
     small_cases=(Case("linear", "fc", {"x": (3, 70), "w": (66, 70)}),),  # two GEMM tiles of N, five of K
 ))

@@ -103,7 +103,9 @@ class Op:
     arrays: Callable[[Case], dict[str, tuple[int, ...]]]  # every array a case's phases touch, by role
     check: Callable[..., None]  # selftest: (Check, rng) -> compares every output with the reference
     small_cases: tuple[Case, ...]  # shapes that reach every code path, cheap enough to emulate
-    weights: Callable[[Any], tuple[int, ...] | None] = lambda layer: None  # a Layer's weight shape
+    weights: Callable[[Any], tuple[int, ...] | None] = lambda layer: layer.op.weight_shape(list(layer.input_shapes))
+    # what a Layer asks that the kernels cannot do ('3-D', 'grouped'), or None: they run it
+    unsupported: Callable[[Any], str | None] = lambda layer: None
     library: Callable[[Case, str], Callable[[], Any]] | None = None  # PyTorch's call of a phase (benchmark)
     torch_forward: Callable[..., Any] | None = None  # (h, params, labels, **params) -> PyTorch forward
     defines: dict[str, int] = field(default_factory=dict)

@@ -103,3 +103,15 @@ def test_a_training_step_with_batch_norm_matches_the_reference(emulator, variant
     running_mean, running_var = (emulator.asnumpy(a) for a in run.t.statistics["bn1"][2:])
     assert np.allclose(running_mean, 0.1 * mean, rtol=1e-4, atol=1e-6)
     assert np.allclose(running_var, 0.9 + 0.1 * var * m / (m - 1), rtol=1e-4)
+
+
+def test_a_concat_of_three_inputs_is_named_not_run():
+    from tracker.nets.layers import Concat, Network, ReLU, Sigmoid
+
+    net = Network("three", (2, 4, 4), options={})
+    for name in ("a", "b", "c"):
+        net.add(name, ReLU(), "input")
+    net.add("cat", Concat(), "a", "b", "c")
+    net.add("sigmoid", Sigmoid())
+    with pytest.raises(TrackerError, match=r"^three has layers with no kernels yet: concat \(3 inputs\)$"):
+        resolve(net, {})

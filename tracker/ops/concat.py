@@ -106,6 +106,7 @@ def _case(name: str, x: tuple, c2: int) -> Case:
 CONCAT = OPS.register(Op(
     "concat", ("fwd", "bwd_data"), default="global", params=lambda layer: {"c2": _second(layer)},
     arrays=_arrays, check=_check,
+    unsupported=lambda layer: None if len(layer.inputs) == 2 else f"{len(layer.inputs)} inputs",
     small_cases=(_case("cat-2d-odd", (2, 3, 5, 7), 2),  # images of 105 + 70 floats: no float4s
                  _case("cat-2d-tiles", (3, 5, 9, 11), 3),  # 2,376 floats: 3 tiles, the last short
                  _case("cat-2d-vec", (2, 4, 3, 4), 2),  # 48 + 24: float4s

@@ -54,7 +54,7 @@ def test_an_option_the_network_does_not_take_is_refused_before_any_arm(runner, t
 
 def test_the_memory_study_on_the_model_backend_records_each_arms_predicted_peak(runner, tmp_path):
     db = str(tmp_path / "t.db")
-    done = runner.invoke(cli, ["experiment", "memory", "unet3d", "--vary", "input_size=32,48", "--batches", "1,2",
+    done = runner.invoke(cli, ["experiment", "memory", "unet2d", "--vary", "input_size=32,48", "--batches", "1,2",
                                "--base-filters", "8", "--backend", "model", "--db", db, "--format", "json"])
     assert done.exit_code == 0, done.output
     rows = json.loads(done.stdout)
@@ -79,12 +79,21 @@ def test_an_arm_out_of_memory_is_recorded_and_the_rest_run(runner, tmp_path, mon
         return real(db, work, **kwargs)
 
     monkeypatch.setattr(tracker.experiment, "profile_workload", profile)
-    done = runner.invoke(cli, ["experiment", "memory", "unet3d", "--vary", "input_size=48,32", "--base-filters", "8",
+    done = runner.invoke(cli, ["experiment", "memory", "unet2d", "--vary", "input_size=48,32", "--base-filters", "8",
                                "--backend", "model", "--db", str(tmp_path / "t.db")])
     assert done.exit_code == 0, done.output
     assert "complete, 2 arms out of memory" in done.output
-    assert done.output.count("out of memory: unet3d at batch 128 (input 48): recorded, and the next arm runs") == 2
+    assert done.output.count("out of memory: unet2d at batch 128 (input 48): recorded, and the next arm runs") == 2
     states = runner.invoke(cli, ["experiments", "e1", "--db", str(tmp_path / "t.db"), "--format", "json"])
     arms_ = json.loads(states.stdout)
     assert [a["state"] for a in arms_] == ["failed", "failed", "complete", "complete"]
     assert arms_[0]["reason"].startswith("OutOfMemory: out of memory")
+
+
+def test_ours_is_left_out_where_our_kernels_cannot_run_the_network(runner, tmp_path):
+    """unet3d's 3-D convolutions have no kernels of ours yet: the study runs PyTorch's arms alone, saying why."""
+    done = runner.invoke(cli, ["experiment", "memory", "unet3d", "--vary", "input_size=32", "--base-filters", "4",
+                               "--backend", "model", "--db", str(tmp_path / "t.db"), "--format", "json"])
+    assert done.exit_code == 0, done.output
+    assert [r["arm"] for r in json.loads(done.stdout)] == ["torch input_size=32"]
+    assert "ours input_size=32: left out: unet3d has layers with no kernels yet: conv (3-D)" in done.stderr

@@ -220,6 +220,23 @@ _ONE_GPU = ("--gpus on a GPU backend needs a cluster to place each arm on its GP
             "this machine runs the arms on its own GPU")
 
 
+def _runnable(plan: list[Arm], net: Network, echo: Callable[[str], None]) -> list[Arm]:
+    """The memory study's arms less ours where our kernels cannot run the network (unet3d's 3-D
+    convolutions): PyTorch's peak is still an answer, and an arm bound to fail is none."""
+    from tracker.gpu.network import resolve
+
+    kept = []
+    for arm in plan:
+        if arm.implementation == "ours":
+            try:
+                resolve(arm.network(net), {})
+            except TrackerError as exc:
+                echo(f"{arm.label}: left out: {exc}")
+                continue
+        kept.append(arm)
+    return kept
+
+
 def workload(net: Network, arm: Arm, repeat: int, warmup: int) -> Workload:
     """What an arm runs on the experiment's network ``net`` (checked: a bad value is refused here)."""
     return Workload.of(arm.network(net), arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, staged=arm.staged,
@@ -243,6 +260,8 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
 
     runner: Executor = executor or Local()
     plan = arms(kind, batch, batches, variants, gpus, vary)
+    if kind == "memory":
+        plan = _runnable(plan, net, echo)
     chosen, why = check(kind, backend, device, runner.name, gpus)
     check_options(32, Options(ncu))
     for arm in plan:

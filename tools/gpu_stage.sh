@@ -23,6 +23,10 @@
 #      arms) at batch 128 on events
 #   9  the new variants' speed (issue 30): the kernel benchmark (RESULTS.md: every variant against
 #      cuDNN); tracker tune of the Winograd and FFT variants' GEMMs (quick) into one database
+#  10 the U-Nets (issue 45): unet2d ours and PyTorch's on events at batch 16 and under ncu at batch
+#      2, compared; unet3d PyTorch's on events (batch 1, 128^3) and under ncu (batch 1, 64^3); the
+#      memory study up to out of memory (unet3d: PyTorch's arms; unet2d: both); paper 000's
+#      what-ifs (unet2d: conv type and second-conv stride at batches 1 and 16)
 #  suite  the GPU suite (issue 43): `pytest -m gpu` on tests/test_gpu*.py, every command that needs
 #      a GPU at small sizes, each test asserting what it stored or wrote; each test's time in the
 #      log (stagesuite.tar.gz). Run it first in a GPU session: it says which paths work
@@ -43,7 +47,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-case "$stage" in 1|2|3|4|5|6|7|8|9|suite) ;; *) note "usage: tools/gpu_stage.sh 1|2|3|4|5|6|7|8|9 (got '${stage}')"; exit 2 ;; esac
+case "$stage" in 1|2|3|4|5|6|7|8|9|10|suite) ;; *) note "usage: tools/gpu_stage.sh 1|2|...|10|suite (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
 w="$work/stage$stage"
@@ -242,6 +246,24 @@ stage9() {
         step "tune-$variant" 100 "tracker tune alexnet --batch 128 --variant conv=$variant --quick --reps 3 \
             --budget 80 --db \$W/tuning-new-variants-\$GPU.db --format csv > \$W/tune-$variant.csv"
     done
+}
+
+stage10() {
+    export U_DB="$w/unets-$GPU.db"
+    step unet2d-events 90 'tracker profile unet2d --batch 16 --backend events --repeat 5 --db $U_DB \
+        && tracker profile unet2d --batch 16 --impl torch --backend events --repeat 5 --db $U_DB \
+        && tracker compare 1 2 --db $U_DB --format csv > $W/unet2d-compare-b16.csv'
+    step unet2d-ncu 150 'tracker profile unet2d --batch 2 --backend ncu --repeat 1 --db $U_DB \
+        && tracker profile unet2d --batch 2 --impl torch --backend ncu --repeat 1 --db $U_DB'
+    step unet3d-torch 120 'tracker profile unet3d --batch 1 --impl torch --backend events --repeat 3 --db $U_DB \
+        && tracker profile unet3d --batch 1 --input-size 64 --impl torch --backend ncu --repeat 1 --db $U_DB'
+    step memory-unet3d 120 'tracker experiment memory unet3d --vary input_size=64,96,128,160,192 --batches 1,2,4 \
+        --backend events --repeat 1 --db $W/memory-$GPU.db --format csv > $W/memory-unet3d.csv'
+    step memory-unet2d 60 'tracker experiment memory unet2d --vary input_size=256,512,1024 --batches 16,64 \
+        --backend events --repeat 1 --db $W/memory-$GPU.db --format csv > $W/memory-unet2d.csv'
+    step whatifs-unet2d 60 'tracker experiment batch unet2d --vary conv_type=standard,pointwise \
+        --vary second_stride=1,2 --batches 1,16 --backend events --repeat 3 --db $W/whatifs-$GPU.db \
+        --format csv > $W/whatifs-unet2d.csv'
 }
 
 stagesuite() {

@@ -257,9 +257,9 @@ stage10() {
         && tracker profile unet2d --batch 2 --impl torch --backend ncu --repeat 1 --db $U_DB'
     step unet3d-torch 120 'tracker profile unet3d --batch 1 --impl torch --backend events --repeat 3 --db $U_DB \
         && tracker profile unet3d --batch 1 --input-size 64 --impl torch --backend ncu --repeat 1 --db $U_DB'
-    step memory-unet3d 120 'tracker experiment memory unet3d --vary input_size=64,96,128,160,192 --batches 1,2,4 \
+    step memory-unet3d 120 'tracker experiment memory unet3d --vary input_size=64,128,192 --batches 1,4 \
         --backend events --repeat 1 --db $W/memory-$GPU.db --format csv > $W/memory-unet3d.csv'
-    step memory-unet2d 60 'tracker experiment memory unet2d --vary input_size=256,512,1024 --batches 16,64 \
+    step memory-unet2d 60 'tracker experiment memory unet2d --vary input_size=256,1024 --batches 16 \
         --backend events --repeat 1 --db $W/memory-$GPU.db --format csv > $W/memory-unet2d.csv'
     step whatifs-unet2d 60 'tracker experiment batch unet2d --vary conv_type=standard,pointwise \
         --vary second_stride=1,2 --batches 1,16 --backend events --repeat 3 --db $W/whatifs-$GPU.db \

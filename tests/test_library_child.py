@@ -51,6 +51,16 @@ def test_a_child_that_aborts_is_a_failed_profile_with_its_status_and_last_line()
 
 
 def test_an_interrupted_parent_stops_the_child(tmp_path):
+    # Python's own Ctrl-C handler, whatever this process started with (a background job, as CI may
+    # run, starts with SIGINT ignored, and Python then installs none)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupted_parent_stops_the_child(tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted_parent_stops_the_child(tmp_path):
     pid_file = tmp_path / "pid"
     code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); print('up', flush=True); " \
            "time.sleep(60)"

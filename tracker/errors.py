@@ -49,6 +49,11 @@ class Interrupted(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that one code path marks a run interrupted."""
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message as a one-line error repeats it: its first line, else its type's name."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 NAME_ECHO = 40  # characters of an unknown name an error repeats
 
 

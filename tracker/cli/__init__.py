@@ -14,11 +14,7 @@ import sys
 import click
 
 from tracker import __version__
-from tracker.errors import TrackerError, shorten
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+from tracker.errors import TrackerError, first_line, shorten
 
 
 def _short_quotes(message: str) -> str:
@@ -29,7 +25,7 @@ def _short_quotes(message: str) -> str:
 def _os_error(exc: OSError) -> str:
     """'cannot use report/x.png: Read-only file system': a file the checks before the work missed."""
     name = exc.filename if exc.filename is not None else exc.filename2
-    reason = exc.strerror or _first_line(exc)
+    reason = exc.strerror or first_line(exc)
     return f"cannot use {shorten(str(name), 200)}: {reason}" if name is not None else reason
 
 
@@ -71,8 +67,8 @@ class TrackerGroup(click.Group):
             if os.environ.get("TRACKER_DEBUG"):
                 raise
             if type(exc).__module__.split(".")[0] in ("sqlalchemy", "sqlite3", "psycopg"):
-                _fail(f"database error: {_first_line(getattr(exc, 'orig', None) or exc)}", 1)
-            _fail(f"internal error: {type(exc).__name__}: {_first_line(exc)} (TRACKER_DEBUG=1 shows the traceback)", 1)
+                _fail(f"database error: {first_line(getattr(exc, 'orig', None) or exc)}", 1)
+            _fail(f"internal error: {type(exc).__name__}: {first_line(exc)} (TRACKER_DEBUG=1 shows the traceback)", 1)
         sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -124,6 +124,16 @@ class Tensors:
         return self.shares.get((source, reader), self.grad.get(source))
 
 
+def labels(net: Network, batch: int, rng: np.random.Generator) -> np.ndarray:
+    """What the loss layer compares with, drawn after the input from the same ``rng`` (our
+    executor and PyTorch's step draw alike): softmax a class per image (int32), sigmoid a 0/1
+    target per output element (float32)."""
+    last = net.layers[-1]
+    if last.kind == "sigmoid":
+        return (rng.random(size=(batch, *last.output_shape)) < 0.5).astype(np.float32)
+    return rng.integers(0, last.output_shape[0], size=batch).astype(np.int32)
+
+
 def initial_parameters(net: Network, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Every learned layer's (weight, bias), float32: He-normal weights and small biases for a
     (transposed) convolution or linear layer; a batch norm's scale near 1 and shift near 0."""
@@ -176,11 +186,7 @@ class Executor:
                 c = layer.output_shape[0]
                 t.statistics[layer.name] = (backend.empty((c,)), backend.empty((c,)),
                                             backend.asarray(np.zeros(c, np.float32)), backend.asarray(np.ones(c, np.float32)))
-        last = net.layers[-1]
-        if last.kind == "sigmoid":  # binary cross-entropy against a target per output element
-            t.labels = backend.asarray((rng.random(size=(batch, *last.output_shape)) < 0.5).astype(np.float32))
-        else:  # softmax: cross-entropy against a class per image
-            t.labels = backend.asarray(rng.integers(0, last.output_shape[0], size=batch).astype(np.int32))
+        t.labels = backend.asarray(labels(net, batch, rng))
         t.loss = backend.empty((batch,))
 
     def _first_backward_steps(self) -> dict[tuple[str, str], list[Any]]:

@@ -81,7 +81,7 @@ class TorchStep:
 
     def __init__(self, net: Network, batch: int, device: str = "cpu", dtype: torch.dtype = torch.float32,
                  seed: int = 0, phases: str = "both", region: Region | None = None, allow_tf32: bool = False):
-        from tracker.gpu.network import initial_parameters
+        from tracker.gpu.network import initial_parameters, labels
 
         missing = sorted({layer.kind for layer in net.layers if layer.kind not in KINDS})
         if missing:
@@ -97,12 +97,9 @@ class TorchStep:
         rng = np.random.default_rng(seed + 1)  # the inputs our executor makes
         as_tensor = lambda a: torch.as_tensor(a, dtype=dtype, device=device)  # noqa: E731
         self.x = as_tensor(rng.normal(size=(batch, *net.input_shape)))
-        last = net.layers[-1]
-        if last.kind == "sigmoid":  # a target per output element, as our executor draws them
-            self.labels = as_tensor(rng.random(size=(batch, *last.output_shape)) < 0.5)
-        else:
-            self.labels = torch.as_tensor(rng.integers(0, last.output_shape[0], size=batch), dtype=torch.long,
-                                          device=device)
+        drawn = labels(net, batch, rng)  # as our executor draws them
+        self.labels = (as_tensor(drawn) if net.layers[-1].kind == "sigmoid"
+                       else torch.as_tensor(drawn, dtype=torch.long, device=device))
         biased = {layer.name: getattr(layer.op, "bias", True) for layer in net.layers}  # unet3d's convs: none
         self.params = {name: (as_tensor(w).requires_grad_(), as_tensor(b).requires_grad_() if biased[name] else None)
                        for name, (w, b) in initial_parameters(net, seed).items()}

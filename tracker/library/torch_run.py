@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from tracker.errors import OutOfMemory, ProfilerFailed, TrackerError
+from tracker.errors import OutOfMemory, ProfilerFailed, TrackerError, first_line
 from tracker.gpu.runner import Measured
 from tracker.gpu.workload import Workload, is_module_spec
 from tracker.library import kineto
@@ -140,10 +140,6 @@ def run_child(workload: Workload) -> None:
         torch.cuda.profiler.stop()
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 def _pass1_child(spec: str, folder: str) -> None:
     """Pass 1's child: the trace and the peak memory written into ``folder``, then ``os._exit``,
     past the teardown that can abort (the module's docstring). A TrackerError becomes its
@@ -156,7 +152,7 @@ def _pass1_child(spec: str, folder: str) -> None:
     except TrackerError as exc:
         print(f"Error: {exc}")
     except torch.cuda.OutOfMemoryError as exc:
-        print(f"Error: {OUT_OF_MEMORY}: {_first_line(exc)}")
+        print(f"Error: {OUT_OF_MEMORY}: {first_line(exc)}")
     except KeyboardInterrupt:
         code = 130
     except BaseException:
@@ -170,4 +166,3 @@ def _pass1_child(spec: str, folder: str) -> None:
 
 if __name__ == "__main__":
     _pass1_child(sys.argv[1], sys.argv[2])
-

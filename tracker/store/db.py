@@ -28,7 +28,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-from tracker.errors import StoreError
+from tracker.errors import StoreError, first_line
 from tracker.paths import expand
 from tracker.signals import held
 from tracker.store import lifecycle
@@ -182,7 +182,7 @@ def _open_url(url, write: bool) -> Store:
     try:
         engine = create_engine(url, poolclass=NullPool, **args)
     except (ArgumentError, NoSuchModuleError) as exc:
-        raise StoreError(f"cannot use database URL '{where}': {_first_line(exc)}") from None
+        raise StoreError(f"cannot use database URL '{where}': {first_line(exc)}") from None
     except ImportError as exc:
         raise StoreError(f"no driver for '{where}': {exc} (for PostgreSQL: pip install 'psycopg[binary]')") from None
     store = Store(engine, where, write)
@@ -206,11 +206,7 @@ def _prepare(store: Store) -> None:
                                  "and keeps every run")
     except DBAPIError as exc:
         store.dispose()
-        raise StoreError(f"cannot open {store.where}: {_first_line(exc.orig or exc)}") from None
+        raise StoreError(f"cannot open {store.where}: {first_line(exc.orig or exc)}") from None
     except StoreError:
         store.dispose()
         raise
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -48,7 +48,7 @@ from fnmatch import fnmatchcase
 from itertools import islice
 from typing import Any, Callable, Iterator
 
-from tracker.errors import StoreError, shorten
+from tracker.errors import StoreError, first_line, shorten
 from tracker.signals import interruptible, pending, raise_for
 from tracker.store.db import Store
 from tracker.store.queries import _plain as plain
@@ -336,7 +336,7 @@ def _sqlite_errors(refused: list[str], timeout_s: float) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
-        message = _first_line(exc)
+        message = first_line(exc)
         code = getattr(exc, "sqlite_errorcode", None)
         if code == sqlite3.SQLITE_INTERRUPT:
             raise StoreError(_past_limit(timeout_s)) from None
@@ -607,7 +607,7 @@ def _postgresql_errors(psycopg: Any, timeout_s: float) -> Iterator[None]:
     try:
         yield
     except psycopg.Error as exc:
-        message = _first_line(exc)
+        message = first_line(exc)
         state = getattr(exc, "sqlstate", None) or ""
         if state == "57014":  # query_canceled: by the time limit (a Ctrl-C is raised as itself)
             raise StoreError(_past_limit(timeout_s)) from None
@@ -642,7 +642,3 @@ def _stream(fetch: Callable[[], list[tuple]]) -> Iterator[tuple]:
 
 def _past_limit(timeout_s: float) -> str:
     return f"the query ran past its time limit of {timeout_s:g} s (--timeout)"
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

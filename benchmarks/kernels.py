@@ -124,7 +124,7 @@ def torch_step(net, batch: int):
     def step():
         acts = {"input": x}
         for layer in net.layers:  # each op's own PyTorch call; softmax's is the cross-entropy loss
-            op = OPS[layer.kind]
+            op = OPS.of(layer)
             acts[layer.name] = op.torch_forward(acts[layer.inputs[0]], params.get(layer.name), labels,
                                                 **op.params(layer))
         for p in params.values():

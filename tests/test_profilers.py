@@ -294,7 +294,7 @@ def _planned_launches(batch_net: str = "alexnet") -> list[Logged]:
     launches = []
     for step in plan(build(batch_net), {"maxpool": "global"}):
         if step.variant != FUSED_INTO:
-            for kernel in OPS[step.layer.kind].variants[step.variant].launches[step.phase].kernels:
+            for kernel in OPS.of(step.layer).variants[step.variant].launches[step.phase].kernels:
                 if kernel.name == "splitk_reduce":
                     continue
                 launches.append(Logged(invocation=len(launches), kernel_name=kernel.name,

@@ -30,7 +30,7 @@ def close(a, b):
 @pytest.mark.parametrize("stride, pad", [(1, 0), (1, 1), (2, 2), (4, 0)])
 def test_conv2d(stride, pad):
     x, w, b = rng.normal(size=(2, 3, 11, 11)), rng.normal(size=(4, 3, 3, 3)), rng.normal(size=4)
-    y = ref.conv2d_fwd(x, w, b, stride, pad)
+    y = ref.conv_fwd(x, w, b, stride, pad)
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     loops = np.zeros_like(y)
     for n, k, p, q in np.ndindex(*y.shape):
@@ -39,10 +39,53 @@ def test_conv2d(stride, pad):
     g = rng.normal(size=y.shape)
 
     def loss():
-        return (ref.conv2d_fwd(x, w, b, stride, pad) * g).sum()
+        return (ref.conv_fwd(x, w, b, stride, pad) * g).sum()
 
-    close(ref.conv2d_bwd_data(g, w, x.shape, stride, pad), numeric_grad(loss, x))
-    dw, db = ref.conv2d_bwd_weight(g, x, w.shape, stride, pad)
+    close(ref.conv_bwd_data(g, w, x.shape, stride, pad), numeric_grad(loss, x))
+    dw, db = ref.conv_bwd_weight(g, x, w.shape, stride, pad)
+    close(dw, numeric_grad(loss, w))
+    close(db, numeric_grad(loss, b))
+
+
+@pytest.mark.parametrize("stride, pad", [(1, 1), (2, 0)])
+def test_conv3d(stride, pad):
+    x, w, b = rng.normal(size=(2, 2, 5, 6, 5)), rng.normal(size=(3, 2, 3, 3, 3)), rng.normal(size=3)
+    y = ref.conv_fwd(x, w, b, stride, pad)
+    xp = np.pad(x, ((0, 0), (0, 0)) + ((pad, pad),) * 3)
+    loops = np.zeros_like(y)
+    for n, k, o, p, q in np.ndindex(*y.shape):
+        box = xp[n, :, o * stride:o * stride + 3, p * stride:p * stride + 3, q * stride:q * stride + 3]
+        loops[n, k, o, p, q] = (box * w[k]).sum() + b[k]
+    close(y, loops)
+    g = rng.normal(size=y.shape)
+
+    def loss():
+        return (ref.conv_fwd(x, w, b, stride, pad) * g).sum()
+
+    close(ref.conv_bwd_data(g, w, x.shape, stride, pad), numeric_grad(loss, x))
+    dw, db = ref.conv_bwd_weight(g, x, w.shape, stride, pad)
+    close(dw, numeric_grad(loss, w))
+    close(db, numeric_grad(loss, b))
+
+
+@pytest.mark.parametrize("dims, kernel, stride", [(2, 2, 2), (3, 2, 2), (2, 3, 2)])
+def test_convtranspose(dims, kernel, stride):
+    """y = the convolution's data gradient: each input element scatters its filter-weighted
+    copy into the output at stride (overlapping where kernel > stride), plus the bias."""
+    x, w, b = rng.normal(size=(2, 3, *[3] * dims)), rng.normal(size=(3, 2, *[kernel] * dims)), rng.normal(size=2)
+    y = ref.convtranspose_fwd(x, w, b, stride)
+    loops = np.zeros(y.shape) + b.reshape(1, -1, *[1] * dims)
+    for n, c, *at in np.ndindex(*x.shape):
+        box = tuple(slice(i * stride, i * stride + kernel) for i in at)
+        loops[(n, slice(None), *box)] += x[(n, c, *at)] * w[c]
+    close(y, loops)
+    g = rng.normal(size=y.shape)
+
+    def loss():
+        return (ref.convtranspose_fwd(x, w, b, stride) * g).sum()
+
+    close(ref.convtranspose_bwd_data(g, w, stride), numeric_grad(loss, x))
+    dw, db = ref.convtranspose_bwd_weight(g, x, w.shape, stride)
     close(dw, numeric_grad(loss, w))
     close(db, numeric_grad(loss, b))
 
@@ -80,6 +123,15 @@ def test_maxpool(size, stride):
     grad = ref.maxpool_bwd(g, x, size, stride)
     close(grad, numeric_grad(lambda: (ref.maxpool_fwd(x, size, stride) * g).sum(), x))
     assert np.isclose(grad.sum(), g.sum())  # every output gradient lands once, overlaps accumulate
+
+
+def test_maxpool3d():
+    x = rng.normal(size=(2, 2, 4, 6, 4))
+    y = ref.maxpool_fwd(x, 2, 2)
+    for n, c, o, p, q in np.ndindex(*y.shape):
+        assert y[n, c, o, p, q] == x[n, c, 2 * o:2 * o + 2, 2 * p:2 * p + 2, 2 * q:2 * q + 2].max()
+    g = rng.normal(size=y.shape)
+    close(ref.maxpool_bwd(g, x, 2, 2), numeric_grad(lambda: (ref.maxpool_fwd(x, 2, 2) * g).sum(), x))
 
 
 def test_lrn():
@@ -153,5 +205,5 @@ def test_alexnet_shapes_run_through_the_reference():
     """One image through conv1..pool1 at AlexNet's real sizes, in float32 as the GPU will."""
     x = rng.normal(size=(1, 3, 227, 227)).astype(np.float32)
     w = (rng.normal(size=(96, 3, 11, 11)) * 0.01).astype(np.float32)
-    y = ref.maxpool_fwd(ref.lrn_fwd(ref.relu_fwd(ref.conv2d_fwd(x, w, stride=4))))
+    y = ref.maxpool_fwd(ref.lrn_fwd(ref.relu_fwd(ref.conv_fwd(x, w, stride=4))))
     assert y.shape == (1, 96, 27, 27) and y.dtype == np.float32

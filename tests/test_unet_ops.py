@@ -116,7 +116,7 @@ def test_the_unets_layers_make_cases_the_ops_take(name):
     assert layers
     for layer in layers:
         case = cases[layer.name]
-        shapes = OPS[layer.kind].arrays(case)
+        shapes = OPS.of(layer).arrays(case)
         assert shapes["x"] == (2, *layer.input_shapes[0]) and shapes["y"] == (2, *layer.output_shape), layer.name
         if layer.kind == "upsample":
             assert case.params == {"scale": layer.op.scale}

@@ -1,9 +1,10 @@
 """NumPy forward and backward of every op tracker's kernels implement: the CPU truth.
 
-Layout NCHW; any float dtype (tests use float64; GPU checks compare float32 kernels against
+Layout NCHW (NCDHW in 3-D); any float dtype (tests use float64; GPU checks compare float32 kernels against
 float64 here). Conventions match the kernels and cuDNN/PyTorch, so the benchmark compares like
 with like:
-- conv2d is cross-correlation with zero padding; weights (K, C, R, S); bias (K,).
+- conv (2-D and 3-D) is cross-correlation with zero padding; weights (K, C, R, S) or (K, C, T, R,
+  S); bias (K,). The transposed convolution is its data gradient run forward.
 - linear: y = x W^T + b with W (out, in); a 4-D input is flattened per sample.
 - LRN across channels: y = x / (k + alpha/n * sum over the n-window of x^2)^beta, the window
   centred on the channel and clipped at the edges (cuDNN and PyTorch divide alpha by n; paper
@@ -21,40 +22,65 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 
 def _pad(x: np.ndarray, pad: int) -> np.ndarray:
-    return np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))) if pad else x
+    """``x`` zero-padded by ``pad`` on both sides of every spatial axis."""
+    return np.pad(x, ((0, 0), (0, 0)) + ((pad, pad),) * (x.ndim - 2)) if pad else x
 
 
-def _windows(x: np.ndarray, r: int, s: int, stride: int) -> np.ndarray:
-    """(N, C, P, Q, R, S) view of every r x s window of x at ``stride``."""
-    return sliding_window_view(x, (r, s), axis=(2, 3))[:, :, ::stride, ::stride]
+def _windows(x: np.ndarray, window: tuple[int, ...], stride: int) -> np.ndarray:
+    """(N, C, *outputs, *window) view of every window of x at ``stride``, over its spatial axes."""
+    view = sliding_window_view(x, window, axis=tuple(range(2, x.ndim)))
+    return view[(slice(None), slice(None)) + (slice(None, None, stride),) * len(window)]
 
 
-# conv2d ---------------------------------------------------------------------------------------
-
-def conv2d_fwd(x, w, b=None, stride=1, pad=0):
-    k, _, r, s = w.shape
-    y = np.einsum("ncpqrs,kcrs->nkpq", _windows(_pad(x, pad), r, s, stride), w, optimize=True)
-    return y + b.reshape(1, k, 1, 1) if b is not None else y
+def _letters(dims: int) -> tuple[str, str]:
+    """einsum subscripts of ``dims`` output positions and of as many filter taps."""
+    return "opq"[-dims:] if dims <= 3 else "", "trs"[-dims:] if dims <= 3 else ""
 
 
-def conv2d_bwd_data(dy, w, x_shape, stride=1, pad=0):
+# convolution (2-D and 3-D) ---------------------------------------------------------------------
+
+def conv_fwd(x, w, b=None, stride=1, pad=0):
+    out, taps = _letters(w.ndim - 2)
+    y = np.einsum(f"nc{out}{taps},kc{taps}->nk{out}", _windows(_pad(x, pad), w.shape[2:], stride), w, optimize=True)
+    return y + b.reshape(1, -1, *[1] * (w.ndim - 2)) if b is not None else y
+
+
+def conv_bwd_data(dy, w, x_shape, stride=1, pad=0):
     """Gradient of the input: every output gradient scattered back through its window."""
-    n, c, h, wd = x_shape
-    _, _, r, s = w.shape
-    p, q = dy.shape[2:]
-    dx = np.zeros((n, c, h + 2 * pad, wd + 2 * pad), dtype=dy.dtype)
-    contrib = np.einsum("nkpq,kcrs->ncpqrs", dy, w, optimize=True)
-    for i in range(r):
-        for j in range(s):
-            dx[:, :, i:i + stride * p:stride, j:j + stride * q:stride] += contrib[:, :, :, :, i, j]
-    return dx[:, :, pad:pad + h, pad:pad + wd]
+    out, taps = _letters(w.ndim - 2)
+    dx = np.zeros((*x_shape[:2], *(n + 2 * pad for n in x_shape[2:])), dtype=dy.dtype)
+    contrib = np.einsum(f"nk{out},kc{taps}->nc{out}{taps}", dy, w, optimize=True)
+    for tap in np.ndindex(*w.shape[2:]):
+        at = tuple(slice(i, i + stride * n, stride) for i, n in zip(tap, dy.shape[2:]))
+        dx[(slice(None), slice(None), *at)] += contrib[(Ellipsis, *tap)]
+    return dx[(slice(None), slice(None), *(slice(pad, pad + n) for n in x_shape[2:]))]
 
 
-def conv2d_bwd_weight(dy, x, w_shape, stride=1, pad=0):
+def conv_bwd_weight(dy, x, w_shape, stride=1, pad=0):
     """(gradient of the weights, gradient of the bias)."""
-    _, _, r, s = w_shape
-    dw = np.einsum("nkpq,ncpqrs->kcrs", dy, _windows(_pad(x, pad), r, s, stride), optimize=True)
-    return dw, dy.sum(axis=(0, 2, 3))
+    out, taps = _letters(len(w_shape) - 2)
+    dw = np.einsum(f"nk{out},nc{out}{taps}->kc{taps}", dy, _windows(_pad(x, pad), tuple(w_shape[2:]), stride),
+                   optimize=True)
+    return dw, dy.sum(axis=(0, *range(2, dy.ndim)))
+
+
+# transposed convolution: the convolution's data gradient run forward -----------------------------
+# w is (C_in, C_out, *kernel), PyTorch's layout: the filters of the convolution it transposes.
+
+def convtranspose_fwd(x, w, b=None, stride=1):
+    out_shape = (x.shape[0], w.shape[1], *((n - 1) * stride + k for n, k in zip(x.shape[2:], w.shape[2:])))
+    y = conv_bwd_data(x, w, out_shape, stride)
+    return y + b.reshape(1, -1, *[1] * (w.ndim - 2)) if b is not None else y
+
+
+def convtranspose_bwd_data(dy, w, stride=1):
+    return conv_fwd(dy, w, stride=stride)
+
+
+def convtranspose_bwd_weight(dy, x, w_shape, stride=1):
+    """(gradient of the weights, gradient of the bias)."""
+    dw, _ = conv_bwd_weight(x, dy, w_shape, stride)
+    return dw, dy.sum(axis=(0, *range(2, dy.ndim)))
 
 
 # linear ---------------------------------------------------------------------------------------
@@ -86,25 +112,25 @@ def relu_bwd(dy, y):
 # max-pool -------------------------------------------------------------------------------------
 
 def maxpool_fwd(x, size=3, stride=2):
-    return _windows(x, size, size, stride).max(axis=(4, 5))
+    dims = x.ndim - 2
+    return _windows(x, (size,) * dims, stride).max(axis=tuple(range(-dims, 0)))
 
 
 def maxpool_argmax(x, size=3, stride=2):
-    """(N, C, P, Q): where in each window its first maximum lies (row-major in the window), the
-    element the kernels pick and the backward routes the gradient to."""
-    n, c = x.shape[:2]
-    win = _windows(x, size, size, stride)
-    return win.reshape(n, c, *win.shape[2:4], size * size).argmax(axis=4)
+    """(N, C, *outputs): where in each window its first maximum lies (row-major in the window),
+    the element the kernels pick and the backward routes the gradient to."""
+    dims = x.ndim - 2
+    win = _windows(x, (size,) * dims, stride)
+    return win.reshape(*win.shape[:2 + dims], size**dims).argmax(axis=-1)
 
 
 def maxpool_bwd(dy, x, size=3, stride=2):
-    n, c, p, q = dy.shape
     first = maxpool_argmax(x, size, stride)
     dx = np.zeros_like(x, dtype=dy.dtype)
-    ni, ci, pi, qi = np.indices((n, c, p, q))
-    rows = pi * stride + first // size
-    cols = qi * stride + first % size
-    np.add.at(dx, (ni, ci, rows, cols), dy)  # overlapping windows accumulate
+    index = np.indices(dy.shape)
+    offsets = np.unravel_index(first, (size,) * (x.ndim - 2))
+    at = (*index[:2], *(o * stride + off for o, off in zip(index[2:], offsets)))
+    np.add.at(dx, at, dy)  # overlapping windows accumulate
     return dx
 
 
@@ -243,7 +269,8 @@ def concat_bwd(dy, c1):
 def network_step(net, params: dict, x: np.ndarray, labels: np.ndarray) -> tuple[float, dict]:
     """Forward and backward of a network made of the ops above, ending in its loss layer (softmax
     with cross-entropy against class ``labels``, or sigmoid with binary cross-entropy against
-    target ``labels`` of its output's shape): (loss, {layer: (dw, db)}). ``params``: {layer:
+    target ``labels`` of its output's shape): (loss, {layer: (dw, db)}), db None for a layer
+    without a bias. ``params``: {layer:
     (w, b)}. Float64 throughout. A layer may read several inputs (concat) and an activation feed
     several layers (a U-Net's skip): its gradient is the sum over its readers."""
     acts = activations(net, params, x)
@@ -272,6 +299,11 @@ def activations(net, params: dict, x: np.ndarray) -> dict[str, np.ndarray]:
     return acts
 
 
+def _bias(b):
+    """A layer's bias in float64, or None: it has none."""
+    return None if b is None else b.astype(np.float64)
+
+
 def _forward(layer, params, inputs: list):
     op, x = layer.op, inputs[0]
     if layer.kind == "concat":
@@ -282,13 +314,16 @@ def _forward(layer, params, inputs: list):
         return sigmoid_fwd(x)
     if layer.kind == "batchnorm":
         w, b = params[layer.name]
-        return batchnorm_fwd(x, w.astype(np.float64), b.astype(np.float64))[0]
+        return batchnorm_fwd(x, w.astype(np.float64), _bias(b))[0]
     if layer.kind == "conv":
         w, b = params[layer.name]
-        return conv2d_fwd(x, w.astype(np.float64), b.astype(np.float64), op.stride[0], op.padding[0])
+        return conv_fwd(x, w.astype(np.float64), _bias(b), op.stride[0], op.padding[0])
+    if layer.kind == "convtranspose":
+        w, b = params[layer.name]
+        return convtranspose_fwd(x, w.astype(np.float64), _bias(b), op.stride[0])
     if layer.kind == "linear":
         w, b = params[layer.name]
-        return linear_fwd(x, w.astype(np.float64), b.astype(np.float64))
+        return linear_fwd(x, w.astype(np.float64), _bias(b))
     if layer.kind == "relu":
         return relu_fwd(x)
     if layer.kind == "maxpool":
@@ -301,10 +336,15 @@ def _forward(layer, params, inputs: list):
 def _backward(layer, params, inputs: list, y, dy):
     """(the gradient of each of the layer's inputs, (dw, db) or None)."""
     op, x = layer.op, inputs[0]
-    if layer.kind == "conv":
-        w = params[layer.name][0].astype(np.float64)
-        stride, pad = op.stride[0], op.padding[0]
-        return [conv2d_bwd_data(dy, w, x.shape, stride, pad)], conv2d_bwd_weight(dy, x, w.shape, stride, pad)
+    if layer.kind in ("conv", "convtranspose"):
+        w, b = params[layer.name]
+        w = w.astype(np.float64)
+        if layer.kind == "conv":
+            stride, pad = op.stride[0], op.padding[0]
+            dx, (dw, db) = conv_bwd_data(dy, w, x.shape, stride, pad), conv_bwd_weight(dy, x, w.shape, stride, pad)
+        else:
+            dx, (dw, db) = convtranspose_bwd_data(dy, w, op.stride[0]), convtranspose_bwd_weight(dy, x, w.shape, op.stride[0])
+        return [dx], (dw, None if b is None else db)
     if layer.kind == "linear":
         w = params[layer.name][0].astype(np.float64)
         return [linear_bwd_data(dy, w, x.shape)], linear_bwd_weight(dy, x)

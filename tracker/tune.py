@@ -71,7 +71,7 @@ def targets(net: Network, batch: int, chosen: dict[str, str], verify_batch: int 
     for step in plan(net, chosen) if steps is None else steps:
         if step.variant == FUSED_INTO:
             continue
-        op = OPS[step.layer.kind]
+        op = OPS.of(step.layer)
         if not op.variant(step.variant).launches[step.phase].tunable:
             continue
         target = Target(step.layer.name, op.kind, step.variant, step.phase, op.case(step.layer, batch),

@@ -59,9 +59,10 @@ def resolve(net: Network, chosen: dict[str, str]) -> dict[str, str]:
     and alone reading it, and the absorbed layer's output read by one layer at most (a gradient
     summed from several readers has no phase of its own to be summed in), else its fallback runs
     (fc8 feeds softmax: it runs shared); the absorbed layer launches nothing."""
-    missing = {layer.kind: None for layer in net.layers if layer.kind not in OPS}
+    missing = {f"{layer.kind} ({len(layer.output_shape) - 1}-D)" if any(op.kind == layer.kind for op in OPS)
+               else layer.kind: None for layer in net.layers if OPS.find(layer) is None}
     missing |= {f"{layer.kind} ({why})": None for layer in net.layers
-                if layer.kind in OPS and (why := OPS[layer.kind].unsupported(layer))}
+                if (op := OPS.find(layer)) and (why := op.unsupported(layer))}
     if missing:
         raise TrackerError(f"{net.name} has layers with no kernels yet: {', '.join(sorted(missing))}")
     OPS.check_chosen(chosen)  # an API or workload caller skips parse_variants: check here too
@@ -70,8 +71,8 @@ def resolve(net: Network, chosen: dict[str, str]) -> dict[str, str]:
     for i, layer in enumerate(net.layers):
         if variants.get(layer.name) == FUSED_INTO:
             continue
-        op = OPS[layer.kind]
-        variant = op.variant(chosen.get(layer.kind, op.default))
+        op = OPS.of(layer)
+        variant = op.variant(chosen.get(op.kind, op.default))
         if variant.absorbs:
             after = net.layers[i + 1] if i + 1 < len(net.layers) else None
             if (after is not None and after.kind == variant.absorbs and read_by[layer.name] == [after]
@@ -124,6 +125,11 @@ class Tensors:
         return self.shares.get((source, reader), self.grad.get(source))
 
 
+def has_bias(layer: Layer) -> bool:
+    """Whether a learned layer has a bias (a batch norm's shift counts as one)."""
+    return getattr(layer.op, "bias", True)
+
+
 def labels(net: Network, batch: int, rng: np.random.Generator) -> np.ndarray:
     """What the loss layer compares with, drawn after the input from the same ``rng`` (our
     executor and PyTorch's step draw alike): softmax a class per image (int32), sigmoid a 0/1
@@ -134,9 +140,11 @@ def labels(net: Network, batch: int, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(0, last.output_shape[0], size=batch).astype(np.int32)
 
 
-def initial_parameters(net: Network, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def initial_parameters(net: Network, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
     """Every learned layer's (weight, bias), float32: He-normal weights and small biases for a
-    (transposed) convolution or linear layer; a batch norm's scale near 1 and shift near 0."""
+    (transposed) convolution or linear layer; a batch norm's scale near 1 and shift near 0. A
+    layer built without a bias (unet3d's convolutions before batch norm) has None; its bias is
+    drawn all the same, so every other layer's parameters stay what they were."""
     rng = np.random.default_rng(seed)
     params = {}
     for layer in net.layers:
@@ -148,7 +156,7 @@ def initial_parameters(net: Network, seed: int) -> dict[str, tuple[np.ndarray, n
         else:
             scale = rng.normal(size=shape) * math.sqrt(2 / math.prod(shape[1:]))
         bias = rng.normal(size=layer.op.biases() or shape[0]) * 0.01
-        params[layer.name] = (scale.astype(np.float32), bias.astype(np.float32))
+        params[layer.name] = (scale.astype(np.float32), bias.astype(np.float32) if has_bias(layer) else None)
     return params
 
 
@@ -179,8 +187,8 @@ class Executor:
                     t.shares[(name, reader.name)] = backend.empty(t.grad[name].shape)
         self.summed_before = self._first_backward_steps()
         for name, (w, b) in initial_parameters(net, seed).items():
-            t.params[name] = (backend.asarray(w), backend.asarray(b))
-            t.param_grads[name] = (backend.empty(w.shape), backend.empty(b.shape))
+            t.params[name] = (backend.asarray(w), None if b is None else backend.asarray(b))
+            t.param_grads[name] = (backend.empty(w.shape), None if b is None else backend.empty(b.shape))
         for layer in net.layers:  # PyTorch's running statistics start at 0 and 1
             if layer.kind == "batchnorm":
                 c = layer.output_shape[0]
@@ -226,6 +234,6 @@ class Executor:
             OPS["accumulate"].launch(self.b, "global", "bwd_data", Arrays(dy=self.t.grad[step.layer.name], dx2=share))
         if step.variant == FUSED_INTO:
             return
-        op = OPS[step.layer.kind]
+        op = OPS.of(step.layer)
         tile = self.tiles.get(f"{step.layer.name}/{step.phase}")  # `tracker tune`'s, for this GPU and shape
         op.launch(self.b, step.variant, step.phase, self.t.of(step.layer), tile=tile, **op.params(step.layer))

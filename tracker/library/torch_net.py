@@ -100,8 +100,7 @@ class TorchStep:
         drawn = labels(net, batch, rng)  # as our executor draws them
         self.labels = (as_tensor(drawn) if net.layers[-1].kind == "sigmoid"
                        else torch.as_tensor(drawn, dtype=torch.long, device=device))
-        biased = {layer.name: getattr(layer.op, "bias", True) for layer in net.layers}  # unet3d's convs: none
-        self.params = {name: (as_tensor(w).requires_grad_(), as_tensor(b).requires_grad_() if biased[name] else None)
+        self.params = {name: (as_tensor(w).requires_grad_(), None if b is None else as_tensor(b).requires_grad_())
                        for name, (w, b) in initial_parameters(net, seed).items()}
         self.running = {layer.name: (torch.zeros(layer.output_shape[0], dtype=dtype, device=device),
                                      torch.ones(layer.output_shape[0], dtype=dtype, device=device))

@@ -172,7 +172,7 @@ def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     x, w, stride, pad = case.shapes["x"], case.shapes["w"], case.params["stride"], case.params["pad"]
     xh, wh, bh = f32(rng, x), f32(rng, w, 1 / math.sqrt(math.prod(w[1:]))), f32(rng, (w[0],))
     fused = c.variant == "fused"
-    expected = ref.conv2d_fwd(xh.astype(np.float64), wh, bh, stride, pad)
+    expected = ref.conv_fwd(xh.astype(np.float64), wh, bh, stride, pad)
     expected = ref.relu_fwd(expected) if fused else expected
     a = Arrays(x=c.put(xh), w=c.put(wh), bias=c.put(bh), y=c.out(expected.shape))
     c.run("fwd", a, stride=stride, pad=pad)
@@ -181,10 +181,10 @@ def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     dy_eff = masked(dyh, yh, fused)
     a.dy, a.dx = c.put(dyh), c.out(x)
     c.run("bwd_data", a, stride=stride, pad=pad)
-    c.compare("bwd_data", "dx", a.dx, ref.conv2d_bwd_data(dy_eff, wh.astype(np.float64), x, stride, pad), REDUCTION)
+    c.compare("bwd_data", "dx", a.dx, ref.conv_bwd_data(dy_eff, wh.astype(np.float64), x, stride, pad), REDUCTION)
     a.dw, a.db = c.out(w), c.out(w[:1])
     c.run("bwd_weight", a, stride=stride, pad=pad)
-    dw, db = ref.conv2d_bwd_weight(dy_eff, xh.astype(np.float64), w, stride, pad)
+    dw, db = ref.conv_bwd_weight(dy_eff, xh.astype(np.float64), w, stride, pad)
     c.compare("bwd_weight", "dw", a.dw, dw, REDUCTION)
     c.compare("bwd_weight", "db", a.db, db, REDUCTION)
 
@@ -217,12 +217,9 @@ def _torch_forward(h, wb, labels, stride: int, pad: int):
     return F.conv2d(h, *wb, stride=stride, padding=pad)
 
 
-def _unsupported(layer) -> str | None:
-    """The kernels convolve 2-D planes, one group, with one size, stride and padding in both
-    dimensions."""
+def unsupported(layer) -> str | None:
+    """The kernels convolve one group, with one size, stride and padding in every dimension."""
     op = layer.op
-    if len(op.kernel) != 2:
-        return f"{len(op.kernel)}-D"
     if op.groups != 1:
         return "grouped"
     if len({*op.kernel}) > 1 or len({*op.stride}) > 1 or len({*op.padding}) > 1:
@@ -236,7 +233,7 @@ def _params(layer) -> dict[str, Any]:
 
 CONV = OPS.register(Op(
     "conv", ("fwd", "bwd_data", "bwd_weight"), default="shared", params=_params, arrays=_arrays, check=_check,
-    library=_library, torch_forward=_torch_forward, defines=DEFINES, unsupported=_unsupported,
+    library=_library, torch_forward=_torch_forward, defines=DEFINES, unsupported=unsupported, dims=2,
     small_cases=(
         Case("conv", "k70-s1-p1", {"x": (2, 3, 9, 9), "w": (70, 3, 3, 3)}, {"stride": 1, "pad": 1}),  # 2 tiles of K
         Case("conv", "big-filters", {"x": (1, 64, 13, 13), "w": (5, 64, 11, 11)}, {"stride": 2, "pad": 0}),  # 3 chunks

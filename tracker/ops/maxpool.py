@@ -118,8 +118,8 @@ MAXPOOL = OPS.register(Op(
     "maxpool", ("fwd", "bwd_data"), default="shared",
     params=lambda layer: {"size": layer.op.kernel[0], "stride": layer.op.stride[0]},
     arrays=_arrays, check=_check, torch_forward=_torch_forward,
-    unsupported=lambda layer: (f"{len(layer.op.kernel)}-D" if len(layer.op.kernel) != 2 else
-                               "non-square" if len({*layer.op.kernel}) > 1 or len({*layer.op.stride}) > 1 else None),
+    unsupported=lambda layer: "non-square" if len({*layer.op.kernel}) > 1 or len({*layer.op.stride}) > 1 else None,
+    dims=2,
     small_cases=(_case("3s2", (2, 3, 13, 13), 3, 2),
                  _case("3s2-edge", (1, 2, 14, 14), 3, 2),  # the last row meets no window
                  _case("2s2", (1, 2, 20, 20), 2, 2),

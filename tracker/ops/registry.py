@@ -110,7 +110,15 @@ class Op:
     torch_forward: Callable[..., Any] | None = None  # (h, params, labels, **params) -> PyTorch forward
     defines: dict[str, int] = field(default_factory=dict)
     flat_input: bool = False  # the launchers see the input as (batch, features): linear
+    # the layers it runs: of kind ``layer_kind`` (default: ``kind``) with ``dims`` spatial
+    # dimensions (0: any); conv runs 2-D convolutions and conv3d 3-D ones, each with kernels of its own
+    layer_kind: str = ""
+    dims: int = 0
     variants: dict[str, Variant] = field(default_factory=dict)
+
+    def serves(self, layer: Any) -> bool:
+        """Whether this op runs ``layer`` (a network Layer)."""
+        return (self.layer_kind or self.kind) == layer.kind and self.dims in (0, len(layer.output_shape) - 1)
 
     def add(self, name: str, absorbs: str | None = None, fallback: str | None = None, error_scale: float = 1.0,
             **launches: Launch) -> Variant:
@@ -164,6 +172,17 @@ class Registry:
 
     def __contains__(self, kind: object) -> bool:
         return kind in self.ops
+
+    def find(self, layer: Any) -> Op | None:
+        """The op that runs network layer ``layer`` (``Op.serves``), or None."""
+        return next((op for op in self if op.serves(layer)), None)
+
+    def of(self, layer: Any) -> Op:
+        """The op that runs ``layer``; a layer no op runs is a one-line error."""
+        op = self.find(layer)
+        if op is None:
+            raise TrackerError(f"layer {layer.name}: no kernels run a {len(layer.output_shape) - 1}-D {layer.kind} yet")
+        return op
 
     def __iter__(self) -> Iterator[Op]:
         return iter(self.ops.values())

@@ -119,5 +119,5 @@ def small_cases() -> tuple[Case, ...]:
 def network_cases(net: Any, batch: int) -> Iterator[Case]:
     """One case per layer with kernels: the layer's own shapes at ``batch``."""
     for layer in net.layers:
-        if layer.kind in OPS:
-            yield OPS[layer.kind].case(layer, batch)
+        if (op := OPS.find(layer)) is not None:
+            yield op.case(layer, batch)

@@ -15,7 +15,9 @@
 //   fused    shared + bias + ReLU in the forward epilogue; its backward kernels read the
 //            output gradient through the ReLU mask (y > 0), so no separate ReLU kernel runs.
 //
-// The bias gradient of every variant is gemm.cu's bias_grad.
+// The bias gradient of every variant is gemm.cu's bias_grad. The global and shared data-gradient
+// kernels take a bias (nullptr: none): the 2-D transposed convolution (tracker/ops/convtranspose.py)
+// is this data gradient run forward, plus its bias.
 #include "common.cuh"
 
 // --- direct (global) ------------------------------------------------------------------------
@@ -51,11 +53,11 @@ __device__ __forceinline__ int tap(int h, int r, const ConvShape& s, int extent)
 }
 
 extern "C" __global__ void conv2d_bwd_data_global(const float* RESTRICT dy, const float* RESTRICT w,
-                                                  float* RESTRICT dx, ConvShape s) {
+                                                  const float* RESTRICT bias, float* RESTRICT dx, ConvShape s) {
     const int total = s.N * s.C * s.H * s.W;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         const int v = i % s.W, h = (i / s.W) % s.H, c = (i / (s.W * s.H)) % s.C, n = i / (s.W * s.H * s.C);
-        float acc = 0.f;
+        float acc = bias != nullptr ? bias[c] : 0.f;
         for (int k = 0; k < s.K; ++k)
             for (int r = 0; r < s.R; ++r) {
                 const int p = tap(h, r, s, s.P);
@@ -297,14 +299,16 @@ conv2d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const floa
               split_store(Store{y, s.K, pq, bias, true, relu != 0, false}, partial, s.K, s.N * pq));
 }
 
-// GEMM M = C, N = batch * H*W, K = K*R*S. relu_y: the fused forward's output, or nullptr.
+// GEMM M = C, N = batch * H*W, K = K*R*S. relu_y: the fused forward's output, or nullptr;
+// bias: the transposed convolution's, or nullptr.
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
 conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, const float* RESTRICT relu_y,
-                         float* RESTRICT dx, float* RESTRICT partial, ConvShape s, int k_chunk) {
+                         const float* RESTRICT bias, float* RESTRICT dx, float* RESTRICT partial, ConvShape s,
+                         int k_chunk) {
     const int hw = s.H * s.W;
     gemm_tile(s.C, s.N * hw, s.K * s.R * s.S, k_chunk, FiltersByInput<LOADS_A>{w, s},
               Masked<GradByInput<LOADS_B>>{{dy, s}, relu_y},
-              split_store(Store{dx, s.C, hw, nullptr, false, false, false}, partial, s.C, s.N * hw));
+              split_store(Store{dx, s.C, hw, bias, true, false, false}, partial, s.C, s.N * hw));
 }
 
 // GEMM M = K, N = C*R*S, K = batch * P*Q: the reduction runs over every image, so split-K is

@@ -12,6 +12,11 @@
 //           gradients that meet the band and finds each of those windows' maximum once, so an
 //           input only compares offsets.
 //
+// The 3-D kernels (maxpool3d_*: the 3-D U-Net's 2x2x2, stride 2) are the same with a depth axis:
+// the window's first maximum in (depth, row, column) order; the shared variant's blocks stage
+// the `size` depth slices a band of windows reads (fwd), or the windows meeting a band of input
+// rows of one depth slice (bwd).
+//
 // The common windows (3x3 and 2x2, stride 2) are compiled as constants: the window's loads are
 // unrolled, so a thread has them all in flight at once, and divisions by the stride are shifts.
 #include "common.cuh"
@@ -36,8 +41,8 @@ struct Window {
 // Calls Body::run(window, args...) with the shape's window, compiled for it where it is a common
 // one. A struct's member template, not a generic lambda: NVRTC 13.0 takes a lambda's call operator
 // for a host function, which JIT mode rejects, and marking it __device__ needs --extended-lambda.
-template <class Body, class... Args>
-__device__ __forceinline__ void with_window(const PoolShape& s, Args... args) {
+template <class Body, class Shape, class... Args>
+__device__ __forceinline__ void with_window(const Shape& s, Args... args) {
     if (s.size == 3 && s.stride == 2)
         Body::run(Window<3, 2>{3, 2}, args...);
     else if (s.size == 2 && s.stride == 2)
@@ -192,4 +197,168 @@ extern "C" __global__ void maxpool_bwd_shared(const float* RESTRICT dy, const fl
                                               float* RESTRICT dx, PoolShape s, int band) {
     extern __shared__ float smem[];
     with_window<BwdShared>(s, dy, x, dx, s, band, smem);
+}
+
+// --- 3-D ------------------------------------------------------------------------------------
+
+struct Pool3Shape {
+    int N, C, D, H, W, O, P, Q, size, stride;
+};
+
+// The first maximum (depth, row, column order) of the window whose corner is `corner`, its
+// depth slices `slice` apart and its rows `pitch` apart: its value in `best`, its offset from the
+// corner returned.
+template <class Win>
+__device__ __forceinline__ int first_max3(const float* corner, int slice, int pitch, const Win& w, float& best) {
+    float m = corner[0];
+    int at = 0;
+    for (int t = 0; t < w.size(); ++t)
+#pragma unroll
+        for (int r = 0; r < w.size(); ++r)
+#pragma unroll
+            for (int c = 0; c < w.size(); ++c) {
+                const int off = t * slice + r * pitch + c;
+                const float v = corner[off];
+                if (v > m) m = v, at = off;
+            }
+    best = m;
+    return at;
+}
+
+struct Fwd3Global {
+    template <class Win>
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT x, float* RESTRICT y, const Pool3Shape& s) {
+        const int total = s.N * s.C * s.O * s.P * s.Q, hw = s.H * s.W;
+        for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+            const int q = e % s.Q, p = e / s.Q % s.P, o = e / (s.Q * s.P) % s.O, plane = e / (s.Q * s.P * s.O);
+            const float* corner = x + (size_t)plane * s.D * hw + (o * w.stride()) * hw + (p * w.stride()) * s.W + q * w.stride();
+            float m;
+            first_max3(corner, hw, s.W, w, m);
+            y[e] = m;
+        }
+    }
+};
+
+extern "C" __global__ void maxpool3d_fwd_global(const float* RESTRICT x, float* RESTRICT y, Pool3Shape s) {
+    with_window<Fwd3Global>(s, x, y, s);
+}
+
+struct Bwd3Global {
+    template <class Win>
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT dy, const float* RESTRICT x,
+                                               float* RESTRICT dx, const Pool3Shape& s) {
+        const int total = s.N * s.C * s.D * s.H * s.W, hw = s.H * s.W;
+        for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+            const int v = e % s.W, h = e / s.W % s.H, d = e / hw % s.D, plane = e / (hw * s.D);
+            const float* in = x + (size_t)plane * s.D * hw;
+            int o0, o1, p0, p1, q0, q1;
+            w.covering(d, s.O, o0, o1);
+            w.covering(h, s.P, p0, p1);
+            w.covering(v, s.Q, q0, q1);
+            float acc = 0.f, unused;
+            for (int o = o0; o <= o1; ++o)
+                for (int p = p0; p <= p1; ++p)
+                    for (int q = q0; q <= q1; ++q) {
+                        const int d0 = o * w.stride(), h0 = p * w.stride(), v0 = q * w.stride();
+                        if (first_max3(in + d0 * hw + h0 * s.W + v0, hw, s.W, w, unused) ==
+                            (d - d0) * hw + (h - h0) * s.W + (v - v0))
+                            acc += dy[(((size_t)plane * s.O + o) * s.P + p) * s.Q + q];
+                    }
+            dx[e] = acc;
+        }
+    }
+};
+
+extern "C" __global__ void maxpool3d_bwd_global(const float* RESTRICT dy, const float* RESTRICT x,
+                                                float* RESTRICT dx, Pool3Shape s) {
+    with_window<Bwd3Global>(s, dy, x, dx, s);
+}
+
+// Block per (band of `band` output rows, output depth slice, plane): grid (bands * O, N * C).
+// Dynamic shared memory: the input rows the band reads in each of the window's `size` depth
+// slices, size * ((band - 1) * stride + size) * W floats.
+struct Fwd3Shared {
+    template <class Win>
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT x, float* RESTRICT y, const Pool3Shape& s,
+                                               int band, float* rows) {
+        const int bands = (s.P + band - 1) / band, o = blockIdx.x / bands, plane = blockIdx.y;
+        const int p0 = blockIdx.x % bands * band, np = min(band, s.P - p0);
+        const int h0 = p0 * w.stride(), span = (np - 1) * w.stride() + w.size();
+        for (int t = 0; t < w.size(); ++t)
+            stage(rows + t * span * s.W, x + (((size_t)plane * s.D + o * w.stride() + t) * s.H + h0) * s.W, span * s.W,
+                  threadIdx.x, blockDim.x);
+        __syncthreads();
+        float* out = y + (((size_t)plane * s.O + o) * s.P + p0) * s.Q;
+        for (Walk i(threadIdx.x, blockDim.x, s.Q); i.row < np; i.next()) {
+            float m;
+            first_max3(rows + i.row * w.stride() * s.W + i.col * w.stride(), span * s.W, s.W, w, m);
+            out[i.row * s.Q + i.col] = m;
+        }
+    }
+};
+
+extern "C" __global__ void maxpool3d_fwd_shared(const float* RESTRICT x, float* RESTRICT y, Pool3Shape s, int band) {
+    extern __shared__ float rows[];
+    with_window<Fwd3Shared>(s, x, y, s, band, rows);
+}
+
+// Block per (band of `band` input rows, input depth slice, plane): grid (bands * D, N * C).
+// Dynamic shared memory, for each output depth slice whose windows meet the input slice: the
+// input those windows read (size slices of their rows), their output gradients, and each
+// window's maximum as an offset into the staged input (tracker/ops/maxpool.py, bwd3_band_bytes).
+struct Bwd3Shared {
+    template <class Win>
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT dy, const float* RESTRICT x,
+                                               float* RESTRICT dx, const Pool3Shape& s, int band, float* smem) {
+        const int bands = (s.H + band - 1) / band, d = blockIdx.x / bands, plane = blockIdx.y;
+        const int h_first = blockIdx.x % bands * band, h_last = min(h_first + band, s.H) - 1;
+        int o0, o1, p0, p1, unused;
+        w.covering(d, s.O, o0, o1);
+        w.covering(h_first, s.P, p0, unused);
+        w.covering(h_last, s.P, unused, p1);
+        const int no = max(o1 - o0 + 1, 0), np = max(p1 - p0 + 1, 0), windows = np * s.Q, h0 = p0 * w.stride();
+        const int span = np ? (np - 1) * w.stride() + w.size() : 0, box = w.size() * span * s.W;
+        float* xs = smem;                      // per covering slice io: `size` slices of `span` rows
+        float* gs = xs + no * box;             // per covering slice: its windows' output gradients
+        int* argmax = reinterpret_cast<int*>(gs + no * windows);
+        for (int io = 0; io < no; ++io) {
+            for (int t = 0; t < w.size(); ++t)
+                stage(xs + io * box + t * span * s.W,
+                      x + (((size_t)plane * s.D + (o0 + io) * w.stride() + t) * s.H + h0) * s.W, span * s.W,
+                      threadIdx.x, blockDim.x);
+            stage(gs + io * windows, dy + (((size_t)plane * s.O + o0 + io) * s.P + p0) * s.Q, windows, threadIdx.x,
+                  blockDim.x);
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < no * windows; e += blockDim.x) {
+            const int io = e / windows, row = e % windows / s.Q, col = e % s.Q;
+            const int corner = io * box + row * w.stride() * s.W + col * w.stride();
+            float m;
+            argmax[e] = corner + first_max3(xs + corner, span * s.W, s.W, w, m);
+        }
+        __syncthreads();
+        float* out = dx + (((size_t)plane * s.D + d) * s.H + h_first) * s.W;
+        for (Walk i(threadIdx.x, blockDim.x, s.W); i.row <= h_last - h_first; i.next()) {
+            const int h = h_first + i.row;
+            int a0, a1, b0, b1;
+            w.covering(h, s.P, a0, a1);
+            w.covering(i.col, s.Q, b0, b1);
+            float acc = 0.f;
+            for (int io = 0; io < no; ++io) {
+                const int here = (io * w.size() + d - (o0 + io) * w.stride()) * span * s.W + (h - h0) * s.W + i.col;
+                for (int p = a0; p <= a1; ++p)
+                    for (int q = b0; q <= b1; ++q) {
+                        const int o = io * windows + (p - p0) * s.Q + q;
+                        if (argmax[o] == here) acc += gs[o];
+                    }
+            }
+            out[i.row * s.W + i.col] = acc;
+        }
+    }
+};
+
+extern "C" __global__ void maxpool3d_bwd_shared(const float* RESTRICT dy, const float* RESTRICT x,
+                                                float* RESTRICT dx, Pool3Shape s, int band) {
+    extern __shared__ float smem[];
+    with_window<Bwd3Shared>(s, dy, x, dx, s, band, smem);
 }

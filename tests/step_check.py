@@ -16,7 +16,7 @@ def step_errors(run) -> tuple[float, float, dict[str, tuple[float, float]]]:
     """(the step's mean loss, the reference's, {layer: relative error of dw and of db (0 without
     a bias)})."""
     t, host = run.t, run.b.asnumpy
-    params = {name: tuple(host(a) for a in pair) for name, pair in t.params.items()}
+    params = {name: tuple(None if a is None else host(a) for a in pair) for name, pair in t.params.items()}
     loss, grads = network_step(run.net, params, host(t.act["input"]), host(t.labels))
     errors = {}
     for name, (dw, db) in grads.items():

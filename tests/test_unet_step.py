@@ -53,13 +53,31 @@ def test_a_fused_conv_does_not_absorb_a_relu_whose_output_two_layers_read():
 
 
 @pytest.mark.parametrize("name, options, missing", [
-    ("unet3d", {"input_size": "16", "depth": 2, "base_filters": 2},
-     "conv (3-D), convtranspose, maxpool (3-D)"),
     ("unet2d", {"conv_type": "separable"}, "conv (grouped)"),
 ])
 def test_what_the_kernels_cannot_run_is_named(name, options, missing):
     with pytest.raises(TrackerError, match=rf"^{name} has layers with no kernels yet: {re.escape(missing)}$"):
         resolve(build(name, **options), {})
+
+
+@pytest.mark.parametrize("chosen", [{}, {"conv3d": "global", "maxpool3d": "global", "convtranspose3d": "global",
+                                         "batchnorm": "global", "concat": "global"}])
+def test_a_small_3d_unet_training_step_matches_the_reference(emulator, chosen):
+    """Every layer of unet3d on our kernels: 3-D convolutions without a bias, batch norm, 3-D
+    pools, transposed convolutions up, the skips' concatenation, and softmax's cross-entropy."""
+    import numpy as np
+
+    net = build("unet3d", input_size="8", in_channels=1, base_filters=2, depth=2, classes=2)
+    assert resolve(net, chosen)  # nothing refused
+    run = Executor(emulator, net, batch=2, chosen=chosen, seed=4)
+    run.iteration()
+    loss, expected, errors = step_errors(run)
+    assert loss == pytest.approx(expected, rel=1e-5)
+    assert set(errors) == {layer.name for layer in net.layers if layer.op.weighted()}
+    assert max(max(pair) for pair in errors.values()) < 1e-4, errors
+    assert all(run.t.param_grads[layer.name][1] is None for layer in net.layers if layer.kind == "conv"
+               and layer.name != "out_conv")  # no bias, so no bias gradient
+    assert np.isfinite(run.b.asnumpy(run.t.statistics["enc1_bn1"][3])).all()
 
 
 def batchnorm_net():

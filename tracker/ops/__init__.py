@@ -14,7 +14,7 @@ from tracker.ops.registry import OPS, Case, Kernel, Launch, Op, Variant
 
 # The op modules register themselves, in this order (the order of `tracker kernels` and --variant).
 from tracker.ops import conv2d, winograd, fft, linear, relu, maxpool, lrn, softmax  # noqa: E402,F401  isort: skip
-from tracker.ops import sigmoid, upsample, concat, batchnorm, accumulate  # noqa: E402,F401  isort: skip
+from tracker.ops import sigmoid, upsample, concat, batchnorm, accumulate, conv3d, convtranspose  # noqa: E402,F401  isort: skip
 
 
 def defines() -> dict[str, int]:

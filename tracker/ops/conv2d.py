@@ -91,10 +91,12 @@ def _fwd_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT
 
 # data gradient --------------------------------------------------------------------------------
 
-def _bwd_data_global(b: Backend, a: Arrays, stride: int, pad: int) -> None:
+def _bwd_data_global(b: Backend, a: Arrays, stride: int, pad: int, bias: Any = None) -> None:
+    """``bias``: added per input channel (the transposed convolution's forward; a convolution's
+    own data gradient has none)."""
     s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
     N, C, H, W, *_ = s.values
-    b.launch(SOURCE, "conv2d_bwd_data_global", (blocks(N * C * H * W),), (THREADS,), (a.dy, a.w, a.dx, s))
+    b.launch(SOURCE, "conv2d_bwd_data_global", (blocks(N * C * H * W),), (THREADS,), (a.dy, a.w, bias, a.dx, s))
 
 
 def _bwd_data_constant(b: Backend, a: Arrays, stride: int, pad: int) -> None:
@@ -107,13 +109,13 @@ def _bwd_data_constant(b: Backend, a: Arrays, stride: int, pad: int) -> None:
 
 
 def _bwd_data_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False,
-                       tile: Tile = DEFAULT) -> None:
-    """One GEMM over the batch: M = C, N = images x H*W, K = K*R*S."""
+                       tile: Tile = DEFAULT, bias: Any = None) -> None:
+    """One GEMM over the batch: M = C, N = images x H*W, K = K*R*S; ``bias`` as in _bwd_data_global."""
     s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, *_ = s.values
     gemm.run(b, SOURCE, "conv2d_bwd_data_implicit", tile, C, N * H * W, K * R * S,
-             lambda partial, chunk: (a.dy, a.w, a.y if relu else None, a.dx, partial, s, chunk), Out(a.dx, H * W),
-             masked=relu)
+             lambda partial, chunk: (a.dy, a.w, a.y if relu else None, bias, a.dx, partial, s, chunk),
+             Out(a.dx, H * W, bias, bias_per_row=True), masked=relu)
 
 
 def _bwd_data_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:

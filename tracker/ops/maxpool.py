@@ -1,6 +1,7 @@
 """Max pooling (kernels/maxpool.cu): a grid-stride kernel per phase, and a shared-memory variant
 with one block per band of full-width rows of a plane (its input rows staged with cp.async; the
-backward finds each window's maximum once)."""
+backward finds each window's maximum once). ``maxpool3d`` is the same in 3-D (the 3-D U-Net's
+2x2x2 pools): a band of rows of one depth slice, with the depth slices its windows read."""
 
 from __future__ import annotations
 
@@ -81,6 +82,52 @@ def _bwd_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
              (a.dy, a.x, a.dx, s, band), shared_bytes=bwd_band_bytes(band, size, stride, P, W, Q))
 
 
+def pool3_shape(x_shape: tuple, size: int, stride: int) -> Struct:
+    N, C, D, H, W = x_shape
+    O, P, Q = ((n - size) // stride + 1 for n in (D, H, W))
+    names = ("N", "C", "D", "H", "W", "O", "P", "Q", "size", "stride")
+    return Struct("Pool3Shape", tuple((n, "i") for n in names), (N, C, D, H, W, O, P, Q, size, stride))
+
+
+def _fwd3_global(b: Backend, a: Arrays, size: int, stride: int) -> None:
+    s = pool3_shape(a.x.shape, size, stride)
+    b.launch(SOURCE, "maxpool3d_fwd_global", (blocks(a.y.size),), (THREADS,), (a.x, a.y, s))
+
+
+def _bwd3_global(b: Backend, a: Arrays, size: int, stride: int) -> None:
+    s = pool3_shape(a.x.shape, size, stride)
+    b.launch(SOURCE, "maxpool3d_bwd_global", (blocks(a.dx.size),), (THREADS,), (a.dy, a.x, a.dx, s))
+
+
+def _fwd3_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
+    s = pool3_shape(a.x.shape, size, stride)
+    N, C, D, H, W, O, P, Q, *_ = s.values
+
+    def input_bytes(rows: int) -> int:  # the input rows `rows` output rows read, in each of `size` slices
+        return 4 * size * ((rows - 1) * stride + size) * W
+
+    band = band_rows(P, N * C * O, input_bytes)
+    b.launch(SOURCE, "maxpool3d_fwd_shared", (tiles(P, band) * O, N * C), (_block(band * Q),), (a.x, a.y, s, band),
+             shared_bytes=input_bytes(band))
+
+
+def bwd3_band_bytes(rows: int, size: int, stride: int, O: int, P: int, W: int, Q: int) -> int:
+    """Shared memory of a 3-D backward band of ``rows`` input rows of one depth slice: for each
+    output depth slice that meets it (at most ``slices``), a 2-D band's worth in each of the
+    window's ``size`` depth slices, and its windows' gradients and maxima."""
+    slices = min((size - 1) // stride + 1, O)
+    outputs = min((rows + size - 2) // stride + 1, P)
+    return 4 * slices * (size * ((outputs - 1) * stride + size) * W + 2 * outputs * Q)
+
+
+def _bwd3_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
+    s = pool3_shape(a.x.shape, size, stride)
+    N, C, D, H, W, O, P, Q, *_ = s.values
+    band = band_rows(H, N * C * D, lambda rows: bwd3_band_bytes(rows, size, stride, O, P, W, Q))
+    b.launch(SOURCE, "maxpool3d_bwd_shared", (tiles(H, band) * D, N * C), (_block(band * W),),
+             (a.dy, a.x, a.dx, s, band), shared_bytes=bwd3_band_bytes(band, size, stride, O, P, W, Q))
+
+
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     x, size, stride = case.shapes["x"], case.params["size"], case.params["stride"]
     xh = f32(rng, x)
@@ -96,19 +143,27 @@ def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
 
 
 def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
-    x = case.shapes["x"]
-    N, C, H, W, P, Q, *_ = pool_shape(x, case.params["size"], case.params["stride"]).values
-    return {"x": x, "y": (N, C, P, Q), "dy": (N, C, P, Q), "dx": x}
+    x, size, stride = case.shapes["x"], case.params["size"], case.params["stride"]
+    y = (*x[:2], *((n - size) // stride + 1 for n in x[2:]))
+    return {"x": x, "y": y, "dy": y, "dx": x}
 
 
 def _torch_forward(h, wb, labels, size: int, stride: int):
     import torch.nn.functional as F
 
-    return F.max_pool2d(h, size, stride)
+    return (F.max_pool2d if h.dim() == 4 else F.max_pool3d)(h, size, stride)
 
 
 def _case(name: str, x: tuple, size: int, stride: int) -> Case:
-    return Case("maxpool", name, {"x": x}, {"size": size, "stride": stride})
+    return Case("maxpool" if len(x) == 4 else "maxpool3d", name, {"x": x}, {"size": size, "stride": stride})
+
+
+def _params(layer) -> dict[str, int]:
+    return {"size": layer.op.kernel[0], "stride": layer.op.stride[0]}
+
+
+def _unsupported(layer) -> str | None:
+    return "non-square" if len({*layer.op.kernel}) > 1 or len({*layer.op.stride}) > 1 else None
 
 
 # The default is `shared`: on the H100 at batch 128 (three benchmark runs, benchmarks/RESULTS.md)
@@ -116,10 +171,7 @@ def _case(name: str, x: tuple, size: int, stride: int) -> Case:
 # ms), each forward within 14 us of it: AlexNet's three pools take 0.66-0.84 ms an iteration, not 1.69-1.78.
 MAXPOOL = OPS.register(Op(
     "maxpool", ("fwd", "bwd_data"), default="shared",
-    params=lambda layer: {"size": layer.op.kernel[0], "stride": layer.op.stride[0]},
-    arrays=_arrays, check=_check, torch_forward=_torch_forward,
-    unsupported=lambda layer: "non-square" if len({*layer.op.kernel}) > 1 or len({*layer.op.stride}) > 1 else None,
-    dims=2,
+    params=_params, arrays=_arrays, check=_check, torch_forward=_torch_forward, unsupported=_unsupported, dims=2,
     small_cases=(_case("3s2", (2, 3, 13, 13), 3, 2),
                  _case("3s2-edge", (1, 2, 14, 14), 3, 2),  # the last row meets no window
                  _case("2s2", (1, 2, 20, 20), 2, 2),
@@ -129,3 +181,15 @@ MAXPOOL.add("global", fwd=launch(_fwd_global, "maxpool.cu:maxpool_fwd_global"),
             bwd_data=launch(_bwd_global, "maxpool.cu:maxpool_bwd_global"))
 MAXPOOL.add("shared", fwd=launch(_fwd_shared, "maxpool.cu:maxpool_fwd_shared"),
             bwd_data=launch(_bwd_shared, "maxpool.cu:maxpool_bwd_shared"))
+
+MAXPOOL3D = OPS.register(Op(
+    "maxpool3d", ("fwd", "bwd_data"), default="shared", layer_kind="maxpool", dims=3,
+    params=_params, arrays=_arrays, check=_check, torch_forward=_torch_forward, unsupported=_unsupported,
+    small_cases=(_case("2s2", (2, 3, 4, 6, 8), 2, 2),  # the U-Net's
+                 _case("3s2-edge", (1, 2, 6, 7, 7), 3, 2),  # overlapping in depth too; the last slice meets none
+                 _case("2s2-bands", (1, 2, 4, 64, 60), 2, 2)),  # rows cut into bands
+))
+MAXPOOL3D.add("global", fwd=launch(_fwd3_global, "maxpool.cu:maxpool3d_fwd_global"),
+              bwd_data=launch(_bwd3_global, "maxpool.cu:maxpool3d_bwd_global"))
+MAXPOOL3D.add("shared", fwd=launch(_fwd3_shared, "maxpool.cu:maxpool3d_fwd_shared"),
+              bwd_data=launch(_bwd3_shared, "maxpool.cu:maxpool3d_bwd_shared"))

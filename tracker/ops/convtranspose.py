@@ -1,0 +1,117 @@
+"""Transposed convolution (the 3-D U-Net's 2x2x2 stride-2 up-convolution), 2-D and 3-D, on the
+convolution's own kernels with the roles swapped: no kernel of its own.
+
+A transposed convolution of x by filters w (PyTorch's layout: C_in x C_out x kernel) is the data
+gradient of the convolution by the same w (K = C_in, C = C_out) with x as its output gradient,
+plus a bias per output channel, which the data-gradient kernels add in their epilogue. So:
+  fwd         y  = conv bwd_data(dy = x, w) + bias
+  bwd_data    dx = conv fwd(x = dy, w)
+  bwd_weight  dw = conv bwd_weight(dy = x, x = dy); db = the sum of dy per channel
+each in the conv variant of the same name (global: direct kernels; shared: implicit GEMM, tuned
+like the convolution's)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tracker import reference as ref
+from tracker.ops.gemm import BIAS_GRAD, bias_grad
+from tracker.ops.launch import Arrays, Backend
+from tracker.ops.registry import OPS, Case, Kernel, Launch, Op
+from tracker.ops.selftest import REDUCTION, Check, f32
+
+CONV_OF = {2: "conv", 3: "conv3d"}  # the convolution op each dimensionality transposes
+_BIAS_GRAD = Kernel.parse(BIAS_GRAD)
+
+
+def _forward(data: Launch):
+    def run(b: Backend, a: Arrays, stride: int, **tile: Any) -> None:
+        data.run(b, Arrays(dy=a.x, w=a.w, dx=a.y), stride=stride, pad=0, bias=a.bias, **tile)
+    return run
+
+
+def _data_gradient(fwd: Launch):
+    def run(b: Backend, a: Arrays, stride: int, **tile: Any) -> None:
+        fwd.run(b, Arrays(x=a.dy, w=a.w, bias=None, y=a.dx), stride=stride, pad=0, **tile)
+    return run
+
+
+def _weight_gradient(weight: Launch):
+    def run(b: Backend, a: Arrays, stride: int, **tile: Any) -> None:
+        weight.run(b, Arrays(x=a.dy, dy=a.x, dw=a.dw, db=None), stride=stride, pad=0, **tile)
+        if a.db is not None:
+            N, C, *spatial = a.dy.shape
+            bias_grad(b, a.dy, None, a.db, N, C, math.prod(spatial))
+    return run
+
+
+def _swapped(conv: Op, variant: str) -> dict[str, Launch]:
+    """The conv variant's launches, each in the phase it serves here (see the module's docstring)."""
+    launches = conv.variant(variant).launches
+    data, fwd, weight = launches["bwd_data"], launches["fwd"], launches["bwd_weight"]
+    note = f"{conv.kind} {variant}'s kernels, roles swapped"
+    return {"fwd": Launch(_forward(data), data.kernels, note, data.tunable),
+            "bwd_data": Launch(_data_gradient(fwd), fwd.kernels, note, fwd.tunable),
+            # the conv's own bias gradient is skipped (db=None): this one's follows, the same kernel
+            "bwd_weight": Launch(_weight_gradient(weight), (*(k for k in weight.kernels if k != _BIAS_GRAD), _BIAS_GRAD),
+                                 note, weight.tunable)}
+
+
+def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
+    x, w, stride = case.shapes["x"], case.shapes["w"], case.params["stride"]
+    xh, wh, bh = f32(rng, x), f32(rng, w, 1 / math.sqrt(math.prod(w[1:]))), f32(rng, (w[1],))
+    expected = ref.convtranspose_fwd(xh.astype(np.float64), wh.astype(np.float64), bh, stride)
+    a = Arrays(x=c.put(xh), w=c.put(wh), bias=c.put(bh), y=c.out(expected.shape))
+    c.run("fwd", a, stride=stride)
+    c.compare("fwd", "y", a.y, expected, REDUCTION)
+    dyh = f32(rng, expected.shape)
+    a.dy, a.dx = c.put(dyh), c.out(x)
+    c.run("bwd_data", a, stride=stride)
+    c.compare("bwd_data", "dx", a.dx, ref.convtranspose_bwd_data(dyh.astype(np.float64), wh, stride), REDUCTION)
+    a.dw, a.db = c.out(w), c.out((w[1],))
+    c.run("bwd_weight", a, stride=stride)
+    dw, db = ref.convtranspose_bwd_weight(dyh.astype(np.float64), xh.astype(np.float64), w, stride)
+    c.compare("bwd_weight", "dw", a.dw, dw, REDUCTION)
+    c.compare("bwd_weight", "db", a.db, db, REDUCTION)
+
+
+def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
+    x, w, stride = case.shapes["x"], case.shapes["w"], case.params["stride"]
+    y = (x[0], w[1], *((n - 1) * stride + k for n, k in zip(x[2:], w[2:])))
+    return {"x": x, "w": w, "bias": (w[1],), "y": y, "dy": y, "dx": x, "dw": w, "db": (w[1],)}
+
+
+def _torch_forward(h, wb, labels, stride: int):
+    import torch.nn.functional as F
+
+    return (F.conv_transpose2d if h.dim() == 4 else F.conv_transpose3d)(h, *wb, stride=stride)
+
+
+def _unsupported(layer) -> str | None:
+    """The convolution's kernels take one kernel size and one stride in every dimension."""
+    op = layer.op
+    return "non-square" if len({*op.kernel}) > 1 or len({*op.stride}) > 1 else None
+
+
+def _register(dims: int, kind: str, cases: tuple[Case, ...]) -> Op:
+    conv = OPS[CONV_OF[dims]]
+    op = OPS.register(Op(
+        kind, ("fwd", "bwd_data", "bwd_weight"), default="shared", layer_kind="convtranspose", dims=dims,
+        params=lambda layer: {"stride": layer.op.stride[0]}, arrays=_arrays, check=_check,
+        torch_forward=_torch_forward, unsupported=_unsupported, small_cases=cases))
+    for variant in ("global", "shared"):
+        op.add(variant, **_swapped(conv, variant))
+    return op
+
+
+CONVTRANSPOSE = _register(2, "convtranspose", (
+    Case("convtranspose", "2x2-s2", {"x": (2, 3, 4, 5), "w": (3, 5, 2, 2)}, {"stride": 2}),  # the U-Net's up-conv
+    Case("convtranspose", "3x3-s2", {"x": (1, 4, 3, 3), "w": (4, 70, 3, 3)}, {"stride": 2}),  # overlaps; 2 tiles of C
+))
+CONVTRANSPOSE3D = _register(3, "convtranspose3d", (
+    Case("convtranspose3d", "2x2x2-s2", {"x": (2, 3, 2, 3, 2), "w": (3, 4, 2, 2, 2)}, {"stride": 2}),
+    Case("convtranspose3d", "3x3x3-s1", {"x": (1, 2, 3, 3, 4), "w": (2, 3, 3, 3, 3)}, {"stride": 1}),
+))

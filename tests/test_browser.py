@@ -81,8 +81,8 @@ def _screenshot(driver, height: int, name: str) -> None:
         driver.set_window_size(1400, 1000)
 
 
-@pytest.mark.parametrize("make, figures", [(_model_run, {"runtime", "roofline", "memory"}),
-                                            (_h100_run, {"runtime", "roofline", "memory", "fp_instructions",
+@pytest.mark.parametrize("make, figures", [(_model_run, {"runtime", "roofline", "efficiency", "memory"}),
+                                            (_h100_run, {"runtime", "roofline", "efficiency", "memory", "fp_instructions",
                                                          "stalls", "alu_utilization", "cache_hit_rates", "traffic",
                                                          "level_utilization"})],
                          ids=["model-run", "h100-ncu-recording"])

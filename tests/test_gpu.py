@@ -338,11 +338,12 @@ RUNS = ("ours_events", "ours_ncu", "torch_events", "torch_ncu", "user_events", "
 UNET = ("--batch", "2", "--input-size", "32", "--base-filters", "4", "--depth", "2")  # every layer kind, small
 
 
-@pytest.mark.parametrize("network, implementation", [("unet2d", "ours"), ("unet2d", "torch"), ("unet3d", "torch")])
+@pytest.mark.parametrize("network, implementation", [("unet2d", "ours"), ("unet2d", "torch"), ("unet3d", "ours"),
+                                                     ("unet3d", "torch")])
 def test_a_unet_profiles_every_layer_phase_on_events(network, implementation, tmp_path, runner):
     """The seeds' U-Nets (issue 45) layer phase by layer phase: the skips' concatenation, the
-    up-sampling, the sigmoid with its loss; the 3-D one's batch norm and transposed convolutions
-    in PyTorch's build (ours has no kernels for them yet); ours beside PyTorch's per layer phase."""
+    up-sampling, the sigmoid with its loss; the 3-D one's 3-D convolutions and pools, batch norm
+    and transposed convolutions; ours beside PyTorch's per layer phase."""
     from tracker.store import open_store
 
     if implementation == "torch":
@@ -351,7 +352,7 @@ def test_a_unet_profiles_every_layer_phase_on_events(network, implementation, tm
     run_id = profiled(db, network, *UNET, "--impl", implementation, "--backend", "events", "--repeat", "2")
     run = check_launches(open_store(db, write=False), run_id, "events")
     assert run["measured_peak_bytes"] > 0
-    if (network, implementation) == ("unet2d", "torch"):
+    if implementation == "torch":
         ours = profiled(db, network, *UNET, "--backend", "events", "--repeat", "2")
         compared = runner.invoke(cli, ["compare", str(ours), str(run_id), "--db", db, "--format", "json"])
         assert compared.exit_code == 0, compared.output

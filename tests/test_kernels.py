@@ -18,7 +18,8 @@ from test_tune import RING, SCHEDULES
 
 TABLE = tuple(OPS.launches())
 NEW_ON_THE_H200 = ("winograd", "winograd_f4", "fft")  # issue 30's variants: first on a GPU on 2026-11-26
-NOT_YET_ON_A_GPU = ("sigmoid", "upsample", "concat", "batchnorm", "accumulate")  # issue 45: no record vouches for them yet
+NOT_YET_ON_A_GPU = ("sigmoid", "upsample", "concat", "batchnorm", "accumulate", "conv3d", "maxpool3d", "convtranspose",
+                    "convtranspose3d")  # issue 45: no record vouches for them yet
 SOURCES = kernel_sources()
 
 
@@ -179,7 +180,7 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     result = runner.invoke(cli, ["kernels", "--arch", "sm_80", "--format", "json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert len(rows) == 2 * len(TABLE) == 132
+    assert len(rows) == 2 * len(TABLE) == 176
     assert {r["l1"] for r in rows} == {"ca", "cg"}
     # The newest committed record (tests/data/verified/2026-11-26-nvidia-h200.json): every variant
     # passed on an H200, issue 30's Winograd and FFT too; a kernel changed since keeps that GPU,
@@ -187,6 +188,11 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     assert {r["verified_on"] for r in rows if r["op"] not in NOT_YET_ON_A_GPU} == {"NVIDIA H200"}
     assert {r["verified_on"] for r in rows if r["op"] in NOT_YET_ON_A_GPU} == {None}
     assert all(isinstance(r["changed_since"], bool) for r in rows if r["op"] not in NOT_YET_ON_A_GPU)
+    # since the H200: conv2d.cu's data gradient takes the transposed convolution's bias, and
+    # maxpool.cu holds the 3-D pools; Winograd's kernels did not change
+    changed = {(r["op"], r["variant"]) for r in rows if r["changed_since"]}
+    assert {("conv", "global"), ("conv", "shared"), ("maxpool", "global"), ("maxpool", "shared")} <= changed
+    assert ("conv", "winograd") not in changed
 
 
 @pytest.mark.slow  # compiles kernels with NVRTC

@@ -91,9 +91,14 @@ def test_an_arm_out_of_memory_is_recorded_and_the_rest_run(runner, tmp_path, mon
 
 
 def test_ours_is_left_out_where_our_kernels_cannot_run_the_network(runner, tmp_path):
-    """unet3d's 3-D convolutions have no kernels of ours yet: the study runs PyTorch's arms alone, saying why."""
-    done = runner.invoke(cli, ["experiment", "memory", "unet3d", "--vary", "input_size=32", "--base-filters", "4",
+    """unet2d's separable convolutions (grouped) have no kernels of ours yet: the study runs
+    PyTorch's arms alone, saying why; unet3d's layers all have ours."""
+    done = runner.invoke(cli, ["experiment", "memory", "unet2d", "--vary", "input_size=32", "--conv-type", "separable",
                                "--backend", "model", "--db", str(tmp_path / "t.db"), "--format", "json"])
     assert done.exit_code == 0, done.output
     assert [r["arm"] for r in json.loads(done.stdout)] == ["torch input_size=32"]
-    assert "ours input_size=32: left out: unet3d has layers with no kernels yet: conv (3-D)" in done.stderr
+    assert "ours input_size=32: left out: unet2d has layers with no kernels yet: conv (grouped)" in done.stderr
+    done = runner.invoke(cli, ["experiment", "memory", "unet3d", "--vary", "input_size=32", "--base-filters", "4",
+                               "--backend", "model", "--db", str(tmp_path / "t.db"), "--format", "json"])
+    assert done.exit_code == 0, done.output
+    assert [r["arm"] for r in json.loads(done.stdout)] == ["ours input_size=32", "torch input_size=32"]

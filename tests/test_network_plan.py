@@ -64,8 +64,15 @@ def test_unknown_variants_never_reach_a_launch():
 
 
 def test_networks_without_kernels_are_refused():
-    with pytest.raises(TrackerError, match=r"^unet3d has layers with no kernels yet: conv \(3-D\), convtranspose"):
-        resolve(build("unet3d"), {})
+    """A kind some op runs in other dimensions is named with its own; a kind no op runs, alone."""
+    from tracker.nets.layers import Module, Network, ReLU, conv
+
+    net = Network("oned", (3, 16), options={})
+    net.add("conv1", conv(4, 3, dims=1))
+    net.add("relu1", ReLU())
+    net.add("mystery", Module("Mystery", (4, 14)))
+    with pytest.raises(TrackerError, match=r"^oned has layers with no kernels yet: conv \(1-D\), mystery$"):
+        resolve(net, {})
 
 
 @pytest.mark.parametrize("chosen", [{}, {"conv": "fused", "linear": "fused"},

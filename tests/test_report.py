@@ -38,7 +38,8 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     drawn = {p.stem for p in tmp_path.glob("*.png")}
     # The K20c excerpt times 12 launches and samples their stalls and traffic: the roofline places
     # the model's FLOPs over those times; the memory figure is the model's.
-    assert drawn == {"runtime", "roofline", "memory", "stalls", "traffic"} == {p.stem for p in tmp_path.glob("*.svg")}
+    assert drawn == {"runtime", "roofline", "efficiency", "memory", "stalls", "traffic"} == {
+        p.stem for p in tmp_path.glob("*.svg")}
     page = (tmp_path / "index.html").read_text()
     assert set(re.findall(r"<img src='(\w+)\.svg'", page)) == drawn
     assert ("4 sections need hardware counters, which this run did not collect: FP32 instructions, ALU / pipe "
@@ -51,14 +52,16 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     # The K20c's roofs are the catalog's (3.52 TFLOP/s over 208 GB/s: the ridge at 16.9 FLOP/B).
     assert ("**Finding:** fastest: conv1 fwd at 26.6 GFLOP/s, 0.756% of the FP32 roof; 3 of 4 layer phases lie "
             "left of the DRAM ridge (16.9 FLOP/B): memory-bound") in md
+    # paper 001's figure: 4 timed layer phases, pool1's the largest share of their time
+    assert "**Finding:** pool1 fwd takes 25.0% of the step at 0.00225% of the FP32 peak" in md
     assert "None" not in md and "nan" not in md.lower().replace("nanosecond", "")
 
 
 def test_the_v100_sample_draws_fp_stalls_and_hit_rates(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "6", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert {p.stem for p in tmp_path.glob("*.svg")} == {"runtime", "roofline", "memory", "fp_instructions", "stalls",
-                                                         "cache_hit_rates", "traffic"}
+    assert {p.stem for p in tmp_path.glob("*.svg")} == {"runtime", "roofline", "efficiency", "memory",
+                                                         "fp_instructions", "stalls", "cache_hit_rates", "traffic"}
     md = (tmp_path / "report.md").read_text()
     assert "**Finding:** fma is 97.7% of FP32 instructions; most in conv2 fwd" in md  # 5.6236e10 of 5.7557e10
     assert "**Finding:** hit rates: L1/TEX 52.7% to 52.7% (lowest conv2 fwd); L2 24.8% to 24.8% (lowest conv2 fwd)" in md
@@ -72,12 +75,16 @@ def test_the_v100_sample_draws_fp_stalls_and_hit_rates(runner, db, tmp_path):
 def test_model_report_gives_runtime_and_the_models_roofline(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "2", "--against", "3", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert {p.stem for p in tmp_path.glob("*.png")} == {"speedup", "roofline_moves", "runtime", "roofline", "memory"}
+    assert {p.stem for p in tmp_path.glob("*.png")} == {"speedup", "efficiency_side_by_side", "roofline_moves", "runtime",
+                                                         "roofline", "efficiency", "memory"}
     md = (tmp_path / "report.md").read_text()
     # run 2 (H100) against run 3 (A100): 45.33 / 13.85 ms
     assert "## Speedup of run 2 over run 3, per batch" in md and "whole iteration +227.4%" in md
     assert "Fill them with `tracker profile alexnet --batch 128 --backend ncu` on a GPU." in md
     assert "[Roofline moves: run 3 -> run 2](#roofline-moves-run-3---run-2)" in md
+    # paper 001's figure, both runs side by side: the model runs conv2 at the FP32 peak on either GPU
+    assert ("**Finding:** run 3: ours: conv2 fwd takes 13.0% of the step at 100% of the FP32 peak; "
+            "run 2: ours: conv2 fwd takes 12.4% of the step at 100% of the FP32 peak") in md
 
 
 def test_a_report_reads_each_runs_settings_once(db, monkeypatch, tmp_path):

@@ -126,6 +126,32 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
     assert errors["conv1"][0] < 1e-4 and errors["fc3"][0] < 1e-4
 
 
+def test_tune_covers_the_3d_unets_convolutions_and_the_tuned_step_still_matches(emulator):
+    """unet3d's tunable layer phases are its 3-D convolutions and transposed convolutions (their
+    shared variants run the GEMM core); a tuned tile runs in each, and the step matches NumPy."""
+    from tracker.gpu.network import Executor
+    from tracker.nets import build
+
+    net = build("unet3d", input_size="8", in_channels=1, base_filters=2, depth=2, classes=2)
+    found = tune.targets(net, batch=2, chosen={}, verify_batch=1, distinct=False)
+    assert {t.op for t in found} == {"conv3d", "convtranspose3d"}
+    assert {(t.layer, t.phase) for t in found} == {
+        (layer.name, phase) for layer in net.layers if layer.kind in ("conv", "convtranspose")
+        for phase in layer.phases}
+    rows = tune.search(emulator, [t for t in found if t.layer in ("enc1_conv2", "up1")], (Tile(64, 64, 8, split=2),),
+                       reps=1, device_name="CPU emulation", refine=False)
+    assert rows and all(r["verified"] for r in rows)
+    tuned = {f"{t.layer}/{t.phase}": "64x64x8/split2" for t in found}
+    emulator.log.clear()
+    run = Executor(emulator, net, batch=2, chosen={}, seed=5, tiles=tuned)
+    run.iteration()
+    assert {(r.context.layer.name, r.context.phase) for r in emulator.log if r.block == (64, 1, 1)} == {
+        (t.layer, t.phase) for t in found}
+    loss, expected, errors = step_errors(run)
+    assert loss == pytest.approx(expected, rel=1e-5)
+    assert max(max(pair) for pair in errors.values()) < 1e-4, errors
+
+
 def test_tune_then_tries_the_fastest_tiles_neighbours(emulator):
     """After the grid of shapes, the fastest verified tile's other pipeline depths and warp
     layout are tried too, each verified against the reference."""

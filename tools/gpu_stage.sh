@@ -24,8 +24,9 @@
 #   9  the new variants' speed (issue 30): the kernel benchmark (RESULTS.md: every variant against
 #      cuDNN); tracker tune of the Winograd and FFT variants' GEMMs (quick) into one database
 #  10 the U-Nets (issue 45): unet2d ours and PyTorch's on events at batch 16 and under ncu at batch
-#      2, compared; unet3d PyTorch's on events (batch 1, 128^3) and under ncu (batch 1, 64^3); the
-#      memory study up to out of memory (unet3d: PyTorch's arms; unet2d: both); paper 000's
+#      2, compared; unet3d ours and PyTorch's on events (batch 1, 128^3), compared, and under ncu
+#      (batch 1, 64^3); `tracker tune` of unet3d's 3-D convolutions; the memory study up to out of
+#      memory (both implementations); paper 000's
 #      what-ifs (unet2d: conv type and second-conv stride at batches 1 and 16)
 #  suite  the GPU suite (issue 43): `pytest -m gpu` on tests/test_gpu*.py, every command that needs
 #      a GPU at small sizes, each test asserting what it stored or wrote; each test's time in the
@@ -255,8 +256,13 @@ stage10() {
         && tracker compare 1 2 --db $U_DB --format csv > $W/unet2d-compare-b16.csv'
     step unet2d-ncu 150 'tracker profile unet2d --batch 2 --backend ncu --repeat 1 --db $U_DB \
         && tracker profile unet2d --batch 2 --impl torch --backend ncu --repeat 1 --db $U_DB'
-    step unet3d-torch 120 'tracker profile unet3d --batch 1 --impl torch --backend events --repeat 3 --db $U_DB \
+    step unet3d-events 150 'tracker profile unet3d --batch 1 --backend events --repeat 3 --db $U_DB \
+        && tracker profile unet3d --batch 1 --impl torch --backend events --repeat 3 --db $U_DB \
+        && tracker compare 5 6 --db $U_DB --format csv > $W/unet3d-compare-b1.csv'
+    step unet3d-ncu 240 'tracker profile unet3d --batch 1 --input-size 64 --backend ncu --repeat 1 --db $U_DB \
         && tracker profile unet3d --batch 1 --input-size 64 --impl torch --backend ncu --repeat 1 --db $U_DB'
+    step unet3d-tune 150 'tracker tune unet3d --batch 1 --quick --reps 3 --budget 140 --db $W/tuning-unet3d-$GPU.db \
+        --format csv > $W/tune-unet3d.csv'
     step memory-unet3d 120 'tracker experiment memory unet3d --vary input_size=64,128,192 --batches 1,4 \
         --backend events --repeat 1 --db $W/memory-$GPU.db --format csv > $W/memory-unet3d.csv'
     step memory-unet2d 60 'tracker experiment memory unet2d --vary input_size=256,1024 --batches 16 \

@@ -221,8 +221,8 @@ _ONE_GPU = ("--gpus on a GPU backend needs a cluster to place each arm on its GP
 
 
 def _runnable(plan: list[Arm], net: Network, echo: Callable[[str], None]) -> list[Arm]:
-    """The memory study's arms less ours where our kernels cannot run the network (unet3d's 3-D
-    convolutions): PyTorch's peak is still an answer, and an arm bound to fail is none."""
+    """The memory study's arms less ours where our kernels cannot run the network (unet2d's
+    separable convolutions: grouped): PyTorch's peak is still an answer, and an arm bound to fail is none."""
     from tracker.gpu.network import resolve
 
     kept = []

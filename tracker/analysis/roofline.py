@@ -68,6 +68,21 @@ def chart(store: Store, run_id: int) -> tuple[pd.DataFrame, str]:
         ["layer_id", "layer", "phase", "level", "intensity", "flops_per_s"]].reset_index(drop=True), basis
 
 
+def efficiency(store: Store, run_id: int) -> pd.DataFrame:
+    """Paper 001's per-layer figure: per layer phase that took time, its ``ms``, its share of the
+    step's kernel time (``share_pct``, summing to 100), the FLOP/s it achieved (the model's FLOPs
+    over that time) and that as a share of the device's FP32 peak (``peak_pct``; None without a
+    device). ``source``: measured or the model's prediction."""
+    frame = runtime(store, run_id)
+    frame = frame[frame["ms"] > 0]
+    peak = roofs(store, run_id)
+    flops = frame["ops"] / (frame["ms"] / 1e3)
+    return frame.assign(
+        share_pct=100 * frame["ms"] / frame["ms"].sum(), flops_per_s=flops,
+        peak_pct=100 * flops / peak.flops_per_s if peak else None,
+    )[["layer_id", "layer", "phase", "ms", "share_pct", "flops_per_s", "peak_pct", "source"]].reset_index(drop=True)
+
+
 def moves(store: Store, run_a: int, run_b: int) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """Run B's points, and per layer phase the move from run A's point to run B's at the level both
     share (DRAM with counters, the compulsory bytes without): x0, y0 -> x1, y1."""

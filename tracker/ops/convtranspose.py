@@ -103,7 +103,8 @@ def _register(dims: int, kind: str, cases: tuple[Case, ...]) -> Op:
         params=lambda layer: {"stride": layer.op.stride[0]}, arrays=_arrays, check=_check,
         torch_forward=_torch_forward, unsupported=_unsupported, small_cases=cases))
     for variant in ("global", "shared"):
-        op.add(variant, **_swapped(conv, variant))
+        launches = _swapped(conv, variant)
+        op.add(variant, fwd=launches["fwd"], bwd_data=launches["bwd_data"], bwd_weight=launches["bwd_weight"])
     return op
 
 

@@ -258,6 +258,25 @@ def _roofline(run: Run) -> Body:
                 points.drop(columns=["layer_id"]))
 
 
+EFFICIENCY_PANELS = [("ms", "time"), ("peak_pct", "of the FP32 peak"), ("share_pct", "of the step")]
+
+
+def _efficiency_finding(frame: pd.DataFrame, who: str) -> str:
+    """The layer phase that takes the largest share of the step, and how close to the peak it runs."""
+    top = _top(frame, "share_pct")
+    peak = f" at {units.percent(top['peak_pct'])} of the FP32 peak" if pd.notna(top["peak_pct"]) else ""
+    return f"{who}{top['layer']} {top['phase']} takes {units.percent(top['share_pct'])} of the step{peak}"
+
+
+def _efficiency(run: Run) -> Body:
+    frame = roofline.efficiency(run.store, run.id)
+    if frame.empty:
+        return Body(None, "no times", missing="profile with --device NAME for the model's times, or on a GPU")
+    figure = bars.grouped(frame.assign(run=f"run {run.id}"), "ms", "run", "Time, FLOP/s against the FP32 peak, "
+                          "and share of the step, per layer phase", run.sub, "time", panels=EFFICIENCY_PANELS)
+    return Body(figure, _efficiency_finding(frame, ""), frame.drop(columns=["layer_id"]))
+
+
 def _memory(run: Run) -> Body:
     from tracker.gpu.workload import is_module_spec
     from tracker.model import memory
@@ -393,6 +412,7 @@ RUN_SECTIONS = (  # in the page's order
     Spec("algorithms", "Algorithm per layer phase (cuDNN, cuBLAS)", "paper 004", _algorithms, _is_library),
     Spec("runtime", "Time per layer", "Figures 6/7", _runtime),
     Spec("roofline", "Roofline", "paper 000", _roofline),
+    Spec("efficiency", "Time, FLOP/s against the FP32 peak, and share of the step", "paper 001", _efficiency),
     Spec("memory", "GPU memory", "paper 002", _memory),
     Spec("fp_instructions", "FP32 instructions", "Figure 9", _fp),
     Spec("stalls", "Stall breakdown and what bounds each layer", "Figures 10/11", _stalls),
@@ -427,7 +447,31 @@ def for_comparison(a: Run, b: Run) -> list[Section]:
     table = both[["layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup", "change_pct",
                   "noise"]]
     return [Section("speedup", title, "Figure 8", bars.speedup(both[both["layer"] != "iteration"], title, sub),
-                    _speedup_finding(both), table), _moves(a.store, a.id, b.id, "roofline_moves", sub)]
+                    _speedup_finding(both), table), _side_by_side(a, b, sub),
+            _moves(a.store, a.id, b.id, "roofline_moves", sub)]
+
+
+def _side_by_side(a: Run, b: Run, sub: str) -> Section:
+    """Paper 001's per-layer figure for both runs (ours tuned beside cuDNN's, in a U-Net's report):
+    each layer phase's time, its FLOP/s against the FP32 peak and its share of the step."""
+    label = {a.id: f"run {a.id}: {_implementation(a.row)}", b.id: f"run {b.id}: {_implementation(b.row)}"}
+    frame = pd.concat([roofline.efficiency(run.store, run.id).assign(run=label[run.id]) for run in (a, b)],
+                      ignore_index=True)
+    title = f"Time, FLOP/s against the FP32 peak, and share of the step: run {a.id} beside run {b.id}"
+    if frame.empty:
+        return Section("efficiency_side_by_side", title, "paper 001", None, "no times")
+    finding = "; ".join(_efficiency_finding(part, f"{name}: ") for name, part in frame.groupby("run", sort=False))
+    return Section("efficiency_side_by_side", title, "paper 001",
+                   bars.grouped(frame, "ms", "run", title, sub, "time", panels=EFFICIENCY_PANELS), finding,
+                   frame.drop(columns=["layer_id"]))
+
+
+def _implementation(run: pd.Series) -> str:
+    """Whose kernels a run ran, in a legend's words: 'ours' ('ours, tuned' with `tracker tune`'s
+    tiles) or 'PyTorch 2.11.0 (cuDNN, cuBLAS)'."""
+    if _is_library(run):
+        return f"PyTorch {(run.get('library') or {}).get('torch')} (cuDNN, cuBLAS)"
+    return "ours, tuned" if run.get("tiles") else "ours"
 
 
 def _moves(store, run_a: int, run_b: int, key: str, sub: str, what: str = "") -> Section:

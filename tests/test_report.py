@@ -218,3 +218,15 @@ def test_memory_finding_rebuilds_the_network_with_its_options(runner, fresh_db, 
     assert peak != memory(build("unet2d"), 2, 32).peak_bytes  # the options matter to the figure
     assert f"GPU memory: the model's peak: {units.nbytes(peak)}\n" in result.output
     assert f"**Finding:** the model's peak: {units.nbytes(peak)}" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_the_command_that_fills_the_counters_rebuilds_the_same_network(runner, tmp_path):
+    """A U-Net built with options of its own is profiled with them again, not with the defaults."""
+    db = str(tmp_path / "t.db")
+    done = runner.invoke(cli, ["profile", "unet3d", "--batch", "1", "--input-size", "32", "--base-filters", "4",
+                               "--depth", "2", "--db", db])
+    assert done.exit_code == 0, done.output
+    result = runner.invoke(cli, ["report", "1", "--db", db, "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert ("`tracker profile unet3d --batch 1 --input-size 32x32x32 --base-filters 4 --depth 2 --backend ncu`"
+            in result.output)

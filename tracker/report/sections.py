@@ -205,7 +205,19 @@ def _fill_command(row: pd.Series) -> str:
     if is_module_spec(row["network"]):
         return f"tracker profile --torch {row['network']} --backend ncu"
     impl = f" --impl {row['implementation']}" if _is_library(row) else ""
-    return f"tracker profile {row['network']} --batch {row['batch']} --backend ncu{impl}"
+    return f"tracker profile {row['network']} --batch {row['batch']}{_network_flags(row)} --backend ncu{impl}"
+
+
+def _network_flags(row: pd.Series) -> str:
+    """The network options a run was built with that differ from the network's defaults, as flags."""
+    from tracker.nets import NETWORKS, build
+
+    options = row.get("network_options") or {}
+    if row["network"] not in NETWORKS or not options:
+        return ""
+    defaults = build(row["network"]).options
+    return "".join(f" --{name.replace('_', '-')} {value}" for name, value in options.items()
+                   if defaults.get(name) != value)
 
 
 def _top(frame: pd.DataFrame, column: str) -> pd.Series:

@@ -189,10 +189,10 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     assert {r["verified_on"] for r in rows if r["op"] in NOT_YET_ON_A_GPU} == {None}
     assert all(isinstance(r["changed_since"], bool) for r in rows if r["op"] not in NOT_YET_ON_A_GPU)
     # since the H200: conv2d.cu's data gradient takes the transposed convolution's bias, and
-    # maxpool.cu holds the 3-D pools; Winograd's kernels did not change
+    # maxpool.cu holds the 3-D pools; ReLU's kernels did not change
     changed = {(r["op"], r["variant"]) for r in rows if r["changed_since"]}
     assert {("conv", "global"), ("conv", "shared"), ("maxpool", "global"), ("maxpool", "shared")} <= changed
-    assert ("conv", "winograd") not in changed
+    assert ("relu", "global") not in changed
 
 
 @pytest.mark.slow  # compiles kernels with NVRTC

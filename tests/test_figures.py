@@ -120,3 +120,17 @@ def test_outputs_that_cannot_be_written_fail_in_one_line_before_any_work(runner,
     result = runner.invoke(cli, [*args, *(["--db", str(db)] if args[0] != "model" else [])])
     assert result.exit_code == 1 and result.output.count("\n") == 1 and message in result.output, result.output
     assert result.output.startswith("Error:") and not db.exists()  # refused before the store was opened
+
+
+def test_a_speedup_figure_signs_its_slowdowns():
+    """Most bars of an L1-bypass or fusion figure are slowdowns: their ticks read -40%, -20%, not 0 0 0."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"layer": ["conv1", "conv2", "conv3"], "phase": ["fwd", "bwd_data", "bwd_weight"],
+                          "speedup": [0.55, 0.8, 1.1], "change_pct": [-45.0, -20.0, 10.0],
+                          "noise": [False, False, True]})
+    fig = bars.speedup(frame, "l1-bypass", "a test")
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert {"-40%", "-20%", "0", "10%"} <= set(ticks), ticks
+    assert units.axis_tick("change_pct", -40) == "-40%" and units.axis_tick("ms", -0.002) == "-2 µs"

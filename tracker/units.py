@@ -155,10 +155,13 @@ def number(column: str, value: float) -> str:
 
 
 def axis_tick(column: str, value: float) -> str:
-    """A tick on an axis of the column's numbers: as short as exact ('10 ms', '2 TB/s', '50%')."""
+    """A tick on an axis of the column's numbers: as short as exact ('10 ms', '2 TB/s', '50%'),
+    signed where negative ('-25%': a speedup figure's slowdowns)."""
     kind = quantity(column)
-    if value <= 0:
+    if value == 0:
         return "0"
+    if value < 0:
+        return "-" + axis_tick(column, -value)
     if kind == "ms":
         return tick(value / 1e3, "s")
     if kind == "pct":

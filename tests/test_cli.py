@@ -96,6 +96,19 @@ def test_profile_runs_show_sql(runner, tmp_path):
     assert got.splitlines() == ["layer,ops", f"conv2,{128 * 2 * 256 * 27 * 27 * 96 * 25}"]
 
 
+def test_the_first_command_without_a_gpu_predicts_for_a_catalog_gpu_and_reports_in_full(runner, tmp_path):
+    """The README's first command on a machine with no GPU: the model predicts for the H100 and says
+    so, and the report draws time per layer, the roofline and memory from that run."""
+    db = tmp_path / "trace.db"
+    out = run(runner, "profile", "alexnet", "--batch", 128, "--db", db).output
+    assert "device: H100 SXM5 80GB, from the catalog (--device NAME predicts for another" in out
+    assert "times for the H100 SXM5 80GB" in out
+    run(runner, "report", 1, "--db", db, "--out", tmp_path / "report")
+    assert {"runtime", "roofline", "efficiency", "memory"} <= {p.stem for p in (tmp_path / "report").glob("*.svg")}
+    named = run(runner, "profile", "alexnet", "--batch", 2, "--device", "a100", "--db", db).output
+    assert "from the catalog" not in named and "times for the A100" in named
+
+
 def test_profile_json_reports_the_backend_and_why(runner, tmp_path):
     result = run(runner, "profile", "alexnet", "--db", tmp_path / "t.db", "--format", "json", "--device", "a100")
     summary = json.loads(result.stdout)[0]

@@ -42,6 +42,7 @@ class Profile:
     reason: str
     predictions: list[Prediction]
     memory: Memory
+    device: Device | None = None  # the device the predictions are for, if any
 
 
 class Choice(NamedTuple):
@@ -166,6 +167,7 @@ def profile_workload(
     link: Callable | None = None,
     untuned: bool = False,
     done: Callable | None = None,
+    model_device: Device | None = None,
 ) -> Profile:
     """Profile ``workload`` into the trace database ``db`` and return what was stored.
 
@@ -174,7 +176,8 @@ def profile_workload(
     nothing half-written (pass 1's launches and times stay when pass 2 does not finish).
     GEMM-shaped launches run the fastest verified tile `tracker tune` stored for this GPU and
     shape, unless ``untuned``. ``options``: the collector's settings, where to keep its report,
-    and how many measured iterations it profiles."""
+    and how many measured iterations it profiles. ``model_device``: the device a model run
+    predicts for where ``device`` names none (the CLI's catalog default), said through ``echo``."""
     from tracker.store import open_store, recording
 
     check_options(dtype_bits, options)
@@ -183,6 +186,10 @@ def profile_workload(
     library = _library(workload)
     choice = choose_backend(backend, options, workload.library)  # before the database: a refusal creates no file
     echo(f"backend: {choice.backend} ({choice.reason})")
+    if choice.backend == "model" and device is None and model_device is not None:
+        device = model_device
+        echo(f"device: {device.name}, from the catalog (--device NAME predicts for another; `tracker devices` "
+             "lists them)")
     if choice.backend != "model" and not workload.library:
         from tracker.gpu.network import check_indexing
 
@@ -212,7 +219,7 @@ def profile_workload(
             choice, predictions = _measure(run, choice, backend == "auto", workload, device, dtype_bits,
                                            options.iterations, echo)
     store.dispose()
-    return Profile(run.run_id, store.where, choice.backend, choice.reason, predictions, peak)
+    return Profile(run.run_id, store.where, choice.backend, choice.reason, predictions, peak, device)
 
 
 def check_options(dtype_bits: int, options: Options) -> None:

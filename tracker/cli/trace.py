@@ -10,6 +10,7 @@ from tracker.cli.options import db_option, emit, expanded, format_option, ncu_op
 from tracker.cli.output import cell, stream, to_json
 from tracker.errors import TrackerError
 from tracker.model import lookup
+from tracker.model.devices import MODEL_DEFAULT
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import build
 from tracker.gpu.workload import IMPLEMENTATIONS, Workload
@@ -107,13 +108,13 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
                       counter_iterations)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = profile_workload(db, workload, backend=backend, device=gpu, dtype_bits=int(dtype_bits), options=options,
-                              echo=say, untuned=untuned)
+                              echo=say, untuned=untuned, model_device=None if gpu else lookup(MODEL_DEFAULT))
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)
     summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,
                "network": net.name, "implementation": implementation, "batch": batch, "layers": len(net.layers),
                "predictions": len(result.predictions), "ops": ops, "bytes": nbytes,
-               "predicted_ms": sum(p.predicted_ms or 0.0 for p in result.predictions) if gpu else None,
+               "predicted_ms": sum(p.predicted_ms or 0.0 for p in result.predictions) if result.device else None,
                "predicted_peak_bytes": result.memory.peak_bytes, "measured": result.backend != "model",
                "counter_iterations": counter_iterations if result.backend in COLLECTORS else None}
     if fmt != "table":
@@ -124,7 +125,7 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
                f"{cell('bytes', nbytes)} compulsory traffic, peak memory {cell('bytes', result.memory.peak_bytes)}")
     if result.backend == "model":
         click.echo("  these are analytic predictions: nothing was measured" +
-                   ("" if gpu else " (add --device NAME for roofline times)"))
+                   (f", times for the {result.device.name}" if result.device else ""))
     if result.backend == "model" and (variants or l1_bypass or staged):
         click.echo("  --variant, --l1-bypass and --staged are recorded on the run; "
                    "the model's compulsory bytes do not depend on them")

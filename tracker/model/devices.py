@@ -210,6 +210,11 @@ def _index() -> dict[str, list[Device]]:
 AMBIGUOUS = {"titanx": ("gtx-titan-x", "titan-x-pascal")}
 
 
+# The catalog GPU `tracker profile` predicts for when no GPU runs the workload and --device names
+# none: the GPU this project's recordings come from, so the first command's report is whole.
+MODEL_DEFAULT = "h100-sxm"
+
+
 def lookup(name: str) -> Device:
     """The device called ``name``: a catalog key, a marketing name or a CUDA device name."""
     if not name.strip():

@@ -31,7 +31,7 @@ def test_an_upgrade_to_v9_counts_every_iteration_of_a_run_with_counters(runner, 
     profile(db, build("alexnet"), 16, backend="model", device=lookup("h100"))  # run 2: no counters
     as_v8(db)
     upgraded = runner.invoke(cli, ["upgrade", "--db", db])
-    assert upgraded.exit_code == 0 and "trace schema v9" in upgraded.output, upgraded.output
+    assert upgraded.exit_code == 0 and "trace schema v8 -> v9, every run kept" in upgraded.output, upgraded.output
     store = open_store(db, write=False)
     assert run_sql(store, "SELECT id, repeat, counter_iterations FROM run ORDER BY id")[1] == [(1, 3, 3), (2, 0, None)]
     assert run_sql(store, "SELECT run_id, counter_iterations FROM run_summary ORDER BY run_id")[1] == [(1, 3), (2, None)]

@@ -267,7 +267,9 @@ def test_a_v2_database_is_upgraded_in_place_keeping_its_runs(runner, tmp_path):
     assert runner.invoke(cli, ["upgrade", "--db", str(tmp_path / "typo.db")]).exit_code == 1
     assert not (tmp_path / "typo.db").exists()
     upgraded = runner.invoke(cli, ["upgrade", "--db", str(db)])
-    assert upgraded.exit_code == 0 and f"trace schema v{SCHEMA_VERSION}" in upgraded.output
+    assert upgraded.exit_code == 0 and f"trace schema v2 -> v{SCHEMA_VERSION}, every run kept" in upgraded.output
+    again = runner.invoke(cli, ["upgrade", "--db", str(db)])
+    assert again.exit_code == 0 and f"trace schema v{SCHEMA_VERSION}, already this tracker's" in again.output
     runs = runner.invoke(cli, ["runs", "--db", str(db), "--format", "csv"])
     assert runs.exit_code == 0 and runs.output.splitlines()[1].startswith("1,complete,alexnet")
     assert runner.invoke(cli, ["experiments", "--db", str(db)]).output.startswith("no experiments yet")

@@ -355,4 +355,7 @@ def upgrade(db):
         raise StoreError(f"no trace database at {Path(target).absolute()}")
     store = open_store(target, write=True)
     store.dispose()
-    click.echo(f"{store.where}: trace schema v{SCHEMA_VERSION}")
+    if store.upgraded_from is None:
+        click.echo(f"{store.where}: trace schema v{SCHEMA_VERSION}, already this tracker's")
+    else:
+        click.echo(f"{store.where}: trace schema v{store.upgraded_from} -> v{SCHEMA_VERSION}, every run kept")

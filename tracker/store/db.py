@@ -43,6 +43,7 @@ class Store:
     engine: Engine
     where: str  # the path, or the URL without its password, for messages
     writable: bool
+    upgraded_from: int | None = None  # the schema version opening it to write migrated from
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -199,6 +200,7 @@ def _prepare(store: Store) -> None:
             if state == "empty" and store.writable:
                 lifecycle.create(conn, store.where)
             elif state == "older" and store.writable:
+                store.upgraded_from = lifecycle.version(conn)
                 lifecycle.migrate(conn, store.where)
             elif state == "older":
                 raise StoreError(f"{store.where} has an older trace schema than this tracker's "

@@ -38,6 +38,13 @@ def check(conn: Connection, where: str) -> str:
     return "current" if version == SCHEMA_VERSION else "older"
 
 
+def version(conn: Connection) -> int:
+    """The schema version a database of ours holds (``check`` first)."""
+    found = conn.execute(select(SchemaInfo.version)).scalar()
+    conn.rollback()
+    return int(found)
+
+
 def create(conn: Connection, where: str) -> None:
     with conn.begin():
         if conn.dialect.name == "postgresql":

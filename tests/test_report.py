@@ -52,6 +52,12 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     # The K20c's roofs are the catalog's (3.52 TFLOP/s over 208 GB/s: the ridge at 16.9 FLOP/B).
     assert ("**Finding:** fastest: conv1 fwd at 26.6 GFLOP/s, 0.756% of the FP32 roof; 3 of 4 layer phases lie "
             "left of the DRAM ridge (16.9 FLOP/B): memory-bound") in md
+    # each paper is named where the page first uses its number, and listed at the end
+    assert md.count("_paper 003 (Dong, Gong, Sun, Baruah and Kaeli, Characterizing the Microarchitectural") == 1
+    assert "_paper 003 Figures 10/11_" in md and md.count("Salim, Dawwd and Ali") == 2  # its label, the list
+    assert md.rstrip().endswith("- paper 003: Dong, Gong, Sun, Baruah and Kaeli, Characterizing the "
+                                "Microarchitectural Implications of a Convolutional Neural Network (CNN) Execution "
+                                "on GPUs (ICPE'18)")
     # paper 001's figure: 4 timed layer phases, pool1's the largest share of their time
     assert "**Finding:** pool1 fwd takes 25.0% of the step at 0.00225% of the FP32 peak" in md
     assert "None" not in md and "nan" not in md.lower().replace("nanosecond", "")

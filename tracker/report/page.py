@@ -12,6 +12,7 @@ import pandas as pd
 
 from tracker import units
 from tracker.report import Report, Section
+from tracker.report.papers import cite, references
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1400px;margin:auto;padding:1em 2em;color:#222;line-height:1.45}
@@ -70,8 +71,9 @@ def _html(report: Report) -> str:
     if folded:
         parts.append("<li><a href='#not-collected'>Not collected in this run</a></li>")
     parts.append("</ol></nav>")
+    seen: set[str] = set()
     for s in _drawn(report):
-        parts += [f"<section id='{s.key}'><h2>{e(s.title)} <small>({e(s.paper)})</small></h2>",
+        parts += [f"<section id='{s.key}'><h2>{e(s.title)} <small>({e(cite(s.paper, seen))})</small></h2>",
                   f"<p class='finding'>{e(s.finding)}</p>"]
         if s.figure is not None:
             parts.append(f"<img src='{s.key}.svg' alt='{e(s.title)}'>")
@@ -85,6 +87,9 @@ def _html(report: Report) -> str:
         command = report.fill_command
         parts.append(f"<section id='not-collected'><h2>Not collected in this run</h2><p class='missing'>{e(folded)} "
                      f"Fill them with <code>{e(command)}</code> on a GPU.</p></section>")
+    if seen:
+        parts += ["<section id='references'><h2>References</h2><ul>",
+                  *(f"<li>{e(line)}</li>" for line in references(seen)), "</ul></section>"]
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -110,8 +115,9 @@ def _markdown(report: Report) -> str:
         lines.append(f"{len(_drawn(report)) + 1}. [Not collected in this run](#not-collected-in-this-run)")
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in _about_rows(report.about)]
+    seen: set[str] = set()
     for s in _drawn(report):
-        lines += ["", f"## {s.title}", "", f"_{s.paper}_", "", f"**Finding:** {s.finding}", ""]
+        lines += ["", f"## {s.title}", "", f"_{cite(s.paper, seen)}_", "", f"**Finding:** {s.finding}", ""]
         if s.figure is not None:
             lines += [f"![{s.title}]({s.key}.png)", ""]
         if s.missing:
@@ -121,4 +127,6 @@ def _markdown(report: Report) -> str:
             lines += ["| " + " | ".join(row) + " |" for row in table_cells(s.table)]
     if folded:
         lines += ["", "## Not collected in this run", "", f"{folded} Fill them with `{report.fill_command}` on a GPU."]
+    if seen:
+        lines += ["", "## References", "", *(f"- {line}" for line in references(seen))]
     return "\n".join(lines) + "\n"

@@ -46,6 +46,38 @@ def test_a_skip_is_read_twice_and_its_gradient_summed_in_its_first_backward_phas
     assert sum(kernels.count("grad_accumulate") for kernels in by_phase.values()) == 2  # one per skip
 
 
+@pytest.mark.parametrize("name, chosen", [("unet2d", {"concat": "inplace"}),
+                                          ("unet2d", {"concat": "inplace", "conv": "fused"}),
+                                          ("unet3d", {"concat": "inplace"})])
+def test_concatenation_in_place_at_batch_1_copies_nothing_and_matches(emulator, name, chosen):
+    """Producers write their slices of the joined tensor (a fused conv its ReLU's), the joined
+    gradient's slices are its inputs' gradients (the skip's added by the accumulate op), and no
+    concat kernel runs; the step equals the reference. At batch 2 a slice is no contiguous array:
+    the copy runs."""
+    from tracker.gpu.network import IN_PLACE, storage
+
+    options = {"input_size": "8", "in_channels": 1, "base_filters": 2, "depth": 2, "classes": 2}
+    net = build(name, **options)
+    variants = resolve(net, chosen, batch=1)
+    joins = [layer for layer in net.layers if layer.kind == "concat"]
+    assert {variants[layer.name] for layer in joins} == {IN_PLACE}
+    assert {resolve(net, chosen, batch=2)[layer.name] for layer in joins} == {"global"}
+    emulator.log.clear()
+    run = Executor(emulator, net, batch=1, chosen=chosen, seed=6)
+    run.iteration()
+    assert not [r for r in emulator.log if r.kernel.startswith("concat")]
+    for layer in joins:  # each input's array is its slice of the joined one: the same memory
+        joined = run.t.act[layer.name]
+        for name in layer.inputs:
+            run.t.act[storage(net, name, variants)].fill(7.0)
+        assert (run.b.asnumpy(joined) == 7.0).all()
+    run = Executor(emulator, net, batch=1, chosen=chosen, seed=6)
+    run.iteration()
+    loss, expected, errors = step_errors(run)
+    assert loss == pytest.approx(expected, rel=1e-5)
+    assert max(max(pair) for pair in errors.values()) < 1e-4, errors
+
+
 def test_a_fused_conv_does_not_absorb_a_relu_whose_output_two_layers_read():
     variants = resolve(small_unet(), {"conv": "fused"})
     assert variants["enc1_relu1"] == variants["dec1_relu2"] == FUSED_INTO  # read once: absorbed

@@ -249,7 +249,7 @@ def _planned(store, workload: Workload, untuned: bool, echo: Callable[[str], Non
 
     if workload.library:
         return workload.planned_in_training_order()
-    steps = plan(workload.net, workload.variants, workload.phases)
+    steps = plan(workload.net, workload.variants, workload.phases, workload.batch)
     return workload.planned(steps, {} if untuned else _tuned(store, workload, steps, echo))
 
 

@@ -65,11 +65,11 @@ def targets(net: Network, batch: int, chosen: dict[str, str], verify_batch: int 
             distinct: bool = True, steps: Sequence[Step] | None = None) -> list[Target]:
     """The tunable layer phases of ``net``'s plan (``steps``, where the caller has planned it);
     ``distinct``: one per (op, variant, phase, shape)."""
-    from tracker.gpu.network import FUSED_INTO, plan
+    from tracker.gpu.network import LAUNCHES_NOTHING, plan
 
     found: dict[tuple, Target] = {}
-    for step in plan(net, chosen) if steps is None else steps:
-        if step.variant == FUSED_INTO:
+    for step in plan(net, chosen, batch=batch) if steps is None else steps:
+        if step.variant in LAUNCHES_NOTHING:
             continue
         op = OPS.of(step.layer)
         if not op.variant(step.variant).launches[step.phase].tunable:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from tracker.gpu.workload import Workload
 
 FUSED_INTO = "fused-into-previous"  # a layer folded into the variant before it (a ReLU into a fused conv)
+IN_PLACE = "in-place"  # a layer whose output is its inputs' storage (a concatenation whose producers write it)
+LAUNCHES_NOTHING = (FUSED_INTO, IN_PLACE)
 INDEX_LIMIT = 2**31 - 1  # the kernels index an array with 32-bit ints (cheaper address arithmetic)
 
 
@@ -53,12 +55,13 @@ class Step:
     variant: str  # FUSED_INTO: nothing launches, the layer before did the work
 
 
-def resolve(net: Network, chosen: dict[str, str]) -> dict[str, str]:
+def resolve(net: Network, chosen: dict[str, str], batch: int | None = None) -> dict[str, str]:
     """The variant of every layer: the chosen one for its op, else the op's default. A variant
     that absorbs the next layer (the fused conv or linear, a ReLU) needs that layer right after it
     and alone reading it, and the absorbed layer's output read by one layer at most (a gradient
     summed from several readers has no phase of its own to be summed in), else its fallback runs
-    (fc8 feeds softmax: it runs shared); the absorbed layer launches nothing."""
+    (fc8 feeds softmax: it runs shared); the absorbed layer launches nothing. An in-place variant
+    (the concatenation's) is IN_PLACE where ``placeable`` says so at ``batch``, else its fallback."""
     missing = {f"{layer.kind} ({len(layer.output_shape) - 1}-D)" if any(op.kind == layer.kind for op in OPS)
                else layer.kind: None for layer in net.layers if OPS.find(layer) is None}
     missing |= {f"{layer.kind} ({why})": None for layer in net.layers
@@ -68,6 +71,7 @@ def resolve(net: Network, chosen: dict[str, str]) -> dict[str, str]:
     OPS.check_chosen(chosen)  # an API or workload caller skips parse_variants: check here too
     variants: dict[str, str] = {}
     read_by = readers(net)
+    placed: set[str] = set()  # the layers whose storage an IN_PLACE layer holds
     for i, layer in enumerate(net.layers):
         if variants.get(layer.name) == FUSED_INTO:
             continue
@@ -80,15 +84,42 @@ def resolve(net: Network, chosen: dict[str, str]) -> dict[str, str]:
                 variants[after.name] = FUSED_INTO
             elif variant.fallback:
                 variant = op.variant(variant.fallback)
+        if variant.in_place:
+            if placeable(net, layer, batch, variants, placed):
+                variants[layer.name] = IN_PLACE
+                continue
+            variant = op.variant(variant.fallback or op.default)
         variants[layer.name] = variant.name
     return variants
 
 
-def plan(net: Network, chosen: dict[str, str], phases: str = "both") -> list[Step]:
+def storage(net: Network, name: str, variants: dict[str, str]) -> str:
+    """The layer whose output array holds activation ``name``: a layer fused into the one before
+    it writes nothing of its own (a fused conv writes its ReLU's output)."""
+    while variants.get(name) == FUSED_INTO:
+        name = net.layer(name).inputs[0]
+    return name
+
+
+def placeable(net: Network, layer: Layer, batch: int | None, variants: dict[str, str], placed: set[str]) -> bool:
+    """Whether ``layer``'s inputs can be laid out as slices of its output, which their producers
+    then write: at batch 1 (a channel slice of a larger batch is no contiguous array, and the
+    kernels take contiguous ones), each input a layer's output ("input" is the caller's), held by
+    no other in-place layer; ``placed`` gains them."""
+    if batch != 1 or "input" in layer.inputs or len(set(layer.inputs)) < len(layer.inputs):
+        return False
+    owners = {storage(net, name, variants) for name in layer.inputs}
+    if len(owners) < len(layer.inputs) or owners & placed:
+        return False
+    placed |= owners
+    return True
+
+
+def plan(net: Network, chosen: dict[str, str], phases: str = "both", batch: int | None = None) -> list[Step]:
     """The network's training order (``Network.training_order``: forward, then backward in
-    reverse, weight gradient before data gradient), each layer phase with its variant.
-    ``phases``: fwd, bwd or both."""
-    variants = resolve(net, chosen)
+    reverse, weight gradient before data gradient), each layer phase with its variant at
+    ``batch`` (``resolve``). ``phases``: fwd, bwd or both."""
+    variants = resolve(net, chosen, batch)
     return [Step(layer, phase, variants[layer.name]) for layer, phase in net.training_order(phases)]
 
 
@@ -168,23 +199,34 @@ class Executor:
         check_indexing(net, batch)
         self.b, self.net, self.batch = backend, net, batch
         self.tiles = {key: Tile.parse(label) for key, label in (tiles or {}).items()}  # 'layer/phase' -> tuned
-        self.steps = plan(net, chosen, phases) if steps is None else steps
-        self.variants = resolve(net, chosen)
+        self.steps = plan(net, chosen, phases, batch) if steps is None else steps
+        self.variants = resolve(net, chosen, batch)
         rng = np.random.default_rng(seed + 1)
         t = self.t = Tensors()
         t.act["input"] = backend.asarray(rng.normal(size=(batch, *net.input_shape)).astype(np.float32))
+        slices, grad_slices = self._in_place(backend, batch)
         for layer in net.layers:
             shape = (batch, *layer.output_shape)
-            fused = self.variants[layer.name] == FUSED_INTO
-            t.act[layer.name] = t.act[layer.inputs[0]] if fused else backend.empty(shape)
-            t.grad[layer.name] = backend.empty(shape)
+            if self.variants[layer.name] == FUSED_INTO:
+                t.act[layer.name] = t.act[layer.inputs[0]]
+            elif layer.name in slices:
+                t.act[layer.name] = slices[layer.name]
+            elif layer.name not in t.act:
+                t.act[layer.name] = backend.empty(shape)
+            if layer.name not in t.grad:  # an IN_PLACE layer's is there already
+                t.grad[layer.name] = backend.empty(shape)
+        read_by = readers(net)
+        for (name, reader), part in grad_slices.items():  # an IN_PLACE layer's share of an input's gradient
+            if read_by[name][0].name == reader:
+                t.grad[name] = part
         for layer in net.layers:  # a fused conv reads its ReLU's output gradient
             if self.variants[layer.name] == FUSED_INTO:
                 t.grad[layer.inputs[0]] = t.grad[layer.name]
-        for name, read_by in readers(net).items():
+        for name, reading in read_by.items():
             if name in t.grad:
-                for reader in read_by[1:]:
-                    t.shares[(name, reader.name)] = backend.empty(t.grad[name].shape)
+                for reader in reading[1:]:
+                    t.shares[(name, reader.name)] = grad_slices.get((name, reader.name),
+                                                                    backend.empty(t.grad[name].shape))
         self.summed_before = self._first_backward_steps()
         for name, (w, b) in initial_parameters(net, seed).items():
             t.params[name] = (backend.asarray(w), None if b is None else backend.asarray(b))
@@ -196,6 +238,27 @@ class Executor:
                                             backend.asarray(np.zeros(c, np.float32)), backend.asarray(np.ones(c, np.float32)))
         t.labels = backend.asarray(labels(net, batch, rng))
         t.loss = backend.empty((batch,))
+
+    def _in_place(self, backend: Backend, batch: int) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+        """Each IN_PLACE layer's output and output gradient (in ``self.t``), and their channel
+        slices: {the layer whose output array holds an input: its slice of the output}, and
+        {(input, the IN_PLACE layer): its slice of the output gradient, that layer's share of the
+        input's gradient}. Contiguous views: ``placeable`` allows batch 1 alone."""
+        slices: dict[str, Any] = {}
+        grad_slices: dict[tuple[str, str], Any] = {}
+        for layer in self.net.layers:
+            if self.variants[layer.name] != IN_PLACE:
+                continue
+            shape = (batch, *layer.output_shape)
+            y = self.t.act[layer.name] = backend.empty(shape)
+            dy = self.t.grad[layer.name] = backend.empty(shape)
+            first = 0
+            for name in layer.inputs:
+                last = first + self.net.shape_of(name)[0]
+                slices[storage(self.net, name, self.variants)] = y[:, first:last]
+                grad_slices[(name, layer.name)] = dy[:, first:last]
+                first = last
+        return slices, grad_slices
 
     def _first_backward_steps(self) -> dict[tuple[str, str], list[Any]]:
         """(layer, phase) of the first backward step of each layer whose output gradient has
@@ -232,7 +295,7 @@ class Executor:
     def run(self, step: Step) -> None:
         for share in self.summed_before.get((step.layer.name, step.phase), ()):
             OPS["accumulate"].launch(self.b, "global", "bwd_data", Arrays(dy=self.t.grad[step.layer.name], dx2=share))
-        if step.variant == FUSED_INTO:
+        if step.variant in LAUNCHES_NOTHING:
             return
         op = OPS.of(step.layer)
         tile = self.tiles.get(f"{step.layer.name}/{step.phase}")  # `tracker tune`'s, for this GPU and shape

@@ -36,7 +36,7 @@ class PlannedStep(NamedTuple):
 
     layer: str
     phase: str
-    variant: str  # tracker.gpu.network.FUSED_INTO: nothing launches, the layer before did the work
+    variant: str  # tracker.gpu.network.LAUNCHES_NOTHING: fused into the layer before, or in place
 
 
 @dataclass(frozen=True)

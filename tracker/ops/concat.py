@@ -9,6 +9,7 @@ only the first input's shape."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -117,3 +118,11 @@ CONCAT.add("global", fwd=launch(_fwd_global, "concat.cu:concat_fwd_global"),
            bwd_data=launch(_bwd_global, "concat.cu:concat_bwd_global"))
 CONCAT.add("shared", fwd=launch(_fwd_shared, "concat.cu:concat_fwd_shared"),
            bwd_data=launch(_bwd_shared, "concat.cu:concat_bwd_shared"))
+# No copy: the producers write straight into their slice of the joined tensor, and the readers of
+# its gradient read theirs (tracker/gpu/network.py, in_place). A channel slice is contiguous only at
+# batch 1 (an image stride in every kernel that writes or reads a slice would lift that); elsewhere
+# the global copy runs. Not the default: it applies at batch 1 alone, and it is not measured yet.
+_COPY = CONCAT.variants["global"].launches
+CONCAT.add("inplace", in_place=True, fallback="global",
+           **{phase: replace(run, note="in place at batch 1 (nothing launches); elsewhere global's copy")
+              for phase, run in _COPY.items()})

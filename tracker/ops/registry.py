@@ -67,13 +67,17 @@ def launch(run: Launcher, *kernels: str, note: str = "", tunable: bool = False,
 @dataclass(frozen=True)
 class Variant:
     """One implementation of an op. ``absorbs``: the kind of a following layer it folds into its
-    epilogue (the fused conv absorbs a ReLU, which then launches nothing); ``fallback``: the
-    variant that runs instead where there is no such layer to absorb."""
+    epilogue (the fused conv absorbs a ReLU, which then launches nothing); ``in_place``: the op's
+    output is its inputs' storage, which their producers write (the concatenation's slices), so it
+    launches nothing; ``fallback``: the variant that runs instead where the plan allows neither
+    (no such layer to absorb; inputs that cannot be laid out in place). An in-place variant's
+    launches are its fallback's, what runs where it cannot be in place."""
 
     name: str
     launches: dict[str, Launch]
     absorbs: str | None = None
     fallback: str | None = None
+    in_place: bool = False
     # The selftest's tolerance over the op's: an algorithm that trades rounding for multiplies
     # (Winograd's transforms) is held to a bound set from its measured error.
     error_scale: float = 1.0
@@ -121,7 +125,7 @@ class Op:
         return (self.layer_kind or self.kind) == layer.kind and self.dims in (0, len(layer.output_shape) - 1)
 
     def add(self, name: str, absorbs: str | None = None, fallback: str | None = None, error_scale: float = 1.0,
-            **launches: Launch) -> Variant:
+            in_place: bool = False, **launches: Launch) -> Variant:
         """Register variant ``name`` with a Launch for each of the op's phases."""
         if set(launches) != set(self.phases):
             raise TrackerError(f"{self.kind} variant {name!r} must launch {', '.join(self.phases)}; "
@@ -129,7 +133,7 @@ class Op:
         if name in self.variants:
             raise TrackerError(f"{self.kind} already has a variant {name!r}")
         filled = {phase: replace(launches[phase], op=self.kind, phase=phase, variant=name) for phase in self.phases}
-        self.variants[name] = Variant(name, filled, absorbs, fallback, error_scale)
+        self.variants[name] = Variant(name, filled, absorbs, fallback, in_place=in_place, error_scale=error_scale)
         return self.variants[name]
 
     def variant(self, name: str) -> Variant:

@@ -216,8 +216,8 @@ class Executor:
             if layer.name not in t.grad:  # an IN_PLACE layer's is there already
                 t.grad[layer.name] = backend.empty(shape)
         read_by = readers(net)
-        for (name, reader), part in grad_slices.items():  # an IN_PLACE layer's share of an input's gradient
-            if read_by[name][0].name == reader:
+        for (name, joined), part in grad_slices.items():  # an IN_PLACE layer's share of an input's gradient
+            if read_by[name][0].name == joined:
                 t.grad[name] = part
         for layer in net.layers:  # a fused conv reads its ReLU's output gradient
             if self.variants[layer.name] == FUSED_INTO:
@@ -225,8 +225,8 @@ class Executor:
         for name, reading in read_by.items():
             if name in t.grad:
                 for reader in reading[1:]:
-                    t.shares[(name, reader.name)] = grad_slices.get((name, reader.name),
-                                                                    backend.empty(t.grad[name].shape))
+                    key = (name, reader.name)
+                    t.shares[key] = grad_slices[key] if key in grad_slices else backend.empty(t.grad[name].shape)
         self.summed_before = self._first_backward_steps()
         for name, (w, b) in initial_parameters(net, seed).items():
             t.params[name] = (backend.asarray(w), None if b is None else backend.asarray(b))

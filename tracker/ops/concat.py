@@ -122,7 +122,6 @@ CONCAT.add("shared", fwd=launch(_fwd_shared, "concat.cu:concat_fwd_shared"),
 # its gradient read theirs (tracker/gpu/network.py, in_place). A channel slice is contiguous only at
 # batch 1 (an image stride in every kernel that writes or reads a slice would lift that); elsewhere
 # the global copy runs. Not the default: it applies at batch 1 alone, and it is not measured yet.
-_COPY = CONCAT.variants["global"].launches
-CONCAT.add("inplace", in_place=True, fallback="global",
-           **{phase: replace(run, note="in place at batch 1 (nothing launches); elsewhere global's copy")
-              for phase, run in _COPY.items()})
+_COPY = {phase: replace(run, note="in place at batch 1 (nothing launches); elsewhere global's copy")
+         for phase, run in CONCAT.variants["global"].launches.items()}
+CONCAT.add("inplace", in_place=True, fallback="global", fwd=_COPY["fwd"], bwd_data=_COPY["bwd_data"])

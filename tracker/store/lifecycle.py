@@ -40,9 +40,9 @@ def check(conn: Connection, where: str) -> str:
 
 def version(conn: Connection) -> int:
     """The schema version a database of ours holds (``check`` first)."""
-    found = conn.execute(select(SchemaInfo.version)).scalar()
+    found = conn.execute(select(SchemaInfo.version)).scalar_one()
     conn.rollback()
-    return int(found)
+    return found
 
 
 def create(conn: Connection, where: str) -> None:

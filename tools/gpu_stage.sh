@@ -261,6 +261,9 @@ stage10() {
         && tracker compare 5 6 --db $U_DB --format csv > $W/unet3d-compare-b1.csv'
     step unet3d-ncu 240 'tracker profile unet3d --batch 1 --input-size 64 --backend ncu --repeat 1 --db $U_DB \
         && tracker profile unet3d --batch 1 --input-size 64 --impl torch --backend ncu --repeat 1 --db $U_DB'
+    step concat-ways 90 'C_DB=$W/concat-$GPU.db; tracker profile unet3d --batch 1 --variant concat=global --backend events \
+        --repeat 5 --db $C_DB && tracker profile unet3d --batch 1 --variant concat=inplace --backend events --repeat 5 \
+        --db $C_DB && tracker compare 1 2 --db $C_DB --format csv > $W/concat-copy-vs-inplace.csv'
     step unet3d-tune 150 'tracker tune unet3d --batch 1 --quick --reps 3 --budget 140 --db $W/tuning-unet3d-$GPU.db \
         --format csv > $W/tune-unet3d.csv'
     step memory-unet3d 120 'tracker experiment memory unet3d --vary input_size=64,128,192 --batches 1,4 \

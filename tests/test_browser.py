@@ -90,7 +90,7 @@ def _screenshot(driver, height: int, name: str) -> None:
 def test_the_report_renders_in_a_real_browser(browser, tmp_path, make, figures):
     store, target = make(tmp_path)
     out = tmp_path / "report"
-    _, built = report(store, target, out)
+    _, built, _ = report(store, target, out)
     assert {s.key for s in built.sections if s.figure is not None} == figures
     found = _page_problems(browser, out / "index.html")
     assert found["complete"] and found["images"] == len(figures) and found["broken"] == [], found

@@ -124,7 +124,7 @@ def check_report(runner, db: str, target: str, out: Path, counters: bool | None 
     svg, png = ({p.stem for p in out.glob(f"*.{ext}")} for ext in ("svg", "png"))
     shown = re.findall(r"<img src='([^']+)\.svg'", (out / "index.html").read_text())
     assert sorted(shown) == sorted(svg) == sorted(png) != [], f"each figure in files of its own: {sorted(shown)}"
-    assert result.stdout.startswith(f"{len(shown)} figures of "), result.output
+    assert result.stdout.startswith(f"{len(shown)} figure{'s' if len(shown) != 1 else ''} of "), result.output
     assert (out / "report.md").read_text().startswith("#")
     if counters is not None:
         assert ("not collected (no counters)" in result.stdout) is not counters

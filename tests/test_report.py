@@ -236,3 +236,33 @@ def test_the_command_that_fills_the_counters_rebuilds_the_same_network(runner, t
     assert result.exit_code == 0, result.output
     assert ("`tracker profile unet3d --batch 1 --input-size 32x32x32 --base-filters 4 --depth 2 --backend ncu`"
             in result.output)
+
+
+def test_a_reused_output_folder_shows_the_new_report_alone(runner, db, tmp_path):
+    """A run report's figures, then an experiment's into the same folder: the run's figures go,
+    said on stderr; a folder without a report's pages keeps its own images."""
+    out = tmp_path / "report"
+    assert runner.invoke(cli, ["report", "1", "--db", db, "--out", str(out)]).exit_code == 0
+    assert (out / "stalls.svg").exists()
+    again = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert not (out / "stalls.svg").exists() and not (out / "stalls.png").exists()
+    assert "removed 12 figure files an earlier report left in" in again.stderr
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "holiday.png").write_bytes(b"not a report's")
+    assert runner.invoke(cli, ["report", "1", "--db", db, "--out", str(mine)]).exit_code == 0
+    assert (mine / "holiday.png").read_bytes() == b"not a report's"
+
+
+def test_tables_have_human_headers_and_no_blank_column(runner, db, tmp_path):
+    """A model run has no spread and no launches: those columns are left out, not left blank; a
+    header names its quantity, which its cells carry in their own unit."""
+    result = runner.invoke(cli, ["report", "2", "--db", db, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "report.md").read_text()
+    runtime = md[md.index("## Time per layer"):md.index("## Roofline")]
+    head = next(line for line in runtime.splitlines() if line.startswith("| layer"))
+    assert head == "| layer | phase | time | predicted (time) | source |"
+    assert "[![Time per layer](runtime.png)](runtime.svg)" in md
+    assert result.output.startswith("4 figures of 11 sections in ")

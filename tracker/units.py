@@ -10,6 +10,7 @@ on every surface.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"),
@@ -130,6 +131,29 @@ def quantity(column: str) -> str:
     if name.endswith("_id") or name in ("id", "batch", "repeat", "repeats", "position", "launches"):
         return "id"
     return "count"
+
+
+_HEADER_UNITS = {"ms": "time", "pct": "%", "B/s": "B/s", "FLOP/s": "FLOP/s", "/s": "per s", "bytes": "bytes",
+                 "KiB": "KiB", "ratio": "x", "intensity": "FLOP/B"}
+_UNIT_SUFFIX = re.compile(r"_(ms|pct|percent|per_s|per_second|bytes|kib)$|^ms_", re.I)
+
+
+def count_of(n: int, noun: str) -> str:
+    """'1 figure', '3 figures': a count with its noun in the right number."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def header(column: str) -> str:
+    """A column's name as a table's header: words, and the quantity its cells are in where they
+    carry a unit ('batch_16_per_image_ms' -> 'batch 16 per image (time)', 'spread_pct' -> 'spread
+    (%)'): the cells scale their own unit (µs, ms, s), so the header names the quantity."""
+    unit = _HEADER_UNITS.get(quantity(column))
+    words = _UNIT_SUFFIX.sub("", column).replace("_", " ").strip()
+    if unit is None:
+        return words
+    if words in ("", column.lower()) and quantity(column) == "ms":
+        return "time"
+    return f"{words} ({unit})" if words != unit else words
 
 
 def number(column: str, value: float) -> str:

@@ -338,15 +338,19 @@ def report(target, out, against, db):
     """
     from pathlib import Path
 
+    from tracker import units
     from tracker.paths import check_dir
     from tracker.report import report as write_report
     from tracker.store import open_store
 
     out = check_dir(out)  # before the database: an unwritable --out opens nothing
     store = open_store(db, write=False)
-    written, built = write_report(store, target, out, against)
+    written, built, removed = write_report(store, target, out, against)
     drawn = sum(s.figure is not None for s in built.sections)
-    click.echo(f"{drawn} figures of {len(built.sections)} sections in {out}; open {Path(out) / 'index.html'}")
+    if removed:
+        click.echo(f"  removed {units.count_of(len(removed), 'figure file')} an earlier report left in {out}", err=True)
+    click.echo(f"{units.count_of(drawn, 'figure')} of {units.count_of(len(built.sections), 'section')} in {out}; "
+               f"open {Path(out) / 'index.html'}")
     if built.unfinished:
         click.echo(f"  {built.unfinished}")
     for s in built.sections:

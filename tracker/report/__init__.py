@@ -51,19 +51,30 @@ class Report:
             raise ValueError(f"report sections share the key(s) {', '.join(repeated)}")
 
 
-def write(report: Report, out: Path) -> list[Path]:
-    """Every figure as PNG and SVG, then index.html and report.md; the paths written."""
+PAGES = ("index.html", "report.md")
+FIGURE_FILES = ("*.png", "*.svg")
+
+
+def write(report: Report, out: Path) -> tuple[list[Path], list[Path]]:
+    """Every figure as PNG and SVG, then index.html and report.md: (the paths written, the figure
+    files an earlier report left in ``out`` that this one did not write, removed so that the folder
+    shows this report alone; only in a folder with a report's pages, so nothing else is touched)."""
     from tracker.figures import save
     from tracker.report.page import write_pages
 
     out.mkdir(parents=True, exist_ok=True)
+    earlier = ({p for pattern in FIGURE_FILES for p in out.glob(pattern)}
+               if any((out / page).exists() for page in PAGES) else set())
     written = []
     for s in report.sections:
         if s.figure is not None:
             for ext in ("png", "svg"):
                 save(s.figure, out / f"{s.key}.{ext}")
                 written.append(out / f"{s.key}.{ext}")
-    return written + write_pages(report, out)
+    stale = sorted(earlier - set(written))
+    for path in stale:
+        path.unlink()
+    return written + write_pages(report, out), stale
 
 
 def build(store: Store, target: str, against: str | None = None) -> Report:
@@ -85,7 +96,11 @@ def build(store: Store, target: str, against: str | None = None) -> Report:
     return report
 
 
-def report(store: Store, target: str, out: str | Path, against: str | None = None) -> tuple[list[Path], Report]:
+def report(store: Store, target: str, out: str | Path,
+           against: str | None = None) -> tuple[list[Path], Report, list[Path]]:
+    """Write the report on ``target`` into ``out``: (the paths written, the report, the figure files
+    of an earlier report there that were removed)."""
     out = check_dir(out)  # before the work: an unwritable --out fails in one line, not after the figures
     built = build(store, target, against)
-    return write(built, out), built
+    written, removed = write(built, out)
+    return written, built, removed

@@ -34,6 +34,11 @@ def write_pages(report: Report, out: Path) -> list[Path]:
     return [out / name for name in pages]
 
 
+def shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The table less its columns with no value in any row (a model run has no spread)."""
+    return table.loc[:, [not all(units.is_missing(v) or v == "" for v in table[c]) for c in table.columns]]
+
+
 def table_cells(table: pd.DataFrame) -> list[list[str]]:
     """Every cell as a person reads it: units from the column's name, blank where empty."""
     columns = [str(c) for c in table.columns]
@@ -75,13 +80,13 @@ def _html(report: Report) -> str:
     for s in _drawn(report):
         parts += [f"<section id='{s.key}'><h2>{e(s.title)} <small>({e(cite(s.paper, seen))})</small></h2>",
                   f"<p class='finding'>{e(s.finding)}</p>"]
-        if s.figure is not None:
-            parts.append(f"<img src='{s.key}.svg' alt='{e(s.title)}'>")
+        if s.figure is not None:  # the image links to itself: a wide figure opens at full size
+            parts.append(f"<a href='{s.key}.svg' title='open at full size'><img src='{s.key}.svg' alt='{e(s.title)}'></a>")
         if s.missing:
             parts.append(f"<p class='missing'>Not drawn: {e(s.missing)}</p>")
         if s.table is not None and not s.table.empty:
-            parts.append(f"<details><summary>Table ({len(s.table)} rows)</summary><div class='scroll'>"
-                         f"{_html_table(s.table)}</div></details>")
+            parts.append(f"<details><summary>Table ({units.count_of(len(s.table), 'row')})</summary>"
+                         f"<div class='scroll'>{_html_table(shown(s.table))}</div></details>")
         parts.append("</section>")
     if folded:
         command = report.fill_command
@@ -96,7 +101,7 @@ def _html(report: Report) -> str:
 
 def _html_table(table: pd.DataFrame) -> str:
     e = html.escape
-    head = "".join(f"<th>{e(str(c))}</th>" for c in table.columns)
+    head = "".join(f"<th>{e(units.header(str(c)))}</th>" for c in table.columns)
     body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in table_cells(table))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -119,12 +124,14 @@ def _markdown(report: Report) -> str:
     for s in _drawn(report):
         lines += ["", f"## {s.title}", "", f"_{cite(s.paper, seen)}_", "", f"**Finding:** {s.finding}", ""]
         if s.figure is not None:
-            lines += [f"![{s.title}]({s.key}.png)", ""]
+            lines += [f"[![{s.title}]({s.key}.png)]({s.key}.svg)", ""]
         if s.missing:
             lines += [f"_Not drawn: {s.missing}_", ""]
         if s.table is not None and not s.table.empty:
-            lines += ["| " + " | ".join(map(str, s.table.columns)) + " |", "|" + "---|" * len(s.table.columns)]
-            lines += ["| " + " | ".join(row) + " |" for row in table_cells(s.table)]
+            table = shown(s.table)
+            lines += ["| " + " | ".join(units.header(str(c)) for c in table.columns) + " |",
+                      "|" + "---|" * len(table.columns)]
+            lines += ["| " + " | ".join(row) + " |" for row in table_cells(table)]
     if folded:
         lines += ["", "## Not collected in this run", "", f"{folded} Fill them with `{report.fill_command}` on a GPU."]
     if seen:

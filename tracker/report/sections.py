@@ -166,7 +166,8 @@ def _when(run: pd.Series) -> str:
     started, finished = pd.to_datetime(run["started_at"]), pd.to_datetime(run["finished_at"])
     if pd.isna(started):
         return "time not recorded"
-    took = f", {units.seconds((finished - started).total_seconds())}" if pd.notna(finished) else ""
+    took = (f", profiled in {units.seconds((finished - started).total_seconds())} of wall time"
+            if pd.notna(finished) else "")
     return f"started {started:%Y-%m-%d %H:%M} UTC{took}"
 
 

@@ -266,3 +266,14 @@ def test_tables_have_human_headers_and_no_blank_column(runner, db, tmp_path):
     assert head == "| layer | phase | time | predicted (time) | source |"
     assert "[![Time per layer](runtime.png)](runtime.svg)" in md
     assert result.output.startswith("4 figures of 11 sections in ")
+
+
+def test_an_experiments_settings_are_those_that_apply_to_its_arms(runner, db, tmp_path):
+    """e1 swept batches 16 and 128 on the model: its settings say so, and name no single batch and
+    no ncu setting."""
+    result = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "report.md").read_text()
+    settings = md[md.index("## Settings"):md.index("## Time per image")]
+    assert "| batches | 16, 128 |" in settings
+    assert "\n| batch |" not in settings and "ncu" not in settings and "| variants |" not in settings

@@ -496,8 +496,19 @@ def _moves(store, run_a: int, run_b: int, key: str, sub: str, what: str = "") ->
     return Section(key, title, "paper 000 (★ the move per layer phase)", figure, finding)
 
 
+def applied(settings: dict) -> dict:
+    """An experiment's settings that apply to its arms: its batch sweep in place of the single
+    batch, ncu's settings only where ncu ran, no empty axis."""
+    shown = {k: v for k, v in settings.items() if v not in (None, [], {})}
+    if shown.get("batches"):
+        shown.pop("batch", None)
+    if shown.get("backend") != "ncu":
+        shown = {k: v for k, v in shown.items() if not k.startswith("ncu_")}
+    return shown
+
+
 def _experiment_about(info: dict, arms: pd.DataFrame) -> dict:
-    settings = {k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in info["settings"].items()}
+    settings = {k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in applied(info["settings"]).items()}
     return {"experiment": f"e{info['id']}", "kind": info["kind"], "status": info["status"],
             "network": info["network"], **settings,
             "runs": ", ".join(f"{r.arm}: run {r.run_id}" for r in arms.itertuples())}

@@ -109,3 +109,13 @@ def test_max_pool_bands_fit_shared_memory_and_fill_the_gpu():
     assert band_rows(4096, 128, lambda rows: rows * 4 * 4096) == 1  # 16 KiB a row: a row a band
     with pytest.raises(TrackerError, match="needs 65536 bytes of shared memory, over 49152; use the global variant"):
         band_rows(10, 1024, lambda rows: 65536 * rows)
+
+
+def test_every_small_case_has_a_name_of_its_own():
+    """Results are keyed by (case, phase, output): two cases of one name would hide one's results."""
+    from collections import Counter
+
+    from tracker.ops.selftest import small_cases
+
+    named = Counter(case.layer for case in small_cases())
+    assert [name for name, n in named.items() if n > 1] == []

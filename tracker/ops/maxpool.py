@@ -185,9 +185,9 @@ MAXPOOL.add("shared", fwd=launch(_fwd_shared, "maxpool.cu:maxpool_fwd_shared"),
 MAXPOOL3D = OPS.register(Op(
     "maxpool3d", ("fwd", "bwd_data"), default="shared", layer_kind="maxpool", dims=3,
     params=_params, arrays=_arrays, check=_check, torch_forward=_torch_forward, unsupported=_unsupported,
-    small_cases=(_case("2s2", (2, 3, 4, 6, 8), 2, 2),  # the U-Net's
-                 _case("3s2-edge", (1, 2, 6, 7, 7), 3, 2),  # overlapping in depth too; the last slice meets none
-                 _case("2s2-bands", (1, 2, 4, 64, 60), 2, 2)),  # rows cut into bands
+    small_cases=(_case("3d-2s2", (2, 3, 4, 6, 8), 2, 2),  # the U-Net's
+                 _case("3d-3s2-edge", (1, 2, 6, 7, 7), 3, 2),  # overlapping in depth too; the last slice meets none
+                 _case("3d-2s2-bands", (1, 2, 4, 64, 60), 2, 2)),  # rows cut into bands
 ))
 MAXPOOL3D.add("global", fwd=launch(_fwd3_global, "maxpool.cu:maxpool3d_fwd_global"),
               bwd_data=launch(_bwd3_global, "maxpool.cu:maxpool3d_bwd_global"))

@@ -378,7 +378,7 @@ def interrupted(name, *args, **kwargs):
         raise KeyboardInterrupt  # as Ctrl-C would, while that module imports
     return real(name, *args, **kwargs)
 builtins.__import__ = interrupted
-from tracker.signals import main
+from tracker.__main__ import main
 sys.argv[1:] = ["model", "alexnet"]
 main()
 """
@@ -400,8 +400,8 @@ def test_the_entry_points_are_the_one_that_catches_it():
 
     root = Path(__file__).parent.parent
     assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"] == {
-        "tracker": "tracker.signals:main"}
-    assert "from tracker.signals import main" in (root / "tracker" / "__main__.py").read_text()
+        "tracker": "tracker.__main__:main"}
+    assert 'if __name__ == "__main__":\n    main()' in (root / "tracker" / "__main__.py").read_text()
 
 
 # 6. tracker sql's --limit and --timeout (issue 44): a huge limit was an internal ValueError,

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tracker.errors import BackendUnavailable, JoinError, ParseError
 from tracker import metrics as catalog
+from tracker import processes
 from tracker.profilers import ncu, ncu_csv, nvprof
 from tracker.profilers.join import join, kernel_base
 
@@ -390,7 +391,7 @@ wait
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         ncu.run([fake], tmp_path / "r.ncu-rep", 68, interrupted)
-    assert time.monotonic() - started < ncu.STOP_GRACE_S
+    assert time.monotonic() - started < processes.STOP_GRACE_S
     for pid in map(int, pids.read_text().split()):  # ncu, and the workload it runs
         assert gone(pid)
 

@@ -45,6 +45,11 @@ class OutOfMemory(TrackerError):
     records it), not a crash."""
 
 
+class ArmTaken(TrackerError):
+    """An experiment's arm was not queued when this process came to claim it: another process
+    holds or ended it."""
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that one code path marks a run interrupted."""
 

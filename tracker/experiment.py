@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
-from tracker.errors import TrackerError
+from tracker.errors import ArmTaken, TrackerError
 from tracker.model import Device, lookup
 from tracker.nets import Network
 from tracker.gpu.workload import Workload
@@ -284,12 +284,11 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
                               reconcile=resuming, kind=kind, network=net.name, network_options=net.options,
                               settings=settings) as experiment_id:
         echo(f"experiment e{experiment_id} in {store.where}")
-        runner.run(Sweep(db, store, experiment_id, net, backend, echo))
+        runner.run(Sweep(db, store, experiment_id, net, backend, echo, run_arm))
     store.dispose()
     return experiment_id
 
 
-LOG_LINES = 40  # the last lines of an arm's output kept in its row
 
 
 def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable[[str], None] = lambda line: None,
@@ -302,7 +301,7 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
     from tracker.nets import build
     from tracker.signals import held, interruptible
     from tracker.store import find_experiment, open_store
-    from tracker.store.experiments import complete_arm, end_arm, find_arm, link_arm, settle, start_arm
+    from tracker.store.experiments import LOG_LINES, complete_arm, end_arm, find_arm, link_arm, settle, start_arm
     from tracker.store.runs import ended_by
 
     store = open_store(db, write=True)
@@ -346,6 +345,3 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
     store.dispose()
     return result
 
-
-class ArmTaken(TrackerError):
-    """The arm was not queued when this process came to claim it: another process holds or ended it."""

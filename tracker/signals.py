@@ -13,7 +13,6 @@ outside the main thread signals are not ours to touch.
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from contextlib import contextmanager
 from typing import Iterator, NoReturn
@@ -77,14 +76,3 @@ def interruptible() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGTERM, previous)
 
-
-def main() -> None:
-    """The ``tracker`` command (pyproject's entry point, ``python -m tracker``): Ctrl-C anywhere,
-    even while the CLI's heavy modules import (before its own handler runs), is one line and exit 130."""
-    try:
-        from tracker.cli import main as run
-
-        run()
-    except KeyboardInterrupt:
-        sys.stderr.write("Error: interrupted\n")
-        sys.exit(130)

@@ -14,7 +14,7 @@ reporting is marked), then runs or submits the queued arms and waits for them (`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from tracker.nets import Network
@@ -31,6 +31,7 @@ class Sweep:
     net: Network
     backend: str  # as asked for (--backend): a local run's first arm may fall back, the rest follow it
     echo: Callable[[str], None]
+    run_arm: Callable[..., Any]  # tracker.experiment.run_arm, handed down: executors sit below the experiment
 
 
 class Executor(Protocol):

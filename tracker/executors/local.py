@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, ClassVar
 
-from tracker.errors import OutOfMemory, TrackerError
+from tracker.errors import ArmTaken, OutOfMemory, TrackerError
 from tracker.executors import Sweep
 from tracker.nets import Network
 
@@ -31,7 +31,6 @@ class Local:
             echo(f"arm {arm.label}: its process ended without reporting; marked interrupted")
 
     def run(self, sweep: Sweep) -> None:
-        from tracker.experiment import ArmTaken, run_arm
         from tracker.store.experiments import arm_rows
 
         queued = [arm for arm in arm_rows(sweep.store, sweep.experiment_id) if arm.state == "queued"]
@@ -39,7 +38,7 @@ class Local:
         for i, arm in enumerate(queued, 1):
             sweep.echo(f"[{i}/{len(queued)}] {arm.label}")
             try:
-                result = run_arm(sweep.db, sweep.experiment_id, arm.position, net=sweep.net, backend=runs_on,
+                result = sweep.run_arm(sweep.db, sweep.experiment_id, arm.position, net=sweep.net, backend=runs_on,
                                  echo=lambda line: sweep.echo(f"    {line}"))
             except ArmTaken as taken:  # a process that joined from another host claimed it first: it runs it
                 sweep.echo(f"    {taken}")

@@ -193,7 +193,7 @@ def _squeue(arrays: set[str]) -> dict[str, str]:
 
 def _tail(path: str | None) -> str:
     """The last lines of a task's log (as many as an arm's row keeps), where this machine can read it."""
-    from tracker.experiment import LOG_LINES
+    from tracker.store.experiments import LOG_LINES
 
     try:
         text = Path(path).read_text(errors="replace") if path else ""

@@ -87,10 +87,10 @@ def run_child_process(cmd: list[str], echo: Callable[[str], None]) -> None:
     """Run pass 1's child, echoing its output line by line. Its ``Error:`` line is raised as the
     one-line error it was; any other failure names its exit status and last line. Interrupted
     here, it stops the child (in a process group of its own, as the profilers are)."""
-    from tracker.profilers import ncu
+    from tracker import processes
 
     lines: list[str] = []
-    with ncu.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1) as proc:
+    with processes.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1) as proc:
         assert proc.stdout is not None  # stdout=PIPE
         try:
             for line in proc.stdout:
@@ -98,7 +98,7 @@ def run_child_process(cmd: list[str], echo: Callable[[str], None]) -> None:
                 if not lines[-1].startswith("Error: "):  # raised below, said once
                     echo(lines[-1])
         except BaseException:
-            ncu.stop(proc)
+            processes.stop(proc)
             raise
     if proc.returncode == 0:
         return

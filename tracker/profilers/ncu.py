@@ -23,13 +23,13 @@ from glob import glob
 from pathlib import Path
 from typing import Callable
 
+from tracker import processes
 from tracker.errors import BackendUnavailable, NcuFailed, unknown
 
 CACHE_CONTROL = ("all", "none")
 CLOCK_CONTROL = ("base", "none")
 REPLAY_MODES = ("kernel", "application")
 _PROGRESS = re.compile(r'==PROF== Profiling "(?P<kernel>[^"]+)"(?: - (?P<id>\d+))?:(?:.* - (?P<passes>\d+) pass)?')
-STOP_GRACE_S = 10  # a profiler told to stop (SIGTERM) gets this long before SIGKILL
 PERMISSION_HELP = (
     "the driver restricts GPU performance counters to administrators (ERR_NVGPUCTRPERM). Run as root "
     "or with CAP_SYS_ADMIN (CAP_PERFMON from driver R565), start a container with --cap-add=SYS_ADMIN, or "
@@ -151,7 +151,7 @@ def run(cmd: list[str], report: Path, expected: int, echo: Callable[[str], None]
     errors: list[str] = []
     lines: list[str] = []
     progress = Progress(expected, clock)
-    with start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1) as proc:
+    with processes.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1) as proc:
         assert proc.stdout is not None  # stdout=PIPE
         try:
             for line in proc.stdout:
@@ -163,38 +163,9 @@ def run(cmd: list[str], report: Path, expected: int, echo: Callable[[str], None]
                 if match:
                     echo(progress.line(match.group("kernel"), match.group("passes")))
         except BaseException:
-            stop(proc)
+            processes.stop(proc)
             raise
     _check(proc.returncode, errors, lines, report)
-
-
-def start(cmd: list[str], **pipes) -> subprocess.Popen:
-    """A profiler in a process group of its own, so that ``stop`` reaches the workload child it
-    starts too, and a Ctrl-C at the terminal reaches tracker alone, which then stops them."""
-    try:
-        return subprocess.Popen(cmd, text=True, process_group=0, **pipes)
-    except OSError as exc:
-        raise BackendUnavailable(f"cannot run {cmd[0]}: {exc}") from None
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """End a profiler started by ``start`` and everything in its group: SIGTERM, and after
-    ``STOP_GRACE_S`` SIGKILL to whatever is left (a workload the profiler did not end). A
-    profiler left running would hold the GPU for minutes after tracker is gone."""
-    _signal_group(proc, signal.SIGTERM)
-    try:
-        proc.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
-    _signal_group(proc, signal.SIGKILL)
-    proc.wait()
-
-
-def _signal_group(proc: subprocess.Popen, signum: int) -> None:
-    try:
-        os.killpg(proc.pid, signum)
-    except ProcessLookupError:  # the whole group is gone
-        pass
 
 
 def _check(code: int, errors: list[str], lines: list[str], report: Path) -> None:

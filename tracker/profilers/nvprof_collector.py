@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from tracker.errors import BackendUnavailable, ProfilerFailed
 from tracker.metrics import BY_NVPROF
+from tracker import processes
 from tracker.profilers import Counters, Options, ncu, nvprof
 from tracker.profilers.join import join
 
@@ -82,16 +83,16 @@ class NvprofCollector:
 
 
 def _run(cmd: list[str], log: Path) -> None:
-    """nvprof in a process group of its own (``ncu.start``), stopped with its workload when it
+    """nvprof in a process group of its own (``processes.start``), stopped with its workload when it
     runs too long or tracker is interrupted."""
-    with ncu.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    with processes.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         try:
             out, err = proc.communicate(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            ncu.stop(proc)
+            processes.stop(proc)
             raise ProfilerFailed(f"nvprof did not finish in {TIMEOUT_S // 60} minutes") from None
         except BaseException:
-            ncu.stop(proc)
+            processes.stop(proc)
             raise
     _check(proc.returncode, out + err, log)
 

@@ -28,6 +28,7 @@ from tracker.signals import held, interruptible
 from tracker.store.runs import effective_status, ended_by, process_alive, this_process
 from tracker.store.schema import ARM_STATES, Experiment, ExperimentArm, ExperimentRun, Run
 
+LOG_LINES = 40  # the last lines of an arm's output kept in its row
 OPEN = ARM_STATES[:2]  # queued, running: an arm that has not ended
 FINAL = ARM_STATES[2:]  # complete, failed, interrupted: an arm that has ended
 SHORT = FINAL[1:]  # failed, interrupted: an arm that ended without its run; a resume queues it again

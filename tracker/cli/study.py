@@ -245,9 +245,9 @@ def experiments(target, db, fmt):
       tracker experiments e2
       tracker experiments --format json
     """
-    from tracker.analysis.experiments import runs
     from tracker.store import experiment_dict, experiment_ids, find_experiment, open_store
     from tracker.store.experiments import arm_rows, arm_state
+    from tracker.store.queries import experiment_arm_runs
 
     store = open_store(db, write=False)
     if target is not None:
@@ -258,13 +258,14 @@ def experiments(target, db, fmt):
     for experiment_id in experiment_ids(store):
         arms = arm_rows(store, experiment_id)
         info = experiment_dict(find_experiment(store, experiment_id), arms)
-        linked = runs(store, experiment_id)
+        linked = experiment_arm_runs(store, experiment_id)
         states = [arm_state(a) for a in arms]
         rows.append({"experiment": f"e{experiment_id}", "kind": info["kind"], "status": info["status"],
                      "network": info["network"], "backend": info["settings"].get("backend"),
                      "executor": info["settings"].get("executor", "local"),
-                     "arms": ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states)) or ", ".join(linked.arm),
-                     "runs": ",".join(str(r) for r in linked.run_id),
+                     "arms": ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states))
+                     or ", ".join(arm for arm, _ in linked),
+                     "runs": ",".join(str(run) for _, run in linked),
                      "started_at": info["started_at"].isoformat(timespec="seconds")})
     if not rows and fmt == "table":
         click.echo("no experiments yet: tracker experiment fusion alexnet --batch 128")

@@ -146,6 +146,14 @@ def view_frame(store: Store, name: str, run_id: int | None = None) -> pd.DataFra
         return pd.read_sql(text(f"SELECT * FROM {name}{where}"), conn, params={"run": run_id})
 
 
+_EXPERIMENT_RUNS = (
+    "SELECT e.experiment_id, e.position, e.arm, e.comparison, e.baseline, r.id AS run_id, r.status, "
+    "r.batch, r.l1_bypass, r.loaders, r.variants, r.backend, r.device_name, a.gpu FROM experiment_run e "
+    "JOIN run r ON r.id = e.run_id LEFT JOIN experiment_arm a ON a.experiment_id = e.experiment_id "
+    "AND a.position = e.position WHERE e.experiment_id = :e AND (a.position IS NULL OR a.run_id = e.run_id) "
+    "ORDER BY e.position, r.id")
+
+
 def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
     """An experiment's runs in the order of its arms, each arm's one run (``experiment_arm.run_id``,
     its latest attempt's: an earlier attempt's run is linked but never counted; before schema v8 an
@@ -154,13 +162,14 @@ def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
     import pandas as pd
 
     with store.connect() as conn:
-        return pd.read_sql(text(
-            "SELECT e.experiment_id, e.position, e.arm, e.comparison, e.baseline, r.id AS run_id, r.status, "
-            "r.batch, r.l1_bypass, r.loaders, r.variants, r.backend, r.device_name, a.gpu FROM experiment_run e "
-            "JOIN run r ON r.id = e.run_id LEFT JOIN experiment_arm a ON a.experiment_id = e.experiment_id "
-            "AND a.position = e.position WHERE e.experiment_id = :e AND (a.position IS NULL OR a.run_id = e.run_id) "
-            "ORDER BY e.position, r.id"), conn,
-            params={"e": experiment_id})
+        return pd.read_sql(text(_EXPERIMENT_RUNS), conn, params={"e": experiment_id})
+
+
+def experiment_arm_runs(store: Store, experiment_id: int) -> list[tuple[str, int]]:
+    """(arm, run id) of ``experiment_runs``' rows, read without pandas (``tracker experiments``
+    lists them, and a listing should start fast)."""
+    with store.connect() as conn:
+        return [(row.arm, row.run_id) for row in conn.execute(text(_EXPERIMENT_RUNS), {"e": experiment_id})]
 
 
 def latest_library_run(store: Store, network: str, batch: int, device_name: str | None) -> int | None:

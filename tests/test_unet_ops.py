@@ -26,9 +26,13 @@ CASES = [case for case in small_cases() if case.op in UNET_OPS]
 def test_the_three_ops_are_registered_with_a_global_and_a_shared_variant():
     for kind in UNET_OPS:
         op = OPS[kind]
-        assert op.phases == ("fwd", "bwd_data") and tuple(op.variants) == ("global", "shared"), kind
+        copies = ("inplace",) if kind == "concat" else ()  # no copy at batch 1; elsewhere global's (below)
+        assert op.phases == ("fwd", "bwd_data") and tuple(op.variants) == ("global", "shared", *copies), kind
         assert op.default == "global"
-    kernels = {(v.op, v.phase, v.variant): [k.name for k in v.kernels] for v in OPS.launches() if v.op in UNET_OPS}
+    kernels = {(v.op, v.phase, v.variant): [k.name for k in v.kernels] for v in OPS.launches()
+               if v.op in UNET_OPS and v.variant != "inplace"}
+    assert {phase: [k.name for k in v.kernels] for phase, v in OPS["concat"].variants["inplace"].launches.items()} == {
+        "fwd": ["concat_fwd_global"], "bwd_data": ["concat_bwd_global"]}
     assert kernels == {
         ("sigmoid", "fwd", "global"): ["sigmoid_fwd_global"],
         ("sigmoid", "bwd_data", "global"): ["sigmoid_bce_bwd_global", "sigmoid_bce_loss_global"],
@@ -173,8 +177,8 @@ def test_tracker_kernels_lists_the_new_variants_without_spills(runner, arch):
     rows = [r for r in json.loads(result.stdout) if r["op"] in UNET_OPS]
     assert {(r["op"], r["phase"], r["variant"], r["l1"]) for r in rows} == {
         (op, phase, variant, l1) for op in UNET_OPS for phase in ("fwd", "bwd_data")
-        for variant in ("global", "shared") for l1 in ("ca", "cg")}
-    assert len(rows) == 24
+        for variant in ("global", "shared", *(("inplace",) if op == "concat" else ())) for l1 in ("ca", "cg")}
+    assert len(rows) == 28
     for r in rows:
         assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0 and r["occupancy"] > 0, r
         assert r["verified_on"] is None  # no GPU has run them yet

@@ -20,8 +20,12 @@ from tracker.store import open_store
 # their GEMMs run every schedule through the gemm and linear variants, and their transforms take
 # no tile, so the per-schedule tests leave them out (test_winograd and test_fft run them).
 TRANSFORMS = ("winograd", "winograd_f4", "fft")
+# The transposed convolutions run the convolutions' own kernels (covered here already), and one
+# case of the 3-D convolution reaches its loaders at each schedule: the rest prove nothing new per tile.
+REPEATS = ("convtranspose", "convtranspose3d")
 TUNABLE = [(case, name) for case in small_cases() for name, variant in OPS[case.op].variants.items()
-           if any(launch.tunable for launch in variant.launches.values()) and name not in TRANSFORMS]
+           if any(launch.tunable for launch in variant.launches.values()) and name not in TRANSFORMS
+           and case.op not in REPEATS and (case.op != "conv3d" or case == OPS["conv3d"].small_cases[0])]
 
 
 # Every schedule `tracker tune` can run, as code: each shape and its neighbours in ring depth and

@@ -311,3 +311,11 @@ def test_the_public_surface_loads_on_first_use():
             "assert sorted(tracker.__all__) == sorted(dir(tracker))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_batch_experiment_says_what_its_first_table_holds(runner, tmp_path):
+    """Its table is time per layer phase, and per image: it promised a speedup it did not print."""
+    out = run(runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model", "--device", "h100",
+              "--db", tmp_path / "t.db").output
+    first = next(line for line in out.splitlines() if line.startswith("experiment e1 complete"))
+    assert "time per layer phase at each batch, and per image" in first and "speedup" not in out

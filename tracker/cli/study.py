@@ -198,6 +198,7 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
     sweeps = [(axis, table) for axis, table in sweeps if not table.empty]
     if fmt == "table":
         measure = ("each arm's peak memory of a training step, the model's beside the measured" if kind == "memory"
+                   else "time per layer phase at each batch, and per image" if kind == "batch"
                    else "speedup = baseline time / arm time")
         click.echo(f"experiment e{experiment_id} {status}; {measure}; next: tracker report e{experiment_id} --out report/")
         emit(_records(frame), fmt, columns)

@@ -31,7 +31,10 @@ def slurm(tmp_path_factory):
             pytest.fail("TRACKER_REQUIRE_SLURM is set but Slurm (slurmctld, sbatch; as root) is not here")
         pytest.skip("no Slurm here (Debian: slurmctld slurmd slurm-client munge, as root)")
     where = tmp_path_factory.mktemp("slurm")
-    subprocess.run(["bash", str(ROOT / "tools/slurm_local.sh"), "start", str(where)], check=True)
+    started = subprocess.run(["bash", str(ROOT / "tools/slurm_local.sh"), "start", str(where)])
+    if started.returncode:  # stop what did come up: a daemon left holding its port fails the next run
+        subprocess.run(["bash", str(ROOT / "tools/slurm_local.sh"), "stop", str(where)], check=False)
+        pytest.fail(f"Slurm did not come up (tools/slurm_local.sh start: exit {started.returncode}); logs in {where}/log")
     previous = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(where / "slurm.conf")
     yield where

@@ -199,24 +199,26 @@ def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
     return {"x": x, "w": w, "bias": (K,), "y": y, "dy": y, "dx": x, "dw": w, "db": (K,)}
 
 
-def _library(case: Case, phase: str):
-    """cuDNN through PyTorch, the same phase at the same shapes."""
+def library(case: Case, phase: str):
+    """cuDNN through PyTorch, the same phase at the same shapes (2-D or 3-D, from the input's)."""
     import torch
     import torch.nn.functional as F
 
     x = torch.randn(*case.shapes["x"], device="cuda")
     w = torch.randn(*case.shapes["w"], device="cuda") * 0.01
     stride, pad = case.params["stride"], case.params["pad"]
-    dy = torch.ones_like(F.conv2d(x, w, stride=stride, padding=pad))
-    return {"fwd": lambda: F.conv2d(x, w, stride=stride, padding=pad),
-            "bwd_data": lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, stride, pad),
-            "bwd_weight": lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, stride, pad)}[phase]
+    dims = x.dim() - 2
+    conv = getattr(F, f"conv{dims}d")
+    dy = torch.ones_like(conv(x, w, stride=stride, padding=pad))
+    return {"fwd": lambda: conv(x, w, stride=stride, padding=pad),
+            "bwd_data": lambda: getattr(torch.nn.grad, f"conv{dims}d_input")(x.shape, w, dy, stride, pad),
+            "bwd_weight": lambda: getattr(torch.nn.grad, f"conv{dims}d_weight")(x, w.shape, dy, stride, pad)}[phase]
 
 
-def _torch_forward(h, wb, labels, stride: int, pad: int):
+def torch_forward(h, wb, labels, stride: int, pad: int):
     import torch.nn.functional as F
 
-    return F.conv2d(h, *wb, stride=stride, padding=pad)
+    return getattr(F, f"conv{h.dim() - 2}d")(h, *wb, stride=stride, padding=pad)
 
 
 def unsupported(layer) -> str | None:
@@ -235,7 +237,7 @@ def _params(layer) -> dict[str, Any]:
 
 CONV = OPS.register(Op(
     "conv", ("fwd", "bwd_data", "bwd_weight"), default="shared", params=_params, arrays=_arrays, check=_check,
-    library=_library, torch_forward=_torch_forward, defines=DEFINES, unsupported=unsupported, dims=2,
+    library=library, torch_forward=torch_forward, defines=DEFINES, unsupported=unsupported, dims=2,
     small_cases=(
         Case("conv", "k70-s1-p1", {"x": (2, 3, 9, 9), "w": (70, 3, 3, 3)}, {"stride": 1, "pad": 1}),  # 2 tiles of K
         Case("conv", "big-filters", {"x": (1, 64, 13, 13), "w": (5, 64, 11, 11)}, {"stride": 2, "pad": 0}),  # 3 chunks

@@ -1,14 +1,14 @@
 """conv3d (kernels/conv3d.cu): the 3-D convolutions of the 3-D U-Net, as direct global-memory
 kernels and as implicit GEMM through shared memory on the tuned GEMM core (``tracker tune``
-searches its tiles as it does conv2d's). The selftest's check is conv2d's: the reference
-convolves in any dimension."""
+searches its tiles as it does conv2d's). The selftest's check and the PyTorch hooks are conv2d's:
+the reference and PyTorch's calls take the dimension from the input."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tracker.ops import gemm
-from tracker.ops.conv2d import _check, unsupported
+from tracker.ops.conv2d import _check, library, torch_forward, unsupported
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Out, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
 from tracker.ops.registry import OPS, Case, Op, launch
@@ -91,30 +91,10 @@ def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
     return {"x": x, "w": w, "bias": (K,), "y": y, "dy": y, "dx": x, "dw": w, "db": (K,)}
 
 
-def _library(case: Case, phase: str):
-    """cuDNN through PyTorch, the same phase at the same shapes."""
-    import torch
-    import torch.nn.functional as F
-
-    x = torch.randn(*case.shapes["x"], device="cuda")
-    w = torch.randn(*case.shapes["w"], device="cuda") * 0.01
-    stride, pad = case.params["stride"], case.params["pad"]
-    dy = torch.ones_like(F.conv3d(x, w, stride=stride, padding=pad))
-    return {"fwd": lambda: F.conv3d(x, w, stride=stride, padding=pad),
-            "bwd_data": lambda: torch.nn.grad.conv3d_input(x.shape, w, dy, stride, pad),
-            "bwd_weight": lambda: torch.nn.grad.conv3d_weight(x, w.shape, dy, stride, pad)}[phase]
-
-
-def _torch_forward(h, wb, labels, stride: int, pad: int):
-    import torch.nn.functional as F
-
-    return F.conv3d(h, *wb, stride=stride, padding=pad)
-
-
 CONV3D = OPS.register(Op(
     "conv3d", ("fwd", "bwd_data", "bwd_weight"), default="shared", layer_kind="conv", dims=3,
     params=lambda layer: {"stride": layer.op.stride[0], "pad": layer.op.padding[0]},
-    arrays=_arrays, check=_check, library=_library, torch_forward=_torch_forward, unsupported=unsupported,
+    arrays=_arrays, check=_check, library=library, torch_forward=torch_forward, unsupported=unsupported,
     small_cases=(
         Case("conv3d", "3x3x3-p1", {"x": (2, 3, 5, 6, 7), "w": (4, 3, 3, 3, 3)}, {"stride": 1, "pad": 1}),  # the U-Net's
         Case("conv3d", "k70-1x1x1", {"x": (1, 5, 3, 4, 4), "w": (70, 5, 1, 1, 1)}, {"stride": 1, "pad": 0}),  # 2 tiles of K

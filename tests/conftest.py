@@ -14,6 +14,12 @@ from click.testing import CliRunner
 PG_URL = os.environ.get("TRACKER_TEST_PG_URL")
 
 
+def pytest_configure(config):
+    import suite_plugin  # how the GPU suite reports as it goes (tests/suite_plugin.py)
+
+    config.pluginmanager.register(suite_plugin, "tracker_suite")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "emulator" in item.fixturenames:  # g++ builds the kernels, then OS threads run them: seconds each

@@ -142,3 +142,13 @@ def test_an_unreadable_trace_is_one_clear_error(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(TrackerError, match="cannot read the PyTorch profiler trace"):
         kineto.load(bad)
+
+
+def test_the_layer_phases_that_launched_nothing_are_named_in_training_order(trace):
+    """The public trace runs nothing under lrn1/fwd or softmax/fwd of the small net (AlexNet there
+    has neither); a layer phase missing from one iteration only is named too."""
+    net = small_net()
+    launches, _ = kineto.launch_log(kineto.kernels(rehomed(trace, SMALL_NET_RANGES)), net, "torch")
+    assert kineto.without_kernels(launches, net, "fwd", 2) == ["lrn1/fwd", "softmax/fwd"]
+    first_only = [k for k in launches if not (k.range == "relu2/fwd" and k.repeat == 1)]
+    assert kineto.without_kernels(first_only, net, "fwd", 2) == ["lrn1/fwd", "relu2/fwd", "softmax/fwd"]

@@ -332,3 +332,24 @@ def test_on_the_new_core_fusion_and_the_l1_bypass_both_lose(recordings):
     bypass = experiments.speedups(store, 1)
     bypass = bypass[bypass["layer"] == "iteration"].set_index("comparison")["speedup"]
     assert bypass[["shared", "gemm", "fused"]].between(0.79, 0.89).all()
+
+
+H200_DEFAULT = DATA / "gpu-2026-11-26b-h200" / "alexnet-b128-default-h200.db.gz"
+
+
+def test_the_default_command_timed_every_iteration_and_counted_the_first(tmp_path):
+    """`tracker profile alexnet --batch 128` as a user runs it, on an H200 with ncu (66 s): pass 1
+    timed 5 iterations, pass 2 counted the first, every launch of it joined with the catalog's
+    counters (issue 43: counters from one iteration by default)."""
+    from tracker.store import find_run, launch_rows, run_dict
+
+    store = open_store(recording(H200_DEFAULT.name, tmp_path, H200_DEFAULT.parent), write=False)
+    run = run_dict(find_run(store, 1))
+    assert (run["status"], run["backend"], run["repeat"], run["counter_iterations"]) == ("complete", "ncu", 5, 1)
+    launches = launch_rows(store, 1)
+    assert [sum(k["repeat"] == r for k in launches) for r in range(5)] == [68] * 5
+    counted: dict[int, set[str]] = {}
+    for row in metric_rows(store, 1):
+        counted.setdefault(row["invocation"], set()).add(row["name"])
+    assert sorted(counted) == [k["invocation"] for k in launches if k["repeat"] == 0]
+    assert len({frozenset(names) for names in counted.values()}) == 1 and len(counted[0]) == 81

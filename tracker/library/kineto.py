@@ -151,6 +151,15 @@ def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[l
     return tagged(launches), [k for k, where in placed if where is None]
 
 
+def without_kernels(launches: list[Launch], net: Network, phases: str, repeat: int) -> list[str]:
+    """The layer phases ('layer/phase', in training order) that launched no kernel in some measured
+    iteration: a library can run one as views alone (PyTorch's concatenation backward hands out
+    slices of the joined gradient), which then takes no time."""
+    ran = {(k.range, k.repeat) for k in launches}
+    order = [f"{layer.name}/{phase}" for layer, phase in net.training_order(phases)]
+    return [name for name in order if any((name, r) not in ran for r in range(repeat))]
+
+
 def _layer_phase(name: str, layers: dict[str, Layer]) -> tuple[Layer, str] | None:
     """The layer and phase of a range named 'layer/phase' (ours), or None."""
     layer, _, phase = name.rpartition("/")

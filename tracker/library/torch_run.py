@@ -79,6 +79,10 @@ def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
     if outside:
         names = sorted({k.name[:60] for k in outside})
         echo(f"{len(outside)} kernels ran outside every layer phase's range and are not stored: {', '.join(names)}")
+    idle = kineto.without_kernels(launches, workload.net, workload.phases, workload.repeat)
+    if idle:
+        echo(f"{len(idle)} layer phases launched no kernel (PyTorch ran them as views, or not at all): they take "
+             f"no time: {', '.join(idle)}")
     echo(f"{len(launches)} launches in {workload.repeat} iterations")
     return Measured(launches, device, peak)
 

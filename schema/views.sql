@@ -1,31 +1,41 @@
--- tracker trace store, schema v9: views
+-- tracker trace store, schema v10: views
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 
 -- Measured time per run, layer and phase: event time summed over the phase's launches, the median over measured repeats (NULL where nothing was timed), with min, max and spread in %, and the algorithm its kernels ran (launch.algorithm). Computed when the run is written.
 CREATE VIEW layer_time AS
+SELECT * FROM (
 SELECT run_id, layer_id, phase, launches, measured_ms, min_ms, max_ms, repeats, spread_pct, algorithm
-FROM rollup_time;
+FROM rollup_time
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END;
 
 -- Measured time per run, layer, phase and measured iteration: the event time of the phase's launches in that iteration (the median and spread over iterations are taken from this).
 CREATE VIEW layer_time_repeat AS
+SELECT * FROM (
 SELECT run_id, layer_id, phase, repeat, COUNT(*) AS launches, SUM(time_ms) AS measured_ms
 FROM launch
 WHERE time_ms IS NOT NULL
-GROUP BY run_id, layer_id, phase, repeat;
+GROUP BY run_id, layer_id, phase, repeat
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END, v.repeat;
 
 -- One row per run, layer and phase: the model's prediction beside the measurement, and the algorithm its kernels ran (ours or a library's). achieved_gflops = model ops / measured time.
 CREATE VIEW layer_phase AS
+SELECT * FROM (
 SELECT l.run_id, l.layer_id, l.name AS layer, l.kind, p.phase, l.output_shape, l.params,
        p.macs, p.ops, p.bytes, p.intensity, p.attainable_gflops, p.predicted_ms, p.bound,
        t.launches, t.measured_ms,
        CASE WHEN t.measured_ms > 0 THEN p.ops / (t.measured_ms * 1.0e6) END AS achieved_gflops, t.algorithm
 FROM layer l
 JOIN prediction p ON p.run_id = l.run_id AND p.layer_id = l.layer_id
-LEFT JOIN layer_time t ON t.run_id = p.run_id AND t.layer_id = p.layer_id AND t.phase = p.phase;
+LEFT JOIN layer_time t ON t.run_id = p.run_id AND t.layer_id = p.layer_id AND t.phase = p.phase
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END;
 
 -- One row per run: settings, stored status (see `tracker runs` for runs whose process died), totals over its layers, and how many measured iterations carry counters (NULL: none).
 CREATE VIEW run_summary AS
+SELECT * FROM (
 SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.device_name,
        r.started_at, r.finished_at,
        (SELECT COUNT(*) FROM layer l WHERE l.run_id = r.id) AS layers,
@@ -35,28 +45,40 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
        (SELECT SUM(p.predicted_ms) FROM prediction p WHERE p.run_id = r.id) AS predicted_ms,
        (SELECT SUM(t.measured_ms) FROM layer_time t WHERE t.run_id = r.id) AS measured_ms,
        r.predicted_peak_bytes, r.measured_peak_bytes, r.implementation, r.counter_iterations
-FROM run r;
+FROM run r
+) v
+ORDER BY v.run_id;
 
 -- One row per profiled launch: the launch log (pass 1) beside every counter of the catalog (pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma (or nvprof's total).
 CREATE VIEW launch_metrics AS
+SELECT * FROM (
 SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
        k.l1_policy, k.time_ms,
        r.duration_ns, r.cycles_elapsed, r.sm_active_cycles, r.sm_clock_hz, r.dram_clock_hz, r.l2_clock_hz, r.l1_clock_hz, r.fadd, r.fmul, r.ffma, r.fp32_flops, r.fp32_inst, r.instructions, r.stall_barrier, r.stall_branch_resolving, r.stall_dispatch_stall, r.stall_drain, r.stall_imc_miss, r.stall_lg_throttle, r.stall_long_scoreboard, r.stall_math_pipe_throttle, r.stall_membar, r.stall_mio_throttle, r.stall_misc, r.stall_no_instruction, r.stall_not_selected, r.stall_short_scoreboard, r.stall_sleeping, r.stall_tex_throttle, r.stall_wait, r.stall_gmma, r.stall_exec_dependency, r.stall_memory_throttle, r.stall_pipe_busy, r.stall_sync, r.stall_other, r.stall_selected, r.warps_per_issue, r.l1_hit_rate, r.l1_global_load_hit_rate, r.l2_hit_rate, r.l2_read_hit_rate, r.l2_write_hit_rate, r.l1_global_load_requests, r.l1_global_load_sectors, r.l1_global_store_requests, r.l1_global_store_sectors, r.l1_local_load_sectors, r.l1_local_store_sectors, r.l1_requests, r.l1_sectors, r.l1_bytes, r.shared_load_wavefronts, r.shared_store_wavefronts, r.shared_load_bank_conflicts, r.shared_store_bank_conflicts, r.shared_bytes, r.l2_read_sectors, r.l2_write_sectors, r.l2_sectors, r.l2_bytes, r.l2_to_l1_read_bytes, r.l1_to_l2_write_bytes, r.dram_read_sectors, r.dram_write_sectors, r.dram_read_bytes, r.dram_write_bytes, r.l1_lg_writeback_cycles, r.sm_throughput_pct, r.memory_throughput_pct, r.l1_throughput_pct, r.shared_throughput_pct, r.l2_throughput_pct, r.dram_throughput_pct, r.achieved_occupancy, r.sm_efficiency, r.ipc, r.issue_slot_pct, r.eligible_warps, r.warp_execution_efficiency, r.fma_pipe_pct, r.alu_pipe_pct, r.lsu_pipe_pct, r.xu_pipe_pct, r.fp32_fu_utilization_level, r.ldst_fu_utilization_level, r.special_fu_utilization_level, r.shared_utilization_level, r.l1_utilization_level, r.l2_utilization_level, r.dram_utilization_level, r.ffma_peak_per_cycle, r.dram_bytes_peak_per_cycle, r.l2_to_l1_bytes_peak_per_cycle, r.l1_lg_writeback_peak_per_cycle, r.replay_passes,
        r.flops, k.algorithm, k.role
 FROM launch k
 JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
-JOIN rollup_launch r ON r.run_id = k.run_id AND r.invocation = k.invocation;
+JOIN rollup_launch r ON r.run_id = k.run_id AND r.invocation = k.invocation
+) v
+ORDER BY v.run_id, v.invocation;
 
 -- Each metric rolled up over one layer phase's launches in one measured iteration, as its metric_def.rollup says: sum, max, or an average weighted by another metric of the same launch (a plain average where that metric was not collected). Computed when the run is written.
 CREATE VIEW layer_metric_repeat AS
-SELECT run_id, layer_id, phase, repeat, name, value FROM rollup_metric_repeat;
+SELECT * FROM (
+SELECT run_id, layer_id, phase, repeat, name, value FROM rollup_metric_repeat
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END, v.repeat, v.name;
 
 -- Per run, layer, phase and metric: the median over measured repeats, the smallest and largest value, and the spread (max - min) as a percentage of the median. Computed when the run is written.
 CREATE VIEW layer_metric AS
-SELECT run_id, layer_id, phase, name, value, min_value, max_value, repeats, spread_pct FROM rollup_metric;
+SELECT * FROM (
+SELECT run_id, layer_id, phase, name, value, min_value, max_value, repeats, spread_pct FROM rollup_metric
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END, v.name;
 
 -- Per run, layer and phase (median over repeats): kernel time from ncu, FP32 FLOPs measured against the model's ops, and bytes per memory level against the model's compulsory bytes.
 CREATE VIEW layer_summary AS
+SELECT * FROM (
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.duration_ns * 1.0e-6 AS duration_ms, w.instructions,
        COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, p.ops AS model_ops, CASE WHEN p.ops > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / p.ops END AS flops_per_model_op,
        w.l1_bytes, w.shared_bytes, w.l2_bytes, (w.dram_read_bytes + w.dram_write_bytes) AS dram_bytes,
@@ -75,10 +97,13 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'dram_write_bytes' THEN s.value END) AS dram_write_bytes
       FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
-LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END;
 
 -- Per run, layer and phase: each stall reason as a fraction of all stalls (the ncu warp states, or nvprof's stall_* on older GPUs; 'selected' is not a stall), and the two dominant reasons as paper 003 (nvprof) names them, with their shares.
 CREATE VIEW stall_breakdown AS
+SELECT * FROM (
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase,
        c1.category AS first_reason, c1.share AS first_share,
        c2.category AS second_reason, c2.share AS second_share,
@@ -112,10 +137,13 @@ JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN rollup_stall_category c1 ON c1.run_id = w.run_id AND c1.layer_id = w.layer_id AND c1.phase = w.phase
                                   AND c1.place = 1
 LEFT JOIN rollup_stall_category c2 ON c2.run_id = w.run_id AND c2.layer_id = w.layer_id AND c2.phase = w.phase
-                                  AND c2.place = 2;
+                                  AND c2.place = 2
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END;
 
 -- Per run, layer and phase: L1/TEX and L2 hit rates in %, each averaged over the layer's launches weighted by the sectors it is a rate of (under ncu's default --cache-control all, cold caches).
 CREATE VIEW cache_hit_rate AS
+SELECT * FROM (
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.l1_hit_rate, w.l1_global_load_hit_rate, w.l2_hit_rate, w.l2_read_hit_rate, w.l2_write_hit_rate
 FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'l1_hit_rate' THEN s.value END) AS l1_hit_rate,
@@ -125,10 +153,13 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'l2_write_hit_rate' THEN s.value END) AS l2_write_hit_rate
       FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
-LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END;
 
 -- Per run, layer and phase: requests, sectors and bytes per memory level (L1/TEX global and local, shared, L2, DRAM), throughput in bytes per second of kernel time, and % of each level's peak.
 CREATE VIEW memory_traffic AS
+SELECT * FROM (
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.l1_global_load_requests, w.l1_global_load_sectors, w.l1_global_store_requests,
        w.l1_global_store_sectors, w.l1_local_load_sectors, w.l1_local_store_sectors, w.l1_bytes,
        w.shared_load_wavefronts, w.shared_store_wavefronts, w.shared_load_bank_conflicts,
@@ -165,10 +196,13 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'dram_throughput_pct' THEN s.value END) AS dram_throughput_pct
       FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
-LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END;
 
 -- Per run, layer and phase: FP32 add, multiply and FMA thread instructions, all FP32 instructions, FLOPs = fadd + fmul + 2 ffma against the model's ops, and achieved FLOP/s.
 CREATE VIEW fp_instructions AS
+SELECT * FROM (
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.fadd, w.fmul, w.ffma, w.fp32_inst, COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, p.ops AS model_ops,
        CASE WHEN p.ops > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / p.ops END AS flops_per_model_op, CASE WHEN w.duration_ns > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) / (w.duration_ns * 1.0e-9) END AS flops_per_s
 FROM (SELECT s.run_id, s.layer_id, s.phase,
@@ -180,10 +214,13 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'fp32_inst' THEN s.value END) AS fp32_inst
       FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
-LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END;
 
 -- Per run, layer and phase: occupancy, SM efficiency, IPC, issue slots, eligible warps, warp execution efficiency, pipe utilization (FMA, ALU, LSU, XU) and compute/memory throughput, in %.
 CREATE VIEW utilization AS
+SELECT * FROM (
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, w.achieved_occupancy, w.sm_efficiency, w.ipc, w.issue_slot_pct, w.eligible_warps,
        w.warp_execution_efficiency, w.fma_pipe_pct, w.alu_pipe_pct, w.lsu_pipe_pct, w.xu_pipe_pct,
        w.sm_throughput_pct, w.memory_throughput_pct
@@ -202,10 +239,13 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'memory_throughput_pct' THEN s.value END) AS memory_throughput_pct
       FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
-LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END;
 
 -- Per run, layer and phase: achieved FP32 FLOP/s and arithmetic intensity (FLOPs per byte) at L1 (local/global writeback x 128 B), L2 (L2-to-L1 reads) and DRAM, against the peaks ncu measures (per-cycle peak x the clock during the run), as ncu's hierarchical roofline does.
 CREATE VIEW roofline AS
+SELECT * FROM (
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) AS flops, CASE WHEN w.duration_ns > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) / (w.duration_ns * 1.0e-9) END AS flops_per_s,
        CASE WHEN (128 * w.l1_lg_writeback_cycles) > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / (128 * w.l1_lg_writeback_cycles) END AS l1_intensity,
        CASE WHEN w.l2_to_l1_read_bytes > 0 THEN COALESCE(w.fp32_flops, COALESCE(w.fadd, 0) + COALESCE(w.fmul, 0) + 2 * COALESCE(w.ffma, 0)) * 1.0 / w.l2_to_l1_read_bytes END AS l2_intensity,
@@ -235,4 +275,6 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'dram_clock_hz' THEN s.value END) AS dram_clock_hz
       FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
-LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase;
+LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END;

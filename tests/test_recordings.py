@@ -34,7 +34,8 @@ TUNING = f"tuning-alexnet-b128-{GPU}.db.gz"  # tracker tune alexnet --batch 128:
 LAYER_PHASES = 49  # AlexNet: 21 layers, conv1 has no bwd_data
 
 
-RECORDED = sorted(p.name for p in DATA.glob("*.db*"))  # every committed recording but schema-v3/'s
+RECORDED = sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.db*")  # every committed one but schema-v3/'s
+                  if p.parent.name != "schema-v3")
 V3 = DATA / "schema-v3"  # the recordings the migration test upgrades, as recorded (schema v3)
 
 
@@ -55,9 +56,23 @@ def test_every_committed_recording_is_at_the_current_schema(name, tmp_path):
 
     from tracker.store import SCHEMA_VERSION
 
-    with sqlite3.connect(recording(name, tmp_path)) as conn:
+    with sqlite3.connect(recording(Path(name).name, tmp_path, DATA / Path(name).parent)) as conn:
         assert conn.execute("SELECT version FROM schema_info").fetchone()[0] == SCHEMA_VERSION, name
-    assert len(RECORDED) == 8
+    assert len(RECORDED) == 13
+
+
+def test_every_view_lists_its_rows_in_order_phases_as_fwd_bwd_data_bwd_weight(tmp_path):
+    """What `tracker sql 'SELECT * FROM VIEW'` prints, on the batch-16 ncu recording: each view's
+    rows in its key order, phases in PHASES' order (as every table and `tracker show` list them)."""
+    from tracker.phases import ORDER
+    from tracker.store import run_sql
+
+    store = open_store(recording(B16, tmp_path), write=False)
+    for view in VIEWS:
+        columns, rows = run_sql(store, f"SELECT {', '.join(view.order)} FROM {view.name}")
+        assert rows, view.name
+        keys = [tuple(ORDER[v] if c == "phase" else v for c, v in zip(columns, row)) for row in rows]
+        assert keys == sorted(keys), view.name
 
 
 @pytest.fixture(scope="module")

@@ -14,3 +14,8 @@ ORDER: dict[str, int] = {phase: i for i, phase in enumerate(PHASES)}
 BACKWARD_ORDER: tuple[str, ...] = ("bwd_weight", "bwd_data")
 # What ``--phases`` selects.
 PHASE_SETS: dict[str, tuple[str, ...]] = {"fwd": ("fwd",), "bwd": ("bwd_data", "bwd_weight"), "both": PHASES}
+
+
+def order_sql(column: str = "phase") -> str:
+    """SQL that sorts by ``column`` in ``PHASES``' order (a plain ORDER BY would put bwd_weight first)."""
+    return f"CASE {column} " + " ".join(f"WHEN '{phase}' THEN {i}" for phase, i in ORDER.items()) + " END"

@@ -66,7 +66,8 @@ def migrate(conn: Connection, where: str) -> None:
 'ours' in older runs, and run.library; launch.algorithm and role; rollup_time.algorithm); v6 -> v7
 run.loaders ('async' in older runs); v7 -> v8 experiment_arm (an experiment's planned arms; older
 experiments have none); v8 -> v9 run.counter_iterations (pass 2 profiled every measured iteration
-before v9, so an older run with counters gets its repeat). Create what is missing and recreate every
+before v9, so an older run with counters gets its repeat); v9 -> v10 views that list their rows in
+phase order (fwd, bwd_data, bwd_weight; views only). Create what is missing and recreate every
     view. Any write opening migrates (``tracker upgrade`` is one); a
     read-only one refuses an older file."""
     with conn.begin():

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select, text
 
 from tracker.errors import StoreError
-from tracker.phases import ORDER
+from tracker.phases import order_sql
 from tracker.store.db import Store
 from tracker.store.runs import effective_status
 from tracker.store.schema import Base, Launch, Metric, Run
@@ -96,14 +96,11 @@ def run_dict(run: Run) -> dict:
     return row
 
 
-PHASE_ORDER_SQL = "CASE phase " + " ".join(f"WHEN '{phase}' THEN {i}" for phase, i in ORDER.items()) + " END"
-
-
 def layer_rows(store: Store, run_id: int) -> list[dict]:
     """The layer_phase view for one run: prediction and measurement per layer and phase, with the
     median over repeats of each phase's time and its spread ((max - min) / median, in %) as the
     run's rollup holds them (layer_time)."""
-    rows = _rows(store, f"SELECT * FROM layer_phase WHERE run_id = :run ORDER BY layer_id, {PHASE_ORDER_SQL}",
+    rows = _rows(store, f"SELECT * FROM layer_phase WHERE run_id = :run ORDER BY layer_id, {order_sql()}",
                  run=run_id)
     spreads = {(t["layer_id"], t["phase"]): t["spread_pct"]
                for t in _rows(store, "SELECT layer_id, phase, spread_pct FROM layer_time WHERE run_id = :run", run=run_id)}

@@ -33,7 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from tracker.phases import PHASES
 from tracker.metrics import CATALOG
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 STATUSES = ("running", "complete", "failed", "interrupted")
 ARM_STATES = ("queued", "running", "complete", "failed", "interrupted")  # an experiment arm's, in order

@@ -12,18 +12,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracker.metrics import BY_NAME, CATALOG, STALLS
+from tracker.phases import order_sql
+
+
+LAYER_PHASE = ("run_id", "layer_id", "phase")  # how the per-layer-phase views list their rows
 
 
 @dataclass(frozen=True)
 class View:
-    """A view; its SQL holds no '%' (psycopg would read it as a placeholder)."""
+    """A view, listed in ``order`` (its key columns: ``phase`` in PHASES' order, fwd, bwd_data,
+    bwd_weight, as every table and `tracker show` list them); its SQL holds no '%' (psycopg would
+    read it as a placeholder)."""
 
     name: str
     doc: str
     select: str
+    order: tuple[str, ...] = LAYER_PHASE
 
     def create(self) -> str:
-        return f"CREATE VIEW {self.name} AS\n{self.select.strip()}"
+        # Sorted outside the select: PostgreSQL takes no output column's alias inside an ORDER BY expression.
+        keys = ", ".join(order_sql(f"v.{key}") if key == "phase" else f"v.{key}" for key in self.order)
+        return f"CREATE VIEW {self.name} AS\nSELECT * FROM (\n{self.select.strip()}\n) v\nORDER BY {keys}"
 
 
 
@@ -79,6 +88,7 @@ FROM launch k
 JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
 JOIN rollup_launch r ON r.run_id = k.run_id AND r.invocation = k.invocation
 """,
+        ("run_id", "invocation"),
     ),
     View(
         "layer_metric_repeat",
@@ -88,6 +98,7 @@ JOIN rollup_launch r ON r.run_id = k.run_id AND r.invocation = k.invocation
         """
 SELECT run_id, layer_id, phase, repeat, name, value FROM rollup_metric_repeat
 """,
+        (*LAYER_PHASE, "repeat", "name"),
     ),
     View(
         "layer_metric",
@@ -96,6 +107,7 @@ SELECT run_id, layer_id, phase, repeat, name, value FROM rollup_metric_repeat
         """
 SELECT run_id, layer_id, phase, name, value, min_value, max_value, repeats, spread_pct FROM rollup_metric
 """,
+        (*LAYER_PHASE, "name"),
     ),
     View(
         "layer_summary",
@@ -217,6 +229,7 @@ FROM launch
 WHERE time_ms IS NOT NULL
 GROUP BY run_id, layer_id, phase, repeat
 """,
+        (*LAYER_PHASE, "repeat"),
     ),
     View(
         "layer_phase",
@@ -248,6 +261,7 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
        r.predicted_peak_bytes, r.measured_peak_bytes, r.implementation, r.counter_iterations
 FROM run r
 """,
+        ("run_id",),
     ),
     *COUNTER_VIEWS,
 )

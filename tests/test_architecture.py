@@ -13,9 +13,6 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 PACKAGE = ROOT / "tracker"
-# The one circle the page names: gpu/workload.py runs a PyTorch workload's child and network.
-EXCEPTIONS = {("tracker/gpu/workload.py", "tracker.library.torch_run"),
-              ("tracker/gpu/workload.py", "tracker.library.torch_module")}
 CUPY_IN = ("gpu",)  # the units that may import CuPy (inside functions)
 TORCH_IN = ("library", "ops")  # ... and torch: the library arm, the ops' PyTorch hooks
 # The modules that are the CuPy or PyTorch code itself, which import it when they load; everything
@@ -77,15 +74,9 @@ def test_every_import_goes_to_its_own_layer_or_below():
                 continue
             target = unit(module)
             where = str(path.relative_to(ROOT))
-            if placed[target] > placed[source] and (where, module) not in EXCEPTIONS:
+            if placed[target] > placed[source]:
                 upward.append(f"{where}:{line} imports {module} ({source} is below {target})")
     assert upward == []
-
-
-def test_the_named_exception_still_exists():
-    """When the circle is broken, drop it from EXCEPTIONS and from the page."""
-    found = {(str(p.relative_to(ROOT)), module) for p in sources() for _, module, _ in imports(p)}
-    assert EXCEPTIONS <= found
 
 
 @pytest.mark.parametrize("library, allowed", [("cupy", CUPY_IN), ("torch", TORCH_IN)])

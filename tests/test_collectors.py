@@ -65,7 +65,7 @@ def test_the_nvprof_collector_joins_the_k20c_trace_launch_by_launch(nvprof):
     assert "stall_no_instruction" in counters.skipped  # stall_inst_fetch: not in the K20c listing, not asked for
     assert counters.run_fields == {} and any("nvprof 10.2.89, 10 metrics, 12 launches" in s for s in said)
     call = next(c for c in nvprof.read_text().splitlines() if "--log-file" in c)
-    options, _, spec = call.partition(" -m tracker.gpu.workload ")
+    options, _, spec = call.partition(" -m tracker.profilers.child ")
     assert options.split()[:5] == ["--profile-from-start", "off", "--print-gpu-trace", "--csv", "--normalized-time-unit"]
     assert json.loads(spec)["network"] == "alexnet"  # the child: the same workload as pass 1's
     metrics = options.split()[options.split().index("--metrics") + 1].split(",")
@@ -152,7 +152,7 @@ def k20c_pass1(monkeypatch) -> list[Workload]:
 def child_spec(calls: Path) -> dict:
     """The workload nvprof was asked to profile: the child's JSON spec on its logged command line."""
     call = next(c for c in calls.read_text().splitlines() if "--log-file" in c)
-    return json.loads(call.partition(" -m tracker.gpu.workload ")[2])
+    return json.loads(call.partition(" -m tracker.profilers.child ")[2])
 
 
 def test_tracker_profile_stores_an_nvprof_run_end_to_end(nvprof, kepler, k20c_pass1, tmp_path):

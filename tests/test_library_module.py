@@ -124,3 +124,15 @@ def test_a_workload_of_a_users_model_runs_only_on_pytorch():
 
     with pytest.raises(TrackerError, match="is a PyTorch model: only --impl torch runs it"):
         Workload(SPEC, batch=4)
+
+
+def test_a_users_models_network_comes_from_the_library_arm_not_the_gpu_value():
+    """gpu/ sits below library/ (docs/ARCHITECTURE.md): the Workload value does not trace a model;
+    the library arm hands the traced network to Workload.of, and a bare one says so."""
+    from tracker.gpu.workload import Workload
+    from tracker.library.torch_module import network
+
+    with pytest.raises(TrackerError, match="its network comes from tracker.library.torch_module.network"):
+        _ = Workload(SPEC, batch=4, implementation="torch").net
+    net = network(SPEC)
+    assert Workload.of(net, 4, implementation="torch").net is net

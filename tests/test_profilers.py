@@ -476,7 +476,7 @@ def test_collect_runs_ncu_exports_twice_and_joins(tmp_path, monkeypatch):
     assert {r["name"] for r in counters.rows} == {"cycles_elapsed", "sm_clock_hz"}
     calls = log.read_text().splitlines()
     profile_call = next(c for c in calls if "--export" in c)
-    assert "-m tracker.gpu.workload" in profile_call and "gmma" not in profile_call
+    assert "-m tracker.profilers.child" in profile_call and "gmma" not in profile_call
     assert sum("--import" in c for c in calls) == 2 and any("--print-nvtx-rename kernel" in c for c in calls)
 
 

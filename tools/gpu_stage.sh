@@ -155,7 +155,7 @@ stage3() {
 w = Workload(\"alexnet\", batch=128)
 print(w.planned(plan(w.net, w.variants, w.phases), {}).to_json())")
         "$NCU" --set full --profile-from-start off --target-processes all -f -o /tmp/full-b128 \
-            python3 -m tracker.gpu.workload "$spec"'
+            python3 -m tracker.profilers.child "$spec"'
     step exp-fusion-ncu 200 'tracker experiment fusion alexnet --batch 128 --backend ncu --repeat 1 \
         --db $W/fusion-ncu-b128.db --format csv > $W/experiment-fusion-ncu.csv'
     # CuPy's pool hands out slices of one allocation: an overrun into a neighbour would go unseen.

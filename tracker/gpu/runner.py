@@ -10,6 +10,7 @@ tracker/tune.py's: nothing here imports the layer above (tune, profile, experime
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -50,6 +51,18 @@ def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
     except cp.cuda.memory.OutOfMemoryError as exc:
         raise OutOfMemory(f"out of memory: {workload.network} at batch {workload.batch} ({exc})") from None
     return Measured(launches, device, backend.peak_bytes)
+
+
+def run_child(workload: Workload) -> None:
+    """Pass 2's child on our kernels (tracker/profilers/child.py): warm up, then the measured
+    iterations between cudaProfilerStart/Stop, untimed (the profiler times them)."""
+    import cupy as cp
+
+    from tracker.gpu.cupy_backend import CupyBackend
+
+    run = Executor.of(CupyBackend(workload.l1_policy, timed=False), workload)
+    measure(run, workload.repeat, workload.warmup, workload.l1_policy, lambda line: print(line, file=sys.stderr),
+            around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
 
 
 def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable[[str], None],

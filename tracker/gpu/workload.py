@@ -9,13 +9,12 @@ launches line up with pass 1's log one for one. Its values are checked where it 
 ``Launch`` is one row of pass 1's launch log: it knows its invocation, layer, phase and NVTX
 range, so the join (tracker/profilers/join.py) and the store need nothing else to place it.
 
-``python -m tracker.gpu.workload '<json spec>'`` is the child; the spec is ``Workload.to_json()``.
+The child a collector profiles runs ``Workload.to_json()`` (tracker/profilers/child.py).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple, Sequence
@@ -75,10 +74,9 @@ class Workload:
 
     @cached_property
     def net(self) -> Network:
-        if is_module_spec(self.network):  # a user's PyTorch model (tracker profile --torch)
-            from tracker.library.torch_module import network
-
-            return network(self.network)
+        if is_module_spec(self.network):  # a user's PyTorch model: only the library arm, above, can trace it
+            raise TrackerError(f"{self.network} is a PyTorch model: its network comes from "
+                               "tracker.library.torch_module.network, handed to Workload.of")
         from tracker.nets import build
 
         return build(self.network, **self.options)
@@ -134,9 +132,6 @@ class Workload:
     def from_json(cls, spec: str) -> Workload:
         return cls(**json.loads(spec))
 
-    def program(self) -> list[str]:
-        """The child's command line."""
-        return [sys.executable, "-m", "tracker.gpu.workload", self.to_json()]
 
 
 def is_module_spec(network: str) -> bool:
@@ -232,25 +227,3 @@ def tagged(launches: Sequence[Launch]) -> list[Launch]:
         algorithm, role = algorithms[(k.layer_id, k.phase, k.repeat)], classify(k.kernel_name).role
         out.append(replace(k, algorithm=algorithm, role="math" if role == "other" and algorithm is None else role))
     return out
-
-
-def main(spec: str) -> None:
-    w = Workload.from_json(spec)
-    if w.library:
-        from tracker.library.torch_run import run_child
-
-        run_child(w)
-        return
-    import cupy as cp
-
-    from tracker.gpu.cupy_backend import CupyBackend
-    from tracker.gpu.network import Executor
-    from tracker.gpu.runner import measure
-
-    run = Executor.of(CupyBackend(w.l1_policy, timed=False), w)
-    measure(run, w.repeat, w.warmup, w.l1_policy, lambda line: print(line, file=sys.stderr),
-            around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])

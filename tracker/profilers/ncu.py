@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -170,8 +169,7 @@ def run(cmd: list[str], report: Path, expected: int, echo: Callable[[str], None]
 
 def _check(code: int, errors: list[str], lines: list[str], report: Path) -> None:
     text = "\n".join(errors)
-    if "ERR_NVGPUCTRPERM" in text:
-        raise BackendUnavailable(f"ncu cannot read counters: {PERMISSION_HELP}")
+    _permission(text)
     if errors:
         raise NcuFailed(f"ncu failed: {errors[0].removeprefix('==ERROR==').strip()}")
     if code != 0:
@@ -191,15 +189,9 @@ def export(ncu: str, report: Path, nvtx_names: bool = False) -> str:
 
 
 def _output(cmd: list[str], what: str) -> str:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except OSError as exc:
-        raise BackendUnavailable(f"cannot run {what}: {exc}") from None
-    except subprocess.TimeoutExpired:
-        raise NcuFailed(f"{what} did not finish in 10 minutes") from None
-    if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-        if "ERR_NVGPUCTRPERM" in done.stdout + done.stderr:
-            raise BackendUnavailable(f"ncu cannot read counters: {PERMISSION_HELP}")
-        raise NcuFailed(f"{what} failed with status {done.returncode}: {message[0]}")
-    return done.stdout
+    return processes.output(cmd, what, NcuFailed, _permission).stdout
+
+
+def _permission(output: str) -> None:
+    if "ERR_NVGPUCTRPERM" in output:
+        raise BackendUnavailable(f"ncu cannot read counters: {PERMISSION_HELP}")

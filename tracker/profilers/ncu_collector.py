@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from tracker.errors import BackendUnavailable, NcuFailed
 from tracker.metrics import ncu_metrics
-from tracker.profilers import Counters, Options, ncu, ncu_csv
+from tracker.profilers import Counters, Options, child, ncu, ncu_csv
 from tracker.profilers.join import join
 
 if TYPE_CHECKING:
@@ -93,4 +93,4 @@ class NcuCollector:
 
     def _run(self, metrics: list[str], report: Path, workload: Workload, settings: ncu.Settings, expected: int,
              echo: Callable[[str], None]) -> None:
-        ncu.run(ncu.command(self.path, metrics, report, workload.program(), settings), report, expected, echo)
+        ncu.run(ncu.command(self.path, metrics, report, child.command(workload), settings), report, expected, echo)

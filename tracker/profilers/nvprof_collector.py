@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from tracker.errors import BackendUnavailable, ProfilerFailed
 from tracker.metrics import BY_NVPROF
 from tracker import processes
-from tracker.profilers import Counters, Options, ncu, nvprof
+from tracker.profilers import Counters, Options, child, ncu, nvprof
 from tracker.profilers.join import join
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class NvprofCollector:
              "(nvprof prints no progress per launch)")
         with tempfile.TemporaryDirectory(prefix="tracker-nvprof-") as tmp:
             log = Path(tmp) / "pass2.csv"
-            _run(nvprof.command(workload.program(), metrics, str(log), self.path), log)
+            _run(nvprof.command(child.command(workload), metrics, str(log), self.path), log)
             profiled = nvprof.parse_trace(log.read_text(errors="replace"), "nvprof's GPU trace")
             if self.keep_report:
                 shutil.copyfile(log, self.keep_report)
@@ -111,13 +111,5 @@ def _check(code: int, output: str, log: Path) -> None:
 
 
 def _output(cmd: list[str], what: str) -> str:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except OSError as exc:
-        raise BackendUnavailable(f"cannot run {what}: {exc}") from None
-    except subprocess.TimeoutExpired:
-        raise ProfilerFailed(f"{what} did not finish in 10 minutes") from None
-    if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-        raise ProfilerFailed(f"{what} failed with status {done.returncode}: {message[0]}")
+    done = processes.output(cmd, what)
     return done.stdout + done.stderr  # nvprof writes its listings to stderr

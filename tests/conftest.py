@@ -80,3 +80,32 @@ def emulator(tmp_path_factory):
     if not emu.available():
         pytest.skip("needs g++ for the CUDA emulation")
     return emu.Emulator(tmp_path_factory.mktemp("emu"))
+
+
+@pytest.fixture
+def emulated_events(emulator, monkeypatch):
+    """tracker profile --backend events, with the emulator for the GPU and made-up times
+    (tests/made_up_times.py)."""
+    from dataclasses import replace
+
+    from made_up_times import made_up_ms
+
+    import tracker.experiment
+    import tracker.profile
+    from tracker.gpu.network import Executor
+    from tracker.gpu.runner import Measured, measure
+    from tracker.profile import Choice
+
+    def profile_events(workload, echo):
+        launches, _ = measure(Executor.of(emulator, workload), workload.repeat, workload.warmup,
+                              workload.l1_policy, echo)
+        return Measured([replace(launch, time_ms=made_up_ms(launch.row())) for launch in launches],
+                        {"device_name": "CPU emulation (tests/emu)"}, 0)
+
+    def choose_backend(requested, options=None, library=False):
+        return Choice("model", "asked for") if requested == "model" else Choice("events", "test: CPU emulation, "
+                                                                                           "made-up times")
+
+    monkeypatch.setattr(tracker.profile, "choose_backend", choose_backend)
+    monkeypatch.setattr(tracker.experiment, "choose_backend", choose_backend)
+    monkeypatch.setattr("tracker.gpu.runner.profile_events", profile_events)

@@ -1,6 +1,6 @@
 """Each analysis against numbers computed by hand from the raw files behind the test store.
 
-No trace of our kernels on a GPU exists yet, so the store is test_views.sample_store: the public
+No trace of our kernels on a GPU exists yet, so the store is samples.sample_store: the public
 Tesla K20c nvprof sample (tests/data/ncu) assigned to AlexNet's first four layers, labelled so,
 beside model runs of AlexNet. The figures below come from those files, not from a GPU of ours.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from test_views import sample_store
+from samples import sample_store
 
 from tracker.analysis import caches, fp, reconcile, roofline, runtime, stalls, traffic, utilization
 from tracker.model import lookup, predict

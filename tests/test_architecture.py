@@ -95,3 +95,12 @@ def test_cupy_and_torch_are_imported_only_where_the_page_says_and_only_inside_fu
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module}"
                              + (" when the module loads" if at_top else ""))
     assert wrong == []
+
+
+def test_test_modules_share_helpers_through_helper_modules_not_each_other():
+    """A test module imported by another is collected twice over and couples their fixtures: shared
+    helpers live in tests/ modules not named test_* (samples.py, recorded.py, ...) or conftest.py."""
+    tests = ROOT / "tests"
+    found = [f"{path.name}:{line} imports {module}" for path in sorted(tests.glob("test_*.py"))
+             for line, module, _ in imports(path) if module.split(".")[0].startswith("test_")]
+    assert found == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_reference import close, numeric_grad
+from gradient_check import close, numeric_grad
 
 from tracker import reference as ref
 from tracker.errors import TrackerError

@@ -1,12 +1,14 @@
 """`tracker experiment algorithms`: each convolution algorithm we have against the default, per
-conv layer phase, on the CPU emulation with test_experiments' made-up times (the bookkeeping, not a
-GPU's speed): the algorithm each arm really ran, the model's workspace for it, and a stored
+conv layer phase, on the CPU emulation with made-up times (tests/made_up_times.py: the bookkeeping,
+not a GPU's speed): the algorithm each arm really ran, the model's workspace for it, and a stored
 library run's choice beside them (the public A100 trace's kernels, as test_library_run feeds)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
+from public_trace import SMALL_NET_RANGES, TRACE, rehomed
+from samples import tiny_net
 
 import tracker.experiment
 import tracker.profile
@@ -18,9 +20,6 @@ from tracker.library import kineto
 from tracker.model.algorithms import conv_cost
 from tracker.profile import profile_workload
 from tracker.store import open_store
-
-from test_experiments import emulated_events, small_net  # noqa: F401  (a fixture used below)
-from test_library_trace import SMALL_NET_RANGES, TRACE, rehomed
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +33,7 @@ def test_the_arms_are_the_registrys_algorithms_against_the_default():
 
 def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_path, emulated_events, monkeypatch):
     db = str(tmp_path / "t.db")
-    net = small_net()
+    net = tiny_net()
 
     def library(workload, echo):  # the public trace's cuDNN kernels under our small net's ranges
         launches, _ = kineto.launch_log(kineto.kernels(rehomed(kineto.load(TRACE), SMALL_NET_RANGES)), workload.net,

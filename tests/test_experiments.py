@@ -2,17 +2,18 @@
 
 No GPU here: the events pass runs our kernels on the CPU emulation of CUDA (tests/emu), which
 gives real launch logs (kernel names, fusion: a fused ReLU launches nothing) but no times. The
-times are made up below, by a rule the assertions recompute: they test the arithmetic and the
-bookkeeping (speedups, spreads, noise, pairs), never a GPU's behaviour.
+times are made up (tests/made_up_times.py, through conftest's ``emulated_events``), by a rule the
+assertions recompute: they test the arithmetic and the bookkeeping (speedups, spreads, noise,
+pairs), never a GPU's behaviour.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 
 import pandas as pd
 import pytest
+from samples import tiny_net
 
 import tracker.experiment
 import tracker.profile
@@ -21,65 +22,14 @@ from tracker.errors import Mismatch, TrackerError
 from tracker.experiment import arms, run_experiment
 from tracker.gpu.runner import Measured
 from tracker.profile import Choice
-from tracker.nets.layers import LRN, Linear, Network, ReLU, Softmax, conv, maxpool
 from tracker.ops import OPS
 from tracker.store import launch_rows, open_store
-
-JITTER = (1.00, 1.01, 0.99)
-
-
-def small_net() -> Network:
-    """Every op the experiments vary, small enough for the CPU emulation (10 runs in seconds)."""
-    net = Network("tiny", (3, 8, 8), options={})
-    net.add("conv1", conv(4, 3))
-    net.add("relu1", ReLU())
-    net.add("lrn1", LRN(alpha=0.1))
-    net.add("pool1", maxpool(2, 2))
-    net.add("conv2", conv(4, 3, pad=1))
-    net.add("relu2", ReLU())
-    net.add("fc3", Linear(8))
-    net.add("relu3", ReLU())
-    net.add("fc4", Linear(5))
-    net.add("softmax", Softmax())
-    return net  # per measured iteration: a 2 % spread
-
-
-def made_up_ms(row: dict) -> float:
-    """0.1 ms per layer ID; L1 bypass makes conv 10 % faster and everything else 0.5 % slower;
-    the fused kernels take their own time plus half the ReLU's; jitter per iteration."""
-    base = 0.1 * row["layer_id"]
-    if row["l1_policy"] == "cg":
-        base *= 0.9 if row["kernel_name"].startswith("conv") else 1.005
-    if row["variant"] == "fused":
-        base += 0.05 * (row["layer_id"] + 1)  # the ReLU that follows has ID + 1
-    return base * JITTER[row["repeat"] % 3]
-
-
-@pytest.fixture
-def emulated_events(emulator, monkeypatch):
-    """tracker profile --backend events, with the emulator for the GPU and made-up times."""
-    from tracker.gpu.network import Executor
-    from tracker.gpu.runner import measure
-
-    def profile_events(workload, echo):
-        launches, _ = measure(Executor.of(emulator, workload), workload.repeat, workload.warmup,
-                              workload.l1_policy, echo)
-        return Measured([replace(launch, time_ms=made_up_ms(launch.row())) for launch in launches],
-                        {"device_name": "CPU emulation (tests/emu)"}, 0)
-
-    def choose_backend(requested, options=None, library=False):
-        return Choice("model", "asked for") if requested == "model" else Choice("events", "test: CPU emulation, "
-                                                                                           "made-up times")
-
-    monkeypatch.setattr(tracker.profile, "choose_backend", choose_backend)
-    monkeypatch.setattr(tracker.experiment, "choose_backend", choose_backend)
-    monkeypatch.setattr("tracker.gpu.runner.profile_events", profile_events)
 
 
 def test_l1_bypass_pairs_every_variant_and_computes_speedups(tmp_path, emulated_events):
     # SQLite only: 12 emulated runs take a while; the fusion and compare tests cover PostgreSQL
     db = str(tmp_path / "trace.db")
-    experiment_id = run_experiment(db, "l1-bypass", small_net(), 1, repeat=2, warmup=0)
+    experiment_id = run_experiment(db, "l1-bypass", tiny_net(), 1, repeat=2, warmup=0)
     store = open_store(db, write=False)
     table = experiments.runs(store, experiment_id)
     staged = [name for name in OPS.variant_names() if any(  # where ca copies with cp.async what cg stages
@@ -113,7 +63,7 @@ def test_l1_bypass_pairs_every_variant_and_computes_speedups(tmp_path, emulated_
 
 
 def test_fusion_pairs_each_relu_with_its_producer(db, emulated_events):
-    experiment_id = run_experiment(db, "fusion", small_net(), 1, repeat=3, warmup=0)
+    experiment_id = run_experiment(db, "fusion", tiny_net(), 1, repeat=3, warmup=0)
     store = open_store(db, write=False)
     pairs = experiments.fused_pairs(store, experiment_id)
     assert set(zip(pairs.layer, pairs.relu)) == {("conv1", "relu1"), ("conv2", "relu2"), ("fc3", "relu3")}
@@ -131,8 +81,8 @@ def test_compare_refuses_runs_that_do_not_match(db, emulated_events):
     from tracker.nets import build
     from tracker.profile import profile
 
-    small = profile(db, small_net(), 1, repeat=2, warmup=0).run_id
-    small_model = profile(db, small_net(), 1, backend="model", device=lookup("h100")).run_id
+    small = profile(db, tiny_net(), 1, repeat=2, warmup=0).run_id
+    small_model = profile(db, tiny_net(), 1, backend="model", device=lookup("h100")).run_id
     alexnet = profile(db, build("alexnet"), 4, backend="model", device=lookup("h100")).run_id
     alexnet_fwd = profile(db, build("alexnet"), 4, backend="model", device=lookup("h100"), phases="fwd").run_id
     no_device = profile(db, build("alexnet"), 4, backend="model").run_id
@@ -168,9 +118,9 @@ def test_runs_at_two_batch_sizes_compare_per_image(db):
 def test_model_backend_refuses_what_it_cannot_answer(tmp_path):
     db = str(tmp_path / "trace.db")
     with pytest.raises(TrackerError, match="experiment fusion needs a GPU backend"):
-        run_experiment(db, "fusion", small_net(), 1, backend="model")
+        run_experiment(db, "fusion", tiny_net(), 1, backend="model")
     with pytest.raises(TrackerError, match="needs --device"):
-        run_experiment(db, "batch", small_net(), 1, batches=(1, 2), backend="model")
+        run_experiment(db, "batch", tiny_net(), 1, batches=(1, 2), backend="model")
     assert not (tmp_path / "trace.db").exists()  # refused before the database was opened
 
 
@@ -189,7 +139,7 @@ def test_an_interrupted_experiment_keeps_its_finished_runs_and_is_marked(tmp_pat
     monkeypatch.setattr(runner, "profile_events", interrupted_second)
     db = str(tmp_path / "trace.db")
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(db, "fusion", small_net(), 1, repeat=1, warmup=0)
+        run_experiment(db, "fusion", tiny_net(), 1, repeat=1, warmup=0)
     store = open_store(db, write=False)
     from tracker.store import find_experiment, list_runs
 
@@ -235,12 +185,12 @@ def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chose
     monkeypatch.setattr(tracker.profile, "choose_backend", choose_backend)
     monkeypatch.setattr(tracker.experiment, "choose_backend", choose_backend)
     db = str(tmp_path / "trace.db")
-    run_experiment(db, "fusion", small_net(), 1, backend="auto", repeat=1, warmup=0)
+    run_experiment(db, "fusion", tiny_net(), 1, backend="auto", repeat=1, warmup=0)
     store = open_store(db, write=False)
     arms_run = experiments.runs(store, 1)
     assert list(arms_run.backend) == ["events", "events"] and len(attempts) == 1
     with pytest.raises(BackendUnavailable, match="ERR_NVGPUCTRPERM"):
-        profile(db, small_net(), 1, backend="ncu", repeat=1, warmup=0)
+        profile(db, tiny_net(), 1, backend="ncu", repeat=1, warmup=0)
 
 
 def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emulated_events, monkeypatch):
@@ -250,7 +200,7 @@ def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emu
     from tracker.ops.gemm import Tile
     from tracker.store.schema import Run
 
-    gpu, net, db = "CPU emulation (tests/emu)", small_net(), str(tmp_path / "trace.db")
+    gpu, net, db = "CPU emulation (tests/emu)", tiny_net(), str(tmp_path / "trace.db")
     monkeypatch.setattr(detect, "device_name", lambda: gpu)
     target = next(t for t in tune.targets(net, 1, {}) if (t.layer, t.phase) == ("conv1", "fwd"))
     store = open_store(db, write=True)

@@ -69,7 +69,7 @@ def test_the_model_roofline_draws_every_roof_and_ridge_of_the_device():
 ])
 def test_the_sample_stores_rooflines_draw_their_devices_roofs(store, roofs, ridges, tmp_path):
     """The public K20c (timed) and V100 (untimed, so predicted) samples, as the report draws them."""
-    from test_views import sample_store, v100_sample_store
+    from samples import sample_store, v100_sample_store
 
     from tracker.analysis import roofline as analysis
     from tracker.store import open_store

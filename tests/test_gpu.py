@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_check import check_report
 
 from tracker.cli import cli
 from tracker.nets import NETWORKS, build
@@ -114,20 +115,6 @@ def check_counters(store, run_id: int, expected: set[str]) -> None:
     assert all(names == expected for names in held.values()), {i: expected ^ n for i, n in held.items() if n != expected}
     if "duration_ns" in expected:  # ncu's own time of each launch
         assert all((values[(i, "duration_ns")] or 0) > 0 for i in invocations)
-
-
-def check_report(runner, db: str, target: str, out: Path, counters: bool | None = None) -> None:
-    """`tracker report TARGET`: index.html shows every figure written (each as PNG and SVG) and
-    report.md; a run's counter sections all drawn where it has ``counters``, else left out."""
-    result = runner.invoke(cli, ["report", target, "--db", db, "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    svg, png = ({p.stem for p in out.glob(f"*.{ext}")} for ext in ("svg", "png"))
-    shown = re.findall(r"<img src='([^']+)\.svg'", (out / "index.html").read_text())
-    assert sorted(shown) == sorted(svg) == sorted(png) != [], f"each figure in files of its own: {sorted(shown)}"
-    assert result.stdout.startswith(f"{len(shown)} figure{'s' if len(shown) != 1 else ''} of "), result.output
-    assert (out / "report.md").read_text().startswith("#")
-    if counters is not None:
-        assert ("not collected (no counters)" in result.stdout) is not counters
 
 
 # Selftest: every variant against the reference ------------------------------------------------

@@ -17,7 +17,10 @@ from tracker.gpu.workload import IMPLEMENTATIONS
 from tracker.profile import BACKENDS
 
 HERE = Path(__file__).parent
-SUITE = [path for path in sorted(HERE.glob("test_gpu*.py")) if path.name != Path(__file__).name]
+# The suite's source: its files, and report_check.py, where it runs `tracker report` (check_report,
+# shared with test_library_evidence)
+SUITE = [path for path in sorted(HERE.glob("test_gpu*.py")) if path.name != Path(__file__).name] + [
+    HERE / "report_check.py"]
 
 # Commands that never touch a GPU, whatever the store holds: the catalogs and the analytic model,
 # NVRTC compiling with no GPU (CI runs it), and the store's SQL, reader role and schema. Every other command

@@ -5,6 +5,7 @@ import hashlib
 import json
 
 import pytest
+from tile_schedules import RING, SCHEDULES
 
 from tracker.cli import cli
 from tracker.gpu import verified
@@ -13,8 +14,6 @@ from tracker.gpu.kernels import (ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, STAG
                                  source_text)
 from tracker.gpu.kernels import sources as kernel_sources
 from tracker.ops import OPS, gemm
-
-from test_tune import RING, SCHEDULES
 
 TABLE = tuple(OPS.launches())
 NEW_ON_THE_H200 = ("winograd", "winograd_f4", "fft")  # issue 30's variants: first on a GPU on 2026-11-26

@@ -5,12 +5,11 @@ of the fused variants, and that every output element is written (outputs start a
 A GPU must still confirm all of it."""
 
 import pytest
+from tile_schedules import RING, TRANSFORMS
 
 from tracker.ops import OPS
 from tracker.ops.gemm import DEFAULT, MASKED, RELU_MASK
 from tracker.ops.selftest import run_case, small_cases
-
-from test_tune import RING, TRANSFORMS
 
 pytestmark = pytest.mark.slow  # every test here builds the kernels with g++ and runs them on OS threads
 

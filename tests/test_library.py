@@ -8,6 +8,7 @@ from contextlib import nullcontext
 
 import numpy as np
 import pytest
+from samples import small_net
 
 from tracker import reference
 from tracker.errors import TrackerError
@@ -16,12 +17,6 @@ from tracker.nets import build
 torch = pytest.importorskip("torch")
 
 from tracker.library.torch_net import TorchStep  # noqa: E402
-
-
-def small_net():
-    from test_network_plan import small_net as net
-
-    return net()
 
 
 def test_a_step_equals_the_numpy_reference_forward_and_backward():

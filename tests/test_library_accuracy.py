@@ -117,7 +117,7 @@ def test_pytorch_missing_is_one_line(runner, monkeypatch):
 def test_the_whole_step_is_compared_per_layer_as_information():
     """Every layer with weights has its dw and db row, after the loss; on a small net on the CPU
     all are small, but nothing here passes or fails."""
-    from test_network_plan import small_net
+    from samples import small_net
 
     rows = step_errors(small_net(), 3, "cpu")
     gradients, routes = rows[:9], rows[9:]
@@ -137,7 +137,7 @@ def test_a_pool_window_whose_maximum_rounding_moved_is_counted():
     than the reference's sends the gradient to another element (what a near-tie flipped by
     rounding does)."""
     import torch
-    from test_network_plan import small_net
+    from samples import small_net
 
     from tracker.library.accuracy import _moved_routes
     from tracker.library.torch_net import TorchStep
@@ -159,7 +159,7 @@ def test_a_relu_input_whose_sign_rounding_flipped_is_counted():
     the reference's passes a gradient the reference blocks (on the H200, PyTorch's AlexNet step
     was 1.5e-6 from the reference at conv5's gradients and 1.8e-3 at conv4's, with no max-pool
     window moved: tests/data/gpu-2026-11-26-h200/lib-step-b2.csv)."""
-    from test_network_plan import small_net
+    from samples import small_net
 
     from tracker.library.accuracy import _moved_routes
     from tracker.library.torch_net import TorchStep

@@ -175,7 +175,8 @@ def test_the_h200s_joined_library_run_is_shown_and_reported_with_its_counters(ru
     """The batch-16 library run that joined under ncu on the H200, as stored there: `tracker show`
     names cuDNN's algorithm per conv phase, and the report draws every counter section (the GPU
     suite's report test of a library ncu run never finished on that machine)."""
-    from test_gpu import check_report
+    from report_check import check_report
+
     from tracker.cli import cli
 
     db = tmp_path / "library-b16-ncu-h200.db"

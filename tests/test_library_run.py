@@ -2,9 +2,9 @@
 
 No GPU here. The model backend runs for real (it needs PyTorch only to record its versions). For
 the measured path the two GPU seams are replaced: our kernels' pass 1 runs on the CPU emulation
-(tests/emu) with made-up times (test_experiments' rule), and the library's pass 1 returns the
+(tests/emu) with made-up times (tests/made_up_times.py), and the library's pass 1 returns the
 launch log read from the public A100 AlexNet trace, its kernels re-homed under our small net's
-range names (test_library_trace.rehomed): real cuDNN and cuBLAS kernels, real device times.
+range names (tests/public_trace.py): real cuDNN and cuBLAS kernels, real device times.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ import importlib.util
 from dataclasses import replace
 
 import pytest
+from made_up_times import made_up_ms
+from public_trace import ALEXNET_RANGES, SMALL_NET_RANGES, TRACE, rehomed
+from samples import small_net
 
 import tracker.experiment
 import tracker.profile
@@ -24,9 +27,6 @@ from tracker.profile import Choice, profile_workload
 from tracker.store import layer_rows, launch_rows, open_store, run_dict, find_run
 
 torch = pytest.importorskip("torch")
-
-from test_experiments import made_up_ms  # noqa: E402
-from test_library_trace import ALEXNET_RANGES, SMALL_NET_RANGES, TRACE, rehomed, small_net  # noqa: E402
 
 DEVICE = {"device_name": "NVIDIA A100-PG509-200", "compute_capability": "8.0", "sm_count": 108}
 

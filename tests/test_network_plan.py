@@ -2,27 +2,12 @@
 AlexNet-like network on the CPU emulation against the NumPy reference."""
 
 import pytest
+from samples import small_net
 from step_check import step_errors
 
 from tracker.errors import TrackerError
 from tracker.gpu.network import FUSED_INTO, Executor, check_indexing, plan, resolve
 from tracker.nets import build
-from tracker.nets.layers import LRN, Linear, Network, ReLU, Softmax, conv, maxpool
-
-
-def small_net() -> Network:
-    net = Network("small", (3, 19, 19), options={})
-    net.add("conv1", conv(8, 3, stride=2))
-    net.add("relu1", ReLU())
-    net.add("lrn1", LRN(alpha=0.1))
-    net.add("pool1", maxpool(3, 2))
-    net.add("conv2", conv(12, 3, pad=1))
-    net.add("relu2", ReLU())
-    net.add("fc3", Linear(16))
-    net.add("relu3", ReLU())
-    net.add("fc4", Linear(10))
-    net.add("softmax", Softmax())
-    return net
 
 
 def test_plan_order_and_phases():

@@ -2,7 +2,7 @@
 ipykernel's python3 kernel on this interpreter), with TRACKER_DB and the other variables reaching
 the kernel through the environment. No cell errs, every figure shows inline as a PNG, and the
 values the kernel ends with are checked. The stores: the labelled sample store
-(test_views.sample_store: public K20c counters on AlexNet layers), model runs of AlexNet and a
+(samples.sample_store: public K20c counters on AlexNet layers), model runs of AlexNet and a
 model-backend batch experiment; and the H100 recordings (tests/data/RECORDINGS.md): the ncu run at
 batch 16, and the fusion experiment of issue 16's GEMM core. A store that lacks what a notebook
 needs stops it at its first code cell with a one-line error."""
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_recordings import B16, CORE_EXPERIMENTS, DATA, LAYER_PHASES, recording
-from test_views import sample_store
+from recorded import B16, CORE_EXPERIMENTS, DATA, LAYER_PHASES, recording
+from samples import sample_store
 
 from tracker.experiment import run_experiment
 from tracker.model import lookup

@@ -37,7 +37,7 @@ def toy(monkeypatch):
 
 
 def test_a_variant_added_from_outside_reaches_every_consumer(toy, emulator):
-    from test_network_plan import small_net
+    from samples import small_net
 
     from tracker.experiment import arms
     from tracker.gpu.network import Executor, resolve

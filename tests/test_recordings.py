@@ -2,17 +2,27 @@
 AlexNet on an NVIDIA H100 80GB HBM3 (tools/gpu_stage.sh, 2026-11-22, and issue 16's GEMM core on
 2026-11-23; tests/data/RECORDINGS.md).
 Figures asserted here are read from those recordings and from ncu's own CSV export of the same
-report, never made up."""
+report, never made up. The recordings' names, and ``recording``, are in tests/recorded.py."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from recorded import (
+    B16,
+    CORE_EXPERIMENTS,
+    CORE_NCU,
+    DATA,
+    EXPERIMENTS,
+    FUSION_NCU,
+    L1_BYPASS,
+    LAYER_PHASES,
+    TUNING,
+    recording,
+)
 
 from tracker.analysis import experiments, runtime, stalls
 from tracker.cli import cli
@@ -20,32 +30,9 @@ from tracker.profilers import ncu_csv
 from tracker.store import metric_rows, open_store
 from tracker.store.views import VIEWS
 
-DATA = Path(__file__).parent / "data"
-GPU = "nvidia-h100-80gb-hbm3"
-B16 = f"alexnet-b16-{GPU}.db"  # --backend ncu, batch 16, one measured iteration
-B128_NCU = f"alexnet-b128-ncu-{GPU}.db"  # --backend ncu, batch 128
-EXPERIMENTS = f"experiments-b128-events-{GPU}.db.gz"  # e1 l1-bypass, e2 fusion, e3 variants, e4 batch
-L1_BYPASS = f"l1-bypass-b128-events-{GPU}.db.gz"  # e1 l1-bypass with the real bypass (7791b43)
-FUSION_NCU = f"fusion-ncu-b128-{GPU}.db"  # e1 fusion under ncu
-# The GEMM core of issue 16 (kernels of 903ea16), 2026-11-23:
-CORE_NCU = f"alexnet-b128-ncu-{GPU}-2026-11-23.db.gz"  # --backend ncu, batch 128, the default tile
-CORE_EXPERIMENTS = f"experiments-b128-events-{GPU}-2026-11-23.db.gz"  # e1 l1-bypass, e2 fusion, e3, e4
-TUNING = f"tuning-alexnet-b128-{GPU}.db.gz"  # tracker tune alexnet --batch 128: 1,253 candidates
-LAYER_PHASES = 49  # AlexNet: 21 layers, conv1 has no bwd_data
-
-
 RECORDED = sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.db*")  # every committed one but schema-v3/'s
                   if p.parent.name != "schema-v3")
 V3 = DATA / "schema-v3"  # the recordings the migration test upgrades, as recorded (schema v3)
-
-
-def recording(name: str, folder: Path, data: Path = DATA) -> str:
-    """A private copy of a recording (decompressed if .gz): tests never touch the committed file."""
-    target = folder / name.removesuffix(".gz")
-    if not target.exists():
-        with (gzip.open if name.endswith(".gz") else open)(data / name, "rb") as src, open(target, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    return str(target)
 
 
 @pytest.mark.parametrize("name", RECORDED)

@@ -1,5 +1,5 @@
 """tracker report, export, compare and experiments from the command line, on the test store
-(test_views.sample_store: public K20c counters, labelled) and model runs of AlexNet."""
+(samples.sample_store: public K20c counters, labelled) and model runs of AlexNet."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 import pytest
-from test_views import sample_store, v100_sample_store
+from samples import sample_store, v100_sample_store
 
 from tracker.cli import cli
 from tracker.model import lookup

@@ -5,8 +5,8 @@ order (fwd, bwd_data, bwd_weight), as every table and `tracker show` do."""
 
 from __future__ import annotations
 
+from samples import sample_store
 from sqlalchemy import create_engine, text
-from test_views import sample_store
 
 from tracker.cli import cli
 from tracker.model import lookup

@@ -91,7 +91,7 @@ def test_tune_times_a_candidate_through_the_routine(emulator, monkeypatch):
     """On the emulator: one L2 flush before each timed repetition (none before the warm-up, the
     log empty at each); the host clock while launches are untimed, their summed events once
     every launch is timed."""
-    from test_network_plan import small_net
+    from samples import small_net
 
     from tracker import tune
     from tracker.ops.gemm import DEFAULT

@@ -8,32 +8,21 @@ from dataclasses import replace
 
 import pytest
 from step_check import step_errors
+from tile_schedules import RING, SCHEDULES, TRANSFORMS
 
 from tracker import tune
 from tracker.cli import cli
 from tracker.ops import OPS
-from tracker.ops.gemm import DEFAULT, SHAPES, Tile
+from tracker.ops.gemm import DEFAULT, Tile
 from tracker.ops.selftest import run_case, small_cases
 from tracker.store import open_store
 
-# The variants that wrap gemm.cu's GEMMs in transforms of their own (issue 30's Winograd and FFT):
-# their GEMMs run every schedule through the gemm and linear variants, and their transforms take
-# no tile, so the per-schedule tests leave them out (test_winograd and test_fft run them).
-TRANSFORMS = ("winograd", "winograd_f4", "fft")
 # The transposed convolutions run the convolutions' own kernels (covered here already), and one
 # case of the 3-D convolution reaches its loaders at each schedule: the rest prove nothing new per tile.
 REPEATS = ("convtranspose", "convtranspose3d")
 TUNABLE = [(case, name) for case in small_cases() for name, variant in OPS[case.op].variants.items()
            if any(launch.tunable for launch in variant.launches.values()) and name not in TRANSFORMS
            and case.op not in REPEATS and (case.op != "conv3d" or case == OPS["conv3d"].small_cases[0])]
-
-
-# Every schedule `tracker tune` can run, as code: each shape and its neighbours in ring depth and
-# warp layout; and one that only `--tile` can ask for (both at once). A register policy (/ctas1,
-# /ctas2) changes what ptxas allocates, not the code: test_kernels holds its SASS.
-SCHEDULES = (*dict.fromkeys(t for shape in SHAPES for t in (shape, *shape.neighbours()) if t.min_ctas == 0),
-             Tile(64, 64, 8, stages=4, warp_rows=8))
-RING = Tile(128, 128, 8, stages=3)  # a 3-deep ring: not a power of two
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +85,7 @@ def test_a_tile_names_what_differs_from_the_default_and_its_neighbours_fit():
 
 
 def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp_path):
-    from test_network_plan import small_net
+    from samples import small_net
 
     from tracker.gpu.network import Executor
 
@@ -159,7 +148,7 @@ def test_tune_covers_the_3d_unets_convolutions_and_the_tuned_step_still_matches(
 def test_tune_then_tries_the_fastest_tiles_neighbours(emulator):
     """After the grid of shapes, the fastest verified tile's other pipeline depths and warp
     layout are tried too, each verified against the reference."""
-    from test_network_plan import small_net
+    from samples import small_net
 
     target = next(t for t in tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
                   if (t.layer, t.phase) == ("fc3", "fwd"))
@@ -171,7 +160,7 @@ def test_tune_then_tries_the_fastest_tiles_neighbours(emulator):
 def test_a_candidate_that_fails_is_reported_and_the_search_goes_on(emulator):
     """A tile common.cuh refuses (8 x 4 warps need 64 rows) fails to compile: the search says so,
     keeps the others, and hands each target's rows on as it finishes."""
-    from test_network_plan import small_net
+    from samples import small_net
 
     found = [t for t in tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
              if t.layer == "fc3" and t.phase in ("fwd", "bwd_data")]
@@ -190,7 +179,7 @@ def test_a_256_thread_tile_times_its_gemm_not_the_reduction_beside_it(emulator):
     from tracker.ops.launch import LaunchRecord
 
     assert LaunchRecord("gemm.cu", "splitk_reduce", (7,), (256,), 0, None).grid == (7, 1, 1)
-    from test_network_plan import small_net
+    from samples import small_net
 
     found = [t for t in tune.targets(small_net(), batch=3, chosen={"conv": "shared", "linear": "shared"},
                                      verify_batch=1) if (t.layer, t.phase) in {("fc3", "fwd"), ("conv2", "bwd_weight")}]
@@ -206,7 +195,7 @@ def test_a_256_thread_tile_times_its_gemm_not_the_reduction_beside_it(emulator):
 def test_tune_says_which_tile_profile_now_runs_even_one_an_earlier_search_found(emulator, tmp_path, monkeypatch):
     """On the H100 a full search's table named its own fastest tiles while the plan ran a faster
     one the quick search had stored: ``runs`` is what the plan takes from the database."""
-    from test_network_plan import small_net
+    from samples import small_net
 
     from tracker.gpu import runner
 
@@ -228,7 +217,7 @@ def test_tune_says_which_tile_profile_now_runs_even_one_an_earlier_search_found(
 def test_a_spent_time_budget_starts_no_candidate(emulator):
     from time import perf_counter
 
-    from test_network_plan import small_net
+    from samples import small_net
 
     found = tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
     said: list[str] = []

@@ -4,73 +4,20 @@ No trace of our own kernels has been recorded yet (no GPU so far), so this store
 the public Tesla K20c nvprof sample (tests/data/ncu): its 12 launches (4 kernels x 3 iterations,
 durations from the GPU trace, counters from the metrics run) are assigned, for the test only, to
 AlexNet's first four layers, forward. A second store holds the one kernel of the public V100
-excerpt (stalls, hit rates, FP counts) as conv2 forward. The figures below are computed by hand
-from those files.
+excerpt (stalls, hit rates, FP counts) as conv2 forward. Both are built in tests/samples.py. The
+figures below are computed by hand from those files.
 """
 
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 import pytest
+from samples import LAYERS, sample_store, v100_sample_store
 
-from tracker.model import lookup, predict
+from tracker.model import predict
 from tracker.nets import build
-from tracker.profilers import nvprof
-from tracker.store import open_store, recording, run_sql
-
-DATA = Path(__file__).parent / "data" / "ncu"
-LAYERS = ("conv1", "relu1", "lrn1", "pool1")  # layer IDs 1-4
-LABEL = ("test store: nvprof counters of a public Tesla K20c sample (tests/data/ncu), assigned to AlexNet "
-         "layers to exercise the views; not a measurement of AlexNet")
-
-
-def sample_store(db: str) -> int:
-    trace = nvprof.parse_trace((DATA / "nvprof-gputrace-csv-k20c.csv").read_text())
-    kernels = nvprof.parse_metrics((DATA / "nvprof-metrics-csv-k20c-stalls.csv").read_text())
-    net = build("alexnet")
-    names = sorted(kernels)  # __kernel___forma_kernel__0__ ... 3__
-    launches, metrics = [], []
-    for i, launch in enumerate(trace):
-        layer = net.layer(LAYERS[names.index(launch.kernel)])
-        launches.append(_launch(i, layer.id, i // 4, launch.kernel, launch.metrics["duration_ns"] / 1e6))
-        values = {**kernels[launch.kernel]["values"], "duration_ns": launch.metrics["duration_ns"]}
-        metrics += [dict(invocation=i, name=n, value=v) for n, v in values.items()]
-    return _store(db, net, launches, metrics, LABEL, "Tesla K20c", repeat=3)
-
-
-V100_LABEL = ("test store: nvprof counters of one kernel of a public Tesla V100 sample (tests/data/ncu, plain-text "
-              "excerpt, no duration), assigned to AlexNet's conv2 forward to exercise the views; not a measurement "
-              "of AlexNet")
-
-
-def v100_sample_store(db: str) -> int:
-    """The V100 excerpt: the full Volta stall set, L1/L2 hit rates and FP32 instruction counts."""
-    (kernel, entry), = nvprof.parse_metrics_text((DATA / "nvprof-metrics-text-v100-kernel-excerpt.txt").read_text()
-                                                 ).items()
-    net = build("alexnet")
-    metrics = [dict(invocation=0, name=n, value=v) for n, v in entry["values"].items()]
-    return _store(db, net, [_launch(0, net.layer("conv2").id, 0, kernel, None)], metrics, V100_LABEL,
-                  "Tesla V100-SXM2-16GB", repeat=1)
-
-
-def _launch(invocation: int, layer_id: int, repeat: int, kernel: str, time_ms: float | None) -> dict:
-    return dict(invocation=invocation, layer_id=layer_id, phase="fwd", repeat=repeat, kernel_name=kernel,
-                variant="sample", l1_policy="ca", grid_x=257, grid_y=257, grid_z=1, block_x=32, block_y=32,
-                block_z=1, shared_bytes=0, registers=16, time_ms=time_ms)
-
-
-def _store(db: str, net, launches: list[dict], metrics: list[dict], label: str, device: str, repeat: int) -> int:
-    """As ``tracker profile`` records a run: the predictions are for the catalog's entry of the device."""
-    store = open_store(db, write=True)
-    with recording(store, network="alexnet", network_options={}, batch=1, phases="fwd", dtype_bits=32, variants={},
-                   l1_bypass=False, backend="nvprof", backend_reason=label, repeat=repeat,
-                   device_name=device) as run:
-        run.add_layers(net, predict(net, 1, lookup(device), phases="fwd"))
-        run.add_launches(launches, metrics)
-    store.dispose()
-    return run.run_id
+from tracker.store import open_store, run_sql
 
 
 def query(db: str, sql: str) -> list[dict]:

@@ -76,7 +76,8 @@ def _title(fig, ax, title: str, subtitle: str) -> None:
 
 
 def _legend(ax, handles: list, title: str) -> None:
-    ax.legend(handles=handles, title=title, fontsize=8, title_fontsize=8, loc="lower right", framealpha=0.9)
+    """The legend beside the axes, right of the data, never over a bar (tight_layout makes room)."""
+    ax.legend(handles=handles, title=title, fontsize=8, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
 
 
 def _patches(palette: dict) -> list:
@@ -166,8 +167,7 @@ def stacked(frame: pd.DataFrame, column: str, value: str, title: str, subtitle: 
         left += wide[part]
     _rows_axis(ax, order, phases)
     _axis(ax, value, xlabel, log=False)
-    ax.legend(handles=_patches(palette), title=column, fontsize=8, title_fontsize=8, loc="upper left",
-              bbox_to_anchor=(1.01, 1))
+    _legend(ax, _patches(palette), column)
     _title(fig, ax, title, subtitle)
     return fig
 
@@ -226,7 +226,10 @@ def batch(frame: pd.DataFrame, totals: pd.DataFrame, title: str, subtitle: str):
                 left=base, height=height, color=palette[b])
     _rows_axis(ax, order, phases)
     _axis(ax, "ms_per_image", "time per image", log=True, base=base)
-    _legend(ax, _patches({f"batch {b}": palette[b] for b in batches}), "batch")
+    spare = fig.add_subplot(grid[2, 1])  # under the totals: the legend's own cell, clear of every bar
+    spare.axis("off")
+    spare.legend(handles=_patches({f"batch {b}": palette[b] for b in batches}), title="batch", fontsize=8,
+                 title_fontsize=8, loc="upper left")
     ax.set_title(f"{title}\n{subtitle}", fontsize=11, loc="left")
     for row, (column, xlabel) in enumerate((("ms_per_image", "iteration time per image"),
                                             ("images_per_s", "throughput (images/s)"))):

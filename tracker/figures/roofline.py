@@ -58,13 +58,13 @@ def roofline(points: pd.DataFrame, roofs: Roofs | None, title: str, basis: str =
            xlabel="arithmetic intensity (FLOP per byte moved at the level)", ylabel="FLOP/s")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: units.axis_tick("flops_per_s", value)))
     ax.set_title(title, fontsize=11, loc="left")
-    obstacles, ridges = _draw_roofs(ax, roofs, xlo, xhi) if roofs else ([], [])
+    obstacles, ridges, segments = _draw_roofs(ax, roofs, xlo, xhi) if roofs else ([], [], [])
     _draw_points(ax, points, basis)
     if arrows is not None and not arrows.empty:
         _draw_arrows(ax, arrows)
     legend = _legend(ax, points, roofs, basis, arrows is not None and not arrows.empty)
     obstacles.append(_box(legend.get_window_extent(fig.canvas.get_renderer())))
-    unplaced = place_labels(ax, ridges + _labels(ax, points), obstacles)
+    unplaced = place_labels(ax, ridges + _labels(ax, points), obstacles, segments)
     notes = [f"not labelled (crowded): {', '.join(unplaced)}"] if unplaced else []
     skipped = sorted(set(points.attrs.get("skipped", ())))
     if skipped:
@@ -98,14 +98,16 @@ def _limits(points, roofs, arrows) -> tuple[float, float, float, float]:
     return min(xs) / 3, max(xs) * 3, min(ys) / 4, max(ys) * 4  # room above the roof for labels
 
 
-def _draw_roofs(ax, roofs: Roofs, xlo: float, xhi: float) -> tuple[list[tuple], list[_Label]]:
+def _draw_roofs(ax, roofs: Roofs, xlo: float, xhi: float) -> tuple[list[tuple], list[_Label], list[tuple]]:
     """Each level's sloped roof up to the compute roof, its ridge marked; the roof labels' boxes,
-    and the ridge labels, placed later with the points' labels."""
+    the ridge labels (placed later with the points' labels) and the roofs as straight segments on
+    screen (a slope is straight on log-log axes), which no point's label may cross."""
     import numpy as np
 
     x = np.geomspace(xlo, xhi, 256)
     labels = []
-    ax.axhline(roofs.flops_per_s, color="black", lw=2, zorder=2)
+    ax.axhline(roofs.flops_per_s, color="black", lw=2, zorder=2, gid="roof")
+    segments = [(ax.transData.transform((xlo, roofs.flops_per_s)), ax.transData.transform((xhi, roofs.flops_per_s)))]
     labels.append(ax.text(xhi / 1.15, roofs.flops_per_s * 1.12,
                           f"FP32 {units.si(roofs.flops_per_s, 'FLOP/s')} ({roofs.source['FP32']})",
                           ha="right", va="bottom", fontsize=8.5, weight="bold"))
@@ -114,7 +116,9 @@ def _draw_roofs(ax, roofs: Roofs, xlo: float, xhi: float) -> tuple[list[tuple], 
         color, dash = ROOF_STYLE[level]
         bandwidth, ridge = roofs.bandwidth[level], roofs.ridge(level)
         slope = x[x <= ridge]
-        ax.plot(slope, slope * bandwidth, color=color, ls=dash, lw=1.6, zorder=2)
+        ax.plot(slope, slope * bandwidth, color=color, ls=dash, lw=1.6, zorder=2, gid="roof")
+        segments.append((ax.transData.transform((slope[0], slope[0] * bandwidth)),
+                         ax.transData.transform((ridge, ridge * bandwidth))))
         ax.plot([ridge], [roofs.flops_per_s], marker="|", markersize=14, color=color, zorder=2)
         start = max(xlo * 1.6 * 8 ** i, ridge / 1e3)  # staggered along x: parallel roofs can lie close
         labels.append(ax.text(start, start * bandwidth * 1.25, f"{level} {units.si(bandwidth, 'B/s')} "
@@ -123,7 +127,7 @@ def _draw_roofs(ax, roofs: Roofs, xlo: float, xhi: float) -> tuple[list[tuple], 
         ridges.append(_Label(f"ridge {units.number('intensity', ridge)}", color, (ridge, roofs.flops_per_s),
                              *ax.transData.transform((ridge, roofs.flops_per_s))))
     renderer = ax.figure.canvas.get_renderer()
-    return [_box(t.get_window_extent(renderer)) for t in labels], ridges
+    return [_box(t.get_window_extent(renderer)) for t in labels], ridges, segments
 
 
 def _slope_angle(ax) -> float:
@@ -202,13 +206,32 @@ def _box(extent) -> tuple[float, float, float, float]:
     return (extent.x0, extent.y0, extent.x1, extent.y1)
 
 
-def _overlaps(a, b) -> bool:
-    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+def _overlaps(a, b, gap: float = 1.0) -> bool:
+    """Whether two boxes come closer than ``gap`` pixels (touching labels read as one)."""
+    return a[0] < b[2] + gap and b[0] < a[2] + gap and a[1] < b[3] + gap and b[1] < a[3] + gap
 
 
-def place_labels(ax, labels: list[_Label], obstacles: list[tuple]) -> list[str]:
-    """Place each label at the nearest offset where it overlaps no other label, no point and no roof
-    label, inside the axes; returns the texts that found no place (left off, never overlapping)."""
+def _crosses(box, segment) -> bool:
+    """Whether the segment ((x0, y0), (x1, y1)) passes through the box (x0, y0, x1, y1): clipped
+    against the box's slab in x, then in y (Liang-Barsky)."""
+    (ax_, ay), (bx, by) = segment
+    lo, hi = 0.0, 1.0
+    for start, delta, low, high in ((ax_, bx - ax_, box[0], box[2]), (ay, by - ay, box[1], box[3])):
+        if delta == 0:
+            if not low < start < high:
+                return False
+            continue
+        t0, t1 = sorted(((low - start) / delta, (high - start) / delta))
+        lo, hi = max(lo, t0), min(hi, t1)
+        if lo >= hi:
+            return False
+    return True
+
+
+def place_labels(ax, labels: list[_Label], obstacles: list[tuple], segments: list[tuple] = ()) -> list[str]:
+    """Place each label at the nearest offset where it overlaps no other label, no point, no roof
+    label and no roof (``segments``), inside the axes; returns the texts that found no place (left
+    off, never overlapping)."""
     renderer = ax.figure.canvas.get_renderer()
     frame = _box(ax.get_window_extent(renderer))
     points = [(lb.x - 4, lb.y - 4, lb.x + 4, lb.y + 4) for lb in labels]
@@ -225,7 +248,7 @@ def place_labels(ax, labels: list[_Label], obstacles: list[tuple]) -> list[str]:
         extent = probe.get_window_extent(renderer)
         probe.remove()
         lb.width, lb.height = extent.width, extent.height
-        spot = _find_spot(lb, taken, frame)
+        spot = _find_spot(lb, taken, frame, segments)
         if spot is None:
             unplaced.append(lb.text)
             continue
@@ -239,7 +262,7 @@ def place_labels(ax, labels: list[_Label], obstacles: list[tuple]) -> list[str]:
     return unplaced
 
 
-def _find_spot(lb: _Label, taken: list[tuple], frame: tuple):
+def _find_spot(lb: _Label, taken: list[tuple], frame: tuple, segments=()):
     for radius in _RADII:
         for ux, uy in _DIRECTIONS:
             norm = math.hypot(ux, uy)
@@ -250,7 +273,8 @@ def _find_spot(lb: _Label, taken: list[tuple], frame: tuple):
             y0 = lb.y + dy - (0 if va == "bottom" else lb.height if va == "top" else lb.height / 2)
             box = (x0, y0, x0 + lb.width, y0 + lb.height)
             inside = frame[0] <= box[0] and box[2] <= frame[2] and frame[1] <= box[1] and box[3] <= frame[3]
-            if inside and not any(_overlaps(box, other) for other in taken):
+            if inside and not any(_overlaps(box, other) for other in taken) \
+                    and not any(_crosses(box, segment) for segment in segments):
                 return box, (dx, dy), ha, va, radius
     return None
 

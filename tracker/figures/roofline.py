@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -228,7 +228,7 @@ def _crosses(box, segment) -> bool:
     return True
 
 
-def place_labels(ax, labels: list[_Label], obstacles: list[tuple], segments: list[tuple] = ()) -> list[str]:
+def place_labels(ax, labels: list[_Label], obstacles: list[tuple], segments: Sequence[tuple] = ()) -> list[str]:
     """Place each label at the nearest offset where it overlaps no other label, no point, no roof
     label and no roof (``segments``), inside the axes; returns the texts that found no place (left
     off, never overlapping)."""

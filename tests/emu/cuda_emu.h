@@ -1,31 +1,52 @@
 // A CPU stand-in for the CUDA features tracker's kernels use, for tests only: every thread of a
-// block is an OS thread, __syncthreads is a std::barrier, __shared__ variables are statics (one
-// block runs at a time), warp shuffles exchange through an array under a per-warp barrier.
+// block is a fiber (its own stack, ucontext), and the block's fibers take turns on the launching
+// OS thread, each running until it reaches a barrier (__syncthreads, a warp shuffle) or returns;
+// __shared__ variables are statics (one block runs at a time); warp shuffles exchange through an
+// array between two warp barriers. Fibers switch in a fraction of a microsecond where OS threads
+// at a std::barrier took a trip through the kernel's scheduler each, on CI's two cores most of the
+// emulated tests' time.
 // It checks the kernels' index arithmetic and launch logic against the NumPy reference; it says
 // nothing about speed, the memory model or anything only a GPU shows.
 #pragma once
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <algorithm>
-#include <barrier>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
-inline thread_local dim3 threadIdx;
+inline dim3 threadIdx;  // the running fiber's: set at every switch
 inline dim3 blockIdx;  // one block runs at a time
 inline dim3 blockDim, gridDim;
-inline thread_local unsigned emu_tid;
-inline std::barrier<>* emu_block_barrier = nullptr;
-inline std::vector<std::unique_ptr<std::barrier<>>> emu_warp_barriers;
+inline unsigned emu_tid;
 inline float emu_lanes[1024];
 alignas(16) inline char emu_dynamic_shared[256 * 1024];
+
+// The block's fibers and where each stands: running, waiting at a barrier (which one: the block's,
+// or warp w's as 1 + w), or done. A barrier opens when every fiber of its group that has not
+// returned waits at it (a thread that returns early leaves its barriers, as on a GPU).
+struct EmuFiber {
+    ucontext_t context;
+    int waiting = -1;  // -1: runnable; 0: the block's barrier; 1 + w: warp w's
+    bool done = false;
+};
+inline std::vector<EmuFiber> emu_fibers;
+inline ucontext_t emu_scheduler;
+
+inline void emu_wait(int barrier) {
+    emu_fibers[emu_tid].waiting = barrier;
+    swapcontext(&emu_fibers[emu_tid].context, &emu_scheduler);
+}
 
 #define __global__
 #define __device__
@@ -40,14 +61,14 @@ alignas(16) inline char emu_dynamic_shared[256 * 1024];
 using std::max;
 using std::min;
 
-inline void __syncthreads() { emu_block_barrier->arrive_and_wait(); }
+inline void __syncthreads() { emu_wait(0); }
 
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
-    std::barrier<>& warp = *emu_warp_barriers[emu_tid / 32];
+    const int warp = 1 + static_cast<int>(emu_tid / 32);
     emu_lanes[emu_tid] = v;
-    warp.arrive_and_wait();
+    emu_wait(warp);
     const float other = emu_lanes[emu_tid ^ lane_mask];
-    warp.arrive_and_wait();
+    emu_wait(warp);
     return other;
 }
 
@@ -86,48 +107,86 @@ bool emu_register(const char* name, void (*kernel)(A...)) {
     return true;
 }
 
-// One OS thread per thread of a block, made once per launch and reused for every block of the
-// grid (making them per block cost more than the kernels): between blocks they wait at `gate`
-// with the launching thread, which sets blockIdx and fresh barriers (a thread that returns early
-// drops out of its block's barriers for good, so they cannot be reused).
+// The fibers of one launch: a stack each (reserved, not committed, until a kernel touches it), made
+// once per launch and rewound for every block of the grid.
+inline constexpr size_t EMU_STACK = 256 * 1024;
+inline const EmuKernel* emu_kernel = nullptr;
+inline void** emu_args = nullptr;
+
+inline void emu_fiber_main() {
+    (*emu_kernel)(emu_args);
+    emu_fibers[emu_tid].done = true;
+    swapcontext(&emu_fibers[emu_tid].context, &emu_scheduler);
+}
+
+// Whether barrier ``b`` is open: every fiber of its group that has not returned waits there.
+inline bool emu_open(int b, unsigned n) {
+    const unsigned first = b == 0 ? 0 : (b - 1) * 32, last = b == 0 ? n : std::min(n, first + 32);
+    for (unsigned t = first; t < last; ++t)
+        if (!emu_fibers[t].done && emu_fibers[t].waiting != b) return false;
+    return true;
+}
+
+inline void emu_resume(unsigned t, unsigned bx, unsigned by) {
+    emu_tid = t;
+    threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+    swapcontext(&emu_scheduler, &emu_fibers[t].context);
+}
+
+// Runs one block: each fiber in turn until it waits or returns; a barrier that every member has
+// reached releases them all. Returns false on a deadlock (a barrier some live thread never reaches).
+inline bool emu_run_block(unsigned n, unsigned bx, unsigned by) {
+    for (;;) {
+        bool all_done = true, moved = false;
+        for (unsigned t = 0; t < n; ++t) {
+            EmuFiber& f = emu_fibers[t];
+            if (f.done) continue;
+            all_done = false;
+            if (f.waiting >= 0) {
+                if (!emu_open(f.waiting, n)) continue;
+                const int b = f.waiting;  // open: release every fiber waiting there
+                const unsigned first = b == 0 ? 0 : (b - 1) * 32, last = b == 0 ? n : std::min(n, first + 32);
+                for (unsigned u = first; u < last; ++u)
+                    if (emu_fibers[u].waiting == b) emu_fibers[u].waiting = -1;
+            }
+            emu_resume(t, bx, by);
+            moved = true;
+        }
+        if (all_done) return true;
+        if (!moved) return false;
+    }
+}
+
 extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, void** args) {
     auto found = emu_kernels().find(name);
     if (found == emu_kernels().end()) return 1;
-    const EmuKernel& kernel = found->second;
+    emu_kernel = &found->second;
+    emu_args = args;
     gridDim = {gx, gy, gz};
     blockDim = {bx, by, bz};
     const unsigned n = bx * by * bz, blocks = gx * gy * gz;
-    std::barrier<> gate(n + 1);
-    std::unique_ptr<std::barrier<>> block;
-    auto start = [&](unsigned b) {  // block b's index and barriers, before its threads pass the gate
+    char* stacks = static_cast<char*>(mmap(nullptr, n * EMU_STACK, PROT_READ | PROT_WRITE,
+                                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (stacks == MAP_FAILED) return 2;
+    emu_fibers.assign(n, EmuFiber{});
+    int status = 0;
+    for (unsigned b = 0; b < blocks && status == 0; ++b) {
         blockIdx = {b % gx, (b / gx) % gy, b / (gx * gy)};
-        block = std::make_unique<std::barrier<>>(n);
-        emu_block_barrier = block.get();
-        emu_warp_barriers.clear();
-        for (unsigned w = 0; w * 32 < n; ++w)
-            emu_warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - w * 32)));
-    };
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < n; ++t)
-        threads.emplace_back([&, t] {
-            emu_tid = t;
-            threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
-            for (unsigned b = 0; b < blocks; ++b) {
-                gate.arrive_and_wait();  // block b is set up
-                kernel(args);
-                emu_block_barrier->arrive_and_drop();  // an exited thread leaves the barrier
-                emu_warp_barriers[t / 32]->arrive_and_drop();
-                gate.arrive_and_wait();  // every thread is done with block b
-            }
-        });
-    for (unsigned b = 0; b < blocks; ++b) {
-        start(b);
-        gate.arrive_and_wait();
-        gate.arrive_and_wait();
+        for (unsigned t = 0; t < n; ++t) {
+            EmuFiber& f = emu_fibers[t];
+            f.waiting = -1;
+            f.done = false;
+            getcontext(&f.context);
+            f.context.uc_stack.ss_sp = stacks + t * EMU_STACK;
+            f.context.uc_stack.ss_size = EMU_STACK;
+            f.context.uc_link = nullptr;
+            makecontext(&f.context, emu_fiber_main, 0);
+        }
+        if (!emu_run_block(n, bx, by)) status = 3;  // a deadlock: the kernel's barriers do not match up
     }
-    for (auto& thread : threads) thread.join();
-    return 0;
+    munmap(stacks, n * EMU_STACK);
+    return status;
 }
 
 extern "C" int emu_to_symbol(const char* name, const void* data, size_t bytes) {

@@ -1,6 +1,8 @@
 """Run tracker's CUDA kernels on the CPU through cuda_emu.h, as a ``tracker.ops.launch.Backend``.
 
-Each kernel module is compiled once per test session with g++ (C++20) into a shared library.
+Each kernel module is compiled with g++ (C++20) into a shared library, once per machine: builds are
+kept by the hash of what goes into them (``_compiled``), so pytest-xdist's workers and later
+sessions load what one of them compiled (g++ is most of the emulated tests' time).
 It keeps the GPU's contract: its device arrays are a type of their own (``DeviceArray``) that only
 the emulator makes and reads back, as CuPy's are, and every launch and constant is checked against
 the same rules the CuPy backend checks (tracker/ops/contract.py), so that CI refuses what the GPU
@@ -10,11 +12,15 @@ would. For tests only: see cuda_emu.h for what it checks of the kernels themselv
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +31,13 @@ from tracker.ops.contract import H100_MAX_SHARED, check_constant, check_launch
 from tracker.ops.launch import Backend, LaunchRecord, Struct
 
 HERE = Path(__file__).parent
+# Compiled builds, by content: $TRACKER_EMU_CACHE, else a folder of this user's in the temp directory.
+CACHE = Path(os.environ.get("TRACKER_EMU_CACHE") or Path(tempfile.gettempdir()) / f"tracker-emu-{os.getuid()}")
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([\w, ]+\)\s*)?(\w+)\(')
 _CONSTANT = re.compile(r"__constant__ float (\w+)\[")
 _DYNAMIC = re.compile(r"extern __shared__ float (\w+)\[\];")
+_LAUNCH_FAILURES = {1: "no such kernel", 2: "no memory for the threads' stacks",
+                    3: "deadlock: a barrier that some thread still running never reaches"}
 
 
 def available() -> bool:
@@ -119,16 +129,14 @@ class Emulator:
             registry += "".join(f'static bool emu_s_{s} = (emu_symbols()["{s}"] = {{{s}, sizeof {s}}}, true);\n'
                                 for s in _CONSTANT.findall(text))
             name = source + "".join(f"-{k}{v}" for k, v in defines) + "".join(f"-{o[2:].lower()}" for o in self.options)
-            cpp = self.build_dir / f"{name}.cpp"
-            cpp.write_text('#include "cuda_emu.h"\n' + text + "\n" + registry)
-            lib = self.build_dir / f"{name}.so"
             # Each tile's build of a module is its own library, with its own shared-memory arrays:
             # -fno-gnu-unique and -Bsymbolic keep a template's static locals from being merged
             # across the libraries loaded into this one process (they differ in size).
-            subprocess.run(["g++", "-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing",
-                            "-fno-gnu-unique", "-Wl,-Bsymbolic", f"-I{HERE}", f"-I{KERNEL_DIR}",
-                            *define_options(defines), *self.options, str(cpp), "-o", str(lib)], check=True,
-                           capture_output=True)
+            options = ["-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing",
+                       "-fno-gnu-unique", "-Wl,-Bsymbolic", f"-I{HERE}", f"-I{KERNEL_DIR}",
+                       *define_options(defines), *self.options]
+            lib = self.build_dir / f"{name}.so"
+            shutil.copyfile(_compiled('#include "cuda_emu.h"\n' + text + "\n" + registry, options), lib)  # its own copy
             self.libs[source, defines] = ctypes.CDLL(str(lib))
             self.libs[source, defines].emu_symbol_bytes.restype = ctypes.c_longlong
         return self.libs[source, defines]
@@ -149,7 +157,7 @@ class Emulator:
         status = self._lib(source, defines).emu_launch(kernel.encode(),
                                                         *[ctypes.c_uint(v) for v in record.grid + record.block],
                                                         pointers)
-        assert status == 0, f"no kernel {kernel} in {source}"
+        assert status == 0, f"{kernel} in {source}: {_LAUNCH_FAILURES.get(status, status)}"
 
     def empty(self, shape: tuple) -> DeviceArray:
         return DeviceArray(np.full(shape, np.nan, dtype=np.float32), _MINT)  # scratch starts poisoned, like every output
@@ -179,6 +187,36 @@ class Emulator:
 if TYPE_CHECKING:  # mypy checks that the emulation speaks the protocol every launcher is written against
     def _speaks_backend(b: Emulator) -> Backend:
         return b
+
+
+def _compiled(code: str, options: list[str]) -> Path:
+    """The shared library g++ makes of ``code`` with ``options``, from the cache when built before
+    (by this process, another pytest-xdist worker or an earlier session); one builder per build at
+    a time, the others waiting on its lock."""
+    key = hashlib.sha256("\0".join([code, *options, _headers()]).encode()).hexdigest()[:32]
+    built = CACHE / f"{key}.so"
+    if built.exists():
+        return built
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.exists():
+            cpp = CACHE / f"{key}.{os.getpid()}.cpp"
+            cpp.write_text(code)
+            partial = CACHE / f"{key}.{os.getpid()}.so"
+            subprocess.run(["g++", *options, str(cpp), "-o", str(partial)], check=True, capture_output=True)
+            os.replace(partial, built)  # whole or absent, whoever looks
+            cpp.unlink()
+    return built
+
+
+@cache
+def _headers() -> str:
+    """What the builds include besides their own text: the emulation's header and the kernels'
+    shared ones, and the compiler's version."""
+    files = sorted([*HERE.glob("*.h"), *KERNEL_DIR.glob("*.cuh")])
+    version = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout
+    return version + "".join(f.name + f.read_text() for f in files)
 
 
 def _c_value(arg: Any) -> Any:

@@ -79,14 +79,14 @@ GEMM_KERNELS = sorted({(k.source, k.name) for v in TABLE if v.tunable for k in v
 
 @pytest.fixture(scope="module")
 def schedule_builds():
-    """The sm_90 builds of every schedule's GEMM modules, compiled all at once."""
+    """The sm_90 builds of every schedule class's GEMM modules (tests/tile_schedules.py), compiled all at once."""
     return build_all((source, "sm_90", "ca", tile.overrides) for tile in SCHEDULES for source, _ in GEMM_KERNELS)
 
 
 @pytest.mark.slow  # compiles kernels with NVRTC
 @pytest.mark.parametrize("tile", SCHEDULES, ids=lambda t: t.label)
 def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_schedule(schedule_builds, tile):
-    """Read from the sm_90 SASS of every GEMM-shaped kernel, for every schedule `tracker tune` can
+    """Read from the sm_90 SASS of every GEMM-shaped kernel, for every schedule class `tracker tune` can
     run: the k-loop's FFMA per LDS (the old 64 x 64 core with 4 x 4 scalar blocks issued 2), its
     fragments loaded as 128-bit LDS, its operands copied
     to shared memory with cp.async, no spills, and at least one CTA fits on an SM."""

@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 from step_check import step_errors
-from tile_schedules import RING, SCHEDULES, TRANSFORMS
+from tile_schedules import RING, SCHEDULES, TRANSFORMS, classes, every_class
 
 from tracker import tune
 from tracker.cli import cli
 from tracker.ops import OPS
-from tracker.ops.gemm import DEFAULT, Tile
+from tracker.ops.gemm import DEFAULT, SHAPES, Tile
 from tracker.ops.selftest import run_case, small_cases
 from tracker.store import open_store
 
@@ -81,7 +81,10 @@ def test_a_tile_names_what_differs_from_the_default_and_its_neighbours_fit():
                                                                    "128x128x16/ctas2"]
     assert not Tile(32, 64, 8, warp_rows=8).valid and [t.label for t in Tile(32, 64, 8).neighbours()] == \
         ["32x64x8/stages3", "32x64x8/stages4", "32x64x8/ctas1"]
-    assert all(t.valid for t in SCHEDULES) and len(SCHEDULES) == 26 and RING in SCHEDULES
+    assert all(t.valid for t in SCHEDULES) and len(set(SCHEDULES)) == len(SCHEDULES) == 14 and RING in SCHEDULES
+    assert classes(SCHEDULES) == every_class()  # every shape, ring depth and warp layout runs
+    every_neighbour = {t for shape in SHAPES for t in (shape, *shape.neighbours()) if t.min_ctas == 0}
+    assert set(SCHEDULES) - {Tile(64, 64, 8, stages=4, warp_rows=8)} <= every_neighbour  # all tune can try
 
 
 def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp_path):

@@ -259,3 +259,32 @@ def test_a_cuobjdump_without_nvdisasm_names_the_package_to_install(tmp_path, mon
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     with pytest.raises(TrackerError, match=r"needs nvdisasm .*pip install nvidia-cuda-nvdisasm"):
         sass(b"\0" * 16)
+
+
+@pytest.mark.slow  # compiles a kernel module with NVRTC
+def test_a_build_is_kept_by_content_and_read_back_without_compiling(tmp_path, monkeypatch):
+    """The second process to ask for a build reads it from $TRACKER_BUILD_CACHE; a changed -D size
+    is another build; a damaged entry is compiled again; 'off' keeps nothing."""
+    from tracker.gpu import compile as compiler
+
+    monkeypatch.setenv("TRACKER_BUILD_CACHE", str(tmp_path))
+    compiler._build.cache_clear()  # this process's own memo stands for the first process
+    first = compiler.build("relu.cu", "sm_90", "ca")
+    kept = list(tmp_path.glob("*.json"))
+    assert len(kept) == 1
+    compiler._build.cache_clear()
+    real = compiler._compile
+    monkeypatch.setattr(compiler, "_compile", lambda *a: pytest.fail("compiled what was kept"))
+    assert compiler.build("relu.cu", "sm_90", "ca") == first
+    kept[0].write_text("{not json")
+    compiler._build.cache_clear()
+    monkeypatch.setattr(compiler, "_compile", real)
+    assert compiler.build("relu.cu", "sm_90", "ca") == first and json.loads(kept[0].read_text())["source"] == "relu.cu"
+    compiler._build.cache_clear()
+    compiler.build("gemm.cu", "sm_90", "ca", (("STAGES", 3),))
+    assert len(list(tmp_path.glob("*.json"))) == 2
+    monkeypatch.setenv("TRACKER_BUILD_CACHE", "off")
+    compiler._build.cache_clear()
+    assert compiler.cache_dir() is None and compiler.build("relu.cu", "sm_90", "cg").l1_policy == "cg"
+    assert len(list(tmp_path.glob("*.json"))) == 2
+    compiler._build.cache_clear()

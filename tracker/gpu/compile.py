@@ -7,17 +7,25 @@ registers, shared memory, stack and spills. ptxas does not say which kernel uses
 memory, so that is read from the PTX: the ``.const`` arrays each entry's body names. Which global
 loads go through L1 is read from the SASS (``cuobjdump -sass``; pip: ``nvidia-cuda-cuobjdump``).
 The options are the runtime's own: ``compile_options`` and what CuPy adds (``CUPY_ADDS``).
+
+What a build yields is kept on disk by the hash of everything it depends on (the source as
+compiled, the options, NVRTC's version and this module's own code): ``$TRACKER_BUILD_CACHE``, else
+``~/.cache/tracker/builds`` (``off``: none). A second ``tracker kernels``, and the test processes
+that read the same builds, then compile nothing.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
@@ -79,8 +87,53 @@ def build(source: str, arch: str, l1_policy: str, overrides: Overrides = ()) -> 
 def _build(source: str, arch: str, l1_policy: str, overrides: Overrides) -> Build:
     nvrtc = _nvrtc()
     options = [o.encode() for o in (*compile_options(l1_policy, arch, overrides), *CUPY_ADDS, "-Xptxas", "-v")]
-    program = _check(nvrtc.nvrtcCreateProgram(source_text(source, overrides).encode(), source.encode(), 0, [], []),
-                     "create")
+    text = source_text(source, overrides)
+    folder = cache_dir()
+    if folder is None:
+        return _compile(nvrtc, source, arch, l1_policy, text, options)
+    key = hashlib.sha256(b"\0".join([text.encode(), *options, repr(nvrtc.nvrtcVersion()[1:]).encode(),
+                                      Path(__file__).read_bytes()])).hexdigest()[:32]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / f"{key}.lock", "w")
+    except OSError:  # a folder it cannot write: compile here, keep nothing
+        return _compile(nvrtc, source, arch, l1_policy, text, options)
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process compiles it, the others wait and read it
+        kept = folder / f"{key}.json"
+        found = _kept(kept)
+        if found is not None:
+            return found
+        done = _compile(nvrtc, source, arch, l1_policy, text, options)
+        partial = folder / f"{key}.{os.getpid()}.json"
+        try:
+            partial.write_text(json.dumps(asdict(done)))
+            os.replace(partial, kept)  # whole or absent, whoever looks
+        except OSError:
+            pass  # kept next time, perhaps
+        return done
+
+
+def cache_dir() -> Path | None:
+    """Where builds are kept: $TRACKER_BUILD_CACHE, else ~/.cache/tracker/builds; None for 'off'."""
+    value = os.environ.get("TRACKER_BUILD_CACHE")
+    if value == "off":
+        return None
+    return Path(value) if value else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracker" / "builds"
+
+
+def _kept(path: Path) -> Build | None:
+    """The build kept at ``path``; None where there is none, or it cannot be read as one."""
+    try:
+        data = json.loads(path.read_text())
+        return Build(data["source"], data["arch"], data["l1_policy"],
+                     {name: Resources(**r) for name, r in data["kernels"].items()})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _compile(nvrtc, source: str, arch: str, l1_policy: str, text: str, options: list[bytes]) -> Build:
+    program = _check(nvrtc.nvrtcCreateProgram(text.encode(), source.encode(), 0, [], []), "create")
     try:
         status = nvrtc.nvrtcCompileProgram(program, len(options), options)[0]
         log = _log(nvrtc, program)

@@ -131,9 +131,8 @@ class Emulator:
             name = source + "".join(f"-{k}{v}" for k, v in defines) + "".join(f"-{o[2:].lower()}" for o in self.options)
             # Each tile's build of a module is its own library, with its own shared-memory arrays:
             # -fno-gnu-unique and -Bsymbolic keep a template's static locals from being merged
-            # across the libraries loaded into this one process (they differ in size). -O1: the
-            # schedules' tests ran in 120 s against -O2's 141 s (compiling is most of it, 2026-11-26).
-            options = ["-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing",
+            # across the libraries loaded into this one process (they differ in size).
+            options = ["-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing",
                        "-fno-gnu-unique", "-Wl,-Bsymbolic", f"-I{HERE}", f"-I{KERNEL_DIR}",
                        *define_options(defines), *self.options]
             lib = self.build_dir / f"{name}.so"

@@ -84,9 +84,7 @@ def roof_points(ax, step: float = 2.0) -> list[tuple[float, float]]:
     for line in ax.get_lines():
         if line.get_gid() != "roof":
             continue
-        xy = line.get_xydata() if len(line.get_xydata()) > 2 else line.get_xydata()
-        screen = ax.transData.transform(xy) if line.get_transform() == ax.transData else \
-            line.get_transform().transform(xy)
+        screen = line.get_transform().transform(line.get_xydata())  # a slope's data, or axhline's axes-blended
         for (x0, y0), (x1, y1) in zip(screen[:-1], screen[1:]):
             n = max(2, int(math.hypot(x1 - x0, y1 - y0) / step))
             points += [(x0 + t * (x1 - x0), y0 + t * (y1 - y0)) for t in np.linspace(0, 1, n)]

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 struct dim3 {
@@ -119,9 +120,16 @@ inline void emu_fiber_main() {
     swapcontext(&emu_fibers[emu_tid].context, &emu_scheduler);
 }
 
+// The fibers barrier ``b`` gathers, [first, last): the block's (0), or warp b - 1's.
+inline std::pair<unsigned, unsigned> emu_group(int b, unsigned n) {
+    if (b == 0) return {0, n};
+    const unsigned first = (b - 1) * 32;
+    return {first, std::min(n, first + 32)};
+}
+
 // Whether barrier ``b`` is open: every fiber of its group that has not returned waits there.
 inline bool emu_open(int b, unsigned n) {
-    const unsigned first = b == 0 ? 0 : (b - 1) * 32, last = b == 0 ? n : std::min(n, first + 32);
+    const auto [first, last] = emu_group(b, n);
     for (unsigned t = first; t < last; ++t)
         if (!emu_fibers[t].done && emu_fibers[t].waiting != b) return false;
     return true;
@@ -145,7 +153,7 @@ inline bool emu_run_block(unsigned n, unsigned bx, unsigned by) {
             if (f.waiting >= 0) {
                 if (!emu_open(f.waiting, n)) continue;
                 const int b = f.waiting;  // open: release every fiber waiting there
-                const unsigned first = b == 0 ? 0 : (b - 1) * 32, last = b == 0 ? n : std::min(n, first + 32);
+                const auto [first, last] = emu_group(b, n);
                 for (unsigned u = first; u < last; ++u)
                     if (emu_fibers[u].waiting == b) emu_fibers[u].waiting = -1;
             }

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from sqlalchemy import text
@@ -23,7 +22,7 @@ from tracker.experiment import run_experiment
 from tracker.model import lookup
 from tracker.nets import build
 from tracker.store import experiment_ids, find_experiment, open_store
-from tracker.store.experiments import arm_rows
+from tracker.store.queries import arm_rows
 
 COMMAND = ["experiment", "batch", "alexnet", "--batches", "16,32", "--backend", "model", "--device", "h100",
            "--format", "csv"]

@@ -240,9 +240,10 @@ def test_fast_paths_import_nothing_heavy(args):
 
 @pytest.mark.parametrize("args", [["runs"], ["show", "1"], ["experiments"], ["experiments", "e1"],
                                   ["sql", "SELECT id FROM run"]])
-def test_read_commands_import_the_store_alone(args, tmp_path):
-    """`runs`, `show`, `sql` and `experiments` read the store through SQLAlchemy and nothing heavier
-    (`experiments` imported pandas through tracker.analysis: 0.9-2.1 s)."""
+def test_read_commands_import_nothing_heavy(args, tmp_path):
+    """`runs`, `show`, `sql` and `experiments` read a SQLite store through sqlite3 alone: SQLAlchemy's
+    import takes longer than the 0.3 s a read command may (they took 0.5-0.7 s; `experiments` 0.9-2.1 s
+    when it imported pandas through tracker.analysis)."""
     db = str(tmp_path / "t.db")
     done = subprocess.run([sys.executable, "-m", "tracker", "experiment", "batch", "alexnet", "--batches", "1,2",
                            "--backend", "model", "--device", "h100", "--db", db], capture_output=True, text=True)
@@ -250,7 +251,7 @@ def test_read_commands_import_the_store_alone(args, tmp_path):
     code = ("import sys\nfrom tracker.cli import cli\ntry:\n    cli.main(%r)\nexcept SystemExit as e:\n"
             "    assert not e.code, e.code\nprint(sorted(m for m in %r if m in sys.modules))" % (args + ["--db", db], HEAVY))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "['sqlalchemy']"
+    assert out.strip().splitlines()[-1] == "[]"
 
 
 def test_profile_records_its_settings(runner, tmp_path):

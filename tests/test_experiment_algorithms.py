@@ -10,8 +10,6 @@ import pytest
 from public_trace import SMALL_NET_RANGES, TRACE, rehomed
 from samples import tiny_net
 
-import tracker.experiment
-import tracker.profile
 from tracker.analysis.experiments import per_algorithm, results, runs
 from tracker.experiment import arms, run_experiment
 from tracker.gpu.runner import Measured

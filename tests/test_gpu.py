@@ -481,7 +481,7 @@ def test_arm_runs_a_queued_arm_as_a_cluster_task_does(tmp_path, runner):
     of a fusion experiment run on this GPU; the last one settles the experiment."""
     from tracker.experiment import run_experiment
     from tracker.store import experiment_dict, find_experiment, open_store
-    from tracker.store.experiments import arm_rows
+    from tracker.store.queries import arm_rows
 
     db = str(tmp_path / "t.db")
     experiment_id = run_experiment(db, "fusion", build("alexnet"), 2, backend="events", repeat=2, executor=Queued())

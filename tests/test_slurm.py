@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tracker.store import find_experiment, find_run, open_store, run_sql
-from tracker.store.experiments import arm_rows
+from tracker.store.queries import arm_rows
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

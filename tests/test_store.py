@@ -21,7 +21,6 @@ from tracker.errors import StoreError
 from tracker.model import predict
 from tracker.nets import build
 from tracker.profile import profile
-from tracker.metrics import CATALOG
 from tracker.store import (
     find_run,
     launch_rows,
@@ -361,3 +360,43 @@ def test_a_view_name_is_checked_before_it_reaches_sql(tmp_path):
         with pytest.raises(UnknownName, match="unknown view or table"):
             view(store, name, 1)
     assert run_sql(store, "SELECT COUNT(*) FROM run")[1] == [(1,)]
+
+
+def test_the_plain_reader_decodes_each_column_as_the_orm_does(db):
+    """Read commands read SQLite through sqlite3, not the ORM: a run's, an experiment's and an arm's
+    every column comes back the same (JSON, booleans, datetimes, NULLs)."""
+    from click.testing import CliRunner
+
+    from tracker.cli import cli
+    from tracker.store.queries import arm_rows, find_experiment
+    from tracker.store.schema import Experiment, ExperimentArm, Run
+
+    model_run(db)
+    result = CliRunner().invoke(cli, ["experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model",
+                                      "--device", "h100", "--db", db])
+    assert result.exit_code == 0, result.output
+    store = open_store(db, write=False)
+    experiment = find_experiment(store, "last")
+    arm, run = arm_rows(store, experiment.id)[0], find_run(store, "last")
+    with store.session() as session:
+        for record, orm in ((run, session.get(Run, run.id)),
+                            (experiment, session.get(Experiment, experiment.id)),
+                            (arm, session.get(ExperimentArm, (arm.experiment_id, 0)))):
+            columns = {c.key: getattr(orm, c.key) for c in type(orm).__table__.columns}
+            assert vars(record) == columns
+    assert run.l1_bypass is False and isinstance(run.network_options, dict) and arm.baseline in (True, False)
+
+
+def test_a_hostile_file_with_bad_stored_values_reads_as_text(runner, tmp_path):
+    """A trace file from elsewhere is hostile input: a datetime or JSON value that does not decode is
+    shown as the text it is, never a traceback."""
+    from tracker.cli import cli
+
+    path = tmp_path / "trace.db"
+    model_run(str(path))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE run SET started_at = 'not a time', network_options = ?, variants = '{'",
+                     ("[" * 100_000,))
+    for args in (["runs"], ["show", "last"], ["show", "last", "--format", "json"]):
+        result = runner.invoke(cli, [*args, "--db", str(path)])
+        assert result.exit_code == 0 and "not a time" in result.output, (args, result.output)

@@ -16,7 +16,7 @@ from tracker.experiment import Arm, arms, check, run_experiment
 from tracker.model import lookup
 from tracker.nets import Network, build
 from tracker.store import find_experiment, open_store
-from tracker.store.experiments import arm_rows
+from tracker.store.queries import arm_rows
 
 
 def test_a_sweep_runs_every_arm_at_each_batch_on_each_gpu_and_compares_within_each_cell():

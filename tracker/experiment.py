@@ -256,7 +256,8 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     running is refused in one line (identical commands started together make one experiment)."""
     from tracker.executors import Local, Sweep
     from tracker.store import open_store
-    from tracker.store.experiments import arm_rows, recording_experiment
+    from tracker.store.experiments import recording_experiment
+    from tracker.store.queries import arm_rows
 
     runner: Executor = executor or Local()
     plan = arms(kind, batch, batches, variants, gpus, vary)
@@ -301,7 +302,8 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
     from tracker.nets import build
     from tracker.signals import held, interruptible
     from tracker.store import find_experiment, open_store
-    from tracker.store.experiments import LOG_LINES, complete_arm, end_arm, find_arm, link_arm, settle, start_arm
+    from tracker.store.experiments import LOG_LINES, complete_arm, end_arm, link_arm, settle, start_arm
+    from tracker.store.queries import find_arm
     from tracker.store.runs import ended_by
 
     store = open_store(db, write=True)

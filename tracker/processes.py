@@ -1,13 +1,16 @@
 """Child processes in a process group of their own (a profiler and the workload it starts, pass 1's
 PyTorch child): ``stop`` reaches all of them, and a Ctrl-C at the terminal reaches tracker alone,
 which then stops them. And a profiler's short commands (its version, its metric listing, an
-export) run to completion by ``output``. One place for every collector and child."""
+export) run to completion by ``output``. One place for every collector and child. And whether the
+process that wrote a stored run or experiment still lives (``process_alive``), pid reuse told apart."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+from pathlib import Path
 from typing import Callable
 
 from tracker.errors import BackendUnavailable, ProfilerFailed
@@ -62,3 +65,35 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
         os.killpg(proc.pid, signum)
     except ProcessLookupError:  # the whole group is gone
         pass
+
+
+# Who wrote a stored row: a run's or an experiment's process, told alive or gone by a later reader.
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of proc(5), counted after the comm field
+
+
+def process_alive(host: str, pid: int, started: str | None) -> bool | None:
+    """True or False for a process on this host; None when it ran elsewhere and we cannot tell."""
+    if host != socket.gethostname():
+        return None
+    if started is not None and Path("/proc").is_dir():
+        return process_start(pid) == started
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def this_process() -> dict:
+    """host, pid and process_start of this process, as a run or an experiment records who writes it."""
+    pid = os.getpid()
+    return dict(host=socket.gethostname(), pid=pid, process_start=process_start(pid))

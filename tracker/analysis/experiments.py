@@ -112,7 +112,7 @@ def across(store: Store, experiment_id: int, axis: str) -> pd.DataFrame:
     """A sweep's arms compared along one of its axes, ``gpu`` (GPU against GPU, paper 003 Fig. 8) or
     ``batch`` (per image), the other coordinates held: per layer and phase, each value's speedup
     over the axis's first value, as ``speedups`` gives it. Empty unless the axis has two values."""
-    from tracker.store.experiments import arm_rows
+    from tracker.store.queries import arm_rows
 
     planned = arm_rows(store, experiment_id)
     arms = [a for a in planned if a.run_id is not None]
@@ -251,7 +251,7 @@ def memory(store: Store, experiment_id: int) -> pd.DataFrame:
     allocator's high-water mark; PyTorch's: torch.cuda.max_memory_allocated), and why an arm did
     not complete (out of memory: the reason says so)."""
     from tracker.store import find_run
-    from tracker.store.experiments import arm_rows
+    from tracker.store.queries import arm_rows
 
     rows = []
     for arm in arm_rows(store, experiment_id):

@@ -247,7 +247,8 @@ def experiments(target, db, fmt):
       tracker experiments --format json
     """
     from tracker.store import experiment_dict, experiment_ids, find_experiment, open_store
-    from tracker.store.experiments import arm_rows, arm_state
+    from tracker.store.queries import arm_rows
+    from tracker.store.states import arm_state
     from tracker.store.queries import experiment_arm_runs
 
     store = open_store(db, write=False)
@@ -400,7 +401,7 @@ def arm(experiment_ref, position, db):
     """
     from tracker.experiment import run_arm
     from tracker.store import find_experiment, open_store
-    from tracker.store.experiments import arm_rows
+    from tracker.store.queries import arm_rows
 
     store = open_store(db, write=False)  # read first: a database that does not exist is refused, not created
     experiment_id = find_experiment(store, experiment_ref).id

@@ -18,7 +18,9 @@ class Local:
 
     def reconcile(self, store, experiment_id: int, echo: Callable[[str], None]) -> None:
         """Refuse an experiment whose arm still runs in a live process; mark one whose process is gone."""
-        from tracker.store.experiments import arm_rows, arm_state, end_arm
+        from tracker.store.experiments import end_arm
+        from tracker.store.queries import arm_rows
+        from tracker.store.states import arm_state
 
         for arm in arm_rows(store, experiment_id):
             if arm.state != "running":
@@ -31,7 +33,7 @@ class Local:
             echo(f"arm {arm.label}: its process ended without reporting; marked interrupted")
 
     def run(self, sweep: Sweep) -> None:
-        from tracker.store.experiments import arm_rows
+        from tracker.store.queries import arm_rows
 
         queued = [arm for arm in arm_rows(sweep.store, sweep.experiment_id) if arm.state == "queued"]
         runs_on = sweep.backend  # the first arm chooses as profile does (auto may fall back); the rest follow it

@@ -77,7 +77,8 @@ class Slurm:
     def reconcile(self, store, experiment_id: int, echo: Callable[[str], None]) -> None:
         """Mark the arms whose jobs left the queue without reporting; arms still queued or running in
         Slurm are left to finish (the resumed experiment waits for them)."""
-        from tracker.store.experiments import OPEN, arm_rows
+        from tracker.store.queries import arm_rows
+        from tracker.store.states import OPEN
 
         open_arms = [a for a in arm_rows(store, experiment_id) if a.state in OPEN]
         jobs = _squeue({a.job.split("_")[0] for a in open_arms if a.job})
@@ -85,7 +86,7 @@ class Slurm:
             self._check_job(store, experiment_id, arm, jobs, echo)
 
     def run(self, sweep: Sweep) -> None:
-        from tracker.store.experiments import arm_rows
+        from tracker.store.queries import arm_rows
 
         arms = arm_rows(sweep.store, sweep.experiment_id)
         self._submit(sweep, [a for a in arms if a.state == "queued" and a.job is None])
@@ -134,7 +135,8 @@ class Slurm:
 
     def _wait(self, sweep: Sweep) -> None:
         """Until every arm has ended: say each change of state, and mark the arms whose jobs are gone."""
-        from tracker.store.experiments import OPEN, arm_rows
+        from tracker.store.queries import arm_rows
+        from tracker.store.states import OPEN
 
         said: dict[int, str] = {}
         while True:
@@ -150,7 +152,9 @@ class Slurm:
 
     def _check_job(self, store, experiment_id: int, arm, jobs: dict[str, str], echo) -> None:
         """Mark ``arm`` if its job has left the queue (or never got one) without the arm reporting."""
-        from tracker.store.experiments import OPEN, end_arm, find_arm
+        from tracker.store.experiments import end_arm
+        from tracker.store.queries import find_arm
+        from tracker.store.states import OPEN
 
         state = jobs.get(arm.job or "")
         if state in QUEUED or state in RUNNING:
@@ -169,7 +173,9 @@ class Slurm:
 
     def _cancel(self, sweep: Sweep) -> None:
         """Ctrl-C: cancel the experiment's jobs still queued or running, and mark their arms."""
-        from tracker.store.experiments import OPEN, arm_rows, end_arm
+        from tracker.store.experiments import end_arm
+        from tracker.store.queries import arm_rows
+        from tracker.store.states import OPEN
 
         arms = [a for a in arm_rows(sweep.store, sweep.experiment_id) if a.state in OPEN]
         if arms:

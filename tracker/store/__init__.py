@@ -1,25 +1,37 @@
 """The trace store: SQLAlchemy 2 ORM over SQLite (default) or PostgreSQL (by URL).
 
-Importing this package imports SQLAlchemy; the CLI does so only in commands that touch a database.
+Names load on first use, so that reading a SQLite store (``tracker runs``, ``show``, ``sql``,
+``experiments``) imports no SQLAlchemy: it reads through ``sqlite3`` (``Store.rows``); writing,
+the ORM and PostgreSQL import it.
 """
 
-from tracker.store.db import DEFAULT_DB, Store, open_store, resolve
-from tracker.store.experiments import experiment_dict, experiment_ids, find_experiment, recording_experiment
-from tracker.store.queries import (
-    find_run,
-    launch_count,
-    launch_rows,
-    layer_rows,
-    list_runs,
-    metric_rows,
-    run_dict,
-)
-from tracker.store.runs import RunWriter, effective_status, recording
-from tracker.store.schema import SCHEMA_VERSION
-from tracker.store.sql import query, run_sql
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_DB", "SCHEMA_VERSION", "RunWriter", "Store", "effective_status", "experiment_dict", "experiment_ids",
-    "find_experiment", "find_run", "launch_count", "launch_rows", "layer_rows", "list_runs", "metric_rows", "open_store",
-    "query", "recording", "recording_experiment", "resolve", "run_dict", "run_sql",
-]
+import importlib
+from typing import Any
+
+# name -> the module of tracker.store that defines it
+_PUBLIC = {
+    "DEFAULT_DB": "db", "Store": "db", "open_store": "db", "resolve": "db",
+    "SCHEMA_VERSION": "lifecycle",
+    "effective_status": "states",
+    "experiment_dict": "queries", "experiment_ids": "queries", "find_experiment": "queries", "find_run": "queries",
+    "launch_count": "queries", "launch_rows": "queries", "layer_rows": "queries", "list_runs": "queries",
+    "metric_rows": "queries", "run_dict": "queries",
+    "recording_experiment": "experiments",
+    "RunWriter": "runs", "recording": "runs",
+    "query": "sql", "run_sql": "sql",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'tracker.store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tracker.store.{_PUBLIC[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

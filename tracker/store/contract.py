@@ -12,7 +12,8 @@ from pathlib import Path
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from tracker.store.schema import SCHEMA_VERSION, Base
+from tracker.store.lifecycle import SCHEMA_VERSION
+from tracker.store.schema import Base
 from tracker.store.views import VIEWS
 
 ROOT = Path(__file__).resolve().parents[2] / "schema"

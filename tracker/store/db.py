@@ -14,41 +14,72 @@ folder, no writer connected), ``immutable``.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
 from pathlib import Path
-from typing import Iterator
-
-from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
-from sqlalchemy.orm import Session
-from sqlalchemy.pool import NullPool
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from tracker.errors import StoreError, first_line
 from tracker.paths import expand
 from tracker.signals import held
 from tracker.store import lifecycle
-from tracker.store.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
+    from sqlalchemy.orm import Session
 
 DEFAULT_DB = "trace.db"
 BUSY_TIMEOUT_S = 60
 
 
+def _decoded(decode: Callable[[str], Any]) -> Callable[[bytes], Any]:
+    """``decode`` of a stored value, or the value as text where it does not decode (a file from
+    elsewhere is hostile input: a bad value is shown, never a crash)."""
+    def convert(stored: bytes) -> Any:
+        text = stored.decode(errors="replace")
+        try:
+            return decode(text)
+        except (ValueError, RecursionError):  # RecursionError: JSON nested beyond Python's stack
+            return text
+    return convert
+
+
+# A SQLite store's columns decoded by their declared types, as the ORM decodes them (``Store.rows``
+# reads without it). Registered for the whole process, they act only on connections opened with
+# ``detect_types``: ``rows``' own, never the ORM's or ``tracker sql``'s.
+sqlite3.register_converter("JSON", _decoded(json.loads))
+sqlite3.register_converter("BOOLEAN", lambda stored: stored not in (b"0", b""))
+sqlite3.register_converter("DATETIME", _decoded(datetime.fromisoformat))
+
+
 @dataclass
 class Store:
-    engine: Engine
+    """An open trace store. A SQLite file is read through ``rows`` without SQLAlchemy, whose import
+    alone takes longer than a read command may (``tracker runs`` in 0.3 s); the SQLAlchemy engine is
+    made the first time something needs it (the ORM, a write, pandas)."""
     where: str  # the path, or the URL without its password, for messages
     writable: bool
+    dialect: str  # the SQL it speaks: sqlite, postgresql, ...
+    make_engine: Callable[[], Engine]
+    sqlite_connect: Callable[..., sqlite3.Connection] | None = None  # a SQLite file's own connections
     upgraded_from: int | None = None  # the schema version opening it to write migrated from
+
+    @cached_property
+    def engine(self) -> Engine:
+        return self.make_engine()
 
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A session whose transaction commits on success and rolls back on any exception; Ctrl-C
         and SIGTERM wait for it (``tracker.signals.held``)."""
+        from sqlalchemy.orm import Session
+
         with held(), Session(self.engine, expire_on_commit=False) as session, session.begin():
             yield session
 
@@ -65,9 +96,23 @@ class Store:
         with held() if self.writable else nullcontext(), self.engine.connect() as conn:
             yield conn
 
+    def rows(self, sql: str, **params: Any) -> list[dict]:
+        """The rows of one of tracker's own queries (``:name`` parameters) as dicts, each column decoded
+        as the schema declares it (JSON, booleans, datetimes)."""
+        if self.sqlite_connect is None:
+            from sqlalchemy import text
+
+            with self.connect() as conn:
+                return [dict(row) for row in conn.execute(text(sql), params).mappings()]
+        with held() if self.writable else nullcontext(), closing(self.sqlite_connect(decoded=True)) as conn:
+            cursor = conn.execute(sql, params)
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row)) for row in cursor]
+
     def dispose(self) -> None:
-        with held():
-            self.engine.dispose()
+        if "engine" in self.__dict__:
+            with held():
+                self.engine.dispose()
 
 
 def resolve(db: str | None) -> str:
@@ -87,6 +132,9 @@ def _open(db: str | None, write: bool) -> Store:
     target = resolve(db)
     if "://" not in target:
         return _open_sqlite(_path(target), write)
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(target)
     except (ArgumentError, ValueError):
@@ -115,8 +163,9 @@ def _open_sqlite(path: Path, write: bool) -> Store:
         raise StoreError(f"cannot open {where}: {exc.strerror}") from None
     uri = path.as_uri() if write else _read_uri(path)
 
-    def connect() -> sqlite3.Connection:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    def connect(decoded: bool = False) -> sqlite3.Connection:
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                               detect_types=sqlite3.PARSE_DECLTYPES if decoded else 0)
         if not write:
             conn.execute("PRAGMA query_only = ON")
             # ATTACH (and VACUUM INTO, which attaches) would create files even on a read-only connection
@@ -125,14 +174,36 @@ def _open_sqlite(path: Path, write: bool) -> Store:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
         return conn
 
-    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
-    begin = "BEGIN IMMEDIATE" if write else "BEGIN"
-    event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
-    store = Store(engine, where, write)
-    _prepare(store)
-    if write:  # only now that the file is known to be ours: WAL is a persistent change
-        _use_wal(connect, where)
+    def make_engine() -> Engine:
+        from sqlalchemy import create_engine, event
+        from sqlalchemy.pool import NullPool
+
+        engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
+        begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
+        return engine
+
+    store = Store(where, write, "sqlite", make_engine, connect)
+    if write:
+        _prepare(store)
+        _use_wal(connect, where)  # only now that the file is known to be ours: WAL is a persistent change
+    else:
+        try:
+            with closing(connect()) as conn:
+                _refuse_older(store, lifecycle.state(_sqlite_tables(conn), lambda: _sqlite_version(conn), where))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open {where}: {first_line(exc)}") from None
     return store
+
+
+def _sqlite_tables(conn: sqlite3.Connection) -> set[str]:
+    """The file's tables, as SQLAlchemy lists them (SQLite's own, sqlite_*, left out)."""
+    return {name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite~_%' ESCAPE '~'")}
+
+
+def _sqlite_version(conn: sqlite3.Connection) -> int | None:
+    return next(iter(conn.execute("SELECT version FROM schema_info").fetchone() or ()), None)
 
 
 def _read_uri(path: Path) -> str:
@@ -175,6 +246,10 @@ def _check_writable(path: Path) -> None:
 
 
 def _open_url(url, write: bool) -> Store:
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+    from sqlalchemy.pool import NullPool
+
     where = url.render_as_string(hide_password=True)
     args = {}
     if url.get_backend_name() == "postgresql" and not write:  # keep the URL's own options (search_path)
@@ -186,13 +261,16 @@ def _open_url(url, write: bool) -> Store:
         raise StoreError(f"cannot use database URL '{where}': {first_line(exc)}") from None
     except ImportError as exc:
         raise StoreError(f"no driver for '{where}': {exc} (for PostgreSQL: pip install 'psycopg[binary]')") from None
-    store = Store(engine, where, write)
+    store = Store(where, write, engine.dialect.name, lambda: engine)
     _prepare(store)
     return store
 
 
 def _prepare(store: Store) -> None:
-    """Check the database is ours and current; create the schema in an empty one (write mode)."""
+    """Check the database is ours and current; create the schema in an empty one, or migrate an
+    older one (write mode)."""
+    from sqlalchemy.exc import DBAPIError
+
     try:
         with store.engine.connect() as conn:
             state = lifecycle.check(conn, store.where)
@@ -202,13 +280,19 @@ def _prepare(store: Store) -> None:
             elif state == "older" and store.writable:
                 store.upgraded_from = lifecycle.version(conn)
                 lifecycle.migrate(conn, store.where)
-            elif state == "older":
-                raise StoreError(f"{store.where} has an older trace schema than this tracker's "
-                                 f"v{SCHEMA_VERSION}: `tracker upgrade --db {store.where}` adds what is new "
-                                 "and keeps every run")
+            else:
+                _refuse_older(store, state)
     except DBAPIError as exc:
         store.dispose()
         raise StoreError(f"cannot open {store.where}: {first_line(exc.orig or exc)}") from None
     except StoreError:
         store.dispose()
         raise
+
+
+def _refuse_older(store: Store, state: str) -> None:
+    """A store opened to read must hold this tracker's schema: an older one is upgraded by a write."""
+    if state == "older":
+        raise StoreError(f"{store.where} has an older trace schema than this tracker's "
+                         f"v{lifecycle.SCHEMA_VERSION}: `tracker upgrade --db {store.where}` adds what is new "
+                         "and keeps every run")

@@ -21,17 +21,16 @@ from typing import Callable, Iterator, Sequence
 from sqlalchemy import select, text, update
 
 from tracker import __version__
-from tracker.errors import StoreError, TrackerError
+from tracker.errors import TrackerError
 from tracker.store.db import Store
-from tracker.store.queries import row_id
+from tracker.processes import process_alive, this_process
 from tracker.signals import held, interruptible
-from tracker.store.runs import effective_status, ended_by, process_alive, this_process
-from tracker.store.schema import ARM_STATES, Experiment, ExperimentArm, ExperimentRun, Run
+from tracker.store.queries import arm_rows, find_arm
+from tracker.store.runs import ended_by
+from tracker.store.schema import Experiment, ExperimentArm, ExperimentRun, Run
+from tracker.store.states import FINAL, OPEN, SHORT, arm_state
 
 LOG_LINES = 40  # the last lines of an arm's output kept in its row
-OPEN = ARM_STATES[:2]  # queued, running: an arm that has not ended
-FINAL = ARM_STATES[2:]  # complete, failed, interrupted: an arm that has ended
-SHORT = FINAL[1:]  # failed, interrupted: an arm that ended without its run; a resume queues it again
 _PG_PLANNING_LOCK = 72532  # advisory lock id: one process finds or creates an experiment at a time
 
 
@@ -79,38 +78,6 @@ def recording_experiment(store: Store, arms: Sequence[dict], executor: str, *, r
             raise
         with held():
             settle(store, experiment_id)
-
-
-def find_experiment(store: Store, ref: str | int) -> Experiment:
-    """An experiment by id ('2' or 'e2'), or the newest with 'last'."""
-    with store.session() as session:
-        if str(ref).lower() in ("last", "latest"):
-            found = session.scalars(select(Experiment).order_by(Experiment.id.desc()).limit(1)).first()
-            if found is None:
-                raise StoreError(f"{store.where} holds no experiments yet")
-            return found
-        experiment_id = row_id(str(ref).lower().removeprefix("e"), "experiment", "e.g. e2, or 'last'")
-        found = session.get(Experiment, experiment_id)
-        if found is None:
-            raise StoreError(f"no experiment {experiment_id} in {store.where} (see `tracker experiments`)")
-        return found
-
-
-def experiment_ids(store: Store) -> list[int]:
-    """Every experiment's id, oldest first."""
-    with store.session() as session:
-        return list(session.scalars(select(Experiment.id).order_by(Experiment.id)))
-
-
-def experiment_dict(experiment: Experiment, arms: Sequence[ExperimentArm] = ()) -> dict:
-    """Its columns; the status as ``effective_status`` says (a killed experiment is interrupted),
-    except that arms still held by a cluster's jobs keep it running (they outlive the process that
-    submitted them)."""
-    status = effective_status(experiment)
-    if experiment.status == "running" and any(a.job is not None and arm_state(a) in OPEN
-                                              for a in arms):
-        status = "running"
-    return {c.name: getattr(experiment, c.key) for c in Experiment.__table__.columns} | {"status": status}
 
 
 def _now() -> datetime:
@@ -209,21 +176,6 @@ def requeue(store: Store, experiment_id: int, executor: str) -> None:
             queued_at=_now(), started_at=None, finished_at=None))
 
 
-def arm_rows(store: Store, experiment_id: int) -> list[ExperimentArm]:
-    """The experiment's planned arms in order (none for an experiment recorded before schema v8)."""
-    with store.session() as session:
-        return list(session.scalars(select(ExperimentArm).where(ExperimentArm.experiment_id == experiment_id)
-                                    .order_by(ExperimentArm.position)))
-
-
-def find_arm(store: Store, experiment_id: int, position: int) -> ExperimentArm:
-    with store.session() as session:
-        arm = session.get(ExperimentArm, (experiment_id, position))
-    if arm is None:
-        raise StoreError(f"experiment {experiment_id} has no arm {position} in {store.where}")
-    return arm
-
-
 def update_arm(store: Store, experiment_id: int, position: int, *, only_if: Sequence[str] | None = None,
                **fields) -> bool:
     """Set the arm's ``fields``; with ``only_if``, only while its state is one of those (an arm that
@@ -264,15 +216,6 @@ def end_unsubmitted(store: Store, experiment_id: int, state: str, reason: str) -
         session.execute(update(ExperimentArm).where(
             ExperimentArm.experiment_id == experiment_id, ExperimentArm.state == "queued",
             ExperimentArm.job.is_(None)).values(state=state, reason=reason, finished_at=_now()))
-
-
-def arm_state(arm: ExperimentArm) -> str:
-    """The stored state, except that a running arm whose process on this host is gone is
-    interrupted (as ``effective_status`` says of a run)."""
-    if arm.state == "running" and arm.pid is not None and arm.node is not None and process_alive(
-            arm.node, arm.pid, arm.process_start) is False:
-        return "interrupted"
-    return arm.state
 
 
 def outcome(states: Sequence[str]) -> str:

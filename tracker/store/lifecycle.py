@@ -4,28 +4,36 @@ empty one, migrate an older one to this version. Opening a store (``db.py``) dec
 from __future__ import annotations
 
 from datetime import datetime, timezone
-
-from sqlalchemy import Connection, insert, inspect, select, text, update
+from typing import TYPE_CHECKING, Callable
 
 from tracker import __version__
 from tracker.errors import StoreError
-from tracker.metrics import metric_def_rows
-from tracker.store import rollups
-from tracker.store.schema import SCHEMA_VERSION, Base, MetricDefRow, SchemaInfo
-from tracker.store.views import VIEWS
 
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+SCHEMA_VERSION = 10
 MIGRATABLE_FROM = 2  # schema versions from which migrate reaches the current one
 _PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
 
 
 def check(conn: Connection, where: str) -> str:
-    tables = set(inspect(conn).get_table_names())
+    """``state`` of the database ``conn`` reaches."""
+    from sqlalchemy import inspect, text
+
+    return state(set(inspect(conn).get_table_names()),
+                 lambda: conn.execute(text("SELECT version FROM schema_info")).scalar(), where)
+
+
+def state(tables: set[str], version_of: Callable[[], int | None], where: str) -> str:
+    """'empty', 'current' or 'older' (migratable) for a database holding ``tables``, whose schema
+    version ``version_of`` reads; anything else, not ours or newer, is refused in one line."""
     if not tables:
         return "empty"
-    if SchemaInfo.__tablename__ not in tables:
+    if "schema_info" not in tables:
         raise StoreError(f"{where} is not a tracker trace database (it has tables but no schema_info); "
                          "refusing to touch it")
-    version = conn.execute(select(SchemaInfo.version)).scalar()
+    version = version_of()
     if version is None:
         raise StoreError(f"{where} is not a tracker trace database (its schema_info table is empty); "
                          "refusing to touch it")
@@ -40,12 +48,20 @@ def check(conn: Connection, where: str) -> str:
 
 def version(conn: Connection) -> int:
     """The schema version a database of ours holds (``check`` first)."""
-    found = conn.execute(select(SchemaInfo.version)).scalar_one()
+    from sqlalchemy import text
+
+    found = conn.execute(text("SELECT version FROM schema_info")).scalar_one()
     conn.rollback()
     return found
 
 
 def create(conn: Connection, where: str) -> None:
+    from sqlalchemy import insert, text
+
+    from tracker.metrics import metric_def_rows
+    from tracker.store.schema import Base, MetricDefRow, SchemaInfo
+    from tracker.store.views import VIEWS
+
     with conn.begin():
         if conn.dialect.name == "postgresql":
             conn.execute(text(f"SELECT pg_advisory_xact_lock({_PG_SCHEMA_LOCK})"))
@@ -70,6 +86,12 @@ before v9, so an older run with counters gets its repeat); v9 -> v10 views that 
 phase order (fwd, bwd_data, bwd_weight; views only). Create what is missing and recreate every
     view. Any write opening migrates (``tracker upgrade`` is one); a
     read-only one refuses an older file."""
+    from sqlalchemy import text, update
+
+    from tracker.store import rollups
+    from tracker.store.schema import Base, SchemaInfo
+    from tracker.store.views import VIEWS
+
     with conn.begin():
         if conn.dialect.name == "postgresql":
             conn.execute(text(f"SELECT pg_advisory_xact_lock({_PG_SCHEMA_LOCK})"))
@@ -101,6 +123,10 @@ def _add_missing_columns(conn: Connection) -> None:
     counter_iterations), NULL in the rows
     already there, or the column's server default where it has one (v6: run.implementation is
     'ours'; v7: run.loaders 'async')."""
+    from sqlalchemy import inspect
+
+    from tracker.store.schema import Base
+
     for table in Base.metadata.sorted_tables:
         present = {c["name"] for c in inspect(conn).get_columns(table.name)}
         for column in table.columns:

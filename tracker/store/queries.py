@@ -1,28 +1,34 @@
-"""Reading the trace store: plain rows (dicts) for the CLI, the analyses and notebooks."""
+"""Reading the trace store: plain rows (dicts) for the CLI, the analyses and notebooks, and records
+of runs, experiments and their arms (a row's columns as attributes). Plain SQL through
+``Store.rows``, so that a read command (``runs``, ``show``, ``experiments``) imports no SQLAlchemy;
+only the pandas readers go through its engine."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import func, select, text
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tracker.errors import StoreError
 from tracker.phases import order_sql
 from tracker.store.db import Store
-from tracker.store.runs import effective_status
-from tracker.store.schema import Base, Launch, Metric, Run
-from tracker.store.views import VIEWS
+from tracker.store.states import OPEN, arm_state, effective_status
 
 if TYPE_CHECKING:
     import pandas as pd
 
-RELATIONS = frozenset({view.name for view in VIEWS} | set(Base.metadata.tables))  # what view_frame reads
-
 RUN_LIST_COLUMNS = ("run_id", "status", "network", "batch", "phases", "backend", "device_name",
                     "started_at", "layers", "launches", "counter_iterations", "ops", "predicted_ms", "measured_ms")
+
+
+def relations() -> frozenset[str]:
+    """The store's own tables and views: what ``view_frame`` may read."""
+    from tracker.store.schema import Base
+    from tracker.store.views import VIEWS
+
+    return frozenset({view.name for view in VIEWS} | set(Base.metadata.tables))
 
 
 def _plain(value: Any) -> Any:
@@ -34,16 +40,33 @@ def _plain(value: Any) -> Any:
     if isinstance(value, str) and value[:1] in "[{":
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested beyond Python's stack
             return value
     return value
 
 
 def _rows(store: Store, sql: str, **params) -> list[dict]:
-    with store.connect() as conn:
-        result = conn.execute(text(sql), params)
-        return [{k: _plain(_timestamp(v) if k.endswith("_at") else v) for k, v in row.items()}
-                for row in result.mappings()]
+    return [{k: _plain(_timestamp(v) if k.endswith("_at") else v) for k, v in row.items()}
+            for row in store.rows(sql, **params)]
+
+
+def _records(store: Store, sql: str, **params) -> list[SimpleNamespace]:
+    """Rows as records: each column an attribute, decoded as the schema declares it."""
+    return [SimpleNamespace(**row) for row in store.rows(sql, **params)]
+
+
+def _find(store: Store, table: str, ref: str | int, what: str, expected: str, listing: str) -> SimpleNamespace:
+    """The row of ``table`` whose id ``ref`` names, or its newest with 'last'."""
+    if str(ref).lower() in ("last", "latest"):
+        found = _records(store, f"SELECT * FROM {table} ORDER BY id DESC LIMIT 1")
+        if not found:
+            raise StoreError(f"{store.where} holds no {what}s yet")
+        return found[0]
+    key = row_id(ref, what, expected)
+    found = _records(store, f"SELECT * FROM {table} WHERE id = :id", id=key)
+    if not found:
+        raise StoreError(f"no {what} {key} in {store.where} (see `{listing}`)")
+    return found[0]
 
 
 def _timestamp(value: Any) -> Any:
@@ -58,27 +81,16 @@ def _timestamp(value: Any) -> Any:
 
 def list_runs(store: Store) -> list[dict]:
     """Every run, newest last, with its effective status (dead ``running`` runs: ``interrupted``)."""
-    with store.session() as session:
-        runs = {run.id: effective_status(run) for run in session.scalars(select(Run))}
+    runs = {run.id: effective_status(run) for run in _records(store, "SELECT id, status, host, pid, process_start FROM run")}
     rows = _rows(store, f"SELECT {', '.join(RUN_LIST_COLUMNS)} FROM run_summary ORDER BY run_id")
     for row in rows:
         row["status"] = runs[row["run_id"]]
     return rows
 
 
-def find_run(store: Store, ref: str | int) -> Run:
-    """A run by id, or the newest with 'last'."""
-    with store.session() as session:
-        if str(ref).lower() in ("last", "latest"):
-            run = session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
-            if run is None:
-                raise StoreError(f"{store.where} holds no runs yet")
-            return run
-        run_id = row_id(ref, "run", "a number, or 'last'")
-        run = session.get(Run, run_id)
-        if run is None:
-            raise StoreError(f"no run {run_id} in {store.where} (see `tracker runs`)")
-        return run
+def find_run(store: Store, ref: str | int) -> SimpleNamespace:
+    """A run's record by id, or the newest with 'last'."""
+    return _find(store, "run", ref, "run", "a number, or 'last'", "tracker runs")
 
 
 def row_id(ref: str | int, what: str, expected: str) -> int:
@@ -90,10 +102,10 @@ def row_id(ref: str | int, what: str, expected: str) -> int:
     return int(text)
 
 
-def run_dict(run: Run) -> dict:
-    row = {c.name: _plain(getattr(run, c.key)) for c in Run.__table__.columns}
-    row["status"] = effective_status(run)
-    return row
+def run_dict(run: SimpleNamespace) -> dict:
+    """A run's columns as plain values (JSON as lists and dicts, datetimes as ISO strings), its status
+    the effective one."""
+    return {key: _plain(value) for key, value in vars(run).items()} | {"status": effective_status(run)}
 
 
 def layer_rows(store: Store, run_id: int) -> list[dict]:
@@ -111,33 +123,29 @@ def layer_rows(store: Store, run_id: int) -> list[dict]:
 
 
 def launch_rows(store: Store, run_id: int) -> list[dict]:
-    with store.session() as session:
-        launches = session.scalars(select(Launch).where(Launch.run_id == run_id).order_by(Launch.invocation))
-        return [{c.name: getattr(k, c.key) for c in Launch.__table__.columns} for k in launches]
+    return store.rows("SELECT * FROM launch WHERE run_id = :run ORDER BY invocation", run=run_id)
 
 
 def launch_count(store: Store, run_id: int) -> int:
     """How many launches the run holds (pass 1's, every measured iteration)."""
-    with store.session() as session:
-        return session.scalar(select(func.count()).select_from(Launch).where(Launch.run_id == run_id)) or 0
+    return store.rows("SELECT COUNT(*) AS n FROM launch WHERE run_id = :run", run=run_id)[0]["n"]
 
 
 def metric_rows(store: Store, run_id: int) -> list[dict]:
-    with store.session() as session:
-        metrics = session.scalars(select(Metric).where(Metric.run_id == run_id)
-                                  .order_by(Metric.invocation, Metric.name))
-        return [{"invocation": m.invocation, "name": m.name, "value": m.value} for m in metrics]
+    return store.rows("SELECT invocation, name, value FROM metric WHERE run_id = :run ORDER BY invocation, name",
+                      run=run_id)
 
 
 def view_frame(store: Store, name: str, run_id: int | None = None) -> pd.DataFrame:
     """A view or table of the store as a DataFrame, for one run or all. ``name`` is SQL, so only
     the store's own relations are read."""
     import pandas as pd
+    from sqlalchemy import text
 
-    if name not in RELATIONS:
+    if name not in relations():
         from tracker.errors import unknown
 
-        raise unknown("view or table", name, sorted(RELATIONS))
+        raise unknown("view or table", name, sorted(relations()))
     where = "" if run_id is None else " WHERE run_id = :run"
     with store.connect() as conn:
         return pd.read_sql(text(f"SELECT * FROM {name}{where}"), conn, params={"run": run_id})
@@ -157,6 +165,7 @@ def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
     experiment has no arms, and every linked run is its own arm's): arm, comparison, baseline, the
     GPU kind it asked for (a sweep over --gpus), and run settings."""
     import pandas as pd
+    from sqlalchemy import text
 
     with store.connect() as conn:
         return pd.read_sql(text(_EXPERIMENT_RUNS), conn, params={"e": experiment_id})
@@ -165,14 +174,51 @@ def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
 def experiment_arm_runs(store: Store, experiment_id: int) -> list[tuple[str, int]]:
     """(arm, run id) of ``experiment_runs``' rows, read without pandas (``tracker experiments``
     lists them, and a listing should start fast)."""
-    with store.connect() as conn:
-        return [(row.arm, row.run_id) for row in conn.execute(text(_EXPERIMENT_RUNS), {"e": experiment_id})]
+    return [(row["arm"], row["run_id"]) for row in store.rows(_EXPERIMENT_RUNS, e=experiment_id)]
 
 
 def latest_library_run(store: Store, network: str, batch: int, device_name: str | None) -> int | None:
     """The newest complete measured run of ``network`` at ``batch`` on ``device_name`` that a
     library ran (``--impl torch``), or None."""
-    with store.session() as session:
-        return session.scalar(select(Run.id).where(
-            Run.network == network, Run.batch == batch, Run.device_name == device_name, Run.status == "complete",
-            Run.implementation != "ours", Run.backend != "model").order_by(Run.id.desc()).limit(1))
+    device = "device_name IS NULL" if device_name is None else "device_name = :device"
+    found = store.rows(f"SELECT id FROM run WHERE network = :network AND batch = :batch AND {device} "
+                       "AND status = 'complete' AND implementation <> 'ours' AND backend <> 'model' "
+                       "ORDER BY id DESC LIMIT 1", network=network, batch=batch, device=device_name)
+    return found[0]["id"] if found else None
+
+
+# Experiments
+
+def find_experiment(store: Store, ref: str | int) -> SimpleNamespace:
+    """An experiment's record by id ('2' or 'e2'), or the newest with 'last'."""
+    text = str(ref).lower()
+    return _find(store, "experiment", text if text in ("last", "latest") else text.removeprefix("e"),
+                 "experiment", "e.g. e2, or 'last'", "tracker experiments")
+
+
+def experiment_ids(store: Store) -> list[int]:
+    """Every experiment's id, oldest first."""
+    return [row["id"] for row in store.rows("SELECT id FROM experiment ORDER BY id")]
+
+
+def experiment_dict(experiment: SimpleNamespace, arms: Sequence[SimpleNamespace] = ()) -> dict:
+    """Its columns; the status as ``effective_status`` says (a killed experiment is interrupted),
+    except that arms still held by a cluster's jobs keep it running (they outlive the process that
+    submitted them)."""
+    status = effective_status(experiment)
+    if experiment.status == "running" and any(a.job is not None and arm_state(a) in OPEN for a in arms):
+        status = "running"
+    return vars(experiment) | {"status": status}
+
+
+def arm_rows(store: Store, experiment_id: int) -> list[SimpleNamespace]:
+    """The experiment's planned arms in order (none for an experiment recorded before schema v8)."""
+    return _records(store, "SELECT * FROM experiment_arm WHERE experiment_id = :e ORDER BY position", e=experiment_id)
+
+
+def find_arm(store: Store, experiment_id: int, position: int) -> SimpleNamespace:
+    found = _records(store, "SELECT * FROM experiment_arm WHERE experiment_id = :e AND position = :p",
+                     e=experiment_id, p=position)
+    if not found:
+        raise StoreError(f"experiment {experiment_id} has no arm {position} in {store.where}")
+    return found[0]

@@ -42,9 +42,9 @@ def tables() -> list[str]:
 
 
 def relations() -> list[str]:
-    from tracker.store.queries import RELATIONS
+    from tracker.store.queries import relations as store_relations
 
-    return sorted(RELATIONS)
+    return sorted(store_relations())
 
 
 def refuse_privileged(cursor: Any) -> None:
@@ -91,7 +91,7 @@ def role_sql(name: str, schema: str, database: str) -> list[str]:
 
 def reader_statements(store: Any, name: str) -> list[str]:
     """``role_sql`` for the PostgreSQL store ``store``: its database, and the schema of its tables."""
-    if store.engine.dialect.name != "postgresql":
+    if store.dialect != "postgresql":
         raise StoreError("tracker reader-role is for a PostgreSQL store (--db postgresql://...); "
                          "tracker sql reads a SQLite file through a read-only connection already")
     with store.engine.connect() as conn:

@@ -9,12 +9,9 @@ gone.
 
 from __future__ import annotations
 
-import os
-import socket
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Iterator, Sequence
 
 from sqlalchemy import Connection, update
@@ -25,6 +22,7 @@ from tracker.nets import Network
 from tracker.store import rollups
 from tracker.store.db import Store
 from tracker.store.ingest import bulk_insert
+from tracker.processes import this_process
 from tracker.signals import held, interruptible
 from tracker.store.schema import Launch, Layer, Metric, Run
 from tracker.store.schema import Prediction as PredictionRow
@@ -32,45 +30,6 @@ from tracker.store.schema import Prediction as PredictionRow
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of proc(5), counted after the comm field
-
-
-def process_alive(host: str, pid: int, started: str | None) -> bool | None:
-    """True or False for a process on this host; None when it ran elsewhere and we cannot tell."""
-    if host != socket.gethostname():
-        return None
-    if started is not None and Path("/proc").is_dir():
-        return process_start(pid) == started
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def effective_status(row) -> str:
-    """The stored status of a run or an experiment, except that a ``running`` one whose process is
-    gone is ``interrupted``."""
-    if row.status == "running" and row.pid is not None and process_alive(row.host, row.pid,
-                                                                         row.process_start) is False:
-        return "interrupted"
-    return row.status
-
-
-def this_process() -> dict:
-    """host, pid and process_start of the process writing a run or an experiment."""
-    pid = os.getpid()
-    return dict(host=socket.gethostname(), pid=pid, process_start=process_start(pid))
 
 
 class RunWriter:

@@ -32,11 +32,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from tracker.phases import PHASES
 from tracker.metrics import CATALOG
+from tracker.store.states import ARM_STATES, STATUSES
 
-SCHEMA_VERSION = 10
-
-STATUSES = ("running", "complete", "failed", "interrupted")
-ARM_STATES = ("queued", "running", "complete", "failed", "interrupted")  # an experiment arm's, in order
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:

@@ -112,11 +112,11 @@ def query(store: Store, statement: str, *, timeout_s: float | None = None,
     timeout_s = time_limit(timeout_s)
     if not statement.strip():
         raise StoreError("refused: tracker sql is read-only and runs one query, and this statement is empty")
-    if reader and store.engine.dialect.name == "sqlite":
+    if reader and store.dialect == "sqlite":
         raise StoreError("a reader connection is for a PostgreSQL store: tracker sql reads a SQLite file "
                          "through a read-only connection already (leave out --reader-url)")
-    if store.engine.dialect.name == "sqlite":  # on a connection of its own, in a thread of its own
-        with _sqlite(store.engine.raw_connection, statement, timeout_s) as answer:
+    if store.sqlite_connect is not None:  # on a connection of its own, in a thread of its own
+        with _sqlite(store.sqlite_connect, statement, timeout_s) as answer:
             yield answer
         return
     store = _reader_store(store, reader)
@@ -166,7 +166,7 @@ _END = "end of rows"  # what the query's thread hands over after its last row
 
 
 @contextmanager
-def _sqlite(connect: Callable[[], Any], statement: str, timeout_s: float) -> Iterator[Answer]:
+def _sqlite(connect: Callable[[], sqlite3.Connection], statement: str, timeout_s: float) -> Iterator[Answer]:
     """The statement runs in a thread of its own (``_SqliteQuery``) while this one waits for its
     rows: the time limit, Ctrl-C and SIGTERM end the wait even while SQLite is inside one long C
     call (a function on a long string), which neither its progress handler nor a Python signal
@@ -189,7 +189,7 @@ class _SqliteQuery(threading.Thread):
     opened it): its column names (None if it returns nothing), then its rows in batches, at most
     one waiting to be taken, or the error that ended it."""
 
-    def __init__(self, connect: Callable[[], Any], statement: str) -> None:
+    def __init__(self, connect: Callable[[], sqlite3.Connection], statement: str) -> None:
         super().__init__(name="tracker sql", daemon=True)  # daemon: a C call still running never holds up exit
         self.connect, self.statement = connect, statement
         self.refused: list[str] = []
@@ -199,10 +199,9 @@ class _SqliteQuery(threading.Thread):
         self.closing = threading.Lock()  # interrupt() never meets a connection being closed
 
     def run(self) -> None:
-        connection = None
+        conn = None
         try:
-            connection = self.connect()
-            self.conn = conn = connection.driver_connection
+            self.conn = conn = self.connect()
             conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQLITE_MAX_LENGTH)
             conn.set_authorizer(lambda *args: _authorize(self.refused, *args))
             conn.set_progress_handler(self.stopped.is_set, _SQLITE_STEPS)  # an interrupt() that came too early
@@ -220,8 +219,8 @@ class _SqliteQuery(threading.Thread):
         finally:
             with self.closing:
                 self.conn = None
-                if connection is not None:
-                    connection.invalidate()  # never back to a pool: it holds the query's authorizer
+                if conn is not None:
+                    conn.close()
 
     def _hand(self, item: Any) -> bool:
         """Hand ``item`` over once the one before it is taken; False if the query was stopped."""

@@ -27,7 +27,10 @@ TUNABLE = [(case, name) for case in small_cases() for name, variant in OPS[case.
 
 @pytest.fixture(scope="module")
 def schedules_compiled(emulator):
-    sources = sorted({k.source for v in OPS.launches() if v.tunable for k in v.kernels})
+    """The builds the tiles below launch, compiled all at once: the modules of TUNABLE's GEMM-shaped
+    launches (not the transforms', which TUNABLE leaves out), at every schedule."""
+    sources = sorted({k.source for case, name in TUNABLE for launch in OPS[case.op].variants[name].launches.values()
+                      if launch.tunable for k in launch.kernels})
     emulator.prepare((source, tile.overrides) for tile in SCHEDULES for source in sources)
 
 

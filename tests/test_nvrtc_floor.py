@@ -33,7 +33,9 @@ def floor_version() -> str:
 
 def compile_all(floor: Path) -> dict:
     """In the child: load the floor's libnvrtc, then compile what the registry launches, as ``tracker
-    kernels`` does, in every build (tracker.gpu.kernels.BUILDS) and architecture."""
+    kernels`` does, in every build (tracker.gpu.kernels.BUILDS) and architecture, to PTX
+    (``compile.front_end``): what an older NVRTC refused was source (issue 43: a generic lambda), and
+    ptxas, most of the time, compiles the pinned NVRTC's SASS in tests/test_kernels.py."""
     lib = floor / "nvidia" / "cu13" / "lib"
     # cuda-pathfinder takes a libnvrtc already in the process over the venv's wheel; libnvrtc opens its
     # builtins by name (it has no RPATH), so they are loaded first.
@@ -42,7 +44,7 @@ def compile_all(floor: Path) -> dict:
     from cuda.bindings import nvrtc
 
     from tracker.errors import TrackerError
-    from tracker.gpu.compile import build
+    from tracker.gpu.compile import front_end
     from tracker.gpu.kernels import ARCHS, BUILDS
     from tracker.ops import OPS
 
@@ -51,7 +53,7 @@ def compile_all(floor: Path) -> dict:
 
     def failure(job) -> str | None:
         try:
-            build(*job)
+            front_end(*job)
         except TrackerError as e:
             return f"{job}: {e}"
         return None

@@ -25,10 +25,11 @@ import shutil
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from tracker.errors import TrackerError
 from tracker.gpu.kernels import CUPY_ADDS, Overrides, compile_options, source_text
@@ -132,17 +133,36 @@ def _kept(path: Path) -> Build | None:
         return None
 
 
-def _compile(nvrtc, source: str, arch: str, l1_policy: str, text: str, options: list[bytes]) -> Build:
+def front_end(source: str, arch: str, l1_policy: str, overrides: Overrides = ()) -> None:
+    """Compile kernels/``source`` as ``build`` does, but only to PTX for ``arch``'s virtual
+    architecture (compute_90 for sm_90): NVRTC's front end and optimizer, without ptxas and the SASS,
+    most of a build's time. What the oldest NVRTC allowed must accept (tests/test_nvrtc_floor.py)."""
+    nvrtc = _nvrtc()
+    options = [o.encode() for o in (*compile_options(l1_policy, None, overrides), *CUPY_ADDS,
+                                    f"--gpu-architecture=compute_{arch.removeprefix('sm_')}")]
+    with _compiled(nvrtc, source, arch, l1_policy, source_text(source, overrides), options):
+        pass
+
+
+@contextmanager
+def _compiled(nvrtc, source: str, arch: str, l1_policy: str, text: str, options: list[bytes]) -> Iterator:
+    """The NVRTC program of ``text`` compiled with ``options``, and its log; a TrackerError with
+    the log where it does not compile."""
     program = _check(nvrtc.nvrtcCreateProgram(text.encode(), source.encode(), 0, [], []), "create")
     try:
         status = nvrtc.nvrtcCompileProgram(program, len(options), options)[0]
         log = _log(nvrtc, program)
         if int(status) != 0:
             raise TrackerError(f"{source} does not compile for {arch} (-dlcm={l1_policy}):\n{log}")
-        cubin = _read(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, program, "cubin")
-        ptx = _read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, program, "PTX").rstrip(b"\0").decode()
+        yield program, log
     finally:
         nvrtc.nvrtcDestroyProgram(program)
+
+
+def _compile(nvrtc, source: str, arch: str, l1_policy: str, text: str, options: list[bytes]) -> Build:
+    with _compiled(nvrtc, source, arch, l1_policy, text, options) as (program, log):
+        cubin = _read(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, program, "cubin")
+        ptx = _read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, program, "PTX").rstrip(b"\0").decode()
     machine_code = sass(cubin)
     constants, loads, mix, bounds = constant_use(ptx), global_loads(machine_code), instruction_mix(machine_code), \
         block_bounds(ptx)

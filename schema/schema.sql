@@ -1,4 +1,4 @@
--- tracker trace store, schema v10: tables
+-- tracker trace store, schema v11: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -29,11 +29,9 @@ CREATE TABLE experiment (
 );
 
 -- What a metric name means, from the catalog (tracker/metrics.py): unit, meaning,
---     how it rolls up over launches, and the ncu and nvprof names it is collected as.
+--     how it rolls up over launches. What each collector calls it is ``metric_source``'s.
 --   family: time, fp, stall, issue, cache, traffic, throughput, utilization, peak
 --   rollup: sum, max or weighted:<metric>
---   ncu: Nsight Compute metric name (sm_70+)
---   nvprof: nvprof metric name
 --   category: stalls: paper 003's (nvprof's) name for the reason
 CREATE TABLE metric_def (
     name VARCHAR NOT NULL,
@@ -41,8 +39,6 @@ CREATE TABLE metric_def (
     unit VARCHAR NOT NULL,
     description TEXT NOT NULL,
     rollup VARCHAR NOT NULL,
-    ncu VARCHAR,
-    nvprof VARCHAR,
     category VARCHAR,
     PRIMARY KEY (name)
 );
@@ -57,6 +53,8 @@ CREATE TABLE metric_def (
 --   library: the library arm's versions and settings (torch, cudnn, cublas, tf32, cudnn_benchmark); NULL for ours
 --   backend: ncu, nvprof, events or model
 --   device_name: the GPU measured, or the catalog device predicted for
+--   collector_version: pass 2's collector's version (its name is backend)
+--   collector_settings: how pass 2's collector ran (ncu: replay_mode, cache_control, clock_control); NULL without one
 --   repeat: measured iterations per launch
 --   counter_iterations: how many measured iterations pass 2 (ncu, nvprof) collected counters from: the first ones, their launches carrying the counters; NULL: the run holds no counters (model, events, or a pass 2 that failed or was interrupted). Schema v9; older runs with counters had every iteration profiled
 --   predicted_peak_bytes: model's peak memory of one training step
@@ -85,10 +83,8 @@ CREATE TABLE run (
     mem_clock_mhz DOUBLE,
     driver_version VARCHAR,
     cuda_version VARCHAR,
-    ncu_version VARCHAR,
-    ncu_replay_mode VARCHAR,
-    ncu_cache_control VARCHAR,
-    ncu_clock_control VARCHAR,
+    collector_version VARCHAR,
+    collector_settings JSON,
     repeat INTEGER NOT NULL,
     counter_iterations INTEGER,
     predicted_peak_bytes INTEGER,
@@ -230,6 +226,18 @@ CREATE TABLE layer (
     FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
 );
 CREATE UNIQUE INDEX layer_by_name ON layer (run_id, name);
+
+-- The name a run's collector gave each metric it stored (its ``backend``: ncu, nvprof), as its
+--     own output and documentation spell it.
+--   source: the collector's name: ncu's lts__t_sector_hit_rate.pct, nvprof's l2_tex_hit_rate
+CREATE TABLE metric_source (
+    run_id INTEGER NOT NULL,
+    name VARCHAR NOT NULL,
+    source VARCHAR NOT NULL,
+    PRIMARY KEY (run_id, name),
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE,
+    FOREIGN KEY(name) REFERENCES metric_def (name)
+);
 
 -- Per profiled launch: every catalog metric as a column, and FP32 FLOPs (launch_metrics reads it).
 --   flops: FP32 FLOPs: fadd + fmul + 2 ffma, or nvprof's total

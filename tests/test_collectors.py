@@ -63,7 +63,9 @@ def test_the_nvprof_collector_joins_the_k20c_trace_launch_by_launch(nvprof):
     assert values[0, "warp_execution_efficiency"] is not None and (0, "stall_exec_dependency") in values
     assert (0, "stall_long_scoreboard") in values  # nvprof's stall_memory_dependency, under ncu's name
     assert "stall_no_instruction" in counters.skipped  # stall_inst_fetch: not in the K20c listing, not asked for
-    assert counters.run_fields == {} and any("nvprof 10.2.89, 10 metrics, 12 launches" in s for s in said)
+    assert counters.run_fields == {"collector_version": "10.2.89"}
+    assert any("nvprof 10.2.89, 10 metrics, 12 launches" in s for s in said)
+    assert counters.sources["stall_long_scoreboard"] == "stall_memory_dependency"  # what nvprof called it
     call = next(c for c in nvprof.read_text().splitlines() if "--log-file" in c)
     options, _, spec = call.partition(" -m tracker.profilers.child ")
     assert options.split()[:5] == ["--profile-from-start", "off", "--print-gpu-trace", "--csv", "--normalized-time-unit"]
@@ -171,9 +173,12 @@ def test_tracker_profile_stores_an_nvprof_run_end_to_end(nvprof, kepler, k20c_pa
     assert spec["repeat"] == 1 and spec["steps"] == [list(step) for step in k20c_pass1[0].steps]
     assert "pass 2 profiles the first of 3 measured iterations (4 launches; --counter-iterations N sets how many)" in said
     store = open_store(db, write=False)
-    (backend, status, reason, iterations), = run_sql(
-        store, "SELECT backend, status, backend_reason, counter_iterations FROM run")[1]
-    assert (backend, status, iterations) == ("nvprof", "complete", 1) and "nvprof 10.2.89" in reason
+    (backend, status, reason, iterations, version), = run_sql(
+        store, "SELECT backend, status, backend_reason, counter_iterations, collector_version FROM run")[1]
+    assert (backend, status, iterations, version) == ("nvprof", "complete", 1, "10.2.89") and "nvprof 10.2.89" in reason
+    sources = dict(run_sql(store, "SELECT name, source FROM metric_source")[1])
+    assert sources["fp32_flops"] == "flop_count_sp" and sources.keys() == {name for (name,) in run_sql(
+        store, "SELECT DISTINCT name FROM metric")[1]}  # nvprof's name of every metric the run holds
     rows = run_sql(store, "SELECT k.invocation, l.name, m.value FROM metric m JOIN launch k USING (run_id, invocation) "
                           "JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id "
                           "WHERE m.name = 'fp32_flops' ORDER BY k.invocation")[1]

@@ -188,11 +188,10 @@ def ncu_counters(ncu) -> set[str]:
     """The catalog names each launch of an ncu run holds on this GPU: the metrics of its compute
     capability that this ncu lists, and the replay passes ncu adds."""
     from tracker.gpu.detect import compute_capability
-    from tracker.metrics import BY_NCU, ncu_metrics
-    from tracker.profilers.ncu import available_metrics
+    from tracker.profilers.ncu import SOURCES, available_metrics
 
     known = available_metrics(ncu)
-    names = {BY_NCU[m].name for m in ncu_metrics(compute_capability()) if m.split(".", 1)[0] in known}
+    names = {SOURCES.by_name[m].metric for m in SOURCES.requested(compute_capability()) if m.split(".", 1)[0] in known}
     assert {"duration_ns", "dram_read_bytes", "l2_hit_rate", "stall_long_scoreboard", "ffma"} <= names
     return names | {"replay_passes"}
 
@@ -246,8 +245,13 @@ def test_ncu_profile_of_ours_joins_every_launch(profiles, ours_ncu, ncu_counters
 
     store = open_store(profiles, write=False)
     run = check_launches(store, ours_ncu, "ncu")
-    assert run["ncu_version"] and run["ncu_clock_control"] in ("base", "none")
+    assert run["collector_version"] and run["collector_settings"]["clock_control"] in ("base", "none")
     check_counters(store, ours_ncu, ncu_counters)
+    from tracker.profilers.ncu import SOURCES
+    from tracker.store import run_sql
+
+    stored = dict(run_sql(store, f"SELECT name, source FROM metric_source WHERE run_id = {ours_ncu}")[1])
+    assert stored == SOURCES.names(ncu_counters)  # ncu's own name of every metric it stored
 
 
 def check_library(store, run: dict) -> None:
@@ -300,7 +304,7 @@ def test_nvprof_profile_joins_every_launch(tmp_path):
     from tracker import profilers
     from tracker.errors import BackendUnavailable
     from tracker.gpu.detect import compute_capability
-    from tracker.metrics import BY_NVPROF
+    from tracker.profilers.nvprof import SOURCES
     from tracker.store import metric_rows, open_store
 
     cc = compute_capability()
@@ -315,7 +319,7 @@ def test_nvprof_profile_joins_every_launch(tmp_path):
     store = open_store(db, write=False)
     check_launches(store, run_id, "nvprof")
     names = {row["name"] for row in metric_rows(store, run_id)}
-    assert names and names <= {m.name for m in BY_NVPROF.values()}
+    assert names and names <= set(SOURCES.by_metric)
     check_counters(store, run_id, names)
 
 

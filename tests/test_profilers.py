@@ -32,7 +32,7 @@ def read(name: str) -> str:
 def test_every_ncu_name_exists_on_a_real_sm86_listing():
     known = ncu.parse_query_metrics(read("ncu-query-metrics-rtx3080-sm86.txt"))
     assert len(known) > 1700 and "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active" in known
-    missing = [m.ncu for m in catalog.CATALOG if m.ncu and m.requested and m.min_cc <= 8.6 and m.ncu_base not in known]
+    missing = [s.name for s in ncu.SOURCES.all if s.requested and s.min_cc <= 8.6 and s.base not in known]
     assert missing == []
 
 
@@ -40,7 +40,7 @@ def test_every_ncu_name_for_sm90_exists_on_a_real_h100_listing():
     """ncu 2025.3's --query-metrics on the H100 we profiled (tools/gpu_stage.sh 1, 2026-11-22)."""
     known = ncu.parse_query_metrics(read("ncu-query-metrics-h100-sm90.txt"))
     assert len(known) > 3000 and "smsp__average_warps_issue_stalled_gmma_per_issue_active" in known
-    wanted = catalog.ncu_metrics(9.0)
+    wanted = ncu.SOURCES.requested(9.0)
     assert len(wanted) == 80 and [m for m in wanted if m.split(".", 1)[0] not in known] == []
     assert "l1tex__lsu_writeback_active_mem_lg" not in known  # hence max_cc 8.9: no L1 roofline on sm_90 yet
 
@@ -48,9 +48,8 @@ def test_every_ncu_name_for_sm90_exists_on_a_real_h100_listing():
 def test_catalog_is_consistent():
     names = [m.name for m in catalog.CATALOG]
     assert len(names) == len(set(names))
-    assert len(catalog.BY_NCU) == sum(1 for m in catalog.CATALOG if m.ncu)  # one logical name per ncu name
     for m in catalog.CATALOG:
-        assert m.ncu or m.nvprof, m.name
+        assert m.name in ncu.SOURCES.by_metric or m.name in nvprof.SOURCES.by_metric, m.name  # some collector's
         if m.rollup.startswith("weighted:"):
             assert m.rollup.removeprefix("weighted:") in catalog.BY_NAME, m.name
         else:
@@ -59,7 +58,8 @@ def test_catalog_is_consistent():
     nvprof_stalls = {"stall_constant_memory_dependency", "stall_exec_dependency", "stall_inst_fetch",
                      "stall_memory_dependency", "stall_memory_throttle", "stall_not_selected", "stall_other",
                      "stall_pipe_busy", "stall_sleeping", "stall_sync", "stall_texture"}
-    assert {m.nvprof for m in stalls if m.nvprof} == nvprof_stalls  # every nvprof reason on Volta is mapped
+    assert {nvprof.SOURCES.by_metric[m.name].name for m in stalls if m.name in nvprof.SOURCES.by_metric} \
+        == nvprof_stalls  # every nvprof reason on Volta is mapped
     assert {f"stall_{m.category}" for m in stalls} == nvprof_stalls  # ... and names a paper-003 category
 
 
@@ -97,7 +97,7 @@ def test_l2_hit_rates_over_100_percent_are_ncus_own_in_the_h100_recording():
 
 
 def test_ncu_metric_list_depends_on_the_gpu():
-    volta, ampere, hopper = catalog.ncu_metrics(7.0), catalog.ncu_metrics(8.6), catalog.ncu_metrics(9.0)
+    volta, ampere, hopper = (ncu.SOURCES.requested(cc) for cc in (7.0, 8.6, 9.0))
     assert "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio" in set(hopper) - set(volta)
     writeback = "l1tex__lsu_writeback_active_mem_lg.sum"  # CC 7.5 to 8.9: listed for an RTX 3080, not an H100
     assert writeback in set(ampere) - set(volta) - set(hopper)
@@ -470,8 +470,10 @@ def test_collect_runs_ncu_exports_twice_and_joins(tmp_path, monkeypatch):
     collector = find("ncu", Options(ncu.Settings(), str(kept)))
     counters = collector.collect(Workload("alexnet", batch=2), launches, 9.0, lines.append)
     assert kept.read_text() == "rep\n"
-    assert counters.run_fields == dict(ncu_version="2025.3.1.0", ncu_replay_mode="kernel", ncu_cache_control="all",
-                                       ncu_clock_control="base")
+    assert counters.run_fields == dict(collector_version="2025.3.1.0", collector_settings=dict(
+        replay_mode="kernel", cache_control="all", clock_control="base"))
+    assert counters.sources == {"cycles_elapsed": "sm__cycles_elapsed.avg",
+                                "sm_clock_hz": "sm__cycles_elapsed.avg.per_second"}  # ncu's names of what it stored
     assert "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio" in counters.skipped  # not on sm_86
     assert {r["name"] for r in counters.rows} == {"cycles_elapsed", "sm_clock_hz"}
     calls = log.read_text().splitlines()
@@ -490,7 +492,8 @@ def test_clocks_that_cannot_be_locked_fall_back_to_clock_control_none(tmp_path, 
     lines = []
     collector = find("ncu", Options(ncu.Settings(cache_control="none")))
     counters = collector.collect(Workload("alexnet", batch=2), launches, 9.0, lines.append)
-    assert counters.run_fields["ncu_clock_control"] == "none" and counters.run_fields["ncu_cache_control"] == "none"
+    assert counters.run_fields["collector_settings"] | {"replay_mode": "kernel"} == dict(
+        replay_mode="kernel", clock_control="none", cache_control="none")
     assert counters.note.startswith("clock control none: ncu could not lock the clocks at base (ncu failed: Failed")
     profiled_calls = [c for c in log.read_text().splitlines() if "--export" in c]
     assert ["--clock-control base" in c for c in profiled_calls] == [True, False]

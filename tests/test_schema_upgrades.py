@@ -1,7 +1,8 @@
 """`tracker upgrade` of a database an older schema wrote, on SQLite and PostgreSQL. v9's
 run.counter_iterations: pass 2 profiled every measured iteration before it, so a run with counters
 gets its repeat count and a run without counters NULL. v10: the views list their rows in phase
-order (fwd, bwd_data, bwd_weight), as every table and `tracker show` do."""
+order (fwd, bwd_data, bwd_weight), as every table and `tracker show` do. v11: pass 2's collector
+in columns of its own, not ncu's."""
 
 from __future__ import annotations
 
@@ -56,3 +57,29 @@ def test_an_upgrade_from_v9_lists_every_views_rows_in_phase_order(runner, db):
     assert rows == [(2, "fwd"), (2, "bwd_data")]
     _, rows = run_sql(store, "SELECT layer_id, phase FROM layer_phase WHERE layer_id = 5")
     assert rows == [(5, "fwd"), (5, "bwd_data"), (5, "bwd_weight")]
+
+
+def test_an_upgrade_to_v11_moves_ncus_columns_to_the_collectors_own(tmp_path):
+    """v11: run.ncu_* become collector_version and collector_settings, and metric_def's ncu and nvprof
+    names become each run's metric_source rows: on the batch-16 H100 run as schema v3 recorded it."""
+    import sqlite3
+    from contextlib import closing
+
+    from recorded import B16, DATA, recording
+
+    from tracker.profilers.ncu import SOURCES
+
+    path = recording(B16 + ".gz", tmp_path, DATA / "schema-v3")
+    with closing(sqlite3.connect(path)) as conn:
+        before = conn.execute("SELECT ncu_version, ncu_replay_mode, ncu_cache_control, ncu_clock_control FROM run").fetchone()
+    assert before == ("2025.3.1.0", "kernel", "all", "base")
+    open_store(path, write=True).dispose()
+    store = open_store(path, write=False)
+    (version, settings), = run_sql(store, "SELECT collector_version, collector_settings FROM run")[1]
+    assert (version, settings) == ("2025.3.1.0", {"replay_mode": "kernel", "cache_control": "all", "clock_control": "base"})
+    sources = dict(run_sql(store, "SELECT name, source FROM metric_source WHERE run_id = 1")[1])
+    stored = {name for (name,) in run_sql(store, "SELECT DISTINCT name FROM metric")[1]}
+    assert sources == SOURCES.names(stored) and len(sources) == 81  # ncu's name of every metric it stored
+    with closing(sqlite3.connect(path)) as conn:
+        columns = {table: {row[1] for row in conn.execute(f"PRAGMA table_info({table})")} for table in ("run", "metric_def")}
+    assert not {c for c in columns["run"] if c.startswith("ncu_")} and not {"ncu", "nvprof"} & columns["metric_def"]

@@ -277,7 +277,7 @@ def _measure(run, choice: Choice, may_fall_back: bool, workload: Workload, devic
     run.update(backend=choice.backend, backend_reason=choice.reason)
     if counters:
         echo(f"storing {len(counters.rows)} counter values")
-        run.add_counters(rows, counters.rows, **counters.run_fields)
+        run.add_counters(rows, counters.rows, counters.sources, **counters.run_fields)
     return choice, predictions
 
 

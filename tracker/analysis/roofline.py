@@ -47,7 +47,8 @@ def roofs(store: Store, run_id: int) -> Roofs | None:
     measured = peaks(store, run_id)
     if not measured["flops_per_s"]:
         return catalog
-    clocks = f"ncu, {run['ncu_clock_control']} clocks" if run["ncu_clock_control"] else run["backend"]
+    clock_control = (run["collector_settings"] or {}).get("clock_control")
+    clocks = f"{run['backend']}, {clock_control} clocks" if clock_control else run["backend"]
     levels = {level: measured[level] for level in ROOF_LEVELS if measured.get(level)}
     found = Roofs(measured["flops_per_s"], levels, {key: clocks for key in ("FP32", *levels)}, run["device_name"])
     return found.merged(catalog) if catalog else found

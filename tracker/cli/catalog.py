@@ -239,10 +239,11 @@ def _model_footer(net, batch, gpu, bits, rows, peak) -> None:
 @click.option("--family", type=click.Choice(FAMILIES), help="Only the metrics of this family.")
 @format_option
 def metrics(name, family, fmt):
-    """List the metric catalog: what tracker collects, under which ncu and nvprof names.
+    """List the metric catalog: what tracker collects, and what each collector (ncu, nvprof) calls it.
 
     Every counter in a trace database is one of these names (table metric, view launch_metrics);
-    the views roll them up per layer and phase as the rollup column says.
+    the views roll them up per layer and phase as the rollup column says, and table metric_source
+    keeps the name each run's collector gave it.
 
     \b
     Examples:
@@ -252,11 +253,14 @@ def metrics(name, family, fmt):
       tracker metrics --format json
     """
     from tracker.metrics import BY_NAME, metric_def_rows
+    from tracker.profilers import COLLECTORS, sources
 
-    rows = [r for r in metric_def_rows() if family in (None, r["family"])]
+    named = {collector: sources(collector) for collector in COLLECTORS}
+    rows = [r | {collector: getattr(names.by_metric.get(r["name"]), "name", None) for collector, names in named.items()}
+            for r in metric_def_rows() if family in (None, r["family"])]
     if name is not None:
         if name not in BY_NAME:
             raise unknown("metric", name, list(BY_NAME))
         rows = [r for r in rows if r["name"] == name]
-    columns = None if fmt == "json" or name else ("name", "family", "unit", "rollup", "ncu", "nvprof")
+    columns = None if fmt == "json" or name else ("name", "family", "unit", "rollup", *COLLECTORS)
     emit(rows, fmt, columns)

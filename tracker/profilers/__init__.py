@@ -10,9 +10,10 @@ Pass 2 replays each launch once per counter pass (18 on an H100), so it profiles
 ``Options.iterations`` measured iterations only (one by default), while pass 1 times every one:
 ``counted`` gives the workload the child runs and the launches of pass 1 it joins onto.
 
-``COLLECTORS`` names each collector's module, which defines ``supports(compute_capability)``
-and ``find(options)`` (the collector, or BackendUnavailable saying why not): adding a third is
-one module and its line here. Modules are imported when asked for, so the CLI starts fast.
+``COLLECTORS`` names each collector's module, which defines ``supports(compute_capability)``,
+``find(options)`` (the collector, or BackendUnavailable saying why not) and ``SOURCES`` (its names
+for the catalog's metrics, ``tracker.metrics.Sources``): adding a third is its module and its line
+here. Modules are imported when asked for, so the CLI starts fast.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tracker.profilers.ncu import Settings as NcuSettings
 
 if TYPE_CHECKING:
     from tracker.gpu.workload import Launch, Workload
+    from tracker.metrics import Sources
 
 COLLECTORS = {  # --backend name -> module; the first that supports a GPU is auto's choice
     "ncu": "tracker.profilers.ncu_collector",
@@ -59,7 +61,8 @@ class Options:
 @dataclass(frozen=True)
 class Counters:
     rows: list[dict]  # (invocation, name, value), names from the metric catalog
-    run_fields: dict  # what the run records of how they were collected (ncu_version, replay, ...)
+    run_fields: dict  # how they were collected: the run's collector_version and collector_settings
+    sources: dict[str, str]  # the collector's own name of each catalog metric in rows (metric_source)
     skipped: list[str]  # catalog metrics this GPU's profiler does not know
     note: str = ""  # a setting the profiler could not have, and what ran instead
 
@@ -113,6 +116,12 @@ def unfinished(run: Mapping, launches: int) -> str | None:
         return (f"{ended} before pass 2 ({run['backend']}) stored its counters: pass 1's {launches} launches and "
                 "their event times are kept, and it has no counters")
     return f"{ended} after storing its {launches} launches"
+
+
+def sources(name: str) -> Sources:
+    """The collector ``name``'s names for the catalog's metrics."""
+    found: Sources = importlib.import_module(COLLECTORS[name]).SOURCES
+    return found
 
 
 def supports(name: str, compute_capability: float) -> bool:

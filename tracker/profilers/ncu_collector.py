@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from tracker.errors import BackendUnavailable, NcuFailed
-from tracker.metrics import ncu_metrics
 from tracker.profilers import Counters, Options, child, ncu, ncu_csv
 from tracker.profilers.join import join
+
+SOURCES = ncu.SOURCES  # what this collector calls the catalog's metrics
 
 if TYPE_CHECKING:
     from tracker.gpu.workload import Launch, Workload
@@ -58,7 +59,7 @@ class NcuCollector:
                 echo: Callable[[str], None]) -> Counters:
         """Counters for ``launches`` (pass 1's of the measured iterations ``workload`` runs:
         ``tracker.profilers.counted``), each checked against its kernel and NVTX range."""
-        wanted = ncu_metrics(compute_capability)
+        wanted = ncu.SOURCES.requested(compute_capability)
         known = ncu.available_metrics(self.path)
         metrics = [m for m in wanted if m.split(".", 1)[0] in known]
         skipped = [m for m in wanted if m not in metrics]
@@ -87,9 +88,8 @@ class NcuCollector:
         if outside:
             echo(f"ncu: {outside} launches ran outside every NVTX range and are no layer phase's: left out")
         rows = join(launches, profiled, ranges)
-        fields = dict(ncu_version=self.version, ncu_replay_mode=settings.replay_mode,
-                      ncu_cache_control=settings.cache_control, ncu_clock_control=settings.clock_control)
-        return Counters(rows, fields, skipped, note)
+        fields = dict(collector_version=self.version, collector_settings=asdict(settings))
+        return Counters(rows, fields, ncu.SOURCES.names({row["name"] for row in rows}), skipped, note)
 
     def _run(self, metrics: list[str], report: Path, workload: Workload, settings: ncu.Settings, expected: int,
              echo: Callable[[str], None]) -> None:

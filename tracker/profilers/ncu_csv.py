@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from tracker.errors import ParseError
-from tracker.metrics import from_ncu
+from tracker.profilers.ncu import SOURCES
 
 HEADER_START = '"ID","Process ID",'
 
@@ -117,7 +117,7 @@ def parse(text: str, where: str = "ncu output") -> list[ProfiledLaunch]:
     else:
         launches = _raw(header, rows[1:], where)
     for launch in launches.values():
-        launch.metrics = from_ncu(launch.values)
+        launch.metrics = SOURCES.translate(launch.values)
     return sorted(launches.values(), key=lambda launch: launch.id)
 
 

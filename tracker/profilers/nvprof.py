@@ -15,13 +15,68 @@ from __future__ import annotations
 import re
 
 from tracker.errors import ParseError
-from tracker.metrics import BY_NVPROF, CATALOG, from_nvprof
+from tracker.metrics import Source, Sources
 from tracker.profilers.ncu_csv import ProfiledLaunch, columns, normalise, number, read_csv
 
 _LEVEL = re.compile(r"^\s*[A-Za-z]+ \((\d+)\)\s*$")  # "High (8)"
 _WITH_UNIT = re.compile(r"^\s*([-+]?[\d.,]+(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]+)\s*$")  # "636.79GB/s", "83.3%"
 _COUNT = re.compile(r"[0-9]{1,20}")
 _TRACE_IDENTITY = ("Start", "Name", "Device", "Context", "Stream", "Correlation_ID")
+
+
+S = Source
+# nvprof's name for each catalog metric it collects (its --query-metrics names), scaled into the
+# catalog's unit: its occupancy is a fraction, the catalog's a percentage.
+SOURCES = Sources("nvprof", (
+    S("duration_ns", "Duration", requested=False),  # the GPU trace's own column, in every row unasked
+    S("cycles_elapsed", "elapsed_cycles_sm"),
+    S("fadd", "flop_count_sp_add"),
+    S("fmul", "flop_count_sp_mul"),
+    S("ffma", "flop_count_sp_fma"),
+    S("fp32_flops", "flop_count_sp"),
+    S("fp32_inst", "inst_fp_32"),
+    S("instructions", "inst_executed"),
+    S("stall_imc_miss", "stall_constant_memory_dependency"),
+    S("stall_long_scoreboard", "stall_memory_dependency"),
+    S("stall_no_instruction", "stall_inst_fetch"),
+    S("stall_not_selected", "stall_not_selected"),
+    S("stall_sleeping", "stall_sleeping"),
+    S("stall_tex_throttle", "stall_texture"),
+    S("stall_exec_dependency", "stall_exec_dependency"),
+    S("stall_memory_throttle", "stall_memory_throttle"),
+    S("stall_pipe_busy", "stall_pipe_busy"),
+    S("stall_sync", "stall_sync"),
+    S("stall_other", "stall_other"),
+    S("l1_hit_rate", "tex_cache_hit_rate"),
+    S("l2_hit_rate", "l2_tex_hit_rate"),
+    S("l2_read_hit_rate", "l2_tex_read_hit_rate"),
+    S("l2_write_hit_rate", "l2_tex_write_hit_rate"),
+    S("l1_global_load_requests", "global_load_requests"),
+    S("l1_global_load_sectors", "gld_transactions"),
+    S("l1_global_store_requests", "global_store_requests"),
+    S("l1_global_store_sectors", "gst_transactions"),
+    S("l1_local_load_sectors", "local_load_transactions"),
+    S("l1_local_store_sectors", "local_store_transactions"),
+    S("shared_load_wavefronts", "shared_load_transactions"),
+    S("shared_store_wavefronts", "shared_store_transactions"),
+    S("l2_read_sectors", "l2_read_transactions"),
+    S("l2_write_sectors", "l2_write_transactions"),
+    S("dram_read_sectors", "dram_read_transactions"),
+    S("dram_write_sectors", "dram_write_transactions"),
+    S("achieved_occupancy", "achieved_occupancy", scale=100.0),
+    S("sm_efficiency", "sm_efficiency"),
+    S("ipc", "ipc"),
+    S("issue_slot_pct", "issue_slot_utilization"),
+    S("eligible_warps", "eligible_warps_per_cycle"),
+    S("warp_execution_efficiency", "warp_execution_efficiency"),
+    S("fp32_fu_utilization_level", "single_precision_fu_utilization"),
+    S("ldst_fu_utilization_level", "ldst_fu_utilization"),
+    S("special_fu_utilization_level", "special_fu_utilization"),
+    S("shared_utilization_level", "shared_utilization"),
+    S("l1_utilization_level", "tex_utilization"),
+    S("l2_utilization_level", "l2_utilization"),
+    S("dram_utilization_level", "dram_utilization"),
+))
 
 
 def command(program: list[str], metrics: list[str], log: str, nvprof: str = "nvprof") -> list[str]:
@@ -31,7 +86,7 @@ def command(program: list[str], metrics: list[str], log: str, nvprof: str = "nvp
 
 
 def metric_names() -> list[str]:
-    return [m.nvprof for m in CATALOG if m.nvprof]
+    return SOURCES.requested()
 
 
 def parse_query_metrics(text: str) -> set[str]:
@@ -94,7 +149,7 @@ def parse_metrics(text: str, where: str = "nvprof output") -> dict[str, dict]:
             entry["raw"][row[name_at]] = value(row[avg_at])
         except ValueError:
             raise ParseError(f"{where}: cannot read '{row[avg_at][:40]}' {what}") from None
-    return {k: {"invocations": e["invocations"], "values": from_nvprof(e["raw"])} for k, e in kernels.items()}
+    return {k: {"invocations": e["invocations"], "values": SOURCES.translate(e["raw"])} for k, e in kernels.items()}
 
 
 # The plain-text lines are read by splitting on whitespace, not by regular expressions: the one
@@ -125,7 +180,7 @@ def parse_metrics_text(text: str, where: str = "nvprof output") -> dict[str, dic
             kernel["invocations"] = _invocations(tokens[0], at)
     if not kernels:
         raise ParseError(f"{where} holds no nvprof metrics (no 'Kernel:' line)")
-    return {k: {"invocations": e["invocations"], "values": from_nvprof(e["raw"])} for k, e in kernels.items()}
+    return {k: {"invocations": e["invocations"], "values": SOURCES.translate(e["raw"])} for k, e in kernels.items()}
 
 
 def _metric_cells(line: str, tokens: list[str], at: str) -> list[str]:
@@ -173,7 +228,7 @@ def parse_trace(text: str, where: str = "nvprof output") -> list[ProfiledLaunch]
         for column, unit, cell in zip(header, units, row):
             if column in _TRACE_IDENTITY or not cell:
                 continue
-            if column in BY_NVPROF or column == "Duration":  # a figure tracker keeps: a number or n/a
+            if column in SOURCES.by_name:  # a figure tracker keeps: a number or n/a
                 raw[column] = _cell(cell, f"{where}: launch {launch.id} ({launch.kernel[:80]}), {column}")
             else:
                 try:
@@ -185,6 +240,6 @@ def parse_trace(text: str, where: str = "nvprof output") -> list[ProfiledLaunch]
             if column == "Duration" and duration is not None:  # n/a: a launch nvprof did not time
                 raw[column] = normalise(duration, unit or "ns")[0]
         launch.values = raw
-        launch.metrics = {**from_nvprof(raw), "duration_ns": raw.get("Duration")}
+        launch.metrics = {"duration_ns": None, **SOURCES.translate(raw)}  # None: a launch nvprof did not time
         launches.append(launch)
     return launches

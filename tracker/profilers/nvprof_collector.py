@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from tracker.errors import BackendUnavailable, ProfilerFailed
-from tracker.metrics import BY_NVPROF
 from tracker import processes
 from tracker.profilers import Counters, Options, child, ncu, nvprof
 from tracker.profilers.join import join
+
+SOURCES = nvprof.SOURCES  # what this collector calls the catalog's metrics
 
 if TYPE_CHECKING:
     from tracker.gpu.workload import Launch, Workload
@@ -66,7 +67,7 @@ class NvprofCollector:
                                      "(Ampere and newer): use --backend ncu")
         known = nvprof.parse_query_metrics(_output([self.path, "--query-metrics"], "nvprof --query-metrics"))
         metrics = [m for m in nvprof.metric_names() if m in known]
-        skipped = [BY_NVPROF[m].name for m in nvprof.metric_names() if m not in known]
+        skipped = [nvprof.SOURCES.by_name[m].metric for m in nvprof.metric_names() if m not in known]
         if skipped:
             echo(f"nvprof {self.version} does not know {len(skipped)} catalog metrics on this GPU: {', '.join(skipped)}")
         echo(f"pass 2: nvprof {self.version}, {len(metrics)} metrics, {len(launches)} launches to profile "
@@ -79,7 +80,9 @@ class NvprofCollector:
                 shutil.copyfile(log, self.keep_report)
                 echo(f"nvprof log kept at {self.keep_report}")
         echo(f"nvprof profiled {len(profiled)} launches")
-        return Counters(join(launches, profiled, None), {}, skipped)
+        rows = join(launches, profiled, None)
+        return Counters(rows, dict(collector_version=self.version), nvprof.SOURCES.names({row["name"] for row in rows}),
+                        skipped)
 
 
 def _run(cmd: list[str], log: Path) -> None:

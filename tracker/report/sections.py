@@ -132,18 +132,26 @@ def _device(run: pd.Series) -> str:
     return run["device_name"] + (f" ({', '.join(k for k in known if k)})" if any(known) else "")
 
 
+COLLECTOR_NAMES = {"ncu": "Nsight Compute", "nvprof": "nvprof"}  # a run's backend, as its report names it
+
+
 def _how(run: pd.Series) -> str:
     """How it was measured: the collector and the iterations it profiled (every one is timed), or
     the events alone."""
     iterations = run.get("counter_iterations")
-    if run["backend"] == "ncu" and iterations is not None:
-        return (f"measured with Nsight Compute {run['ncu_version']} ({run['ncu_replay_mode']} replay, clocks "
-                f"{run['ncu_clock_control']}, cache control {run['ncu_cache_control']}) on {_profiled(run)}")
-    if run["backend"] == "nvprof" and iterations is not None:
-        return f"measured with nvprof on {_profiled(run)}"
+    if run["backend"] in COLLECTOR_NAMES and iterations is not None:
+        how = _collector_settings(run)
+        version = f" {run['collector_version']}" if run.get("collector_version") else ""
+        return f"measured with {COLLECTOR_NAMES[run['backend']]}{version}{f' ({how})' if how else ''} on {_profiled(run)}"
     if run["backend"] in ("ncu", "nvprof"):
         return f"profiled with {run['backend']}, whose pass 2 stored no counters"
     return f"timed with {run['backend']}"
+
+
+def _collector_settings(run: pd.Series) -> str | None:
+    """'replay mode kernel, cache control all, clock control base': how pass 2's collector ran."""
+    settings = run.get("collector_settings") or {}
+    return ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in settings.items()) or None
 
 
 def _profiled(run: pd.Series) -> str:
@@ -174,9 +182,8 @@ def _when(run: pd.Series) -> str:
 ABOUT = {"network": "network", "batch": "batch", "device_name": "GPU", "compute_capability": "compute capability",
          "backend": "backend", "backend_reason": "why this backend", "variants": "kernel variants",
          "l1_bypass": "L1 bypass", "loaders": "GEMM loaders", "repeat": "measured iterations",
-         "counter_iterations": "iterations with counters", "ncu_version": "ncu version",
-         "ncu_replay_mode": "ncu replay", "ncu_clock_control": "ncu clock control",
-         "ncu_cache_control": "ncu cache control", "driver_version": "driver", "cuda_version": "CUDA",
+         "counter_iterations": "iterations with counters", "collector_version": "collector version",
+         "driver_version": "driver", "cuda_version": "CUDA",
          "status": "status", "started_at": "started", "command_line": "command"}
 
 
@@ -187,6 +194,7 @@ def _about(run: pd.Series) -> dict:
     about["kernel variants"] = _variants(run)
     about["GEMM tiles"] = _tiles(run)
     about["L1 bypass"] = bool(run["l1_bypass"])
+    about["collector settings"] = _collector_settings(run)
     about["started"] = f"{pd.to_datetime(run['started_at']):%Y-%m-%d %H:%M:%S} UTC" if run["started_at"] else None
     return about
 

@@ -12,7 +12,7 @@ from tracker.errors import StoreError
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 MIGRATABLE_FROM = 2  # schema versions from which migrate reaches the current one
 _PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
 
@@ -83,7 +83,9 @@ def migrate(conn: Connection, where: str) -> None:
 run.loaders ('async' in older runs); v7 -> v8 experiment_arm (an experiment's planned arms; older
 experiments have none); v8 -> v9 run.counter_iterations (pass 2 profiled every measured iteration
 before v9, so an older run with counters gets its repeat); v9 -> v10 views that list their rows in
-phase order (fwd, bwd_data, bwd_weight; views only). Create what is missing and recreate every
+phase order (fwd, bwd_data, bwd_weight; views only); v10 -> v11 pass 2's collector in columns
+of its own (run.collector_version and collector_settings for run.ncu_*; metric_source, each run's
+names of its metrics, for metric_def's ncu and nvprof). Create what is missing and recreate every
     view. Any write opening migrates (``tracker upgrade`` is one); a
     read-only one refuses an older file."""
     from sqlalchemy import text, update
@@ -100,14 +102,50 @@ phase order (fwd, bwd_data, bwd_weight; views only). Create what is missing and 
         Base.metadata.create_all(conn)  # creates only the missing tables
         _add_missing_columns(conn)
         _count_profiled_iterations(conn)
+        _move_to_collector_columns(conn)
         conn.exec_driver_sql("DROP INDEX IF EXISTS metric_by_name")  # v4: rollup_metric_by_name instead
         cascade = " CASCADE" if conn.dialect.name == "postgresql" else ""
         for view in reversed(VIEWS):  # views hold no data: recreate them all, as this version defines them
             conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view.name}{cascade}")
+        _drop_columns(conn, {"run": NCU_RUN_COLUMNS, "metric_def": ("ncu", "nvprof")})
         for view in VIEWS:
             conn.exec_driver_sql(view.create())
         rollups.rebuild(conn)
         conn.execute(update(SchemaInfo).values(version=SCHEMA_VERSION))
+
+
+NCU_RUN_COLUMNS = ("ncu_version", "ncu_replay_mode", "ncu_cache_control", "ncu_clock_control")  # before v11
+
+
+def _move_to_collector_columns(conn: Connection) -> None:
+    """v11: what run.ncu_* held into run.collector_version and collector_settings, and for each
+    run's counters the name its collector gave them, from metric_def's ncu and nvprof columns (the
+    catalog's names when the store was made), into metric_source."""
+    from sqlalchemy import inspect, update
+
+    from tracker.store.schema import Run
+
+    if "ncu_version" in {c["name"] for c in inspect(conn).get_columns("run")}:
+        ran = conn.exec_driver_sql(f"SELECT id, {', '.join(NCU_RUN_COLUMNS)} FROM run WHERE ncu_version IS NOT NULL")
+        for run_id, version, replay, cache, clock in ran.all():
+            conn.execute(update(Run).where(Run.id == run_id).values(collector_version=version, collector_settings=dict(
+                replay_mode=replay, cache_control=cache, clock_control=clock)))
+    if "ncu" in {c["name"] for c in inspect(conn).get_columns("metric_def")}:
+        source = "CASE WHEN r.backend = 'nvprof' THEN d.nvprof ELSE d.ncu END"
+        conn.exec_driver_sql(f"INSERT INTO metric_source (run_id, name, source) SELECT DISTINCT m.run_id, m.name, "
+                             f"{source} FROM metric m JOIN run r ON r.id = m.run_id JOIN metric_def d ON d.name = m.name "
+                             f"WHERE {source} IS NOT NULL")
+
+
+def _drop_columns(conn: Connection, columns: dict[str, tuple[str, ...]]) -> None:
+    """Columns a later schema no longer has, where a table still holds them (v11: ncu's)."""
+    from sqlalchemy import inspect
+
+    for table, names in columns.items():
+        present = {c["name"] for c in inspect(conn).get_columns(table)}
+        for name in names:
+            if name in present:
+                conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN {name}")
 
 
 def _count_profiled_iterations(conn: Connection) -> None:

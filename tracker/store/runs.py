@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from sqlalchemy import Connection, update
 
@@ -24,7 +24,7 @@ from tracker.store.db import Store
 from tracker.store.ingest import bulk_insert
 from tracker.processes import this_process
 from tracker.signals import held, interruptible
-from tracker.store.schema import Launch, Layer, Metric, Run
+from tracker.store.schema import Launch, Layer, Metric, MetricSource, Run
 from tracker.store.schema import Prediction as PredictionRow
 
 
@@ -62,19 +62,24 @@ class RunWriter:
         join, nor counters without their rollups."""
         with self.store.begin() as conn:
             bulk_insert(conn, Launch.__table__, [dict(row, run_id=self.run_id) for row in rows])
-            self._counters(conn, rows, metrics)
+            self._counters(conn, rows, metrics, {})
 
-    def add_counters(self, launches: list[dict], metrics: Sequence[dict], **fields) -> None:
+    def add_counters(self, launches: list[dict], metrics: Sequence[dict], sources: Mapping[str, str] = {},
+                     **fields) -> None:
         """Pass 2's counters on launches already stored (``launches``: their rows, as
-        ``add_launches`` was given them) and the run fields that say how they were collected: one
-        transaction, so a run holds all of its counters or none."""
+        ``add_launches`` was given them), the collector's name of each metric (``sources``) and the
+        run fields that say how they were collected: one transaction, so a run holds all of its
+        counters or none."""
         with self.store.begin() as conn:
-            self._counters(conn, launches, metrics, **fields)
+            self._counters(conn, launches, metrics, sources, **fields)
 
-    def _counters(self, conn: Connection, launches: list[dict], metrics: Sequence[dict], **fields) -> None:
-        """The counters, the rollups rewritten with them, and on the run ``fields`` and
-        counter_iterations: how many measured iterations carry counters (NULL: none)."""
+    def _counters(self, conn: Connection, launches: list[dict], metrics: Sequence[dict], sources: Mapping[str, str],
+                  **fields) -> None:
+        """The counters, their sources, the rollups rewritten with them, and on the run ``fields``
+        and counter_iterations: how many measured iterations carry counters (NULL: none)."""
         bulk_insert(conn, Metric.__table__, [dict(row, run_id=self.run_id) for row in metrics])
+        bulk_insert(conn, MetricSource.__table__, [dict(run_id=self.run_id, name=name, source=source)
+                                                   for name, source in sorted(sources.items())])
         rollups.write(conn, self.run_id, launches, metrics)
         counted = {row["invocation"] for row in metrics}
         iterations = len({row["repeat"] for row in launches if row["invocation"] in counted})

@@ -95,10 +95,9 @@ class Run(Base):
     mem_clock_mhz: Mapped[float | None]
     driver_version: Mapped[str | None]
     cuda_version: Mapped[str | None]
-    ncu_version: Mapped[str | None]
-    ncu_replay_mode: Mapped[str | None]
-    ncu_cache_control: Mapped[str | None]
-    ncu_clock_control: Mapped[str | None]
+    collector_version: Mapped[str | None] = mapped_column(doc="pass 2's collector's version (its name is backend)")
+    collector_settings: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="how pass 2's collector ran (ncu: replay_mode, cache_control, clock_control); NULL without one")
     repeat: Mapped[int] = mapped_column(doc="measured iterations per launch")
     counter_iterations: Mapped[int | None] = mapped_column(
         doc="how many measured iterations pass 2 (ncu, nvprof) collected counters from: the first ones, their "
@@ -193,7 +192,7 @@ class Launch(Base):
 
 class MetricDefRow(Base):
     """What a metric name means, from the catalog (tracker/metrics.py): unit, meaning,
-    how it rolls up over launches, and the ncu and nvprof names it is collected as."""
+    how it rolls up over launches. What each collector calls it is ``metric_source``'s."""
 
     __tablename__ = "metric_def"
 
@@ -202,8 +201,6 @@ class MetricDefRow(Base):
     unit: Mapped[str]
     description: Mapped[str] = mapped_column(Text)
     rollup: Mapped[str] = mapped_column(doc="sum, max or weighted:<metric>")
-    ncu: Mapped[str | None] = mapped_column(doc="Nsight Compute metric name (sm_70+)")
-    nvprof: Mapped[str | None] = mapped_column(doc="nvprof metric name")
     category: Mapped[str | None] = mapped_column(doc="stalls: paper 003's (nvprof's) name for the reason")
 
 
@@ -219,6 +216,18 @@ class Metric(Base):
     invocation: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     name: Mapped[str] = mapped_column(ForeignKey("metric_def.name"), primary_key=True)
     value: Mapped[float | None] = mapped_column(Float)
+
+
+class MetricSource(Base):
+    """The name a run's collector gave each metric it stored (its ``backend``: ncu, nvprof), as its
+    own output and documentation spell it."""
+
+    __tablename__ = "metric_source"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(ForeignKey("metric_def.name"), primary_key=True)
+    source: Mapped[str] = mapped_column(doc="the collector's name: ncu's lts__t_sector_hit_rate.pct, nvprof's "
+                                            "l2_tex_hit_rate")
 
 
 class PerLayerPhase:

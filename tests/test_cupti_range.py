@@ -1,0 +1,80 @@
+"""The CUPTI Range Profiler binding (tracker/profilers/cupti_range.py) against the headers the
+nvidia-cuda-cupti wheel ships, with no GPU: a C program built with gcc from those headers prints
+each struct's size, its CUPTI_PROFILER_STRUCT_SIZE and every field's offset and size, and the
+enum values the binding names; ctypes must say the same. And libcupti exports every call."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tracker.errors import ProfilerFailed
+from tracker.profilers import cupti_range
+
+ENUMS = {"CUPTI_AutoRange": cupti_range.AUTO_RANGE, "CUPTI_UserRange": cupti_range.USER_RANGE,
+         "CUPTI_ApplicationReplay": cupti_range.APPLICATION_REPLAY, "CUPTI_KernelReplay": cupti_range.KERNEL_REPLAY,
+         "CUPTI_UserReplay": cupti_range.USER_REPLAY, "CUPTI_CACHE_CONTROL_MODE_NONE": cupti_range.CACHE_CONTROL_NONE,
+         "CUPTI_CACHE_CONTROL_MODE_ALL": cupti_range.CACHE_CONTROL_ALL}
+
+
+def c_program() -> str:
+    lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <cupti_profiler_target.h>",
+             "#include <cupti_range_profiler.h>", "int main(void) {"]
+    for name, struct in cupti_range.STRUCTS.items():
+        lines.append(f'printf("{name} %zu %zu\\n", sizeof({name}), (size_t){name}_STRUCT_SIZE);')
+        for field, _ in struct._fields_:
+            lines.append(f'printf("{name}.{field} %zu %zu\\n", offsetof({name}, {field}), '
+                         f'sizeof((({name}*)0)->{field}));')
+    lines += [f'printf("{enum} %d 0\\n", (int){enum});' for enum in ENUMS]
+    return "\n".join([*lines, "return 0;", "}"])
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory) -> dict[str, tuple[int, int]]:
+    """What the C compiler says, from the headers beside the libcupti the binding loads."""
+    from cuda.pathfinder import find_nvidia_header_directory
+
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is needed to read the CUPTI headers' layouts (Debian: gcc)")
+    cupti = Path(cupti_range.library()._name).resolve().parents[1] / "include"
+    assert (cupti / "cupti_range_profiler.h").exists(), cupti
+    folder = tmp_path_factory.mktemp("cupti")
+    (folder / "layout.c").write_text(c_program())
+    subprocess.run(["gcc", f"-I{cupti}", f"-I{find_nvidia_header_directory('cudart')}", str(folder / "layout.c"),
+                    "-o", str(folder / "layout")], check=True, capture_output=True, text=True)
+    out = subprocess.run([str(folder / "layout")], check=True, capture_output=True, text=True).stdout
+    return {name: (int(a), int(b)) for name, a, b in (line.split() for line in out.splitlines())}
+
+
+@pytest.mark.parametrize("name", sorted(cupti_range.STRUCTS))
+def test_every_struct_is_laid_out_as_the_header_says(layout, name):
+    import ctypes
+
+    struct = cupti_range.STRUCTS[name]
+    assert (ctypes.sizeof(struct), struct.struct_size()) == layout[name]
+    for field, kind in struct._fields_:
+        assert (getattr(struct, field).offset, ctypes.sizeof(kind)) == layout[f"{name}.{field}"], field
+    assert struct.new().structSize == struct.struct_size()
+
+
+def test_the_enum_values_are_the_headers(layout):
+    assert {enum: layout[enum][0] for enum in ENUMS} == ENUMS
+
+
+def test_libcupti_exports_every_call_the_binding_makes():
+    lib = cupti_range.library()
+    for struct in cupti_range.STRUCTS.values():
+        assert hasattr(lib, struct.function), struct.function
+    assert hasattr(lib, "cuptiGetResultString")
+
+
+def test_a_failing_call_is_one_line_naming_it():
+    """A struct CUPTI refuses (structSize 0), with a driver or without one: the error says which call."""
+    params = cupti_range.STRUCTS["CUpti_Profiler_Initialize_Params"].new()
+    params.structSize = 0
+    with pytest.raises(ProfilerFailed, match=r"^cuptiProfilerInitialize failed: ") as failed:
+        cupti_range.call(params)
+    assert "\n" not in str(failed.value)

@@ -1,0 +1,106 @@
+"""CUPTI's Range Profiler as ctypes sees it: the device side of an in-process counter collector
+(issue 47), which ``cupti-python`` does not expose. One small module, checked against the headers
+``nvidia-cuda-cupti`` ships: every struct's size, every field's offset and size, and each
+``*_STRUCT_SIZE`` (tests/test_cupti_range.py, with no GPU).
+
+The calls, as CUPTI's range_profiling sample makes them: ``cuptiProfilerInitialize``, then per
+context ``cuptiRangeProfilerEnable``; a counter data image sized for the metrics and ranges
+(``GetCounterDataSize``, ``CounterDataImageInitialize``); ``SetConfig`` with the config image the
+host side makes (auto range: each kernel launch its own range; user replay: tracker replays the
+launches itself, once per pass); ``Start`` and ``Stop`` around each pass until ``Stop`` says every
+pass is submitted; ``DecodeData``; the ranges read back (``GetCounterDataInfo``,
+``CounterDataGetRangeInfo``) and evaluated on the host; ``Disable``, ``cuptiProfilerDeInitialize``.
+
+Nothing here has run on a GPU yet.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint8, c_uint16, c_uint32, c_void_p
+from functools import cache
+from typing import Any
+
+from tracker.errors import BackendUnavailable, ProfilerFailed
+
+# CUpti_ProfilerRange and CUpti_ProfilerReplayMode (cupti_profiler_target.h), CUpti_CacheControl_Mode
+AUTO_RANGE, USER_RANGE = 1, 2
+APPLICATION_REPLAY, KERNEL_REPLAY, USER_REPLAY = 1, 2, 3
+CACHE_CONTROL_NONE, CACHE_CONTROL_ALL = 0, 1
+
+
+class _Params(ctypes.Structure):
+    """A CUPTI profiler parameter struct: ``structSize`` first, as CUPTI_PROFILER_STRUCT_SIZE counts
+    it (up to the end of the last field, without the tail padding), then ``pPriv``, NULL."""
+    function: str  # the CUPTI call that takes it
+
+    @classmethod
+    def struct_size(cls) -> int:
+        name, kind = cls._fields_[-1][:2]
+        return getattr(cls, name).offset + ctypes.sizeof(kind)
+
+    @classmethod
+    def new(cls, **values: Any) -> _Params:
+        return cls(structSize=cls.struct_size(), **values)
+
+
+def _params(name: str, function: str, *fields: tuple[str, Any]) -> type[_Params]:
+    head = [("structSize", c_size_t), ("pPriv", c_void_p)]
+    return type(name, (_Params,), {"_fields_": head + list(fields), "function": function})
+
+
+_OBJECT = ("pRangeProfilerObject", c_void_p)
+
+STRUCTS: dict[str, type[_Params]] = {s.__name__: s for s in (
+    _params("CUpti_Profiler_Initialize_Params", "cuptiProfilerInitialize"),
+    _params("CUpti_Profiler_DeInitialize_Params", "cuptiProfilerDeInitialize"),
+    _params("CUpti_RangeProfiler_Enable_Params", "cuptiRangeProfilerEnable",
+            ("ctx", c_void_p), _OBJECT, ("cacheControlMode", c_int)),
+    _params("CUpti_RangeProfiler_Disable_Params", "cuptiRangeProfilerDisable", _OBJECT),
+    _params("CUpti_RangeProfiler_SetConfig_Params", "cuptiRangeProfilerSetConfig",
+            _OBJECT, ("configSize", c_size_t), ("pConfig", c_void_p), ("counterDataImageSize", c_size_t),
+            ("pCounterDataImage", c_void_p), ("range", c_int), ("replayMode", c_int),
+            ("maxRangesPerPass", c_size_t), ("numNestingLevels", c_uint16), ("minNestingLevel", c_uint16),
+            ("passIndex", c_size_t), ("targetNestingLevel", c_uint16)),
+    _params("CUpti_RangeProfiler_Start_Params", "cuptiRangeProfilerStart", _OBJECT),
+    _params("CUpti_RangeProfiler_Stop_Params", "cuptiRangeProfilerStop",
+            _OBJECT, ("passIndex", c_size_t), ("targetNestingLevel", c_size_t), ("isAllPassSubmitted", c_uint8)),
+    _params("CUpti_RangeProfiler_DecodeData_Params", "cuptiRangeProfilerDecodeData",
+            _OBJECT, ("numOfRangeDropped", c_size_t)),
+    _params("CUpti_RangeProfiler_GetCounterDataSize_Params", "cuptiRangeProfilerGetCounterDataSize",
+            _OBJECT, ("pMetricNames", POINTER(c_char_p)), ("numMetrics", c_size_t), ("maxNumOfRanges", c_size_t),
+            ("maxNumRangeTreeNodes", c_uint32), ("counterDataSize", c_size_t)),
+    _params("CUpti_RangeProfiler_CounterDataImage_Initialize_Params",
+            "cuptiRangeProfilerCounterDataImageInitialize",
+            _OBJECT, ("counterDataSize", c_size_t), ("pCounterData", c_void_p)),
+    _params("CUpti_RangeProfiler_GetCounterDataInfo_Params", "cuptiRangeProfilerGetCounterDataInfo",
+            ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t), ("numTotalRanges", c_size_t)),
+    _params("CUpti_RangeProfiler_CounterData_GetRangeInfo_Params", "cuptiRangeProfilerCounterDataGetRangeInfo",
+            ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t), ("rangeIndex", c_size_t),
+            ("rangeDelimiter", c_char_p), ("rangeName", c_char_p)),
+)}
+
+
+@cache
+def library() -> ctypes.CDLL:
+    """libcupti, as cuda-pathfinder finds it (the nvidia-cuda-cupti wheel, else the CUDA toolkit);
+    BackendUnavailable in one line where there is none."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        path = load_nvidia_dynamic_lib("cupti").abs_path
+        return ctypes.CDLL(path)
+    except Exception as exc:  # ImportError, cuda.pathfinder's not-found errors, OSError
+        raise BackendUnavailable(f"no usable libcupti ({type(exc).__name__}: {str(exc).strip()[:160]}): "
+                                 "pip install -e '.[cupti]'") from None
+
+
+def call(params: _Params) -> _Params:
+    """``params``' CUPTI call; ProfilerFailed naming the call and CUPTI's own words if it fails."""
+    lib = library()
+    result = getattr(lib, params.function)(ctypes.byref(params))
+    if result != 0:
+        text = c_char_p()
+        lib.cuptiGetResultString(result, ctypes.byref(text))
+        raise ProfilerFailed(f"{params.function} failed: {(text.value or b'').decode() or f'CUPTI error {result}'}")
+    return params

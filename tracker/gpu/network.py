@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -288,9 +288,21 @@ class Executor:
 
     def iteration(self) -> None:
         for step in self.steps:
-            self.b.context = step  # the backend tags its launches with the step they serve
-            with self.region(step):
-                self.run(step)
+            self.step(step)
+
+    def step(self, step: Step) -> None:
+        """One layer phase, its launches tagged with it and inside its NVTX range."""
+        self.b.context = step  # the backend tags its launches with the step they serve
+        with self.region(step):
+            self.run(step)
+
+    def arrays(self, step: Step) -> list[Any]:
+        """Every device array ``step`` reads or writes: its layer's, by role, and the shares of its
+        output gradient that it sums (tracker/gpu/replay.py restores them between passes)."""
+        held = self.t.of(step.layer)
+        found = [getattr(held, role.name) for role in fields(held)]
+        found += self.summed_before.get((step.layer.name, step.phase), [])
+        return [array for array in found if array is not None]
 
     def run(self, step: Step) -> None:
         for share in self.summed_before.get((step.layer.name, step.phase), ()):

@@ -22,7 +22,7 @@ ENUMS = {"CUPTI_AutoRange": cupti_range.AUTO_RANGE, "CUPTI_UserRange": cupti_ran
 
 def c_program() -> str:
     lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <cupti_profiler_target.h>",
-             "#include <cupti_range_profiler.h>", "int main(void) {"]
+             "#include <cupti_range_profiler.h>", "#include <cupti_target.h>", "int main(void) {"]
     for name, struct in cupti_range.STRUCTS.items():
         lines.append(f'printf("{name} %zu %zu\\n", sizeof({name}), (size_t){name}_STRUCT_SIZE);')
         for field, _ in struct._fields_:

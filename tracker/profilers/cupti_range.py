@@ -54,6 +54,8 @@ _OBJECT = ("pRangeProfilerObject", c_void_p)
 STRUCTS: dict[str, type[_Params]] = {s.__name__: s for s in (
     _params("CUpti_Profiler_Initialize_Params", "cuptiProfilerInitialize"),
     _params("CUpti_Profiler_DeInitialize_Params", "cuptiProfilerDeInitialize"),
+    _params("CUpti_Device_GetChipName_Params", "cuptiDeviceGetChipName", ("deviceIndex", c_size_t),
+            ("pChipName", c_char_p)),
     _params("CUpti_RangeProfiler_Enable_Params", "cuptiRangeProfilerEnable",
             ("ctx", c_void_p), _OBJECT, ("cacheControlMode", c_int)),
     _params("CUpti_RangeProfiler_Disable_Params", "cuptiRangeProfilerDisable", _OBJECT),

@@ -78,3 +78,41 @@ def test_a_failing_call_is_one_line_naming_it():
     with pytest.raises(ProfilerFailed, match=r"^cuptiProfilerInitialize failed: ") as failed:
         cupti_range.call(params)
     assert "\n" not in str(failed.value)
+
+
+class FakeCupti:
+    """libcupti answering every call with ``code`` (CUptiResult), as a machine that cannot count would."""
+
+    def __init__(self, code: int):
+        self.code = code
+
+    def __getattr__(self, name: str):
+        return lambda *args: self.code
+
+
+@pytest.mark.parametrize("code, words", [(14, "not compatible with the installed driver"), (35, "ERR_NVGPUCTRPERM"),
+                                         (27, "does not support this GPU"), (43, "MIG slice"), (46, "chip")])
+def test_what_rules_cupti_out_here_is_one_line_that_says_so(monkeypatch, code, words):
+    """A driver older than CUPTI needs, restricted counters, an unsupported GPU: BackendUnavailable
+    (what a collector falls back on), one line naming the call and what to do."""
+    from tracker.errors import BackendUnavailable
+
+    monkeypatch.setattr(cupti_range, "library", lambda: FakeCupti(code))
+    with pytest.raises(BackendUnavailable, match=r"^cuptiRangeProfilerEnable failed: ") as refused:
+        cupti_range.call(cupti_range.STRUCTS["CUpti_RangeProfiler_Enable_Params"].new())
+    assert words in str(refused.value) and "\n" not in str(refused.value)
+    assert ("--backend ncu" in str(refused.value)) == (code != 35)  # restricted counters stop ncu too
+
+
+def test_a_missing_libcupti_is_one_line(monkeypatch):
+    from tracker.errors import BackendUnavailable
+
+    cupti_range.library.cache_clear()
+    monkeypatch.setattr("cuda.pathfinder.load_nvidia_dynamic_lib", lambda name: (_ for _ in ()).throw(
+        RuntimeError("Failure finding libcupti.so")))
+    try:
+        with pytest.raises(BackendUnavailable, match=r"^no usable libcupti \(RuntimeError: Failure finding") as missing:
+            cupti_range.library()
+        assert "pip install -e '.[cupti]'" in str(missing.value) and "\n" not in str(missing.value)
+    finally:
+        cupti_range.library.cache_clear()

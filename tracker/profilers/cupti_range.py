@@ -22,6 +22,7 @@ from functools import cache
 from typing import Any
 
 from tracker.errors import BackendUnavailable, ProfilerFailed
+from tracker.profilers.ncu import PERMISSION_HELP
 
 # CUpti_ProfilerRange and CUpti_ProfilerReplayMode (cupti_profiler_target.h), CUpti_CacheControl_Mode
 AUTO_RANGE, USER_RANGE = 1, 2
@@ -97,12 +98,34 @@ def library() -> ctypes.CDLL:
                                  "pip install -e '.[cupti]'") from None
 
 
+# CUptiResult codes (cupti_result.h) that say this machine cannot count with CUPTI at all: a
+# collector that meets one falls back to ncu (BackendUnavailable), saying why in one line.
+_NCU = "; use --backend ncu"
+NOT_HERE = {
+    14: "this libcupti is not compatible with the installed driver (a driver older than it needs): install a newer "
+        "driver, or an nvidia-cuda-cupti as old as the driver" + _NCU,
+    35: PERMISSION_HELP,
+    40: "the virtual GPU gives this VM no performance counters" + _NCU,
+    27: "CUPTI's range profiler does not support this GPU" + _NCU,
+    33: "CUPTI does not profile a virtualized GPU" + _NCU,
+    41: "CUPTI does not profile in confidential computing mode" + _NCU,
+    42: "CUPTI does not profile a CMP device" + _NCU,
+    43: "CUPTI does not profile a MIG slice" + _NCU,
+    44: "CUPTI does not profile an SLI group" + _NCU,
+    45: "CUPTI does not profile under WSL" + _NCU,
+    46: "CUPTI does not know this GPU's chip" + _NCU,
+}
+
+
 def call(params: _Params) -> _Params:
-    """``params``' CUPTI call; ProfilerFailed naming the call and CUPTI's own words if it fails."""
+    """``params``' CUPTI call. Where it fails: BackendUnavailable for what rules CUPTI out on this
+    machine (``NOT_HERE``), else ProfilerFailed; either way one line naming the call."""
     lib = library()
     result = getattr(lib, params.function)(ctypes.byref(params))
-    if result != 0:
-        text = c_char_p()
-        lib.cuptiGetResultString(result, ctypes.byref(text))
-        raise ProfilerFailed(f"{params.function} failed: {(text.value or b'').decode() or f'CUPTI error {result}'}")
-    return params
+    if result == 0:
+        return params
+    if result in NOT_HERE:
+        raise BackendUnavailable(f"{params.function} failed: {NOT_HERE[result]}")
+    text = c_char_p()
+    lib.cuptiGetResultString(result, ctypes.byref(text))
+    raise ProfilerFailed(f"{params.function} failed: {(text.value or b'').decode() or f'CUPTI error {result}'}")

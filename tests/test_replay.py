@@ -59,15 +59,15 @@ def state(executor: Executor) -> dict[str, np.ndarray]:
 
 def test_every_pass_runs_the_same_launches_on_the_same_data_and_leaves_one_runs_result(emulator):
     net = small_unet3d()
-    once = Executor(emulator, net, batch=2, chosen={}, seed=4)
+    once = Executor(emulator, net, batch=1, chosen={}, seed=4)  # batch 1: concatenation in place, into views
     once.iteration()
-    replayed = Executor(emulator, net, batch=2, chosen={}, seed=4)
-    stand_in = StandIn(replayed, passes=3)
-    assert replay_iteration(replayed, stand_in) == [3] * len(replayed.steps)
+    replayed = Executor(emulator, net, batch=1, chosen={}, seed=4)
+    stand_in = StandIn(replayed, passes=2)
+    assert replay_iteration(replayed, stand_in) == [2] * len(replayed.steps)
     summed = [s for s in replayed.steps if (s.layer.name, s.phase) in replayed.summed_before]
     assert summed and any(s.layer.kind == "batchnorm" for s in replayed.steps)  # what replay must not add twice
     for key, passes in stand_in.seen.items():
-        assert len(passes) == 3 and passes[0][0], key  # every step launched something, three times
+        assert len(passes) == 2 and passes[0][0], key  # every step launched something, twice
         assert len(set(passes)) == 1, key  # ... the same launches, from the same data, to the same result
     expected, got = state(once), state(replayed)
     assert expected.keys() == got.keys()

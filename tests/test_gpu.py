@@ -244,6 +244,22 @@ def test_a_cupti_range_session_counts_each_launch():
         assert kernel in name and values["gpu__time_duration.sum"] > 0 and values["smsp__inst_executed.sum"] > 0, found
 
 
+def test_cupti_profile_of_ours_joins_every_launch(tmp_path):
+    """Issue 47's collector end to end on the GPU: `--backend cupti` at batch 1, every launch of the
+    measured iteration joined, its counters stored with ncu's names as their sources."""
+    from tracker.store import metric_rows, open_store, run_sql
+
+    db = str(tmp_path / "cupti.db")
+    run_id = profiled(db, "alexnet", "--batch", "1", "--backend", "cupti", "--repeat", "1", timeout=300)
+    store = open_store(db, write=False)
+    run = check_launches(store, run_id, "cupti")
+    assert run["collector_version"] and run["collector_settings"]["replay"] == "user"
+    stored = {row["name"] for row in metric_rows(store, run_id)}
+    check_counters(store, run_id, stored)
+    assert {"duration_ns", "instructions", "dram_read_bytes"} <= stored
+    assert dict(run_sql(store, f"SELECT name, source FROM metric_source WHERE run_id = {run_id}")[1]).keys() == stored
+
+
 def test_events_profile_of_ours_times_every_layer_phase(profiles, ours_events):
     from tracker.store import open_store
 

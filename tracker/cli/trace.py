@@ -30,7 +30,8 @@ from tracker.profilers import COLLECTORS
 @db_option
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="auto: ncu with a GPU and Nsight Compute (nvprof on a GPU before Volta, which ncu does not "
-              "support), events with a GPU only, model without a GPU.")
+              "support), events with a GPU only, model without a GPU. cupti: CUPTI's range profiler in this "
+              "process, each layer phase replayed per counter pass (our kernels; not yet proven on a GPU).")
 @phases_option
 @click.option("--variant", default=None, metavar="V|OP=V,...",
               help="Kernel variant: one name for every op that has it (shared), or per op (conv=fused,lrn=shared).")

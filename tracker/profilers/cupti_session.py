@@ -31,10 +31,14 @@ class RangeSession:
     def __init__(self, metrics: Sequence[str], max_ranges: int, device: int = 0):
         self.metrics, self.max_ranges, self.device = list(metrics), max_ranges, device
         self.object: int | None = None
+        self.skipped: list[str] = []  # metrics the chip does not know, left out
 
     def __enter__(self) -> RangeSession:
         api.call(api.STRUCTS["CUpti_Profiler_Initialize_Params"].new())
         self.host = _host(self.chip())
+        known = _base_metrics(self.host)
+        self.skipped = [m for m in self.metrics if m.split(".", 1)[0] not in known]  # this chip has no such counter
+        self.metrics = [m for m in self.metrics if m not in self.skipped]
         self.config = self.host.create_config_image(self.metrics)
         enabled = api.call(api.STRUCTS["CUpti_RangeProfiler_Enable_Params"].new(
             ctx=_current_context(), cacheControlMode=api.CACHE_CONTROL_ALL))
@@ -100,6 +104,13 @@ def _host(chip: str) -> Any:
     host = profiler_host.ProfilerHost(chip, profiler_host.ProfilerType.RANGE_PROFILER)
     host.initialize()
     return host
+
+
+def _base_metrics(host: Any) -> set[str]:
+    """Every base metric the chip's profiler knows, of every type (counter, ratio, throughput)."""
+    from cupti import profiler_host
+
+    return {name for kind in profiler_host.MetricType for name in host.get_base_metrics(kind)}
 
 
 def _current_context() -> int:

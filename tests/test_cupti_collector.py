@@ -1,0 +1,110 @@
+"""The CUPTI collector (tracker/profilers/cupti_collector.py, issue 47) on the CPU emulation, with a
+stand-in for CUPTI's session: `tracker profile --backend cupti`'s pass 2 replays each layer phase
+once per pass, and the ranges join onto pass 1's launches, stored with ncu's names as their sources.
+What CUPTI itself counts needs a GPU (tests/test_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+from samples import tiny_net
+
+from tracker.errors import BackendUnavailable, JoinError
+from tracker.gpu.network import Executor
+from tracker.gpu.runner import measure
+from tracker.gpu.workload import Workload
+from tracker.profilers import COLLECTORS, counted, for_device
+from tracker.profilers.cupti_collector import SETTINGS, CuptiCollector
+
+pytestmark = pytest.mark.slow  # the CPU emulation
+
+
+class StandInSession:
+    """CUPTI as the collector sees it: ``passes`` passes a step, then a range per launch of the
+    step's last pass, named by its kernel, with made-up values under ncu's names."""
+
+    def __init__(self, emulator, metrics: list[str], most: int, passes: int = 2, rename: str | None = None):
+        self.b, self.metrics, self.most, self.passes, self.rename = emulator, metrics, most, passes, rename
+        self.skipped = ["smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio"]
+        self.steps = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def begin(self) -> None:
+        self.count, self.steps = 0, self.steps + 1
+
+    def start(self) -> None:
+        self.first = len(self.b.log)
+
+    def stop(self) -> bool:
+        self.count += 1
+        self.ran = self.b.log[self.first:]
+        return self.count == self.passes
+
+    def ranges(self):
+        assert len(self.ran) <= self.most
+        return [(self.rename or r.kernel, {"smsp__inst_executed.sum": 32.0, "gpu__time_duration.sum": 1000.0})
+                for r in self.ran]
+
+
+@pytest.fixture
+def pass1(emulator):
+    """Pass 1 of the tiny net on the emulation: the workload as planned, and its launch log."""
+    from tracker.gpu.network import plan
+
+    net = tiny_net()
+    workload = Workload.of(net, batch=2, repeat=2, warmup=0)
+    workload = workload.planned(plan(net, workload.variants, workload.phases, 2), {})
+    launches, _ = measure(Executor.of(emulator, workload), workload.repeat, workload.warmup, workload.l1_policy,
+                          lambda line: None)
+    return counted(workload, launches, 1)
+
+
+def collector(emulator, **stand_in) -> CuptiCollector:
+    return CuptiCollector("13.4.0", backend=lambda l1_policy: emulator,
+                          session=lambda metrics, most: StandInSession(emulator, metrics, most, **stand_in))
+
+
+def test_each_layer_phase_is_replayed_per_pass_and_its_ranges_join_pass_1s_launches(emulator, pass1):
+    workload, launches = pass1
+    said: list[str] = []
+    counters = collector(emulator, passes=3).collect(workload, launches, 9.0, said.append)
+    assert len({r["invocation"] for r in counters.rows}) == len(launches) > 0
+    assert {r["name"] for r in counters.rows} == {"instructions", "duration_ns"}  # ncu's names, the catalog's
+    assert counters.sources == {"instructions": "smsp__inst_executed.sum", "duration_ns": "gpu__time_duration.sum"}
+    assert counters.run_fields == {"collector_version": "13.4.0", "collector_settings": SETTINGS}
+    assert counters.skipped and any("CUPTI does not know 1 catalog metrics" in line for line in said)
+
+
+def test_a_range_that_is_not_pass_1s_kernel_fails_the_join(emulator, pass1):
+    workload, launches = pass1
+    with pytest.raises(JoinError, match="pass 2 profiled kernel 'not_ours' there"):
+        collector(emulator, rename="not_ours").collect(workload, launches, 9.0, lambda line: None)
+
+
+def test_the_library_arm_is_left_to_ncu_in_one_line(emulator, pass1):
+    from dataclasses import replace
+
+    workload, launches = pass1
+    with pytest.raises(BackendUnavailable, match="replays our kernels only so far: use --backend ncu"):
+        collector(emulator).collect(replace(workload, implementation="torch"), launches, 9.0, lambda line: None)
+
+
+def test_auto_never_picks_it_before_it_has_been_proven():
+    assert list(COLLECTORS)[-1] == "cupti" and {for_device(cc) for cc in (3.5, 7.0, 8.0, 9.0)} == {"nvprof", "ncu"}
+
+
+def test_asked_for_without_cupti_python_it_says_what_to_install(monkeypatch):
+    from importlib.metadata import PackageNotFoundError
+
+    from tracker.profilers import find
+
+    def missing(name):
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr("importlib.metadata.version", missing)
+    with pytest.raises(BackendUnavailable, match=r"^the CUPTI collector needs cupti-python: pip install -e '.\[cupti\]'$"):
+        find("cupti")

@@ -355,3 +355,17 @@ def test_the_default_command_timed_every_iteration_and_counted_the_first(tmp_pat
         counted.setdefault(row["invocation"], set()).add(row["name"])
     assert sorted(counted) == [k["invocation"] for k in launches if k["repeat"] == 0]
     assert len({frozenset(names) for names in counted.values()}) == 1 and len(counted[0]) == 81
+
+
+def test_an_experiment_recorded_before_planned_arms_lists_its_runs(runner, recordings):
+    """The H100's experiments predate schema v8's planned arms: `tracker experiments e1` lists the
+    runs linked to each arm (it printed "(no rows)")."""
+    import json
+
+    from tracker.cli import cli
+
+    db = recording(EXPERIMENTS, recordings)
+    table = runner.invoke(cli, ["experiments", "e1", "--db", db])
+    assert table.exit_code == 0 and table.output.startswith("e1 was recorded before arms were planned (schema v8)")
+    rows = json.loads(runner.invoke(cli, ["experiments", "e2", "--db", db, "--format", "json"]).output)
+    assert rows == [{"arm": "separate", "run": 11}, {"arm": "fused", "run": 12}]

@@ -254,7 +254,13 @@ def experiments(target, db, fmt):
     store = open_store(db, write=False)
     if target is not None:
         experiment_id = find_experiment(store, target).id
-        emit([_arm_row(arm, arm_state(arm)) for arm in arm_rows(store, experiment_id)], fmt)
+        arms = arm_rows(store, experiment_id)
+        if not arms:  # recorded before schema v8, which planned no arms: its runs, as they were linked
+            if fmt == "table":
+                click.echo(f"e{experiment_id} was recorded before arms were planned (schema v8): its runs")
+            emit([{"arm": arm, "run": run} for arm, run in experiment_arm_runs(store, experiment_id)], fmt)
+            return
+        emit([_arm_row(arm, arm_state(arm)) for arm in arms], fmt)
         return
     rows = []
     for experiment_id in experiment_ids(store):

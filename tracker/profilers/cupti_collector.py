@@ -46,14 +46,25 @@ def find(options: Options) -> CuptiCollector:
     return CuptiCollector(found)
 
 
+def _cupy(l1_policy: str) -> Any:
+    from tracker.gpu.cupy_backend import CupyBackend
+
+    return CupyBackend(l1_policy, timed=False)
+
+
+def _session(metrics: list[str], most: int) -> Any:
+    from tracker.profilers.cupti_session import RangeSession
+
+    return RangeSession(metrics, max_ranges=most)
+
+
 @dataclass(frozen=True)
 class CuptiCollector:
     version: str  # cupti-python's
     name: str = "cupti"
     # how it runs the workload and counts: our kernels on CuPy, a CUPTI session (tests: the emulation, a stand-in)
-    backend: Callable[[str], Any] = field(default=lambda l1_policy: _cupy(l1_policy), compare=False)
-    session: Callable[[list[str], int], Any] = field(default=lambda metrics, most: _session(metrics, most),
-                                                     compare=False)
+    backend: Callable[[str], Any] = field(default=_cupy, compare=False)
+    session: Callable[[list[str], int], Any] = field(default=_session, compare=False)
 
     def describe(self) -> str:
         return f"CUPTI's range profiler in this process (cupti-python {self.version})"
@@ -89,15 +100,3 @@ class CuptiCollector:
         rows = join(launches, profiled, None)
         return Counters(rows, dict(collector_version=self.version, collector_settings=dict(SETTINGS)),
                         SOURCES.names({row["name"] for row in rows}), skipped)
-
-
-def _cupy(l1_policy: str) -> Any:
-    from tracker.gpu.cupy_backend import CupyBackend
-
-    return CupyBackend(l1_policy, timed=False)
-
-
-def _session(metrics: list[str], most: int) -> Any:
-    from tracker.profilers.cupti_session import RangeSession
-
-    return RangeSession(metrics, max_ranges=most)

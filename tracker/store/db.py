@@ -203,7 +203,7 @@ def _sqlite_tables(conn: sqlite3.Connection) -> set[str]:
 
 
 def _sqlite_version(conn: sqlite3.Connection) -> int | None:
-    return next(iter(conn.execute("SELECT version FROM schema_info").fetchone() or ()), None)
+    return next(iter(conn.execute(lifecycle.VERSION_QUERY).fetchone() or ()), None)
 
 
 def _read_uri(path: Path) -> str:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 11
 MIGRATABLE_FROM = 2  # schema versions from which migrate reaches the current one
+VERSION_QUERY = "SELECT version FROM schema_info"  # the one row of a database of ours
 _PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
 
 
@@ -22,7 +23,7 @@ def check(conn: Connection, where: str) -> str:
     from sqlalchemy import inspect, text
 
     return state(set(inspect(conn).get_table_names()),
-                 lambda: conn.execute(text("SELECT version FROM schema_info")).scalar(), where)
+                 lambda: conn.execute(text(VERSION_QUERY)).scalar(), where)
 
 
 def state(tables: set[str], version_of: Callable[[], int | None], where: str) -> str:
@@ -50,7 +51,7 @@ def version(conn: Connection) -> int:
     """The schema version a database of ours holds (``check`` first)."""
     from sqlalchemy import text
 
-    found = conn.execute(text("SELECT version FROM schema_info")).scalar_one()
+    found = conn.execute(text(VERSION_QUERY)).scalar_one()
     conn.rollback()
     return found
 

@@ -108,3 +108,20 @@ def test_asked_for_without_cupti_python_it_says_what_to_install(monkeypatch):
     monkeypatch.setattr("importlib.metadata.version", missing)
     with pytest.raises(BackendUnavailable, match=r"^the CUPTI collector needs cupti-python: pip install -e '.\[cupti\]'$"):
         find("cupti")
+
+
+def test_the_session_asks_cupti_only_for_the_metric_types_it_defines():
+    """cupti-python's MetricType also holds ``_COUNT``; asked for its base metrics, CUPTI answered
+    ERROR_INVALID_PARAMETER on an H200 (tests/data/gpu-2026-11-26c-h200/cupti-probe.log)."""
+    from cupti.profiler_host import MetricType
+
+    from tracker.profilers import cupti_session
+
+    class Host:
+        def get_base_metrics(self, kind):
+            if kind not in (MetricType.COUNTER, MetricType.RATIO, MetricType.THROUGHPUT):
+                raise ValueError(f"CUPTI refuses {kind!r}")
+            return [f"{kind.name.lower()}__metric"]
+
+    assert "_COUNT" in MetricType.__members__  # what made iterating the enum wrong
+    assert cupti_session._base_metrics(Host()) == {"counter__metric", "ratio__metric", "throughput__metric"}

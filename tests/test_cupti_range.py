@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,7 @@ def test_a_missing_libcupti_is_one_line(monkeypatch):
     from tracker.errors import BackendUnavailable
 
     cupti_range.library.cache_clear()
+    monkeypatch.setattr(cupti_range, "wheel_libcupti", lambda: None)
     monkeypatch.setattr("cuda.pathfinder.load_nvidia_dynamic_lib", lambda name: (_ for _ in ()).throw(
         RuntimeError("Failure finding libcupti.so")))
     try:
@@ -116,3 +118,14 @@ def test_a_missing_libcupti_is_one_line(monkeypatch):
         assert "pip install -e '.[cupti]'" in str(missing.value) and "\n" not in str(missing.value)
     finally:
         cupti_range.library.cache_clear()
+
+
+def test_libcupti_and_its_nvperf_libraries_load_from_one_folder():
+    """The pinned wheel's libcupti and the nvperf libraries it dlopens, from its own folder, in a
+    process of its own: on an H200 another libcupti (PyTorch's) and another nvperf (the system
+    toolkit's) answered first, and cupti-python's host calls failed (tests/data/gpu-2026-11-26c-h200)."""
+    probe = ("from tracker.profilers import cupti_range as c; c.library(); "
+             "print(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'cupti.so' in l or 'nvperf' in l}))")
+    loaded = eval(subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout)
+    folder = cupti_range.wheel_libcupti().parent
+    assert loaded == sorted(str(folder / name) for name in ("libcupti.so.13", *cupti_range.COMPANIONS))

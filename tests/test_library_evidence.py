@@ -18,6 +18,7 @@ import gzip
 from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -99,6 +100,25 @@ def test_a_unet3d_kernel_is_alike_in_comparable_form():
     printed = theirs.removesuffix("'").removeprefix("down.0.b1/fwd/")
     assert "std::array<char*, 2ul>" in traced and "std::array<char *, (unsigned long)2>" in printed
     assert comparable(printed) == comparable(traced)
+
+
+def test_cublass_gemv_kernel_is_alike_in_comparable_form():
+    """The library arm under ncu at batch 1 (an H200's GPU suite, tests/data/gpu-2026-11-26c-h200):
+    fc6's forward runs cuBLAS's gemv, whose name ncu writes with the template's own names in the
+    return type, 0/1 for false/true, and a namespace fewer than the profiler's. The refusal quotes
+    both; no two kernels of the batch-16 recordings become alike for it (the test above)."""
+    refusal = next(line for line in (DATA.parent / "gpu-2026-11-26c-h200" / "suite.log").read_text().splitlines()
+                   if "pass 2 profiled kernel" in line)
+    traced = refusal.split("(fc6/fwd, ", 1)[1].split("): pass 2 profiled kernel '")[0]
+    printed = refusal.split("pass 2 profiled kernel '", 1)[1].removesuffix("' there")
+    assert traced.startswith("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float")
+    assert printed.startswith("std::enable_if<!T7, void>::type internal::kernel<int, int, float")
+    assert comparable(printed) == comparable(traced)
+    assert comparable(traced).startswith("kernel<int,int,float,float,float,float,0,1,1,0,7,0,cublasGemvParamsEx<")
+    # the join's two checks: the bare name on the plain page, the full one after the NVTX range
+    logged = SimpleNamespace(invocation=32, kernel_name=traced, range="fc6/fwd")
+    got = ncu_csv.ProfiledLaunch(id=31, kernel=printed, metrics={"duration_ns": 2048.0})
+    assert join([logged], [got], [f"fc6/fwd/{printed}"]) == [dict(invocation=32, name="duration_ns", value=2048.0)]
 
 
 def test_every_launch_of_the_recorded_step_joins(trace, pages):

@@ -31,12 +31,9 @@ from typing import Iterable, NamedTuple
 
 
 def kernel_base(name: str) -> str:
-    """The function name in a kernel name as a profiler prints it: no return type, template
+    """The function name in a kernel name as a profiler prints it: no return type, scope, template
     arguments or parameter list (``void k<32>(float*, int)`` -> ``k``)."""
-    name = re.sub(r"^(void|__global__ void)\s+", "", name.strip())
-    name = name.replace("(anonymous namespace)", "")  # PyTorch's profiler's scope, not a parameter list
-    name = name.split("(", 1)[0]
-    return _outside(name, "<", ">").rsplit("::", 1)[-1].strip()
+    return _outside(_function(_outside(name.strip(), "(", ")").strip()), "<", ">").strip()
 
 
 # How ncu 2025.3 and PyTorch's profiler (Kineto) write the same kernel (the H100 recordings of
@@ -54,14 +51,31 @@ _WORD = re.compile(r"\b(true|false|const|void)\b")
 
 
 def comparable(name: str) -> str:
-    """A kernel's name in a form on which ncu's and PyTorch's profiler's demanglers agree: its
-    scope and template arguments, without parameter lists, casts, literal suffixes, 'const',
-    'void' or spaces."""
+    """A kernel's name in a form on which ncu's and PyTorch's profiler's demanglers agree: the
+    function and its template arguments, without its return type, its scope, parameter lists,
+    casts, literal suffixes, 'const', 'void' or spaces."""
     name = _LAMBDA.sub(lambda m: f"lambda#{m.group(1) or m.group(2)}", name)
     name = _ANONYMOUS.sub("anonymous", _CAST.sub("", name))
     name = _SUFFIX.sub(r"\1", name)
     name = _WORD.sub(lambda m: _WORDS[m.group(1)], name)
-    return re.sub(r"\s+", "", _outside(name, "(", ")"))
+    return re.sub(r"\s+", "", _function(_outside(name, "(", ")").strip()))
+
+
+def _function(name: str) -> str:
+    """The function in a name without parameter lists: what follows the last space or '::' outside
+    every '<...>'. Scope and return type go: ncu writes cuBLAS's gemv kernel's return type with the
+    template's own names ('enable_if<!T7, void>::type') and drops a namespace of its scope
+    ('internal::kernel<...>' where the profiler has 'internal::gemvx::kernel<...>'; an H200,
+    tests/data/gpu-2026-11-26c-h200)."""
+    depth, start = 0, 0
+    for at, char in enumerate(name):
+        if char == "<":
+            depth += 1
+        elif char == ">" and depth:
+            depth -= 1
+        elif depth == 0 and (char.isspace() or name.startswith("::", at)):
+            start = at + (2 if char == ":" else 1)
+    return name[start:]
 
 
 def _outside(name: str, opening: str, closing: str) -> str:

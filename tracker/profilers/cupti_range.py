@@ -17,8 +17,10 @@ Nothing here has run on a GPU yet.
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint8, c_uint16, c_uint32, c_void_p
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from tracker.errors import BackendUnavailable, ProfilerFailed
@@ -84,18 +86,44 @@ STRUCTS: dict[str, type[_Params]] = {s.__name__: s for s in (
 )}
 
 
+# What libcupti dlopens by bare name, loaded first from libcupti's own folder: otherwise the system's
+# CUDA toolkit's may answer. On an H200 (tests/data/gpu-2026-11-26c-h200) cuda-pathfinder found
+# PyTorch's libcupti 13.0 and libcupti the toolkit's nvperf 13.0, and cupti-python 13.4's host
+# calls met them with ERROR_INVALID_PARAMETER.
+COMPANIONS = ("libnvperf_host.so", "libnvperf_target.so")
+
+
 @cache
 def library() -> ctypes.CDLL:
-    """libcupti, as cuda-pathfinder finds it (the nvidia-cuda-cupti wheel, else the CUDA toolkit);
-    BackendUnavailable in one line where there is none."""
+    """libcupti with its nvperf libraries, all from one folder and loaded before cupti-python loads
+    any (cuda-pathfinder then takes the libcupti already loaded): the nvidia-cuda-cupti wheel the
+    ``[cupti]`` extra pins, else where cuda-pathfinder finds one. BackendUnavailable in one line
+    where there is none."""
     try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        path = load_nvidia_dynamic_lib("cupti").abs_path
-        return ctypes.CDLL(path)
+        path = wheel_libcupti() or Path(_pathfinder_libcupti())
+        for companion in COMPANIONS:
+            if (path.parent / companion).exists():
+                ctypes.CDLL(str(path.parent / companion), mode=ctypes.RTLD_GLOBAL)
+        return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     except Exception as exc:  # ImportError, cuda.pathfinder's not-found errors, OSError
         raise BackendUnavailable(f"no usable libcupti ({type(exc).__name__}: {str(exc).strip()[:160]}): "
                                  "pip install -e '.[cupti]'") from None
+
+
+def wheel_libcupti() -> Path | None:
+    """libcupti as the installed nvidia-cuda-cupti distribution holds it (the first on sys.path)."""
+    try:
+        files = importlib.metadata.files("nvidia-cuda-cupti") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    found = sorted(f for f in files if f.name.startswith("libcupti.so"))
+    return Path(str(found[0].locate())) if found else None
+
+
+def _pathfinder_libcupti() -> str:
+    from cuda.pathfinder import load_nvidia_dynamic_lib
+
+    return load_nvidia_dynamic_lib("cupti").abs_path
 
 
 # CUptiResult codes (cupti_result.h) that say this machine cannot count with CUPTI at all: a

@@ -107,10 +107,14 @@ def _host(chip: str) -> Any:
 
 
 def _base_metrics(host: Any) -> set[str]:
-    """Every base metric the chip's profiler knows, of every type (counter, ratio, throughput)."""
-    from cupti import profiler_host
+    """Every base metric the chip's profiler knows, of each type. The three by name: the enum also
+    holds ``_COUNT``, which CUPTI refuses (ERROR_INVALID_PARAMETER on an H200, 2026-11-26)."""
+    from cupti.profiler_host import MetricType
 
-    return {name for kind in profiler_host.MetricType for name in host.get_base_metrics(kind)}
+    return {name for kind in METRIC_TYPES for name in host.get_base_metrics(getattr(MetricType, kind))}
+
+
+METRIC_TYPES = ("COUNTER", "RATIO", "THROUGHPUT")
 
 
 def _current_context() -> int:

@@ -129,3 +129,24 @@ def test_libcupti_and_its_nvperf_libraries_load_from_one_folder():
     loaded = eval(subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout)
     folder = cupti_range.wheel_libcupti().parent
     assert loaded == sorted(str(folder / name) for name in ("libcupti.so.13", *cupti_range.COMPANIONS))
+
+
+@pytest.mark.parametrize("status, kind, words", [
+    (1, "ProfilerFailed", "ERROR_INVALID_PARAMETER (1) (libcupti: "),  # what the H200 printed, as 'internal error'
+    (35, "BackendUnavailable", cupti_range.NOT_HERE[35]),
+])
+def test_a_refused_host_call_is_one_line_naming_the_call_and_the_libcupti(status, kind, words):
+    """cupti-python's host side refused on an H200 (tests/data/gpu-2026-11-26c-h200/suite.log) and the
+    user read 'internal error: cuptiError: ERROR_INVALID_PARAMETER (1)': now the call, the reason and
+    the libcupti met, in one line (BackendUnavailable where CUPTI cannot run here at all)."""
+    from cupti.cupti import cuptiError
+
+    def initialize():
+        raise cuptiError(status)
+
+    with pytest.raises(Exception) as refused:
+        cupti_range.host_call("ProfilerHost.initialize for chip 'GH100'", initialize)
+    message = str(refused.value)
+    assert type(refused.value).__name__ == kind and "\n" not in message
+    assert message.startswith("cupti-python's ProfilerHost.initialize for chip 'GH100' failed: ")
+    assert words in message

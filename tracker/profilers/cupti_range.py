@@ -11,7 +11,8 @@ launches itself, once per pass); ``Start`` and ``Stop`` around each pass until `
 pass is submitted; ``DecodeData``; the ranges read back (``GetCounterDataInfo``,
 ``CounterDataGetRangeInfo``) and evaluated on the host; ``Disable``, ``cuptiProfilerDeInitialize``.
 
-Nothing here has run on a GPU yet.
+On a GPU (an H200, 2026-11-26: tests/data/gpu-2026-11-26c-h200) ``cuptiProfilerInitialize`` and
+``cuptiDeviceGetChipName`` ran; no range has been profiled yet.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import importlib.metadata
 from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint8, c_uint16, c_uint32, c_void_p
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from tracker.errors import BackendUnavailable, ProfilerFailed
 from tracker.profilers.ncu import PERMISSION_HELP
@@ -152,8 +153,28 @@ def call(params: _Params) -> _Params:
     result = getattr(lib, params.function)(ctypes.byref(params))
     if result == 0:
         return params
-    if result in NOT_HERE:
-        raise BackendUnavailable(f"{params.function} failed: {NOT_HERE[result]}")
     text = c_char_p()
     lib.cuptiGetResultString(result, ctypes.byref(text))
-    raise ProfilerFailed(f"{params.function} failed: {(text.value or b'').decode() or f'CUPTI error {result}'}")
+    raise refused(params.function, result, (text.value or b"").decode() or f"CUPTI error {result}")
+
+
+T = TypeVar("T")
+
+
+def host_call(what: str, function: Callable[..., T], *args: Any) -> T:
+    """A call of cupti-python's host side (``what`` names it). Where it fails, one line as ``call``'s,
+    naming the libcupti it met: on an H200 an older one than cupti-python's answered, and all
+    the user saw was 'internal error: cuptiError: ERROR_INVALID_PARAMETER (1)'."""
+    from cupti.cupti import cuptiError
+
+    try:
+        return function(*args)
+    except (cuptiError, ValueError, RuntimeError) as exc:  # what cupti-python raises for CUPTI's refusals
+        raise refused(f"cupti-python's {what}", getattr(exc, "status", None),
+                      f"{exc} (libcupti: {library()._name})") from None
+
+
+def refused(function: str, code: int | None, text: str) -> BackendUnavailable | ProfilerFailed:
+    if code in NOT_HERE:
+        return BackendUnavailable(f"{function} failed: {NOT_HERE[code]}")
+    return ProfilerFailed(f"{function} failed: {text}")

@@ -5,8 +5,9 @@ ranges are joined onto pass 1's launches as ncu's are (tracker/profilers/join.py
 invocation, and the kernel's name must match). The metrics are the catalog's under ncu's names,
 which are perfworks' (``SOURCES``).
 
-**Never profiled a launch on a GPU yet** (an H200 stopped it at the host side: cupti_session.py). Asked for by name only (``--backend cupti``); ``auto`` keeps ncu,
-until the GPU suite has shown it agrees with ncu's counts. Our kernels only, so far: the library
+**Never profiled a launch on a GPU yet** (an H200 stopped it at the host side: cupti_session.py).
+Asked for by name only (``--backend cupti``); ``auto`` keeps ncu, until the GPU suite has shown it
+agrees with ncu's counts. Our kernels only, so far: the library
 arm's replay (a PyTorch call on its recorded inputs) is still to come.
 """
 

@@ -25,11 +25,13 @@ import re
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 import torch
 
 from tracker.errors import TrackerError
+from tracker.gpu.replay import Passes, replay_phase
 from tracker.library.torch_net import Region, bracket_nodes, nvtx_region
 from tracker.nets import Network
 from tracker.nets.layers import Layer, Module
@@ -181,12 +183,25 @@ class Replay:
         output = self.call.module(*self.xs)
         self.out = output if isinstance(output, torch.Tensor) else next(o for o in output if isinstance(o, torch.Tensor))
 
-    def grad(self, phase: str) -> tuple:
-        """bwd_weight: the gradients of its parameters; bwd_data: of its inputs."""
+    def grad(self, phase: str, keep_graph: bool = False) -> tuple:
+        """bwd_weight: the gradients of its parameters; bwd_data: of its inputs (the graph kept
+        for another pass with ``keep_graph``)."""
         assert self.out is not None
         wrt = self.params if phase == "bwd_weight" else [x for x in self.xs if isinstance(x, torch.Tensor)
                                                           and x.requires_grad]
-        return torch.autograd.grad(self.out, wrt, self.dy, retain_graph=phase == "bwd_weight", allow_unused=True)
+        return torch.autograd.grad(self.out, wrt, self.dy, retain_graph=keep_graph or phase == "bwd_weight",
+                                   allow_unused=True)
+
+    def restorer(self, phase: str) -> Callable[[], None]:
+        """What puts back the buffers the forward updates in place (a batch norm's running
+        statistics), as they are now; the gradients change nothing that lasts."""
+        buffers = list(self.call.module.buffers(recurse=False)) if phase == "fwd" else []
+        saved = [b.clone() for b in buffers]
+
+        def restore() -> None:
+            for b, copy in zip(buffers, saved):
+                b.copy_(copy)
+        return restore
 
 
 def count_flops(calls: list[Call]) -> None:
@@ -245,17 +260,25 @@ class ModuleStep:
         self.on_engine_threads = torch.device(device).type == "cuda"  # as TorchStep: backward on the device's thread
         self.phase = ""
 
-    def iteration(self) -> None:
+    def iteration(self, passes: Passes | None = None) -> None:
+        """One training step; with ``passes``, each layer phase replayed per pass (``TorchStep``'s)."""
         for layer, phase in self.order:
-            replay = self.replays[layer.name]
             self.phase = f"{layer.name}/{phase}"
-            with self.region(self.phase):
-                if phase != "fwd":
-                    replay.grad(phase)
-                    continue
-                replay.forward()
-                if self.on_engine_threads and replay.out is not None and replay.out.grad_fn is not None:
-                    bracket_nodes(replay.out, lambda: self.phase, self.region)
+            call = self.replays[layer.name]
+            run = partial(self._phase, call, phase, passes is not None)
+            if passes is None:
+                run()
+            else:
+                replay_phase(self.phase, run, call.restorer(phase), passes)
+
+    def _phase(self, call: Replay, phase: str, keep_graph: bool) -> None:
+        with self.region(self.phase):
+            if phase != "fwd":
+                call.grad(phase, keep_graph)
+                return
+            call.forward()
+            if self.on_engine_threads and call.out is not None and call.out.grad_fn is not None:
+                bracket_nodes(call.out, lambda: self.phase, self.region)
 
 
 def _no_region(name: str) -> AbstractContextManager:

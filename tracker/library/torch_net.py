@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -36,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from tracker.errors import TrackerError
+from tracker.gpu.replay import Passes, replay_phase
 from tracker.nets import Layer, Network
 from tracker.nets.layers import LRN, BatchNorm, Concat, Conv, ConvTranspose, Linear, MaxPool, ReLU, Sigmoid, Upsample
 
@@ -110,29 +112,56 @@ class TorchStep:
         self.operands: dict[str, tuple[torch.Tensor, ...]] = {}  # all of them (concat reads two)
         self.loss: torch.Tensor | None = None
 
-    def iteration(self) -> None:
-        inputs, operands = self.inputs, self.operands = {}, {}
+    def iteration(self, passes: Passes | None = None) -> None:
+        """One training step. With ``passes`` (a profiler that counts in passes: CUPTI's user
+        replay), each layer phase runs until the profiler has every pass, and between passes the
+        gradients summed so far and a batch norm's running statistics are put back
+        (tracker/gpu/replay.py); each backward keeps its graph for the next pass."""
+        self.inputs, self.operands = {}, {}
         outputs: dict[str, torch.Tensor] = {"input": self.x}
         dy: dict[str, torch.Tensor] = {}  # each activation's gradient, summed over its readers
         for layer, phase in self.order:
             self.phase = f"{layer.name}/{phase}"
-            with self.region(self.phase):
-                if phase == "fwd":
-                    xs = operands[layer.name] = tuple(outputs[source].detach().requires_grad_(layer.needs_input_grad)
-                                                      for source in layer.inputs)
-                    inputs[layer.name] = xs[0]
-                    outputs[layer.name] = self._forward(layer, xs)
-                    if self.on_engine_threads and outputs[layer.name].grad_fn is not None:
-                        bracket_nodes(outputs[layer.name], lambda: self.phase, self.region)
-                elif phase == "bwd_weight":
-                    w, b = self.params[layer.name]
-                    learned = (w,) if b is None else (w, b)
-                    got = torch.autograd.grad(outputs[layer.name], learned, dy.get(layer.name), retain_graph=True)
-                    self.grads[layer.name] = (got[0], got[1] if b is not None else None)
-                else:
-                    dxs = torch.autograd.grad(outputs[layer.name], operands[layer.name], dy.get(layer.name))
-                    for source, dx in zip(layer.inputs, dxs):
-                        dy[source] = dy[source] + dx if source in dy else dx
+            run = partial(self._phase, layer, phase, outputs, dy, passes is not None)
+            if passes is None:
+                run()
+            else:
+                replay_phase(self.phase, run, self._restorer(layer, phase, dy), passes)
+
+    def _phase(self, layer: Layer, phase: str, outputs: dict[str, torch.Tensor], dy: dict[str, torch.Tensor],
+               keep_graph: bool) -> None:
+        with self.region(self.phase):
+            if phase == "fwd":
+                xs = self.operands[layer.name] = tuple(outputs[source].detach().requires_grad_(layer.needs_input_grad)
+                                                       for source in layer.inputs)
+                self.inputs[layer.name] = xs[0]
+                outputs[layer.name] = self._forward(layer, xs)
+                if self.on_engine_threads and outputs[layer.name].grad_fn is not None:
+                    bracket_nodes(outputs[layer.name], lambda: self.phase, self.region)
+            elif phase == "bwd_weight":
+                w, b = self.params[layer.name]
+                learned = (w,) if b is None else (w, b)
+                got = torch.autograd.grad(outputs[layer.name], learned, dy.get(layer.name), retain_graph=True)
+                self.grads[layer.name] = (got[0], got[1] if b is not None else None)
+            else:
+                dxs = torch.autograd.grad(outputs[layer.name], self.operands[layer.name], dy.get(layer.name),
+                                          retain_graph=keep_graph)
+                for source, dx in zip(layer.inputs, dxs):
+                    dy[source] = dy[source] + dx if source in dy else dx
+
+    def _restorer(self, layer: Layer, phase: str, dy: dict[str, torch.Tensor]) -> Callable[[], None]:
+        """What puts back the state ``phase`` of ``layer`` changes, as it is now: the gradients
+        summed so far (replaced, never written into) and a batch norm's running statistics."""
+        summed = dict(dy)
+        running = self.running.get(layer.name, ()) if phase == "fwd" else ()
+        saved = [t.clone() for t in running]
+
+        def restore() -> None:
+            dy.clear()
+            dy.update(summed)
+            for t, copy in zip(running, saved):
+                t.copy_(copy)
+        return restore
 
     def _forward(self, layer: Layer, xs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         op, x = layer.op, xs[0]

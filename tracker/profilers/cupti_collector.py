@@ -7,8 +7,11 @@ which are perfworks' (``SOURCES``).
 
 **Never profiled a launch on a GPU yet** (an H200 stopped it at the host side: cupti_session.py).
 Asked for by name only (``--backend cupti``); ``auto`` keeps ncu, until the GPU suite has shown it
-agrees with ncu's counts. Our kernels only, so far: the library
-arm's replay (a PyTorch call on its recorded inputs) is still to come.
+agrees with ncu's counts. Our kernels only, so far: the library arm's
+steps replay per pass (``TorchStep.iteration(passes)``, ``ModuleStep``'s), but nothing drives them
+under a session yet. That needs a child process that loads this libcupti before PyTorch loads its
+own, and a join that leaves out the launches pass 1 saw outside every range (the autograd engine's
+gradient accumulations, which run inside a replayed phase's passes).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ RECORDINGS = {  # GPU: (folder, the trace, ncu's raw page, the same with NVTX na
              "library-b16-h200-ncu-raw.csv.gz", "library-b16-h200-ncu-raw-nvtx.csv.gz"),
 }
 STEPS = 141  # kernels in the traced step, launches ncu profiled
-OUTSIDE = 4  # of them outside every range: lrn1's and lrn2's gradient accumulations, two each
+OUTSIDE = 4  # of them outside every range: lrn1's and lrn2's gradient accumulations, two each (their callers')
 
 
 def _ncu(path: Path) -> list[ncu_csv.ProfiledLaunch]:
@@ -116,24 +116,47 @@ def test_cublass_gemv_kernel_is_alike_in_comparable_form():
     assert comparable(printed) == comparable(traced)
     assert comparable(traced).startswith("kernel<int,int,float,float,float,float,0,1,1,0,7,0,cublasGemvParamsEx<")
     # the join's two checks: the bare name on the plain page, the full one after the NVTX range
-    logged = SimpleNamespace(invocation=32, kernel_name=traced, range="fc6/fwd")
+    logged = SimpleNamespace(invocation=32, kernel_name=traced, range="fc6/fwd", in_range=True)
     got = ncu_csv.ProfiledLaunch(id=31, kernel=printed, metrics={"duration_ns": 2048.0})
     assert join([logged], [got], [f"fc6/fwd/{printed}"]) == [dict(invocation=32, name="duration_ns", value=2048.0)]
 
 
 def test_every_launch_of_the_recorded_step_joins(trace, pages):
     """Pass 1 from the profiler's trace, pass 2 from ncu's pages, joined as the ncu collector
-    joins them: every one of the 137 launches gets its counters, and the four launches ncu saw
-    outside every range (as the trace did) are left out."""
+    joins them: every one of the 141 launches gets its counters, the four that both saw outside
+    every range (the autograd engine's gradient sums, between two nodes) included: pass 1 gives
+    them to the layer phase whose call ran them, LRN's backward, and ncu's pass 2 joins them there."""
     launches, outside = kineto.launch_log(kineto.kernels(trace), build("alexnet"), "torch")
     profiled, named = pages
     ranges = nvtx_ranges(profiled, named)
-    assert len(launches) == STEPS - OUTSIDE and len(outside) == ranges.count(None) == OUTSIDE
-    assert [comparable(k.name) for k in outside] == [comparable(n.kernel) for n, r in zip(named, ranges) if r is None]
+    unranged = [k for k in launches if not k.in_range]
+    assert len(launches) == STEPS and not outside and len(unranged) == ranges.count(None) == OUTSIDE
+    assert Counter(k.range for k in unranged) == {"lrn1/bwd_data": 2, "lrn2/bwd_data": 2}
+    assert [comparable(k.kernel_name) for k in unranged] == [
+        comparable(n.kernel) for n, r in zip(named, ranges) if r is None]
     rows = join(launches, profiled, ranges)
     joined = Counter(row["invocation"] for row in rows)
     assert sorted(joined) == [k.invocation for k in launches]
     assert {row["name"] for row in rows} >= {"duration_ns", "dram_read_bytes", "l2_hit_rate"}
+
+
+def test_the_join_holds_each_launch_outside_every_range_to_pass_1s(trace, pages):
+    """A launch pass 1 saw outside every range must be outside every range in pass 2 too, and the
+    reverse: one flag moved, either way, fails the join at that launch."""
+    launches, _ = kineto.launch_log(kineto.kernels(trace), build("alexnet"), "torch")
+    profiled, named = pages
+    ranges = nvtx_ranges(profiled, named)
+    first = next(k for k in launches if not k.in_range)
+    ranged = [replace(k, in_range=True) if k is first else k for k in launches]
+    assert first.range == "lrn2/bwd_data"  # the backward runs lrn2's first
+    with pytest.raises(JoinError, match=rf"^invocation {first.invocation} \(lrn2/bwd_data, .*: pass 2 saw it inside "
+                                        r"NVTX range 'relu2/bwd_data/"):
+        join(ranged, profiled, ranges)  # ncu's unranged launch is left out, and the next one is relu2's
+    inside = launches[first.invocation - 1]
+    unranged = [replace(k, in_range=False) if k is inside else k for k in launches]
+    with pytest.raises(JoinError, match=rf"^invocation {inside.invocation} .*: pass 1 saw it outside every range, "
+                                        r"pass 2 inside 'lrn2/bwd_data"):
+        join(unranged, profiled, ranges)
 
 
 def test_the_join_still_tells_two_kernels_of_one_base_name_apart(trace, pages):
@@ -151,12 +174,12 @@ def test_the_join_still_tells_two_kernels_of_one_base_name_apart(trace, pages):
 
 def test_every_kernel_of_the_recorded_step_is_in_its_layer_phases_one_repeat(trace):
     """The trace holds one step: every launch is repeat 0, each of lrn1's and lrn2's backward
-    kernels (their nodes reopen the range ten times on the engine's thread) included, and the
-    step's time is the sum over its layer phases."""
+    kernels (their nodes reopen the range ten times on the engine's thread, and the engine sums
+    gradients twice between them) included, and the step's time is the sum over its layer phases."""
     launches, _ = kineto.launch_log(kineto.kernels(trace), build("alexnet"), "torch")
     assert {k.repeat for k in launches} == {0}
     per_phase = Counter(k.range for k in launches)
-    assert per_phase["lrn1/bwd_data"] == per_phase["lrn2/bwd_data"] == 14
+    assert per_phase["lrn1/bwd_data"] == per_phase["lrn2/bwd_data"] == 16
     spans = Counter(e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation")
     assert spans["lrn1/bwd_data"] == spans["lrn2/bwd_data"] == 11  # one the caller's, ten the nodes'
     algorithms = {k.algorithm for k in launches if k.range == "conv2/bwd_weight"}
@@ -169,7 +192,7 @@ def test_a_second_step_is_repeat_1(trace):
     layer phases."""
     launches, _ = kineto.launch_log(kineto.kernels(_twice(trace)), build("alexnet"), "torch")
     half = len(launches) // 2
-    assert half == STEPS - OUTSIDE
+    assert half == STEPS
     assert [k.repeat for k in launches] == [0] * half + [1] * half
     by_repeat: defaultdict[int, list] = defaultdict(list)
     for k in launches:

@@ -251,6 +251,7 @@ class Logged(NamedTuple):
     invocation: int
     kernel_name: str
     range: str
+    in_range: bool = True
 
 
 def _pass1(launches, ranges) -> list[Logged]:

@@ -196,6 +196,7 @@ class Launch:
     time_ms: float | None  # None: untimed (under a profiler)
     algorithm: str | None = None  # its layer phase's algorithm, as the phase's kernel names say (``tagged``)
     role: str | None = None  # the kernel's part in it: math, transform, reduction, fill, offsets, epilogue, other
+    in_range: bool = True  # False: launched by the autograd engine between two nodes (tracker/library/kineto.py)
 
     @property
     def range(self) -> str:

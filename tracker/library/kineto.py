@@ -8,6 +8,13 @@ innermost annotation, on the thread that launched it, whose span holds its launc
 how a library kernel is told which layer phase it ran for, whatever its name, and how the same
 kernel launched by several layers is told apart (by the range, and by invocation order).
 
+The autograd engine also launches kernels between two backward nodes, on its own thread where no
+range is open: it sums the gradients a tensor gets from several uses (LRN's backward, where the
+input feeds several ops). Such a kernel belongs to the layer phase whose call the engine was
+running, the innermost range on any thread that holds its launch (``caller``): the calling
+thread holds ``layer/phase`` open around ``autograd.grad``. It is stored with that layer phase,
+marked as outside every range (``Launch.in_range``), where ncu sees it too (tracker/profilers/join.py).
+
 Which iteration it ran in is its range's *occurrence*. On a GPU every backward node reopens its
 layer phase's range on the autograd engine's thread (``torch_net.bracket_nodes``), so one layer
 phase's backward leaves many spans of its name; all lie inside the span the calling thread holds
@@ -56,6 +63,7 @@ class TraceKernel(NamedTuple):
     shared_bytes: int
     time_ms: float  # device time
     correlation: int
+    caller: Annotation | None = None  # outside every range on its thread: the innermost on any thread holding it
 
 
 def load(path: str | Path) -> dict:
@@ -90,10 +98,11 @@ def kernels(trace: dict) -> list[TraceKernel]:
         launch = launches.get(args.get("correlation"))
         at = float(launch["ts"]) if launch else float(event["ts"])
         where = numbered.get((launch.get("pid"), launch.get("tid"))) if launch else None
+        annotation = _innermost(where or [], at)
         out.append((at, args.get("correlation", 0), TraceKernel(
-            event["name"], _innermost(where or [], at), _dim3(args.get("grid")), _dim3(args.get("block")),
+            event["name"], annotation, _dim3(args.get("grid")), _dim3(args.get("block")),
             args.get("registers per thread"), int(args.get("shared memory") or 0), float(event.get("dur", 0)) / 1e3,
-            args.get("correlation", 0))))
+            args.get("correlation", 0), None if annotation else _caller(numbered, at))))
     return [kernel for _, _, kernel in sorted(out, key=lambda item: item[:2])]
 
 
@@ -127,6 +136,12 @@ def _innermost(annotations: list[Annotation], at: float) -> Annotation | None:
     return None
 
 
+def _caller(numbered: dict[tuple, list[Annotation]], at: float) -> Annotation | None:
+    """The innermost annotation on any thread whose span holds ``at`` (the latest-starting)."""
+    held = [a for on_thread in numbered.values() if (a := _innermost(on_thread, at)) is not None]
+    return max(held, key=lambda a: a.start_us, default=None)
+
+
 def _dim3(value) -> tuple[int, int, int]:
     x, y, z = (list(value or []) + [1, 1, 1])[:3]
     return int(x), int(y), int(z)
@@ -135,20 +150,24 @@ def _dim3(value) -> tuple[int, int, int]:
 def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[list[Launch], list[TraceKernel]]:
     """(the launches of ``net``'s layer phases, in invocation order, tagged with their phase's
     algorithm and their role (``workload.tagged``); the kernels that ran outside every layer
-    phase's range). A kernel's repeat is its range's occurrence: the measured iteration it ran in."""
+    phase's range and call). A kernel's repeat is its range's occurrence: the measured iteration it
+    ran in. One the engine ran between two nodes is its caller's (``in_range`` False)."""
     from tracker.gpu.workload import Launch, tagged
 
     layers = {layer.name: layer for layer in net.layers}
-    placed = [(k, _layer_phase(k.annotation.name, layers) if k.annotation else None) for k in traced]
     launches: list[Launch] = []
-    for k, where in placed:
-        if where is None:
+    outside = []
+    for k in traced:
+        annotation = k.annotation or k.caller
+        where = _layer_phase(annotation.name, layers) if annotation else None
+        if where is None or annotation is None:
+            outside.append(k)
             continue
-        assert k.annotation is not None
         layer, phase = where
-        launches.append(Launch(len(launches), layer.id, layer.name, phase, k.annotation.occurrence, k.name, variant,
-                               "ca", k.grid, k.block, k.shared_bytes, k.registers, k.time_ms))
-    return tagged(launches), [k for k, where in placed if where is None]
+        launches.append(Launch(len(launches), layer.id, layer.name, phase, annotation.occurrence, k.name, variant,
+                               "ca", k.grid, k.block, k.shared_bytes, k.registers, k.time_ms,
+                               in_range=k.annotation is not None))
+    return tagged(launches), outside
 
 
 def without_kernels(launches: list[Launch], net: Network, phases: str, repeat: int) -> list[str]:

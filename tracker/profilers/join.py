@@ -4,9 +4,10 @@ log and pass 2's counters, matched on invocation order, with the kernel name and
 
 A missing launch, an extra one, or a row whose kernel or range differs fails the whole join
 with a message naming the first bad invocation; nothing is returned half-joined, so nothing is
-stored half-joined. A pass-2 launch that ran outside every NVTX range (its range None) is no
-layer phase's and is left out, as pass 1 leaves out such a launch (the library arm's autograd
-engine launches a gradient accumulation between two backward nodes, where no range is open).
+stored half-joined. A pass-2 launch that ran outside every NVTX range (its range None) joins a
+pass-1 launch logged outside every range (``in_range`` False: the library arm's autograd engine
+sums gradients between two backward nodes, where no range is open, and pass 1 gives the kernel
+to the layer phase whose call ran it); any other is no layer phase's and is left out.
 
 Where ncu prints the kernel after the range (``layer/phase/kernel``), that kernel must be pass
 1's: ncu's demangler and PyTorch's profiler's (a library kernel's full name) write the same name
@@ -35,6 +36,9 @@ class Logged(Protocol):
     @property
     def range(self) -> str: ...  # the NVTX range it ran in: 'layer/phase'
 
+    @property
+    def in_range(self) -> bool: ...  # False: pass 1 saw it outside every range, during its layer phase's call
+
 
 def _describe(launch: Logged) -> str:
     return f"invocation {launch.invocation} ({launch.range}, {launch.kernel_name})"
@@ -46,11 +50,15 @@ def join(launches: Sequence[Logged], profiled: list[ProfiledLaunch],
     ``profiled`` (pass 2, in ID order) and the innermost NVTX range of each profiled launch
     (``ranges``: None for a launch outside every range; None for all where the profiler cannot
     report ranges: nvprof's GPU trace)."""
-    profiled, inside = _in_ranges(profiled, ranges)
+    profiled, inside = _in_ranges(launches, profiled, ranges)
     for i, (row, got) in enumerate(zip(launches, profiled)):
         if kernel_base(got.kernel) != kernel_base(row.kernel_name):
             raise JoinError(f"{_describe(row)}: pass 2 profiled kernel '{got.kernel}' there")
-        if inside is not None and not _same_range(inside[i], row.range, row.kernel_name):
+        if inside is None:
+            continue
+        if not row.in_range and inside[i] is not None:
+            raise JoinError(f"{_describe(row)}: pass 1 saw it outside every range, pass 2 inside '{inside[i]}'")
+        if row.in_range and not _same_range(inside[i] or "", row.range, row.kernel_name):
             raise JoinError(f"{_describe(row)}: pass 2 saw it inside NVTX range '{inside[i]}'")
     if len(profiled) < len(launches):
         raise JoinError(f"{_describe(launches[len(profiled)])} is missing from pass 2, which profiled "
@@ -63,16 +71,24 @@ def join(launches: Sequence[Logged], profiled: list[ProfiledLaunch],
             for row, got in zip(launches, profiled) for name, value in got.metrics.items()]
 
 
-def _in_ranges(profiled: list[ProfiledLaunch], ranges: Sequence[str | None] | None,
-               ) -> tuple[list[ProfiledLaunch], list[str] | None]:
-    """The profiled launches that ran inside a range, with their ranges (all, and None, where the
-    profiler reports no ranges)."""
+def _in_ranges(launches: Sequence[Logged], profiled: list[ProfiledLaunch], ranges: Sequence[str | None] | None,
+               ) -> tuple[list[ProfiledLaunch], list[str | None] | None]:
+    """The profiled launches that belong to a layer phase, with their ranges (all, and None, where
+    the profiler reports no ranges): those inside a range, and one outside every range where pass
+    1 logged one outside every range next."""
     if ranges is None:
         return profiled, None
     if len(ranges) != len(profiled):
         raise JoinError(f"pass 2 reports {len(profiled)} launches but NVTX ranges for {len(ranges)}")
-    kept = [(got, printed) for got, printed in zip(profiled, ranges) if printed is not None]
-    return [got for got, _ in kept], [printed for _, printed in kept]
+    kept: list[ProfiledLaunch] = []
+    inside: list[str | None] = []
+    for got, printed in zip(profiled, ranges):
+        expected = launches[len(kept)] if len(kept) < len(launches) else None
+        if printed is None and (expected is None or expected.in_range):
+            continue  # no layer phase's
+        kept.append(got)
+        inside.append(printed)
+    return kept, inside
 
 
 def _same_range(printed: str, expected: str, kernel: str) -> bool:

@@ -84,8 +84,8 @@ class NcuCollector:
                 shutil.copyfile(report, self.keep_report)
                 echo(f"ncu report kept at {self.keep_report}")
         ranges = nvtx_ranges(profiled, named)
-        outside = ranges.count(None)
-        if outside:
+        outside = ranges.count(None) - sum(not launch.in_range for launch in launches)  # no layer phase's
+        if outside > 0:
             echo(f"ncu: {outside} launches ran outside every NVTX range and are no layer phase's: left out")
         rows = join(launches, profiled, ranges)
         fields = dict(collector_version=self.version, collector_settings=asdict(settings))

@@ -26,7 +26,7 @@ from tracker.errors import JoinError
 from tracker.library import kineto
 from tracker.nets import build
 from tracker.profilers import ncu_csv
-from tracker.kernel_names import comparable
+from tracker.kernel_names import comparable, demangled, kernel_base
 from tracker.profilers.join import join
 from tracker.profilers.ncu_collector import nvtx_ranges
 
@@ -85,8 +85,6 @@ def test_both_profilers_names_give_one_bare_function_name(trace, pages):
     """The bare name (``kernel_base``: what the join matches pass 2's plain page on, and the
     report shows) of every kernel, from the trace and from ncu's raw page: the same, never empty
     (the trace writes a scope '(anonymous namespace)', which is no parameter list)."""
-    from tracker.kernel_names import kernel_base
-
     traced = [kernel_base(k.name) for k in kineto.kernels(trace)]
     assert traced == [kernel_base(p.kernel) for p in pages[0]] and all(traced)
     assert "avg_pool3d_cuda_update_output" in traced and "softmax_warp_forward" in traced
@@ -119,6 +117,21 @@ def test_cublass_gemv_kernel_is_alike_in_comparable_form():
     logged = SimpleNamespace(invocation=32, kernel_name=traced, range="fc6/fwd", in_range=True)
     got = ncu_csv.ProfiledLaunch(id=31, kernel=printed, metrics={"duration_ns": 2048.0})
     assert join([logged], [got], [f"fc6/fwd/{printed}"]) == [dict(invocation=32, name="duration_ns", value=2048.0)]
+
+
+def test_a_mangled_kernel_name_reads_as_pytorchs_profiler_wrote_it(trace):
+    """The driver, and so CUPTI's range profiler, names a library kernel by its mangled symbol. The
+    symbol g++ 12 gives lrn1's fill kernel (the Itanium ABI, nvcc's host side's too; made in
+    /tmp from a declaration of that template) demangles to the name the H100's trace holds, so the
+    join reads both alike. A name that is not a symbol stays as it is."""
+    symbol = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+    traced = next(k.name for k in kineto.kernels(trace) if "FillFunctor<float>" in k.name)
+    assert demangled(symbol) == traced
+    assert (kernel_base(symbol), comparable(symbol)) == (kernel_base(traced), comparable(traced))
+    gemv = "_ZN8internal5gemvx6kernelIiLb0EEENSt9enable_ifIXntT0_EvE4typeET_"  # the H200's refused kernel, in small
+    assert demangled(gemv) == "std::enable_if<!(false), void>::type internal::gemvx::kernel<int, false>(int)"
+    assert [demangled(n) for n in ("conv2d_fwd_implicit", "_Znot a symbol", "")] == [
+        "conv2d_fwd_implicit", "_Znot a symbol", ""]
 
 
 def test_every_launch_of_the_recorded_step_joins(trace, pages):

@@ -26,14 +26,53 @@ real kernel names from public profiler traces and on every kernel tracker regist
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import re
+from functools import cache
 from typing import Iterable, NamedTuple
 
 
 def kernel_base(name: str) -> str:
-    """The function name in a kernel name as a profiler prints it: no return type, scope, template
-    arguments or parameter list (``void k<32>(float*, int)`` -> ``k``)."""
-    return _outside(_function(_outside(name.strip(), "(", ")").strip()), "<", ">").strip()
+    """The function name in a kernel name as a profiler prints it, demangled or mangled: no return
+    type, scope, template arguments or parameter list (``void k<32>(float*, int)`` -> ``k``)."""
+    return _outside(_function(_outside(demangled(name).strip(), "(", ")").strip()), "<", ">").strip()
+
+
+def demangled(name: str) -> str:
+    """A mangled C++ name (``_Z...``: what the driver, and so CUPTI, names a library's kernel) as
+    the C++ runtime's demangler writes it, which is how PyTorch's profiler writes kernel names;
+    any other name, or one it cannot read, as it is."""
+    if not name.startswith("_Z"):
+        return name
+    cxa = _cxa_demangle()
+    if cxa is None:
+        return name
+    status = ctypes.c_int()
+    text = cxa(name.encode(), None, None, ctypes.byref(status))
+    if not text:
+        return name
+    try:
+        return ctypes.string_at(text).decode(errors="replace") if status.value == 0 else name
+    finally:
+        _libc().free(ctypes.c_void_p(text))
+
+
+@cache
+def _cxa_demangle():
+    """libstdc++'s ``abi::__cxa_demangle``, or None without it."""
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6").__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_void_p  # a malloc'd string, freed with free()
+    function.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    return function
+
+
+@cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None)
 
 
 # How ncu 2025.3 and PyTorch's profiler (Kineto) write the same kernel (the H100 recordings of
@@ -54,7 +93,7 @@ def comparable(name: str) -> str:
     """A kernel's name in a form on which ncu's and PyTorch's profiler's demanglers agree: the
     function and its template arguments, without its return type, its scope, parameter lists,
     casts, literal suffixes, 'const', 'void' or spaces."""
-    name = _LAMBDA.sub(lambda m: f"lambda#{m.group(1) or m.group(2)}", name)
+    name = _LAMBDA.sub(lambda m: f"lambda#{m.group(1) or m.group(2)}", demangled(name))
     name = _ANONYMOUS.sub("anonymous", _CAST.sub("", name))
     name = _SUFFIX.sub(r"\1", name)
     name = _WORD.sub(lambda m: _WORDS[m.group(1)], name)

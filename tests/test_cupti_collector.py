@@ -85,14 +85,6 @@ def test_a_range_that_is_not_pass_1s_kernel_fails_the_join(emulator, pass1):
         collector(emulator, rename="not_ours").collect(workload, launches, 9.0, lambda line: None)
 
 
-def test_the_library_arm_is_left_to_ncu_in_one_line(emulator, pass1):
-    from dataclasses import replace
-
-    workload, launches = pass1
-    with pytest.raises(BackendUnavailable, match="replays our kernels only so far: use --backend ncu"):
-        collector(emulator).collect(replace(workload, implementation="torch"), launches, 9.0, lambda line: None)
-
-
 def test_auto_never_picks_it_before_it_has_been_proven():
     assert list(COLLECTORS)[-1] == "cupti" and {for_device(cc) for cc in (3.5, 7.0, 8.0, 9.0)} == {"nvprof", "ncu"}
 

@@ -260,6 +260,22 @@ def test_cupti_profile_of_ours_joins_every_launch(tmp_path):
     assert dict(run_sql(store, f"SELECT name, source FROM metric_source WHERE run_id = {run_id}")[1]).keys() == stored
 
 
+def test_cupti_profile_of_the_library_joins_every_launch(tmp_path):
+    """Issue 47 item 2 on the GPU: `--impl torch --backend cupti` at batch 1, the whole step: the
+    child (tracker/library/torch_cupti.py) replays each of PyTorch's layer phases per pass, the
+    backward's graphs kept, and every launch joins, the autograd engine's gradient sums included."""
+    from tracker.store import metric_rows, open_store
+
+    needs_torch()
+    db = str(tmp_path / "cupti-torch.db")
+    run_id = profiled(db, "alexnet", "--batch", "1", "--impl", "torch", "--backend", "cupti", "--repeat", "1")
+    store = open_store(db, write=False)
+    check_library(store, check_launches(store, run_id, "cupti"))
+    stored = {row["name"] for row in metric_rows(store, run_id)}
+    check_counters(store, run_id, stored)
+    assert {"duration_ns", "instructions", "dram_read_bytes"} <= stored
+
+
 def test_events_profile_of_ours_times_every_layer_phase(profiles, ours_events):
     from tracker.store import open_store
 

@@ -172,6 +172,33 @@ def test_the_join_holds_each_launch_outside_every_range_to_pass_1s(trace, pages)
         join(unranged, profiled, ranges)
 
 
+def test_the_cupti_collector_joins_the_library_arms_ranges_onto_every_launch(trace):
+    """`--impl torch --backend cupti` (issue 47) with its child stood in for: CUPTI's auto range
+    gives one range per launch of each replayed layer phase, the engine's gradient sums included
+    (they run inside the phase's call), named by the driver's mangled symbol or as pass 1 names it.
+    Every launch of the recorded step gets its counters, and the child is asked for room for the
+    longest layer phase's ranges (LRN's backward: 16)."""
+    from tracker.gpu.workload import Workload
+    from tracker.profilers.cupti_collector import CuptiCollector
+
+    launches, _ = kineto.launch_log(kineto.kernels(trace), build("alexnet"), "torch")
+    ranges = [(k.kernel_name, {"smsp__inst_executed.sum": 32.0}) for k in launches]
+    asked = []
+
+    def child(workload, metrics, most, echo):
+        asked.append((workload.implementation, most, len(metrics)))
+        return ranges, []
+
+    workload = Workload.of(build("alexnet"), 16, repeat=1, implementation="torch")
+    collector = CuptiCollector("13.4.0", library=child)
+    counters = collector.collect(workload, launches, 9.0, lambda line: None)
+    assert [row["invocation"] for row in counters.rows] == [k.invocation for k in launches]
+    assert asked[0][:2] == ("torch", 16) and asked[0][2] > 50
+    del ranges[-1]
+    with pytest.raises(JoinError, match=r" is missing from pass 2, which profiled 140 of 141 launches"):
+        collector.collect(workload, launches, 9.0, lambda line: None)
+
+
 def test_the_join_still_tells_two_kernels_of_one_base_name_apart(trace, pages):
     """lrn1's forward launches a multiply then a fill, both ``vectorized_elementwise_kernel``:
     swapped in pass 1, the bare names agree and the full names do not."""

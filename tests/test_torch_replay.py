@@ -78,3 +78,51 @@ def test_a_users_model_replayed_per_pass_computes_one_steps_result(monkeypatch):
                                           for layer, phase in replayed.net.training_order("both"))
     assert all(len(p) == 2 and same(p[0], p[1]) for p in stand_in.seen.values())
     assert module_state(replayed) and same(module_state(replayed), module_state(plain))
+
+
+def test_a_range_session_counts_each_layer_phase_of_the_step_in_turn():
+    """The CUPTI child's loop (tracker/library/torch_cupti.py) with a stand-in session: each layer
+    phase begins a fresh counter image, runs until the session has its passes, and hands its
+    ranges over once, in training order."""
+    from tracker.profilers.cupti_session import PhasePasses
+
+    class Session:
+        def __init__(self, step):
+            self.step, self.began, self.passes = step, [], 0
+
+        def begin(self):
+            self.began.append(self.step.phase)
+            self.passes = 0
+
+        def start(self):
+            pass
+
+        def stop(self):
+            self.passes += 1
+            return self.passes == 3
+
+        def ranges(self):
+            return [(self.step.phase, {"passes": float(self.passes)})]
+
+    net = small_unet3d()
+    step = TorchStep(net, 1)
+    session = Session(step)
+    passes = PhasePasses(session)
+    step.iteration(passes)
+    order = [f"{layer.name}/{phase}" for layer, phase in net.training_order("both")]
+    assert session.began == order and passes.ranges == [(name, {"passes": 3.0}) for name in order]
+
+
+def test_the_cupti_childs_error_reaches_the_parent_as_its_one_line(tmp_path, monkeypatch):
+    """`--impl torch --backend cupti`'s child (tracker/library/torch_cupti.py), run as the collector
+    runs it: the workload and metrics through its arguments, libcupti loaded, then PyTorch; a
+    model that does not import ends it with its one-line error, which the parent raises as it was."""
+    from tracker.errors import TrackerError
+    from tracker.gpu.workload import Workload
+    from tracker.profilers.cupti_collector import _library_child
+
+    monkeypatch.chdir(tmp_path)
+    workload = Workload("no_such_module:build", implementation="torch")
+    with pytest.raises(TrackerError, match=r"^--torch no_such_module:build: cannot import no_such_module: "
+                                           r"ModuleNotFoundError"):
+        _library_child(workload, ["smsp__inst_executed.sum"], 4, lambda line: None)

@@ -20,6 +20,7 @@ terms. A launch's stalls all come from one tool, so shares within a launch are c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -237,7 +238,7 @@ class Sources:
         """The collector's name of each of ``metrics`` (catalog names it collects)."""
         return {metric: self.by_metric[metric].name for metric in metrics if metric in self.by_metric}
 
-    def translate(self, values: dict[str, float | None]) -> dict[str, float | None]:
+    def translate(self, values: Mapping[str, float | None]) -> dict[str, float | None]:
         """Catalog name -> value in the catalog's unit, from the collector's name -> value (names
         outside the catalog dropped)."""
         return {self.by_name[n].metric: None if v is None else v * self.by_name[n].scale

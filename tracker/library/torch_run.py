@@ -43,7 +43,7 @@ def annotated(name: str) -> AbstractContextManager:
     return stack
 
 
-def _step(workload: Workload) -> TorchStep | ModuleStep:
+def step_of(workload: Workload) -> TorchStep | ModuleStep:
     """Our network built in PyTorch, or the user's own model replayed call by call (--torch)."""
     torch.backends.cudnn.benchmark = workload.cudnn_benchmark
     if is_module_spec(workload.network):
@@ -52,7 +52,7 @@ def _step(workload: Workload) -> TorchStep | ModuleStep:
                      allow_tf32=workload.tf32)
 
 
-def _warm_up(step: TorchStep | ModuleStep, warmup: int, echo: Callable[[str], None]) -> None:
+def warm_up(step: TorchStep | ModuleStep, warmup: int, echo: Callable[[str], None]) -> None:
     for i in range(warmup):
         echo(f"warm-up {i + 1}/{warmup} (cuDNN and cuBLAS choose their kernels)")
         step.iteration()
@@ -119,8 +119,8 @@ def trace(workload: Workload, path: str | Path, echo: Callable[[str], None]) -> 
     ``path``; the peak of allocated device memory."""
     from torch.profiler import ProfilerActivity, profile
 
-    step = _step(workload)
-    _warm_up(step, workload.warmup, echo)
+    step = step_of(workload)
+    warm_up(step, workload.warmup, echo)
     torch.cuda.reset_peak_memory_stats()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for r in range(workload.repeat):
@@ -133,8 +133,8 @@ def trace(workload: Workload, path: str | Path, echo: Callable[[str], None]) -> 
 
 def run_child(workload: Workload) -> None:
     """Pass 2's child: warm up, then the measured iterations between cudaProfilerStart/Stop."""
-    step = _step(workload)
-    _warm_up(step, workload.warmup, lambda line: print(line, file=sys.stderr))
+    step = step_of(workload)
+    warm_up(step, workload.warmup, lambda line: print(line, file=sys.stderr))
     torch.cuda.profiler.start()
     try:
         for _ in range(workload.repeat):
@@ -145,13 +145,20 @@ def run_child(workload: Workload) -> None:
 
 
 def _pass1_child(spec: str, folder: str) -> None:
-    """Pass 1's child: the trace and the peak memory written into ``folder``, then ``os._exit``,
-    past the teardown that can abort (the module's docstring). A TrackerError becomes its
-    ``Error:`` line, for ``run_child_process`` to raise."""
-    code = 1
-    try:
+    """Pass 1's child: the trace and the peak memory written into ``folder``."""
+    def work() -> None:
         peak = trace(Workload.from_json(spec), Path(folder) / TRACE, lambda line: print(line, flush=True))
         (Path(folder) / PEAK).write_text(str(peak))
+    child_main(work)
+
+
+def child_main(work: Callable[[], None]) -> None:
+    """A child process's body: ``work``, then ``os._exit``, past the teardown that can abort (the
+    module's docstring). A TrackerError (or PyTorch's out of memory) becomes its ``Error:`` line,
+    for ``run_child_process`` to raise; anything else its traceback."""
+    code = 1
+    try:
+        work()
         code = 0
     except TrackerError as exc:
         print(f"Error: {exc}")

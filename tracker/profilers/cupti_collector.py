@@ -7,11 +7,10 @@ which are perfworks' (``SOURCES``).
 
 **Never profiled a launch on a GPU yet** (an H200 stopped it at the host side: cupti_session.py).
 Asked for by name only (``--backend cupti``); ``auto`` keeps ncu, until the GPU suite has shown it
-agrees with ncu's counts. Our kernels only, so far: the library arm's
-steps replay per pass (``TorchStep.iteration(passes)``, ``ModuleStep``'s), but nothing drives them
-under a session yet. That needs a child process that loads this libcupti before PyTorch loads its
-own, and a join that leaves out the launches pass 1 saw outside every range (the autograd engine's
-gradient accumulations, which run inside a replayed phase's passes).
+agrees with ncu's counts. Ours run in this process; the library arm (``--impl torch``, ``--torch``)
+in a child that loads this libcupti before PyTorch loads its own (tracker/library/torch_cupti.py),
+each of PyTorch's layer phases replayed per pass (``TorchStep.iteration(passes)``), the autograd
+engine's gradient sums inside them joined as pass 1 gives them to their layer phase.
 """
 
 from __future__ import annotations
@@ -50,6 +49,9 @@ def find(options: Options) -> CuptiCollector:
     return CuptiCollector(found)
 
 
+Ranges = tuple[list[tuple[str, dict[str, float]]], list[str]]  # (name and values per launch, metrics skipped)
+
+
 def _cupy(l1_policy: str) -> Any:
     from tracker.gpu.cupy_backend import CupyBackend
 
@@ -62,45 +64,64 @@ def _session(metrics: list[str], most: int) -> Any:
     return RangeSession(metrics, max_ranges=most)
 
 
+def _library_child(workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> Ranges:
+    """The library arm's ranges, from a child process (tracker/library/torch_cupti.py)."""
+    import json
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from tracker.library.torch_cupti import RANGES
+    from tracker.library.torch_run import run_child_process
+
+    with tempfile.TemporaryDirectory(prefix="tracker-cupti-") as tmp:
+        run_child_process([sys.executable, "-m", "tracker.library.torch_cupti", workload.to_json(), json.dumps(metrics),
+                           str(most), tmp], echo)
+        found = json.loads((Path(tmp) / RANGES).read_text())
+    return [(name, values) for name, values in found["ranges"]], found["skipped"]
+
+
 @dataclass(frozen=True)
 class CuptiCollector:
     version: str  # cupti-python's
     name: str = "cupti"
-    # how it runs the workload and counts: our kernels on CuPy, a CUPTI session (tests: the emulation, a stand-in)
+    # how it runs the workload and counts: our kernels on CuPy, a CUPTI session, the library arm's child
+    # (tests: the emulation, stand-ins)
     backend: Callable[[str], Any] = field(default=_cupy, compare=False)
     session: Callable[[list[str], int], Any] = field(default=_session, compare=False)
+    library: Callable[[Workload, list[str], int, Callable[[str], None]], Ranges] = field(default=_library_child,
+                                                                                          compare=False)
 
     def describe(self) -> str:
-        return f"CUPTI's range profiler in this process (cupti-python {self.version})"
+        return f"CUPTI's range profiler, each layer phase replayed per pass (cupti-python {self.version})"
 
     def collect(self, workload: Workload, launches: Sequence[Launch], compute_capability: float,
                 echo: Callable[[str], None]) -> Counters:
         """Counters for ``launches`` (pass 1's of the iterations ``workload`` measures), every
         layer phase replayed until the profiler has all its passes."""
-        from tracker.gpu.network import Executor
-        from tracker.gpu.replay import replay_step
         from tracker.profilers.ncu_csv import ProfiledLaunch
 
-        if workload.library:
-            raise BackendUnavailable("the CUPTI collector replays our kernels only so far: use --backend ncu")
         metrics = SOURCES.requested(compute_capability)
-        executor = Executor.of(self.backend(workload.l1_policy), workload)
-        executor.iteration()  # compiled and run once before anything is counted, as pass 1's warm-up
-        per_step = Counter((r.context.layer.name, r.context.phase) for r in executor.b.log if r.context is not None)
-        most = max(per_step.values(), default=1)  # a step's launches: the ranges of one pass
+        most = max(Counter((k.range, k.repeat) for k in launches).values(), default=1)  # the ranges of one pass
         echo(f"pass 2: CUPTI's range profiler, {len(metrics)} metrics, {len(launches)} launches, "
              f"each layer phase replayed per pass")
-        profiled: list[ProfiledLaunch] = []
-        with self.session(metrics, most) as session:
-            for _ in range(workload.repeat):
-                for step in executor.steps:
-                    session.begin()
-                    replay_step(executor, step, session)
-                    profiled += [ProfiledLaunch(len(profiled), name, metrics=SOURCES.translate(values))
-                                 for name, values in session.ranges()]
-            skipped = list(session.skipped)
+        ranges, skipped = (self.library if workload.library else self._ours)(workload, metrics, most, echo)
         if skipped:
             echo(f"CUPTI does not know {len(skipped)} catalog metrics on this GPU: {', '.join(skipped)}")
+        profiled = [ProfiledLaunch(i, name, metrics=SOURCES.translate(values)) for i, (name, values) in enumerate(ranges)]
         rows = join(launches, profiled, None)
         return Counters(rows, dict(collector_version=self.version, collector_settings=dict(SETTINGS)),
                         SOURCES.names({row["name"] for row in rows}), skipped)
+
+    def _ours(self, workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> Ranges:
+        from tracker.gpu.network import Executor
+        from tracker.gpu.replay import replay_iteration
+        from tracker.profilers.cupti_session import PhasePasses
+
+        executor = Executor.of(self.backend(workload.l1_policy), workload)
+        executor.iteration()  # compiled and run once before anything is counted, as pass 1's warm-up
+        with self.session(metrics, most) as session:
+            passes = PhasePasses(session)
+            for _ in range(workload.repeat):
+                replay_iteration(executor, passes)
+            return passes.ranges, list(session.skipped)

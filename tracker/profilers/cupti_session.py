@@ -98,6 +98,29 @@ class RangeSession:
         return found
 
 
+class PhasePasses:
+    """A session as the passes of one layer phase after another (``Passes`` of tracker/gpu/replay.py):
+    a phase's first pass begins a fresh counter image, and once CUPTI has every pass of it, its
+    ranges (one per launch, in launch order) join ``ranges``."""
+
+    def __init__(self, session: Any):
+        self.session, self.fresh = session, True
+        self.ranges: list[tuple[str, dict[str, float]]] = []
+
+    def start(self) -> None:
+        if self.fresh:
+            self.session.begin()
+            self.fresh = False
+        self.session.start()
+
+    def stop(self) -> bool:
+        done = bool(self.session.stop())
+        if done:
+            self.ranges += self.session.ranges()
+            self.fresh = True
+        return done
+
+
 def _host(chip: str) -> Any:
     """cupti-python's host object for ``chip``'s range profiler; one line where it is missing."""
     try:

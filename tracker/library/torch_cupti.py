@@ -1,0 +1,56 @@
+"""Pass 2 of the library arm under CUPTI's range profiler (issue 47), in a child process of its own:
+``python -m tracker.library.torch_cupti WORKLOAD METRICS MOST FOLDER``.
+
+The pinned libcupti is loaded before PyTorch, whose wheels bring their own (on an H200 PyTorch's
+13.0 answered cupti-python 13.4's calls and refused them: tests/data/gpu-2026-11-26c-h200): PyTorch
+then links to the one already loaded. The step warms up, and each measured iteration runs every
+layer phase once per counter pass (``TorchStep.iteration(passes)``, ``ModuleStep``'s). The ranges,
+one per launch in launch order with their metric values, and the metrics CUPTI does not know go
+to FOLDER/ranges.json; the parent joins the ranges onto pass 1's launches
+(tracker/profilers/cupti_collector.py). It ends as pass 1's child does (``torch_run.child_main``).
+
+**Never run on a GPU yet.**
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+from tracker.gpu.workload import Workload
+
+RANGES = "ranges.json"  # what the child leaves in its folder
+
+
+def count(workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> dict:
+    """The ranges of ``workload``'s measured iterations, each layer phase replayed per pass, and the
+    metrics skipped: {"ranges": [[name, {metric: value}], ...], "skipped": [...]}."""
+    from tracker.profilers import cupti_range
+
+    cupti_range.library()  # before PyTorch loads its own
+    from tracker.library.torch_run import step_of, warm_up
+    from tracker.profilers.cupti_session import PhasePasses, RangeSession
+
+    step = step_of(workload)
+    warm_up(step, workload.warmup, echo)
+    with RangeSession(metrics, most) as session:
+        passes = PhasePasses(session)
+        for r in range(workload.repeat):
+            step.iteration(passes)
+            echo(f"iteration {r + 1}/{workload.repeat}: {len(passes.ranges)} ranges")
+        return {"ranges": passes.ranges, "skipped": session.skipped}
+
+
+def _child(spec: str, metrics: str, most: str, folder: str) -> None:
+    from tracker.library.torch_run import child_main
+
+    def work() -> None:
+        found = count(Workload.from_json(spec), json.loads(metrics), int(most), lambda line: print(line, flush=True))
+        (Path(folder) / RANGES).write_text(json.dumps(found))
+    child_main(work)
+
+
+if __name__ == "__main__":
+    _child(*sys.argv[1:5])

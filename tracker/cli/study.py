@@ -327,6 +327,50 @@ def compare(run_a, run_b, db, fmt):
 
 
 @cli.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@db_option
+@click.option("--db-b", metavar="PATH|URL", default=None,
+              help="RUN_B's trace database, where it is not --db's (two machines, two files).")
+@format_option
+def agree(run_a, run_b, db, db_b, fmt):
+    """Whether two runs' counters agree, launch by launch and metric by metric.
+
+    For one workload counted by two collectors (--backend cupti against --backend ncu), or twice by
+    one (how far each metric moves from run to run at all). A count (instructions, sectors, bytes)
+    agrees within 5 %, a rate, ratio, clock or time within 10 %, each relative to the larger value
+    or to 0.1 % of the metric's largest over the launches, whichever is more; a count's totals over
+    the launches are compared too (total_diff). Refuses runs that launch different kernels.
+
+    \b
+    Examples:
+      tracker agree 1 2
+      tracker agree 1 1 --db h100.db --db-b h100-again.db --format csv
+    """
+    from tracker.analysis.agreement import agreement
+    from tracker.store import find_run, open_store
+
+    store = open_store(db, write=False)
+    other = open_store(db_b, write=False) if db_b else store
+    a, b = find_run(store, run_a).id, find_run(other, run_b).id
+    if other is store and a == b:
+        raise click.UsageError("RUN_A and RUN_B are the same run: name two (or --db-b for RUN_B's database)")
+    table = agreement(store, a, b, other)
+    rows = _records(table)
+    if fmt == "table":
+        agreed = int(table["agrees"].sum())
+        click.echo(f"run {b} against run {a}: {agreed} of {len(table)} metrics agree at every launch "
+                   "(counts within 5 %, rates within 10 %)")
+        for row in rows:
+            for column in ("within", "median_diff", "worst_diff", "total_diff"):
+                row[column] = None if row[column] is None else f"{100 * row[column]:.1f} %"
+        emit(rows, fmt, ["metric", "kind", "launches", "within", "median_diff", "worst_diff", "worst_at", "a_at_worst",
+                         "b_at_worst", "total_diff", "agrees"])
+        return
+    emit(rows, fmt)
+
+
+@cli.command()
 @click.argument("target", default="last", metavar="RUN|EXPERIMENT")
 @click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for the figures and pages.")
 @click.option("--against", default=None, metavar="RUN",

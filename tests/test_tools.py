@@ -36,9 +36,9 @@ def test_every_stage_refuses_cleanly_without_a_gpu(number, tmp_path):
 
 
 def test_an_unknown_stage_is_a_usage_error(tmp_path):
-    done = stage("11", tmp_path)
+    done = stage("12", tmp_path)
     assert done.returncode == 2
-    assert (tmp_path / "summary.txt").read_text() == "usage: tools/gpu_stage.sh 1|2|...|10|suite (got '11')\n"
+    assert (tmp_path / "summary.txt").read_text() == "usage: tools/gpu_stage.sh 1|2|...|11|suite (got '12')\n"
 
 
 def test_ci_runs_the_readmes_test_command_in_a_new_virtual_environment():

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 9 or suite.
+# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 11 or suite.
 #
 #   1  preflight; selftest --record; a batch-1 ncu smoke profile (the join); events at batch 128;
 #      this GPU's ncu --query-metrics; the batch-16 ncu fixture database with its raw CSV pages
@@ -28,6 +28,9 @@
 #      (batch 1, 64^3); `tracker tune` of unet3d's 3-D convolutions; the memory study up to out of
 #      memory (both implementations); paper 000's
 #      what-ifs (unet2d: conv type and second-conv stride at batches 1 and 16)
+#  11 CUPTI against ncu (issue 47): AlexNet at batch 128 under --backend cupti and --backend ncu into one
+#      database (each command's wall time: the ratio), `tracker agree` of the two; the library arm under
+#      cupti at batch 128 and 16, and under ncu at 16, agreed
 #  suite  the GPU suite (issue 43): `pytest -m gpu` on tests/test_gpu*.py, every command that needs
 #      a GPU at small sizes, each test asserting what it stored or wrote; each test's time in the
 #      log (stagesuite.tar.gz). Run it first in a GPU session: it says which paths work
@@ -48,7 +51,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-case "$stage" in 1|2|3|4|5|6|7|8|9|10|suite) ;; *) note "usage: tools/gpu_stage.sh 1|2|...|10|suite (got '${stage}')"; exit 2 ;; esac
+case "$stage" in 1|2|3|4|5|6|7|8|9|10|11|suite) ;; *) note "usage: tools/gpu_stage.sh 1|2|...|11|suite (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
 w="$work/stage$stage"
@@ -273,6 +276,22 @@ stage10() {
     step whatifs-unet2d 60 'tracker experiment batch unet2d --vary conv_type=standard,pointwise \
         --vary second_stride=1,2 --batches 1,16 --backend events --repeat 3 --db $W/whatifs-$GPU.db \
         --format csv > $W/whatifs-unet2d.csv'
+}
+
+stage11() {
+    # Issue 47: CUPTI's range profiler against ncu on one workload, AlexNet at batch 128, one counted
+    # iteration: each whole command's wall time (this summary's seconds: the ratios), the agreement
+    # launch by launch (`tracker agree`), ncu's own run to run beside it, and the library arm the same.
+    export DB="$w/collectors-$GPU.db"
+    step cupti-b128 200 'tracker profile alexnet --batch 128 --backend cupti --repeat 1 --db $DB'
+    step ncu-b128 240 'tracker profile alexnet --batch 128 --backend ncu --repeat 1 --db $DB'
+    step agree-b128 30 'tracker agree 2 1 --db $DB > $W/agree-b128.txt && tracker agree 2 1 --db $DB --format csv \
+        > $W/agree-b128.csv && head -n 1 $W/agree-b128.txt > $W/agree-b128.key'
+    step torch-cupti-b128 200 'tracker profile alexnet --batch 128 --impl torch --backend cupti --repeat 1 --db $DB'
+    step torch-cupti-b16 120 'tracker profile alexnet --batch 16 --impl torch --backend cupti --repeat 1 --db $DB'
+    step torch-ncu-b16 240 'tracker profile alexnet --batch 16 --impl torch --backend ncu --repeat 1 --db $DB'
+    step torch-agree-b16 30 'tracker agree 5 4 --db $DB > $W/torch-agree-b16.txt && head -n 1 $W/torch-agree-b16.txt \
+        > $W/torch-agree-b16.key'
 }
 
 stagesuite() {

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 from samples import tiny_net
 
-from tracker.errors import BackendUnavailable, JoinError
+from tracker.errors import JoinError
 from tracker.gpu.network import Executor
 from tracker.gpu.runner import measure
 from tracker.gpu.workload import Workload
 from tracker.profilers import COLLECTORS, counted, for_device
-from tracker.profilers.cupti_collector import SETTINGS, CuptiCollector
+from tracker.profilers.cupti_collector import CuptiCollector
 
 pytestmark = pytest.mark.slow  # the CPU emulation
 
@@ -25,6 +25,7 @@ class StandInSession:
     def __init__(self, emulator, metrics: list[str], most: int, passes: int = 2, rename: str | None = None):
         self.b, self.metrics, self.most, self.passes, self.rename = emulator, metrics, most, passes, rename
         self.skipped = ["smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio"]
+        self.settings = {"range": "auto", "replay": "user", "passes": passes}
         self.steps = 0
 
     def __enter__(self):
@@ -64,7 +65,7 @@ def pass1(emulator):
 
 
 def collector(emulator, **stand_in) -> CuptiCollector:
-    return CuptiCollector("13.4.0", backend=lambda l1_policy: emulator,
+    return CuptiCollector("libcupti 13.5 (a stand-in)", backend=lambda l1_policy: emulator,
                           session=lambda metrics, most: StandInSession(emulator, metrics, most, **stand_in))
 
 
@@ -75,7 +76,8 @@ def test_each_layer_phase_is_replayed_per_pass_and_its_ranges_join_pass_1s_launc
     assert len({r["invocation"] for r in counters.rows}) == len(launches) > 0
     assert {r["name"] for r in counters.rows} == {"instructions", "duration_ns"}  # ncu's names, the catalog's
     assert counters.sources == {"instructions": "smsp__inst_executed.sum", "duration_ns": "gpu__time_duration.sum"}
-    assert counters.run_fields == {"collector_version": "13.4.0", "collector_settings": SETTINGS}
+    assert counters.run_fields == {"collector_version": "libcupti 13.5 (a stand-in)",
+                                   "collector_settings": {"range": "auto", "replay": "user", "passes": 3}}
     assert counters.skipped and any("CUPTI does not know 1 catalog metrics" in line for line in said)
 
 
@@ -89,31 +91,28 @@ def test_auto_never_picks_it_before_it_has_been_proven():
     assert list(COLLECTORS)[-1] == "cupti" and {for_device(cc) for cc in (3.5, 7.0, 8.0, 9.0)} == {"nvprof", "ncu"}
 
 
-def test_asked_for_without_cupti_python_it_says_what_to_install(monkeypatch):
-    from importlib.metadata import PackageNotFoundError
-
+def test_found_it_names_the_libcupti_it_loaded():
     from tracker.profilers import find
 
-    def missing(name):
-        raise PackageNotFoundError(name)
-
-    monkeypatch.setattr("importlib.metadata.version", missing)
-    with pytest.raises(BackendUnavailable, match=r"^the CUPTI collector needs cupti-python: pip install -e '.\[cupti\]'$"):
-        find("cupti")
+    assert find("cupti").version.startswith("libcupti of nvidia-cuda-cupti 13.")
 
 
-def test_the_session_asks_cupti_only_for_the_metric_types_it_defines():
-    """cupti-python's MetricType also holds ``_COUNT``; asked for its base metrics, CUPTI answered
-    ERROR_INVALID_PARAMETER on an H200 (tests/data/gpu-2026-11-26c-h200/cupti-probe.log)."""
-    from cupti.profiler_host import MetricType
+def test_the_session_asks_cupti_only_for_the_metric_types_it_defines(monkeypatch):
+    """CUpti_MetricType ends in a count, not a type; asked for its base metrics, CUPTI answered
+    ERROR_INVALID_PARAMETER on an H200 (tests/data/gpu-2026-11-26c-h200/cupti-probe.log, through
+    cupti-python's enum, which holds it)."""
+    from types import SimpleNamespace
 
     from tracker.profilers import cupti_session
 
-    class Host:
-        def get_base_metrics(self, kind):
-            if kind not in (MetricType.COUNTER, MetricType.RATIO, MetricType.THROUGHPUT):
-                raise ValueError(f"CUPTI refuses {kind!r}")
-            return [f"{kind.name.lower()}__metric"]
+    asked = []
 
-    assert "_COUNT" in MetricType.__members__  # what made iterating the enum wrong
-    assert cupti_session._base_metrics(Host()) == {"counter__metric", "ratio__metric", "throughput__metric"}
+    def struct(name, **values):
+        asked.append((name, values.get("metricType")))
+        return SimpleNamespace(ppMetricNames=[f"metric{values.get('metricType')}".encode()], numMetrics=1,
+                               pHostObject=7)
+
+    monkeypatch.setattr(cupti_session, "_struct", struct)
+    host = cupti_session.Host("GH100")
+    assert host.base_metrics() == {"metric0", "metric1", "metric2"}
+    assert [kind for name, kind in asked if name.endswith("GetBaseMetrics_Params")] == [0, 1, 2]

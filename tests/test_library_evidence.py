@@ -187,10 +187,10 @@ def test_the_cupti_collector_joins_the_library_arms_ranges_onto_every_launch(tra
 
     def child(workload, metrics, most, echo):
         asked.append((workload.implementation, most, len(metrics)))
-        return ranges, []
+        return ranges, [], {"replay": "user"}
 
     workload = Workload.of(build("alexnet"), 16, repeat=1, implementation="torch")
-    collector = CuptiCollector("13.4.0", library=child)
+    collector = CuptiCollector("libcupti 13.0 (a stand-in)", library=child)
     counters = collector.collect(workload, launches, 9.0, lambda line: None)
     assert [row["invocation"] for row in counters.rows] == [k.invocation for k in launches]
     assert asked[0][:2] == ("torch", 16) and asked[0][2] > 50

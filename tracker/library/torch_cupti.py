@@ -1,9 +1,8 @@
 """Pass 2 of the library arm under CUPTI's range profiler (issue 47), in a child process of its own:
 ``python -m tracker.library.torch_cupti WORKLOAD METRICS MOST FOLDER``.
 
-The pinned libcupti is loaded before PyTorch, whose wheels bring their own (on an H200 PyTorch's
-13.0 answered cupti-python 13.4's calls and refused them: tests/data/gpu-2026-11-26c-h200): PyTorch
-then links to the one already loaded. The step warms up, and each measured iteration runs every
+The libcupti is loaded before PyTorch loads one (with its nvperf libraries, from its own folder:
+``cupti_range.library``), so that the process holds one: PyTorch links to the one already loaded. The step warms up, and each measured iteration runs every
 layer phase once per counter pass (``TorchStep.iteration(passes)``, ``ModuleStep``'s). The ranges,
 one per launch in launch order with their metric values, and the metrics CUPTI does not know go
 to FOLDER/ranges.json; the parent joins the ranges onto pass 1's launches
@@ -25,8 +24,9 @@ RANGES = "ranges.json"  # what the child leaves in its folder
 
 
 def count(workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> dict:
-    """The ranges of ``workload``'s measured iterations, each layer phase replayed per pass, and the
-    metrics skipped: {"ranges": [[name, {metric: value}], ...], "skipped": [...]}."""
+    """The ranges of ``workload``'s measured iterations, each layer phase replayed per pass, the
+    metrics skipped and how it counted: {"ranges": [[name, {metric: value}], ...], "skipped": [...],
+    "settings": {...}}."""
     from tracker.profilers import cupti_range
 
     cupti_range.library()  # before PyTorch loads its own
@@ -40,7 +40,7 @@ def count(workload: Workload, metrics: list[str], most: int, echo: Callable[[str
         for r in range(workload.repeat):
             step.iteration(passes)
             echo(f"iteration {r + 1}/{workload.repeat}: {len(passes.ranges)} ranges")
-        return {"ranges": passes.ranges, "skipped": session.skipped}
+        return {"ranges": passes.ranges, "skipped": session.skipped, "settings": session.settings}
 
 
 def _child(spec: str, metrics: str, most: str, folder: str) -> None:

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 SOURCES = ncu.SOURCES  # CUPTI's profiler takes perfworks' metric names: ncu's
 FIRST_CC = 7.0  # the Profiling API's architectures (CUpti_Profiler_DeviceSupported_Params)
-SETTINGS = {"range": "auto", "replay": "user", "cache_control": "all"}  # what run.collector_settings records
 
 
 def supports(compute_capability: float) -> bool:
@@ -36,20 +35,16 @@ def supports(compute_capability: float) -> bool:
 
 
 def find(options: Options) -> CuptiCollector:
-    """libcupti and cupti-python, found; BackendUnavailable in one line saying what to install."""
-    from importlib.metadata import PackageNotFoundError, version
-
+    """libcupti, found; BackendUnavailable in one line saying what to install."""
     from tracker.profilers import cupti_range
 
     cupti_range.library()
-    try:
-        found = version("cupti-python")
-    except PackageNotFoundError:
-        raise BackendUnavailable("the CUPTI collector needs cupti-python: pip install -e '.[cupti]'") from None
-    return CuptiCollector(found)
+    return CuptiCollector(cupti_range.describe_library())
 
 
-Ranges = tuple[list[tuple[str, dict[str, float]]], list[str]]  # (name and values per launch, metrics skipped)
+# What a session counted: each launch's range (name, values), the metrics CUPTI does not know, and
+# how it counted (run.collector_settings)
+Ranges = tuple[list[tuple[str, dict[str, float]]], list[str], dict[str, Any]]
 
 
 def _cupy(l1_policy: str) -> Any:
@@ -78,12 +73,12 @@ def _library_child(workload: Workload, metrics: list[str], most: int, echo: Call
         run_child_process([sys.executable, "-m", "tracker.library.torch_cupti", workload.to_json(), json.dumps(metrics),
                            str(most), tmp], echo)
         found = json.loads((Path(tmp) / RANGES).read_text())
-    return [(name, values) for name, values in found["ranges"]], found["skipped"]
+    return [(name, values) for name, values in found["ranges"]], found["skipped"], found["settings"]
 
 
 @dataclass(frozen=True)
 class CuptiCollector:
-    version: str  # cupti-python's
+    version: str  # the libcupti's (cupti_range.describe_library)
     name: str = "cupti"
     # how it runs the workload and counts: our kernels on CuPy, a CUPTI session, the library arm's child
     # (tests: the emulation, stand-ins)
@@ -93,7 +88,7 @@ class CuptiCollector:
                                                                                           compare=False)
 
     def describe(self) -> str:
-        return f"CUPTI's range profiler, each layer phase replayed per pass (cupti-python {self.version})"
+        return f"CUPTI's range profiler, each layer phase replayed per pass ({self.version})"
 
     def collect(self, workload: Workload, launches: Sequence[Launch], compute_capability: float,
                 echo: Callable[[str], None]) -> Counters:
@@ -105,12 +100,12 @@ class CuptiCollector:
         most = max(Counter((k.range, k.repeat) for k in launches).values(), default=1)  # the ranges of one pass
         echo(f"pass 2: CUPTI's range profiler, {len(metrics)} metrics, {len(launches)} launches, "
              f"each layer phase replayed per pass")
-        ranges, skipped = (self.library if workload.library else self._ours)(workload, metrics, most, echo)
+        ranges, skipped, settings = (self.library if workload.library else self._ours)(workload, metrics, most, echo)
         if skipped:
             echo(f"CUPTI does not know {len(skipped)} catalog metrics on this GPU: {', '.join(skipped)}")
         profiled = [ProfiledLaunch(i, name, metrics=SOURCES.translate(values)) for i, (name, values) in enumerate(ranges)]
         rows = join(launches, profiled, None)
-        return Counters(rows, dict(collector_version=self.version, collector_settings=dict(SETTINGS)),
+        return Counters(rows, dict(collector_version=self.version, collector_settings=settings),
                         SOURCES.names({row["name"] for row in rows}), skipped)
 
     def _ours(self, workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> Ranges:
@@ -124,4 +119,4 @@ class CuptiCollector:
             passes = PhasePasses(session)
             for _ in range(workload.repeat):
                 replay_iteration(executor, passes)
-            return passes.ranges, list(session.skipped)
+            return passes.ranges, list(session.skipped), dict(session.settings)

@@ -1,7 +1,7 @@
 """CUPTI's Range Profiler as ctypes sees it: the device side of an in-process counter collector
-(issue 47), which ``cupti-python`` does not expose. One small module, checked against the headers
-``nvidia-cuda-cupti`` ships: every struct's size, every field's offset and size, and each
-``*_STRUCT_SIZE`` (tests/test_cupti_range.py, with no GPU).
+(issue 47), and its host side (config images, metric values). One small module, checked against
+the headers ``nvidia-cuda-cupti`` ships: every struct's size, every field's offset and size, and
+each ``*_STRUCT_SIZE`` (tests/test_cupti_range.py, with no GPU).
 
 The calls, as CUPTI's range_profiling sample makes them: ``cuptiProfilerInitialize``, then per
 context ``cuptiRangeProfilerEnable``; a counter data image sized for the metrics and ranges
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
-from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint8, c_uint16, c_uint32, c_void_p
+from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint8, c_uint16, c_uint32, c_void_p
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 from tracker.errors import BackendUnavailable, ProfilerFailed
 from tracker.profilers.ncu import PERMISSION_HELP
@@ -39,13 +39,16 @@ class _Params(ctypes.Structure):
     function: str  # the CUPTI call that takes it
 
     @classmethod
-    def struct_size(cls) -> int:
-        name, kind = cls._fields_[-1][:2]
-        return getattr(cls, name).offset + ctypes.sizeof(kind)
+    def struct_size(cls, through: str | None = None) -> int:
+        """CUPTI_PROFILER_STRUCT_SIZE through the field ``through`` (default: the last): a libcupti
+        older than a field takes the struct without it."""
+        name = through or cls._fields_[-1][0]
+        field = getattr(cls, name)
+        return field.offset + field.size
 
     @classmethod
-    def new(cls, **values: Any) -> _Params:
-        return cls(structSize=cls.struct_size(), **values)
+    def new(cls, through: str | None = None, **values: Any) -> _Params:
+        return cls(structSize=cls.struct_size(through), **values)
 
 
 def _params(name: str, function: str, *fields: tuple[str, Any]) -> type[_Params]:
@@ -54,6 +57,16 @@ def _params(name: str, function: str, *fields: tuple[str, Any]) -> type[_Params]
 
 
 _OBJECT = ("pRangeProfilerObject", c_void_p)
+_HOST = ("pHostObject", c_void_p)
+_NAMES = (("ppMetricNames", POINTER(c_char_p)), ("numMetrics", c_size_t))
+
+# The oldest libcupti with the Range Profiler and Host APIs is CUDA 12.6's; PyTorch's CUDA 13 wheels
+# bring 13.0 (and pin it: no other nvidia-cuda-cupti installs beside them). Each struct is laid out as
+# the headers of nvidia-cuda-cupti 13.5.25 say (tests/test_cupti_range.py), as far as 13.0.85's
+# headers have it too: Host_Initialize stops before pSinglePassMetricSetName (13.2, PM sampling's),
+# and RangeProfiler_Enable's cacheControlMode (13.4) is sent only to a libcupti that knows it.
+CACHE_CONTROL_SINCE = 130401  # cuptiGetVersion of nvidia-cuda-cupti 13.4.92, the first with cacheControlMode
+RANGE_PROFILER, COUNTER, RATIO, THROUGHPUT = 0, 0, 1, 2  # CUpti_ProfilerType, CUpti_MetricType
 
 STRUCTS: dict[str, type[_Params]] = {s.__name__: s for s in (
     _params("CUpti_Profiler_Initialize_Params", "cuptiProfilerInitialize"),
@@ -84,22 +97,35 @@ STRUCTS: dict[str, type[_Params]] = {s.__name__: s for s in (
     _params("CUpti_RangeProfiler_CounterData_GetRangeInfo_Params", "cuptiRangeProfilerCounterDataGetRangeInfo",
             ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t), ("rangeIndex", c_size_t),
             ("rangeDelimiter", c_char_p), ("rangeName", c_char_p)),
+    # the host side: config images from metric names, values from counter data (cupti_profiler_host.h)
+    _params("CUpti_Profiler_Host_Initialize_Params", "cuptiProfilerHostInitialize",
+            ("profilerType", c_int), ("pChipName", c_char_p), ("pCounterAvailabilityImage", c_void_p), _HOST),
+    _params("CUpti_Profiler_Host_Deinitialize_Params", "cuptiProfilerHostDeinitialize", _HOST),
+    _params("CUpti_Profiler_Host_GetBaseMetrics_Params", "cuptiProfilerHostGetBaseMetrics",
+            _HOST, ("metricType", c_int), *_NAMES),
+    _params("CUpti_Profiler_Host_ConfigAddMetrics_Params", "cuptiProfilerHostConfigAddMetrics", _HOST, *_NAMES),
+    _params("CUpti_Profiler_Host_GetConfigImageSize_Params", "cuptiProfilerHostGetConfigImageSize",
+            _HOST, ("configImageSize", c_size_t)),
+    _params("CUpti_Profiler_Host_GetConfigImage_Params", "cuptiProfilerHostGetConfigImage",
+            _HOST, ("configImageSize", c_size_t), ("pConfigImage", c_void_p)),
+    _params("CUpti_Profiler_Host_GetNumOfPasses_Params", "cuptiProfilerHostGetNumOfPasses",
+            ("configImageSize", c_size_t), ("pConfigImage", c_void_p), ("numOfPasses", c_size_t)),
+    _params("CUpti_Profiler_Host_EvaluateToGpuValues_Params", "cuptiProfilerHostEvaluateToGpuValues",
+            _HOST, ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t), ("rangeIndex", c_size_t),
+            *_NAMES, ("pMetricValues", POINTER(c_double))),
 )}
 
 
-# What libcupti dlopens by bare name, loaded first from libcupti's own folder: otherwise the system's
-# CUDA toolkit's may answer. On an H200 (tests/data/gpu-2026-11-26c-h200) cuda-pathfinder found
-# PyTorch's libcupti 13.0 and libcupti the toolkit's nvperf 13.0, and cupti-python 13.4's host
-# calls met them with ERROR_INVALID_PARAMETER.
+# What libcupti dlopens by bare name, loaded first from libcupti's own folder: otherwise another
+# CUDA's may answer (on an H200 PyTorch's libcupti 13.0 loaded the system toolkit's nvperf).
 COMPANIONS = ("libnvperf_host.so", "libnvperf_target.so")
 
 
 @cache
 def library() -> ctypes.CDLL:
-    """libcupti with its nvperf libraries, all from one folder and loaded before cupti-python loads
-    any (cuda-pathfinder then takes the libcupti already loaded): the nvidia-cuda-cupti wheel the
-    ``[cupti]`` extra pins, else where cuda-pathfinder finds one. BackendUnavailable in one line
-    where there is none."""
+    """libcupti with its nvperf libraries, all from one folder and loaded before PyTorch loads one
+    (it then links to this one): the installed nvidia-cuda-cupti's (PyTorch's own, where it is
+    installed), else where cuda-pathfinder finds one. BackendUnavailable in one line where there is none."""
     try:
         path = wheel_libcupti() or Path(_pathfinder_libcupti())
         for companion in COMPANIONS:
@@ -119,6 +145,14 @@ def wheel_libcupti() -> Path | None:
         return None
     found = sorted(f for f in files if f.name.startswith("libcupti.so"))
     return Path(str(found[0].locate())) if found else None
+
+
+def describe_library() -> str:
+    """Which libcupti ``library`` loads, as the run records it: its wheel's version, else its path."""
+    path = Path(library()._name)
+    if path == wheel_libcupti():
+        return f"libcupti of nvidia-cuda-cupti {importlib.metadata.version('nvidia-cuda-cupti')}"
+    return f"libcupti at {path}"
 
 
 def _pathfinder_libcupti() -> str:
@@ -158,20 +192,13 @@ def call(params: _Params) -> _Params:
     raise refused(params.function, result, (text.value or b"").decode() or f"CUPTI error {result}")
 
 
-T = TypeVar("T")
-
-
-def host_call(what: str, function: Callable[..., T], *args: Any) -> T:
-    """A call of cupti-python's host side (``what`` names it). Where it fails, one line as ``call``'s,
-    naming the libcupti it met: on an H200 an older one than cupti-python's answered, and all
-    the user saw was 'internal error: cuptiError: ERROR_INVALID_PARAMETER (1)'."""
-    from cupti.cupti import cuptiError
-
-    try:
-        return function(*args)
-    except (cuptiError, ValueError, RuntimeError) as exc:  # what cupti-python raises for CUPTI's refusals
-        raise refused(f"cupti-python's {what}", getattr(exc, "status", None),
-                      f"{exc} (libcupti: {library()._name})") from None
+def version() -> int:
+    """libcupti's API version (cuptiGetVersion): 130500 for CUDA 13.5's."""
+    found = c_uint32()
+    code = library().cuptiGetVersion(ctypes.byref(found))
+    if code:
+        raise refused("cuptiGetVersion", code, f"CUPTI error {code}")
+    return found.value
 
 
 def refused(function: str, code: int | None, text: str) -> BackendUnavailable | ProfilerFailed:

@@ -2,15 +2,18 @@
 issue 47, with auto range (each kernel launch is a range, numbered in launch order) and user replay
 (tracker replays each layer phase itself: tracker/gpu/replay.py).
 
-The host side (chip name to config image, counter values from the decoded data) is NVIDIA's
-``cupti-python`` (``cupti.profiler_host``); the device side is ``cupti_range`` (ctypes). A session
-profiles one step at a time: ``begin`` sets the config for the step's passes, ``start`` and ``stop``
-bracket each pass (``stop`` says when every pass is in), and ``ranges`` decodes them, each range's
-name and the metrics' values.
+Both sides are libcupti's own calls through ``cupti_range`` (ctypes): the host side (``Host``: the
+chip's metrics, a config image from metric names, values from counter data) and the device side. A
+session profiles one step at a time: ``begin`` sets the config for the step's passes, ``start`` and
+``stop`` bracket each pass (``stop`` says when every pass is in), and ``ranges`` decodes them, each
+range's name and the metrics' values. ``PhasePasses`` drives it through the layer phases of a step.
 
-**No range profiled on a GPU yet.** On an H200 (2026-11-26) the first try stopped at the host side,
-twice: another libcupti had been loaded (``cupti_range.library`` now loads the wheel's), and the
-enum of metric types holds an invalid ``_COUNT``. The GPU suite runs it
+cupti-python's host side was the first choice, but it needs libcupti 13.3 or later, and PyTorch's
+CUDA 13 wheels pin 13.0: pip cannot install both, and on an H200 (2026-11-26) PyTorch's older
+libcupti answered cupti-python's calls with ERROR_INVALID_PARAMETER
+(tests/data/gpu-2026-11-26c-h200). libcupti's own host calls work from CUDA 12.6's on.
+
+**No range profiled on a GPU yet.** The GPU suite runs it
 (``tests/test_gpu.py::test_a_cupti_range_session_counts_each_launch``); ``auto`` does not pick it
 until that passes and its counts agree with ncu's.
 """
@@ -24,6 +27,61 @@ from tracker.errors import BackendUnavailable
 from tracker.profilers import cupti_range as api
 
 DELIMITER = b"/"
+METRIC_TYPES = (api.COUNTER, api.RATIO, api.THROUGHPUT)  # not CUpti_MetricType's __COUNT, which CUPTI refuses
+
+
+def _struct(name: str, **values: Any) -> Any:
+    """``name``'s CUPTI call with ``values`` (``through``: a struct cut for an older libcupti)."""
+    return api.call(api.STRUCTS[name].new(**values))
+
+
+def _names(metrics: Sequence[str]) -> Any:
+    return (ctypes.c_char_p * len(metrics))(*(m.encode() for m in metrics))
+
+
+class Host:
+    """CUPTI's profiler host object for ``chip``'s range profiler (cupti_profiler_host.h)."""
+
+    def __init__(self, chip: str):
+        self.object = _struct("CUpti_Profiler_Host_Initialize_Params", profilerType=api.RANGE_PROFILER,
+                              pChipName=chip.encode()).pHostObject
+
+    def close(self) -> None:
+        if self.object:
+            _struct("CUpti_Profiler_Host_Deinitialize_Params", pHostObject=self.object)
+            self.object = None
+
+    def base_metrics(self) -> set[str]:
+        """Every base metric the chip's profiler knows, of each type."""
+        found: set[str] = set()
+        for kind in METRIC_TYPES:
+            got = _struct("CUpti_Profiler_Host_GetBaseMetrics_Params", pHostObject=self.object, metricType=kind)
+            found |= {got.ppMetricNames[i].decode() for i in range(got.numMetrics)}
+        return found
+
+    def config_image(self, metrics: Sequence[str]) -> Any:
+        """The config image that collects ``metrics`` (a ctypes byte array)."""
+        names = _names(metrics)
+        _struct("CUpti_Profiler_Host_ConfigAddMetrics_Params", pHostObject=self.object, ppMetricNames=names,
+                numMetrics=len(metrics))
+        size = _struct("CUpti_Profiler_Host_GetConfigImageSize_Params", pHostObject=self.object).configImageSize
+        image = (ctypes.c_uint8 * size)()
+        _struct("CUpti_Profiler_Host_GetConfigImage_Params", pHostObject=self.object, configImageSize=size,
+                pConfigImage=ctypes.addressof(image))
+        return image
+
+    def passes(self, image: Any) -> int:
+        """How many passes ``image`` takes: each layer phase runs that many times."""
+        return _struct("CUpti_Profiler_Host_GetNumOfPasses_Params", configImageSize=len(image),
+                       pConfigImage=ctypes.addressof(image)).numOfPasses
+
+    def evaluate(self, counter_data: Any, index: int, metrics: Sequence[str]) -> list[float]:
+        """``metrics``' values in range ``index`` of the decoded ``counter_data``."""
+        values = (ctypes.c_double * len(metrics))()
+        _struct("CUpti_Profiler_Host_EvaluateToGpuValues_Params", pHostObject=self.object,
+                pCounterDataImage=ctypes.addressof(counter_data), counterDataImageSize=len(counter_data),
+                rangeIndex=index, ppMetricNames=_names(metrics), numMetrics=len(metrics), pMetricValues=values)
+        return list(values)
 
 
 class RangeSession:
@@ -33,68 +91,75 @@ class RangeSession:
     def __init__(self, metrics: Sequence[str], max_ranges: int, device: int = 0):
         self.metrics, self.max_ranges, self.device = list(metrics), max_ranges, device
         self.object: int | None = None
+        self.host: Host | None = None
         self.skipped: list[str] = []  # metrics the chip does not know, left out
+        self.settings: dict[str, Any] = {}  # what the run records of how it counted (run.collector_settings)
 
     def __enter__(self) -> RangeSession:
-        api.call(api.STRUCTS["CUpti_Profiler_Initialize_Params"].new())
-        self.host = _host(self.chip())
-        known = api.host_call("get_base_metrics", _base_metrics, self.host)
+        _struct("CUpti_Profiler_Initialize_Params")
+        try:
+            self._open()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _open(self) -> None:
+        self.host = Host(self.chip())
+        known = self.host.base_metrics()
         self.skipped = [m for m in self.metrics if m.split(".", 1)[0] not in known]  # this chip has no such counter
         self.metrics = [m for m in self.metrics if m not in self.skipped]
-        self.config = api.host_call("create_config_image", self.host.create_config_image, self.metrics)
-        enabled = api.call(api.STRUCTS["CUpti_RangeProfiler_Enable_Params"].new(
-            ctx=_current_context(), cacheControlMode=api.CACHE_CONTROL_ALL))
-        self.object = enabled.pRangeProfilerObject
-        names = (ctypes.c_char_p * len(self.metrics))(*(m.encode() for m in self.metrics))
-        size = api.call(api.STRUCTS["CUpti_RangeProfiler_GetCounterDataSize_Params"].new(
-            pRangeProfilerObject=self.object, pMetricNames=names, numMetrics=len(self.metrics),
-            maxNumOfRanges=self.max_ranges, maxNumRangeTreeNodes=self.max_ranges)).counterDataSize
+        self.config = self.host.config_image(self.metrics)
+        cache = api.version() >= api.CACHE_CONTROL_SINCE  # else the libcupti cannot be told
+        self.object = _struct("CUpti_RangeProfiler_Enable_Params", ctx=_current_context(),
+                              **(dict(cacheControlMode=api.CACHE_CONTROL_ALL) if cache
+                                 else dict(through="pRangeProfilerObject"))).pRangeProfilerObject
+        self.settings = {"range": "auto", "replay": "user", "cache_control": "all" if cache else "libcupti's default",
+                         "passes": self.host.passes(self.config), "libcupti": api.version()}
+        size = _struct("CUpti_RangeProfiler_GetCounterDataSize_Params", pRangeProfilerObject=self.object,
+                       pMetricNames=_names(self.metrics), numMetrics=len(self.metrics), maxNumOfRanges=self.max_ranges,
+                       maxNumRangeTreeNodes=self.max_ranges).counterDataSize
         self.counter_data = (ctypes.c_uint8 * size)()
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.object is not None:
-            api.call(api.STRUCTS["CUpti_RangeProfiler_Disable_Params"].new(pRangeProfilerObject=self.object))
-        api.call(api.STRUCTS["CUpti_Profiler_DeInitialize_Params"].new())
-        self.host.deinitialize()
+            _struct("CUpti_RangeProfiler_Disable_Params", pRangeProfilerObject=self.object)
+            self.object = None
+        if self.host is not None:
+            self.host.close()
+        _struct("CUpti_Profiler_DeInitialize_Params")
 
     def chip(self) -> str:
-        found = api.call(api.STRUCTS["CUpti_Device_GetChipName_Params"].new(deviceIndex=self.device))
-        return (found.pChipName or b"").decode()
+        return (_struct("CUpti_Device_GetChipName_Params", deviceIndex=self.device).pChipName or b"").decode()
 
     def begin(self) -> None:
         """A fresh counter data image, and the config for one step's passes (pass 0 first)."""
-        api.call(api.STRUCTS["CUpti_RangeProfiler_CounterDataImage_Initialize_Params"].new(
-            pRangeProfilerObject=self.object, counterDataSize=len(self.counter_data),
-            pCounterData=ctypes.addressof(self.counter_data)))
-        api.call(api.STRUCTS["CUpti_RangeProfiler_SetConfig_Params"].new(
-            pRangeProfilerObject=self.object, configSize=len(self.config), pConfig=self.config.ctypes.data,
-            counterDataImageSize=len(self.counter_data), pCounterDataImage=ctypes.addressof(self.counter_data),
-            range=api.AUTO_RANGE, replayMode=api.USER_REPLAY, maxRangesPerPass=self.max_ranges,
-            numNestingLevels=1, minNestingLevel=1, passIndex=0, targetNestingLevel=1))
+        _struct("CUpti_RangeProfiler_CounterDataImage_Initialize_Params", pRangeProfilerObject=self.object,
+                counterDataSize=len(self.counter_data), pCounterData=ctypes.addressof(self.counter_data))
+        _struct("CUpti_RangeProfiler_SetConfig_Params", pRangeProfilerObject=self.object, configSize=len(self.config),
+                pConfig=ctypes.addressof(self.config), counterDataImageSize=len(self.counter_data),
+                pCounterDataImage=ctypes.addressof(self.counter_data), range=api.AUTO_RANGE,
+                replayMode=api.USER_REPLAY, maxRangesPerPass=self.max_ranges, numNestingLevels=1, minNestingLevel=1,
+                passIndex=0, targetNestingLevel=1)
 
     def start(self) -> None:
-        api.call(api.STRUCTS["CUpti_RangeProfiler_Start_Params"].new(pRangeProfilerObject=self.object))
+        _struct("CUpti_RangeProfiler_Start_Params", pRangeProfilerObject=self.object)
 
     def stop(self) -> bool:
-        stopped = api.call(api.STRUCTS["CUpti_RangeProfiler_Stop_Params"].new(pRangeProfilerObject=self.object))
-        return bool(stopped.isAllPassSubmitted)
+        return bool(_struct("CUpti_RangeProfiler_Stop_Params", pRangeProfilerObject=self.object).isAllPassSubmitted)
 
     def ranges(self) -> list[tuple[str, dict[str, float]]]:
         """The step's ranges in launch order: each one's name (its kernel's) and metric values."""
-        import numpy as np
-
-        api.call(api.STRUCTS["CUpti_RangeProfiler_DecodeData_Params"].new(pRangeProfilerObject=self.object))
-        image = np.frombuffer(self.counter_data, dtype=np.uint8)
+        assert self.host is not None
+        _struct("CUpti_RangeProfiler_DecodeData_Params", pRangeProfilerObject=self.object)
         where = dict(pCounterDataImage=ctypes.addressof(self.counter_data), counterDataImageSize=len(self.counter_data))
-        count = api.call(api.STRUCTS["CUpti_RangeProfiler_GetCounterDataInfo_Params"].new(**where)).numTotalRanges
+        count = _struct("CUpti_RangeProfiler_GetCounterDataInfo_Params", **where).numTotalRanges
         found = []
         for index in range(count):
-            info = api.call(api.STRUCTS["CUpti_RangeProfiler_CounterData_GetRangeInfo_Params"].new(
-                rangeIndex=index, rangeDelimiter=DELIMITER, **where))
-            values = api.host_call("evaluate_metric_values", self.host.evaluate_metric_values, image, self.metrics,
-                                   index)
-            found.append(((info.rangeName or b"").decode(), dict(zip(self.metrics, map(float, values)))))
+            name = _struct("CUpti_RangeProfiler_CounterData_GetRangeInfo_Params", rangeIndex=index,
+                           rangeDelimiter=DELIMITER, **where).rangeName
+            values = self.host.evaluate(self.counter_data, index, self.metrics)
+            found.append(((name or b"").decode(), dict(zip(self.metrics, values))))
         return found
 
 
@@ -121,31 +186,9 @@ class PhasePasses:
         return done
 
 
-def _host(chip: str) -> Any:
-    """cupti-python's host object for ``chip``'s range profiler; one line where it is missing."""
-    try:
-        from cupti import profiler_host
-    except ImportError:
-        raise BackendUnavailable("the CUPTI collector needs cupti-python: pip install -e '.[cupti]'") from None
-    host = profiler_host.ProfilerHost(chip, profiler_host.ProfilerType.RANGE_PROFILER)
-    api.host_call(f"ProfilerHost.initialize for chip {chip!r}", host.initialize)
-    return host
-
-
-def _base_metrics(host: Any) -> set[str]:
-    """Every base metric the chip's profiler knows, of each type. The three by name: the enum also
-    holds ``_COUNT``, which CUPTI refuses (ERROR_INVALID_PARAMETER on an H200, 2026-11-26)."""
-    from cupti.profiler_host import MetricType
-
-    return {name for kind in METRIC_TYPES for name in host.get_base_metrics(getattr(MetricType, kind))}
-
-
-METRIC_TYPES = ("COUNTER", "RATIO", "THROUGHPUT")
-
-
 def _current_context() -> int:
-    """The calling thread's CUDA context (CuPy's, once it has run anything), as CUPTI takes it:
-    the driver's own cuCtxGetCurrent, through ctypes (tracker's GPU code holds CuPy's imports)."""
+    """The calling thread's CUDA context (CuPy's or PyTorch's, once it has run anything), as CUPTI
+    takes it: the driver's own cuCtxGetCurrent, through ctypes (tracker's GPU code holds CuPy's imports)."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:

@@ -51,8 +51,26 @@ def main() -> None:
     version = check("ncu", lambda: find("ncu").version)
     sanitizer = check("compute-sanitizer", lambda: find_sanitizer() or _missing("compute-sanitizer"))
     check("tiny kernel", tiny_kernel)
+    note("libcupti", libcupti)
     print(f"{device['device_name']} CC {device['compute_capability']}, driver {device['driver_version']}, "
           f"CUDA {device['cuda_version']}; ncu {version}; sanitizer {'found' if sanitizer else 'missing'}")
+
+
+def note(name: str, thunk) -> None:
+    """A check whose failure stops nothing (what only one collector needs): one line either way."""
+    try:
+        print(f"ok   {name}: {thunk()}")
+    except Exception as exc:
+        print(f"note {name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def libcupti() -> str:
+    """Which libcupti the CUPTI collector loads, its API version, and where its nvperf came from."""
+    from tracker.profilers import cupti_range
+
+    version = cupti_range.version()
+    loaded = sorted({line.split()[-1] for line in open("/proc/self/maps") if "nvperf_host" in line})
+    return f"{cupti_range.describe_library()}, API {version}; nvperf_host {', '.join(loaded) or 'not loaded'}"
 
 
 def _missing(what: str):

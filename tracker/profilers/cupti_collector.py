@@ -8,7 +8,7 @@ which are perfworks' (``SOURCES``).
 **Never profiled a launch on a GPU yet** (an H200 stopped it at the host side: cupti_session.py).
 Asked for by name only (``--backend cupti``); ``auto`` keeps ncu, until the GPU suite has shown it
 agrees with ncu's counts. Ours run in this process; the library arm (``--impl torch``, ``--torch``)
-in a child that loads this libcupti before PyTorch loads its own (tracker/library/torch_cupti.py),
+in a child that loads this libcupti before PyTorch loads its own (tracker/profilers/cupti_child.py),
 each of PyTorch's layer phases replayed per pass (``TorchStep.iteration(passes)``), the autograd
 engine's gradient sums inside them joined as pass 1 gives them to their layer phase.
 """
@@ -60,18 +60,18 @@ def _session(metrics: list[str], most: int) -> Any:
 
 
 def _library_child(workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> Ranges:
-    """The library arm's ranges, from a child process (tracker/library/torch_cupti.py)."""
+    """The library arm's ranges, from a child process (tracker/profilers/cupti_child.py)."""
     import json
     import sys
     import tempfile
     from pathlib import Path
 
-    from tracker.library.torch_cupti import RANGES
+    from tracker.profilers.cupti_child import RANGES
     from tracker.library.torch_run import run_child_process
 
     with tempfile.TemporaryDirectory(prefix="tracker-cupti-") as tmp:
-        run_child_process([sys.executable, "-m", "tracker.library.torch_cupti", workload.to_json(), json.dumps(metrics),
-                           str(most), tmp], echo)
+        run_child_process([sys.executable, "-m", "tracker.profilers.cupti_child", workload.to_json(),
+                           json.dumps(metrics), str(most), tmp], echo)
         found = json.loads((Path(tmp) / RANGES).read_text())
     return [(name, values) for name, values in found["ranges"]], found["skipped"], found["settings"]
 

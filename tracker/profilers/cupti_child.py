@@ -1,11 +1,12 @@
 """Pass 2 of the library arm under CUPTI's range profiler (issue 47), in a child process of its own:
-``python -m tracker.library.torch_cupti WORKLOAD METRICS MOST FOLDER``.
+``python -m tracker.profilers.cupti_child WORKLOAD METRICS MOST FOLDER``.
 
 The libcupti is loaded before PyTorch loads one (with its nvperf libraries, from its own folder:
-``cupti_range.library``), so that the process holds one: PyTorch links to the one already loaded. The step warms up, and each measured iteration runs every
-layer phase once per counter pass (``TorchStep.iteration(passes)``, ``ModuleStep``'s). The ranges,
-one per launch in launch order with their metric values, and the metrics CUPTI does not know go
-to FOLDER/ranges.json; the parent joins the ranges onto pass 1's launches
+``cupti_range.library``), so that the process holds one: PyTorch links to the one already loaded.
+The step warms up, and each measured iteration runs every layer phase once per counter pass
+(``TorchStep.iteration(passes)``, ``ModuleStep``'s). The ranges, one per launch in launch order
+with their metric values, the metrics CUPTI does not know and how it counted go to
+FOLDER/ranges.json; the parent joins the ranges onto pass 1's launches
 (tracker/profilers/cupti_collector.py). It ends as pass 1's child does (``torch_run.child_main``).
 
 **Never run on a GPU yet.**

@@ -13,11 +13,15 @@
 //            variants' backward, whose output gradient passes the ReLU inside the GEMM. The
 //            _images kernels (the gemm variant's, which has no fused ReLU) ignore it.
 //   per_image  C's columns per image (the conv `gemm` variant's batched output); N for a matrix.
-//   splitk_reduce  C = the sum of the split-K partials, in split order, through the epilogue.
+//   gemm_nn_batched, gemm_nt_batched  `batch` independent GEMMs of one shape in one launch (a
+//            Winograd variant's transformed points): item i reads A + i stride_a, B + i stride_b and
+//            writes C + i stride_c; grid z holds batch x splits (common.cuh's split_store).
+//   splitk_reduce  C = the sum of the split-K partials, in split order, through the epilogue; for
+//            a batch, each item's (partial: batch x splits x M x N; C + i stride_c).
 //   bias_grad  db[k] = sum over n and j of dy[n][k][j] (masked likewise): one block per channel.
 //
-// Grid for the GEMMs: (ceil(N / TILE_N), ceil(M / TILE_M), splits), GEMM_THREADS threads; with
-// more than one split, `partial` holds splits x M x N floats.
+// Grid for the GEMMs: (ceil(N / TILE_N), ceil(M / TILE_M), batch x splits), GEMM_THREADS threads;
+// with more than one split, `partial` holds batch x splits x M x N floats.
 #include "common.cuh"
 
 #define GEMM_ARGS                                                                                 \
@@ -51,16 +55,36 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS) gemm_nt_ima
     gemm_tile(M, N, K, k_chunk, Images<LOADS_A, true>{a, lda, M}, Dense<LOADS_B, true>{b, ldb}, GEMM_EPILOGUE);
 }
 
-// Grid-stride over the M x N outputs, any block size.
+// One batched GEMM's item: its operands and output, and its slice of the reduction.
+#define BATCH_ITEM                                                                   \
+    const size_t item = blockIdx.z / splits_of(K, k_chunk);                          \
+    a += item * stride_a;                                                            \
+    b += item * stride_b;                                                            \
+    c += item * stride_c;
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
+    gemm_nn_batched(GEMM_ARGS, int stride_a, int stride_b, int stride_c) {
+    BATCH_ITEM
+    gemm_tile(M, N, K, k_chunk, Dense<LOADS_A, true>{a, lda}, Dense<LOADS_B, false>{b, ldb}, GEMM_EPILOGUE);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
+    gemm_nt_batched(GEMM_ARGS, int stride_a, int stride_b, int stride_c) {
+    BATCH_ITEM
+    gemm_tile(M, N, K, k_chunk, Dense<LOADS_A, true>{a, lda}, Dense<LOADS_B, true>{b, ldb}, GEMM_EPILOGUE);
+}
+
+// Grid-stride over the batch x M x N outputs, any block size.
 extern "C" __global__ void splitk_reduce(const float* RESTRICT partial, int splits, float* RESTRICT c, int M,
                                          int N, int per_image, const float* RESTRICT bias, int bias_per_row,
-                                         int relu, int accumulate) {
-    const Store out{c, M, per_image, bias, bias_per_row != 0, relu != 0, accumulate != 0};
+                                         int relu, int accumulate, int batch, int stride_c) {
     const size_t plane = (size_t)M * N;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < M * N; i += gridDim.x * blockDim.x) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < batch * plane; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t item = i / plane, at = i % plane;
+        const Store out{c + item * stride_c, M, per_image, bias, bias_per_row != 0, relu != 0, accumulate != 0};
         float v = 0.f;
-        for (int z = 0; z < splits; ++z) v += partial[z * plane + i];
-        out(i / N, i % N, v);
+        for (int z = 0; z < splits; ++z) v += partial[(item * splits + z) * plane + at];
+        out((int)(at / N), (int)(at % N), v);
     }
 }
 

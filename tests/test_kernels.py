@@ -187,11 +187,9 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     assert {r["verified_on"] for r in rows if r["op"] not in NOT_YET_ON_A_GPU} == {"NVIDIA H200"}
     assert {r["verified_on"] for r in rows if r["op"] in NOT_YET_ON_A_GPU} == {None}
     assert all(isinstance(r["changed_since"], bool) for r in rows if r["op"] not in NOT_YET_ON_A_GPU)
-    # since the H200: conv2d.cu's data gradient takes the transposed convolution's bias, and
-    # maxpool.cu holds the 3-D pools; ReLU's kernels did not change
-    changed = {(r["op"], r["variant"]) for r in rows if r["changed_since"]}
-    assert {("conv", "global"), ("conv", "shared"), ("maxpool", "global"), ("maxpool", "shared")} <= changed
-    assert ("relu", "global") not in changed
+    # since the H200: common.cuh, which every kernel includes, counts split-K slices from K for the
+    # batched GEMM (issue 48), so every variant it verified is flagged until a GPU records them again
+    assert all(r["changed_since"] for r in rows if r["op"] not in NOT_YET_ON_A_GPU)
 
 
 @pytest.mark.slow  # compiles kernels with NVRTC

@@ -23,19 +23,26 @@ def kernels(emulator, case: Case, variant: str) -> tuple[list, list[str]]:
     return results, [k.kernel for k in emulator.log]
 
 
+def batched_points(emulator, kernel: str) -> list[int]:
+    """The grid z of each batched GEMM launch of ``kernel``: points x split-K slices."""
+    return [k.grid[2] for k in emulator.log if k.kernel == kernel]
+
+
 def test_winograd_runs_stride_1_3x3_layers_and_leaves_the_rest_to_the_implicit_gemm(emulator):
+    """Each phase's alpha^2 GEMMs are one launch (issue 48: one a point made 16-64 launches a phase)."""
     case = Case("conv", "s1", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 1})
     results, launched = kernels(emulator, case, "winograd")
     assert all(r.passed for r in results)
     fwd = launched[:launched.index("winograd_output_a4") + 1]
-    assert fwd == ["winograd_filter_a4", "winograd_input_a4", *["gemm_nn"] * 16, "winograd_output_a4"]
+    assert fwd == ["winograd_filter_a4", "winograd_input_a4", "gemm_nn_batched", "winograd_output_a4"]
+    assert batched_points(emulator, "gemm_nn_batched") == [16, 16]  # 4x4 points, forward and data gradient
     assert launched.count("winograd_output_a4") == 3  # forward, data gradient, weight gradient
     wgrad = launched[len(launched) - launched[::-1].index("winograd_input_a4") - 2:]  # from its first transform
-    assert wgrad == ["winograd_input_a4"] * 2 + ["gemm_nt"] * 16 + ["winograd_output_a4", "bias_grad"]
+    assert wgrad == ["winograd_input_a4"] * 2 + ["gemm_nt_batched", "winograd_output_a4", "bias_grad"]
     five = Case("conv", "5x5", {"x": (1, 3, 8, 9), "w": (4, 3, 5, 5)}, {"stride": 1, "pad": 2})
     results, launched = kernels(emulator, five, "winograd")
-    assert all(r.passed for r in results) and launched.count("gemm_nn") == 2 * 36  # 6x6 points, fwd and bwd_data
-    assert launched.count("gemm_nt") == 36  # the weight gradient, F(5x5, 2x2): 6x6 points too
+    assert all(r.passed for r in results) and batched_points(emulator, "gemm_nn_batched") == [36, 36]  # 6x6 points
+    assert batched_points(emulator, "gemm_nt_batched") == [36]  # the weight gradient, F(5x5, 2x2): 6x6 points too
     assert not any(k.startswith("conv2d_") for k in launched)
     strided = Case("conv", "s2", {"x": (1, 3, 9, 9), "w": (4, 3, 3, 3)}, {"stride": 2, "pad": 1})
     results, launched = kernels(emulator, strided, "winograd")
@@ -51,10 +58,28 @@ def test_winograd_f4_runs_4x4_output_tiles(emulator, w, pad, alpha):
     results, launched = kernels(emulator, case, "winograd_f4")
     assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
     fwd = launched[:launched.index(f"winograd_output_a{alpha}") + 1]
-    assert fwd == [f"winograd_filter_a{alpha}", f"winograd_input_a{alpha}", *["gemm_nn"] * alpha ** 2,
+    assert fwd == [f"winograd_filter_a{alpha}", f"winograd_input_a{alpha}", "gemm_nn_batched",
                    f"winograd_output_a{alpha}"]
-    assert launched.count(f"winograd_output_a{alpha}") == 3 and launched.count("gemm_nt") == alpha ** 2
+    assert launched.count(f"winograd_output_a{alpha}") == 3
+    assert batched_points(emulator, "gemm_nt_batched") == [alpha ** 2]
     assert applies((1, 1, 5, 5), 1, 4) and not applies((1, 1, 5, 5), 1, 5) and not applies((1, 1, 7, 7), 1, 3)
+
+
+@pytest.mark.parametrize("split", [2, 3])
+def test_the_batched_gemm_splits_each_points_reduction_and_sums_each_alone(emulator, split):
+    """Split-K inside the batch: grid z holds points x slices, the partials points x slices x M x N,
+    and one splitk_reduce sums each point's slices into its own product; every phase against the
+    reference, a slice of 8 channels (a k-tile) at most."""
+    from tracker.ops.gemm import Tile
+    from tracker.ops.launch import blocks
+
+    case = Case("conv", "split", {"x": (2, 24, 6, 6), "w": (5, 24, 3, 3)}, {"stride": 1, "pad": 1})
+    emulator.log.clear()
+    results = run_case(emulator, case, "winograd", tile=Tile(32, 64, 8, split=split))
+    assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
+    assert batched_points(emulator, "gemm_nn_batched") == [16 * split, 16]  # the data gradient: 5 channels, one slice
+    reduced = [k.grid[0] for k in emulator.log if k.kernel == "splitk_reduce"]
+    assert reduced[0] == blocks(16 * 5 * 18)  # the forward's: all 16 points of 5 channels x 18 tiles, one launch
 
 
 @pytest.mark.parametrize("m, r", [(2, 3), (2, 5), (4, 3), (4, 5), (3, 2), (5, 2), (3, 4), (5, 4)])

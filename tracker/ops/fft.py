@@ -3,10 +3,10 @@ FFT_TILING), for stride-1 square filters, all three phases.
 
 Each phase transforms the filters and N x N tiles of the input (N the power of two that holds a
 whole output row plus the filter's overhang, as tracker/model/algorithms.py's ``fft_side``
-chooses and prices it; past 32, tiles that overlap by r - 1), multiplies per frequency on the tuned GEMM core
-(``gemm_nn``: one real GEMM a frequency, the complex product in its real 2 x 2 block form, over
-the N (N/2 + 1) frequencies a real tile's half spectrum holds), and transforms each tile's
-products back. The data gradient is a stride-1 convolution of dy padded by r - 1 - pad with the
+chooses and prices it; past 32, tiles that overlap by r - 1), multiplies per frequency on the tuned
+GEMM core (``gemm_nn_batched``: one real GEMM a frequency, the complex product in its real 2 x 2
+block form, over the N (N/2 + 1) frequencies a real tile's half spectrum holds, all in one launch:
+issue 48), and transforms each tile's products back. The data gradient is a stride-1 convolution of dy padded by r - 1 - pad with the
 filters turned and their channels swapped; the weight gradient correlates the input with dy,
 whose tiles play the filter (``_weight_gradient``). Where it does not apply (a stride above 1:
 conv1), the launch runs the shared variant's implicit GEMM, as its note says.
@@ -69,15 +69,16 @@ def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, 
     b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))  # a device array, as CuPy needs
     b.launch(SOURCE, f"fft_filter_n{n}", (M * Kc,), (n,), (w, Wb, M, Kc, r, int(flip)))
     b.launch(SOURCE, f"fft_input_n{n}", (cols, Kc), (n,), (x, X, shape))
-    for f in range(freqs):
-        Gemm("gemm_nn", M=2 * M, N=cols, K=2 * Kc, lda=2 * Kc, ldb=cols).launch(b, Wb[f], X[f], Y[f], tile=tile)
+    Gemm("gemm_nn_batched", M=2 * M, N=cols, K=2 * Kc, lda=2 * Kc, ldb=cols, batch=freqs, stride_a=4 * M * Kc,
+         stride_b=2 * Kc * cols).launch(b, Wb, X, Y, tile=tile)
     b.launch(SOURCE, f"fft_output_n{n}", (cols, M), (n,), (Y, bias, out, shape, M))
 
 
 def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile) -> None:
     """dw (K x C x r x r) = the correlation of x (images x C x H x W, padded by pad) with dy: dy's
     step x step tiles play the filter, Z = X conj(D) summed over every image's tiles by one real
-    GEMM a frequency (C x 2 tiles times 2 tiles x 2K: split-K), each pair's inverse DFT cut to r x r."""
+    GEMM a frequency, all in one launch (C x 2 tiles times 2 tiles x 2K: split-K), each pair's inverse
+    DFT cut to r x r."""
     images, C, H, W = x.shape
     K, P, Q = dy.shape[1:]
     r = dw.shape[2]
@@ -87,8 +88,8 @@ def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile)
     b.launch(SOURCE, f"fft_input_n{n}", (cols, C), (n,), (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE)))
     b.launch(SOURCE, f"fft_input_n{n}", (cols, K), (n,),
              (dy, D, _shape(images, K, P, Q, P, Q, 0, TH, TW, step, step, BLOCK)))
-    for f in range(freqs):
-        Gemm("gemm_nt", M=C, N=2 * K, K=2 * cols, lda=2 * cols, ldb=2 * cols).launch(b, X[f], D[f], Z[f], tile=tile)
+    Gemm("gemm_nt_batched", M=C, N=2 * K, K=2 * cols, lda=2 * cols, ldb=2 * cols, batch=freqs, stride_a=2 * C * cols,
+         stride_b=4 * K * cols).launch(b, X, D, Z, tile=tile)
     # each (channel, output) pair an 'image' of one r x r tile: written at dw[k][c]
     b.launch(SOURCE, f"fft_output_n{n}", (K, C), (n,), (Z, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, n, SIDE), C))
 
@@ -116,6 +117,6 @@ def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAU
 
 ELSEWHERE = "NxN FFT tiles (N up to 32) for stride-1 filters; any other layer runs the shared variant's implicit GEMM"
 CONV.add("fft",
-         fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn", _IMPLICIT[0], note=ELSEWHERE),
-         bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn", _IMPLICIT[1], note=ELSEWHERE),
-         bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt", _IMPLICIT[2], BIAS_GRAD, note=ELSEWHERE))
+         fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn_batched", _IMPLICIT[0], note=ELSEWHERE),
+         bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn_batched", _IMPLICIT[1], note=ELSEWHERE),
+         bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt_batched", _IMPLICIT[2], BIAS_GRAD, note=ELSEWHERE))

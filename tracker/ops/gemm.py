@@ -119,11 +119,13 @@ class Tile:
         default = DEFAULT.defines()
         return tuple((name, v) for name, v in self.defines().items() if default[name] != v)
 
-    def splits(self, M: int, N: int, K: int) -> int:
+    def splits(self, M: int, N: int, K: int, batch: int = 1) -> int:
         """How many slices the reduction is cut into: ``split`` if set, else enough to give
-        TARGET_CTAS CTAs, at MIN_K_TILES k-tiles a slice at least. Never an empty slice."""
+        TARGET_CTAS CTAs (``batch`` GEMMs of the shape in one launch count together), at MIN_K_TILES
+        k-tiles a slice at least. Never an empty slice; the kernels count them as ceil(K / k_chunk)."""
         k_tiles = tiles(K, self.k)
-        want = self.split or min(tiles(TARGET_CTAS, tiles(M, self.m) * tiles(N, self.n)), k_tiles // MIN_K_TILES)
+        ctas = tiles(M, self.m) * tiles(N, self.n) * batch
+        want = self.split or min(tiles(TARGET_CTAS, ctas), k_tiles // MIN_K_TILES)
         chunk = tiles(k_tiles, max(1, min(want, k_tiles)))
         return tiles(k_tiles, chunk)
 
@@ -131,8 +133,8 @@ class Tile:
         """k per slice: a whole number of k-tiles."""
         return tiles(tiles(K, self.k), splits) * self.k
 
-    def grid(self, M: int, N: int, splits: int = 1) -> tuple[int, int, int]:
-        return tiles(N, self.n), tiles(M, self.m), splits
+    def grid(self, M: int, N: int, splits: int = 1, batch: int = 1) -> tuple[int, int, int]:
+        return tiles(N, self.n), tiles(M, self.m), batch * splits
 
     def splits_in(self, log: list[LaunchRecord]) -> int:
         """How many split-K slices this tile's GEMM launches in a backend's log ran: their grid's z
@@ -199,6 +201,7 @@ class Out:
     bias_per_row: bool = False
     relu: bool = False
     accumulate: bool = False
+    stride: int = 0  # a batched GEMM's: floats from one item's C to the next
 
 
 def leaves_out(launch: Launch, tile: Tile | None) -> bool:
@@ -208,22 +211,24 @@ def leaves_out(launch: Launch, tile: Tile | None) -> bool:
 
 
 def run(b: Backend, source: str, kernel: str, tile: Tile, M: int, N: int, K: int,
-        args: Callable[[Any, int], tuple], out: Out, masked: bool = False) -> None:
-    """Launch a GEMM-shaped kernel of ``tile`` over C (M x N) with reduction K; ``args(partial,
-    k_chunk)`` are its arguments, which pass a ReLU mask exactly when ``masked`` (the RELU_MASK
-    build). With more than one split, the splits' partial products go to a scratch array and
-    splitk_reduce sums them into ``out``."""
+        args: Callable[[Any, int], tuple], out: Out, masked: bool = False, batch: int = 1) -> None:
+    """Launch a GEMM-shaped kernel of ``tile`` over C (M x N) with reduction K, ``batch`` of them
+    (``Gemm.batch``); ``args(partial, k_chunk)`` are its arguments, which pass a ReLU mask exactly
+    when ``masked`` (the RELU_MASK build). With more than one split, the splits' partial products
+    go to a scratch array and splitk_reduce sums them into ``out``."""
     if masked and not tile.fits(masked=True):
         raise ValueError(f"tile {tile.label} with the ReLU mask's ring needs {tile.masked_shared_bytes:,} of at "
                          f"most {DEFAULT_SHARED:,} bytes of shared memory")
-    splits = tile.splits(M, N, K)
-    partial = b.empty((splits, M, N)) if splits > 1 else None
-    b.launch(source, kernel, tile.grid(M, N, splits), (tile.threads,), args(partial, tile.k_chunk(K, splits)),
+    splits = tile.splits(M, N, K, batch)
+    chunk = tile.k_chunk(K, splits)
+    assert tiles(K, chunk) == splits  # how the kernels count the slices (common.cuh's splits_of)
+    partial = b.empty((batch * splits, M, N)) if splits > 1 else None
+    b.launch(source, kernel, tile.grid(M, N, splits, batch), (tile.threads,), args(partial, chunk),
              defines=tile.overrides + (MASKED if masked else ()))
     if splits > 1:
-        b.launch("gemm.cu", "splitk_reduce", (blocks(M * N),), (THREADS,),
+        b.launch("gemm.cu", "splitk_reduce", (blocks(batch * M * N),), (THREADS,),
                  (partial, splits, out.c, M, N, out.per_image, out.bias, int(out.bias_per_row), int(out.relu),
-                  int(out.accumulate)))
+                  int(out.accumulate), batch, out.stride))
 
 
 @dataclass(frozen=True)
@@ -233,9 +238,11 @@ class Gemm:
     reads A transposed, ``gemm_nt`` B; an ``_images`` kernel reads one operand as images of
     rows x ld, see gemm.cu). ``a_mask``: read A through a ReLU mask (the fused backward);
     ``bias`` per row or per column; ``relu`` on the result; ``accumulate`` adds to C;
-    ``per_image``: C is images of M x per_image (0: a plain matrix)."""
+    ``per_image``: C is images of M x per_image (0: a plain matrix). ``batch``: that many GEMMs
+    of the shape in one launch (a ``_batched`` kernel), item i reading A and B ``stride_a`` and
+    ``stride_b`` floats on and writing the i-th M x N matrix of C."""
 
-    kernel: str  # gemm_nn, gemm_tn, gemm_nt, gemm_tn_images, gemm_nt_images
+    kernel: str  # gemm_nn, gemm_tn, gemm_nt, gemm_tn_images, gemm_nt_images, gemm_nn_batched, gemm_nt_batched
     M: int
     N: int
     K: int
@@ -245,15 +252,21 @@ class Gemm:
     relu: bool = False
     accumulate: bool = False
     per_image: int = 0
+    batch: int = 1
+    stride_a: int = 0
+    stride_b: int = 0
 
     def launch(self, b: Backend, a: Any, bmat: Any, c: Any, a_mask: Any = None, bias: Any = None,
                tile: Tile = DEFAULT) -> None:
-        out = Out(c, self.per_image or self.N, bias, self.bias_per_row, self.relu, self.accumulate)
+        batched = self.kernel.endswith("_batched")
+        out = Out(c, self.per_image or self.N, bias, self.bias_per_row, self.relu, self.accumulate,
+                  stride=self.M * self.N if batched else 0)
+        strides = (self.stride_a, self.stride_b, out.stride) if batched else ()
         run(b, "gemm.cu", self.kernel, tile, self.M, self.N, self.K,
             lambda partial, chunk: (a, a_mask, bmat, c, partial, self.M, self.N, self.K, self.lda, self.ldb, chunk,
                                     out.per_image, bias, int(self.bias_per_row), int(self.relu),
-                                    int(self.accumulate)),
-            out, masked=a_mask is not None)
+                                    int(self.accumulate), *strides),
+            out, masked=a_mask is not None, batch=self.batch)
 
 
 BIAS_GRAD = "gemm.cu:bias_grad"

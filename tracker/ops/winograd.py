@@ -3,10 +3,11 @@ convolutions (AlexNet's conv2-5), all three phases: ``winograd`` runs F(2x2, rxr
 most accurate), ``winograd_f4`` F(4x4, rxr) (fewer multiplies, larger transforms, larger error;
 `tracker experiment algorithms` puts both side by side with their errors).
 
-Each phase is the filter transform, the input transform, alpha^2 GEMMs on the tuned GEMM core
-(``gemm_nn``: one per point of the alpha x alpha transformed tile, outputs x channels times
-channels x tiles; alpha = m + r - 1: 4 and 6 for F(2x2, 3x3) and F(2x2, 5x5), 6 and 8 for
-F(4x4, 3x3) and F(4x4, 5x5)) and the output transform. The transform matrices are derived here
+Each phase is the filter transform, the input transform, alpha^2 GEMMs on the tuned GEMM core in
+one launch (``gemm_nn_batched``: one per point of the alpha x alpha transformed tile, outputs x
+channels times channels x tiles, the grid's z holding points x split-K slices; a launch a point
+made 16-64 launches a phase, issue 48; alpha = m + r - 1: 4 and 6 for F(2x2, 3x3) and F(2x2, 5x5),
+6 and 8 for F(4x4, 3x3) and F(4x4, 5x5)) and the output transform. The transform matrices are derived here
 by Cook-Toom (``matrices``, points 0, 1, -1, 2, -2, 1/2, -1/2: Lavin & Gray's) and checked to
 reproduce the correlation exactly. The data gradient is a stride-1 convolution of dy padded by
 r - 1 - pad with the filters turned and their channels swapped. The weight gradient is
@@ -105,15 +106,15 @@ def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: An
     b.to_constant(SOURCE, "c_wino", b.asarray(_constants(m, r)))  # a device array, as CuPy needs
     b.launch(SOURCE, f"winograd_filter_a{side}", (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
     b.launch(SOURCE, f"winograd_input_a{side}", (blocks(Kc * cols),), (THREADS,), (x, V, shape))
-    for point in range(points):
-        Gemm("gemm_nn", M=M, N=cols, K=Kc, lda=Kc, ldb=cols).launch(b, U[point], V[point], products[point], tile=tile)
+    Gemm("gemm_nn_batched", M=M, N=cols, K=Kc, lda=Kc, ldb=cols, batch=points, stride_a=M * Kc,
+         stride_b=Kc * cols).launch(b, U, V, products, tile=tile)
     b.launch(SOURCE, f"winograd_output_a{side}", (blocks(M * cols),), (THREADS,), (products, bias, out, shape, M))
 
 
 def _weight_gradient(b: Backend, m: int, x: Any, dy: Any, dw: Any, pad: int, tile: Tile) -> None:
     """dw (K x C x r x r) = the correlation of x (N x C x H x W, padded by pad) with dy (N x K x P x
     Q): F(rxr, mxm), dy's m x m tiles the filter, each channel pair's alpha^2 products summed over
-    every image's tiles by one GEMM a point (C x tiles times tiles x K: split-K)."""
+    every image's tiles by a GEMM a point, all in one launch (C x tiles times tiles x K: split-K)."""
     N, C, H, W = x.shape
     K, P, Q = dy.shape[1:]
     r = dw.shape[2]
@@ -126,8 +127,8 @@ def _weight_gradient(b: Backend, m: int, x: Any, dy: Any, dw: Any, pad: int, til
              (x, V, _shape(N, C, H, W, P, Q, pad, TH, TW, m, r, extent=side)))  # B^T d B
     b.launch(SOURCE, f"winograd_input_a{side}", (blocks(K * cols),), (THREADS,),
              (dy, U, _shape(N, K, P, Q, P, Q, 0, TH, TW, m, r, extent=m, matrix=points)))  # G t G^T
-    for point in range(points):
-        Gemm("gemm_nt", M=C, N=K, K=cols, lda=cols, ldb=cols).launch(b, V[point], U[point], products[point], tile=tile)
+    Gemm("gemm_nt_batched", M=C, N=K, K=cols, lda=cols, ldb=cols, batch=points, stride_a=C * cols,
+         stride_b=K * cols).launch(b, V, U, products, tile=tile)
     # each (channel, output) pair an 'image' of one r x r tile: written at dw[k][c]
     b.launch(SOURCE, f"winograd_output_a{side}", (blocks(C * K),), (THREADS,),
              (products, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, m, extent=side), C))
@@ -163,8 +164,10 @@ for _name, _m in OUTPUT_TILES.items():
     _elsewhere = (f"F({_m}x{_m},3x3) and F({_m}x{_m},5x5) for stride-1 filters; any other layer runs the shared "
                   "variant's implicit GEMM")
     CONV.add(_name, error_scale=ERROR_SCALE,
-             fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn", _IMPLICIT[0], note=_elsewhere),
-             bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn", _IMPLICIT[1], note=_elsewhere),
-             bwd_weight=tiled(partial(_bwd_weight, m=_m), *kernels(_m), "gemm.cu:gemm_nt", _IMPLICIT[2], BIAS_GRAD,
+             fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", _IMPLICIT[0], note=_elsewhere),
+             bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", _IMPLICIT[1],
+                            note=_elsewhere),
+             bwd_weight=tiled(partial(_bwd_weight, m=_m), *kernels(_m), "gemm.cu:gemm_nt_batched", _IMPLICIT[2],
+                              BIAS_GRAD,
                               note=f"F(3x3,{_m}x{_m}) and F(5x5,{_m}x{_m}) on dy's tiles for stride-1 filters; any "
                                    "other layer runs the shared variant's implicit GEMM"))

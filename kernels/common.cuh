@@ -188,12 +188,12 @@ struct Store {
     __device__ __forceinline__ void operator()(int m, int n, float v) const { (*this)(m, n, column(n), v); }
 };
 
-// Split-K: K is cut into splits = ceil(K / k_chunk) slices, and CTA z multiplies slice z % splits,
-// k in [that * k_chunk, (that + 1) * k_chunk); a batched GEMM's z counts its items' slices in turn
-// (item z / splits: gemm.cu's _batched kernels). With one split (no partial) it stores through `out`;
-// with more, its raw partial product goes to partial[z] (M x N), and gemm.cu's splitk_reduce adds
-// the splits in order and applies `out`: deterministic.
-__device__ __forceinline__ int splits_of(int K, int k_chunk) { return (K + k_chunk - 1) / k_chunk; }
+// Split-K: CTA z of gridDim.z multiplies k in [z * k_chunk, (z + 1) * k_chunk). With one split (no
+// partial) it stores through `out`; with more, its raw partial product goes to partial[z] (M x N),
+// and gemm.cu's splitk_reduce adds the splits in order and applies `out`: deterministic.
+// A batched GEMM's grid y holds its items' row tiles in turn: CTA y is row tile y % tiles_of(M,
+// TILE_M) of item y / tiles_of(M, TILE_M) (gemm.cu's _batched kernels), so z is the split still.
+__device__ __forceinline__ int tiles_of(int n, int tile) { return (n + tile - 1) / tile; }
 
 __device__ __forceinline__ Store split_store(const Store& out, float* RESTRICT partial, int M, int N) {
     if (partial == nullptr) return out;
@@ -308,8 +308,8 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     const int t = threadIdx.x, lane = t % 32, warp = t / 32;
     constexpr int WARPS_N = TILE_N / (WARP_COLS * THREAD_N);
     const int tx = (warp % WARPS_N) * WARP_COLS + lane % WARP_COLS, ty = (warp / WARPS_N) * WARP_ROWS + lane / WARP_COLS;
-    const int m0 = blockIdx.y * TILE_M, n0 = blockIdx.x * TILE_N;
-    const int k_begin = (blockIdx.z % splits_of(K, k_chunk)) * k_chunk, k_end = min(K, k_begin + k_chunk);
+    const int m0 = (blockIdx.y % tiles_of(M, TILE_M)) * TILE_M, n0 = blockIdx.x * TILE_N;
+    const int k_begin = blockIdx.z * k_chunk, k_end = min(K, k_begin + k_chunk);
 
     const int ka = A::k_contiguous ? t % TILE_K : t / LANES, oa = A::k_contiguous ? t / TILE_K : t % LANES;
     const int kb = B::k_contiguous ? t % TILE_K : t / LANES, ob = B::k_contiguous ? t / TILE_K : t % LANES;

@@ -14,13 +14,14 @@
 //            _images kernels (the gemm variant's, which has no fused ReLU) ignore it.
 //   per_image  C's columns per image (the conv `gemm` variant's batched output); N for a matrix.
 //   gemm_nn_batched, gemm_nt_batched  `batch` independent GEMMs of one shape in one launch (a
-//            Winograd variant's transformed points): item i reads A + i stride_a, B + i stride_b and
-//            writes C + i stride_c; grid z holds batch x splits (common.cuh's split_store).
+//            Winograd variant's transformed points, the FFT's frequencies): item i reads A + i
+//            stride_a, B + i stride_b and writes C + i stride_c (its partials: partial + i x splits
+//            x M x N); grid y holds the items' row tiles in turn (common.cuh's gemm_tile).
 //   splitk_reduce  C = the sum of the split-K partials, in split order, through the epilogue; for
 //            a batch, each item's (partial: batch x splits x M x N; C + i stride_c).
 //   bias_grad  db[k] = sum over n and j of dy[n][k][j] (masked likewise): one block per channel.
 //
-// Grid for the GEMMs: (ceil(N / TILE_N), ceil(M / TILE_M), batch x splits), GEMM_THREADS threads;
+// Grid for the GEMMs: (ceil(N / TILE_N), ceil(M / TILE_M) x batch, splits), GEMM_THREADS threads;
 // with more than one split, `partial` holds batch x splits x M x N floats.
 #include "common.cuh"
 
@@ -55,12 +56,13 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS) gemm_nt_ima
     gemm_tile(M, N, K, k_chunk, Images<LOADS_A, true>{a, lda, M}, Dense<LOADS_B, true>{b, ldb}, GEMM_EPILOGUE);
 }
 
-// One batched GEMM's item: its operands and output, and its slice of the reduction.
+// One batched GEMM's item: its operands, its output and its partials.
 #define BATCH_ITEM                                                                   \
-    const size_t item = blockIdx.z / splits_of(K, k_chunk);                          \
+    const size_t item = blockIdx.y / tiles_of(M, TILE_M);                            \
     a += item * stride_a;                                                            \
     b += item * stride_b;                                                            \
-    c += item * stride_c;
+    c += item * stride_c;                                                            \
+    if (partial != nullptr) partial += item * gridDim.z * M * N;
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
     gemm_nn_batched(GEMM_ARGS, int stride_a, int stride_b, int stride_c) {

@@ -30,7 +30,7 @@ def test_fft_runs_stride_1_layers_in_one_tile_an_image_and_leaves_the_rest_to_th
     frequencies = 16 * 9  # 7 outputs + 2 of overhang: 16-point tiles, half spectrum 16 x 9
     fwd = launched[:launched.index("fft_output_n16") + 1]
     assert fwd == ["fft_filter_n16", "fft_input_n16", "gemm_nn_batched", "fft_output_n16"]  # every frequency, one launch
-    assert [k.grid[2] for k in emulator.log if k.kernel.endswith("_batched")] == [frequencies] * 3
+    assert [k.grid[1:] for k in emulator.log if k.kernel.endswith("_batched")] == [(frequencies, 1)] * 3
     assert launched.count("fft_output_n16") == 3  # forward, data gradient, weight gradient
     wgrad = launched[launched.index("gemm_nt_batched") - 2:]  # dy's tiles (7 outputs in 14-wide steps: one an image)
     assert wgrad == ["fft_input_n16"] * 2 + ["gemm_nt_batched", "fft_output_n16", "bias_grad"]
@@ -62,7 +62,7 @@ def test_a_plane_wider_than_a_tile_is_cut_into_overlapping_tiles(emulator):
     # 40 outputs in 30-wide steps of 32-point tiles: 2 x 2 tiles, 32 x 17 frequencies
     input_launch = next(r for r in emulator.log if r.kernel == "fft_input_n32")
     assert input_launch.grid == (4, 3, 1) and input_launch.block == (32, 1, 1)
-    assert [k.grid[2] for k in emulator.log if k.kernel.endswith("_batched")] == [32 * 17] * 3
+    assert [k.grid[1] for k in emulator.log if k.kernel.endswith("_batched")] == [32 * 17] * 3
 
 
 @pytest.mark.parametrize("x, w, pad", [

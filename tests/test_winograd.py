@@ -24,8 +24,9 @@ def kernels(emulator, case: Case, variant: str) -> tuple[list, list[str]]:
 
 
 def batched_points(emulator, kernel: str) -> list[int]:
-    """The grid z of each batched GEMM launch of ``kernel``: points x split-K slices."""
-    return [k.grid[2] for k in emulator.log if k.kernel == kernel]
+    """The grid y of each batched GEMM launch of ``kernel``: its points' row tiles in turn (one
+    each at these sizes, so the points)."""
+    return [k.grid[1] for k in emulator.log if k.kernel == kernel]
 
 
 def test_winograd_runs_stride_1_3x3_layers_and_leaves_the_rest_to_the_implicit_gemm(emulator):
@@ -67,19 +68,21 @@ def test_winograd_f4_runs_4x4_output_tiles(emulator, w, pad, alpha):
 
 @pytest.mark.parametrize("split", [2, 3])
 def test_the_batched_gemm_splits_each_points_reduction_and_sums_each_alone(emulator, split):
-    """Split-K inside the batch: grid z holds points x slices, the partials points x slices x M x N,
-    and one splitk_reduce sums each point's slices into its own product; every phase against the
-    reference, a slice of 8 channels (a k-tile) at most."""
+    """Split-K inside the batch: grid y holds the points, z the slices, the partials points x slices
+    x M x N, and one splitk_reduce sums each point's slices into its own product; every phase
+    against the reference."""
     from tracker.ops.gemm import Tile
     from tracker.ops.launch import blocks
 
-    case = Case("conv", "split", {"x": (2, 24, 6, 6), "w": (5, 24, 3, 3)}, {"stride": 1, "pad": 1})
+    case = Case("conv", "split", {"x": (2, 24, 6, 6), "w": (40, 24, 3, 3)}, {"stride": 1, "pad": 1})
     emulator.log.clear()
     results = run_case(emulator, case, "winograd", tile=Tile(32, 64, 8, split=split))
     assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
-    assert batched_points(emulator, "gemm_nn_batched") == [16 * split, 16]  # the data gradient: 5 channels, one slice
+    assert batched_points(emulator, "gemm_nn_batched") == [2 * 16, 16]  # 40 outputs in 32-row tiles: two a point
+    slices = [k.grid[2] for k in emulator.log if k.kernel.endswith("_batched")]
+    assert slices == [split, split, split]
     reduced = [k.grid[0] for k in emulator.log if k.kernel == "splitk_reduce"]
-    assert reduced[0] == blocks(16 * 5 * 18)  # the forward's: all 16 points of 5 channels x 18 tiles, one launch
+    assert reduced[0] == blocks(16 * 40 * 18)  # the forward's: all 16 points of 40 channels x 18 tiles, one launch
 
 
 @pytest.mark.parametrize("m, r", [(2, 3), (2, 5), (4, 3), (4, 5), (3, 2), (5, 2), (3, 4), (5, 4)])

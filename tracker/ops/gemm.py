@@ -122,7 +122,7 @@ class Tile:
     def splits(self, M: int, N: int, K: int, batch: int = 1) -> int:
         """How many slices the reduction is cut into: ``split`` if set, else enough to give
         TARGET_CTAS CTAs (``batch`` GEMMs of the shape in one launch count together), at MIN_K_TILES
-        k-tiles a slice at least. Never an empty slice; the kernels count them as ceil(K / k_chunk)."""
+        k-tiles a slice at least. Never an empty slice."""
         k_tiles = tiles(K, self.k)
         ctas = tiles(M, self.m) * tiles(N, self.n) * batch
         want = self.split or min(tiles(TARGET_CTAS, ctas), k_tiles // MIN_K_TILES)
@@ -134,7 +134,8 @@ class Tile:
         return tiles(tiles(K, self.k), splits) * self.k
 
     def grid(self, M: int, N: int, splits: int = 1, batch: int = 1) -> tuple[int, int, int]:
-        return tiles(N, self.n), tiles(M, self.m), batch * splits
+        """(column tiles, row tiles of every item of a batch in turn, split-K slices)."""
+        return tiles(N, self.n), tiles(M, self.m) * batch, splits
 
     def splits_in(self, log: list[LaunchRecord]) -> int:
         """How many split-K slices this tile's GEMM launches in a backend's log ran: their grid's z
@@ -221,7 +222,6 @@ def run(b: Backend, source: str, kernel: str, tile: Tile, M: int, N: int, K: int
                          f"most {DEFAULT_SHARED:,} bytes of shared memory")
     splits = tile.splits(M, N, K, batch)
     chunk = tile.k_chunk(K, splits)
-    assert tiles(K, chunk) == splits  # how the kernels count the slices (common.cuh's splits_of)
     partial = b.empty((batch * splits, M, N)) if splits > 1 else None
     b.launch(source, kernel, tile.grid(M, N, splits, batch), (tile.threads,), args(partial, chunk),
              defines=tile.overrides + (MASKED if masked else ()))

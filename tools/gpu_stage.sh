@@ -29,8 +29,9 @@
 #      memory (both implementations); paper 000's
 #      what-ifs (unet2d: conv type and second-conv stride at batches 1 and 16)
 #  11 CUPTI against ncu (issue 47): AlexNet at batch 128 under --backend cupti and --backend ncu into one
-#      database (each command's wall time: the ratio), `tracker agree` of the two; the library arm under
-#      cupti at batch 128 and 16, and under ncu at 16, agreed
+#      database (each command's wall time: the ratios), `tracker agree` of the two, and `ncu --set full`
+#      of the same workload (timed); the library arm under cupti at batch 128 and 16, and under ncu at
+#      16, agreed
 #  suite  the GPU suite (issue 43): `pytest -m gpu` on tests/test_gpu*.py, every command that needs
 #      a GPU at small sizes, each test asserting what it stored or wrote; each test's time in the
 #      log (stagesuite.tar.gz). Run it first in a GPU session: it says which paths work
@@ -119,6 +120,18 @@ export_pages() {
 }
 export -f export_pages
 
+# ncu_full BATCH: `ncu --set full` over AlexNet's planned workload at BATCH, the child tracker's ncu
+# pass runs (the wall time its step records: what tracker's collectors are compared with).
+ncu_full() {
+    local spec
+    spec=$(python3 -c "from tracker.gpu.network import plan; from tracker.gpu.workload import Workload
+w = Workload('alexnet', batch=$1)
+print(w.planned(plan(w.net, w.variants, w.phases), {}).to_json())")
+    "$NCU" --set full --profile-from-start off --target-processes all -f -o "/tmp/full-b$1" \
+        python3 -m tracker.profilers.child "$spec"
+}
+export -f ncu_full
+
 stage1() {
     step selftest 240 'tracker selftest --batch 2 --record --format csv > $W/selftest.csv
         rc=$?; cp tests/data/verified/*.json $W/ 2>/dev/null; exit $rc'
@@ -154,11 +167,7 @@ stage2() {
 
 stage3() {
     step ncu-b128 200 'tracker profile alexnet --batch 128 --backend ncu --repeat 1 --db $W/alexnet-b128-ncu.db'
-    step ncu-full-b128 200 'spec=$(python3 -c "from tracker.gpu.network import plan; from tracker.gpu.workload import Workload
-w = Workload(\"alexnet\", batch=128)
-print(w.planned(plan(w.net, w.variants, w.phases), {}).to_json())")
-        "$NCU" --set full --profile-from-start off --target-processes all -f -o /tmp/full-b128 \
-            python3 -m tracker.profilers.child "$spec"'
+    step ncu-full-b128 200 'ncu_full 128'
     step exp-fusion-ncu 200 'tracker experiment fusion alexnet --batch 128 --backend ncu --repeat 1 \
         --db $W/fusion-ncu-b128.db --format csv > $W/experiment-fusion-ncu.csv'
     # CuPy's pool hands out slices of one allocation: an overrun into a neighbour would go unseen.
@@ -287,6 +296,7 @@ stage11() {
     step ncu-b128 240 'tracker profile alexnet --batch 128 --backend ncu --repeat 1 --db $DB'
     step agree-b128 30 'tracker agree 2 1 --db $DB > $W/agree-b128.txt && tracker agree 2 1 --db $DB --format csv \
         > $W/agree-b128.csv && head -n 1 $W/agree-b128.txt > $W/agree-b128.key'
+    step ncu-full-b128 240 'ncu_full 128'
     step torch-cupti-b128 200 'tracker profile alexnet --batch 128 --impl torch --backend cupti --repeat 1 --db $DB'
     step torch-cupti-b16 120 'tracker profile alexnet --batch 16 --impl torch --backend cupti --repeat 1 --db $DB'
     step torch-ncu-b16 240 'tracker profile alexnet --batch 16 --impl torch --backend ncu --repeat 1 --db $DB'

@@ -125,7 +125,7 @@ def test_auto_chooses_nvprof_before_volta_and_a_named_collector_must_fit_the_gpu
     assert "compute capability 3.5, which Nsight Compute does not support" in choice.reason
     assert "nvprof 10.2.89 at" in choice.reason
     with pytest.raises(BackendUnavailable, match=r"^ncu does not profile compute capability 3.5: use --backend "
-                                                 r"nvprof; use --backend events$"):
+                                                 r"nvprof$"):
         tracker.profile.choose_backend("ncu")
     monkeypatch.setattr(detect, "compute_capability", lambda ordinal=0: 9.0)
     with pytest.raises(BackendUnavailable, match=r"nvprof does not profile compute capability 9.0: use --backend ncu"):
@@ -294,3 +294,20 @@ def test_a_workload_is_checked_where_it_is_made_and_carries_its_plan(emulator):
     run = Executor.of(emulator, child)
     assert [(s.layer.name, s.phase, s.variant) for s in run.steps] == list(child.steps)
     assert {k: t.label for k, t in run.tiles.items()} == {"conv2/fwd": "64x64x8"}
+
+
+def test_a_collector_asked_for_by_name_and_missing_says_what_runs_instead(monkeypatch):
+    """With a GPU: ncu missing points to events, libcupti missing to ncu (the one line each)."""
+    monkeypatch.setattr(tracker.profile, "require_gpu", lambda what: "1 CUDA device(s)")
+    monkeypatch.setattr(detect, "compute_capability", lambda ordinal=0: 9.0)
+    monkeypatch.setattr("tracker.profilers.ncu.find", lambda: None)
+    with pytest.raises(BackendUnavailable, match=r"; use --backend events$"):
+        tracker.profile.choose_backend("ncu")
+    from tracker.profilers import cupti_range
+
+    def missing():
+        raise BackendUnavailable("no usable libcupti (RuntimeError: not found): pip install -e '.[cupti]'")
+
+    monkeypatch.setattr(cupti_range, "library", missing)
+    with pytest.raises(BackendUnavailable, match=r"^no usable libcupti .*; use --backend ncu$"):
+        tracker.profile.choose_backend("cupti")

@@ -105,23 +105,29 @@ def _require_gpu(what: str, library: bool) -> str:
     return f"{why}, {require_torch_cuda(what)}"
 
 
+INSTEAD = {"cupti": "ncu"}  # what to use where a collector asked for by name is missing (else events)
+
+
 def _named(requested: str, options: Options, library: bool) -> Choice:
-    """--backend events, ncu or nvprof: asked for by name, so what is missing is an error."""
+    """--backend events, ncu, nvprof or cupti: asked for by name, so what is missing is an error
+    that says what runs instead: the model without a GPU, another backend without the tool."""
     from tracker import profilers
     from tracker.gpu.detect import compute_capability
 
-    fallback = "events" if requested in COLLECTORS else "model"
     try:
         why = _require_gpu(f"--backend {requested}", library)
-        if requested not in COLLECTORS:
-            return Choice(requested, f"asked for with --backend {requested} ({why})")
-        cc = compute_capability()
-        if cc is not None and not profilers.supports(requested, cc):
-            raise BackendUnavailable(f"{requested} does not profile compute capability {cc}: use --backend "
-                                     f"{profilers.for_device(cc)}")
+    except BackendUnavailable as exc:
+        raise BackendUnavailable(f"{exc}; use --backend model (no GPU needed)") from None
+    if requested not in COLLECTORS:
+        return Choice(requested, f"asked for with --backend {requested} ({why})")
+    cc = compute_capability()
+    if cc is not None and not profilers.supports(requested, cc):
+        raise BackendUnavailable(f"{requested} does not profile compute capability {cc}: use --backend "
+                                 f"{profilers.for_device(cc)}")
+    try:
         collector = profilers.find(requested, options)
     except BackendUnavailable as exc:
-        raise BackendUnavailable(f"{exc}; use --backend {fallback}") from None
+        raise BackendUnavailable(f"{exc}; use --backend {INSTEAD.get(requested, 'events')}") from None
     return Choice(requested, f"asked for with --backend {requested} ({why}; {collector.describe()})", collector)
 
 

@@ -162,6 +162,19 @@ def floor(net, batch: int, ours_ms: float, torch_ms: float) -> list[str]:
                 f"{floor_ms:.2f} ms; ours is {ours_ms / floor_ms:.2f}x it, PyTorch {torch_ms / floor_ms:.2f}x."]
 
 
+def _cudnn_best(timer, library, case, phase) -> float:
+    """cuDNN's fastest algorithm for the phase: cudnn.benchmark times its algorithms on the first
+    call of a shape and keeps the fastest (issue 48's targets are against it; the heuristic's
+    choice is the plain library time)."""
+    torch.backends.cudnn.benchmark = True
+    try:
+        run = library(case, phase)
+        run()  # the search, outside the timing
+        return timer(run)[0]
+    finally:
+        torch.backends.cudnn.benchmark = False
+
+
 def _step_time(fn, reps: int) -> tuple[float, float | None]:
     """A whole step's time: warm L2 (no flush), as in training."""
     return _timed(fn, reps)
@@ -205,9 +218,11 @@ def main() -> None:
                 baseline = f"copy {copy_ms:.3f} ms ({nbytes / copy_ms / 1e6:.0f} GB/s)"
             else:
                 lib_ms, _ = timer(op.library(case, phase))
-                ratio, target = timings[best][0] / lib_ms, f"<= {TARGETS[case.op]}x library"
+                best_ms = _cudnn_best(timer, op.library, case, phase) if case.op == "conv" else lib_ms
+                ratio, target = timings[best][0] / best_ms, f"<= {TARGETS[case.op]}x library's best"
                 met = ratio <= TARGETS[case.op]
-                baseline = f"{'cuDNN' if case.op == 'conv' else 'cuBLAS'} {lib_ms:.3f} ms"
+                baseline = (f"cuDNN {lib_ms:.3f} ms, best {best_ms:.3f} ms" if case.op == "conv"
+                            else f"cuBLAS {lib_ms:.3f} ms")
             cells = " ".join(f"{v} {ms:.3f} ({_pct(spread)})" for v, (ms, spread) in timings.items())
             lines.append(f"| {case.layer} | {phase} | {cells} | {best} | {baseline} | {ratio:.2f} | "
                          f"{target} | {'yes' if met else 'no'} |")

@@ -45,6 +45,8 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     monkeypatch.setattr("tracker.library.require_torch", lambda what="": None)
     library_run = profile_workload(db, Workload.of(net, 1, repeat=2, warmup=0, implementation="torch"),
                                    backend="events").run_id
+    best_run = profile_workload(db, Workload.of(net, 1, repeat=2, warmup=0, implementation="torch",
+                                                cudnn_benchmark=True), backend="events").run_id  # cuDNN's best, newer
     experiment_id = run_experiment(db, "algorithms", net, 1, repeat=2, warmup=0)
     store = open_store(db, write=False)
     assert list(runs(store, experiment_id)["arm"]) == [a.label for a in arms("algorithms", 1)]
@@ -62,6 +64,7 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
                                                                                    "gemm").workspace
     assert row("direct (global)", "conv1", "fwd").workspace_bytes_b == 0
     assert (winograd.library_run, winograd.library_algorithm) == (library_run, "fft")  # cuDNN's conv2 in the trace
+    assert (winograd.library_best_run, winograd.library_best_algorithm) == (best_run, "fft")  # the heuristic's kept apart
     assert set(frame.layer) <= {"conv1", "conv2", "iteration"}
     from tracker.report import report  # and its report, from the same store
 
@@ -75,7 +78,7 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     long = per_algorithm(frame)
     conv2 = long[(long.layer == "conv2") & (long.phase == "fwd")].set_index("arm")
     assert list(conv2.index) == ["implicit_gemm (shared)", *[a.label for a in arms("algorithms", 1) if not a.baseline],
-                                 "cuDNN (library run)"]
+                                 "cuDNN (library run)", "cuDNN best (cudnn.benchmark)"]
     assert conv2.loc["cuDNN (library run)", "ran"] == "fft" and conv2.loc["implicit_gemm (shared)", "workspace_bytes"] == 0
     assert conv2.loc["fft (fft)", "workspace_bytes"] == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "fft").workspace
 

@@ -124,16 +124,22 @@ def tracker_report(store, target: str, out) -> str:
     return (out / "report.md").read_text()
 
 
-def test_the_library_experiment_records_both_arms_and_reports_speedups(tmp_path, gpu_seams):
+def test_the_library_experiment_records_every_arm_and_reports_speedups(tmp_path, gpu_seams):
+    """Ours, PyTorch with cuDNN's heuristic, and PyTorch with cudnn.benchmark (cuDNN's best: the
+    runs record which), each library arm against ours."""
     from tracker.analysis.experiments import results, runs
 
     db = str(tmp_path / "t.db")
     experiment_id = tracker.experiment.run_experiment(db, "library", small_net(), 1, repeat=2, warmup=0)
     store = open_store(db, write=False)
     arms = runs(store, experiment_id)
-    assert list(arms["arm"]) == ["ours", "torch"] and list(arms["baseline"].astype(bool)) == [True, False]
-    assert [run_dict(find_run(store, int(r)))["implementation"] for r in arms["run_id"]] == ["ours", "torch"]
+    assert list(arms["arm"]) == ["ours", "torch", "torch best"]
+    assert list(arms["baseline"].astype(bool)) == [True, False, False]
+    ran = [run_dict(find_run(store, int(r))) for r in arms["run_id"]]
+    assert [r["implementation"] for r in ran] == ["ours", "torch", "torch"]
+    assert [r["library"]["cudnn_benchmark"] for r in ran[1:]] == [False, True]
     frame = results(store, experiment_id, "library")
+    assert set(frame["arm"]) == {"torch", "torch best"}
     conv2 = frame[(frame["layer"] == "conv2") & (frame["phase"] == "fwd")].iloc[0]
     assert conv2["algorithm_b"] == "fft" and conv2["speedup"] > 0
     report = tracker_report(store, f"e{experiment_id}", tmp_path / "report")

@@ -4,7 +4,8 @@
     fusion      conv and fc with a separate ReLU against the fused kernels
     variants    global vs constant vs shared vs gemm vs fused, each op's kernels where it has one
     batch       the same network at several batch sizes (runtime per layer per batch)
-    library     our kernels (tuned) against the same network run by PyTorch (cuDNN, cuBLAS)
+    library     our kernels (tuned) against the same network run by PyTorch (cuDNN, cuBLAS), with cuDNN's
+                heuristic's algorithms and with the fastest cudnn.benchmark finds
     algorithms  each convolution algorithm we have (direct, implicit GEMM, explicit GEMM, Winograd)
                 against the default's, per conv layer phase (paper 004)
 
@@ -51,19 +52,23 @@ class Arm:
     gpu: str | None = None  # the GPU kind it runs on (--gpus); None: any
     name: str = ""  # its label before the sweep's axes (batch, GPU, options) were added; "" : the label
     options: dict = field(default_factory=dict)  # network options over the experiment's (--vary)
+    cudnn_benchmark: bool = False  # torch: cuDNN times its algorithms and keeps the fastest (its best)
 
     def row(self) -> dict:
         """Its experiment_arm columns (tracker/store/schema.py)."""
         spec = dict(arm=self.name or self.label, batch=self.batch, variants=self.variants, l1_bypass=self.l1_bypass,
-                    staged=self.staged, implementation=self.implementation, options=self.options)
+                    staged=self.staged, implementation=self.implementation, options=self.options,
+                    cudnn_benchmark=self.cudnn_benchmark)
         return dict(label=self.label, comparison=self.comparison, baseline=self.baseline, spec=spec, gpu=self.gpu)
 
     @classmethod
     def of(cls, row) -> "Arm":
-        """The arm an experiment_arm row planned (one planned before --vary has no options)."""
+        """The arm an experiment_arm row planned (one planned before --vary has no options, before
+        2026-11-26 no cudnn_benchmark)."""
         spec = row.spec
         return cls(row.label, row.comparison, row.baseline, spec["batch"], spec["variants"], spec["l1_bypass"],
-                   spec["implementation"], spec["staged"], row.gpu, spec["arm"], spec.get("options", {}))
+                   spec["implementation"], spec["staged"], row.gpu, spec["arm"], spec.get("options", {}),
+                   spec.get("cudnn_benchmark", False))
 
     def network(self, net: Network) -> Network:
         """The network it runs: ``net`` (the experiment's), rebuilt with its options if it has any."""
@@ -75,6 +80,7 @@ class Arm:
 
 
 WITH_TORCH = ("library", "memory")  # kinds with a PyTorch arm
+BEST = "torch best"  # the library arm with cudnn.benchmark: cuDNN's fastest algorithm per convolution
 ON_THE_MODEL = ("batch", "memory")  # kinds the analytic model answers too (a device's roofline; the peak)
 
 # Kinds whose arms --variants chooses (the others fix their own variants), and the kind whose
@@ -141,8 +147,10 @@ def kind_arms(kind: str, batch: int, batches: tuple[int, ...] = (), variants: tu
         conv = OPS["conv"]
         return [Arm(f"{algorithm} ({name})", "algorithms", name == conv.default, batch, {"conv": name})
                 for algorithm, name in conv_algorithms().items()]
-    if kind == "library":  # ours with the tiles `tracker tune` found, as `tracker profile` runs them
-        return [Arm("ours", "library", True, batch), Arm("torch", "library", False, batch, implementation="torch")]
+    if kind == "library":  # ours with the tiles `tracker tune` found, as `tracker profile` runs them; cuDNN's
+        # heuristic's algorithms, and the fastest cudnn.benchmark finds (issue 48: the targets are against its best)
+        return [Arm("ours", "library", True, batch), Arm("torch", "library", False, batch, implementation="torch"),
+                Arm(BEST, "library", False, batch, implementation="torch", cudnn_benchmark=True)]
     if kind == "memory":  # paper 002: each arm's predicted and measured peak (run.*_peak_bytes), ours and PyTorch's
         return [Arm("ours", "memory", True, batch), Arm("torch", "memory", False, batch, implementation="torch")]
     raise TrackerError(f"unknown experiment '{kind}'; known: {', '.join(KINDS)}")
@@ -240,7 +248,8 @@ def _runnable(plan: list[Arm], net: Network, echo: Callable[[str], None]) -> lis
 def workload(net: Network, arm: Arm, repeat: int, warmup: int) -> Workload:
     """What an arm runs on the experiment's network ``net`` (checked: a bad value is refused here)."""
     return Workload.of(arm.network(net), arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, staged=arm.staged,
-                       repeat=repeat, warmup=warmup, implementation=arm.implementation)
+                       repeat=repeat, warmup=warmup, implementation=arm.implementation,
+                       cudnn_benchmark=arm.cudnn_benchmark)
 
 
 def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batches: tuple[int, ...] = (),

@@ -153,7 +153,8 @@ def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
     that ran: a Winograd arm's conv1 ran the implicit GEMM), the model's workspace of the
     algorithm that ran, its error where this GPU's selftest record holds one, and, where the
     store holds a complete library run of the same network, batch and GPU, the algorithm cuDNN
-    chose and its time."""
+    chose and its time: by its heuristic (``library_*``) and, with cudnn.benchmark, its fastest
+    (``library_best_*``)."""
     from tracker.model.algorithms import conv_cost
     from tracker.store.queries import latest_library_run
 
@@ -173,18 +174,19 @@ def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
     conv["workspace_bytes_a"] = [workspace(r, r.algorithm_a, r.baseline_arm) for r in conv.itertuples()]
     conv["workspace_bytes_b"] = [workspace(r, r.algorithm_b, r.arm) for r in conv.itertuples()]
     conv["max_error_b"] = _errors(conv, variants, info["device_name"])
-    library = latest_library_run(store, info["network"], batch, info["device_name"])
-    if library is not None:
-        cudnn = runtime(store, library)[["layer_id", "phase", "algorithm", "ms"]].rename(
-            columns={"algorithm": "library_algorithm", "ms": "library_ms"})
-        conv = conv.merge(cudnn, on=["layer_id", "phase"], how="left").assign(library_run=library)
+    for prefix, best in (("library", False), ("library_best", True)):
+        library = latest_library_run(store, info["network"], batch, info["device_name"], cudnn_benchmark=best)
+        if library is not None:
+            cudnn = runtime(store, library)[["layer_id", "phase", "algorithm", "ms"]].rename(
+                columns={"algorithm": f"{prefix}_algorithm", "ms": f"{prefix}_ms"})
+            conv = conv.merge(cudnn, on=["layer_id", "phase"], how="left").assign(**{f"{prefix}_run": library})
     return conv
 
 
 def per_algorithm(frame: pd.DataFrame) -> pd.DataFrame:
     """An algorithms experiment's table (``algorithms``) as paper 004's Figs. 8 and 9 draw it: per
     conv layer phase, one row per arm, the baseline's included once, with its time and the
-    model's workspace of the algorithm that ran, and cuDNN's time where a library run is stored."""
+    model's workspace of the algorithm that ran, and cuDNN's times (heuristic, best) where library runs are stored."""
     rows = frame[frame["layer"] != "iteration"]
     if rows.empty:
         return pd.DataFrame()
@@ -193,9 +195,10 @@ def per_algorithm(frame: pd.DataFrame) -> pd.DataFrame:
                                              workspace_bytes=rows["workspace_bytes_a"], ran=rows["algorithm_a"])
     others = rows.assign(ms=rows["b_ms"], workspace_bytes=rows["workspace_bytes_b"], ran=rows["algorithm_b"])
     parts = [base, others]
-    if "library_ms" in rows:
-        parts.append(rows.drop_duplicates(keys).assign(arm="cuDNN (library run)", ms=rows["library_ms"],
-                                                       workspace_bytes=None, ran=rows["library_algorithm"]))
+    for prefix, arm in (("library", "cuDNN (library run)"), ("library_best", "cuDNN best (cudnn.benchmark)")):
+        if f"{prefix}_ms" in rows:
+            parts.append(rows.drop_duplicates(keys).assign(arm=arm, ms=rows[f"{prefix}_ms"], workspace_bytes=None,
+                                                           ran=rows[f"{prefix}_algorithm"]))
     columns = [*keys, "arm", "ran", "ms", "workspace_bytes"]
     long = pd.concat([part[columns] for part in parts], ignore_index=True)
     return in_layer_order(long.assign(workspace_mib=long["workspace_bytes"].astype(float) / 2**20))

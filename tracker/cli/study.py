@@ -191,7 +191,8 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
     swept = [c for c in ("arm", "gpu") if kind == "batch" and (variants if c == "arm" else gpus)]
     columns = (*swept, *BATCH_COLUMNS) if kind == "batch" else None if kind in ("fusion", "memory") else [
         c for c in SPEEDUP_COLUMNS + ("algorithm_a", "algorithm_b", "workspace_bytes_b", "library_algorithm",
-                                      "library_ms", "l1_hit_rate_change", "l2_hit_rate_change")
+                                      "library_ms", "library_best_algorithm", "library_best_ms",
+                                      "l1_hit_rate_change", "l2_hit_rate_change")
         if c in frame.columns and (kind in ("library", "algorithms", "variants") or not c.startswith(("algorithm",
                                                                                                       "library")))]
     sweeps = [(axis, across(store, experiment_id, axis)) for axis in ("gpu", "batch") if kind not in (axis, "memory")]

@@ -177,14 +177,16 @@ def experiment_arm_runs(store: Store, experiment_id: int) -> list[tuple[str, int
     return [(row["arm"], row["run_id"]) for row in store.rows(_EXPERIMENT_RUNS, e=experiment_id)]
 
 
-def latest_library_run(store: Store, network: str, batch: int, device_name: str | None) -> int | None:
+def latest_library_run(store: Store, network: str, batch: int, device_name: str | None,
+                       cudnn_benchmark: bool = False) -> int | None:
     """The newest complete measured run of ``network`` at ``batch`` on ``device_name`` that a
-    library ran (``--impl torch``), or None."""
+    library ran (``--impl torch``), with cuDNN's heuristic or (``cudnn_benchmark``) its fastest, or None."""
     device = "device_name IS NULL" if device_name is None else "device_name = :device"
-    found = store.rows(f"SELECT id FROM run WHERE network = :network AND batch = :batch AND {device} "
+    found = store.rows(f"SELECT id, library FROM run WHERE network = :network AND batch = :batch AND {device} "
                        "AND status = 'complete' AND implementation <> 'ours' AND backend <> 'model' "
-                       "ORDER BY id DESC LIMIT 1", network=network, batch=batch, device=device_name)
-    return found[0]["id"] if found else None
+                       "ORDER BY id DESC", network=network, batch=batch, device=device_name)
+    return next((row["id"] for row in found
+                 if bool((row["library"] or {}).get("cudnn_benchmark")) == cudnn_benchmark), None)
 
 
 # Experiments

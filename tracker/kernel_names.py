@@ -27,7 +27,6 @@ real kernel names from public profiler traces and on every kernel tracker regist
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import re
 from functools import cache
 from typing import Iterable, NamedTuple
@@ -61,6 +60,8 @@ def demangled(name: str) -> str:
 @cache
 def _cxa_demangle():
     """libstdc++'s ``abi::__cxa_demangle``, or None without it."""
+    import ctypes.util  # only where a mangled name is read (its import runs more than it needs)
+
     try:
         function = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6").__cxa_demangle
     except (OSError, AttributeError):

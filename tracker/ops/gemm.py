@@ -256,6 +256,11 @@ class Gemm:
     stride_a: int = 0
     stride_b: int = 0
 
+    def __post_init__(self) -> None:
+        # the kernel reads its item from the grid (gemm.cu's BATCH_ITEM): a batch needs a _batched kernel
+        if self.batch > 1 and not self.kernel.endswith("_batched"):
+            raise ValueError(f"{self.kernel} runs one GEMM, not a batch of {self.batch}: use a _batched kernel")
+
     def launch(self, b: Backend, a: Any, bmat: Any, c: Any, a_mask: Any = None, bias: Any = None,
                tile: Tile = DEFAULT) -> None:
         batched = self.kernel.endswith("_batched")

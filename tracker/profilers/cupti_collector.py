@@ -66,8 +66,8 @@ def _library_child(workload: Workload, metrics: list[str], most: int, echo: Call
     import tempfile
     from pathlib import Path
 
-    from tracker.profilers.cupti_child import RANGES
     from tracker.library.torch_run import run_child_process
+    from tracker.profilers.cupti_child import RANGES
 
     with tempfile.TemporaryDirectory(prefix="tracker-cupti-") as tmp:
         run_child_process([sys.executable, "-m", "tracker.profilers.cupti_child", workload.to_json(),

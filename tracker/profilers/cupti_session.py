@@ -110,12 +110,13 @@ class RangeSession:
         self.skipped = [m for m in self.metrics if m.split(".", 1)[0] not in known]  # this chip has no such counter
         self.metrics = [m for m in self.metrics if m not in self.skipped]
         self.config = self.host.config_image(self.metrics)
-        cache = api.version() >= api.CACHE_CONTROL_SINCE  # else the libcupti cannot be told
+        version = api.version()
+        cache = version >= api.CACHE_CONTROL_SINCE  # else the libcupti cannot be told
         self.object = _struct("CUpti_RangeProfiler_Enable_Params", ctx=_current_context(),
                               **(dict(cacheControlMode=api.CACHE_CONTROL_ALL) if cache
                                  else dict(through="pRangeProfilerObject"))).pRangeProfilerObject
         self.settings = {"range": "auto", "replay": "user", "cache_control": "all" if cache else "libcupti's default",
-                         "passes": self.host.passes(self.config), "libcupti": api.version()}
+                         "passes": self.host.passes(self.config), "libcupti": version}
         size = _struct("CUpti_RangeProfiler_GetCounterDataSize_Params", pRangeProfilerObject=self.object,
                        pMetricNames=_names(self.metrics), numMetrics=len(self.metrics), maxNumOfRanges=self.max_ranges,
                        maxNumRangeTreeNodes=self.max_ranges).counterDataSize

@@ -17,7 +17,7 @@ def main() -> None:
     from tracker.gpu.cupy_backend import CupyBackend
     from tracker.gpu.network import Executor
     from tracker.gpu.replay import replay_step
-    from tracker.profilers.cupti_session import RangeSession
+    from tracker.profilers.cupti_session import PhasePasses, RangeSession
 
     backend = CupyBackend(timed=False)
     executor = Executor(backend, tiny_net(), batch=2, chosen={})
@@ -27,9 +27,9 @@ def main() -> None:
     executor.step(step)
     launched = [record.kernel for record in backend.log[first:]]
     with RangeSession(METRICS, max_ranges=64) as session:
-        session.begin()
-        passes = replay_step(executor, step, session)
-        ranges = session.ranges()
+        phases = PhasePasses(session)
+        passes = replay_step(executor, step, phases)
+        [(_, ranges)] = phases.phases
     print(json.dumps({"step": f"{step.layer.name}/{step.phase}", "passes": passes, "launched": launched,
                       "ranges": ranges}))
 

@@ -242,13 +242,14 @@ def user_ncu(profiles, ncu) -> int:  # about 25 s
 
 def test_a_cupti_range_session_counts_each_launch():
     """Issue 47's first step on a GPU: CUPTI's range profiler in tracker's own process (auto range,
-    user replay) over one layer phase replayed per pass: a range per launch, in launch order, each
-    named by its kernel, with a duration, instructions and DRAM bytes (tests/cupti_probe.py)."""
+    user replay) over one layer phase replayed per pass: a range per launch, numbered in launch order
+    ('0', '1', ...: an H200 named conv1's forward '0'), with a duration, instructions and DRAM bytes
+    (tests/cupti_probe.py)."""
     found = json.loads(child([sys.executable, str(ROOT / "tests" / "cupti_probe.py")], 120).stdout.splitlines()[-1])
     ranges = found["ranges"]
     assert found["passes"] >= 1 and len(ranges) == len(found["launched"]) > 0, found
-    for (name, values), kernel in zip(ranges, found["launched"]):
-        assert kernel in name and values["gpu__time_duration.sum"] > 0 and values["smsp__inst_executed.sum"] > 0, found
+    for i, (name, values) in enumerate(ranges):
+        assert name == str(i) and values["gpu__time_duration.sum"] > 0 and values["smsp__inst_executed.sum"] > 0, found
 
 
 def test_cupti_profile_of_ours_joins_every_launch(profiles, ours_cupti):

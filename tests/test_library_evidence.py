@@ -17,6 +17,7 @@ import json
 import gzip
 from collections import Counter, defaultdict
 from dataclasses import replace
+from itertools import groupby
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -175,27 +176,28 @@ def test_the_join_holds_each_launch_outside_every_range_to_pass_1s(trace, pages)
 def test_the_cupti_collector_joins_the_library_arms_ranges_onto_every_launch(trace):
     """`--impl torch --backend cupti` (issue 47) with its child stood in for: CUPTI's auto range
     gives one range per launch of each replayed layer phase, the engine's gradient sums included
-    (they run inside the phase's call), named by the driver's mangled symbol or as pass 1 names it.
+    (they run inside the phase's call), numbered in launch order ('0', '1', ...: no kernel name).
     Every launch of the recorded step gets its counters, and the child is asked for room for the
     longest layer phase's ranges (LRN's backward: 16)."""
     from tracker.gpu.workload import Workload
     from tracker.profilers.cupti_collector import CuptiCollector
 
     launches, _ = kineto.launch_log(kineto.kernels(trace), build("alexnet"), "torch")
-    ranges = [(k.kernel_name, {"smsp__inst_executed.sum": 32.0}) for k in launches]
+    phases = [(phase, [(str(i), {"smsp__inst_executed.sum": 32.0}) for i, _ in enumerate(group)])
+              for (phase, _), group in groupby(launches, key=lambda k: (k.range, k.repeat))]
     asked = []
 
     def child(workload, metrics, most, echo):
         asked.append((workload.implementation, most, len(metrics)))
-        return ranges, [], {"replay": "user"}
+        return phases, [], {"replay": "user"}
 
     workload = Workload.of(build("alexnet"), 16, repeat=1, implementation="torch")
     collector = CuptiCollector("libcupti 13.0 (a stand-in)", library=child)
     counters = collector.collect(workload, launches, 9.0, lambda line: None)
     assert [row["invocation"] for row in counters.rows] == [k.invocation for k in launches]
     assert asked[0][:2] == ("torch", 16) and asked[0][2] > 50
-    del ranges[-1]
-    with pytest.raises(JoinError, match=r" is missing from pass 2, which profiled 140 of 141 launches"):
+    del phases[-1][1][-1]
+    with pytest.raises(JoinError, match=r"^conv1/bwd_weight \(iteration 1\): pass 1 launched 2 kernels, CUPTI counted 1 ranges$"):
         collector.collect(workload, launches, 9.0, lambda line: None)
 
 

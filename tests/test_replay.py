@@ -37,7 +37,7 @@ class StandIn:
         return hashlib.sha256(b"".join(np.ascontiguousarray(b.asnumpy(a)).tobytes()
                                        for a in self.executor.arrays(b.context))).hexdigest()
 
-    def start(self) -> None:
+    def start(self, phase: str) -> None:
         self.first, self.before = len(self.executor.b.log), self.digest()
 
     def stop(self) -> bool:
@@ -80,7 +80,7 @@ def test_a_profiler_that_never_has_enough_passes_is_one_line(emulator, monkeypat
     executor = Executor(emulator, small_unet3d(), batch=1, chosen={}, seed=1)
 
     class Never:
-        def start(self) -> None:
+        def start(self, phase: str) -> None:
             pass
 
         def stop(self) -> bool:

@@ -27,7 +27,7 @@ class StandIn:
         self.seen: dict[str, list[list]] = {}
         self.count = 0
 
-    def start(self) -> None:
+    def start(self, phase: str) -> None:
         pass
 
     def stop(self) -> bool:
@@ -110,7 +110,7 @@ def test_a_range_session_counts_each_layer_phase_of_the_step_in_turn():
     passes = PhasePasses(session)
     step.iteration(passes)
     order = [f"{layer.name}/{phase}" for layer, phase in net.training_order("both")]
-    assert session.began == order and passes.ranges == [(name, {"passes": 3.0}) for name in order]
+    assert session.began == order and passes.phases == [(name, [(name, {"passes": 3.0})]) for name in order]
 
 
 def test_the_cupti_childs_error_reaches_the_parent_as_its_one_line(tmp_path, monkeypatch):

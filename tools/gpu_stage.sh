@@ -34,7 +34,8 @@
 #      16, agreed
 #  suite  the GPU suite (issue 43): `pytest -m gpu` on tests/test_gpu*.py, every command that needs
 #      a GPU at small sizes, each test asserting what it stored or wrote; each test's time in the
-#      log (stagesuite.tar.gz). Run it first in a GPU session: it says which paths work
+#      log (stagesuite.tar.gz). Run it first in a GPU session: it says which paths work;
+#      TRACKER_SUITE_K='cupti or tune' runs only the tests pytest's -k selects
 #
 # Each stage fits one 10-minute command: every step runs under its own `timeout`, cut to what is
 # left of the stage's budget (TRACKER_STAGE_BUDGET_S, default 560 s). Everything lands in a scratch
@@ -310,7 +311,8 @@ stagesuite() {
     # The tests left when the stage's time nears its end are skipped (tests/suite_plugin.py), so
     # pytest prints its summary; each test's time and any failure are in the log as it ends.
     export TRACKER_SUITE_DEADLINE=$(($(date +%s) + deadline - SECONDS - 100))
-    step suite 540 'python3 -m pytest -m gpu -v -rfEs --durations=0 tests/test_gpu*.py'
+    # TRACKER_SUITE_K: only the tests pytest's -k selects (a rerun of what failed)
+    step suite 540 'python3 -m pytest -m gpu -v -rfEs --durations=0 ${TRACKER_SUITE_K:+-k "$TRACKER_SUITE_K"} tests/test_gpu*.py'
 }
 
 "stage$stage"

@@ -33,8 +33,8 @@ MAX_PASSES = 500  # a profiler still asking after this many is broken, not thoro
 class Passes(Protocol):
     """The profiler's side of a replay."""
 
-    def start(self) -> None:
-        """A pass begins (CUPTI: cuptiRangeProfilerStart)."""
+    def start(self, phase: str) -> None:
+        """A pass of the layer phase ``phase`` ('layer/phase') begins (CUPTI: cuptiRangeProfilerStart)."""
         ...
 
     def stop(self) -> bool:
@@ -45,7 +45,7 @@ class Passes(Protocol):
 def replay_phase(name: str, run: Callable[[], None], restore: Callable[[], None], passes: Passes) -> int:
     """``run`` (the layer phase ``name``) once per pass, ``restore`` between passes; how many passes it took."""
     for count in range(1, MAX_PASSES + 1):
-        passes.start()
+        passes.start(name)
         run()
         if passes.stop():
             return count

@@ -4,8 +4,8 @@
 The libcupti is loaded before PyTorch loads one (with its nvperf libraries, from its own folder:
 ``cupti_range.library``), so that the process holds one: PyTorch links to the one already loaded.
 The step warms up, and each measured iteration runs every layer phase once per counter pass
-(``TorchStep.iteration(passes)``, ``ModuleStep``'s). The ranges, one per launch in launch order
-with their metric values, the metrics CUPTI does not know and how it counted go to
+(``TorchStep.iteration(passes)``, ``ModuleStep``'s). The ranges of each layer phase, one per launch in launch
+order with their metric values, the metrics CUPTI does not know and how it counted go to
 FOLDER/ranges.json; the parent joins the ranges onto pass 1's launches
 (tracker/profilers/cupti_collector.py). It ends as pass 1's child does (``torch_run.child_main``).
 
@@ -26,7 +26,7 @@ RANGES = "ranges.json"  # what the child leaves in its folder
 
 def count(workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> dict:
     """The ranges of ``workload``'s measured iterations, each layer phase replayed per pass, the
-    metrics skipped and how it counted: {"ranges": [[name, {metric: value}], ...], "skipped": [...],
+    metrics skipped and how it counted: {"phases": [[phase, [[name, {metric: value}], ...]], ...], "skipped": [...],
     "settings": {...}}."""
     from tracker.profilers import cupti_range
 
@@ -40,8 +40,8 @@ def count(workload: Workload, metrics: list[str], most: int, echo: Callable[[str
         passes = PhasePasses(session)
         for r in range(workload.repeat):
             step.iteration(passes)
-            echo(f"iteration {r + 1}/{workload.repeat}: {len(passes.ranges)} ranges")
-        return {"ranges": passes.ranges, "skipped": session.skipped, "settings": session.settings}
+            echo(f"iteration {r + 1}/{workload.repeat}: {sum(len(ranges) for _, ranges in passes.phases)} ranges")
+        return {"phases": passes.phases, "skipped": session.skipped, "settings": session.settings}
 
 
 def _child(spec: str, metrics: str, most: str, folder: str) -> None:

@@ -1,11 +1,11 @@
 """Pass 2 with CUPTI's Range Profiler in tracker's own process (issue 47): no profiler process, no
 per-launch replay by a tool. Each layer phase of the counted iterations runs once per counter pass
 from the same state (tracker/gpu/replay.py), each launch in it one range (auto range), and the
-ranges are joined onto pass 1's launches as ncu's are (tracker/profilers/join.py: position is
-invocation, and the kernel's name must match). The metrics are the catalog's under ncu's names,
+ranges are pass 1's launches of that layer phase in order (auto range numbers them and names no
+kernel: their number is checked), then joined as ncu's are (tracker/profilers/join.py). The metrics are the catalog's under ncu's names,
 which are perfworks' (``SOURCES``).
 
-**Never profiled a launch on a GPU yet** (an H200 stopped it at the host side: cupti_session.py).
+First ranges on an H200 (2026-11-26): counted, but named '0', '1', ..., which the first join refused.
 Asked for by name only (``--backend cupti``); ``auto`` keeps ncu, until the GPU suite has shown it
 agrees with ncu's counts. Ours run in this process; the library arm (``--impl torch``, ``--torch``)
 in a child that loads this libcupti before PyTorch loads its own (tracker/profilers/cupti_child.py),
@@ -16,10 +16,11 @@ engine's gradient sums inside them joined as pass 1 gives them to their layer ph
 from __future__ import annotations
 
 from collections import Counter
+from itertools import groupby
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from tracker.errors import BackendUnavailable
+from tracker.errors import BackendUnavailable, JoinError
 from tracker.profilers import Counters, Options, ncu
 from tracker.profilers.join import join
 
@@ -42,9 +43,10 @@ def find(options: Options) -> CuptiCollector:
     return CuptiCollector(cupti_range.describe_library())
 
 
-# What a session counted: each launch's range (name, values), the metrics CUPTI does not know, and
-# how it counted (run.collector_settings)
-Ranges = tuple[list[tuple[str, dict[str, float]]], list[str], dict[str, Any]]
+# What a session counted: each layer phase's ranges (name, values; one per launch, in launch order), the
+# metrics CUPTI does not know, and how it counted (run.collector_settings)
+Phase = tuple[str, list[tuple[str, dict[str, float]]]]  # 'layer/phase', its ranges
+Ranges = tuple[list[Phase], list[str], dict[str, Any]]
 
 
 def _cupy(l1_policy: str) -> Any:
@@ -73,7 +75,8 @@ def _library_child(workload: Workload, metrics: list[str], most: int, echo: Call
         run_child_process([sys.executable, "-m", "tracker.profilers.cupti_child", workload.to_json(),
                            json.dumps(metrics), str(most), tmp], echo)
         found = json.loads((Path(tmp) / RANGES).read_text())
-    return [(name, values) for name, values in found["ranges"]], found["skipped"], found["settings"]
+    phases = [(phase, [(name, values) for name, values in ranges]) for phase, ranges in found["phases"]]
+    return phases, found["skipped"], found["settings"]
 
 
 @dataclass(frozen=True)
@@ -100,10 +103,11 @@ class CuptiCollector:
         most = max(Counter((k.range, k.repeat) for k in launches).values(), default=1)  # the ranges of one pass
         echo(f"pass 2: CUPTI's range profiler, {len(metrics)} metrics, {len(launches)} launches, "
              f"each layer phase replayed per pass")
-        ranges, skipped, settings = (self.library if workload.library else self._ours)(workload, metrics, most, echo)
+        phases, skipped, settings = (self.library if workload.library else self._ours)(workload, metrics, most, echo)
         if skipped:
             echo(f"CUPTI does not know {len(skipped)} catalog metrics on this GPU: {', '.join(skipped)}")
-        profiled = [ProfiledLaunch(i, name, metrics=SOURCES.translate(values)) for i, (name, values) in enumerate(ranges)]
+        profiled = [ProfiledLaunch(i, launch.kernel_name, metrics=SOURCES.translate(values))
+                    for i, (launch, values) in enumerate(_counted(launches, phases))]
         rows = join(launches, profiled, None)
         return Counters(rows, dict(collector_version=self.version, collector_settings=settings),
                         SOURCES.names({row["name"] for row in rows}), skipped)
@@ -119,4 +123,31 @@ class CuptiCollector:
             passes = PhasePasses(session)
             for _ in range(workload.repeat):
                 replay_iteration(executor, passes)
-            return passes.ranges, list(session.skipped), dict(session.settings)
+            return passes.phases, list(session.skipped), dict(session.settings)
+
+
+def _counted(launches: Sequence[Launch], phases: list[Phase]) -> list[tuple[Launch, dict[str, float]]]:
+    """Each of pass 1's launches with the values of its range. Auto range numbers each replayed
+    layer phase's ranges in launch order ('0', '1', ...) and names no kernel, so a phase's ranges
+    are pass 1's launches of that layer phase and iteration, one for one: their number is what is
+    checked (and, by ``join``, that every launch has its range)."""
+    logged = [list(group) for _, group in groupby(launches, key=lambda k: (k.range, k.repeat))]
+    pairs: list[tuple[Launch, dict[str, float]]] = []
+    for phase, ranges in phases:
+        if logged and logged[0][0].range == phase:
+            group = logged.pop(0)
+        elif not ranges:
+            continue  # a layer phase that launched nothing in either pass
+        else:
+            raise JoinError(f"{phase}: CUPTI counted {len(ranges)} ranges where pass 1 launched nothing")
+        names = [name for name, _ in ranges]
+        if names != [str(i) for i in range(len(ranges))]:
+            raise JoinError(f"{phase}: CUPTI named its ranges {names[:4]}, not by launch order (auto range)")
+        if len(ranges) != len(group):
+            raise JoinError(f"{phase} (iteration {group[0].repeat + 1}): pass 1 launched {len(group)} kernels, "
+                            f"CUPTI counted {len(ranges)} ranges")
+        pairs += [(launch, values) for launch, (_, values) in zip(group, ranges)]
+    if logged:
+        raise JoinError(f"{logged[0][0].range} (iteration {logged[0][0].repeat + 1}): pass 1 launched "
+                        f"{len(logged[0])} kernels, CUPTI counted none")
+    return pairs

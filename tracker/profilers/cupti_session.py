@@ -13,9 +13,9 @@ CUDA 13 wheels pin 13.0: pip cannot install both, and on an H200 (2026-11-26) Py
 libcupti answered cupti-python's calls with ERROR_INVALID_PARAMETER
 (tests/data/gpu-2026-11-26c-h200). libcupti's own host calls work from CUDA 12.6's on.
 
-**No range profiled on a GPU yet.** The GPU suite runs it
-(``tests/test_gpu.py::test_a_cupti_range_session_counts_each_launch``); ``auto`` does not pick it
-until that passes and its counts agree with ncu's.
+First ranges on an H200 (2026-11-26, tests/data/gpu-2026-11-26d-h200): conv1's forward counted, its
+range named '0'. ``auto`` does not pick it until its counts agree with ncu's
+(``tests/test_gpu.py::test_cupti_and_ncu_agree_on_what_ncu_reproduces``).
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ class RangeSession:
         return bool(_struct("CUpti_RangeProfiler_Stop_Params", pRangeProfilerObject=self.object).isAllPassSubmitted)
 
     def ranges(self) -> list[tuple[str, dict[str, float]]]:
-        """The step's ranges in launch order: each one's name (its kernel's) and metric values."""
+        """The step's ranges in launch order: each one's name and metric values. Auto range names a
+        range by its place in the step ('0', '1', ...: an H200, 2026-11-26), not by its kernel."""
         assert self.host is not None
         _struct("CUpti_RangeProfiler_DecodeData_Params", pRangeProfilerObject=self.object)
         where = dict(pCounterDataImage=ctypes.addressof(self.counter_data), counterDataImageSize=len(self.counter_data))
@@ -167,22 +168,23 @@ class RangeSession:
 class PhasePasses:
     """A session as the passes of one layer phase after another (``Passes`` of tracker/gpu/replay.py):
     a phase's first pass begins a fresh counter image, and once CUPTI has every pass of it, its
-    ranges (one per launch, in launch order) join ``ranges``."""
+    ranges (one per launch, in launch order, numbered from '0' in each phase) are the next of
+    ``phases``, under the phase's name."""
 
     def __init__(self, session: Any):
-        self.session, self.fresh = session, True
-        self.ranges: list[tuple[str, dict[str, float]]] = []
+        self.session, self.fresh, self.phase = session, True, ""
+        self.phases: list[tuple[str, list[tuple[str, dict[str, float]]]]] = []
 
-    def start(self) -> None:
+    def start(self, phase: str) -> None:
         if self.fresh:
             self.session.begin()
-            self.fresh = False
+            self.fresh, self.phase = False, phase
         self.session.start()
 
     def stop(self) -> bool:
         done = bool(self.session.stop())
         if done:
-            self.ranges += self.session.ranges()
+            self.phases.append((self.phase, self.session.ranges()))
             self.fresh = True
         return done
 

@@ -20,14 +20,15 @@ pytestmark = pytest.mark.slow  # the CPU emulation
 
 class StandInSession:
     """CUPTI as the collector sees it: ``passes`` passes a step, then a range per launch of the
-    step's last pass, numbered as auto range numbers them on an H200 ('0', '1', ...), with made-up
-    values under ncu's names; ``drop``: the first step with a launch loses its last range."""
+    step's last pass, numbered as auto range numbers them on an H200 ('0', '1', ..., on across the
+    steps: tests/data/gpu-2026-11-26d-h200), with made-up values under ncu's names; ``drop``: the
+    first step with a launch loses its last range."""
 
     def __init__(self, emulator, metrics: list[str], most: int, passes: int = 2, drop: bool = False):
         self.b, self.metrics, self.most, self.passes, self.drop = emulator, metrics, most, passes, drop
         self.skipped = ["smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio"]
         self.settings = {"range": "auto", "replay": "user", "passes": passes}
-        self.steps = 0
+        self.steps, self.numbered = 0, 0
 
     def __enter__(self):
         return self
@@ -50,7 +51,9 @@ class StandInSession:
         assert len(self.ran) <= self.most
         ran = self.ran[:-1] if self.drop and self.ran else self.ran
         self.drop = self.drop and not self.ran
-        return [(str(i), {"smsp__inst_executed.sum": 32.0, "gpu__time_duration.sum": 1000.0}) for i in range(len(ran))]
+        first, self.numbered = self.numbered, self.numbered + len(ran)
+        return [(str(first + i), {"smsp__inst_executed.sum": 32.0, "gpu__time_duration.sum": 1000.0})
+                for i in range(len(ran))]
 
 
 @pytest.fixture
@@ -91,6 +94,15 @@ def test_a_layer_phase_with_a_range_short_of_pass_1s_launches_fails_the_join(emu
     with pytest.raises(JoinError, match=rf"^{first.range} \(iteration 1\): pass 1 launched {count} kernels, "
                                         rf"CUPTI counted {count - 1} ranges$"):
         collector(emulator, drop=True).collect(workload, launches, 9.0, lambda line: None)
+
+
+def test_a_phases_ranges_are_in_launch_order_when_numbered_on_from_the_last():
+    """What the H200 named (conv1's forward '0', relu1's '2'), and what auto range never names."""
+    from tracker.profilers.cupti_collector import _in_launch_order
+
+    assert _in_launch_order(["0"]) and _in_launch_order(["2"]) and _in_launch_order(["7", "8", "9"])
+    assert not _in_launch_order(["3", "5"]) and not _in_launch_order(["1", "0"])
+    assert not _in_launch_order(["conv2d_fwd_implicit"]) and not _in_launch_order(["-1"])
 
 
 def test_auto_never_picks_it_before_it_has_been_proven():

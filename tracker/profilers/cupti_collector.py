@@ -130,7 +130,8 @@ class CuptiCollector:
 
 def _in_launch_order(names: list[str]) -> bool:
     """Whether ``names`` are auto range's: consecutive numbers. The numbering runs on across a
-    session's counter images (an H200, 2026-11-26: conv1's forward '0', relu1's '2')."""
+    session's counter images (an H200, 2026-11-26: conv1's forward's two launches '0' and '1',
+    relu1's '2')."""
     if not all(name.isdecimal() for name in names):
         return False
     numbers = [int(name) for name in names]

@@ -121,15 +121,17 @@ def check_counters(store, run_id: int, expected: set[str]) -> None:
 
 # Selftest: every variant against the reference ------------------------------------------------
 
-def test_selftest_passes_every_variant():  # about 45 s: compiles every variant, ca and cg
+def test_selftest_passes_every_variant():  # about 35 s on an H200: compiles every variant
+    """Every variant at AlexNet's shapes, L1 cached; each one's L1-bypassing build is checked on the
+    small cases (the next test: 8 s), where ca and cg both took 67 s here on an H200 (2026-11-26)."""
     from tracker.gpu.runner import selftest, summarize
     from tracker.ops import OPS
 
     cases = tuple(network_cases(build("alexnet"), 2))
-    results, _ = selftest(cases, ("ca", "cg"), lambda line: None)
+    results, _ = selftest(cases, ("ca",), lambda line: None)
     rows = summarize(results)
     assert {(r["l1"], r["layer"], r["variant"]) for r in rows} == {
-        (l1, case.layer, variant) for l1 in ("ca", "cg") for case in cases for variant in OPS[case.op].variants}
+        ("ca", case.layer, variant) for case in cases for variant in OPS[case.op].variants}
     failed = [r for r in rows if not r["passed"]]
     assert not failed, failed
 
@@ -457,9 +459,9 @@ def test_compare_ours_against_the_library_per_layer_phase(profiles, ours_events,
 # Experiments: every kind, at tiny batch, on events ---------------------------------------------
 
 EXPERIMENTS = {  # kind -> its options as tracker.experiment.arms takes them: few arms, and each kind's own axis
-    "l1-bypass": {"variants": ("global", "shared")},  # 5 arms: global ca, cg; shared ca, cg, ca staged
+    "l1-bypass": {"variants": ("shared",)},  # 3 arms: ca, cg, ca staged (5 with global: 22.9 s on an H200)
     "fusion": {},
-    "variants": {},  # every variant of every op, winograd, winograd_f4 and fft included
+    "variants": {"variants": ("global", "shared")},  # every variant: the selftest; winograd and fft: algorithms
     "batch": {"batches": (1, 2)},
     "library": {},
     "algorithms": {},

@@ -1,4 +1,4 @@
--- tracker trace store, schema v11: tables
+-- tracker trace store, schema v12: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -48,6 +48,7 @@ CREATE TABLE metric_def (
 --   phases: fwd, bwd or both
 --   variants: op -> kernel variant
 --   tiles: 'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default ({}: every default); NULL: nothing ran (model) or recorded before schema v5
+--   tuned_variants: 'layer/phase' -> the variant it ran where `tracker tune`'s fastest differs from the plan's (run.variants): Winograd, FFT or another GEMM ({}: the plan's everywhere); NULL: nothing ran (model) or recorded before schema v12
 --   implementation: ours (tracker's kernels) or torch (PyTorch: cuDNN and cuBLAS); ours before schema v6
 --   loaders: how our GEMM kernels fill shared memory: async (cp.async, the default build), staged (through registers: the L1-bypass build, and --staged with L1 cached) or library (--impl torch); async before schema v7
 --   library: the library arm's versions and settings (torch, cudnn, cublas, tf32, cudnn_benchmark); NULL for ours
@@ -70,6 +71,7 @@ CREATE TABLE run (
     dtype_bits INTEGER NOT NULL,
     variants JSON NOT NULL,
     tiles JSON,
+    tuned_variants JSON,
     l1_bypass BOOLEAN NOT NULL,
     implementation VARCHAR DEFAULT 'ours' NOT NULL,
     loaders VARCHAR DEFAULT 'async' NOT NULL,

@@ -219,3 +219,45 @@ def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emu
     store.dispose()
     assert threads == {tuned: {("conv2d_fwd_implicit", 64), ("splitk_reduce", 256)},
                        untuned: {("conv2d_fwd_implicit", 256)}}
+
+
+def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, emulator, emulated_events,
+                                                                        monkeypatch):
+    """Issue 48 item 4: where `tracker tune` stored a faster verified variant for a layer phase
+    (here Winograd at conv1's forward, the search's own rows, verified on the emulation, with
+    made-up times: the emulation's wall-clock says nothing of a GPU), the profile runs it there,
+    the layer's other phases as planned, and records the choice; --untuned runs the plan."""
+    from tracker import tune
+    from tracker.gpu import detect
+    from tracker.ops.gemm import DEFAULT
+    from tracker.store.schema import Run
+
+    gpu, net, db = "CPU emulation (tests/emu)", tiny_net(), str(tmp_path / "trace.db")
+    monkeypatch.setattr(detect, "device_name", lambda: gpu)
+    raced = [t for t in tune.targets(net, 1, {}) if (t.layer, t.phase) == ("conv1", "fwd")]
+    assert [t.variant for t in raced] == ["shared", "gemm", "winograd", "winograd_f4", "fft"]
+    raced = [t for t in raced if t.variant in ("shared", "winograd")]
+    rows = tune.search(emulator, raced, (DEFAULT,), 1, gpu, refine=False)
+    assert [(r["variant"], r["verified"]) for r in rows] == [("shared", True), ("winograd", True)]
+    store = open_store(db, write=True)
+    tune.store(store, [r | {"time_ms": {"shared": 2.0, "winograd": 1.0}[r["variant"]]} for r in rows])
+    store.dispose()
+
+    said: list[str] = []
+    tuned = tracker.profile.profile(db, net, 1, backend="events", repeat=1, warmup=0, echo=said.append).run_id
+    untuned = tracker.profile.profile(db, net, 1, backend="events", repeat=1, warmup=0, untuned=True).run_id
+    assert "tuned variants for CPU emulation (tests/emu) (1 layer phases; --untuned runs the plan's): " \
+           "conv1/fwd winograd" in said
+    store = open_store(db, write=False)
+    with store.session() as session:
+        assert [(session.get(Run, r).tuned_variants, session.get(Run, r).tiles) for r in (tuned, untuned)] == \
+            [({"conv1/fwd": "winograd"}, {}), ({}, {})]
+    conv1 = net.layers[0].id
+    ran = {run: {(row["phase"], row["variant"]) for row in launch_rows(store, run) if row["layer_id"] == conv1}
+           for run in (tuned, untuned)}
+    kernels = {row["kernel_name"] for row in launch_rows(store, tuned)
+               if (row["layer_id"], row["phase"]) == (conv1, "fwd")}
+    store.dispose()
+    assert ran == {tuned: {("fwd", "winograd"), ("bwd_weight", "shared")},
+                   untuned: {("fwd", "shared"), ("bwd_weight", "shared")}}
+    assert {"winograd_input_a4", "gemm_nn_batched", "winograd_output_a4"} <= kernels

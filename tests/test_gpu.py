@@ -602,8 +602,8 @@ def test_profile_runs_the_tuned_tiles_unless_untuned(tuned, untuned):
                       *(["--untuned"] if untuned else []))
     store = open_store(db, write=False)
     run = check_launches(store, run_id, "events")
-    assert run["tiles"] == (
-        {} if untuned else best(store, run["device_name"], build("alexnet"), 2, {}))
+    tuned = best(store, run["device_name"], build("alexnet"), 2, {})
+    assert (run["tiles"], run["tuned_variants"]) == (({}, {}) if untuned else (tuned.tiles, tuned.variants))
 
 
 def test_the_kernel_benchmark_times_every_variant_of_every_layer_phase(tuned, tmp_path):  # about 40 s

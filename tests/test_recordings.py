@@ -282,16 +282,60 @@ def test_the_h100_tuning_gives_every_tunable_layer_phase_a_verified_tile(recordi
 
     store = open_store(recording(TUNING, recordings), write=False)
     alexnet, gpu = build("alexnet"), "NVIDIA H100 80GB HBM3"
-    picked = tune.best(store, gpu, alexnet, 128, {})
+    tuned = tune.best(store, gpu, alexnet, 128, {})
+    picked = tuned.tiles
     assert len(picked) == 23 and all(Tile.parse(tile).valid for tile in picked.values())
+    assert tuned.variants == {}  # the implicit GEMM alone was tuned then: nothing to race it
     assert {picked[f"conv{n}/bwd_weight"] for n in (3, 4, 5)} == {"128x128x8/split16"}
     assert picked["conv1/fwd"] == "128x128x8/ctas2"
-    assert tune.best(store, "another GPU", alexnet, 128, {}) == {} and tune.best(store, gpu, alexnet, 64, {}) == {}
+    assert tune.best(store, "another GPU", alexnet, 128, {}) == tune.best(store, gpu, alexnet, 64, {}) == \
+        tune.Tuned({}, {})
     with store.connect() as conn:
         from sqlalchemy import text
 
         count, verified, worst = conn.execute(text("SELECT count(*), sum(verified), max(error) FROM tuning")).one()
     assert (count, verified) == (1253, 1253) and worst < REDUCTION
+
+
+def test_on_the_h100_tuning_a_faster_verified_variant_takes_its_layer_phase(tmp_path):
+    """Issue 48 item 4, the choice on a stored tuning table: the H100's, with three rival rows
+    added (made up: no race has run on a GPU yet) at conv2's forward shape: Winograd faster and
+    verified, FFT faster still but not verified, F(4x4) slower. The plan takes Winograd with its
+    tile there and every other layer phase's tile as before; `--variant conv=shared` keeps the
+    implicit GEMM; a row of a variant that cannot run a layer (Winograd at conv1's stride 4) is
+    never taken."""
+    import shutil
+    from datetime import datetime, timezone
+
+    from tracker import tune
+    from tracker.nets import build
+
+    db = tmp_path / "tuning.db"
+    shutil.copy(recording(TUNING, tmp_path), db)
+    store = open_store(str(db), write=True)
+    alexnet, gpu = build("alexnet"), "NVIDIA H100 80GB HBM3"
+    before = tune.best(store, gpu, alexnet, 128, {})
+    conv = {t.layer: t for t in tune.targets(alexnet, 128, {}) if t.phase == "fwd" and t.variant == "shared"}
+    shared_ms = tune.fastest(_tuning_rows(store), conv["conv2"])["time_ms"]
+
+    def rival(layer: str, variant: str, ms: float, verified: bool, tile: str = "64x64x8") -> dict:
+        return {"device_name": gpu, "op": "conv", "variant": variant, "phase": "fwd", "layer": layer,
+                "shape": conv[layer].shape, "tile": tile, "verified": verified, "error": 1e-5, "splits": 1,
+                "time_ms": ms, "spread_pct": 1.0, "timer": "cuda_events", "tracker_version": "test (made up)",
+                "created_at": datetime.now(timezone.utc)}
+
+    tune.store(store, [rival("conv2", "winograd", shared_ms / 2, True), rival("conv2", "fft", shared_ms / 4, False),
+                       rival("conv2", "winograd_f4", shared_ms * 2, True),
+                       rival("conv1", "winograd", 1e-3, True)])
+    raced = tune.best(store, gpu, alexnet, 128, {})
+    assert raced.variants == {"conv2/fwd": "winograd"}
+    assert raced.tiles == before.tiles | {"conv2/fwd": "64x64x8"}
+    assert tune.best(store, gpu, alexnet, 128, {"conv": "shared"}) == before
+    store.dispose()
+
+
+def _tuning_rows(store) -> list[dict]:
+    return store.rows("SELECT * FROM tuning")
 
 
 def test_on_the_h100_the_default_tiles_conv_kernels_hold_one_cta_per_sm(recordings):

@@ -107,10 +107,10 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
 
     store = open_store(str(tmp_path / "trace.db"), write=True)
     tune.store(store, rows)
-    assert tune.best(store, "another GPU", net, 3, chosen) == {}  # tunings are per GPU
+    assert tune.best(store, "another GPU", net, 3, chosen) == tune.Tuned({}, {})  # tunings are per GPU
     picked = tune.best(store, "CPU emulation", net, 3, chosen)
     expected = {f"{t.layer}/{t.phase}": tune.fastest(rows, t)["tile"] for t in found}
-    assert picked == {key: tile for key, tile in expected.items() if tile != DEFAULT.label}
+    assert picked == tune.Tuned({key: tile for key, tile in expected.items() if tile != DEFAULT.label}, {})
     store.dispose()
 
     # the executor runs a tuned tile where it is given one, and the step still matches NumPy
@@ -123,6 +123,28 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
     loss, expected, errors = step_errors(run)
     assert loss == pytest.approx(expected, rel=1e-5)
     assert errors["conv1"][0] < 1e-4 and errors["fc3"][0] < 1e-4
+
+
+def test_tune_races_each_algorithm_that_can_run_a_conv_layer_phase_unless_a_variant_was_chosen():
+    """Issue 48 item 4: each conv layer phase by every variant that computes it on the tiled GEMM
+    by an algorithm of its own (Winograd and FFT only at stride 1), the planned one first; a
+    variant chosen with --variant (or a fused one, which changes the plan) alone."""
+    from samples import small_net
+
+    def raced(chosen):
+        found: dict[tuple[str, str], list[str]] = {}
+        for t in tune.targets(small_net(), batch=3, chosen=chosen, verify_batch=1):
+            found.setdefault((t.layer, t.phase), []).append(t.variant)
+            assert t.planned == found[t.layer, t.phase][0]
+        return found
+
+    algorithms = ["shared", "gemm", "winograd", "winograd_f4", "fft"]
+    found = raced({"linear": "shared"})
+    assert found == {("conv1", "fwd"): ["shared", "gemm"], ("conv1", "bwd_weight"): ["shared", "gemm"],
+                     **{("conv2", phase): algorithms for phase in ("fwd", "bwd_data", "bwd_weight")},
+                     **{(fc, phase): ["shared"] for fc in ("fc3", "fc4") for phase in ("fwd", "bwd_data", "bwd_weight")}}
+    assert set(map(tuple, raced({"conv": "shared"}).values())) == {("shared",)}
+    assert {tuple(v) for key, v in raced({"conv": "fused"}).items() if key[0].startswith("conv")} == {("fused",)}
 
 
 def test_tune_covers_the_3d_unets_convolutions_and_the_tuned_step_still_matches(emulator):
@@ -215,8 +237,8 @@ def test_tune_says_which_tile_profile_now_runs_even_one_an_earlier_search_found(
     said: list[str] = []
     rows = tune.run(db, net, 3, chosen, reps=1, verify_batch=1, quick=True, echo=said.append, budget_s=1e-9)
     by_phase = {(r["layer"], r["phase"]): r for r in rows}
-    assert by_phase["fc3", "fwd"]["best"] is None and by_phase["fc3", "fwd"]["runs"] == "64x64x8/split2"
-    assert {r["runs"] for key, r in by_phase.items() if key != ("fc3", "fwd")} == {DEFAULT.label}
+    assert by_phase["fc3", "fwd"]["best"] is None and by_phase["fc3", "fwd"]["runs"] == "shared 64x64x8/split2"
+    assert {r["runs"] for key, r in by_phase.items() if key != ("fc3", "fwd")} == {f"shared {DEFAULT.label}"}
     assert "[1/" in said[1] and said[1].endswith("none tried")
 
 

@@ -18,8 +18,8 @@ arm, tracker/library), through the same backends, collectors, join and store.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from tracker.errors import BackendUnavailable, TrackerError, UnknownName, unknown
 from tracker.gpu.workload import MAX_REPEAT, MAX_WARMUP, Workload
@@ -28,6 +28,9 @@ from tracker.model.roofline import check_dtype_bits
 from tracker.nets import Network
 from tracker.profilers import COLLECTORS, Collector, Options, counted, iterations_profiled
 from tracker.profilers.ncu import Settings as NcuSettings
+
+if TYPE_CHECKING:
+    from tracker.tune import Tuned
 
 BACKENDS = ("auto", *COLLECTORS, "events", "model")  # --backend reads these
 __all__ = ["BACKENDS", "MAX_REPEAT", "MAX_WARMUP", "Choice", "Profile", "choose_backend", "profile", "profile_workload",
@@ -221,7 +224,8 @@ def profile_workload(
             run.add_layers(net, predictions)
         else:
             workload = _planned(store, workload, untuned, echo)
-            run.update(tiles=workload.tiles)  # what ran is part of the run: a tuned profile is not an untuned one
+            # what ran is part of the run: a tuned profile is not an untuned one
+            run.update(tiles=workload.tiles, tuned_variants=workload.tuned_variants)
             choice, predictions = _measure(run, choice, backend == "auto", workload, device, dtype_bits,
                                            options.iterations, echo)
     store.dispose()
@@ -252,11 +256,14 @@ def _library(workload: Workload) -> dict | None:
 def _planned(store, workload: Workload, untuned: bool, echo: Callable[[str], None]) -> Workload:
     """The workload planned, once: `tracker tune`'s lookup, pass 1 and pass 2 all run these steps."""
     from tracker.gpu.network import plan
+    from tracker.tune import Tuned
 
     if workload.library:
         return workload.planned_in_training_order()
     steps = plan(workload.net, workload.variants, workload.phases, workload.batch)
-    return workload.planned(steps, {} if untuned else _tuned(store, workload, steps, echo))
+    tuned = Tuned({}, {}) if untuned else _tuned(store, workload, steps, echo)
+    steps = [replace(s, variant=tuned.variants.get(f"{s.layer.name}/{s.phase}", s.variant)) for s in steps]
+    return workload.planned(steps, tuned.tiles, tuned.variants)
 
 
 def _measure(run, choice: Choice, may_fall_back: bool, workload: Workload, device: Device | None, dtype_bits: int,
@@ -316,17 +323,20 @@ def _pass2(choice: Choice, workload: Workload, measured, may_fall_back: bool, it
     return counters, choice._replace(reason=f"{choice.reason}; {counters.note}" if counters.note else choice.reason)
 
 
-def _tuned(store, workload: Workload, steps, echo: Callable[[str], None]) -> dict[str, str]:
-    """The tiles `tracker tune` found fastest on this GPU for the planned layer phases."""
+def _tuned(store, workload: Workload, steps, echo: Callable[[str], None]) -> Tuned:
+    """The variants and tiles `tracker tune` found fastest on this GPU for the planned layer phases."""
     from tracker.gpu.detect import device_name
-    from tracker.tune import best
+    from tracker.tune import Tuned, best
 
     name = device_name()
-    tiles = best(store, name, workload.net, workload.batch, workload.variants, steps) if name else {}
-    if tiles:
-        echo(f"tuned GEMM tiles for {name} ({len(tiles)} layer phases; --untuned runs the defaults): "
-             + ", ".join(f"{key} {tile}" for key, tile in tiles.items()))
-    return tiles
+    tuned = best(store, name, workload.net, workload.batch, workload.variants, steps) if name else Tuned({}, {})
+    if tuned.variants:
+        echo(f"tuned variants for {name} ({len(tuned.variants)} layer phases; --untuned runs the plan's): "
+             + ", ".join(f"{key} {variant}" for key, variant in tuned.variants.items()))
+    if tuned.tiles:
+        echo(f"tuned GEMM tiles for {name} ({len(tuned.tiles)} layer phases; --untuned runs the defaults): "
+             + ", ".join(f"{key} {tile}" for key, tile in tuned.tiles.items()))
+    return tuned
 
 
 def _catalog_device(cuda_name: str) -> Device | None:

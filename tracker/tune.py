@@ -1,13 +1,17 @@
-"""`tracker tune`: a schedule search for the GEMM-shaped launches (paper 001's approach).
+"""`tracker tune`: a schedule search for the GEMM-shaped launches (paper 001's approach), and
+the algorithm of each layer phase with it.
 
-For each layer phase whose launch is built on the tiled GEMM (tracker/ops/gemm.py), every
-candidate ``Tile`` (CTA tile shape, k-tile, split-K slices), then each neighbour of the fastest
+For each layer phase whose launch is built on the tiled GEMM (tracker/ops/gemm.py), and for
+each of its op's variants that computes it by another algorithm on that GEMM (``Op.rivals``:
+implicit and explicit GEMM, Winograd F(2x2) and F(4x4), FFT, where each applies) unless
+``--variant`` chose the op's, every candidate ``Tile`` (CTA tile shape, k-tile, split-K slices), then each neighbour of the fastest
 (its other pipeline depths, warp layout and register policy: one axis at a time, so the search
 grows by a few candidates rather than several times over), is compiled through the registry's
 ``-D`` sizes, checked against the NumPy reference (at a small batch: the reference is float64
-NumPy), and timed at the real batch (median of ``reps``, L2 flushed before each). Every candidate
-and its time goes to the trace database's ``tuning`` table; from then on a profile on that GPU
-runs the fastest verified tile for each layer phase (``best``), unless told otherwise.
+NumPy; each variant held to its own bound, the selftest's), and timed at the real batch (median
+of ``reps``, L2 flushed before each). Every candidate and its time goes to the trace database's
+``tuning`` table; from then on a profile on that GPU runs the fastest verified variant and tile
+for each layer phase (``best``), unless told otherwise.
 
 Backend-neutral like the executor: a GPU times with CUDA events (tracker/gpu/timing.py, the one
 timing routine); the tests run the same search on the CPU emulation (host wall-clock times,
@@ -27,10 +31,10 @@ import numpy as np
 
 from tracker.gpu.timing import drain, repeat
 from tracker.nets import Network
-from tracker.ops import OPS, Case
+from tracker.ops import OPS, Case, Op
 from tracker.ops.gemm import DEFAULT, SHAPES, Tile
 from tracker.ops.launch import Arrays, Backend
-from tracker.ops.selftest import REDUCTION, run_case
+from tracker.ops.selftest import run_case
 
 if TYPE_CHECKING:  # SQLAlchemy is imported only where the store is used
     from tracker.gpu.network import Step
@@ -41,7 +45,8 @@ SPLITS = (0, 1, 2, 4, 8, 16, 32, 64)  # split-K slices tried with each tile shap
 
 @dataclass(frozen=True)
 class Target:
-    """One tunable layer phase: timed at ``case``, verified at ``check`` (a small batch)."""
+    """One tunable layer phase by one variant: timed at ``case``, verified at ``check`` (a small
+    batch); ``planned``: the variant the plan runs there."""
 
     layer: str
     op: str
@@ -49,6 +54,7 @@ class Target:
     phase: str
     case: Case
     check: Case
+    planned: str
 
     @property
     def shape(self) -> str:
@@ -63,8 +69,9 @@ def shape_key(case: Case) -> str:
 
 def targets(net: Network, batch: int, chosen: dict[str, str], verify_batch: int = 2,
             distinct: bool = True, steps: Sequence[Step] | None = None) -> list[Target]:
-    """The tunable layer phases of ``net``'s plan (``steps``, where the caller has planned it);
-    ``distinct``: one per (op, variant, phase, shape)."""
+    """The tunable layer phases of ``net``'s plan (``steps``, where the caller has planned it),
+    each by every variant that may run it (``variants``); ``distinct``: one per (op, variant,
+    phase, shape), else one per (layer, phase, variant)."""
     from tracker.gpu.network import LAUNCHES_NOTHING, plan
 
     found: dict[tuple, Target] = {}
@@ -74,11 +81,20 @@ def targets(net: Network, batch: int, chosen: dict[str, str], verify_batch: int 
         op = OPS.of(step.layer)
         if not op.variant(step.variant).launches[step.phase].tunable:
             continue
-        target = Target(step.layer.name, op.kind, step.variant, step.phase, op.case(step.layer, batch),
-                        op.case(step.layer, verify_batch))
-        key = (target.op, target.variant, target.phase, target.shape) if distinct else (target.layer, target.phase)
-        found.setdefault(key, target)
+        case, check = op.case(step.layer, batch), op.case(step.layer, verify_batch)
+        for variant in variants(op, step.variant, step.phase, case, op.kind in chosen):
+            target = Target(step.layer.name, op.kind, variant, step.phase, case, check, step.variant)
+            key = (target.op, variant, target.phase, target.shape) if distinct else (target.layer, target.phase, variant)
+            found.setdefault(key, target)
     return list(found.values())
+
+
+def variants(op: Op, planned: str, phase: str, case: Case, pinned: bool) -> tuple[str, ...]:
+    """What may run a layer phase the plan gives ``planned``: its op's rivals there (``Op.rivals``),
+    unless ``--variant`` chose the op's variant (``pinned``) or the planned one is no rival (a
+    fused variant, which changes the plan)."""
+    rivals = op.rivals(case, phase)
+    return rivals if planned in rivals and not pinned else (planned,)
 
 
 def candidates(shapes: tuple[Tile, ...] = SHAPES, splits: tuple[int, ...] = SPLITS) -> tuple[Tile, ...]:
@@ -109,8 +125,8 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
                 timed = _time(b, target, arrays, tile, reps)
                 key = replace(tile, split=timed["splits"])
                 if key not in tried:
-                    error = _verify(b, target, tile, verified).get(target.phase)
-                    tried[key] = _row(target, tile, timed, error, device_name)
+                    error, passed = _verify(b, target, tile, verified).get(target.phase, (None, False))
+                    tried[key] = _row(target, tile, timed, error, passed, device_name)
             except Exception as exc:  # noqa: BLE001 (a candidate's failure is a result, not the search's end)
                 why = (str(exc).strip().splitlines() or [""])[0][:200]
                 echo(f"  {target.layer} {target.phase}: {tile.label} failed ({type(exc).__name__}: {why})")
@@ -133,13 +149,14 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
     return rows
 
 
-def _row(target: Target, tile: Tile, timed: dict[str, Any], error: float | None, device_name: str) -> dict:
+def _row(target: Target, tile: Tile, timed: dict[str, Any], error: float | None, passed: bool,
+         device_name: str) -> dict:
     """One tuning-table row."""
     from tracker import __version__
 
     return {"device_name": device_name, "op": target.op, "variant": target.variant, "phase": target.phase,
             "layer": target.layer, "shape": target.shape, "tile": tile.label,
-            "verified": error is not None and error < REDUCTION, "error": error, **timed,
+            "verified": passed, "error": error, **timed,
             "tracker_version": __version__, "created_at": datetime.now(timezone.utc)}
 
 
@@ -166,15 +183,17 @@ def fastest(rows: list[dict], target: Target) -> dict | None:
     return min(mine, key=lambda r: r["time_ms"], default=None)
 
 
-def _verify(b: Backend, target: Target, tile: Tile, cache: dict) -> dict[str, float | None]:
-    """Worst error per phase of ``tile`` at the verification case (every phase runs: the op's
-    check feeds each phase the last one's output)."""
+def _verify(b: Backend, target: Target, tile: Tile, cache: dict) -> dict[str, tuple[float, bool]]:
+    """Per phase of ``tile`` at the verification case, the worst error and whether every output
+    is within its bound: the selftest's, the op's scaled by the variant's ``error_scale`` (every
+    phase runs: the op's check feeds each phase the last one's output)."""
     key = (target.op, target.variant, shape_key(target.check), tile)
     if key not in cache:
-        errors: dict[str, float | None] = {}
+        found: dict[str, tuple[float, bool]] = {}
         for result in run_case(b, target.check, target.variant, seed=7, tile=tile):
-            errors[result.phase] = max(errors.get(result.phase) or 0.0, result.error)
-        cache[key] = errors
+            error, passed = found.get(result.phase, (0.0, True))
+            found[result.phase] = (max(error, result.error), passed and result.passed)
+        cache[key] = found
     return cache[key]
 
 
@@ -207,24 +226,43 @@ def store(db_store: Store, rows: list[dict]) -> None:
     add_candidates(db_store, rows)
 
 
+@dataclass(frozen=True)
+class Tuned:
+    """What a profile runs from the tuning table, keyed 'layer/phase': the tile where it is not the
+    default, and the variant where it is not the plan's."""
+
+    tiles: dict[str, str]
+    variants: dict[str, str]
+
+    def choice(self, key: str, planned: str) -> str:
+        """'variant tile', as `tracker tune`'s table shows what a layer phase runs."""
+        return f"{self.variants.get(key, planned)} {self.tiles.get(key, DEFAULT.label)}"
+
+
 def best(db_store: Store, device_name: str, net: Network, batch: int, chosen: dict[str, str],
-         steps: Sequence[Step] | None = None) -> dict[str, str]:
-    """'layer/phase' -> the fastest verified tile tuned on ``device_name`` for that layer phase's
-    shape, for every tunable layer phase of the plan (``steps``: the caller's) that has one.
-    Empty where nothing was tuned."""
+         steps: Sequence[Step] | None = None) -> Tuned:
+    """For every tunable layer phase of the plan (``steps``: the caller's) tuned on
+    ``device_name`` at its shape, the fastest verified variant and tile of those that may run it
+    (``variants``). Empty where nothing was tuned."""
     from tracker.store.tuning import fastest
 
     found = targets(net, batch, chosen, distinct=False, steps=steps)
-    tiles = fastest(db_store, device_name, [(t.op, t.variant, t.phase, t.shape) for t in found])
-    return {f"{t.layer}/{t.phase}": tile for t, tile in zip(found, tiles) if tile is not None and tile != DEFAULT.label}
+    times = fastest(db_store, device_name, [(t.op, t.variant, t.phase, t.shape) for t in found])
+    won: dict[str, tuple[Target, str, float]] = {}
+    for target, hit in zip(found, times):
+        key = f"{target.layer}/{target.phase}"
+        if hit is not None and (key not in won or hit[1] < won[key][2]):
+            won[key] = (target, *hit)
+    return Tuned({key: tile for key, (_, tile, _) in won.items() if tile != DEFAULT.label},
+                 {key: t.variant for key, (t, _, _) in won.items() if t.variant != t.planned})
 
 
 def run(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps: int, verify_batch: int, quick: bool,
         echo: Callable[[str], None], budget_s: float = 0) -> list[dict]:
     """`tracker tune` on this GPU: search (no candidate starts after ``budget_s`` seconds, if
-    set), store every candidate, and summarize per layer phase: this search's fastest, and the
-    tile `tracker profile` now runs there (``runs``: the fastest verified in the database, which
-    an earlier search may have found)."""
+    set), store every candidate, and summarize per layer phase and variant: this search's
+    fastest, and the variant and tile `tracker profile` now runs there (``runs``: the fastest
+    verified in the database, which an earlier search may have found)."""
     from tracker.gpu.network import check_indexing
     from tracker.gpu.runner import _cupy_backend
     from tracker.store import open_store
@@ -239,7 +277,8 @@ def run(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps: 
                   keep=lambda done: store(db_store, done),  # target by target: Ctrl-C keeps them
                   deadline=perf_counter() + budget_s if budget_s else None)
     echo(f"stored {len(rows)} candidates in {db_store.where}")
-    planned = best(db_store, device["device_name"], net, batch, chosen)
+    tuned = best(db_store, device["device_name"], net, batch, chosen)
     db_store.dispose()
-    return [row | {"runs": planned.get(f"{row['layer']}/{row['phase']}", DEFAULT.label)}
+    planned = {(t.layer, t.phase): t.planned for t in found}
+    return [row | {"runs": tuned.choice(f"{row['layer']}/{row['phase']}", planned[row["layer"], row["phase"]])}
             for row in summary(found, rows)]

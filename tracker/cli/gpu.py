@@ -207,7 +207,8 @@ TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "defaul
               help="Images per mini-batch: the shapes timed.")
 @db_option
 @click.option("--variant", default=None, metavar="V|OP=V,...",
-              help="Variants whose GEMM launches to tune (as tracker profile); default: each op's default.")
+              help="Variants whose GEMM launches to tune (as tracker profile); an op not named races every "
+                   "algorithm that can run each layer phase (conv: implicit and explicit GEMM, Winograd, FFT).")
 @click.option("--reps", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Timed repetitions per candidate (median; L2 flushed before each).")
 @click.option("--verify-batch", type=click.IntRange(1, 16), default=2, show_default=True,
@@ -220,16 +221,21 @@ TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "defaul
 @network_options
 @format_option
 def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **kwargs):
-    """Search GEMM schedules per layer phase on this GPU, store them, and run the fastest.
+    """Search algorithms and GEMM schedules per layer phase on this GPU, store them, and run the fastest.
 
-    For every layer phase built on the tiled GEMM (conv shared/fused/gemm, linear shared/fused),
-    each candidate tile (CTA tile, k-tile, split-K slices), then the fastest one's neighbours
-    (its other pipeline depths, warp layout and register policy), is compiled through the registry's -D
-    sizes, checked against the NumPy reference at --verify-batch, and timed at --batch with CUDA
-    events. Every candidate and its time is stored in the trace database's tuning table; from
-    then on tracker profile on this GPU runs the fastest verified tile of each layer phase
-    (tracker profile --untuned runs the defaults). The table shows this search's fastest (best)
-    and what profile now runs (runs: the fastest in the database, perhaps an earlier search's).
+    For every layer phase built on the tiled GEMM (conv shared/fused/gemm/winograd/winograd_f4/fft,
+    linear shared/fused), and for each variant that may run it (unless --variant chose the op's:
+    a conv layer phase races the implicit GEMM, the explicit GEMM, Winograd F(2x2) and F(4x4) and
+    FFT, the last three at stride 1 only), each candidate tile (CTA tile, k-tile, split-K slices),
+    then the fastest one's neighbours (its other pipeline depths, warp layout and register
+    policy), is compiled through the registry's -D sizes, checked against the NumPy reference at
+    --verify-batch (each variant within its own bound, the selftest's), and timed at --batch with
+    CUDA events. Every candidate and its time is stored in the trace database's tuning table; from
+    then on tracker profile on this GPU runs the fastest verified variant and tile of each layer
+    phase, and records both in the run (tracker profile --untuned runs the plan's variants and
+    the default tiles). The table shows each variant's fastest in this search (best) and what
+    profile now runs there (runs: variant and tile, the fastest in the database, perhaps an
+    earlier search's).
 
     \b
     Examples:

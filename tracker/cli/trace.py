@@ -215,8 +215,8 @@ def show(run, db, fmt):
         emit(rows, fmt)
         return
     keys = ("id", "status", "network", "network_options", "implementation", "library", "batch", "phases", "dtype_bits", "backend",
-            "backend_reason", "device_name", "variants", "tiles", "l1_bypass", "repeat", "counter_iterations",
-            "predicted_peak_bytes", "measured_peak_bytes", "started_at", "finished_at", "error", "command_line")
+            "backend_reason", "device_name", "variants", "tuned_variants", "tiles", "l1_bypass", "repeat",
+            "counter_iterations", "predicted_peak_bytes", "measured_peak_bytes", "started_at", "finished_at", "error", "command_line")
     for key in keys:
         if info[key] not in (None, {}, "") and not (key == "repeat" and info[key] == 0):  # 0: a model run's
             click.echo(f"{key:>20}: {cell(key, info[key])}")

@@ -49,6 +49,7 @@ class Workload:
     repeat: int = 1
     warmup: int = 1
     tiles: dict = field(default_factory=dict)  # 'layer/phase' -> tuned GEMM tile (tracker tune)
+    tuned_variants: dict = field(default_factory=dict)  # 'layer/phase' -> the variant tune chose, not the plan's
     steps: tuple[PlannedStep, ...] = ()  # the plan; empty until ``planned``
     implementation: str = "ours"  # or torch: the library arm runs the same layer phases (tracker/library)
     tf32: bool = False  # torch: let cuDNN and cuBLAS use TF32 tensor cores
@@ -94,11 +95,13 @@ class Workload:
 
         return "cg" if self.l1_bypass else STAGED if self.staged else "ca"
 
-    def planned(self, steps: Sequence[Step], tiles: dict[str, str]) -> Workload:
+    def planned(self, steps: Sequence[Step], tiles: dict[str, str], tuned_variants: dict[str, str] | None = None
+                ) -> Workload:
         """This workload with its plan (``tracker.gpu.network.plan``'s steps, planned once by the
-        caller) and the tuned tiles its GEMM-shaped steps run."""
+        caller, with the variants `tracker tune` chose where ``tuned_variants`` says) and the
+        tuned tiles its GEMM-shaped steps run."""
         return self._with(steps=tuple(PlannedStep(s.layer.name, s.phase, s.variant) for s in steps),
-                          tiles=dict(tiles))
+                          tiles=dict(tiles), tuned_variants=dict(tuned_variants or {}))
 
     def measuring(self, repeat: int) -> Workload:
         """This workload with ``repeat`` measured iterations: what pass 2's child runs when it

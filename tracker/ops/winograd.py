@@ -164,6 +164,7 @@ for _name, _m in OUTPUT_TILES.items():
     _elsewhere = (f"F({_m}x{_m},3x3) and F({_m}x{_m},5x5) for stride-1 filters; any other layer runs the shared "
                   "variant's implicit GEMM")
     CONV.add(_name, error_scale=ERROR_SCALE,
+             applies=lambda case: applies(case.shapes["w"], case.params["stride"], case.params["pad"]),
              fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", _IMPLICIT[0], note=_elsewhere),
              bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", _IMPLICIT[1],
                             note=_elsewhere),

@@ -103,6 +103,12 @@ def _tiles(run: pd.Series) -> str:
     return ", ".join(f"{key} {tile}" for key, tile in tiles.items()) or "the default of each launch"
 
 
+def _tuned_variants(run: pd.Series) -> str:
+    """Where `tracker tune` chose another variant than the plan's (nothing said where it did not)."""
+    chosen = run.get("tuned_variants") or {}
+    return f"; tuned variants: {', '.join(f'{key} {v}' for key, v in chosen.items())}" if chosen else ""
+
+
 def describe(run: pd.Series, unfinished: str | None = None) -> str:
     """The run in one paragraph: what ran, on what, measured how, when; ``unfinished``: what a run
     that did not complete holds (``Run.unfinished``), said after it."""
@@ -117,7 +123,7 @@ def describe(run: pd.Series, unfinished: str | None = None) -> str:
         l1 += ", operands staged through registers as the L1-bypass build's (--staged)"
     repeats = f"{run['repeat']} measured iteration{'s' if run['repeat'] != 1 else ''}"
     kernels = (f"run by {_library(run)}" if _is_library(run) else
-               f"kernel variants: {_variants(run)}; GEMM tiles: {_tiles(run)}; {l1}")
+               f"kernel variants: {_variants(run)}{_tuned_variants(run)}; GEMM tiles: {_tiles(run)}; {l1}")
     return (f"{run['network']} at batch {run['batch']} on {_device(run)}, {_how(run)}; {kernels}; {repeats}. "
             f"Run {run.name}, {run['status']}, {_when(run)}.{after}")
 
@@ -191,7 +197,7 @@ def _about(run: pd.Series) -> dict:
     about = {"run": run.name, **{label: run.get(key) for key, label in ABOUT.items()}}
     if _is_library(run):
         about["run by"] = _library(run)
-    about["kernel variants"] = _variants(run)
+    about["kernel variants"] = _variants(run) + _tuned_variants(run)
     about["GEMM tiles"] = _tiles(run)
     about["L1 bypass"] = bool(run["l1_bypass"])
     about["collector settings"] = _collector_settings(run)
@@ -492,7 +498,7 @@ def _implementation(run: pd.Series) -> str:
     tiles) or 'PyTorch 2.11.0 (cuDNN, cuBLAS)'."""
     if _is_library(run):
         return f"PyTorch {(run.get('library') or {}).get('torch')} (cuDNN, cuBLAS)"
-    return "ours, tuned" if run.get("tiles") else "ours"
+    return "ours, tuned" if run.get("tiles") or run.get("tuned_variants") else "ours"
 
 
 def _moves(store, run_a: int, run_b: int, key: str, sub: str, what: str = "") -> Section:

@@ -12,7 +12,7 @@ from tracker.errors import StoreError
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 MIGRATABLE_FROM = 2  # schema versions from which migrate reaches the current one
 VERSION_QUERY = "SELECT version FROM schema_info"  # the one row of a database of ours
 _PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
@@ -86,7 +86,8 @@ experiments have none); v8 -> v9 run.counter_iterations (pass 2 profiled every m
 before v9, so an older run with counters gets its repeat); v9 -> v10 views that list their rows in
 phase order (fwd, bwd_data, bwd_weight; views only); v10 -> v11 pass 2's collector in columns
 of its own (run.collector_version and collector_settings for run.ncu_*; metric_source, each run's
-names of its metrics, for metric_def's ncu and nvprof). Create what is missing and recreate every
+names of its metrics, for metric_def's ncu and nvprof); v11 -> v12 run.tuned_variants (the variant
+`tracker tune` chose per layer phase; NULL in older runs). Create what is missing and recreate every
     view. Any write opening migrates (``tracker upgrade`` is one); a
     read-only one refuses an older file."""
     from sqlalchemy import text, update
@@ -159,7 +160,7 @@ def _count_profiled_iterations(conn: Connection) -> None:
 def _add_missing_columns(conn: Connection) -> None:
     """Columns a later schema added to an existing table (v4: experiment's host, pid and
     process_start; v5: run's tiles; v6: the library arm's; v7: run's loaders; v9: run's
-    counter_iterations), NULL in the rows
+    counter_iterations; v12: run's tuned_variants), NULL in the rows
     already there, or the column's server default where it has one (v6: run.implementation is
     'ours'; v7: run.loaders 'async')."""
     from sqlalchemy import inspect

@@ -77,6 +77,10 @@ class Run(Base):
     tiles: Mapped[dict[str, Any] | None] = mapped_column(
         doc="'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default "
             "({}: every default); NULL: nothing ran (model) or recorded before schema v5")
+    tuned_variants: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="'layer/phase' -> the variant it ran where `tracker tune`'s fastest differs from the plan's "
+            "(run.variants): Winograd, FFT or another GEMM ({}: the plan's everywhere); NULL: nothing ran "
+            "(model) or recorded before schema v12")
     l1_bypass: Mapped[bool]
     implementation: Mapped[str] = mapped_column(
         server_default="ours", doc="ours (tracker's kernels) or torch (PyTorch: cuDNN and cuBLAS); ours before schema v6")

@@ -1,5 +1,5 @@
 """The ``tuning`` table: every candidate tile ``tracker tune`` measured, and the fastest verified
-one for a layer phase's shape on a GPU (what ``tracker profile`` then runs)."""
+one of a variant at a layer phase's shape on a GPU (``tracker.tune.best`` races the variants)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,15 @@ def add_candidates(store: Store, rows: list[dict]) -> None:
             conn.execute(insert(Tuning), rows)
 
 
-def fastest(store: Store, device_name: str, keys: Iterable[Key]) -> list[str | None]:
-    """For each key, the tile of its fastest verified candidate on ``device_name`` (None: none)."""
+def fastest(store: Store, device_name: str, keys: Iterable[Key]) -> list[tuple[str, float] | None]:
+    """For each key, the tile and time (ms) of its fastest verified candidate on ``device_name``
+    (None: none)."""
     with store.connect() as conn:
         if not inspect(conn).has_table(Tuning.__tablename__):
             return [None for _ in keys]
-        return [conn.execute(
-            select(Tuning.tile).where(
+        rows = [conn.execute(
+            select(Tuning.tile, Tuning.time_ms).where(
                 Tuning.device_name == device_name, Tuning.op == op, Tuning.variant == variant,
                 Tuning.phase == phase, Tuning.shape == shape, Tuning.verified.is_(True), Tuning.time_ms.is_not(None))
-            .order_by(Tuning.time_ms, Tuning.id).limit(1)).scalar() for op, variant, phase, shape in keys]
+            .order_by(Tuning.time_ms, Tuning.id).limit(1)).first() for op, variant, phase, shape in keys]
+    return [None if row is None else (row.tile, row.time_ms) for row in rows]

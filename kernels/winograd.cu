@@ -177,3 +177,138 @@ extern "C" __global__ void winograd_output_a8(const float* RESTRICT Mp, const fl
                                              WinoShape s, int M) {
     output_transform<8>(Mp, bias, y, s, M);
 }
+
+// F(2x2,3x3) fused (the algorithm of the kernels above in one launch, as openCNN fuses it): a
+// CTA computes WF_M outputs x WF_N tiles at all 16 points. Each stage's load transforms WF_K
+// channels of its tiles' 4x4 input patches (B^T d B) straight into shared memory beside the
+// filter's transformed chunk (U, from winograd_filter_a4), the 16 products accumulate in
+// registers, and the epilogue's output transform (A^T m A, + bias) writes y: no transformed
+// input and no product ever reaches global memory. Each thread transforms one (channel, tile) a
+// stage and owns outputs oo, oo + 16 and tiles tt, tt + 16 at every point: 64 accumulators.
+// Its transforms are F(2x2,3x3)'s own (input_f2x3, output_f2x3); the filter's come from c_wino.
+// NVRTC 13.5 for sm_90 gives it 254 registers and no spills (one CTA of 8 warps an SM); capped at
+// 128 (__launch_bounds__(256, 2)) it spilled 944 bytes. Its speed is a GPU's to measure (stage 9).
+#define WF_M 32  // output channels per CTA
+#define WF_N 32  // tiles per CTA
+#define WF_K 8   // channels per stage: WF_K * WF_N = 256 patches, one a thread
+#define WF_THREADS 256
+
+// F(2x2,3x3)'s B^T and A^T by Cook-Toom at 0, 1, -1 and infinity (tracker/ops/winograd.py's
+// matrices(2, 3); tests/test_winograd.py checks they are these), written out: their entries are
+// 0 and +-1, so each transform is additions, and its values need no registers of their own.
+//   B^T = [-1 0 1 0; 0 1 1 0; 0 -1 1 0; 0 -1 0 1]     A^T = [1 1 1 0; 0 1 -1 1]
+__device__ __forceinline__ void bt_4(float a, float b, float c, float d, float (&out)[4]) {
+    out[0] = c - a;
+    out[1] = b + c;
+    out[2] = c - b;
+    out[3] = d - b;
+}
+
+__device__ __forceinline__ void input_f2x3(const float (&d)[4][4], float (&v)[4][4]) {  // B^T d B
+    float t[4][4], row[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        bt_4(d[0][j], d[1][j], d[2][j], d[3][j], row);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) t[i][j] = row[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bt_4(t[i][0], t[i][1], t[i][2], t[i][3], v[i]);
+}
+
+__device__ __forceinline__ void output_f2x3(const float (&m)[4][4], float (&y)[2][2]) {  // A^T m A
+    float t[2][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        t[0][j] = m[0][j] + m[1][j] + m[2][j];
+        t[1][j] = m[1][j] - m[2][j] + m[3][j];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        y[i][0] = t[i][0] + t[i][1] + t[i][2];
+        y[i][1] = t[i][1] - t[i][2] + t[i][3];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WF_THREADS) winograd_fused_a4(const float* RESTRICT x,
+                                                                          const float* RESTRICT U,
+                                                                          const float* RESTRICT bias,
+                                                                          float* RESTRICT y, WinoShape s, int M) {
+    __shared__ float Vs[16][WF_K][WF_N];  // the stage's transformed patches
+    __shared__ float Us[16][WF_M][WF_K];  // the stage's transformed filters (output-major: no bank conflict)
+    const int tid = threadIdx.x, tiles = s.TH * s.TW;
+    const long long cols = (long long)s.N * tiles, col0 = (long long)blockIdx.x * WF_N;
+    const int o0 = blockIdx.y * WF_M, oo = tid / 16, tt = tid % 16;
+
+    // the patch this thread transforms every stage: channel c0 + lk of tile col0 + lt
+    const int lk = tid / WF_N, lt = tid % WF_N;
+    const long long lcol = col0 + lt;
+    const bool live = lcol < cols;
+    const int n = live ? (int)(lcol / tiles) : 0, t = live ? (int)(lcol % tiles) : 0;
+    const int y0 = (t / s.TW) * 2 - s.pad, x0 = (t % s.TW) * 2 - s.pad;
+    const float* image = x + (size_t)n * s.C * s.H * s.W;
+
+    float acc[16][2][2];
+#pragma unroll
+    for (int p = 0; p < 16; ++p)
+        acc[p][0][0] = acc[p][0][1] = acc[p][1][0] = acc[p][1][1] = 0.f;
+
+    for (int c0 = 0; c0 < s.C; c0 += WF_K) {
+        const int c = c0 + lk;
+        float d[4][4], v[4][4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const int h = y0 + a, q = x0 + b;
+                d[a][b] = live && c < s.C && h >= 0 && h < s.H && q >= 0 && q < s.W
+                              ? image[((size_t)c * s.H + h) * s.W + q] : 0.f;
+            }
+        input_f2x3(d, v);
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int b = 0; b < 4; ++b) Vs[a * 4 + b][lk][lt] = v[a][b];
+#pragma unroll
+        for (int i = 0; i < 16 * WF_M * WF_K / WF_THREADS; ++i) {
+            const int at = tid + i * WF_THREADS, p = at / (WF_M * WF_K), o = at / WF_K % WF_M, k = at % WF_K;
+            Us[p][o][k] = o0 + o < M && c0 + k < s.C ? U[((size_t)p * M + o0 + o) * s.C + c0 + k] : 0.f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int p = 0; p < 16; ++p)
+#pragma unroll
+            for (int k = 0; k < WF_K; ++k) {
+                const float u0 = Us[p][oo][k], u1 = Us[p][oo + 16][k], v0 = Vs[p][k][tt], v1 = Vs[p][k][tt + 16];
+                acc[p][0][0] = fmaf(u0, v0, acc[p][0][0]);
+                acc[p][0][1] = fmaf(u0, v1, acc[p][0][1]);
+                acc[p][1][0] = fmaf(u1, v0, acc[p][1][0]);
+                acc[p][1][1] = fmaf(u1, v1, acc[p][1][1]);
+            }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int o = o0 + oo + 16 * i;
+            const long long col = col0 + tt + 16 * j;
+            if (o >= M || col >= cols) continue;
+            float m[4][4], out[2][2];
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int b = 0; b < 4; ++b) m[a][b] = acc[a * 4 + b][i][j];
+            output_f2x3(m, out);
+            const int im = (int)(col / tiles), tile = (int)(col % tiles);
+            const int p0 = (tile / s.TW) * 2, q0 = (tile % s.TW) * 2;
+            const float bb = bias != nullptr ? bias[o] : 0.f;
+            float* plane = y + ((size_t)im * M + o) * s.P * s.Q;
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int b = 0; b < 2; ++b)
+                    if (p0 + a < s.P && q0 + b < s.Q) plane[(p0 + a) * s.Q + q0 + b] = out[a][b] + bb;
+        }
+}

@@ -34,7 +34,7 @@ def test_l1_bypass_pairs_every_variant_and_computes_speedups(tmp_path, emulated_
     table = experiments.runs(store, experiment_id)
     staged = [name for name in OPS.variant_names() if any(  # where ca copies with cp.async what cg stages
         launch.tunable for op in OPS if name in op.variants for launch in op.variants[name].launches.values())]
-    assert staged == ["shared", "gemm", "fused", "winograd", "winograd_f4", "fft"]
+    assert staged == ["shared", "gemm", "fused", "winograd", "winograd_f4", "winograd_fused", "fft"]
     assert list(table.arm) == [a.label for a in arms("l1-bypass", 1)]
     assert len(table) == 2 * len(OPS.variant_names()) + len(staged)
     assert table.groupby("comparison")["baseline"].sum().eq(1).all()
@@ -235,7 +235,8 @@ def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, 
     gpu, net, db = "CPU emulation (tests/emu)", tiny_net(), str(tmp_path / "trace.db")
     monkeypatch.setattr(detect, "device_name", lambda: gpu)
     raced = [t for t in tune.targets(net, 1, {}) if (t.layer, t.phase) == ("conv1", "fwd")]
-    assert [t.variant for t in raced] == ["shared", "gemm", "winograd", "winograd_f4", "fft"]
+    assert [t.variant for t in raced] == ["shared", "global", "constant", "gemm", "winograd", "winograd_f4",
+                                          "winograd_fused", "fft"]
     raced = [t for t in raced if t.variant in ("shared", "winograd")]
     rows = tune.search(emulator, raced, (DEFAULT,), 1, gpu, refine=False)
     assert [(r["variant"], r["verified"]) for r in rows] == [("shared", True), ("winograd", True)]

@@ -107,6 +107,7 @@ def test_our_own_kernels_are_named_by_the_same_rules():
     declared = {name: [k.name for k in variant.launches["fwd"].kernels] for name, variant in OPS["conv"].variants.items()}
     assert {name: phase_algorithm(kernels) for name, kernels in declared.items()} == {
         "global": "direct", "constant": "direct", "shared": "implicit_gemm", "gemm": "gemm",
-        "fused": "implicit_gemm", "winograd": "winograd_nonfused", "winograd_f4": "winograd_nonfused", "fft": "fft"}  # winograd's fallback is implicit_gemm
+        "fused": "implicit_gemm", "winograd": "winograd_nonfused", "winograd_f4": "winograd_nonfused",
+        "winograd_fused": "winograd", "fft": "fft"}  # winograd's fallback is implicit_gemm
     assert [classify(k).role for k in ("im2col", "winograd_input_a4", "splitk_reduce", "bias_grad", "relu_fwd_global")] == [
         "transform", "transform", "reduction", "reduction", "other"]  # a ReLU's kernel: its phase's math (tagged)

@@ -66,6 +66,42 @@ def test_winograd_f4_runs_4x4_output_tiles(emulator, w, pad, alpha):
     assert applies((1, 1, 5, 5), 1, 4) and not applies((1, 1, 5, 5), 1, 5) and not applies((1, 1, 7, 7), 1, 3)
 
 
+@pytest.mark.parametrize("x, w, pad", [
+    ((2, 19, 11, 10), (33, 19, 3, 3), 1),  # 3 channel stages (the last ragged), 2 CTAs of outputs, 2 of tiles
+    ((3, 9, 7, 7), (5, 9, 3, 3), 0),  # ragged last tiles: 5 x 5 outputs in 2 x 2 tiles
+    ((1, 4, 6, 5), (40, 4, 3, 3), 2),  # the widest padding, and the data gradient's none
+])
+def test_the_fused_winograd_transforms_in_its_load_stage_and_epilogue(emulator, x, w, pad):
+    """Issue 48: F(2x2,3x3)'s forward and data gradient each the filter transform and one fused
+    kernel (no input transform, GEMM or output transform launched), its grid 32 tiles by 32
+    outputs; the weight gradient winograd's; every phase within its bound of the reference."""
+    case = Case("conv", "fused", {"x": x, "w": w}, {"stride": 1, "pad": pad})
+    results, launched = kernels(emulator, case, "winograd_fused")
+    assert all(r.passed for r in results), [(r.phase, r.output, r.error) for r in results if not r.passed]
+    assert launched[:4] == ["winograd_filter_a4", "winograd_fused_a4"] * 2
+    assert launched[4:] == ["winograd_input_a4"] * 2 + ["gemm_nt_batched", "winograd_output_a4", "bias_grad"]
+    P = x[2] + 2 * pad - 2
+    Q = x[3] + 2 * pad - 2
+    tiles = x[0] * -(-P // 2) * -(-Q // 2)
+    fused = [k.grid for k in emulator.log if k.kernel == "winograd_fused_a4"]
+    assert fused[0] == (-(-tiles // 32), -(-w[0] // 32), 1)  # the forward: tiles x outputs
+    assert fused[1][1] == -(-w[1] // 32)  # the data gradient's outputs are the input's channels
+
+
+def test_the_fused_winograd_leaves_other_filters_to_the_implicit_gemm(emulator):
+    from tracker.ops import OPS
+
+    for w, stride in (((4, 3, 5, 5), 1), ((4, 3, 3, 3), 2)):
+        case = Case("conv", "other", {"x": (1, 3, 9, 9), "w": w}, {"stride": stride, "pad": 1})
+        results, launched = kernels(emulator, case, "winograd_fused")
+        assert all(r.passed for r in results) and "winograd_fused_a4" not in launched
+        assert launched[0] == "conv2d_fwd_implicit"
+        assert "winograd_fused" not in OPS["conv"].rivals(case, "fwd")
+    three = Case("conv", "three", {"x": (1, 3, 9, 9), "w": (4, 3, 3, 3)}, {"stride": 1, "pad": 1})
+    assert "winograd_fused" in OPS["conv"].rivals(three, "fwd") and "winograd_fused" not in OPS["conv"].rivals(
+        three, "bwd_weight")  # there it is winograd's
+
+
 @pytest.mark.parametrize("split", [2, 3])
 def test_the_batched_gemm_splits_each_points_reduction_and_sums_each_alone(emulator, split):
     """Split-K inside the batch: grid y holds the points, z the slices, the partials points x slices
@@ -93,6 +129,9 @@ def test_cook_toom_matrices_compute_the_correlation_exactly(m, r):
         d, f = rng.normal(size=m + r - 1), rng.normal(size=r)
         expected = [sum(d[i + k] * f[k] for k in range(r)) for i in range(m)]
         assert at @ ((g @ f) * (bt @ d)) == pytest.approx(expected, abs=1e-12)
+    if (m, r) == (2, 3):  # what kernels/winograd.cu's fused kernel writes out (input_f2x3, output_f2x3)
+        assert np.allclose(bt, [[-1, 0, 1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, -1, 0, 1]], atol=1e-12)
+        assert np.allclose(at, [[1, 1, 1, 0], [0, 1, -1, 1]], atol=1e-12)
     if (m, r) == (4, 3):  # Lavin & Gray's published A^T for F(4x4, 3x3)
         assert at.tolist() == [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]
 
@@ -102,6 +141,7 @@ def test_cook_toom_matrices_compute_the_correlation_exactly(m, r):
     ((1, 32, 27, 27), (8, 32, 5, 5), 2, "winograd", 20),  # conv2's plane: F(2x2,5x5), larger transforms, larger error
     ((1, 64, 13, 13), (16, 64, 3, 3), 1, "winograd_f4", 30),  # F(4x4,3x3): measured 6-7x F(2x2,3x3)'s
     ((1, 32, 27, 27), (8, 32, 5, 5), 2, "winograd_f4", 30),  # F(4x4,5x5)
+    ((1, 64, 13, 13), (16, 64, 3, 3), 1, "winograd_fused", 10),  # F(2x2,3x3) fused: the same arithmetic
 ])
 def test_its_error_stays_near_the_implicit_gemms_at_a_deep_contraction(emulator, x, w, pad, variant, within):
     """Lavin & Gray measured F(2x2,3x3)'s max error in fp32 at 4e-5, F(4x4,3x3)'s at 1e-3, a direct

@@ -21,8 +21,9 @@
 #   8  fusion and L1 bypass on the fast loaders (issue 30): racecheck of the fused backward's mask
 #      ring (default tile and a 3-deep ring); the fusion and l1-bypass experiments (with the staged
 #      arms) at batch 128 on events
-#   9  the new variants' speed (issue 30): the kernel benchmark (RESULTS.md: every variant against
-#      cuDNN); tracker tune of the Winograd and FFT variants' GEMMs (quick) into one database
+#   9  the new variants' speed (issues 30, 48): the kernel benchmark (RESULTS.md: every variant, the
+#      fused Winograd too, against cuDNN's heuristic and best); tracker tune's race of every conv
+#      algorithm (quick), then the tuned step beside the untuned and PyTorch's (events, batch 128)
 #  10 the U-Nets (issue 45): unet2d ours and PyTorch's on events at batch 16 and under ncu at batch
 #      2, compared; unet3d ours and PyTorch's on events (batch 1, 128^3), compared, and under ncu
 #      (batch 1, 64^3); `tracker tune` of unet3d's 3-D convolutions; the memory study up to out of
@@ -255,11 +256,15 @@ stage8() {
 
 stage9() {
     step benchmark 250 'python3 benchmarks/kernels.py --reps 10 --out $W/RESULTS.md'
-    local variant
-    for variant in winograd winograd_f4 fft; do
-        step "tune-$variant" 100 "tracker tune alexnet --batch 128 --variant conv=$variant --quick --reps 3 \
-            --budget 80 --db \$W/tuning-new-variants-\$GPU.db --format csv > \$W/tune-$variant.csv"
-    done
+    # the race (issue 48 item 4): every algorithm of every conv layer phase, then the step it chose
+    # beside the plan's and PyTorch's, in one database
+    export T_DB="$W/tuning-race-$GPU.db"
+    step tune-race 200 'tracker tune alexnet --batch 128 --quick --reps 3 --budget 180 --db $T_DB --format csv \
+        > $W/tune-race.csv'
+    step tuned-step 90 'tracker profile alexnet --batch 128 --backend events --repeat 5 --db $T_DB \
+        && tracker profile alexnet --batch 128 --backend events --repeat 5 --untuned --db $T_DB \
+        && tracker profile alexnet --batch 128 --impl torch --backend events --repeat 5 --db $T_DB \
+        && tracker runs --db $T_DB --format csv > $W/tuned-step-runs.csv'
 }
 
 stage10() {

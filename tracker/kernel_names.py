@@ -138,7 +138,9 @@ class Kernel(NamedTuple):
 # (pattern, algorithm, role), the first match wins: specific names before the generic GEMM ones.
 RULES: tuple[tuple[str, str | None, str], ...] = (
     # tracker's own kernels (kernels/*.cu), by their exact names
-    (r"^winograd_(filter|input|output)_a\d+$", "winograd_nonfused", "transform"),
+    (r"^winograd_(input|output)_a\d+$", "winograd_nonfused", "transform"),
+    (r"^winograd_filter_a\d+$", "winograd", "transform"),  # the fused kernel's too: the others say non-fused
+    (r"^winograd_fused_a\d+$", "winograd", "math"),
     (r"^fft_(filter|input|output)_n\d+$", "fft", "transform"),
     (r"^conv2d_\w+_implicit$", "implicit_gemm", "math"),
     (r"^conv2d_\w+_(global|constant)$", "direct", "math"),

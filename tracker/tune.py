@@ -2,9 +2,9 @@
 the algorithm of each layer phase with it.
 
 For each layer phase whose launch is built on the tiled GEMM (tracker/ops/gemm.py), and for
-each of its op's variants that computes it by another algorithm on that GEMM (``Op.rivals``:
-implicit and explicit GEMM, Winograd F(2x2) and F(4x4), FFT, where each applies) unless
-``--variant`` chose the op's, every candidate ``Tile`` (CTA tile shape, k-tile, split-K slices), then each neighbour of the fastest
+each of its op's variants that computes it by an algorithm of its own (``Op.rivals``: direct,
+implicit and explicit GEMM, Winograd F(2x2) and F(4x4), fused F(2x2,3x3), FFT, where each
+applies) unless ``--variant`` chose the op's, every candidate ``Tile`` (CTA tile shape, k-tile, split-K slices), then each neighbour of the fastest
 (its other pipeline depths, warp layout and register policy: one axis at a time, so the search
 grows by a few candidates rather than several times over), is compiled through the registry's
 ``-D`` sizes, checked against the NumPy reference (at a small batch: the reference is float64
@@ -90,11 +90,11 @@ def targets(net: Network, batch: int, chosen: dict[str, str], verify_batch: int 
 
 
 def variants(op: Op, planned: str, phase: str, case: Case, pinned: bool) -> tuple[str, ...]:
-    """What may run a layer phase the plan gives ``planned``: its op's rivals there (``Op.rivals``),
-    unless ``--variant`` chose the op's variant (``pinned``) or the planned one is no rival (a
+    """What may run a layer phase the plan gives ``planned``: it, then its op's other rivals there
+    (``Op.rivals``), unless ``--variant`` chose the op's variant (``pinned``) or the planned one is no rival (a
     fused variant, which changes the plan)."""
     rivals = op.rivals(case, phase)
-    return rivals if planned in rivals and not pinned else (planned,)
+    return (planned, *(v for v in rivals if v != planned)) if planned in rivals and not pinned else (planned,)
 
 
 def candidates(shapes: tuple[Tile, ...] = SHAPES, splits: tuple[int, ...] = SPLITS) -> tuple[Tile, ...]:
@@ -105,7 +105,8 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
            echo: Callable[[str], None] = lambda line: None, refine: bool = True,
            keep: Callable[[list[dict]], None] = lambda rows: None, deadline: float | None = None) -> list[dict]:
     """Verify and time every tile at every target, then (``refine``) the neighbours of the
-    target's fastest verified one (``Tile.neighbours``); a row per
+    target's fastest verified one (``Tile.neighbours``); a target whose launch is not on the
+    tiled GEMM (a direct convolution, the fused Winograd) once, as it is built; a row per
     (target, tile) for the tuning table, handed to ``keep`` target by target (so that an
     interrupted search keeps what it finished). A tile whose split-K slices come out the same as
     an earlier one's at this shape is skipped; one that fails to compile or run is reported and
@@ -131,11 +132,12 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
                 why = (str(exc).strip().splitlines() or [""])[0][:200]
                 echo(f"  {target.layer} {target.phase}: {tile.label} failed ({type(exc).__name__}: {why})")
 
-        for tile in tiles:
+        tunable = OPS[target.op].variant(target.variant).launches[target.phase].tunable
+        for tile in tiles if tunable else (DEFAULT,):  # a launch not on the tiled GEMM runs its own schedule
             if not spent():
                 attempt(tile)
         top = fastest(list(tried.values()), target)
-        for tile in Tile.parse(top["tile"]).neighbours() if refine and top else ():
+        for tile in Tile.parse(top["tile"]).neighbours() if refine and tunable and top else ():
             if not spent():
                 attempt(tile)
         rows += tried.values()
@@ -213,7 +215,7 @@ def _time(b: Backend, target: Target, arrays: Arrays, tile: Tile, reps: int) -> 
     b.log.clear()
     launch()
     b.synchronize()
-    splits = tile.splits_in(b.log)
+    splits = tile.splits_in(b.log) if OPS[target.op].variant(target.variant).launches[target.phase].tunable else 0
     b.log.clear()
     timed = repeat(launch, reps, b.synchronize, events=drain(b.log), flush=getattr(b, "flush_l2", None))
     return {"splits": splits, "time_ms": timed.median_ms, "spread_pct": timed.spread_pct, "timer": timed.timer}

@@ -10,7 +10,7 @@ import pandas as pd
 from tracker.analysis import in_layer_order, run_row, view
 from tracker.analysis.runtime import runtime
 from tracker.analysis.speedup import comparison
-from tracker.ops.winograd import OUTPUT_TILES, model_algorithm
+from tracker.ops.winograd import MODEL_TILES, model_algorithm
 from tracker.store import Store
 from tracker.store.queries import experiment_runs
 
@@ -143,7 +143,7 @@ MODELLED = {"direct": "direct", "implicit_gemm": "implicit_gemm", "implicit_prec
 
 def modelled(algorithm: str | None, conv_variant: str | None) -> str | None:
     """The model's name for what a conv phase of ours ran: a Winograd's by its variant's tile."""
-    if algorithm == "winograd_nonfused" and conv_variant in OUTPUT_TILES:
+    if algorithm in ("winograd_nonfused", "winograd") and conv_variant in MODEL_TILES:
         return model_algorithm(conv_variant)
     return MODELLED.get(algorithm or "")
 

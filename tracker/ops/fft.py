@@ -116,7 +116,7 @@ def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAU
 
 
 ELSEWHERE = "NxN FFT tiles (N up to 32) for stride-1 filters; any other layer runs the shared variant's implicit GEMM"
-CONV.add("fft", applies=lambda case: applies(case.shapes["w"], case.params["stride"], case.params["pad"]),
+CONV.add("fft", applies=lambda case, phase: applies(case.shapes["w"], case.params["stride"], case.params["pad"]),
          fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn_batched", _IMPLICIT[0], note=ELSEWHERE),
          bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn_batched", _IMPLICIT[1], note=ELSEWHERE),
          bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt_batched", _IMPLICIT[2], BIAS_GRAD, note=ELSEWHERE))

@@ -81,9 +81,9 @@ class Variant:
     # The selftest's tolerance over the op's: an algorithm that trades rounding for multiplies
     # (Winograd's transforms) is held to a bound set from its measured error.
     error_scale: float = 1.0
-    # Where its own algorithm runs (None: everywhere); elsewhere its launches run another
-    # variant's kernels (Winograd and FFT: the shared variant's implicit GEMM on strided layers)
-    applies: Callable[[Case], bool] | None = None
+    # Where (case, phase) its own algorithm runs (None: everywhere); elsewhere its launches run
+    # another variant's kernels (Winograd and FFT: the shared variant's implicit GEMM on strided layers)
+    applies: Callable[[Case, str], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class Op:
         return (self.layer_kind or self.kind) == layer.kind and self.dims in (0, len(layer.output_shape) - 1)
 
     def add(self, name: str, absorbs: str | None = None, fallback: str | None = None, error_scale: float = 1.0,
-            in_place: bool = False, applies: Callable[[Case], bool] | None = None, **launches: Launch) -> Variant:
+            in_place: bool = False, applies: Callable[[Case, str], bool] | None = None, **launches: Launch) -> Variant:
         """Register variant ``name`` with a Launch for each of the op's phases."""
         if set(launches) != set(self.phases):
             raise TrackerError(f"{self.kind} variant {name!r} must launch {', '.join(self.phases)}; "
@@ -141,11 +141,11 @@ class Op:
         return self.variants[name]
 
     def rivals(self, case: Case, phase: str) -> tuple[str, ...]:
-        """The variants that run ``case``'s ``phase`` each by an algorithm of its own, on the tiled
-        GEMM (what `tracker tune` races there): neither absorbing a layer (that changes the
-        plan) nor in place, and applying at ``case``."""
-        return tuple(v.name for v in self.variants.values() if v.launches[phase].tunable and v.absorbs is None
-                     and not v.in_place and (v.applies is None or v.applies(case)))
+        """The variants that run ``case``'s ``phase`` each by an algorithm of its own (what
+        `tracker tune` races there): neither absorbing a layer (that changes the plan) nor in
+        place, and applying at ``case`` and ``phase``."""
+        return tuple(v.name for v in self.variants.values() if v.absorbs is None and not v.in_place
+                     and (v.applies is None or v.applies(case, phase)))
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:

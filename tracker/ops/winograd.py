@@ -14,6 +14,12 @@ r - 1 - pad with the filters turned and their channels swapped. The weight gradi
 F(rxr, mxm): dy's m x m tiles play the filter (``_weight_gradient``). Where the algorithm does not
 apply (a stride above 1: conv1), the launch runs the shared variant's implicit GEMM, as its note
 says; ``tracker model --algorithm winograd_f2`` (or ``winograd_f4``) prices the same choice.
+
+``winograd_fused`` runs F(2x2, 3x3)'s forward and data gradient in one kernel (issue 48, after
+openCNN): the filter transform, then ``winograd_fused_a4``, whose load stage transforms the input
+patches into shared memory and whose epilogue applies the output transform, so that neither the
+transformed input nor the products pass through global memory; its weight gradient is
+``winograd``'s. Other filters run the implicit GEMM. **Never run on a GPU.**
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from tracker.ops.conv2d import _IMPLICIT, CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit
-from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, bias_grad, tiled
+from tracker.ops.gemm import BIAS_GRAD, DEFAULT, SPLITK_REDUCE, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
+from tracker.ops.registry import launch
 
 SOURCE = "winograd.cu"
 # variant -> m: each transformed tile gives m x m outputs; the model names the algorithm winograd_f<m>
@@ -45,9 +52,12 @@ def kernels(m: int) -> tuple[str, ...]:
     return tuple(f"{SOURCE}:winograd_{part}_a{alpha(m, r)}" for r in FILTERS for part in ("filter", "input", "output"))
 
 
+MODEL_TILES = {**OUTPUT_TILES, "winograd_fused": 2}  # every Winograd variant's m
+
+
 def model_algorithm(variant: str) -> str:
     """The analytic model's name for a Winograd variant's algorithm (tracker/model/algorithms.py)."""
-    return f"winograd_f{OUTPUT_TILES[variant]}"
+    return f"winograd_f{MODEL_TILES[variant]}"
 
 
 def applies(w_shape: tuple[int, ...], stride: int, pad: int) -> bool:
@@ -164,7 +174,7 @@ for _name, _m in OUTPUT_TILES.items():
     _elsewhere = (f"F({_m}x{_m},3x3) and F({_m}x{_m},5x5) for stride-1 filters; any other layer runs the shared "
                   "variant's implicit GEMM")
     CONV.add(_name, error_scale=ERROR_SCALE,
-             applies=lambda case: applies(case.shapes["w"], case.params["stride"], case.params["pad"]),
+             applies=lambda case, phase: applies(case.shapes["w"], case.params["stride"], case.params["pad"]),
              fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", _IMPLICIT[0], note=_elsewhere),
              bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", _IMPLICIT[1],
                             note=_elsewhere),
@@ -172,3 +182,51 @@ for _name, _m in OUTPUT_TILES.items():
                               BIAS_GRAD,
                               note=f"F(3x3,{_m}x{_m}) and F(5x5,{_m}x{_m}) on dy's tiles for stride-1 filters; any "
                                    "other layer runs the shared variant's implicit GEMM"))
+
+
+# The fused F(2x2,3x3) (kernels/winograd.cu's WF_*): a CTA's outputs and tiles, and its threads
+FUSED_M, FUSED_N, FUSED_THREADS = 32, 32, 256
+
+
+def fused_applies(w_shape: tuple[int, ...], stride: int, pad: int) -> bool:
+    """The fused kernel runs what ``applies`` allows with a 3x3 filter."""
+    return applies(w_shape, stride, pad) and w_shape[2] == 3
+
+
+def _fused(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int) -> None:
+    """out (N x M x P x Q) = the stride-1 3x3 convolution of x padded by pad: the filter transform,
+    then one kernel for the rest (``winograd_fused_a4``)."""
+    N, Kc, H, W = x.shape
+    M, P, Q = out.shape[1:]
+    TH, TW = math.ceil(P / 2), math.ceil(Q / 2)
+    U = b.empty((16, M, Kc))
+    b.to_constant(SOURCE, "c_wino", b.asarray(_constants(2, 3)))
+    b.launch(SOURCE, "winograd_filter_a4", (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, 3, int(flip)))
+    b.launch(SOURCE, "winograd_fused_a4", (math.ceil(N * TH * TW / FUSED_N), math.ceil(M / FUSED_M)),
+             (FUSED_THREADS,), (x, U, bias, out, _shape(N, Kc, H, W, P, Q, pad, TH, TW, 2, 3, extent=4), M))
+
+
+def _fused_fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
+    if not fused_applies(a.w.shape, stride, pad):
+        return _fwd_implicit(b, a, stride, pad, tile=tile)
+    _fused(b, a.x, a.w, False, a.bias, a.y, pad)
+
+
+def _fused_bwd_data(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
+    if not fused_applies(a.w.shape, stride, pad):
+        return _bwd_data_implicit(b, a, stride, pad, tile=tile)
+    _fused(b, a.dy, a.w, True, None, a.dx, 2 - pad)
+
+
+_FUSED = (f"F(2x2,3x3) in one kernel for stride-1 3x3 filters (the input transform in its load stage, the output "
+          "transform in its epilogue); any other layer runs the shared variant's implicit GEMM")
+CONV.add("winograd_fused", error_scale=ERROR_SCALE,
+         applies=lambda case, phase: phase != "bwd_weight" and fused_applies(case.shapes["w"], case.params["stride"],
+                                                                             case.params["pad"]),
+         fwd=launch(_fused_fwd, f"{SOURCE}:winograd_filter_a4", f"{SOURCE}:winograd_fused_a4", _IMPLICIT[0],
+                    SPLITK_REDUCE, note=_FUSED),
+         bwd_data=launch(_fused_bwd_data, f"{SOURCE}:winograd_filter_a4", f"{SOURCE}:winograd_fused_a4", _IMPLICIT[1],
+                         SPLITK_REDUCE, note=_FUSED),
+         bwd_weight=tiled(partial(_bwd_weight, m=2), *kernels(2), "gemm.cu:gemm_nt_batched", _IMPLICIT[2], BIAS_GRAD,
+                          note="winograd's: F(3x3,2x2) and F(5x5,2x2) on dy's tiles for stride-1 filters; any other "
+                               "layer runs the shared variant's implicit GEMM"))

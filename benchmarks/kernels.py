@@ -7,7 +7,8 @@ Writes benchmarks/RESULTS.md with the GPU, driver and date.
     python benchmarks/kernels.py [--batch 128] [--reps 20] [--out benchmarks/RESULTS.md] [--db TUNING_DB]
 
 With --db, the GEMM-shaped launches run the fastest verified tiles `tracker tune` stored there for
-this GPU (per variant, layer and phase, as `tracker profile` would), else the default tile.
+this GPU (per variant, layer and phase, as `tracker profile` would), else the default tile; the
+whole iteration runs the variant its race chose per layer phase too.
 
 Last run on an H100, 2026-11-23: benchmarks/RESULTS.md (tuned tiles, tools/gpu_stage.sh 5) and
 RESULTS-untuned.md (the default tile, tools/gpu_stage.sh 2).
@@ -33,6 +34,7 @@ from tracker.ops import OPS, Case
 from tracker.ops.gemm import Tile
 from tracker.ops.launch import Arrays
 from tracker.ops.selftest import network_cases
+from tracker.tune import Tuned
 
 TARGETS = {"conv": 1.5, "linear": 1.3}  # best variant within this factor of cuDNN / cuBLAS
 BANDWIDTH_TARGET = 0.85  # memory-bound ops (those without a library baseline): share of the copy bandwidth
@@ -80,26 +82,26 @@ def ours(backend, case: Case, variant: str, phase: str, a: Arrays, tile: str | N
     return lambda: OPS[case.op].launch(backend, variant, phase, a, tile=chosen, **case.params)
 
 
-def tuned(db: str | None, net, batch: int) -> Callable[[dict[str, str]], dict[str, str]]:
-    """For chosen variants, the tuned tiles by 'layer/phase' of the variants the plan runs
-    (tracker.tune.best on this GPU)."""
+def tuned(db: str | None, net, batch: int) -> Callable[[dict[str, str]], Tuned]:
+    """For chosen variants, what `tracker tune` stored for this GPU (tracker.tune.best): the tiles
+    by 'layer/phase', and the variants its race chose where an op was not chosen."""
     if db is None:
-        return lambda chosen: {}
+        return lambda chosen: Tuned({}, {})
     from tracker.store import open_store
     from tracker.tune import best
 
     store, name = open_store(db, write=False), device_info()["device_name"]
-    found: dict[tuple, dict[str, str]] = {}  # one lookup per choice, not one per layer phase timed
+    found: dict[tuple, Tuned] = {}  # one lookup per choice, not one per layer phase timed
 
-    def tiles(chosen: dict[str, str]) -> dict[str, str]:
+    def lookup_tuned(chosen: dict[str, str]) -> Tuned:
         key = tuple(sorted(chosen.items()))
         if key not in found:
             found[key] = best(store, name, net, batch, chosen)
         return found[key]
-    return tiles
+    return lookup_tuned
 
 
-def variant_tile(tiles: Callable[[dict[str, str]], dict[str, str]], net, case: Case, variant: str,
+def variant_tile(tiles: Callable[[dict[str, str]], Tuned], net, case: Case, variant: str,
                  phase: str) -> str | None:
     """The tuned tile of one variant timed alone at one layer phase: None (the default) where the
     plan runs another variant there (fc8 fused falls back to shared: shared's tile was tuned and
@@ -108,7 +110,7 @@ def variant_tile(tiles: Callable[[dict[str, str]], dict[str, str]], net, case: C
 
     if resolve(net, {case.op: variant})[case.layer] != variant:
         return None
-    return tiles({case.op: variant}).get(f"{case.layer}/{phase}")
+    return tiles({case.op: variant}).tiles.get(f"{case.layer}/{phase}")
 
 
 def torch_step(net, batch: int):
@@ -133,17 +135,20 @@ def torch_step(net, batch: int):
     return step
 
 
-def iteration(net, batch: int, reps: int, tiles: dict[str, str]) -> list[str]:
-    """Our whole training step (default variants, ``tiles`` tuned) against PyTorch's: CUDA-event
-    time of one step, launch gaps included, median of ``reps`` after a warm-up; warm L2, as in training."""
-    from tracker.gpu.network import Executor
+def iteration(net, batch: int, reps: int, tuned: Tuned) -> list[str]:
+    """Our whole training step (default variants but where `tracker tune` chose others, its tiles)
+    against PyTorch's: CUDA-event time of one step, launch gaps included, median of ``reps`` after
+    a warm-up; warm L2, as in training."""
+    from tracker.gpu.network import Executor, plan
 
-    run = Executor(CupyBackend("ca", timed=False), net, batch, {}, tiles=tiles)
+    run = Executor(CupyBackend("ca", timed=False), net, batch, {}, tiles=tuned.tiles,
+                   steps=tuned.applied(plan(net, {}, batch=batch)))
     ours_ms, ours_spread = _step_time(run.iteration, reps)
     torch_ms, torch_spread = _step_time(torch_step(net, batch), reps)
     return ["", f"## Whole training iteration, batch {batch}", "",
             "| | median ms (spread) | images/s |", "|---|---|---|",
-            f"| ours (default variants) | {ours_ms:.2f} ({_pct(ours_spread)}) | {batch / ours_ms * 1e3:.0f} |",
+            f"| ours ({'tuned' if tuned.tiles or tuned.variants else 'default'} variants and tiles) "
+            f"| {ours_ms:.2f} ({_pct(ours_spread)}) | {batch / ours_ms * 1e3:.0f} |",
             f"| PyTorch {torch.__version__} (cuDNN, cuBLAS; fp32, TF32 off) | {torch_ms:.2f} ({_pct(torch_spread)}) "
             f"| {batch / torch_ms * 1e3:.0f} |",
             "", f"Ours takes {ours_ms / torch_ms:.1f}x PyTorch's time for the same step.", *floor(net, batch, ours_ms, torch_ms)]

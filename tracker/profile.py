@@ -18,7 +18,7 @@ arm, tracker/library), through the same backends, collectors, join and store.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from tracker.errors import BackendUnavailable, TrackerError, UnknownName, unknown
@@ -262,8 +262,7 @@ def _planned(store, workload: Workload, untuned: bool, echo: Callable[[str], Non
         return workload.planned_in_training_order()
     steps = plan(workload.net, workload.variants, workload.phases, workload.batch)
     tuned = Tuned({}, {}) if untuned else _tuned(store, workload, steps, echo)
-    steps = [replace(s, variant=tuned.variants.get(f"{s.layer.name}/{s.phase}", s.variant)) for s in steps]
-    return workload.planned(steps, tuned.tiles, tuned.variants)
+    return workload.planned(tuned.applied(steps), tuned.tiles, tuned.variants)
 
 
 def _measure(run, choice: Choice, may_fall_back: bool, workload: Workload, device: Device | None, dtype_bits: int,

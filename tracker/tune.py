@@ -236,6 +236,10 @@ class Tuned:
     tiles: dict[str, str]
     variants: dict[str, str]
 
+    def applied(self, steps: Sequence[Step]) -> list[Step]:
+        """``steps`` (a plan) with the variants chosen here."""
+        return [replace(s, variant=self.variants.get(f"{s.layer.name}/{s.phase}", s.variant)) for s in steps]
+
     def choice(self, key: str, planned: str) -> str:
         """'variant tile', as `tracker tune`'s table shows what a layer phase runs."""
         return f"{self.variants.get(key, planned)} {self.tiles.get(key, DEFAULT.label)}"

@@ -1,7 +1,7 @@
 """Kernel benchmark (needs a GPU, CuPy and PyTorch; not a test): per AlexNet layer and phase at
 batch 128, every variant's median time against cuDNN / cuBLAS through PyTorch (fp32, TF32 off),
-and the memory-bound ops' effective bandwidth (compulsory bytes / time) against a device-to-
-device copy of the same byte count. L2 is flushed before every repetition (cold-L2 times).
+the memory-bound ops' effective bandwidth (compulsory bytes / time) against a device-to-device
+copy of the same byte count, and so the Winograd and FFT variants' transforms. L2 is flushed before every repetition (cold-L2 times).
 Writes benchmarks/RESULTS.md with the GPU, driver and date.
 
     python benchmarks/kernels.py [--batch 128] [--reps 20] [--out benchmarks/RESULTS.md] [--db TUNING_DB]
@@ -180,6 +180,45 @@ def _cudnn_best(timer, library, case, phase) -> float:
         torch.backends.cudnn.benchmark = False
 
 
+TRANSFORMING = ("winograd", "winograd_f4", "winograd_fused", "fft")  # variants whose phases transform
+
+
+def transforms(net, batch: int, reps: int, timer: Timer) -> list[str]:
+    """Issue 48 item 2: each transforming variant's transforms at every conv layer phase it runs,
+    their time (per-launch CUDA events, L2 flushed before each repetition, median) against the
+    bytes of the arrays they were handed (each read or written once: their compulsory traffic),
+    beside a device copy of as many bytes."""
+    from tracker.kernel_names import traffic
+
+    backend, rng = CupyBackend("ca", timed=True), np.random.default_rng(1)
+    lines = ["", f"## Transforms (Winograd, FFT), batch {batch}", "",
+             "| layer | phase | variant | launches | median ms | MB | GB/s | copy GB/s | share of copy |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for case in network_cases(net, batch):
+        if case.op != "conv":
+            continue
+        a = arrays(case, rng)
+        for phase in OPS["conv"].phases:
+            for variant in (v for v in TRANSFORMING if v in OPS["conv"].rivals(case, phase)):
+                run = ours(backend, case, variant, phase, a, None)
+                found = []
+                for _ in range(reps + 1):  # the first compiles
+                    backend.flush_l2()
+                    backend.log.clear()
+                    run()
+                    backend.synchronize()
+                    found.append(traffic(backend.log, "transform"))
+                ms = float(np.median([t[0] for t in found[1:]]))
+                _, nbytes, count = found[-1]
+                src = cp.empty(nbytes // 8, cp.float32)  # read half the bytes, write the other half
+                dst = cp.empty_like(src)
+                copy_ms, _ = timer(lambda: cp.copyto(dst, src))
+                lines.append(f"| {case.layer} | {phase} | {variant} | {count} | {ms:.3f} | {nbytes / 1e6:.1f} | "
+                             f"{nbytes / ms / 1e6:.0f} | {nbytes / copy_ms / 1e6:.0f} | {copy_ms / ms:.0%} |")
+                print(lines[-1], flush=True)
+    return lines
+
+
 def _step_time(fn, reps: int) -> tuple[float, float | None]:
     """A whole step's time: warm L2 (no flush), as in training."""
     return _timed(fn, reps)
@@ -243,6 +282,7 @@ def main() -> None:
         "| layer | phase | our variants, median ms (spread) | best | baseline | ratio | target | met |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    lines += transforms(net, opts.batch, opts.reps, timer)
     lines += iteration(net, opts.batch, opts.reps, tiles({}))
     print("\n".join(lines[-7:]))
     Path(opts.out).write_text("\n".join(header + lines) + "\n")

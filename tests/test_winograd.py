@@ -102,6 +102,26 @@ def test_the_fused_winograd_leaves_other_filters_to_the_implicit_gemm(emulator):
         three, "bwd_weight")  # there it is winograd's
 
 
+def test_each_transform_launch_says_how_many_bytes_it_was_handed(emulator):
+    """The benchmark's transform bandwidth (issue 48 item 2) reads each launch's array bytes, the
+    device arrays it was handed (tracker.ops.contract.array_bytes), and sums a phase's transforms
+    (kernel_names.traffic): the forward's filter transform reads w and writes U (16 points x M x
+    C), the input transform x and V (16 x C x tiles), the output transform the products and the
+    bias and writes y."""
+    from tracker.kernel_names import traffic
+
+    case = Case("conv", "s1", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 1})
+    kernels(emulator, case, "winograd")
+    fwd = emulator.log[:emulator.log.index(next(k for k in emulator.log if k.kernel == "winograd_output_a4")) + 1]
+    tiles, f32 = 2 * 4 * 4, 4
+    x, w, y, bias = 2 * 5 * 7 * 7 * f32, 6 * 5 * 9 * f32, 2 * 6 * 7 * 7 * f32, 6 * f32
+    U, V, products = 16 * 6 * 5 * f32, 16 * 5 * tiles * f32, 16 * 6 * tiles * f32
+    assert [(k.kernel, k.array_bytes) for k in fwd] == [
+        ("winograd_filter_a4", w + U), ("winograd_input_a4", x + V), ("gemm_nn_batched", U + V + products),
+        ("winograd_output_a4", products + bias + y)]
+    assert traffic(fwd, "transform") == (0.0, w + U + x + V + products + bias + y, 3)  # the emulation times nothing
+
+
 @pytest.mark.parametrize("split", [2, 3])
 def test_the_batched_gemm_splits_each_points_reduction_and_sums_each_alone(emulator, split):
     """Split-K inside the batch: grid y holds the points, z the slices, the partials points x slices

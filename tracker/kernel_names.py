@@ -29,7 +29,7 @@ from __future__ import annotations
 import ctypes
 import re
 from functools import cache
-from typing import Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 
 def kernel_base(name: str) -> str:
@@ -177,6 +177,13 @@ def classify(name: str) -> Kernel:
         if pattern.search(name):
             return Kernel(algorithm, role, tensor_cores)
     return Kernel(None, "other", tensor_cores)
+
+
+def traffic(records: Iterable[Any], role: str) -> tuple[float, int, int]:
+    """(ms, bytes, launches) of the launches in ``records`` (LaunchRecords, timed) whose kernels play
+    ``role`` (``classify``): what a phase's transforms took, against the arrays they were handed."""
+    mine = [r for r in records if classify(r.kernel).role == role]
+    return sum(r.time_ms or 0.0 for r in mine), sum(r.array_bytes for r in mine), len(mine)
 
 
 def phase_algorithm(names: Iterable[str]) -> str | None:

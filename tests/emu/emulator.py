@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracker.gpu.kernels import KERNEL_DIR, Overrides, define_options, source_text
-from tracker.ops.contract import H100_MAX_SHARED, check_constant, check_launch
+from tracker.ops.contract import H100_MAX_SHARED, array_bytes, check_constant, check_launch
 from tracker.ops.launch import Backend, LaunchRecord, Struct
 
 HERE = Path(__file__).parent
@@ -146,7 +146,8 @@ class Emulator:
     def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple, shared_bytes: int = 0,
                defines: Overrides = ()) -> None:
         check_launch(is_device, kernel, grid, block, args, shared_bytes, H100_MAX_SHARED)
-        record = LaunchRecord(source, kernel, grid, block, shared_bytes, None, self.context)
+        record = LaunchRecord(source, kernel, grid, block, shared_bytes, None, self.context,
+                              array_bytes=array_bytes(is_device, args))
         values = [_c_value(a) for a in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         self.log.append(record)

@@ -14,7 +14,7 @@ import cupy as cp
 import numpy as np
 
 from tracker.gpu.kernels import Overrides, compile_options, constant_bytes, source_text
-from tracker.ops.contract import check_constant, check_launch
+from tracker.ops.contract import array_bytes, check_constant, check_launch
 from tracker.ops.launch import DEFAULT_SHARED, Backend, LaunchRecord, Struct
 
 
@@ -50,7 +50,7 @@ class CupyBackend:
         if shared_bytes > DEFAULT_SHARED:
             function.max_dynamic_shared_size_bytes = shared_bytes
         record = LaunchRecord(source, kernel, tuple(grid), tuple(block), shared_bytes, function.num_regs,
-                              context=self.context)
+                              context=self.context, array_bytes=array_bytes(_is_device, args))
         if self.timed:
             record.start, record.end = cp.cuda.Event(), cp.cuda.Event()
             record.start.record()

@@ -66,6 +66,12 @@ def check_launch(is_device: IsDevice, kernel: str, grid: tuple, block: tuple, ar
         _check_argument(is_device, f"{kernel} argument {i}", arg)
 
 
+def array_bytes(is_device: IsDevice, args: tuple) -> int:
+    """The bytes of the device arrays a launch is handed: what a kernel that reads each input and
+    writes each output once moves (a transform's compulsory traffic, the benchmark's measure)."""
+    return sum(arg.nbytes for arg in args if is_device(arg))
+
+
 def check_constant(is_device: IsDevice, symbol: str, array: Any, symbol_bytes: int) -> None:
     """Raise Refused unless ``array`` is a contiguous float32 device array that fits ``symbol``."""
     check_array(is_device, f"the constant {symbol}", array, CONSTANT_DTYPES)

@@ -1,6 +1,6 @@
 """Small PyTorch models for `tracker profile --torch torch_models:FUNCTION` in the tests (this
-folder is put on the path): a residual CNN that calls one ReLU module three times, and functions
-that return or raise what a user's might by mistake."""
+folder is put on the path): a residual CNN that calls one ReLU module three times, torchvision's
+ResNet-18 (tools/gpu_stage.sh 11), and functions that return or raise what a user's might by mistake."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ class ResidualCNN(nn.Module):
 def residual_cnn():
     torch.manual_seed(0)
     return ResidualCNN(), torch.randn(4, 3, 8, 8)
+
+
+def resnet18():
+    """torchvision's ResNet-18 at batch 32 (issue 47's second target: its counters in <= 60 s
+    through --torch); torchvision is imported here, as only this model needs it."""
+    from torchvision.models import resnet18 as build
+
+    torch.manual_seed(0)
+    return build(), torch.randn(32, 3, 224, 224)
 
 
 def not_a_model():

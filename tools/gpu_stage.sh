@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 11 or suite.
+# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 11 or suite (or digest: the sources' digest a stage's header prints).
 #
 #   1  preflight; selftest --record; a batch-1 ncu smoke profile (the join); events at batch 128;
 #      this GPU's ncu --query-metrics; the batch-16 ncu fixture database with its raw CSV pages
@@ -54,6 +54,12 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
+# The device's copy of the work tree may carry an older .git than its files (2026-11-26: it said
+# 2d76c47 for d7a1d7b's tree): the digest of the sources, which `bash tools/gpu_stage.sh digest`
+# prints for any checkout, says which tree ran.
+digest() { find tracker kernels tests -type f \( -name '*.py' -o -name '*.cu' -o -name '*.cuh' \) | LC_ALL=C sort \
+    | xargs sha256sum | sha256sum | cut -c1-12; }
+[ "$stage" = digest ] && { digest; exit 0; }
 case "$stage" in 1|2|3|4|5|6|7|8|9|10|11|suite) ;; *) note "usage: tools/gpu_stage.sh 1|2|...|11|suite (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
@@ -105,7 +111,8 @@ stop_unless_ok() {
     exit 1
 }
 
-note "tracker GPU stage $stage, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+note "tracker GPU stage $stage, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
+    "($(git status --porcelain 2>/dev/null | wc -l) paths differ from it), sources $(digest)"
 step preflight 120 'python3 tools/gpu_preflight.py'
 stop_unless_ok $? "preflight failed (see preflight above; no GPU, or a missing tool or package)"
 export W="$w" NCU="$(python3 -c 'from tracker.profilers.ncu import find; print(find() or "")')"

@@ -1,7 +1,8 @@
 """Kernel benchmark (needs a GPU, CuPy and PyTorch; not a test): per AlexNet layer and phase at
 batch 128, every variant's median time against cuDNN / cuBLAS through PyTorch (fp32, TF32 off),
 the memory-bound ops' effective bandwidth (compulsory bytes / time) against a device-to-device
-copy of the same byte count, and so the Winograd and FFT variants' transforms. L2 is flushed before every repetition (cold-L2 times).
+copy of the same byte count, and so the Winograd and FFT variants' transforms. L2 is flushed
+before every repetition (cold-L2 times).
 Writes benchmarks/RESULTS.md with the GPU, driver and date.
 
     python benchmarks/kernels.py [--batch 128] [--reps 20] [--out benchmarks/RESULTS.md] [--db TUNING_DB]
@@ -180,6 +181,14 @@ def _cudnn_best(timer, library, case, phase) -> float:
         torch.backends.cudnn.benchmark = False
 
 
+def _copy_ms(timer: Timer, nbytes: int) -> float:
+    """A device-to-device copy moving ``nbytes`` (reading half, writing the other half): the
+    bandwidth baseline."""
+    src = cp.empty(nbytes // 8, cp.float32)
+    dst = cp.empty_like(src)
+    return timer(lambda: cp.copyto(dst, src))[0]
+
+
 TRANSFORMING = ("winograd", "winograd_f4", "winograd_fused", "fft")  # variants whose phases transform
 
 
@@ -210,9 +219,7 @@ def transforms(net, batch: int, reps: int, timer: Timer) -> list[str]:
                     found.append(traffic(backend.log, "transform"))
                 ms = float(np.median([t[0] for t in found[1:]]))
                 _, nbytes, count = found[-1]
-                src = cp.empty(nbytes // 8, cp.float32)  # read half the bytes, write the other half
-                dst = cp.empty_like(src)
-                copy_ms, _ = timer(lambda: cp.copyto(dst, src))
+                copy_ms = _copy_ms(timer, nbytes)
                 lines.append(f"| {case.layer} | {phase} | {variant} | {count} | {ms:.3f} | {nbytes / 1e6:.1f} | "
                              f"{nbytes / ms / 1e6:.0f} | {nbytes / copy_ms / 1e6:.0f} | {copy_ms / ms:.0%} |")
                 print(lines[-1], flush=True)
@@ -254,9 +261,7 @@ def main() -> None:
             best = min(timings, key=lambda v: timings[v][0])
             nbytes = predicted[case.layer][phase].elements * 4
             if op.library is None:
-                src = cp.empty(nbytes // 8, cp.float32)  # read half the bytes, write the other half
-                dst = cp.empty_like(src)
-                copy_ms, _ = timer(lambda: cp.copyto(dst, src))
+                copy_ms = _copy_ms(timer, nbytes)
                 ratio, target = copy_ms / timings[best][0], f">= {BANDWIDTH_TARGET:.0%} of copy"
                 met = ratio >= BANDWIDTH_TARGET
                 baseline = f"copy {copy_ms:.3f} ms ({nbytes / copy_ms / 1e6:.0f} GB/s)"

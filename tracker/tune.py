@@ -4,7 +4,8 @@ the algorithm of each layer phase with it.
 For each layer phase whose launch is built on the tiled GEMM (tracker/ops/gemm.py), and for
 each of its op's variants that computes it by an algorithm of its own (``Op.rivals``: direct,
 implicit and explicit GEMM, Winograd F(2x2) and F(4x4), fused F(2x2,3x3), FFT, where each
-applies) unless ``--variant`` chose the op's, every candidate ``Tile`` (CTA tile shape, k-tile, split-K slices), then each neighbour of the fastest
+applies) unless ``--variant`` chose the op's, every candidate ``Tile`` (CTA tile shape, k-tile,
+split-K slices), then each neighbour of the fastest
 (its other pipeline depths, warp layout and register policy: one axis at a time, so the search
 grows by a few candidates rather than several times over), is compiled through the registry's
 ``-D`` sizes, checked against the NumPy reference (at a small batch: the reference is float64
@@ -60,6 +61,11 @@ class Target:
     def shape(self) -> str:
         return shape_key(self.case)
 
+    @property
+    def tunable(self) -> bool:
+        """Whether its launch is built on the tiled GEMM (else it runs its own schedule)."""
+        return OPS[self.op].variant(self.variant).launches[self.phase].tunable
+
 
 def shape_key(case: Case) -> str:
     """The tuning table's shape: input shapes and parameters, e.g. 'w=64x3x11x11 x=128x3x227x227 pad=2 stride=4'."""
@@ -91,8 +97,8 @@ def targets(net: Network, batch: int, chosen: dict[str, str], verify_batch: int 
 
 def variants(op: Op, planned: str, phase: str, case: Case, pinned: bool) -> tuple[str, ...]:
     """What may run a layer phase the plan gives ``planned``: it, then its op's other rivals there
-    (``Op.rivals``), unless ``--variant`` chose the op's variant (``pinned``) or the planned one is no rival (a
-    fused variant, which changes the plan)."""
+    (``Op.rivals``), unless ``--variant`` chose the op's variant (``pinned``) or the planned one is
+    no rival (a fused variant, which changes the plan)."""
     rivals = op.rivals(case, phase)
     return (planned, *(v for v in rivals if v != planned)) if planned in rivals and not pinned else (planned,)
 
@@ -132,12 +138,11 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
                 why = (str(exc).strip().splitlines() or [""])[0][:200]
                 echo(f"  {target.layer} {target.phase}: {tile.label} failed ({type(exc).__name__}: {why})")
 
-        tunable = OPS[target.op].variant(target.variant).launches[target.phase].tunable
-        for tile in tiles if tunable else (DEFAULT,):  # a launch not on the tiled GEMM runs its own schedule
+        for tile in tiles if target.tunable else (DEFAULT,):
             if not spent():
                 attempt(tile)
         top = fastest(list(tried.values()), target)
-        for tile in Tile.parse(top["tile"]).neighbours() if refine and tunable and top else ():
+        for tile in Tile.parse(top["tile"]).neighbours() if refine and target.tunable and top else ():
             if not spent():
                 attempt(tile)
         rows += tried.values()
@@ -215,7 +220,7 @@ def _time(b: Backend, target: Target, arrays: Arrays, tile: Tile, reps: int) -> 
     b.log.clear()
     launch()
     b.synchronize()
-    splits = tile.splits_in(b.log) if OPS[target.op].variant(target.variant).launches[target.phase].tunable else 0
+    splits = tile.splits_in(b.log) if target.tunable else 0
     b.log.clear()
     timed = repeat(launch, reps, b.synchronize, events=drain(b.log), flush=getattr(b, "flush_l2", None))
     return {"splits": splits, "time_ms": timed.median_ms, "spread_pct": timed.spread_pct, "timer": timed.timer}

@@ -208,7 +208,8 @@ TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "defaul
 @db_option
 @click.option("--variant", default=None, metavar="V|OP=V,...",
               help="Variants whose GEMM launches to tune (as tracker profile); an op not named races every "
-                   "algorithm that can run each layer phase (conv: implicit and explicit GEMM, Winograd, FFT).")
+                   "algorithm that can run each layer phase (conv: implicit and explicit GEMM, direct, Winograd, "
+                   "fused Winograd, FFT).")
 @click.option("--reps", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Timed repetitions per candidate (median; L2 flushed before each).")
 @click.option("--verify-batch", type=click.IntRange(1, 16), default=2, show_default=True,
@@ -225,8 +226,9 @@ def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **
 
     For every layer phase built on the tiled GEMM (conv shared/fused/gemm/winograd/winograd_f4/fft,
     linear shared/fused), and for each variant that may run it (unless --variant chose the op's:
-    a conv layer phase races the implicit GEMM, the explicit GEMM, Winograd F(2x2) and F(4x4) and
-    FFT, the last three at stride 1 only), each candidate tile (CTA tile, k-tile, split-K slices),
+    a conv layer phase races the implicit GEMM, the direct convolutions, the explicit GEMM,
+    Winograd F(2x2) and F(4x4), the fused F(2x2,3x3) and FFT, the last four at stride 1 only), each
+    candidate tile (CTA tile, k-tile, split-K slices; a launch not on the tiled GEMM runs once),
     then the fastest one's neighbours (its other pipeline depths, warp layout and register
     policy), is compiled through the registry's -D sizes, checked against the NumPy reference at
     --verify-batch (each variant within its own bound, the selftest's), and timed at --batch with

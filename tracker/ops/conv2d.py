@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -29,6 +29,13 @@ def conv_shape(x_shape: tuple, w_shape: tuple, stride: int, pad: int) -> Struct:
     P, Q = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - S) // stride + 1
     names = ("N", "C", "H", "W", "K", "R", "S", "P", "Q", "stride", "pad")
     return Struct("ConvShape", tuple((n, "i") for n in names), (N, C, H, W, K, R, S, P, Q, stride, pad))
+
+
+def where(rule: Callable[[tuple, int, int], bool], phases: tuple[str, ...] = ("fwd", "bwd_data", "bwd_weight")
+          ) -> Callable[[Case, str], bool]:
+    """A variant's ``applies`` from a rule on the filter's shape, stride and padding (a fast
+    algorithm's: Winograd's, FFT's), at ``phases``."""
+    return lambda case, phase: phase in phases and rule(case.shapes["w"], case.params["stride"], case.params["pad"])
 
 
 def _chunks(s: Struct):

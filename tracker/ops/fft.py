@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from tracker.model.algorithms import FFT_TILE, fft_side
-from tracker.ops.conv2d import _IMPLICIT, CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit
+from tracker.ops.conv2d import (_IMPLICIT, CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit,
+                                  where)
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import Arrays, Backend, Struct
 
@@ -116,7 +117,7 @@ def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAU
 
 
 ELSEWHERE = "NxN FFT tiles (N up to 32) for stride-1 filters; any other layer runs the shared variant's implicit GEMM"
-CONV.add("fft", applies=lambda case, phase: applies(case.shapes["w"], case.params["stride"], case.params["pad"]),
+CONV.add("fft", applies=where(applies),
          fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn_batched", _IMPLICIT[0], note=ELSEWHERE),
          bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn_batched", _IMPLICIT[1], note=ELSEWHERE),
          bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt_batched", _IMPLICIT[2], BIAS_GRAD, note=ELSEWHERE))

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from tracker.ops.conv2d import _IMPLICIT, CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit
+from tracker.ops.conv2d import (_IMPLICIT, CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit,
+                                  where)
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, SPLITK_REDUCE, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
 from tracker.ops.registry import launch
@@ -173,8 +174,7 @@ ERROR_SCALE = 10.0
 for _name, _m in OUTPUT_TILES.items():
     _elsewhere = (f"F({_m}x{_m},3x3) and F({_m}x{_m},5x5) for stride-1 filters; any other layer runs the shared "
                   "variant's implicit GEMM")
-    CONV.add(_name, error_scale=ERROR_SCALE,
-             applies=lambda case, phase: applies(case.shapes["w"], case.params["stride"], case.params["pad"]),
+    CONV.add(_name, error_scale=ERROR_SCALE, applies=where(applies),
              fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", _IMPLICIT[0], note=_elsewhere),
              bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", _IMPLICIT[1],
                             note=_elsewhere),
@@ -221,8 +221,7 @@ def _fused_bwd_data(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = D
 _FUSED = (f"F(2x2,3x3) in one kernel for stride-1 3x3 filters (the input transform in its load stage, the output "
           "transform in its epilogue); any other layer runs the shared variant's implicit GEMM")
 CONV.add("winograd_fused", error_scale=ERROR_SCALE,
-         applies=lambda case, phase: phase != "bwd_weight" and fused_applies(case.shapes["w"], case.params["stride"],
-                                                                             case.params["pad"]),
+         applies=where(fused_applies, ("fwd", "bwd_data")),  # its weight gradient is winograd's
          fwd=launch(_fused_fwd, f"{SOURCE}:winograd_filter_a4", f"{SOURCE}:winograd_fused_a4", _IMPLICIT[0],
                     SPLITK_REDUCE, note=_FUSED),
          bwd_data=launch(_fused_bwd_data, f"{SOURCE}:winograd_filter_a4", f"{SOURCE}:winograd_fused_a4", _IMPLICIT[1],

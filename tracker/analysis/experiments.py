@@ -148,6 +148,13 @@ def modelled(algorithm: str | None, conv_variant: str | None) -> str | None:
     return MODELLED.get(algorithm or "")
 
 
+# cuDNN beside ours in an algorithms table, each from its own stored library run: column prefix ->
+# (whether cudnn.benchmark chose its algorithms, its arm in ``per_algorithm``); each prefix has an
+# _algorithm, an _ms and a _run column
+CUDNN = {"library": (False, "cuDNN (library run)"), "library_best": (True, "cuDNN best (cudnn.benchmark)")}
+CUDNN_COLUMNS = tuple(f"{prefix}_{column}" for prefix in CUDNN for column in ("algorithm", "ms"))  # what tables show
+
+
 def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
     """Per conv layer phase and arm of an algorithms experiment: the speedups (with the algorithm
     that ran: a Winograd arm's conv1 ran the implicit GEMM), the model's workspace of the
@@ -174,7 +181,7 @@ def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
     conv["workspace_bytes_a"] = [workspace(r, r.algorithm_a, r.baseline_arm) for r in conv.itertuples()]
     conv["workspace_bytes_b"] = [workspace(r, r.algorithm_b, r.arm) for r in conv.itertuples()]
     conv["max_error_b"] = _errors(conv, variants, info["device_name"])
-    for prefix, best in (("library", False), ("library_best", True)):
+    for prefix, (best, _) in CUDNN.items():
         library = latest_library_run(store, info["network"], batch, info["device_name"], cudnn_benchmark=best)
         if library is not None:
             cudnn = runtime(store, library)[["layer_id", "phase", "algorithm", "ms"]].rename(
@@ -195,7 +202,7 @@ def per_algorithm(frame: pd.DataFrame) -> pd.DataFrame:
                                              workspace_bytes=rows["workspace_bytes_a"], ran=rows["algorithm_a"])
     others = rows.assign(ms=rows["b_ms"], workspace_bytes=rows["workspace_bytes_b"], ran=rows["algorithm_b"])
     parts = [base, others]
-    for prefix, arm in (("library", "cuDNN (library run)"), ("library_best", "cuDNN best (cudnn.benchmark)")):
+    for prefix, (_, arm) in CUDNN.items():
         if f"{prefix}_ms" in rows:
             parts.append(rows.drop_duplicates(keys).assign(arm=arm, ms=rows[f"{prefix}_ms"], workspace_bytes=None,
                                                            ran=rows[f"{prefix}_algorithm"]))

@@ -157,7 +157,7 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
           --executor slurm --db postgresql://tracker@dbhost/traces --sbatch '--time=30'
       tracker experiment batch alexnet --batches 16,64,128 --gpus h100,a100 --backend model
     """
-    from tracker.analysis.experiments import across, results
+    from tracker.analysis.experiments import CUDNN_COLUMNS, across, results
     from tracker.experiment import run_experiment
     from tracker.profilers.ncu import Settings as NcuSettings
     from tracker.model import lookup
@@ -190,8 +190,7 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
             "run the same command again to resume it")
     swept = [c for c in ("arm", "gpu") if kind == "batch" and (variants if c == "arm" else gpus)]
     columns = (*swept, *BATCH_COLUMNS) if kind == "batch" else None if kind in ("fusion", "memory") else [
-        c for c in SPEEDUP_COLUMNS + ("algorithm_a", "algorithm_b", "workspace_bytes_b", "library_algorithm",
-                                      "library_ms", "library_best_algorithm", "library_best_ms",
+        c for c in SPEEDUP_COLUMNS + ("algorithm_a", "algorithm_b", "workspace_bytes_b", *CUDNN_COLUMNS,
                                       "l1_hit_rate_change", "l2_hit_rate_change")
         if c in frame.columns and (kind in ("library", "algorithms", "variants") or not c.startswith(("algorithm",
                                                                                                       "library")))]

@@ -21,10 +21,13 @@ range named '0'. ``auto`` does not pick it until its counts agree with ncu's
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tracker.errors import BackendUnavailable
 from tracker.profilers import cupti_range as api
+
+if TYPE_CHECKING:
+    from tracker.profilers.cupti_collector import Phase
 
 DELIMITER = b"/"
 METRIC_TYPES = (api.COUNTER, api.RATIO, api.THROUGHPUT)  # not CUpti_MetricType's __COUNT, which CUPTI refuses
@@ -173,7 +176,7 @@ class PhasePasses:
 
     def __init__(self, session: Any):
         self.session, self.fresh, self.phase = session, True, ""
-        self.phases: list[tuple[str, list[tuple[str, dict[str, float]]]]] = []
+        self.phases: list[Phase] = []
 
     def start(self, phase: str) -> None:
         if self.fresh:

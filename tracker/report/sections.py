@@ -622,9 +622,8 @@ def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Sectio
     if kind == "algorithms":
         frame = experiments.algorithms(store, experiment_id)
     columns = ["comparison", "arm", "layer", "phase", "algorithm_a", "algorithm_b", "a_ms", "b_ms", "spread_pct_a",
-               "spread_pct_b", "speedup", "change_pct", "noise", "workspace_bytes_b", "max_error_b", "library_algorithm",
-               "library_ms", "library_best_algorithm", "library_best_ms",
-               "l1_hit_rate_change", "l2_hit_rate_change", "first_reason_a", "first_reason_b"]
+               "spread_pct_b", "speedup", "change_pct", "noise", "workspace_bytes_b", "max_error_b",
+               *experiments.CUDNN_COLUMNS, "l1_hit_rate_change", "l2_hit_rate_change", "first_reason_a", "first_reason_b"]
     columns = [c for c in columns if c in frame.columns]
     layers = frame[frame["layer"] != "iteration"] if not frame.empty else frame
     sections.append(Section(kind.replace("-", "_"), title, paper, bars.speedup(layers, title, sub),

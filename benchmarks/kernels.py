@@ -102,7 +102,7 @@ def tuned(db: str | None, net, batch: int) -> Callable[[dict[str, str]], Tuned]:
     return lookup_tuned
 
 
-def variant_tile(tiles: Callable[[dict[str, str]], Tuned], net, case: Case, variant: str,
+def variant_tile(tuned_for: Callable[[dict[str, str]], Tuned], net, case: Case, variant: str,
                  phase: str) -> str | None:
     """The tuned tile of one variant timed alone at one layer phase: None (the default) where the
     plan runs another variant there (fc8 fused falls back to shared: shared's tile was tuned and
@@ -111,7 +111,7 @@ def variant_tile(tiles: Callable[[dict[str, str]], Tuned], net, case: Case, vari
 
     if resolve(net, {case.op: variant})[case.layer] != variant:
         return None
-    return tiles({case.op: variant}).tiles.get(f"{case.layer}/{phase}")
+    return tuned_for({case.op: variant}).tiles.get(f"{case.layer}/{phase}")
 
 
 def torch_step(net, batch: int):
@@ -242,9 +242,9 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     net = build("alexnet")
-    tiles = tuned(opts.db, net, opts.batch)
+    tuned_for = tuned(opts.db, net, opts.batch)  # chosen variants -> what tune stored for them
     if opts.iteration_only:
-        print("\n".join(iteration(net, opts.batch, opts.reps, tiles({}))))
+        print("\n".join(iteration(net, opts.batch, opts.reps, tuned_for({}))))
         return
     backend = CupyBackend("ca", timed=False)
     timer = Timer(opts.reps, backend.flush_l2)
@@ -256,7 +256,7 @@ def main() -> None:
         for phase in op.phases:
             if phase not in predicted[case.layer]:
                 continue
-            timings = {v: timer(ours(backend, case, v, phase, a, variant_tile(tiles, net, case, v, phase)))
+            timings = {v: timer(ours(backend, case, v, phase, a, variant_tile(tuned_for, net, case, v, phase)))
                        for v in op.variants}
             best = min(timings, key=lambda v: timings[v][0])
             nbytes = predicted[case.layer][phase].elements * 4
@@ -288,7 +288,7 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     lines += transforms(net, opts.batch, opts.reps, timer)
-    lines += iteration(net, opts.batch, opts.reps, tiles({}))
+    lines += iteration(net, opts.batch, opts.reps, tuned_for({}))
     print("\n".join(lines[-7:]))
     Path(opts.out).write_text("\n".join(header + lines) + "\n")
     print(f"wrote {opts.out}")

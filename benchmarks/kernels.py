@@ -189,7 +189,12 @@ def _copy_ms(timer: Timer, nbytes: int) -> float:
     return timer(lambda: cp.copyto(dst, src))[0]
 
 
-TRANSFORMING = ("winograd", "winograd_f4", "winograd_fused", "fft")  # variants whose phases transform
+def transforming(case: Case, phase: str) -> list[str]:
+    """The conv variants that run ``case``'s ``phase`` by a fast algorithm of their own, whose
+    operands pass through transforms: those with a rule of where they apply (``Variant.applies``:
+    Winograd's, FFT's), where it does."""
+    conv = OPS["conv"]
+    return [v for v in conv.rivals(case, phase) if conv.variants[v].applies is not None]
 
 
 def transforms(net, batch: int, reps: int, timer: Timer) -> list[str]:
@@ -208,7 +213,7 @@ def transforms(net, batch: int, reps: int, timer: Timer) -> list[str]:
             continue
         a = arrays(case, rng)
         for phase in OPS["conv"].phases:
-            for variant in (v for v in TRANSFORMING if v in OPS["conv"].rivals(case, phase)):
+            for variant in transforming(case, phase):
                 run = ours(backend, case, variant, phase, a, None)
                 found = []
                 for _ in range(reps + 1):  # the first compiles

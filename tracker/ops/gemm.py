@@ -256,17 +256,21 @@ class Gemm:
     stride_a: int = 0
     stride_b: int = 0
 
+    @property
+    def batched(self) -> bool:
+        """Whether its kernel runs a batch (takes the items' strides: gemm.cu's BATCH_ITEM)."""
+        return self.kernel.endswith("_batched")
+
     def __post_init__(self) -> None:
         # the kernel reads its item from the grid (gemm.cu's BATCH_ITEM): a batch needs a _batched kernel
-        if self.batch > 1 and not self.kernel.endswith("_batched"):
+        if self.batch > 1 and not self.batched:
             raise ValueError(f"{self.kernel} runs one GEMM, not a batch of {self.batch}: use a _batched kernel")
 
     def launch(self, b: Backend, a: Any, bmat: Any, c: Any, a_mask: Any = None, bias: Any = None,
                tile: Tile = DEFAULT) -> None:
-        batched = self.kernel.endswith("_batched")
         out = Out(c, self.per_image or self.N, bias, self.bias_per_row, self.relu, self.accumulate,
-                  stride=self.M * self.N if batched else 0)
-        strides = (self.stride_a, self.stride_b, out.stride) if batched else ()
+                  stride=self.M * self.N if self.batched else 0)
+        strides = (self.stride_a, self.stride_b, out.stride) if self.batched else ()
         run(b, "gemm.cu", self.kernel, tile, self.M, self.N, self.K,
             lambda partial, chunk: (a, a_mask, bmat, c, partial, self.M, self.N, self.K, self.lda, self.ldb, chunk,
                                     out.per_image, bias, int(self.bias_per_row), int(self.relu),

@@ -171,8 +171,8 @@ class RangeSession:
 class PhasePasses:
     """A session as the passes of one layer phase after another (``Passes`` of tracker/gpu/replay.py):
     a phase's first pass begins a fresh counter image, and once CUPTI has every pass of it, its
-    ranges (one per launch, in launch order, numbered from '0' in each phase) are the next of
-    ``phases``, under the phase's name."""
+    ranges (one per launch, in launch order, their numbers running on across phases: the
+    collector's ``_in_launch_order``) are the next of ``phases``, under the phase's name."""
 
     def __init__(self, session: Any):
         self.session, self.fresh, self.phase = session, True, ""

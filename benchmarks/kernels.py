@@ -87,7 +87,7 @@ def tuned(db: str | None, net, batch: int) -> Callable[[dict[str, str]], Tuned]:
     """For chosen variants, what `tracker tune` stored for this GPU (tracker.tune.best): the tiles
     by 'layer/phase', and the variants its race chose where an op was not chosen."""
     if db is None:
-        return lambda chosen: Tuned({}, {})
+        return lambda chosen: Tuned()
     from tracker.store import open_store
     from tracker.tune import best
 

@@ -289,7 +289,7 @@ def test_the_h100_tuning_gives_every_tunable_layer_phase_a_verified_tile(recordi
     assert {picked[f"conv{n}/bwd_weight"] for n in (3, 4, 5)} == {"128x128x8/split16"}
     assert picked["conv1/fwd"] == "128x128x8/ctas2"
     assert tune.best(store, "another GPU", alexnet, 128, {}) == tune.best(store, gpu, alexnet, 64, {}) == \
-        tune.Tuned({}, {})
+        tune.Tuned()
     with store.connect() as conn:
         from sqlalchemy import text
 

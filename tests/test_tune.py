@@ -107,7 +107,7 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
 
     store = open_store(str(tmp_path / "trace.db"), write=True)
     tune.store(store, rows)
-    assert tune.best(store, "another GPU", net, 3, chosen) == tune.Tuned({}, {})  # tunings are per GPU
+    assert tune.best(store, "another GPU", net, 3, chosen) == tune.Tuned()  # tunings are per GPU
     picked = tune.best(store, "CPU emulation", net, 3, chosen)
     expected = {f"{t.layer}/{t.phase}": tune.fastest(rows, t)["tile"] for t in found}
     assert picked == tune.Tuned({key: tile for key, tile in expected.items() if tile != DEFAULT.label}, {})

@@ -261,7 +261,7 @@ def _planned(store, workload: Workload, untuned: bool, echo: Callable[[str], Non
     if workload.library:
         return workload.planned_in_training_order()
     steps = plan(workload.net, workload.variants, workload.phases, workload.batch)
-    tuned = Tuned({}, {}) if untuned else _tuned(store, workload, steps, echo)
+    tuned = Tuned() if untuned else _tuned(store, workload, steps, echo)
     return workload.planned(tuned.applied(steps), tuned.tiles, tuned.variants)
 
 
@@ -328,7 +328,7 @@ def _tuned(store, workload: Workload, steps, echo: Callable[[str], None]) -> Tun
     from tracker.tune import Tuned, best
 
     name = device_name()
-    tuned = best(store, name, workload.net, workload.batch, workload.variants, steps) if name else Tuned({}, {})
+    tuned = best(store, name, workload.net, workload.batch, workload.variants, steps) if name else Tuned()
     if tuned.variants:
         echo(f"tuned variants for {name} ({len(tuned.variants)} layer phases; --untuned runs the plan's): "
              + ", ".join(f"{key} {variant}" for key, variant in tuned.variants.items()))

@@ -23,7 +23,7 @@ tracker/profile.py does), and nothing under tracker/gpu imports this module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -236,10 +236,10 @@ def store(db_store: Store, rows: list[dict]) -> None:
 @dataclass(frozen=True)
 class Tuned:
     """What a profile runs from the tuning table, keyed 'layer/phase': the tile where it is not the
-    default, and the variant where it is not the plan's."""
+    default, and the variant where it is not the plan's (``Tuned()``: nothing tuned, the plan as it is)."""
 
-    tiles: dict[str, str]
-    variants: dict[str, str]
+    tiles: dict[str, str] = field(default_factory=dict)
+    variants: dict[str, str] = field(default_factory=dict)
 
     def applied(self, steps: Sequence[Step]) -> list[Step]:
         """``steps`` (a plan) with the variants chosen here."""

@@ -53,7 +53,9 @@ def kernels(m: int) -> tuple[str, ...]:
     return tuple(f"{SOURCE}:winograd_{part}_a{alpha(m, r)}" for r in FILTERS for part in ("filter", "input", "output"))
 
 
-MODEL_TILES = {**OUTPUT_TILES, "winograd_fused": 2}  # every Winograd variant's m
+# The fused kernel (kernels/winograd.cu's winograd_fused_a4) is F(2x2,3x3): its m and r, written into it
+FUSED_TILE, FUSED_FILTER = 2, 3
+MODEL_TILES = {**OUTPUT_TILES, "winograd_fused": FUSED_TILE}  # every Winograd variant's m
 
 
 def model_algorithm(variant: str) -> str:
@@ -186,11 +188,14 @@ for _name, _m in OUTPUT_TILES.items():
 
 # The fused F(2x2,3x3) (kernels/winograd.cu's WF_*): a CTA's outputs and tiles, and its threads
 FUSED_M, FUSED_N, FUSED_THREADS = 32, 32, 256
+FUSED_ALPHA = alpha(FUSED_TILE, FUSED_FILTER)
+_FUSED_KERNELS = (f"winograd_filter_a{FUSED_ALPHA}", f"winograd_fused_a{FUSED_ALPHA}")  # what _fused launches
+_FUSED_SOURCES = tuple(f"{SOURCE}:{kernel}" for kernel in _FUSED_KERNELS)  # as the registry names them
 
 
 def fused_applies(w_shape: tuple[int, ...], stride: int, pad: int) -> bool:
     """The fused kernel runs what ``applies`` allows with a 3x3 filter."""
-    return applies(w_shape, stride, pad) and w_shape[2] == 3
+    return applies(w_shape, stride, pad) and w_shape[2] == FUSED_FILTER
 
 
 def _fused(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int) -> None:
@@ -198,12 +203,13 @@ def _fused(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int
     then one kernel for the rest (``winograd_fused_a4``)."""
     N, Kc, H, W = x.shape
     M, P, Q = out.shape[1:]
-    TH, TW = math.ceil(P / 2), math.ceil(Q / 2)
-    U = b.empty((16, M, Kc))
-    b.to_constant(SOURCE, "c_wino", b.asarray(_constants(2, 3)))
-    b.launch(SOURCE, "winograd_filter_a4", (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, 3, int(flip)))
-    b.launch(SOURCE, "winograd_fused_a4", (math.ceil(N * TH * TW / FUSED_N), math.ceil(M / FUSED_M)),
-             (FUSED_THREADS,), (x, U, bias, out, _shape(N, Kc, H, W, P, Q, pad, TH, TW, 2, 3, extent=4), M))
+    m, r, a = FUSED_TILE, FUSED_FILTER, FUSED_ALPHA
+    TH, TW = math.ceil(P / m), math.ceil(Q / m)
+    U = b.empty((a * a, M, Kc))
+    b.to_constant(SOURCE, "c_wino", b.asarray(_constants(m, r)))
+    b.launch(SOURCE, _FUSED_KERNELS[0], (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
+    b.launch(SOURCE, _FUSED_KERNELS[1], (math.ceil(N * TH * TW / FUSED_N), math.ceil(M / FUSED_M)),
+             (FUSED_THREADS,), (x, U, bias, out, _shape(N, Kc, H, W, P, Q, pad, TH, TW, m, r, extent=a), M))
 
 
 def _fused_fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
@@ -215,17 +221,16 @@ def _fused_fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAUL
 def _fused_bwd_data(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     if not fused_applies(a.w.shape, stride, pad):
         return _bwd_data_implicit(b, a, stride, pad, tile=tile)
-    _fused(b, a.dy, a.w, True, None, a.dx, 2 - pad)
+    _fused(b, a.dy, a.w, True, None, a.dx, FUSED_FILTER - 1 - pad)
 
 
 _FUSED = (f"F(2x2,3x3) in one kernel for stride-1 3x3 filters (the input transform in its load stage, the output "
           "transform in its epilogue); any other layer runs the shared variant's implicit GEMM")
 CONV.add("winograd_fused", error_scale=ERROR_SCALE,
          applies=where(fused_applies, ("fwd", "bwd_data")),  # its weight gradient is winograd's
-         fwd=launch(_fused_fwd, f"{SOURCE}:winograd_filter_a4", f"{SOURCE}:winograd_fused_a4", _IMPLICIT[0],
-                    SPLITK_REDUCE, note=_FUSED),
-         bwd_data=launch(_fused_bwd_data, f"{SOURCE}:winograd_filter_a4", f"{SOURCE}:winograd_fused_a4", _IMPLICIT[1],
-                         SPLITK_REDUCE, note=_FUSED),
-         bwd_weight=tiled(partial(_bwd_weight, m=2), *kernels(2), "gemm.cu:gemm_nt_batched", _IMPLICIT[2], BIAS_GRAD,
+         fwd=launch(_fused_fwd, *_FUSED_SOURCES, _IMPLICIT[0], SPLITK_REDUCE, note=_FUSED),
+         bwd_data=launch(_fused_bwd_data, *_FUSED_SOURCES, _IMPLICIT[1], SPLITK_REDUCE, note=_FUSED),
+         bwd_weight=tiled(partial(_bwd_weight, m=FUSED_TILE), *kernels(FUSED_TILE), "gemm.cu:gemm_nt_batched",
+                          _IMPLICIT[2], BIAS_GRAD,
                           note="winograd's: F(3x3,2x2) and F(5x5,2x2) on dy's tiles for stride-1 filters; any other "
                                "layer runs the shared variant's implicit GEMM"))

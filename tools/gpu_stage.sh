@@ -141,6 +141,12 @@ print(w.planned(plan(w.net, w.variants, w.phases), {}).to_json())")
 }
 export -f ncu_full
 
+# newest_run DB: the id of the newest run in the trace database DB, read right after the profile that
+# made it, so that a step compares the runs its own commands made (ids counted by hand shift when an
+# earlier step fails before its run, or times out between two)
+newest_run() { tracker runs --db "$1" --format csv | tail -n 1 | cut -d, -f1; }
+export -f newest_run
+
 stage1() {
     step selftest 240 'tracker selftest --batch 2 --record --format csv > $W/selftest.csv
         rc=$?; cp tests/data/verified/*.json $W/ 2>/dev/null; exit $rc'
@@ -277,18 +283,19 @@ stage9() {
 stage10() {
     export U_DB="$w/unets-$GPU.db"
     step unet2d-events 90 'tracker profile unet2d --batch 16 --backend events --repeat 5 --db $U_DB \
-        && tracker profile unet2d --batch 16 --impl torch --backend events --repeat 5 --db $U_DB \
-        && tracker compare 1 2 --db $U_DB --format csv > $W/unet2d-compare-b16.csv'
+        && a=$(newest_run $U_DB) && tracker profile unet2d --batch 16 --impl torch --backend events --repeat 5 \
+        --db $U_DB && tracker compare $a $(newest_run $U_DB) --db $U_DB --format csv > $W/unet2d-compare-b16.csv'
     step unet2d-ncu 150 'tracker profile unet2d --batch 2 --backend ncu --repeat 1 --db $U_DB \
         && tracker profile unet2d --batch 2 --impl torch --backend ncu --repeat 1 --db $U_DB'
     step unet3d-events 150 'tracker profile unet3d --batch 1 --backend events --repeat 3 --db $U_DB \
-        && tracker profile unet3d --batch 1 --impl torch --backend events --repeat 3 --db $U_DB \
-        && tracker compare 5 6 --db $U_DB --format csv > $W/unet3d-compare-b1.csv'
+        && a=$(newest_run $U_DB) && tracker profile unet3d --batch 1 --impl torch --backend events --repeat 3 \
+        --db $U_DB && tracker compare $a $(newest_run $U_DB) --db $U_DB --format csv > $W/unet3d-compare-b1.csv'
     step unet3d-ncu 240 'tracker profile unet3d --batch 1 --input-size 64 --backend ncu --repeat 1 --db $U_DB \
         && tracker profile unet3d --batch 1 --input-size 64 --impl torch --backend ncu --repeat 1 --db $U_DB'
     step concat-ways 90 'C_DB=$W/concat-$GPU.db; tracker profile unet3d --batch 1 --variant concat=global --backend events \
-        --repeat 5 --db $C_DB && tracker profile unet3d --batch 1 --variant concat=inplace --backend events --repeat 5 \
-        --db $C_DB && tracker compare 1 2 --db $C_DB --format csv > $W/concat-copy-vs-inplace.csv'
+        --repeat 5 --db $C_DB && a=$(newest_run $C_DB) && tracker profile unet3d --batch 1 --variant concat=inplace \
+        --backend events --repeat 5 --db $C_DB && tracker compare $a $(newest_run $C_DB) --db $C_DB --format csv \
+        > $W/concat-copy-vs-inplace.csv'
     step unet3d-tune 150 'tracker tune unet3d --batch 1 --quick --reps 3 --budget 140 --db $W/tuning-unet3d-$GPU.db \
         --format csv > $W/tune-unet3d.csv'
     step memory-unet3d 120 'tracker experiment memory unet3d --vary input_size=64,128,192 --batches 1,4 \
@@ -305,16 +312,21 @@ stage11() {
     # iteration: each whole command's wall time (this summary's seconds: the ratios), the agreement
     # launch by launch (`tracker agree`), ncu's own run to run beside it, and the library arm the same.
     export DB="$w/collectors-$GPU.db"
-    step cupti-b128 200 'tracker profile alexnet --batch 128 --backend cupti --repeat 1 --db $DB'
-    step ncu-b128 240 'tracker profile alexnet --batch 128 --backend ncu --repeat 1 --db $DB'
-    step agree-b128 30 'tracker agree 2 1 --db $DB > $W/agree-b128.txt && tracker agree 2 1 --db $DB --format csv \
-        > $W/agree-b128.csv && head -n 1 $W/agree-b128.txt > $W/agree-b128.key'
+    step cupti-b128 200 'tracker profile alexnet --batch 128 --backend cupti --repeat 1 --db $DB \
+        && newest_run $DB > $W/cupti-b128.run'
+    step ncu-b128 240 'tracker profile alexnet --batch 128 --backend ncu --repeat 1 --db $DB \
+        && newest_run $DB > $W/ncu-b128.run'
+    step agree-b128 30 'a=$(cat $W/ncu-b128.run) && b=$(cat $W/cupti-b128.run) && tracker agree $a $b --db $DB \
+        > $W/agree-b128.txt && tracker agree $a $b --db $DB --format csv > $W/agree-b128.csv \
+        && head -n 1 $W/agree-b128.txt > $W/agree-b128.key'
     step ncu-full-b128 240 'ncu_full 128'
     step torch-cupti-b128 200 'tracker profile alexnet --batch 128 --impl torch --backend cupti --repeat 1 --db $DB'
-    step torch-cupti-b16 120 'tracker profile alexnet --batch 16 --impl torch --backend cupti --repeat 1 --db $DB'
-    step torch-ncu-b16 240 'tracker profile alexnet --batch 16 --impl torch --backend ncu --repeat 1 --db $DB'
-    step torch-agree-b16 30 'tracker agree 5 4 --db $DB > $W/torch-agree-b16.txt && head -n 1 $W/torch-agree-b16.txt \
-        > $W/torch-agree-b16.key'
+    step torch-cupti-b16 120 'tracker profile alexnet --batch 16 --impl torch --backend cupti --repeat 1 --db $DB \
+        && newest_run $DB > $W/torch-cupti-b16.run'
+    step torch-ncu-b16 240 'tracker profile alexnet --batch 16 --impl torch --backend ncu --repeat 1 --db $DB \
+        && newest_run $DB > $W/torch-ncu-b16.run'
+    step torch-agree-b16 30 'a=$(cat $W/torch-ncu-b16.run) && b=$(cat $W/torch-cupti-b16.run) && tracker agree $a $b \
+        --db $DB > $W/torch-agree-b16.txt && head -n 1 $W/torch-agree-b16.txt > $W/torch-agree-b16.key'
     # issue 47's second target: resnet18 at batch 32 through --torch in <= 60 s (ncu took about 11
     # minutes at batch 4 on an H100: not rerun here)
     step resnet18-cupti 120 'PYTHONPATH=tests tracker profile --torch torch_models:resnet18 --backend cupti --repeat 1 \

@@ -186,7 +186,8 @@ for _name, _m in OUTPUT_TILES.items():
                                    "other layer runs the shared variant's implicit GEMM"))
 
 
-# The fused F(2x2,3x3) (kernels/winograd.cu's WF_*): a CTA's outputs and tiles, and its threads
+# The fused F(2x2,3x3)'s CTA: its outputs, tiles and threads, as kernels/winograd.cu's WF_M, WF_N, WF_THREADS
+# are written (tests/test_ops.py holds the two alike)
 FUSED_M, FUSED_N, FUSED_THREADS = 32, 32, 256
 FUSED_ALPHA = alpha(FUSED_TILE, FUSED_FILTER)
 _FUSED_KERNELS = (f"winograd_filter_a{FUSED_ALPHA}", f"winograd_fused_a{FUSED_ALPHA}")  # what _fused launches

@@ -197,13 +197,24 @@ def transforming(case: Case, phase: str) -> list[str]:
     return [v for v in conv.rivals(case, phase) if conv.variants[v].applies is not None]
 
 
+def _transform_events(log: list, handed: list[tuple[int, int]]) -> Callable[[], float]:
+    """``repeat``'s ``events`` for the transforms alone: their summed event time since the last
+    call (``kernel_names.traffic``), their bytes and launches noted in ``handed``; clears ``log``."""
+    from tracker.kernel_names import traffic
+
+    def events() -> float:
+        ms, nbytes, count = traffic(log, "transform")
+        log.clear()
+        handed.append((nbytes, count))
+        return ms
+    return events
+
+
 def transforms(net, batch: int, reps: int, timer: Timer) -> list[str]:
     """Issue 48 item 2: each transforming variant's transforms at every conv layer phase it runs,
     their time (per-launch CUDA events, L2 flushed before each repetition, median) against the
     bytes of the arrays they were handed (each read or written once: their compulsory traffic),
     beside a device copy of as many bytes."""
-    from tracker.kernel_names import traffic
-
     backend, rng = CupyBackend("ca", timed=True), np.random.default_rng(1)
     lines = ["", f"## Transforms (Winograd, FFT), batch {batch}", "",
              "| layer | phase | variant | launches | median ms | MB | GB/s | copy GB/s | share of copy |",
@@ -215,15 +226,13 @@ def transforms(net, batch: int, reps: int, timer: Timer) -> list[str]:
         for phase in OPS["conv"].phases:
             for variant in transforming(case, phase):
                 run = ours(backend, case, variant, phase, a, None)
-                found = []
-                for _ in range(reps + 1):  # the first compiles
-                    backend.flush_l2()
-                    backend.log.clear()
-                    run()
-                    backend.synchronize()
-                    found.append(traffic(backend.log, "transform"))
-                ms = float(np.median([t[0] for t in found[1:]]))
-                _, nbytes, count = found[-1]
+                run()  # compiles
+                backend.synchronize()
+                backend.log.clear()
+                handed: list[tuple[int, int]] = []
+                ms = repeat(run, reps, backend.synchronize, events=_transform_events(backend.log, handed),
+                            flush=backend.flush_l2).median_ms
+                nbytes, count = handed[-1]
                 copy_ms = _copy_ms(timer, nbytes)
                 lines.append(f"| {case.layer} | {phase} | {variant} | {count} | {ms:.3f} | {nbytes / 1e6:.1f} | "
                              f"{nbytes / ms / 1e6:.0f} | {nbytes / copy_ms / 1e6:.0f} | {copy_ms / ms:.0%} |")

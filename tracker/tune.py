@@ -1,18 +1,17 @@
 """`tracker tune`: a schedule search for the GEMM-shaped launches (paper 001's approach), and
 the algorithm of each layer phase with it.
 
-For each layer phase whose launch is built on the tiled GEMM (tracker/ops/gemm.py), and for
-each of its op's variants that computes it by an algorithm of its own (``Op.rivals``: direct,
-implicit and explicit GEMM, Winograd F(2x2) and F(4x4), fused F(2x2,3x3), FFT, where each
-applies) unless ``--variant`` chose the op's, every candidate ``Tile`` (CTA tile shape, k-tile,
-split-K slices), then each neighbour of the fastest
-(its other pipeline depths, warp layout and register policy: one axis at a time, so the search
-grows by a few candidates rather than several times over), is compiled through the registry's
-``-D`` sizes, checked against the NumPy reference (at a small batch: the reference is float64
-NumPy; each variant held to its own bound, the selftest's), and timed at the real batch (median
-of ``reps``, L2 flushed before each). Every candidate and its time goes to the trace database's
-``tuning`` table; from then on a profile on that GPU runs the fastest verified variant and tile
-for each layer phase (``best``), unless told otherwise.
+For each layer phase whose launch is built on the tiled GEMM (tracker/ops/gemm.py), and for each of
+its op's variants that computes it by an algorithm of its own (``Op.rivals``: direct, implicit and
+explicit GEMM, Winograd F(2x2) and F(4x4), fused F(2x2,3x3), FFT, where each applies) unless
+``--variant`` chose the op's, every candidate ``Tile`` (CTA tile shape, k-tile, split-K slices),
+then each neighbour of the fastest (its other pipeline depths, warp layout and register policy: one
+axis at a time, so the search grows by a few candidates rather than several times over), is
+compiled through the registry's ``-D`` sizes, checked against the NumPy reference (at a small
+batch: the reference is float64 NumPy; each variant held to its own bound, the selftest's), and
+timed at the real batch (median of ``reps``, L2 flushed before each). Every candidate and its time
+goes to the trace database's ``tuning`` table; from then on a profile on that GPU runs the fastest
+verified variant and tile for each layer phase (``best``), unless told otherwise.
 
 Backend-neutral like the executor: a GPU times with CUDA events (tracker/gpu/timing.py, the one
 timing routine); the tests run the same search on the CPU emulation (host wall-clock times,

@@ -3,8 +3,7 @@ per-launch replay by a tool. Each layer phase of the counted iterations runs onc
 from the same state (tracker/gpu/replay.py), each launch in it one range (auto range), and the
 ranges are pass 1's launches of that layer phase in order (auto range numbers them and names no
 kernel: their number is checked), then joined as ncu's are (tracker/profilers/join.py). The
-metrics are the catalog's under ncu's names,
-which are perfworks' (``SOURCES``).
+metrics are the catalog's under ncu's names, which are perfworks' (``SOURCES``).
 
 First ranges on an H200 (2026-11-26): counted, named '0', '1', ..., on across layer phases, which
 the first two joins refused (tests/data/gpu-2026-11-26d-h200); the join that takes that numbering

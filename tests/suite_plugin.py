@@ -8,13 +8,20 @@ captures a test's output, descriptors included, and shows it at the end. So:
 - each GPU test's time (setup, which holds its fixtures' profiles, and call) and, where it failed,
   its whole report are written to the terminal the moment it ends;
 - with ``TRACKER_SUITE_DEADLINE`` set (seconds since the epoch), a GPU test that would start after
-  it is skipped as out of time, so pytest ends on its own and prints its summary.
+  it is skipped as out of time, so pytest ends on its own and prints its summary;
+- under pytest-xdist (tools/gpu_stage.sh runs the tests that need no counters on several
+  workers), a profile that tests of several workers read is made once, by ``once``.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import time
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -53,3 +60,25 @@ def pytest_runtest_logreport(report):
     if report.when == "call" or (report.when == "setup" and report.failed):
         setup, call = _setup_s.pop(report.nodeid, 0.0), report.duration if report.when == "call" else 0.0
         reporter.write_line(f"    {report.nodeid}: {setup + call:.1f} s (setup {setup:.1f} s, call {call:.1f} s)")
+
+
+def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this pytest run that all its xdist workers see: their own temporary folders'
+    parent (pytest-xdist's documented recipe); without xdist, the run's own."""
+    folder = tmp_path_factory.getbasetemp()
+    return folder.parent if os.environ.get("PYTEST_XDIST_WORKER") else folder
+
+
+def once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[], Any]) -> Any:
+    """``make()``'s result (JSON), made by the first process of this pytest run that asks for
+    ``name`` and read by the rest: every xdist worker sets up a module's fixtures for itself, so
+    a profile fixture would otherwise run once per worker. A ``make`` that fails or skips keeps
+    nothing (the next to ask tries again)."""
+    kept = shared_folder(tmp_path_factory) / f"{name}.json"
+    with open(kept.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        if kept.exists():
+            return json.loads(kept.read_text())
+        value = make()
+        kept.write_text(json.dumps(value))
+        return value

@@ -12,8 +12,10 @@ Commands that touch the GPU run as `python -m tracker ...` in a child process, a
 them: a crash in CUDA, CuPy or PyTorch (a double free at exit was seen) then fails that test
 alone, and each starts on a fresh CUDA context. Commands that only read the store (report, show,
 compare, export, runs, experiments) run in this process through click's runner. Each profile runs
-once, in a module-scoped fixture, and its tests read the store it wrote. Times in comments are
-estimates for an H100 with CuPy's kernel cache filled by the selftest (the first test)."""
+once in a pytest run, in a module-scoped fixture (``once``: whichever xdist worker asks first),
+and its tests read the store it wrote. Tests that read the performance counters are marked
+``counters``: tools/gpu_stage.sh runs them one at a time, after the rest on several workers, and
+fills CuPy's kernel cache before either (tools/gpu_warm.py). Times in comments are an H200's."""
 
 from __future__ import annotations
 
@@ -29,12 +31,17 @@ from pathlib import Path
 
 import pytest
 from report_check import check_report
+from suite_plugin import once, shared_folder
 
 from tracker.cli import cli
 from tracker.nets import NETWORKS, build
 from tracker.ops.selftest import network_cases
 
 pytestmark = pytest.mark.gpu
+# A test that profiles under ncu, CUPTI or nvprof: two counter collections on one GPU at once fail
+# (a driver resource is taken) or count each other's kernels, so tools/gpu_stage.sh runs these one
+# at a time, after the rest in parallel (tests/test_gpu_coverage.py checks that every one is marked).
+counters = pytest.mark.counters
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_MODEL = "torch_models:residual_cnn"  # tests/torch_models.py: 8 layers, conv, batchnorm, one ReLU called 3 times
@@ -121,9 +128,10 @@ def check_counters(store, run_id: int, expected: set[str]) -> None:
 
 # Selftest: every variant against the reference ------------------------------------------------
 
-def test_selftest_passes_every_variant():  # about 35 s on an H200: compiles every variant
+def test_selftest_passes_every_variant():  # 58 s on an H200 with an empty kernel cache, compiling as it goes
     """Every variant at AlexNet's shapes, L1 cached; each one's L1-bypassing build is checked on the
-    small cases (the next test: 8 s), where ca and cg both took 67 s here on an H200 (2026-11-26)."""
+    small cases (the next test: 55 s on an H200 compiling the cg builds as it went, 8 s with them
+    cached), where ca and cg both took 67 s here on an H200 (2026-11-26)."""
     from tracker.gpu.runner import selftest, summarize
     from tracker.ops import OPS
 
@@ -172,8 +180,9 @@ def test_selftest_of_pytorchs_layer_phases_on_the_gpu():  # about 15 s, most of 
 
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory) -> str:
-    """The one database every profile fixture below writes into (so that compare can pair them)."""
-    return str(tmp_path_factory.mktemp("profiles") / "trace.db")
+    """The one database every profile fixture below writes into (so that compare can pair them),
+    each profile made once in a pytest run, whichever xdist worker asks first (``once``)."""
+    return str(shared_folder(tmp_path_factory) / "trace.db")
 
 
 @pytest.fixture(scope="module")
@@ -201,47 +210,54 @@ def ncu_counters(ncu) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def ours_events(profiles) -> int:
-    return profiled(profiles, "alexnet", "--batch", "2", "--backend", "events", "--repeat", "2")
+def ours_events(profiles, tmp_path_factory) -> int:
+    return once(tmp_path_factory, "ours_events",
+                lambda: profiled(profiles, "alexnet", "--batch", "2", "--backend", "events", "--repeat", "2"))
 
 
 @pytest.fixture(scope="module")
-def ours_ncu(profiles, ncu) -> int:  # about 40 s: 18 replay passes of each of AlexNet's ~70 launches
-    return profiled(profiles, "alexnet", "--batch", "1", "--backend", "ncu", "--repeat", "1")
+def ours_ncu(profiles, ncu, tmp_path_factory) -> int:  # 74.5 s on an H200: 18 replay passes of each of ~70 launches
+    return once(tmp_path_factory, "ours_ncu",
+                lambda: profiled(profiles, "alexnet", "--batch", "1", "--backend", "ncu", "--repeat", "1"))
 
 
 @pytest.fixture(scope="module")
-def ours_cupti(profiles) -> int:  # issue 47: every layer phase replayed per pass in this process
-    return profiled(profiles, "alexnet", "--batch", "1", "--backend", "cupti", "--repeat", "1")
+def ours_cupti(profiles, tmp_path_factory) -> int:  # issue 47: every layer phase replayed per pass in this process
+    return once(tmp_path_factory, "ours_cupti",
+                lambda: profiled(profiles, "alexnet", "--batch", "1", "--backend", "cupti", "--repeat", "1"))
 
 
 @pytest.fixture(scope="module")
-def torch_events(profiles) -> int:
+def torch_events(profiles, tmp_path_factory) -> int:
     needs_torch()
-    return profiled(profiles, "alexnet", "--batch", "2", "--impl", "torch", "--backend", "events", "--repeat", "2")
+    return once(tmp_path_factory, "torch_events", lambda: profiled(
+        profiles, "alexnet", "--batch", "2", "--impl", "torch", "--backend", "events", "--repeat", "2"))
 
 
 @pytest.fixture(scope="module")
-def torch_ncu(profiles, ncu) -> int:  # about 25 s
+def torch_ncu(profiles, ncu, tmp_path_factory) -> int:  # 49.1 s on an H200
     """The forward only: about 30 of the step's 140 library launches (the backward's kernels are
     joined in user_ncu); the first library join that failed on a GPU was conv1's forward."""
     needs_torch()
-    return profiled(profiles, "alexnet", "--batch", "1", "--impl", "torch", "--phases", "fwd", "--backend", "ncu",
-                    "--repeat", "1")
+    return once(tmp_path_factory, "torch_ncu", lambda: profiled(
+        profiles, "alexnet", "--batch", "1", "--impl", "torch", "--phases", "fwd", "--backend", "ncu", "--repeat", "1"))
 
 
 @pytest.fixture(scope="module")
-def user_events(profiles) -> int:
+def user_events(profiles, tmp_path_factory) -> int:
     needs_torch()
-    return profiled(profiles, "--torch", USER_MODEL, "--backend", "events", "--repeat", "2")
+    return once(tmp_path_factory, "user_events",
+                lambda: profiled(profiles, "--torch", USER_MODEL, "--backend", "events", "--repeat", "2"))
 
 
 @pytest.fixture(scope="module")
-def user_ncu(profiles, ncu) -> int:  # about 25 s
+def user_ncu(profiles, ncu, tmp_path_factory) -> int:  # 52.2 s on an H200
     needs_torch()
-    return profiled(profiles, "--torch", USER_MODEL, "--backend", "ncu", "--repeat", "1")
+    return once(tmp_path_factory, "user_ncu",
+                lambda: profiled(profiles, "--torch", USER_MODEL, "--backend", "ncu", "--repeat", "1"))
 
 
+@counters
 def test_a_cupti_range_session_counts_each_launch():
     """Issue 47's first step on a GPU: CUPTI's range profiler in tracker's own process (auto range,
     user replay) over one layer phase replayed per pass: a range per launch, numbered in launch order
@@ -254,6 +270,7 @@ def test_a_cupti_range_session_counts_each_launch():
         assert name == str(i) and values["gpu__time_duration.sum"] > 0 and values["smsp__inst_executed.sum"] > 0, found
 
 
+@counters
 def test_cupti_profile_of_ours_joins_every_launch(profiles, ours_cupti):
     """Issue 47's collector end to end on the GPU: `--backend cupti` at batch 1, every launch of the
     measured iteration joined, its counters stored with ncu's names as their sources."""
@@ -268,6 +285,7 @@ def test_cupti_profile_of_ours_joins_every_launch(profiles, ours_cupti):
     assert dict(run_sql(store, f"SELECT name, source FROM metric_source WHERE run_id = {ours_cupti}")[1]).keys() == stored
 
 
+@counters
 def test_cupti_and_ncu_agree_on_what_ncu_reproduces(profiles, ours_ncu, ours_cupti, runner):
     """Issue 47 item 3: `tracker agree` on the same launches, counted by ncu and by CUPTI: what is
     deterministic (instructions, FP32 instructions, global load sectors; two ncu runs agree on it
@@ -281,6 +299,7 @@ def test_cupti_and_ncu_agree_on_what_ncu_reproduces(profiles, ours_ncu, ours_cup
     assert all(rows[m]["agrees"] == "True" for m in deterministic), {m: rows.get(m) for m in deterministic}
 
 
+@counters
 def test_cupti_profile_of_the_library_joins_every_launch(tmp_path):
     """Issue 47 item 2 on the GPU: `--impl torch --backend cupti` at batch 1, the whole step: the
     child (tracker/profilers/cupti_child.py) replays each of PyTorch's layer phases per pass, the
@@ -304,6 +323,7 @@ def test_events_profile_of_ours_times_every_layer_phase(profiles, ours_events):
     assert (run["implementation"], run["batch"], run["tiles"]) == ("ours", 2, {})
 
 
+@counters
 def test_ncu_profile_of_ours_joins_every_launch(profiles, ours_ncu, ncu_counters):
     from tracker.store import open_store
 
@@ -334,6 +354,7 @@ def test_the_library_arm_on_events_logs_every_layer_phase_with_its_algorithm(pro
     check_library(store, check_launches(store, torch_events, "events"))
 
 
+@counters
 def test_the_library_arm_under_ncu_joins_every_launch(profiles, torch_ncu, ncu_counters):
     from tracker.store import open_store
 
@@ -354,6 +375,7 @@ def test_a_users_model_on_events_logs_every_module_call(profiles, user_events):
         "stem", "bn", "act#1", "block", "act#2", "pool", "act#3", "head"]
 
 
+@counters
 def test_a_users_model_under_ncu_joins_every_launch(profiles, user_ncu, ncu_counters):
     from tracker.store import open_store
 
@@ -363,6 +385,7 @@ def test_a_users_model_under_ncu_joins_every_launch(profiles, user_ncu, ncu_coun
     check_counters(store, user_ncu, ncu_counters)
 
 
+@counters
 def test_nvprof_profile_joins_every_launch(tmp_path):
     """Only on a GPU before Volta with nvprof installed; elsewhere it says why it skipped."""
     from tracker import profilers
@@ -387,7 +410,8 @@ def test_nvprof_profile_joins_every_launch(tmp_path):
     check_counters(store, run_id, names)
 
 
-RUNS = ("ours_events", "ours_ncu", "torch_events", "torch_ncu", "user_events", "user_ncu")
+RUNS = ("ours_events", "torch_events", "user_events")
+COUNTED_RUNS = ("ours_ncu", "torch_ncu", "user_ncu")
 
 
 UNET = ("--batch", "2", "--input-size", "32", "--base-filters", "4", "--depth", "2")  # every layer kind, small
@@ -415,14 +439,24 @@ def test_a_unet_profiles_every_layer_phase_on_events(network, implementation, tm
 
 @pytest.mark.parametrize("fixture", RUNS)
 def test_report_show_and_export_of_each_run(fixture, profiles, request, runner, tmp_path):
-    """What a user reads of a measured run: `tracker report` (every counter figure drawn where ncu
-    ran), `tracker show` (every launch and counter the store holds) and `tracker export`."""
+    """What a user reads of a measured run: `tracker report`, `tracker show` (every launch and
+    counter the store holds) and `tracker export`."""
+    check_reads(request.getfixturevalue(fixture), profiles, runner, tmp_path, counted=False)
+
+
+@counters
+@pytest.mark.parametrize("fixture", COUNTED_RUNS)
+def test_report_show_and_export_of_each_counted_run(fixture, profiles, request, runner, tmp_path):
+    """The same of a run under ncu, with every counter figure of the report drawn."""
+    check_reads(request.getfixturevalue(fixture), profiles, runner, tmp_path, counted=True)
+
+
+def check_reads(run_id: int, profiles: str, runner, tmp_path: Path, counted: bool) -> None:
     from tracker.export import TABLES
     from tracker.store import launch_rows, metric_rows, open_store
     from tracker.store.views import VIEWS
 
-    run_id = request.getfixturevalue(fixture)
-    check_report(runner, profiles, str(run_id), tmp_path / "report", counters=fixture.endswith("ncu"))
+    check_report(runner, profiles, str(run_id), tmp_path / "report", counters=counted)
     shown = runner.invoke(cli, ["show", str(run_id), "--db", profiles, "--format", "json"])
     assert shown.exit_code == 0, shown.output
     store = open_store(profiles, write=False)
@@ -435,6 +469,7 @@ def test_report_show_and_export_of_each_run(fixture, profiles, request, runner, 
         f"{name}.csv" for name in (*TABLES, *(v.name for v in VIEWS), "metric_def")}
 
 
+@counters
 def test_runs_lists_every_measured_run_complete(profiles, ours_events, ours_ncu, runner):
     listed = runner.invoke(cli, ["runs", "--db", profiles, "--format", "json"])
     assert listed.exit_code == 0, listed.output
@@ -570,10 +605,11 @@ def test_arm_runs_a_queued_arm_as_a_cluster_task_does(tmp_path, runner):
 def tuned(tmp_path_factory) -> tuple[str, list[dict]]:  # about 15 s: the budget, and the candidate in hand
     """`tracker tune --quick` at batch 2 with a 10-second budget (34 s with 30 on an H200): its
     database and its table."""
-    db = str(tmp_path_factory.mktemp("tune") / "tuning.db")
-    done = tracker("tune", "alexnet", "--batch", "2", "--quick", "--reps", "2", "--verify-batch", "1", "--budget", "10",
-                   "--db", db, "--format", "json")
-    return db, json.loads(done.stdout)
+    db = str(shared_folder(tmp_path_factory) / "tuning.db")
+    rows = once(tmp_path_factory, "tuned", lambda: json.loads(tracker(
+        "tune", "alexnet", "--batch", "2", "--quick", "--reps", "2", "--verify-batch", "1", "--budget", "10",
+        "--db", db, "--format", "json").stdout))
+    return db, rows
 
 
 def test_tune_stores_every_candidate_verified_and_timed(tuned):

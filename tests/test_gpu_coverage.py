@@ -9,12 +9,14 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+from itertools import pairwise
 from pathlib import Path
 
 from tracker.cli import cli
 from tracker.experiment import KINDS
 from tracker.gpu.workload import IMPLEMENTATIONS
 from tracker.profile import BACKENDS
+from tracker.profilers import COLLECTORS
 
 HERE = Path(__file__).parent
 # The suite's source: its files, and report_check.py, where it runs `tracker report` (check_report,
@@ -92,3 +94,48 @@ def test_every_benchmark_that_needs_a_gpu_is_run_by_the_gpu_suite():
            if re.search(r"^\s*(import|from) cupy\b", path.read_text(), re.MULTILINE)}
     assert gpu, "no benchmark imports CuPy: this test looks for the wrong thing"
     assert sorted(gpu - arguments()) == []
+
+
+def counting_tests(path: Path) -> dict[str, tuple[bool, bool]]:
+    """Each test of ``path``: (whether it reads the counters, whether it is marked ``counters``).
+    It reads them where it, a fixture it takes, or a fixture it is parametrized over (and gets by
+    request.getfixturevalue) passes `--backend` a collector (ncu, cupti, nvprof) or runs the
+    CUPTI probe."""
+    tree = ast.parse(path.read_text())
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    tuples = {node.targets[0].id: [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+              for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)
+              and isinstance(node.targets[0], ast.Name)}
+
+    def own(node: ast.FunctionDef) -> bool:
+        strings = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        return any("cupti_probe" in s for s in strings) or any(
+            a == "--backend" and b in COLLECTORS for a, b in pairwise(strings))
+
+    def taken(node: ast.FunctionDef) -> list[str]:
+        names = [a.arg for a in node.args.args]
+        for decorator in node.decorator_list:  # @pytest.mark.parametrize("fixture", RUNS)
+            if isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", "") == "parametrize":
+                values = decorator.args[1]
+                names += tuples.get(getattr(values, "id", ""), [])
+        return names
+
+    def reads(name: str) -> bool:
+        node = functions.get(name)
+        return node is not None and (own(node) or any(reads(n) for n in taken(node) if n != name))
+
+    def marked(node: ast.FunctionDef) -> bool:
+        return any(getattr(d, "id", getattr(d, "attr", "")) == "counters" for d in node.decorator_list)
+
+    return {name: (reads(name), marked(node)) for name, node in functions.items() if name.startswith("test_")}
+
+
+def test_every_gpu_test_that_reads_the_counters_is_marked_to_run_alone():
+    """tools/gpu_stage.sh runs the suite's ``counters`` tests one at a time, after the rest in
+    parallel: a test that profiles under a collector without the mark would count beside another
+    (a driver resource taken, or another process's kernels counted), and one marked that needs no
+    counters would only wait."""
+    found = {f"{path.name}::{name}": flags for path in SUITE if path.name.startswith("test_gpu")
+             for name, flags in counting_tests(path).items()}
+    assert sum(reads for reads, _ in found.values()) >= 10, found  # the ncu, CUPTI and nvprof tests are seen
+    assert {name: flags for name, flags in found.items() if flags[0] != flags[1]} == {}

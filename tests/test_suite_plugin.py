@@ -69,3 +69,49 @@ def test_a_deadline_that_is_no_time_is_a_usage_error(suite, monkeypatch):
     result = suite.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*TRACKER_SUITE_DEADLINE must be seconds since the epoch, not 'soon'*"])
+
+
+SHARED = """
+import os
+import pytest
+from suite_plugin import once
+
+pytestmark = pytest.mark.gpu
+
+def make(name):
+    with open(os.environ["MADE"], "a") as log:
+        log.write(f"{name} {os.environ.get('PYTEST_XDIST_WORKER', 'main')}\\n")
+    return [name, 7]
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    return once(tmp_path_factory, "profile", lambda: make("profile"))
+
+@pytest.fixture(scope="module")
+def skipped(tmp_path_factory):
+    return once(tmp_path_factory, "skipped", lambda: pytest.skip("no ncu here"))
+
+@pytest.mark.parametrize("n", range(8))
+def test_reads_the_profile(profile, n):
+    assert profile == ["profile", 7]
+
+def test_skips(skipped):
+    pass
+"""
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "3")])
+def test_a_profile_fixture_is_made_once_in_a_run_whatever_its_workers(suite, tmp_path, monkeypatch, workers):
+    """tools/gpu_stage.sh runs the tests that need no counters on several xdist workers, each of
+    which sets up a module's fixtures for itself: ``once`` makes each profile once in the run."""
+    if workers:
+        pytest.importorskip("xdist")
+    made = tmp_path / "made.txt"
+    monkeypatch.setenv("MADE", str(made))
+    suite.makepyfile(test_suite=SHARED)
+    result = suite.runpytest_subprocess(*workers, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=8, skipped=1)
+    lines = made.read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["profile"]
+    if workers:
+        assert lines[0].split()[1].startswith("gw")

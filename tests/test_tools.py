@@ -4,8 +4,10 @@ bring back (it returns at most 8 from $OUT)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -65,3 +67,40 @@ def test_the_constraints_pin_every_package_the_extras_name():
     pins = dict(line.lower().replace("_", "-").split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
                 if line and not line.startswith("#"))
     assert names <= set(pins), names - set(pins)
+
+
+STAND_IN_CUPY = '''
+import hashlib, json, os
+
+class RawModule:
+    """CuPy's, as far as tools/gpu_warm.py uses it: compile() keeps what it was given."""
+    def __init__(self, code, options=()):
+        self.code, self.options = code, tuple(options)
+
+    def compile(self):
+        key = hashlib.sha256(repr((self.code, self.options)).encode()).hexdigest()
+        with open(os.path.join(os.environ["COMPILED"], key), "w") as kept:
+            json.dump([self.code, list(self.options), os.getppid()], kept)
+'''
+
+
+def test_the_warm_compiles_every_module_the_backend_would_in_processes_of_its_own(tmp_path):
+    """tools/gpu_warm.py fills CuPy's cache with exactly the modules, texts and options that
+    CupyBackend.module asks CuPy for, each build's, in worker processes (a stand-in CuPy here)."""
+    from tracker.gpu.kernels import BUILDS, compile_options, modules, source_text
+
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text(STAND_IN_CUPY)
+    compiled = tmp_path / "compiled"
+    compiled.mkdir()
+    env = {**os.environ, "COMPILED": str(compiled), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    warm = subprocess.Popen([sys.executable, "tools/gpu_warm.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = warm.communicate(timeout=300)
+    assert warm.returncode == 0, err
+    kept = [json.loads(path.read_text()) for path in compiled.iterdir()]
+    expected = {(source_text(source, defines), compile_options(build, overrides=defines))
+                for build in BUILDS for source, defines in modules()}
+    assert {(code, tuple(options)) for code, options, _ in kept} == expected
+    assert {parent for _, _, parent in kept} == {warm.pid}  # compiled by its workers, not by the warm itself
+    assert out.startswith(f"{len(expected)} kernel modules")

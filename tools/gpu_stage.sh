@@ -35,7 +35,9 @@
 #      16, agreed; torchvision's resnet18 at batch 32 through --torch under cupti (timed)
 #  suite  the GPU suite (issue 43): `pytest -m gpu` on tests/test_gpu*.py, every command that needs
 #      a GPU at small sizes, each test asserting what it stored or wrote; each test's time in the
-#      log (stagesuite.tar.gz). Run it first in a GPU session: it says which paths work;
+#      log (stagesuite.tar.gz). Run it first in a GPU session: it says which paths work. The
+#      kernels compiled ahead (tools/gpu_warm.py), the tests that need no counters on
+#      TRACKER_SUITE_WORKERS xdist workers (6), then the `counters` tests one at a time;
 #      TRACKER_SUITE_K='cupti or tune' runs only the tests pytest's -k selects
 #
 # Each stage fits one 10-minute command: every step runs under its own `timeout`, cut to what is
@@ -338,9 +340,19 @@ stagesuite() {
     # this machine lacks (nbformat), which stops the whole session at collection.
     # The tests left when the stage's time nears its end are skipped (tests/suite_plugin.py), so
     # pytest prints its summary; each test's time and any failure are in the log as it ends.
+    # Serially the suite took about 12 minutes on an H200 (tests/data/gpu-2026-11-26e-h200): ~100 s
+    # compiling kernels one at a time, ~250 s under ncu and CUPTI, the rest in child processes that
+    # mostly wait. So: the kernels compiled first, one process per core; then the tests that need no
+    # counters on SUITE_WORKERS xdist workers; then the `counters` tests, one at a time (two counter
+    # collections on one GPU at once fail or count each other's kernels).
     export TRACKER_SUITE_DEADLINE=$(($(date +%s) + deadline - SECONDS - 100))
+    step warm 120 'python3 tools/gpu_warm.py'  # a failure stops nothing: the tests compile what it did not
+    local workers="-n ${TRACKER_SUITE_WORKERS:-6}"
+    python3 -c 'import xdist' 2>/dev/null || { note "  (pytest-xdist missing: the suite runs serially)"; workers=""; }
     # TRACKER_SUITE_K: only the tests pytest's -k selects (a rerun of what failed)
-    step suite 540 'python3 -m pytest -m gpu -v -rfEs --durations=0 ${TRACKER_SUITE_K:+-k "$TRACKER_SUITE_K"} tests/test_gpu*.py'
+    export SUITE_ARGS="-v -rfEs --durations=0 tests/test_gpu*.py" WORKERS="$workers"
+    step suite 540 'python3 -m pytest -m "gpu and not counters" $WORKERS ${TRACKER_SUITE_K:+-k "$TRACKER_SUITE_K"} $SUITE_ARGS'
+    step suite-counters 540 'python3 -m pytest -m "gpu and counters" ${TRACKER_SUITE_K:+-k "$TRACKER_SUITE_K"} $SUITE_ARGS'
 }
 
 "stage$stage"

@@ -32,10 +32,9 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from tracker.errors import TrackerError
-from tracker.gpu.kernels import CUPY_ADDS, Overrides, compile_options, source_text
+from tracker.gpu.kernels import CUPY_ADDS, Overrides, compile_options, launch_defines, modules, source_text
 from tracker.ops.gemm import Tile
 from tracker.ops.launch import SM_REGISTERS, THREADS
-from tracker.ops.registry import Launch
 
 
 @dataclass(frozen=True)
@@ -350,19 +349,15 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = No
     if tile is not None:
         tile.check()  # 0x0x0 would reach NVRTC as -D sizes
 
-    def overrides(variant: Launch) -> Overrides:
-        return (tile.overrides if tile is not None and variant.tunable else ()) + variant.defines
-
     history = records()
     launches = [v for v in OPS.launches() if not leaves_out(v, tile)]
-    builds = build_all((k.source, arch, policy, overrides(v)) for v in launches for policy in l1_policies
-                       for k in v.kernels)
+    builds = build_all((source, arch, policy, defines) for source, defines in modules(tile) for policy in l1_policies)
     rows = []
     for variant in launches:
         tuned = tile is not None and variant.tunable
         verified_on, changed = status(variant, history) if not tuned else (None, None)
         for policy in l1_policies:
-            used = [builds[k.source, arch, policy, overrides(variant)].kernels[k.name] for k in variant.kernels]
+            used = [builds[k.source, arch, policy, launch_defines(variant, tile)].kernels[k.name] for k in variant.kernels]
             main = variant_main(used)
             rows.append({
                 "op": variant.op, "phase": variant.phase, "variant": variant.variant, "l1": policy,

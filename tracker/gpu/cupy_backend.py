@@ -39,8 +39,7 @@ class CupyBackend:
     def module(self, source: str, defines: Overrides = ()) -> Any:
         key = (source, defines)
         if key not in self.modules:
-            self.modules[key] = cp.RawModule(code=source_text(source, defines),
-                                             options=compile_options(self.l1_policy, overrides=defines))
+            self.modules[key] = raw_module(source, defines, self.l1_policy)
         return self.modules[key]
 
     def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple, shared_bytes: int = 0,
@@ -99,6 +98,30 @@ class CupyBackend:
             yield
         finally:
             cp.cuda.nvtx.RangePop()
+
+
+def raw_module(source: str, defines: Overrides, l1_policy: str) -> cp.RawModule:
+    """A kernel module as the backend compiles it: CuPy compiles on first use and keeps the binary
+    in its on-disk cache, keyed on this source text and these options."""
+    return cp.RawModule(code=source_text(source, defines), options=compile_options(l1_policy, overrides=defines))
+
+
+def compile_ahead(jobs: list[tuple[str, Overrides, str]], workers: int) -> None:
+    """Compile each (source, -D sizes, L1 policy) into CuPy's on-disk cache, ``workers`` at a time
+    in processes of their own (NVRTC takes seconds per module, one at a time in a process), so
+    that the runs after it compile nothing. A module that does not compile raises here as it
+    would at its first launch."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn: a forked child of a process that has touched CUDA cannot use it
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for _ in pool.map(_compile, jobs):
+            pass
+
+
+def _compile(job: tuple[str, Overrides, str]) -> None:
+    raw_module(*job).compile()
 
 
 def bracketed(fn: Callable[[], object]) -> tuple[Callable[[], None], Callable[[], float]]:

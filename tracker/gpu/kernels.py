@@ -11,7 +11,8 @@ import hashlib
 import re
 from pathlib import Path
 
-from tracker.ops import OPS, defines
+from tracker.ops import OPS, Launch, defines
+from tracker.ops.gemm import Tile, leaves_out
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
 HEADERS = ("common.cuh",)
@@ -35,6 +36,20 @@ def sources() -> tuple[str, ...]:
 
 
 Overrides = tuple[tuple[str, int], ...]  # -D sizes replacing the registry's (a GEMM tile under tuning)
+
+
+def launch_defines(launch: Launch, tile: Tile | None = None) -> Overrides:
+    """The -D sizes ``launch``'s kernels compile with under ``tile`` (None: the default build):
+    the tile's, where the launch is GEMM-shaped, then its own (the ReLU mask's ring)."""
+    return (tile.overrides if tile is not None and launch.tunable else ()) + launch.defines
+
+
+def modules(tile: Tile | None = None) -> tuple[tuple[str, Overrides], ...]:
+    """Every (kernel module, -D sizes) a run can compile under ``tile``, in registry order: what
+    the compile check builds and what ``cupy_backend.compile_ahead`` fills CuPy's cache with.
+    A fused backward whose mask ring does not fit beside ``tile``'s rings has none."""
+    return tuple(dict.fromkeys((kernel.source, launch_defines(launch, tile)) for launch in OPS.launches()
+                               if not leaves_out(launch, tile) for kernel in launch.kernels))
 
 
 def define_options(overrides: Overrides = ()) -> tuple[str, ...]:

@@ -6,7 +6,8 @@ summary, and with the summary went the only copy of why the failed tests failed:
 captures a test's output, descriptors included, and shows it at the end. So:
 
 - each GPU test's time (setup, which holds its fixtures' profiles, and call) and, where it failed,
-  its whole report are written to the terminal the moment it ends;
+  its whole report are written to the terminal the moment it ends; so is what a passing test
+  printed (a table for the README: pytest would drop it);
 - with ``TRACKER_SUITE_DEADLINE`` set (seconds since the epoch), a GPU test that would start after
   it is skipped as out of time, so pytest ends on its own and prints its summary;
 - under pytest-xdist (tools/gpu_stage.sh runs the tests that need no counters on several
@@ -54,6 +55,9 @@ def pytest_runtest_logreport(report):
         return
     if report.failed:
         reporter.write_line(f"\n--- {report.nodeid} failed in {report.when} ---\n{report.longreprtext}\n"
+                            f"--- end of {report.nodeid} ---")
+    if report.when == "call" and report.passed and report.capstdout:
+        reporter.write_line(f"\n--- {report.nodeid} printed ---\n{report.capstdout.rstrip()}\n"
                             f"--- end of {report.nodeid} ---")
     if report.when == "setup":
         _setup_s[report.nodeid] = report.duration

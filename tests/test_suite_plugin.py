@@ -29,7 +29,8 @@ def test_fails():
     assert 1 == 2, "the join found invocation 7 missing"
 
 def test_also_passes():
-    pass
+    print("metric,agrees")
+    print("instructions,True")
 """
 
 
@@ -54,6 +55,9 @@ def test_a_failure_and_each_tests_time_are_written_as_the_test_ends(suite):
     took = next(line for line in lines if "test_suite.py::test_passes:" in line)
     setup = float(took.split("setup ")[1].split(" s")[0])
     assert setup >= 0.2  # the fixture's time is the setup's
+    printed_at = lines.index("--- test_suite.py::test_also_passes printed ---")
+    assert lines[printed_at + 1:printed_at + 3] == ["metric,agrees", "instructions,True"]
+    assert printed_at < summary_at  # a passing test's print, which pytest drops, is kept as it ends
     result.assert_outcomes(passed=2, failed=1)
 
 

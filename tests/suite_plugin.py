@@ -20,8 +20,8 @@ import fcntl
 import json
 import os
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest

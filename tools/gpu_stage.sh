@@ -342,9 +342,9 @@ stagesuite() {
     # pytest prints its summary; each test's time and any failure are in the log as it ends.
     # Serially the suite took about 12 minutes on an H200 (tests/data/gpu-2026-11-26e-h200): ~100 s
     # compiling kernels one at a time, ~250 s under ncu and CUPTI, the rest in child processes that
-    # mostly wait. So: the kernels compiled first, one process per core; then the tests that need no
-    # counters on SUITE_WORKERS xdist workers; then the `counters` tests, one at a time (two counter
-    # collections on one GPU at once fail or count each other's kernels).
+    # mostly wait. So: the kernels compiled first, one process per core; then the tests that need
+    # no counters on TRACKER_SUITE_WORKERS xdist workers; then the `counters` tests, one at a time
+    # (two counter collections on one GPU at once fail or count each other's kernels).
     export TRACKER_SUITE_DEADLINE=$(($(date +%s) + deadline - SECONDS - 100))
     step warm 120 'python3 tools/gpu_warm.py'  # a failure stops nothing: the tests compile what it did not
     local workers="-n ${TRACKER_SUITE_WORKERS:-6}"

@@ -10,7 +10,6 @@ binaries instead. Prints one line: how many modules, how long, on how many proce
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 
@@ -27,4 +26,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # the guard spawn needs: each worker imports this file anew
-    sys.exit(main())
+    main()

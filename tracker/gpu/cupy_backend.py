@@ -6,7 +6,9 @@ The only module that imports CuPy; ``tracker.gpu.runner`` imports it lazily.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -111,13 +113,9 @@ def compile_ahead(jobs: list[tuple[str, Overrides, str]], workers: int) -> None:
     in processes of their own (NVRTC takes seconds per module, one at a time in a process), so
     that the runs after it compile nothing. A module that does not compile raises here as it
     would at its first launch."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     # spawn: a forked child of a process that has touched CUDA cannot use it
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for _ in pool.map(_compile, jobs):
-            pass
+        list(pool.map(_compile, jobs))
 
 
 def _compile(job: tuple[str, Overrides, str]) -> None:

@@ -11,8 +11,10 @@ With --db, the GEMM-shaped launches run the fastest verified tiles `tracker tune
 this GPU (per variant, layer and phase, as `tracker profile` would), else the default tile; the
 whole iteration runs the variant its race chose per layer phase too.
 
-Last run on an H100, 2026-11-23: benchmarks/RESULTS.md (tuned tiles, tools/gpu_stage.sh 5) and
-RESULTS-untuned.md (the default tile, tools/gpu_stage.sh 2).
+Run on an H100, 2026-11-23: benchmarks/RESULTS.md (tuned tiles, tools/gpu_stage.sh 5) and
+RESULTS-untuned.md (the default tile, tools/gpu_stage.sh 2). Last run on an H200, 2026-11-26, with
+every variant, Winograd and FFT included, the default tile (tools/gpu_stage.sh 9):
+tests/data/gpu-2026-11-26f-h200/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ order with their metric values, the metrics CUPTI does not know and how it count
 FOLDER/ranges.json; the parent joins the ranges onto pass 1's launches
 (tracker/profilers/cupti_collector.py). It ends as pass 1's child does (``torch_run.child_main``).
 
-**Never run on a GPU yet.**
+On an H200 the suite's library arm under cupti joins every launch of the whole step
+(tests/data/gpu-2026-11-26e-h200 and -26f-h200).
 """
 
 from __future__ import annotations

@@ -430,7 +430,7 @@ CREATE TABLE rollup_time (
 --   l1_policy: ca (cache in L1) or cg (bypass L1)
 --   time_ms: CUDA-event time
 --   algorithm: its layer phase's algorithm as the phase's kernel names say (direct, implicit_gemm, implicit_precomp_gemm, gemm, winograd, winograd_nonfused, fft), ours and a library's alike; NULL where no name says (an element-wise phase) and in runs recorded before schema v6
---   role: the kernel's part in its layer phase: math, or the work around it (transform, reduction, fill, offsets, epilogue, other); NULL in runs recorded before schema v6
+--   role: the kernel's part in its layer phase: math, or the work around it (transform, reduction, fill, copy, offsets, epilogue, other; a library's copies and fills are logged as launches too, with no grid); NULL in runs recorded before schema v6
 CREATE TABLE launch (
     run_id INTEGER NOT NULL,
     invocation INTEGER NOT NULL,

@@ -154,6 +154,29 @@ def test_every_launch_of_the_recorded_step_joins(trace, pages):
     assert {row["name"] for row in rows} >= {"duration_ns", "dram_read_bytes", "l2_hit_rate"}
 
 
+def test_the_recorded_steps_fills_are_timed_with_their_layer_phases_and_left_to_no_profiler(trace, pages):
+    """The trace logs four memsets beside the step's 141 kernels (cuBLAS zeroing a workspace in
+    fc6-8's forward, cuDNN in conv1's weight gradient): pass 1 logs each with its layer phase, timed,
+    with no grid; pass 2's launches (``counted``) are the kernels alone, as ncu profiled them, and
+    every one of them joins."""
+    from tracker.gpu.workload import Workload
+    from tracker.kernel_names import is_transfer
+    from tracker.profilers import counted
+
+    launches, outside = kineto.launch_log(kineto.device_work(trace), build("alexnet"), "torch")
+    fills = [k for k in launches if is_transfer(k.kernel_name)]
+    assert len(launches) == STEPS + 4 and not outside
+    assert [(k.range, k.kernel_name, k.role, k.grid, k.block) for k in fills] == [
+        (where, "Memset (Device)", "fill", (0, 0, 0), (0, 0, 0))
+        for where in ("fc6/fwd", "fc7/fwd", "fc8/fwd", "conv1/bwd_weight")]
+    assert all(0 < k.time_ms < 0.002 for k in fills)
+    _, kernels = counted(Workload.of(build("alexnet"), 16, repeat=1, implementation="torch"), launches, 1)
+    assert [k.kernel_name for k in kernels] == [k.name for k in kineto.kernels(trace)]
+    profiled, named = pages
+    rows = join(kernels, profiled, nvtx_ranges(profiled, named))
+    assert sorted({row["invocation"] for row in rows}) == [k.invocation for k in kernels]
+
+
 def test_the_join_holds_each_launch_outside_every_range_to_pass_1s(trace, pages):
     """A launch pass 1 saw outside every range must be outside every range in pass 2 too, and the
     reverse: one flag moved, either way, fails the join at that launch."""

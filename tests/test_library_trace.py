@@ -119,3 +119,30 @@ def test_the_layer_phases_that_launched_nothing_are_named_in_training_order(trac
     assert kineto.without_kernels(launches, net, "fwd", 2) == ["lrn1/fwd", "softmax/fwd"]
     first_only = [k for k in launches if not (k.range == "relu2/fwd" and k.repeat == 1)]
     assert kineto.without_kernels(first_only, net, "fwd", 2) == ["lrn1/fwd", "relu2/fwd", "softmax/fwd"]
+
+
+def test_a_copy_in_a_layer_phases_range_is_its_launch_timed_with_no_grid():
+    """PyTorch concatenates 5-D tensors by copying each input into its slice; at batch 1 the slice
+    is contiguous and the copy a device-to-device cudaMemcpyAsync, which the trace logs as a
+    ``gpu_memcpy``, not a kernel (a 3-D U-Net's concatenation forward on an H200 launched no kernel:
+    tests/data/gpu-2026-11-26f-h200). Pass 1 logs it as its layer phase's launch, with its time and
+    the role ``copy``; a copy outside every range is reported as a kernel outside is."""
+    def event(cat, name, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+    trace = {"traceEvents": [
+        event("cuda_runtime", "cudaMemcpyAsync", 5, 2, correlation=7),  # the batch's labels, before any range
+        event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 6, 3, correlation=7, bytes=64),
+        event("user_annotation", "concat1/fwd", 10, 20),
+        event("cuda_runtime", "cudaMemcpyAsync", 12, 2, correlation=8),
+        event("cuda_runtime", "cudaMemcpyAsync", 15, 2, correlation=9),
+        event("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 20, 150.5, correlation=8, bytes=268435456),
+        event("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 171, 149.5, correlation=9, bytes=268435456),
+    ]}
+    assert kineto.kernels(trace) == []
+    launches, outside = kineto.launch_log(kineto.device_work(trace), build("unet3d"), "torch")
+    assert [(k.range, k.role, k.grid, k.time_ms) for k in launches] == [
+        ("concat1/fwd", "copy", (0, 0, 0), 0.1505), ("concat1/fwd", "copy", (0, 0, 0), 0.1495)]
+    assert [k.name for k in outside] == ["Memcpy HtoD (Pageable -> Device)"]
+    assert "concat1/fwd" not in kineto.without_kernels(launches, build("unet3d"), "both", 1)
+    assert "concat1/bwd_data" in kineto.without_kernels(launches, build("unet3d"), "both", 1)

@@ -287,13 +287,16 @@ stage10() {
     step unet2d-events 90 'tracker profile unet2d --batch 16 --backend events --repeat 5 --db $U_DB \
         && a=$(newest_run $U_DB) && tracker profile unet2d --batch 16 --impl torch --backend events --repeat 5 \
         --db $U_DB && tracker compare $a $(newest_run $U_DB) --db $U_DB --format csv > $W/unet2d-compare-b16.csv'
-    step unet2d-ncu 150 'tracker profile unet2d --batch 2 --backend ncu --repeat 1 --db $U_DB \
-        && tracker profile unet2d --batch 2 --impl torch --backend ncu --repeat 1 --db $U_DB'
+    # each ncu profile a step of its own: on an H200 (2026-11-26) ours at unet2d's batch 2 took
+    # about 116 s (193 launches), and one step's limit cut the next profile and lost it
+    step unet2d-ncu 150 'tracker profile unet2d --batch 2 --backend ncu --repeat 1 --db $U_DB'
+    step unet2d-ncu-torch 180 'tracker profile unet2d --batch 2 --impl torch --backend ncu --repeat 1 --db $U_DB'
     step unet3d-events 150 'tracker profile unet3d --batch 1 --backend events --repeat 3 --db $U_DB \
         && a=$(newest_run $U_DB) && tracker profile unet3d --batch 1 --impl torch --backend events --repeat 3 \
         --db $U_DB && tracker compare $a $(newest_run $U_DB) --db $U_DB --format csv > $W/unet3d-compare-b1.csv'
-    step unet3d-ncu 240 'tracker profile unet3d --batch 1 --input-size 64 --backend ncu --repeat 1 --db $U_DB \
-        && tracker profile unet3d --batch 1 --input-size 64 --impl torch --backend ncu --repeat 1 --db $U_DB'
+    step unet3d-ncu 240 'tracker profile unet3d --batch 1 --input-size 64 --backend ncu --repeat 1 --db $U_DB'
+    step unet3d-ncu-torch 240 'tracker profile unet3d --batch 1 --input-size 64 --impl torch --backend ncu \
+        --repeat 1 --db $U_DB'
     step concat-ways 90 'C_DB=$W/concat-$GPU.db; tracker profile unet3d --batch 1 --variant concat=global --backend events \
         --repeat 5 --db $C_DB && a=$(newest_run $C_DB) && tracker profile unet3d --batch 1 --variant concat=inplace \
         --backend events --repeat 5 --db $C_DB && tracker compare $a $(newest_run $C_DB) --db $C_DB --format csv \

@@ -131,7 +131,7 @@ def _outside(name: str, opening: str, closing: str) -> str:
 
 class Kernel(NamedTuple):
     algorithm: str | None  # None: not a convolution's or a GEMM's kernel (an element-wise op's, say)
-    role: str  # math, transform, reduction, fill, offsets, epilogue, other
+    role: str  # math, transform, reduction, fill, copy, offsets, epilogue, other
     tensor_cores: bool
 
 
@@ -145,6 +145,9 @@ RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"^conv2d_\w+_implicit$", "implicit_gemm", "math"),
     (r"^conv2d_\w+_(global|constant)$", "direct", "math"),
     (r"^(splitk_reduce|bias_grad)$", None, "reduction"),
+    # the copies and fills a profiler's trace logs beside the kernels (``is_transfer``)
+    (r"^Memcpy ", None, "copy"),
+    (r"^Memset ", None, "fill"),
     # the libraries'
     (r"fft\d?d?_?(r2c|c2r)|fft2d|fft1d|flip_filter|vector_fft", "fft", "transform"),
     (r"winograd(Forward|Wgrad)(Data|Filter|Output|Delta)", "winograd_nonfused", "transform"),
@@ -164,6 +167,17 @@ RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"[Ff]ill|memset|[Ss]etTensor|scalePackedTensor", None, "fill"),
     (r"epilogue", None, "epilogue"),  # cuBLASLt's bias or activation after a GEMM
 )
+# A copy or a fill as CUPTI's activity records (and so PyTorch's profiler) name them: "Memcpy DtoD
+# (Device -> Device)", "Memset (Device)". Device time of a layer phase, but no kernel: ncu, CUPTI's
+# range profiler and nvprof's metrics count kernels only.
+_TRANSFER = re.compile(r"^Mem(cpy \w+|set) \(")
+
+
+def is_transfer(name: str) -> bool:
+    """Whether a launch log's entry is a copy or a fill, not a kernel."""
+    return _TRANSFER.match(name) is not None
+
+
 _COMPILED = tuple((re.compile(pattern), algorithm, role) for pattern, algorithm, role in RULES)
 _TENSOR_CORES = re.compile(r"tensorop|tensor\d+x\d+|hmma|s1688|s16816|[hi]884|_(tf32|f16|bf16)(f16|f32|bf16|tf32)")
 # which algorithm a layer phase ran when its launches name several: the most specific first

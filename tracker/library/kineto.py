@@ -21,6 +21,14 @@ phase's backward leaves many spans of its name; all lie inside the span the call
 open for the layer phase while the engine runs. So spans of one name are numbered in time across
 threads, a span inside another of its name taking that one's number: one per iteration.
 
+Besides kernels, the trace logs the copies and fills a layer phase asks the driver for
+(``gpu_memcpy``, ``gpu_memset``: cuBLAS zeroing its workspace; on an H200 the 3-D U-Net's
+concatenation forward at batch 1 launched no kernel, its copies into contiguous slices presumably
+device-to-device ``cudaMemcpyAsync`` calls). They take device time in their layer phase, so
+pass 1 logs them with the kernels (``device_work``), under the names the trace gives them
+(``Memcpy DtoD (Device -> Device)``, ``Memset (Device)``) and no grid; no kernel profiler counts
+them (``tracker.kernel_names.is_transfer``).
+
 The trace is Chrome's JSON (``prof.export_chrome_trace``), the format Holistic Trace Analysis
 reads too; ``tests/data/public/`` holds a real one of AlexNet under PyTorch on an A100.
 """
@@ -42,7 +50,8 @@ if TYPE_CHECKING:
     from tracker.gpu.workload import Launch
     from tracker.nets import Layer, Network
 
-RUNTIME = ("cuda_runtime", "cuda_driver")  # the host calls that launch kernels
+RUNTIME = ("cuda_runtime", "cuda_driver")  # the host calls that launch kernels, copies and fills
+KERNELS, TRANSFERS = ("kernel",), ("gpu_memcpy", "gpu_memset")  # the device's work, by category
 
 
 class Annotation(NamedTuple):
@@ -53,7 +62,7 @@ class Annotation(NamedTuple):
 
 
 class TraceKernel(NamedTuple):
-    """One kernel of the trace, in launch order."""
+    """One kernel of the trace, or one copy or fill (no grid, no block: ``(0, 0, 0)``), in launch order."""
 
     name: str
     annotation: Annotation | None  # the innermost range holding its launch; None outside every range
@@ -78,6 +87,15 @@ def load(path: str | Path) -> dict:
 
 def kernels(trace: dict) -> list[TraceKernel]:
     """Every kernel of the trace in launch order, each with the annotation it ran under."""
+    return _device_events(trace, KERNELS)
+
+
+def device_work(trace: dict) -> list[TraceKernel]:
+    """Every kernel, copy and fill of the trace in launch order, each with the annotation it ran under."""
+    return _device_events(trace, KERNELS + TRANSFERS)
+
+
+def _device_events(trace: dict, categories: tuple[str, ...]) -> list[TraceKernel]:
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     launches: dict[int, dict] = {}
     spans: defaultdict[tuple, list[Annotation]] = defaultdict(list)
@@ -89,7 +107,7 @@ def kernels(trace: dict) -> list[TraceKernel]:
         elif category == "user_annotation":
             spans[(event.get("pid"), event.get("tid"))].append(
                 Annotation(event["name"], float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0))))
-        elif category == "kernel":
+        elif category in categories:
             found.append(event)
     numbered = _numbered(spans)
     out = []
@@ -100,7 +118,7 @@ def kernels(trace: dict) -> list[TraceKernel]:
         where = numbered.get((launch.get("pid"), launch.get("tid"))) if launch else None
         annotation = _innermost(where or [], at)
         out.append((at, args.get("correlation", 0), TraceKernel(
-            event["name"], annotation, _dim3(args.get("grid")), _dim3(args.get("block")),
+            event["name"], annotation, *_geometry(args),
             args.get("registers per thread"), int(args.get("shared memory") or 0), float(event.get("dur", 0)) / 1e3,
             args.get("correlation", 0), None if annotation else _caller(numbered, at))))
     return [kernel for _, _, kernel in sorted(out, key=lambda item: item[:2])]
@@ -142,6 +160,13 @@ def _caller(numbered: dict[tuple, list[Annotation]], at: float) -> Annotation | 
     return max(held, key=lambda a: a.start_us, default=None)
 
 
+def _geometry(args: dict) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """A kernel's grid and block; a copy's or a fill's, which has neither, (0, 0, 0) twice."""
+    if "grid" not in args:
+        return (0, 0, 0), (0, 0, 0)
+    return _dim3(args["grid"]), _dim3(args.get("block"))
+
+
 def _dim3(value) -> tuple[int, int, int]:
     x, y, z = (list(value or []) + [1, 1, 1])[:3]
     return int(x), int(y), int(z)
@@ -171,9 +196,9 @@ def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[l
 
 
 def without_kernels(launches: list[Launch], net: Network, phases: str, repeat: int) -> list[str]:
-    """The layer phases ('layer/phase', in training order) that launched no kernel in some measured
-    iteration: a library can run one as views alone (PyTorch's concatenation backward hands out
-    slices of the joined gradient), which then takes no time."""
+    """The layer phases ('layer/phase', in training order) that launched no kernel and no copy in
+    some measured iteration: a library can run one as views alone (PyTorch's concatenation backward
+    hands out slices of the joined gradient), which then takes no time."""
     ran = {(k.range, k.repeat) for k in launches}
     order = [f"{layer.name}/{phase}" for layer, phase in net.training_order(phases)]
     return [name for name in order if any((name, r) not in ran for r in range(repeat))]

@@ -74,15 +74,16 @@ def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
     with tempfile.TemporaryDirectory(prefix="tracker-torch-") as tmp:
         run_child_process([sys.executable, "-m", __name__, workload.to_json(), tmp], echo)
         peak = int((Path(tmp) / PEAK).read_text())
-        launches, outside = kineto.launch_log(kineto.kernels(kineto.load(Path(tmp) / TRACE)), workload.net,
+        launches, outside = kineto.launch_log(kineto.device_work(kineto.load(Path(tmp) / TRACE)), workload.net,
                                               workload.implementation)
     if outside:
         names = sorted({k.name[:60] for k in outside})
-        echo(f"{len(outside)} kernels ran outside every layer phase's range and are not stored: {', '.join(names)}")
+        echo(f"{len(outside)} kernels or copies ran outside every layer phase's range and are not stored: "
+             f"{', '.join(names)}")
     idle = kineto.without_kernels(launches, workload.net, workload.phases, workload.repeat)
     if idle:
-        echo(f"{len(idle)} layer phases launched no kernel (PyTorch ran them as views, or not at all): they take "
-             f"no time: {', '.join(idle)}")
+        echo(f"{len(idle)} layer phases launched no kernel and no copy (PyTorch ran them as views, or not at "
+             f"all): they take no time: {', '.join(idle)}")
     echo(f"{len(launches)} launches in {workload.repeat} iterations")
     return Measured(launches, device, peak)
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from tracker.errors import BackendUnavailable, TrackerError
 from tracker.gpu.workload import MAX_REPEAT
+from tracker.kernel_names import is_transfer
 from tracker.profilers.ncu import Settings as NcuSettings
 
 if TYPE_CHECKING:
@@ -83,10 +84,12 @@ class Collector(Protocol):
 
 def counted(workload: Workload, launches: Sequence[Launch], iterations: int) -> tuple[Workload, list[Launch]]:
     """What pass 2 runs and joins onto: the workload with only its first ``iterations`` measured
-    iterations, and pass 1's launches of those iterations (the first in invocation order, so the
-    join's order and invocations are pass 1's own). The other iterations' launches keep their
-    times and carry no counters."""
-    return workload.measuring(iterations), [launch for launch in launches if launch.repeat < iterations]
+    iterations, and pass 1's kernels of those iterations (the first in invocation order, so the
+    join's order and invocations are pass 1's own). The other iterations' launches, and the copies
+    and fills a library's trace logs (no kernel profiler counts them), keep their times and carry
+    no counters."""
+    return workload.measuring(iterations), [launch for launch in launches
+                                            if launch.repeat < iterations and not is_transfer(launch.kernel_name)]
 
 
 def iterations_profiled(iterations: int, repeat: int) -> str:

@@ -191,7 +191,8 @@ class Launch(Base):
             "no name says (an element-wise phase) and in runs recorded before schema v6")
     role: Mapped[str | None] = mapped_column(
         doc="the kernel's part in its layer phase: math, or the work around it (transform, reduction, fill, "
-            "offsets, epilogue, other); NULL in runs recorded before schema v6")
+            "copy, offsets, epilogue, other; a library's copies and fills are logged as launches too, with no "
+            "grid); NULL in runs recorded before schema v6")
 
 
 class MetricDefRow(Base):

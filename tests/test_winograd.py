@@ -193,3 +193,23 @@ def test_a_record_holds_each_layers_max_and_mean_error(emulator, tmp_path):
     layer = entry["layers"]["conv3"]["ca"]
     fwd = next(r for r in rows if r["phase"] == "fwd")
     assert (layer["max"], layer["mean"]) == (fwd["max_error"], fwd["mean_error"]) and 0 < layer["max"] < 1e-5
+
+
+def test_the_benchmark_times_a_variant_only_where_its_own_algorithm_runs():
+    """`benchmarks/kernels.py` times the variants that apply at each of AlexNet's layer phases
+    (``Op.applying``): on an H200 (tests/data/gpu-2026-11-26f-h200/RESULTS.md) it timed Winograd and
+    FFT at conv1's stride 4, where they run the shared variant's implicit GEMM, and named
+    "winograd" conv1's fastest."""
+    from tracker.nets import build
+    from tracker.ops import OPS
+    from tracker.ops.selftest import network_cases
+
+    conv = OPS["conv"]
+    cases = {case.layer: case for case in network_cases(build("alexnet"), 128) if case.op == "conv"}
+    fast = {"winograd", "winograd_f4", "winograd_fused", "fft"}
+    everywhere = set(conv.variants) - fast
+    assert set(conv.applying(cases["conv1"], "fwd")) == everywhere
+    assert set(conv.applying(cases["conv2"], "fwd")) == set(conv.variants) - {"winograd_fused"}  # 5x5
+    assert set(conv.applying(cases["conv3"], "fwd")) == set(conv.variants)
+    assert set(conv.applying(cases["conv3"], "bwd_weight")) == set(conv.variants) - {"winograd_fused"}
+    assert set(conv.rivals(cases["conv3"], "fwd")) == set(conv.applying(cases["conv3"], "fwd")) - {"fused"}

@@ -140,12 +140,17 @@ class Op:
                                       applies=applies)
         return self.variants[name]
 
+    def applying(self, case: Case, phase: str) -> tuple[str, ...]:
+        """The variants whose own algorithm runs ``case``'s ``phase`` (elsewhere a variant runs
+        another's kernels: Winograd and FFT on conv1's stride 4 are the implicit GEMM)."""
+        return tuple(v.name for v in self.variants.values() if v.applies is None or v.applies(case, phase))
+
     def rivals(self, case: Case, phase: str) -> tuple[str, ...]:
         """The variants that run ``case``'s ``phase`` each by an algorithm of its own (what
-        `tracker tune` races there): neither absorbing a layer (that changes the plan) nor in
-        place, and applying at ``case`` and ``phase``."""
-        return tuple(v.name for v in self.variants.values() if v.absorbs is None and not v.in_place
-                     and (v.applies is None or v.applies(case, phase)))
+        `tracker tune` races there): applying there, and neither absorbing a layer (that changes
+        the plan) nor in place."""
+        return tuple(name for name in self.applying(case, phase)
+                     if self.variants[name].absorbs is None and not self.variants[name].in_place)
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:

@@ -288,7 +288,9 @@ H100_B1 = "ncu-raw-h100-sm90-ncu2025.3-alexnet-b1.csv"  # tools/gpu_stage.sh 1 o
 def _planned_launches(batch_net: str = "alexnet") -> list[Logged]:
     """Pass 1's launch log as our plan made it when the H100 recordings were made: the kernels of
     every step, with its NVTX range. The split-K reduction (issue 16) came later, and launches only
-    where a GEMM's reduction is cut, so it is left out; max-pool's default was then `global`."""
+    where a GEMM's reduction is cut, so it is left out, as are softmax's per-position kernels, which
+    its `shared` variant launches only with more than one position per image; max-pool's default
+    was then `global`."""
     from tracker.gpu.network import FUSED_INTO, plan
     from tracker.nets import build
     from tracker.ops import OPS
@@ -297,7 +299,7 @@ def _planned_launches(batch_net: str = "alexnet") -> list[Logged]:
     for step in plan(build(batch_net), {"maxpool": "global"}):
         if step.variant != FUSED_INTO:
             for kernel in OPS.of(step.layer).variants[step.variant].launches[step.phase].kernels:
-                if kernel.name == "splitk_reduce":
+                if kernel.name in ("splitk_reduce", "softmax_fwd_global", "softmax_xent_bwd_global"):
                     continue
                 launches.append(Logged(invocation=len(launches), kernel_name=kernel.name,
                                        range=f"{step.layer.name}/{step.phase}"))

@@ -139,6 +139,20 @@ def test_softmax_cross_entropy():
     close(grad, numeric_grad(lambda: ref.cross_entropy(ref.softmax_fwd(x), labels), x))
 
 
+def test_softmax_cross_entropy_at_every_position():
+    """A segmentation net's output (N, C, D, H, W): a softmax over the classes at each voxel, each
+    voxel's label its own, the loss their mean (PyTorch's F.cross_entropy of such logits)."""
+    x = rng.normal(size=(2, 3, 2, 3, 4))
+    labels = rng.integers(0, 3, size=(2, 2, 3, 4))
+    p = ref.softmax_fwd(x)
+    assert np.allclose(p.sum(axis=1), 1)
+    at = (1, slice(None), 1, 2, 3)
+    assert np.allclose(p[at], np.exp(x[at]) / np.exp(x[at]).sum())  # one voxel's classes alone
+    loss = -np.mean([np.log(p[n, labels[n, d, h, w], d, h, w]) for n, d, h, w in np.ndindex(labels.shape)])
+    assert ref.cross_entropy(p, labels) == pytest.approx(loss)
+    close(ref.softmax_xent_bwd(p, labels), numeric_grad(lambda: ref.cross_entropy(ref.softmax_fwd(x), labels), x))
+
+
 def test_sigmoid_binary_cross_entropy():
     x = rng.normal(size=(3, 2, 4, 5)) * 3
     t = (rng.random(size=x.shape) < 0.5).astype(np.float64)

@@ -11,8 +11,10 @@ with like:
   003's eq. 5 prints alpha alone).
 - max-pool: no padding; the gradient goes to the first maximum of each window, and overlapping
   windows (AlexNet's 3x3 stride 2) accumulate.
-- softmax over classes (axis 1); its backward is fused with the mean cross-entropy loss over the
-  batch: (p - onehot(labels)) / N, as in paper 003's softmax backward.
+- softmax over classes (axis 1) at each position (a classifier's output has one; a 3-D U-Net's
+  one per voxel, each with its label); its backward is fused with the mean cross-entropy loss over
+  the batch's positions: (p - onehot(labels)) / (N x positions), as in paper 003's softmax
+  backward, and as PyTorch's F.cross_entropy over (N, C, ...) logits and (N, ...) labels.
 """
 
 from __future__ import annotations
@@ -200,16 +202,21 @@ def softmax_fwd(x):
     return e / e.sum(axis=1, keepdims=True)
 
 
+def label_probabilities(p, labels):
+    """p (N, C, ...) at each position's label (labels: (N, ...) class indices): (N, ...)."""
+    return np.take_along_axis(p, np.expand_dims(labels, 1), axis=1)[:, 0]
+
+
 def cross_entropy(p, labels):
-    """Mean negative log-likelihood over the batch."""
-    return -np.log(p[np.arange(len(labels)), labels]).mean()
+    """Mean negative log-likelihood over the batch's positions."""
+    return -np.log(label_probabilities(p, labels)).mean()
 
 
 def softmax_xent_bwd(p, labels):
     """Gradient of mean cross-entropy with respect to the softmax input."""
     grad = p.copy()
-    grad[np.arange(len(labels)), labels] -= 1
-    return grad / len(labels)
+    np.put_along_axis(grad, np.expand_dims(labels, 1), label_probabilities(p, labels)[:, None] - 1, axis=1)
+    return grad / labels.size
 
 
 # sigmoid + binary cross-entropy (the U-Nets' output) -----------------------------------------
@@ -330,7 +337,7 @@ def _forward(layer, params, inputs: list):
         return maxpool_fwd(x, op.kernel[0], op.stride[0])
     if layer.kind == "lrn":
         return lrn_fwd(x, op.size, op.alpha, op.beta, op.k)
-    return softmax_fwd(x.reshape(x.shape[0], -1))
+    return softmax_fwd(x)
 
 
 def _backward(layer, params, inputs: list, y, dy):

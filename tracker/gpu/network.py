@@ -163,12 +163,19 @@ def has_bias(layer: Layer) -> bool:
 
 def labels(net: Network, batch: int, rng: np.random.Generator) -> np.ndarray:
     """What the loss layer compares with, drawn after the input from the same ``rng`` (our
-    executor and PyTorch's step draw alike): softmax a class per image (int32), sigmoid a 0/1
-    target per output element (float32)."""
+    executor and PyTorch's step draw alike): softmax a class per image and position (int32: a
+    classifier's one per image, a 3-D U-Net's one per voxel), sigmoid a 0/1 target per output
+    element (float32)."""
     last = net.layers[-1]
     if last.kind == "sigmoid":
         return (rng.random(size=(batch, *last.output_shape)) < 0.5).astype(np.float32)
-    return rng.integers(0, last.output_shape[0], size=batch).astype(np.int32)
+    return rng.integers(0, last.output_shape[0], size=(batch, *last.output_shape[1:])).astype(np.int32)
+
+
+def loss_shape(net: Network, batch: int) -> tuple[int, ...]:
+    """The loss layer's losses: softmax's one per image and position, sigmoid's one per image."""
+    last = net.layers[-1]
+    return (batch,) if last.kind == "sigmoid" else (batch, *last.output_shape[1:])
 
 
 def initial_parameters(net: Network, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
@@ -237,7 +244,7 @@ class Executor:
                 t.statistics[layer.name] = (backend.empty((c,)), backend.empty((c,)),
                                             backend.asarray(np.zeros(c, np.float32)), backend.asarray(np.ones(c, np.float32)))
         t.labels = backend.asarray(labels(net, batch, rng))
-        t.loss = backend.empty((batch,))
+        t.loss = backend.empty(loss_shape(net, batch))
 
     def _in_place(self, backend: Backend, batch: int) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
         """Each IN_PLACE layer's output and output gradient (in ``self.t``), and their channel

@@ -192,5 +192,5 @@ class TorchStep:
             return (F.max_pool3d if dims == 3 else F.max_pool2d)(x, op.kernel, op.stride)
         if isinstance(op, LRN):
             return F.local_response_norm(x, op.size, op.alpha, op.beta, op.k)
-        self.loss = F.cross_entropy(x.flatten(1), self.labels)  # softmax, fused with its loss
+        self.loss = F.cross_entropy(x, self.labels)  # softmax at each position, fused with its loss
         return self.loss

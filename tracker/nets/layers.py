@@ -165,7 +165,8 @@ class Sigmoid(Elementwise):
 
 @dataclass(frozen=True)
 class Softmax(Elementwise):
-    """Softmax over channels; its backward is fused with the cross-entropy loss (paper 003)."""
+    """Softmax over channels at each position (a 3-D U-Net's: each voxel, with a label of its own);
+    its backward is fused with the cross-entropy loss (paper 003)."""
 
     kind: ClassVar[str] = "softmax"
 

@@ -1,7 +1,12 @@
-"""Softmax with cross-entropy (kernels/softmax.cu): one thread per row, or one block per row with
-block reductions; the backward is fused with the cross-entropy loss."""
+"""Softmax with cross-entropy (kernels/softmax.cu), over the classes at each position: a
+classifier's output (N x C) has one position, a 3-D U-Net's (N x C x D x H x W) one per voxel, each
+with its label. ``global``: one thread per position's row; ``shared``: one block per row with
+block reductions, for a classifier's long rows (elsewhere it runs global's kernels). The backward
+is fused with the mean cross-entropy loss over the batch's positions."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -13,50 +18,65 @@ from tracker.ops.selftest import ELEMENTWISE, REDUCTION, Check, f32
 SOURCE = "softmax.cu"
 
 
-def _rows(a: Arrays):
-    N = a.y.shape[0]
-    return a.y.reshape(N, -1).shape
+def _shape(a: Arrays) -> tuple[int, int, int]:
+    """(images N, classes C, positions S)."""
+    N, C, *positions = a.y.shape
+    return N, C, math.prod(positions)
 
 
 def _fwd_global(b: Backend, a: Arrays) -> None:
-    N, C = _rows(a)
-    b.launch(SOURCE, "softmax_fwd_global", (tiles(N, THREADS),), (THREADS,), (a.x.reshape(N, C), a.y, N, C))
+    N, C, S = _shape(a)
+    b.launch(SOURCE, "softmax_fwd_global", (tiles(N * S, THREADS),), (THREADS,), (a.x, a.y, N * S, C, S))
 
 
 def _fwd_shared(b: Backend, a: Arrays) -> None:
-    N, C = _rows(a)
-    b.launch(SOURCE, "softmax_fwd_shared", (N,), (THREADS,), (a.x.reshape(N, C), a.y, N, C))
+    N, C, S = _shape(a)
+    if S > 1:  # a block per row of a few classes would idle: the rows are global's, a thread each
+        return _fwd_global(b, a)
+    b.launch(SOURCE, "softmax_fwd_shared", (N,), (THREADS,), (a.x, a.y, N, C))
 
 
 def _bwd_global(b: Backend, a: Arrays) -> None:
-    """dx = (p - onehot(labels)) / N, and each row's loss."""
-    N, C = _rows(a)
-    b.launch(SOURCE, "softmax_xent_bwd_global", (blocks(N * C),), (THREADS,),
-             (a.y, a.labels, a.dx.reshape(N, C), a.loss, N, C))
+    """dx = (p - onehot(labels)) / (N S), and each position's loss."""
+    N, C, S = _shape(a)
+    b.launch(SOURCE, "softmax_xent_bwd_global", (blocks(N * C * S),), (THREADS,),
+             (a.y, a.labels, a.dx, a.loss, N, C, S))
 
 
 def _bwd_shared(b: Backend, a: Arrays) -> None:
-    N, C = _rows(a)
-    b.launch(SOURCE, "softmax_xent_bwd_shared", (N,), (THREADS,), (a.y, a.labels, a.dx.reshape(N, C), a.loss, N, C))
+    N, C, S = _shape(a)
+    if S > 1:
+        return _bwd_global(b, a)
+    b.launch(SOURCE, "softmax_xent_bwd_shared", (N,), (THREADS,), (a.y, a.labels, a.dx, a.loss, N, C))
+
+
+def _classifier(case: Case, phase: str) -> bool:
+    """Where ``shared``'s own kernels run: one position per image."""
+    return len(case.shapes["x"]) == 2
 
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     x = case.shapes["x"]
     xh = f32(rng, x, 3.0)
-    labels = rng.integers(0, x[1], size=x[0]).astype(np.int32)
+    labels = rng.integers(0, x[1], size=_positions(x)).astype(np.int32)
     expected = ref.softmax_fwd(xh.astype(np.float64))
     a = Arrays(x=c.put(xh), y=c.out(x))
     c.run("fwd", a)
     c.compare("fwd", "p", a.y, expected, REDUCTION)
-    a.dx, a.loss, a.labels = c.out(x), c.out((x[0],)), c.put(labels)
+    a.dx, a.loss, a.labels = c.out(x), c.out(_positions(x)), c.put(labels)
     c.run("bwd_data", a)
     c.compare("bwd_data", "dx", a.dx, ref.softmax_xent_bwd(expected, labels), ELEMENTWISE)
-    c.compare("bwd_data", "loss", a.loss, -np.log(expected[np.arange(x[0]), labels]), ELEMENTWISE)
+    c.compare("bwd_data", "loss", a.loss, -np.log(ref.label_probabilities(expected, labels)), ELEMENTWISE)
+
+
+def _positions(x: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of the labels and of the loss: one per image and position."""
+    return (x[0], *x[2:])
 
 
 def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
     x = case.shapes["x"]
-    return {"x": x, "y": x, "dx": x, "labels": (x[0],), "loss": (x[0],)}
+    return {"x": x, "y": x, "dx": x, "labels": _positions(x), "loss": _positions(x)}
 
 
 def _torch_forward(h, wb, labels):
@@ -68,9 +88,13 @@ def _torch_forward(h, wb, labels):
 SOFTMAX = OPS.register(Op(
     "softmax", ("fwd", "bwd_data"), default="shared", params=lambda layer: {}, arrays=_arrays, check=_check,
     torch_forward=_torch_forward,
-    small_cases=(Case("softmax", "1000", {"x": (3, 1000)}),),
+    small_cases=(Case("softmax", "1000", {"x": (3, 1000)}),
+                 Case("softmax", "per-voxel", {"x": (2, 3, 3, 4, 5)})),  # a 3-D U-Net's output, small
 ))
 SOFTMAX.add("global", fwd=launch(_fwd_global, "softmax.cu:softmax_fwd_global"),
             bwd_data=launch(_bwd_global, "softmax.cu:softmax_xent_bwd_global"))
-SOFTMAX.add("shared", fwd=launch(_fwd_shared, "softmax.cu:softmax_fwd_shared"),
-            bwd_data=launch(_bwd_shared, "softmax.cu:softmax_xent_bwd_shared"))
+_ROWS = "a block per image's row of classes; with more than one position per image, global's kernels"
+SOFTMAX.add("shared", applies=_classifier,
+            fwd=launch(_fwd_shared, "softmax.cu:softmax_fwd_shared", "softmax.cu:softmax_fwd_global", note=_ROWS),
+            bwd_data=launch(_bwd_shared, "softmax.cu:softmax_xent_bwd_shared", "softmax.cu:softmax_xent_bwd_global",
+                            note=_ROWS))

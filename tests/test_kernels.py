@@ -180,7 +180,7 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     result = runner.invoke(cli, ["kernels", "--arch", "sm_80", "--format", "json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert len(rows) == 2 * len(TABLE) == 186
+    assert len(rows) == 2 * len(TABLE) == 198
     assert {r["l1"] for r in rows} == {"ca", "cg"}
     # The newest committed record (tests/data/verified/2026-11-26-nvidia-h200.json): every variant
     # passed on an H200, issue 30's Winograd and FFT too; a kernel changed since keeps that GPU,

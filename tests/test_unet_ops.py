@@ -185,3 +185,30 @@ def test_tracker_kernels_lists_the_new_variants_without_spills(runner, arch):
         # the shared forwards stage with cp.async where the L1 policy allows it (ca), the L1-bypass build never
         if r["variant"] == "shared" and r["phase"] == "fwd":
             assert (r["cp_async"] > 0) == (r["l1"] == "ca"), r
+
+
+UP_CONVOLUTIONS = [case for case in small_cases() if case.op.startswith("convtranspose")]
+
+
+@pytest.mark.slow  # builds the kernels with g++ and runs them on OS threads
+@pytest.mark.parametrize("case", UP_CONVOLUTIONS, ids=lambda c: f"{c.op}-{c.layer}")
+def test_an_up_convolution_whose_windows_do_not_overlap_runs_one_gemm_and_a_scatter(emulator, case):
+    """The transposed convolution's `gemm` variant: where the stride equals the kernel (the U-Nets'
+    2x2 and 2x2x2 stride-2), its forward is col = W^T x on the GEMM and the scatter, equal to the
+    reference; elsewhere, and in its backward, shared's implicit GEMMs. The implicit GEMM took
+    24.3 ms at the 3-D U-Net's last up-convolution on an H200, cuDNN 1.28."""
+    from tracker.ops.convtranspose import scatters
+
+    emulator.log.clear()
+    results = run_case(emulator, case, "gemm", seed=3)
+    assert results and all(r.passed for r in results), [(r.phase, r.output, r.error) for r in results if not r.passed]
+    launched = [k.kernel for k in emulator.log]
+    dims = len(case.shapes["x"]) - 2
+    implicit = f"conv{dims}d_bwd_data_implicit"
+    if scatters(case.shapes["w"], case.params["stride"]):
+        assert launched[0] == "gemm_tn_images" and "convtranspose_scatter" in launched and implicit not in launched
+        assert OPS[case.op].applying(case, "fwd") == ("global", "shared", "gemm")
+    else:
+        assert launched[0] == implicit and "convtranspose_scatter" not in launched
+        assert "gemm" not in OPS[case.op].applying(case, "fwd")
+    assert "gemm" not in OPS[case.op].rivals(case, "bwd_data") + OPS[case.op].rivals(case, "bwd_weight")

@@ -145,6 +145,7 @@ RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"^conv2d_\w+_implicit$", "implicit_gemm", "math"),
     (r"^conv2d_\w+_(global|constant)$", "direct", "math"),
     (r"^(splitk_reduce|bias_grad)$", None, "reduction"),
+    (r"^convtranspose_scatter$", "gemm", "transform"),  # places a transposed convolution's GEMM columns
     # the copies and fills a profiler's trace logs beside the kernels (``is_transfer``)
     (r"^Memcpy ", None, "copy"),
     (r"^Memset ", None, "fill"),

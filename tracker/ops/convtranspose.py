@@ -1,5 +1,5 @@
 """Transposed convolution (the 3-D U-Net's 2x2x2 stride-2 up-convolution), 2-D and 3-D, on the
-convolution's own kernels with the roles swapped: no kernel of its own.
+convolution's own kernels with the roles swapped, and (``gemm``) one placing kernel of its own.
 
 A transposed convolution of x by filters w (PyTorch's layout: C_in x C_out x kernel) is the data
 gradient of the convolution by the same w (K = C_in, C = C_out) with x as its output gradient,
@@ -8,7 +8,16 @@ plus a bias per output channel, which the data-gradient kernels add in their epi
   bwd_data    dx = conv fwd(x = dy, w)
   bwd_weight  dw = conv bwd_weight(dy = x, x = dy); db = the sum of dy per channel
 each in the conv variant of the same name (global: direct kernels; shared: implicit GEMM, tuned
-like the convolution's)."""
+like the convolution's).
+
+``gemm`` runs the forward of a transposed convolution whose stride equals its kernel (the U-Nets'
+up-convolutions) as one GEMM and a scatter: the windows do not overlap, so the data gradient's
+implicit GEMM, which visits every tap of every output and keeps one in taps (1 in 8 at 2x2x2),
+becomes col = W^T x (gemm.cu's gemm_tn_images over the images: taps x C_out rows, the input's
+positions as columns) placed by kernels/convtranspose.cu, bias added. Elsewhere, and in the
+backward, it runs shared's kernels. On an H200 (tests/data/gpu-2026-11-26f-h200) the implicit GEMM
+took 24.3 ms for the 3-D U-Net's last up-convolution at 128^3, cuDNN 1.28 ms; ``gemm`` has not run
+on a GPU."""
 
 from __future__ import annotations
 
@@ -18,12 +27,13 @@ from typing import Any
 import numpy as np
 
 from tracker import reference as ref
-from tracker.ops.gemm import BIAS_GRAD, bias_grad
-from tracker.ops.launch import Arrays, Backend
+from tracker.ops.gemm import BIAS_GRAD, DEFAULT, SPLITK_REDUCE, Gemm, Tile, bias_grad
+from tracker.ops.launch import THREADS, Arrays, Backend, blocks
 from tracker.ops.registry import OPS, Case, Kernel, Launch, Op
 from tracker.ops.selftest import REDUCTION, Check, f32
 
 CONV_OF = {2: "conv", 3: "conv3d"}  # the convolution op each dimensionality transposes
+SOURCE = "convtranspose.cu"
 _BIAS_GRAD = Kernel.parse(BIAS_GRAD)
 
 
@@ -58,6 +68,42 @@ def _swapped(conv: Op, variant: str) -> dict[str, Launch]:
             # the conv's own bias gradient is skipped (db=None): this one's follows, the same kernel
             "bwd_weight": Launch(_weight_gradient(weight), (*(k for k in weight.kernels if k != _BIAS_GRAD), _BIAS_GRAD),
                                  note, weight.tunable)}
+
+
+def scatters(w_shape: tuple[int, ...], stride: int) -> bool:
+    """Whether the windows tile the output without overlap: every kernel size equals the stride."""
+    return all(k == stride for k in w_shape[2:])
+
+
+def _gemm_forward(shared: Launch):
+    """y = the scatter of col = W^T x, plus the bias; shared's forward where windows overlap."""
+    def run(b: Backend, a: Arrays, stride: int, tile: Tile = DEFAULT) -> None:
+        if not scatters(a.w.shape, stride):
+            return shared.run(b, a, stride=stride, tile=tile)
+        N, C_in, *positions = a.x.shape
+        C, *kernel = a.w.shape[1:]
+        taps, columns = math.prod(kernel), math.prod(positions)
+        col = b.empty((N, C * taps, columns))
+        Gemm("gemm_tn_images", M=C * taps, N=N * columns, K=C_in, lda=C * taps, ldb=columns, per_image=columns).launch(
+            b, a.w, a.x, col, tile=tile)
+        D, H, W = [1] * (3 - len(positions)) + positions
+        b.launch(SOURCE, "convtranspose_scatter", (blocks(math.prod(a.y.shape)),), (THREADS,),
+                 (col, a.bias, a.y, N, C, D, H, W, kernel[0] if len(kernel) == 3 else 1, kernel[-1]))
+    return run
+
+
+def _gemm(conv: Op) -> dict[str, Launch]:
+    """The `gemm` variant: its forward (``_gemm_forward``), and shared's backward."""
+    shared = _swapped(conv, "shared")
+    own = (Kernel.parse(k) for k in ("gemm.cu:gemm_tn_images", SPLITK_REDUCE, f"{SOURCE}:convtranspose_scatter"))
+    kernels = tuple(dict.fromkeys((*own, *shared["fwd"].kernels)))
+    note = "stride = kernel: one GEMM (col = W^T x) and a scatter, bias added; otherwise shared's kernels"
+    return {**shared, "fwd": Launch(_gemm_forward(shared["fwd"]), kernels, note, tunable=True)}
+
+
+def _scatters_at(case: Case, phase: str) -> bool:
+    """Where `gemm`'s own kernels run: the forward of a convolution whose windows do not overlap."""
+    return phase == "fwd" and scatters(case.shapes["w"], case.params["stride"])
 
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
@@ -105,6 +151,8 @@ def _register(dims: int, kind: str, cases: tuple[Case, ...]) -> Op:
     for variant in ("global", "shared"):
         launches = _swapped(conv, variant)
         op.add(variant, fwd=launches["fwd"], bwd_data=launches["bwd_data"], bwd_weight=launches["bwd_weight"])
+    gemm = _gemm(conv)
+    op.add("gemm", applies=_scatters_at, fwd=gemm["fwd"], bwd_data=gemm["bwd_data"], bwd_weight=gemm["bwd_weight"])
     return op
 
 

@@ -26,7 +26,8 @@
 #      algorithm (quick), then the tuned step beside the untuned and PyTorch's (events, batch 128)
 #  10 the U-Nets (issue 45): unet2d ours and PyTorch's on events at batch 16 and under ncu at batch
 #      2, compared; unet3d ours and PyTorch's on events (batch 1, 128^3), compared, and under ncu
-#      (batch 1, 64^3); `tracker tune` of unet3d's 3-D convolutions; the memory study up to out of
+#      (batch 1, 64^3); the up-convolutions' implicit GEMM against the gemm variant; `tracker tune`
+#      of unet3d's 3-D convolutions; the memory study up to out of
 #      memory (both implementations); paper 000's
 #      what-ifs (unet2d: conv type and second-conv stride at batches 1 and 16)
 #  11 CUPTI against ncu (issue 47): AlexNet at batch 128 under --backend cupti and --backend ncu into one
@@ -297,6 +298,11 @@ stage10() {
     step unet3d-ncu 240 'tracker profile unet3d --batch 1 --input-size 64 --backend ncu --repeat 1 --db $U_DB'
     step unet3d-ncu-torch 240 'tracker profile unet3d --batch 1 --input-size 64 --impl torch --backend ncu \
         --repeat 1 --db $U_DB'
+    # the transposed convolution's gemm forward (one GEMM and a scatter) against the implicit GEMM's
+    step upconv-ways 90 'V_DB=$W/upconv-$GPU.db; tracker profile unet3d --batch 1 --variant convtranspose3d=shared \
+        --backend events --repeat 3 --db $V_DB && a=$(newest_run $V_DB) && tracker profile unet3d --batch 1 \
+        --variant convtranspose3d=gemm --backend events --repeat 3 --db $V_DB && tracker compare $a \
+        $(newest_run $V_DB) --db $V_DB --format csv > $W/upconv-implicit-vs-gemm.csv'
     step concat-ways 90 'C_DB=$W/concat-$GPU.db; tracker profile unet3d --batch 1 --variant concat=global --backend events \
         --repeat 5 --db $C_DB && a=$(newest_run $C_DB) && tracker profile unet3d --batch 1 --variant concat=inplace \
         --backend events --repeat 5 --db $C_DB && tracker compare $a $(newest_run $C_DB) --db $C_DB --format csv \

@@ -169,11 +169,12 @@ def labels(net: Network, batch: int, rng: np.random.Generator) -> np.ndarray:
     last = net.layers[-1]
     if last.kind == "sigmoid":
         return (rng.random(size=(batch, *last.output_shape)) < 0.5).astype(np.float32)
-    return rng.integers(0, last.output_shape[0], size=(batch, *last.output_shape[1:])).astype(np.int32)
+    return rng.integers(0, last.output_shape[0], size=loss_shape(net, batch)).astype(np.int32)
 
 
 def loss_shape(net: Network, batch: int) -> tuple[int, ...]:
-    """The loss layer's losses: softmax's one per image and position, sigmoid's one per image."""
+    """The loss layer's losses: softmax's one per image and position (its labels' shape too),
+    sigmoid's one per image."""
     last = net.layers[-1]
     return (batch,) if last.kind == "sigmoid" else (batch, *last.output_shape[1:])
 

@@ -20,8 +20,13 @@ SOURCE = "softmax.cu"
 
 def _shape(a: Arrays) -> tuple[int, int, int]:
     """(images N, classes C, positions S)."""
-    N, C, *positions = a.y.shape
-    return N, C, math.prod(positions)
+    N, C = a.y.shape[:2]
+    return N, C, _positions_per_image(a.y.shape)
+
+
+def _positions_per_image(shape: tuple[int, ...]) -> int:
+    """S: 1 for a classifier's N x C, D H W for a 3-D U-Net's output."""
+    return math.prod(shape[2:])
 
 
 def _fwd_global(b: Backend, a: Arrays) -> None:
@@ -52,7 +57,7 @@ def _bwd_shared(b: Backend, a: Arrays) -> None:
 
 def _classifier(case: Case, phase: str) -> bool:
     """Where ``shared``'s own kernels run: one position per image."""
-    return len(case.shapes["x"]) == 2
+    return _positions_per_image(case.shapes["x"]) == 1
 
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:

@@ -135,6 +135,11 @@ class Kernel(NamedTuple):
     tensor_cores: bool
 
 
+# A copy or a fill as CUPTI's activity records (and so PyTorch's profiler) name them: "Memcpy DtoD
+# (Device -> Device)", "Memset (Device)". Device time of a layer phase, but no kernel: ncu, CUPTI's
+# range profiler and nvprof's metrics count kernels only.
+COPY, FILL = r"^Memcpy \w+ \(", r"^Memset \("
+
 # (pattern, algorithm, role), the first match wins: specific names before the generic GEMM ones.
 RULES: tuple[tuple[str, str | None, str], ...] = (
     # tracker's own kernels (kernels/*.cu), by their exact names
@@ -147,8 +152,8 @@ RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"^(splitk_reduce|bias_grad)$", None, "reduction"),
     (r"^convtranspose_scatter$", "gemm", "transform"),  # places a transposed convolution's GEMM columns
     # the copies and fills a profiler's trace logs beside the kernels (``is_transfer``)
-    (r"^Memcpy ", None, "copy"),
-    (r"^Memset ", None, "fill"),
+    (COPY, None, "copy"),
+    (FILL, None, "fill"),
     # the libraries'
     (r"fft\d?d?_?(r2c|c2r)|fft2d|fft1d|flip_filter|vector_fft", "fft", "transform"),
     (r"winograd(Forward|Wgrad)(Data|Filter|Output|Delta)", "winograd_nonfused", "transform"),
@@ -168,10 +173,7 @@ RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"[Ff]ill|memset|[Ss]etTensor|scalePackedTensor", None, "fill"),
     (r"epilogue", None, "epilogue"),  # cuBLASLt's bias or activation after a GEMM
 )
-# A copy or a fill as CUPTI's activity records (and so PyTorch's profiler) name them: "Memcpy DtoD
-# (Device -> Device)", "Memset (Device)". Device time of a layer phase, but no kernel: ncu, CUPTI's
-# range profiler and nvprof's metrics count kernels only.
-_TRANSFER = re.compile(r"^Mem(cpy \w+|set) \(")
+_TRANSFER = re.compile(f"{COPY}|{FILL}")
 
 
 def is_transfer(name: str) -> bool:

@@ -20,6 +20,7 @@ from tracker.nets import Layer, Network
 from tracker.ops import OPS
 from tracker.ops.gemm import Tile
 from tracker.ops.launch import Arrays, Backend
+from tracker.ops.softmax import label_shape
 
 if TYPE_CHECKING:
     from tracker.gpu.workload import Workload
@@ -173,10 +174,10 @@ def labels(net: Network, batch: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def loss_shape(net: Network, batch: int) -> tuple[int, ...]:
-    """The loss layer's losses: softmax's one per image and position (its labels' shape too),
-    sigmoid's one per image."""
+    """The loss layer's losses: softmax's one per image and position (its labels' shape too,
+    ``ops.softmax.label_shape``), sigmoid's one per image."""
     last = net.layers[-1]
-    return (batch,) if last.kind == "sigmoid" else (batch, *last.output_shape[1:])
+    return (batch,) if last.kind == "sigmoid" else label_shape((batch, *last.output_shape))
 
 
 def initial_parameters(net: Network, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:

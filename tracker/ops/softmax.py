@@ -63,25 +63,25 @@ def _classifier(case: Case, phase: str) -> bool:
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     x = case.shapes["x"]
     xh = f32(rng, x, 3.0)
-    labels = rng.integers(0, x[1], size=_positions(x)).astype(np.int32)
+    labels = rng.integers(0, x[1], size=label_shape(x)).astype(np.int32)
     expected = ref.softmax_fwd(xh.astype(np.float64))
     a = Arrays(x=c.put(xh), y=c.out(x))
     c.run("fwd", a)
     c.compare("fwd", "p", a.y, expected, REDUCTION)
-    a.dx, a.loss, a.labels = c.out(x), c.out(_positions(x)), c.put(labels)
+    a.dx, a.loss, a.labels = c.out(x), c.out(label_shape(x)), c.put(labels)
     c.run("bwd_data", a)
     c.compare("bwd_data", "dx", a.dx, ref.softmax_xent_bwd(expected, labels), ELEMENTWISE)
     c.compare("bwd_data", "loss", a.loss, -np.log(ref.label_probabilities(expected, labels)), ELEMENTWISE)
 
 
-def _positions(x: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape of the labels and of the loss: one per image and position."""
+def label_shape(x: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of the labels and of the losses of a softmax over ``x``: one per image and position."""
     return (x[0], *x[2:])
 
 
 def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
     x = case.shapes["x"]
-    return {"x": x, "y": x, "dx": x, "labels": _positions(x), "loss": _positions(x)}
+    return {"x": x, "y": x, "dx": x, "labels": label_shape(x), "loss": label_shape(x)}
 
 
 def _torch_forward(h, wb, labels):

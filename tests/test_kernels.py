@@ -10,8 +10,8 @@ from tile_schedules import RING, SCHEDULES
 from tracker.cli import cli
 from tracker.gpu import verified
 from tracker.gpu.compile import build, build_all, global_loads, instruction_mix, occupancy, variant_rows
-from tracker.gpu.kernels import (ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, STAGED, compile_options, source_hash,
-                                 source_text)
+from tracker.gpu.kernels import (ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, STAGED, compile_options, source_digests,
+                                 source_hash, source_text)
 from tracker.gpu.kernels import sources as kernel_sources
 from tracker.ops import OPS, gemm
 
@@ -188,10 +188,54 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     recorded = [r for r in rows if r["op"] not in NOT_YET_ON_A_GPU and r["variant"] not in VARIANTS_NOT_YET_ON_A_GPU]
     assert {r["verified_on"] for r in recorded} == {"NVIDIA H200"}
     assert {r["verified_on"] for r in rows if r not in recorded} == {None}
-    assert all(isinstance(r["changed_since"], bool) for r in recorded)
     # since the H200: common.cuh, which every kernel includes, counts split-K slices from K for the
-    # batched GEMM (issue 48), so every variant it verified is flagged until a GPU records them again
-    assert all(r["changed_since"] for r in recorded)
+    # batched GEMM (issue 48), so every variant it verified is flagged until a GPU records them again.
+    # That record kept one digest of all a variant's sources: the row gives it, then and now.
+    h200 = [r for r in verified.records() if r["gpu"] == "NVIDIA H200"][-1]["variants"]
+    for row in recorded:
+        key = f"{row['op']}/{row['phase']}/{row['variant']}"
+        now = source_hash(next(v for v in TABLE if v.key == key).sources)
+        assert row["changed_since"] == f"source {h200[key]['source_hash'][:7]} -> {now[:7]}", row
+
+
+@pytest.mark.slow  # compiles kernels with NVRTC (seconds where the build cache holds them)
+def test_the_kernels_table_fits_a_screen_and_explains_changed_since(runner):
+    """The table shows the columns a reader needs first, under 160 characters; --wide and csv show
+    every column; a footer says what changed_since compares."""
+    narrow = runner.invoke(cli, ["kernels", "--arch", "sm_90", "--l1", "ca"])
+    assert narrow.exit_code == 0, narrow.output
+    table = narrow.stdout.split("\n\n")[0].splitlines()
+    assert table[0].split() == ["op", "phase", "variant", "l1", "registers", "occupancy", "shared_bytes",
+                                "spill_bytes", "verified_on", "changed_since"]
+    assert len(table) == 2 + len(TABLE) and max(map(len, table)) < 160
+    assert "47 changed since their verification" in narrow.stdout  # the H200's 47 verified variants
+    assert "changed_since: what changed in a variant's sources" in narrow.stdout
+    wide = runner.invoke(cli, ["kernels", "--arch", "sm_90", "--l1", "ca", "--wide"])
+    assert {"kernels", "ffma_per_lds", "cp_async", "note"} <= set(wide.stdout.splitlines()[0].split())
+    csv = runner.invoke(cli, ["kernels", "--arch", "sm_90", "--l1", "ca", "--format", "csv"])
+    assert csv.stdout.splitlines()[0].split(",") == wide.stdout.splitlines()[0].split()
+    assert "compiling sm_90 kernels" not in csv.stdout  # progress goes to stderr: stdout stays CSV
+
+
+@pytest.mark.slow  # compiles a kernel module with NVRTC
+def test_build_all_reports_each_module_it_compiles_and_none_the_cache_held(tmp_path, monkeypatch):
+    from tracker.gpu import compile as compiler
+
+    monkeypatch.setenv("TRACKER_BUILD_CACHE", str(tmp_path))
+    compiler._build.cache_clear()  # this process's builds of the default cache's
+    heard = []
+    job = ("relu.cu", "sm_90", "ca", ())
+
+    def progress(*args):
+        heard.append(args)
+
+    assert not compiler.is_kept(job)
+    compiler.build_all([job, job], progress)
+    assert [(j, done, total) for j, done, total, _ in heard] == [(job, 1, 1)] and heard[0][3] > 0
+    assert compiler.is_kept(job)
+    compiler._build.cache_clear()
+    compiler.build_all([job], progress)  # read from the build cache: nothing compiled, nothing said
+    assert len(heard) == 1
 
 
 @pytest.mark.slow  # compiles kernels with NVRTC
@@ -237,17 +281,37 @@ def test_the_committed_records_vouch_for_every_variant_with_small_errors(gpu, le
         assert max(entry["errors"].values()) < 1e-4, key
 
 
-def test_verification_status_follows_the_source_hash(tmp_path):
+def test_verification_status_says_what_changed_in_the_sources(tmp_path):
     variant = next(v for v in TABLE if v.key == "relu/fwd/global")
+    now = source_hash(variant.sources)
     record = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-22",
-              "variants": {variant.key: {"source_hash": source_hash(variant.sources), "passed": True}}}
+              "variants": {variant.key: {"source_hash": now, "passed": True}}}
     (tmp_path / "a.json").write_text(json.dumps(record))
-    assert verified.status(variant, verified.records(tmp_path)) == ("NVIDIA H100 80GB HBM3", False)
-    record["variants"][variant.key]["source_hash"] = "0" * 16
+    unchanged = verified.status(variant, verified.records(tmp_path))
+    assert (unchanged.gpu, unchanged.changes()) == ("NVIDIA H100 80GB HBM3", "no")
+    # a record that kept one digest of every source: that digest, then and now
+    record["variants"][variant.key]["source_hash"] = "0123456789abcdef"
     (tmp_path / "a.json").write_text(json.dumps(record))
-    assert verified.status(variant, verified.records(tmp_path)) == ("NVIDIA H100 80GB HBM3", True)
+    assert verified.status(variant, verified.records(tmp_path)).changes() == f"source 0123456 -> {now[:7]}"
+    # one that kept each file's: the files that differ
+    record["variants"][variant.key]["sources"] = source_digests(variant.sources) | {"common.cuh": "0" * 16}
+    (tmp_path / "a.json").write_text(json.dumps(record))
+    assert verified.status(variant, verified.records(tmp_path)).changes() == "common.cuh"
     other = next(v for v in TABLE if v.key == "lrn/fwd/shared")
-    assert verified.status(other, verified.records(tmp_path)) == (None, None)
+    assert verified.status(other, verified.records(tmp_path)) is None
+
+
+def test_a_record_keeps_each_sources_digest(tmp_path):
+    """write_record keeps every file's digest beside the whole one, so a later change names its files."""
+    relu = next(v for v in TABLE if v.key == "relu/fwd/global")
+    rows = [{"op": "relu", "variant": "global", "phase": "fwd", "l1": l1, "layer": "relu1", "error": 1e-7,
+             "max_error": 1e-7, "mean_error": 1e-8, "passed": True} for l1 in ("ca", "cg")]
+    path = verified.write_record(rows, {"device_name": "NVIDIA H200", "driver_version": "1", "cuda_version": "13"},
+                                 tmp_path)
+    entry = json.loads(path.read_text())["variants"]["relu/fwd/global"]
+    assert entry["source_hash"] == source_hash(relu.sources)
+    assert set(entry["sources"]) == {"common.cuh", "relu.cu", "-D sizes"}
+    assert verified.status(relu, verified.records(tmp_path)).changes() == "no"
 
 
 def test_a_cuobjdump_without_nvdisasm_names_the_package_to_install(tmp_path, monkeypatch):

@@ -9,9 +9,14 @@ from tracker.cli.options import db_option, emit, format_option, net_kwargs, netw
 from tracker.gpu.workload import IMPLEMENTATIONS
 from tracker.nets import build
 
-KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "occupancy", "shared_bytes",
-                  "constant_bytes", "spill_bytes", "global_loads", "l1_loads", "ffma_per_lds", "wide_loads", "cp_async",
+# What a reader needs first (whether a variant fits, spills, and can be trusted); --wide adds the rest.
+KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "registers", "occupancy", "shared_bytes", "spill_bytes",
                   "verified_on", "changed_since")
+WIDE_KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "occupancy", "shared_bytes",
+                       "constant_bytes", "spill_bytes", "stack_bytes", "global_loads", "l1_loads", "ffma_per_lds",
+                       "wide_loads", "cp_async", "verified_on", "changed_since", "note")
+CHANGED_SINCE = ("changed_since: what changed in a variant's sources (its .cu files, common.cuh, the -D sizes\n"
+                 "they read) since verified_on's GPU checked it; 'no': that GPU checked the build listed here")
 
 
 def _tile(label: str | None):
@@ -46,18 +51,22 @@ def tile_option(what: str):
               help="L1 policy: ca caches global loads in L1, cg bypasses it (-Xptxas -dlcm=cg, no "
                    "read-only path).")
 @tile_option("Build")
+@click.option("--wide", is_flag=True, help="Show every column in the table (csv and json always hold them all).")
 @format_option
-def kernels(arch, l1, tile, fmt):
+def kernels(arch, l1, tile, wide, fmt):
     """Compile every kernel variant with NVRTC (no GPU needed) and list its resources.
 
     Per op, phase, variant and L1 policy: the kernels it launches, registers, theoretical
     occupancy (of its main kernel), static shared memory, constant memory and spill bytes (the
     worst of its kernels), its global load instructions and how many go through L1 (the cg build
-    sends every one around L1), and the GPU that last verified it against the NumPy reference
-    (tracker selftest --record), or '-' if none has. Read from the SASS (cuobjdump, no GPU):
+    sends every one around L1), the GPU that last verified it against the NumPy reference
+    (tracker selftest --record), or '-' if none has, and what changed since (changed_since):
+    'no', the files whose digest differs from the record's, or for a record that kept only one
+    digest of them all, that digest then and now. Read from the SASS (cuobjdump, no GPU):
     ffma_per_lds, FFMA per shared-memory load in the main loop (the GEMM core's measure of
     register reuse; '-' without shared loads there), wide_loads, the share of global and shared
-    loads that are 128-bit, and cp_async, LDGSTS instructions.
+    loads that are 128-bit, and cp_async, LDGSTS instructions. The table shows the main columns;
+    --wide, --format csv and --format json show them all.
 
     With --tile, the GEMM-shaped variants are built with that tile (what a tuned profile runs:
     deeper rings, for instance, may cost registers and so occupancy); a verification record
@@ -67,22 +76,33 @@ def kernels(arch, l1, tile, fmt):
     \b
     Examples:
       tracker kernels
+      tracker kernels --l1 ca --wide
       tracker kernels --arch sm_80 --l1 cg --format csv
       tracker kernels --l1 ca --tile 128x128x8/stages3
     """
-    from tracker.gpu.compile import variant_rows
+    from tracker.gpu.compile import cache_dir, variant_rows
 
     policies = ("ca", "cg") if l1 == "both" else (l1,)
-    click.echo(f"compiling {arch} kernels with NVRTC ...", err=True)
-    rows = variant_rows(arch, policies, tile)
-    emit(rows, fmt, None if fmt == "json" else KERNEL_COLUMNS)
+    kept = f"builds kept in {cache_dir()}" if cache_dir() else "no build cache"
+    click.echo(f"compiling {arch} kernels with NVRTC, a line per module not built before ({kept}) ...", err=True)
+    rows = variant_rows(arch, policies, tile, _compiled)
+    emit(rows, fmt, None if fmt == "json" else KERNEL_COLUMNS if fmt == "table" and not wide else WIDE_KERNEL_COLUMNS)
     if tile is not None and not tile.fits(masked=True):
         click.echo(f"the fused backward is left out: {tile.label} with its ReLU mask ring needs "
                    f"{tile.masked_shared_bytes:,} bytes of shared memory, more than a CTA's static share", err=True)
     if fmt == "table":
         unverified = sum(row["verified_on"] is None for row in rows)
+        changed = sum(row["changed_since"] not in (None, "no") for row in rows)
         click.echo(f"\n{len(rows)} variant builds, {sum(r['spill_bytes'] > 0 for r in rows)} with spills; "
-                   f"{unverified} never verified on a GPU")
+                   f"{unverified} never verified on a GPU, {changed} changed since their verification")
+        click.echo(CHANGED_SINCE)
+
+
+def _compiled(job, done: int, total: int, seconds: float) -> None:
+    """A progress line per kernel module compiled (not per one the build cache held), on stderr."""
+    source, arch, policy, overrides = job
+    sizes = "".join(f" {name}={value}" for name, value in overrides)
+    click.echo(f"[{done}/{total}] {source} {arch} {policy}{sizes}: {seconds:.1f} s", err=True)
 
 
 @cli.command()

@@ -24,12 +24,14 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from tracker.errors import TrackerError
 from tracker.gpu.kernels import CUPY_ADDS, Overrides, compile_options, launch_defines, modules, source_text
@@ -61,6 +63,10 @@ class Build:
     kernels: dict[str, Resources]
 
 
+Job = tuple[str, str, str, Overrides]  # build's arguments: source, arch, L1 policy, overrides
+Progress = Callable[[Job, int, int, float], None]  # (job, how many compiled so far, how many to compile, seconds)
+
+
 def _nvrtc():
     try:
         from cuda.bindings import nvrtc
@@ -86,13 +92,12 @@ def build(source: str, arch: str, l1_policy: str, overrides: Overrides = ()) -> 
 @lru_cache(maxsize=None)
 def _build(source: str, arch: str, l1_policy: str, overrides: Overrides) -> Build:
     nvrtc = _nvrtc()
-    options = [o.encode() for o in (*compile_options(l1_policy, arch, overrides), *CUPY_ADDS, "-Xptxas", "-v")]
+    options = _options(arch, l1_policy, overrides)
     text = source_text(source, overrides)
     folder = cache_dir()
     if folder is None:
         return _compile(nvrtc, source, arch, l1_policy, text, options)
-    key = hashlib.sha256(b"\0".join([text.encode(), *options, repr(nvrtc.nvrtcVersion()[1:]).encode(),
-                                      Path(__file__).read_bytes()])).hexdigest()[:32]
+    key = _cache_key(nvrtc, text, options)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         lock = open(folder / f"{key}.lock", "w")
@@ -112,6 +117,27 @@ def _build(source: str, arch: str, l1_policy: str, overrides: Overrides) -> Buil
         except OSError:
             pass  # kept next time, perhaps
         return done
+
+
+def _options(arch: str, l1_policy: str, overrides: Overrides) -> list[bytes]:
+    """NVRTC's options for a build: the runtime's, and ptxas's resource report."""
+    return [o.encode() for o in (*compile_options(l1_policy, arch, overrides), *CUPY_ADDS, "-Xptxas", "-v")]
+
+
+def _cache_key(nvrtc, text: str, options: list[bytes]) -> str:
+    """A build's name in the cache: the hash of everything it depends on."""
+    return hashlib.sha256(b"\0".join([text.encode(), *options, repr(nvrtc.nvrtcVersion()[1:]).encode(),
+                                        Path(__file__).read_bytes()])).hexdigest()[:32]
+
+
+def is_kept(job: Job) -> bool:
+    """Whether ``job``'s build is already in the build cache (so ``build`` compiles nothing)."""
+    folder = cache_dir()
+    if folder is None:
+        return False
+    source, arch, l1_policy, overrides = job
+    key = _cache_key(_nvrtc(), source_text(source, overrides), _options(arch, l1_policy, overrides))
+    return _kept(folder / f"{key}.json") is not None
 
 
 def cache_dir() -> Path | None:
@@ -171,15 +197,26 @@ def _compile(nvrtc, source: str, arch: str, l1_policy: str, text: str, options: 
     return Build(source, arch, l1_policy, kernels)
 
 
-Job = tuple[str, str, str, Overrides]  # build's arguments: source, arch, L1 policy, overrides
-
-
-def build_all(jobs: Iterable[Job]) -> dict[Job, Build]:
+def build_all(jobs: Iterable[Job], progress: Progress | None = None) -> dict[Job, Build]:
     """``build`` for each job, as many at once as there are CPUs: NVRTC and cuobjdump run outside
-    Python's lock, and one compile takes seconds."""
+    Python's lock, and one compile takes seconds. ``progress`` hears of each job the build cache
+    did not hold as it finishes compiling."""
     todo = list(dict.fromkeys(jobs))
+    fresh = {job for job in todo if not is_kept(job)} if progress else set()
+    lock, finished = threading.Lock(), 0
+
+    def timed(job: Job) -> Build:
+        nonlocal finished
+        start = time.monotonic()
+        done = build(*job)
+        if progress and job in fresh:
+            with lock:  # one line at a time, numbered in the order they finish
+                finished += 1
+                progress(job, finished, len(fresh), time.monotonic() - start)
+        return done
+
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        return dict(zip(todo, pool.map(lambda job: build(*job), todo)))
+        return dict(zip(todo, pool.map(timed, todo)))
 
 
 def _read(get_size, get, program, what: str) -> bytes:
@@ -338,10 +375,12 @@ def variant_main(used: list[Resources]) -> Resources:
     return max(used, key=lambda r: (r.ffma_per_lds or 0.0, -used.index(r)))
 
 
-def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = None) -> list[dict]:
-    """One row per (op, phase, variant, L1 policy): its kernels' worst-case resources and where
-    it was last verified. ``tile``: the GEMM-shaped variants' build, which no verification record
-    vouches for (a fused backward whose ReLU mask ring does not fit beside it has no row)."""
+def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = None,
+                 progress: Progress | None = None) -> list[dict]:
+    """One row per (op, phase, variant, L1 policy): its kernels' worst-case resources, where it
+    was last verified and what changed since. ``tile``: the GEMM-shaped variants' build, which no
+    verification record vouches for (a fused backward whose ReLU mask ring does not fit beside it
+    has no row). ``progress``: as ``build_all``'s."""
     from tracker.gpu.verified import records, status
     from tracker.ops import OPS
     from tracker.ops.gemm import leaves_out
@@ -351,11 +390,12 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = No
 
     history = records()
     launches = [v for v in OPS.launches() if not leaves_out(v, tile)]
-    builds = build_all((source, arch, policy, defines) for source, defines in modules(tile) for policy in l1_policies)
+    builds = build_all(((source, arch, policy, defines) for source, defines in modules(tile) for policy in l1_policies),
+                       progress)
     rows = []
     for variant in launches:
         tuned = tile is not None and variant.tunable
-        verified_on, changed = status(variant, history) if not tuned else (None, None)
+        verification = status(variant, history) if not tuned else None
         for policy in l1_policies:
             used = [builds[k.source, arch, policy, launch_defines(variant, tile)].kernels[k.name] for k in variant.kernels]
             main = variant_main(used)
@@ -371,6 +411,7 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = No
                 "l1_loads": sum(r.l1_loads for r in used),
                 "ffma_per_lds": main.ffma_per_lds, "wide_loads": main.wide_loads,
                 "cp_async": sum(r.cp_async for r in used), "occupancy": round(occupancy(main, arch), 3),
-                "verified_on": verified_on, "changed_since": changed, "note": variant.note,
+                "verified_on": verification.gpu if verification else None,
+                "changed_since": verification.changes() if verification else None, "note": variant.note,
             })
     return rows

@@ -90,15 +90,33 @@ def source_hash(sources: tuple[str, ...]) -> str:
     """A short hash of the sources, the shared headers and the -D sizes they read: what a
     verification record vouches for."""
     digest = hashlib.sha256()
-    texts = b""
-    for name in sorted({*sources, *HEADERS}):
-        text = (KERNEL_DIR / name).read_bytes()
+    for name, text in _inputs(sources).items():
         digest.update(name.encode() + b"\0" + text)
-        texts += text
-    for name, value in sorted(defines().items()):
-        if re.search(rf"\b{name}\b".encode(), texts):
-            digest.update(f"-D{name}={value}".encode())
+    for option in _defines_read(sources):
+        digest.update(option.encode())
     return digest.hexdigest()[:16]
+
+
+def source_digests(sources: tuple[str, ...]) -> dict[str, str]:
+    """``source_hash``'s inputs one by one: each file's short hash, and the -D sizes' (key
+    ``DEFINES``), so that a record can say which of them changed."""
+    digests = {name: hashlib.sha256(text).hexdigest()[:16] for name, text in _inputs(sources).items()}
+    return digests | {DEFINES: hashlib.sha256(" ".join(_defines_read(sources)).encode()).hexdigest()[:16]}
+
+
+DEFINES = "-D sizes"  # source_digests' key for the compile-time sizes
+
+
+def _inputs(sources: tuple[str, ...]) -> dict[str, bytes]:
+    """The text of every file a variant's kernels compile from, by name, sorted."""
+    return {name: (KERNEL_DIR / name).read_bytes() for name in sorted({*sources, *HEADERS})}
+
+
+def _defines_read(sources: tuple[str, ...]) -> list[str]:
+    """The -D options (-DTILE_M=128) whose names the files of ``sources`` mention, sorted."""
+    texts = b"".join(_inputs(sources).values())
+    return [f"-D{name}={value}" for name, value in sorted(defines().items())
+            if re.search(rf"\b{name}\b".encode(), texts)]
 
 
 _CONSTANT = re.compile(r"__constant__\s+float\s+(\w+)\s*\[([^\]]+)\]")

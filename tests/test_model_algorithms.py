@@ -91,10 +91,23 @@ def test_compare_marks_the_fastest_algorithm_of_each_conv_layer_phase():
     rows = compare(ALEXNET, 128, lookup("h100"), phases="fwd")
     conv2 = {r["algorithm"]: r for r in rows if r["layer"] == "conv2"}
     assert list(conv2) == list(ALGORITHMS)
-    assert [name for name, r in conv2.items() if r["best"]] == ["fft"]
+    assert [name for name, r in conv2.items() if r["best"] != "no"] == ["fft"] and conv2["fft"]["best"] == "yes"
+    # conv1 (stride 4): Winograd and FFT do not apply; the three GEMM forms predict one time: a tie, not a pick
+    conv1 = {r["algorithm"]: r["best"] for r in rows if r["layer"] == "conv1"}
+    assert conv1 == {"direct": "tie", "implicit_gemm": "tie", "gemm": "tie"}
     assert {r["algorithm"] for r in rows if r["layer"] == "conv1"} == {"direct", "implicit_gemm", "gemm"}
     without_device = compare(ALEXNET, 128, phases="fwd")
     assert all("predicted_ms" not in r for r in without_device)
+
+
+def test_the_best_of_several_names_a_tie_where_they_are_equal_to_the_digits_shown():
+    from tracker.stats import best_of, tie
+
+    assert best_of([0.4031, 0.4034, 0.5]) == [0, 1]  # both read 0.403
+    assert best_of([0.4031, 0.4036, 0.5]) == [0]  # 0.403 against 0.404
+    assert best_of([3.0, 7.0, 7.0], lowest=False) == [1, 2] and best_of([]) == []
+    assert tie(["fft"]) == "fft" and tie(["winograd_f2", "winograd_f4"]) == "winograd_f2 = winograd_f4 (tie)"
+    assert tie(list("abcde")) == "a = b = c and 2 more (tie)"
 
 
 def test_the_cli(runner, tmp_path):

@@ -217,8 +217,10 @@ def _algorithms(net, batch, gpu, bits, phases, fmt) -> None:
     emit(rows, fmt, None if fmt == "json" else ALGORITHM_COLUMNS + (ROOF_COLUMNS if gpu else ()) + ("best",))
     if fmt == "table":
         basis = f"predicted time on {gpu.name} (roofline)" if gpu else "fewest FLOPs (add --device NAME for time)"
-        click.echo(f"\nbest: {basis}; multiplies: of each algorithm's arithmetic stage; transform FLOPs "
-                   "as dense matrix products (an upper bound); --format json gives each row's rule")
+        ties = len({(r["layer"], r["phase"]) for r in rows if r["best"] == "tie"})
+        click.echo(f"\nbest: {basis}; tie: several equal to the digits shown ({ties} layer phases)")
+        click.echo("multiplies: of each algorithm's arithmetic stage; transform FLOPs as dense matrix products "
+                   "(an upper bound); --format json gives each row's rule")
 
 
 def _model_footer(net, batch, gpu, bits, rows, peak) -> None:

@@ -31,6 +31,7 @@ from typing import Any, cast
 
 from tracker.errors import unknown
 from tracker.nets.layers import Layer
+from tracker.stats import best_of
 
 ALGORITHMS = ("direct", "implicit_gemm", "gemm", "winograd_f2", "winograd_f4", "fft")
 FFT_TILE = 32  # cuDNN's FFT tiling size: beyond it, 32x32 tiles
@@ -147,8 +148,9 @@ def _fft(layer: Layer, phase: str, batch: int) -> AlgorithmCost:
 
 def compare(net, batch: int, device=None, dtype_bits: int = 32, phases: str = "both") -> list[dict]:
     """Every algorithm on every conv layer phase, side by side: its multiplies, transform FLOPs,
-    workspace and (with a device) roofline time; ``best`` marks each layer phase's fastest (the
-    fewest FLOPs without a device) among the algorithms that apply to it."""
+    workspace and (with a device) roofline time; ``best`` says of each layer phase's fastest (the
+    fewest FLOPs without a device) among the algorithms that apply to it 'yes', or 'tie' where
+    several are equal to the digits shown (tracker.stats.best_of), and 'no' of the others."""
     from tracker.model.roofline import predict
 
     rows = [dict(p.to_dict(with_device=device is not None, with_convention=False), note=p.convention,
@@ -158,8 +160,8 @@ def compare(net, batch: int, device=None, dtype_bits: int = 32, phases: str = "b
     key = "predicted_ms" if device is not None else "ops"
     for layer_phase in {(r["layer_id"], r["phase"]) for r in rows}:
         mine = [r for r in rows if (r["layer_id"], r["phase"]) == layer_phase]
-        fastest = min(r[key] for r in mine)
-        for r in mine:
-            r["best"] = r[key] == fastest
+        fastest = best_of([r[key] for r in mine])
+        for i, r in enumerate(mine):
+            r["best"] = "no" if i not in fastest else "yes" if len(fastest) == 1 else "tie"
     order = {name: i for i, name in enumerate(ALGORITHMS)}
     return sorted(rows, key=lambda r: (r["layer_id"], r["phase"] != "fwd", r["phase"], order[r["algorithm"]]))

@@ -21,6 +21,7 @@ from tracker.errors import StoreError
 from tracker.figures import bars
 from tracker.figures.roofline import roofline as roofline_figure
 from tracker.profilers import iterations_profiled, unfinished
+from tracker.stats import best_of, tie
 from tracker.report import Report, Section
 from tracker.store import Store, experiment_dict, find_experiment, launch_count
 
@@ -239,6 +240,14 @@ def _top(frame: pd.DataFrame, column: str) -> pd.Series:
     return frame.loc[frame[column].idxmax()]
 
 
+def _leaders(frame: pd.DataFrame, column: str) -> tuple[pd.Series, str]:
+    """The row with the highest ``column``, and the layer phases that share it to the digits shown,
+    named as a tie where there are several ('conv2 fwd = conv2 bwd_data (tie)')."""
+    known = frame[frame[column].notna()]
+    rows = known.iloc[best_of(known[column].tolist(), lowest=False)]
+    return rows.iloc[0], tie([f"{r.layer} {r.phase}" for r in rows.itertuples()])
+
+
 def _predicted(run: pd.Series) -> str:
     """Why a run's figures are the model's: it is a model run, or its launches were never timed."""
     return "predicted by the model" + ("" if run["backend"] == "model" else ": no launch times were recorded")
@@ -252,10 +261,10 @@ def _runtime(run: Run) -> Body:
                     else "no launch times were recorded",
                     missing="profile with --device NAME for the model's times, or on a GPU")
     total = runtime.iteration(run.store, run.id)
-    top = _top(known, "ms")
+    top, names = _leaders(known, "ms")
     measured = (known["source"] == "measured").all()
     source = "median kernel time" if measured else _predicted(run.row)
-    finding = (f"{top['layer']} {top['phase']} takes the most time: {units.milliseconds(top['ms'])}, "
+    finding = (f"{names} takes the most time: {units.milliseconds(top['ms'])}, "
                f"{units.percent(100 * top['ms'] / total['ms'])} of the {units.milliseconds(total['ms'])} iteration"
                f"{'' if measured else f' ({source})'}")
     figure = bars.by_phase(frame[frame["ms"] > 0], "ms", f"Time per layer ({source})", run.sub, "time", log=True)
@@ -273,8 +282,8 @@ def _roofline(run: Run) -> Body:
              "predicted": f"Roofline {_predicted(run.row)} (compulsory bytes)"}[basis]
     primary = points[points["level"].isin(("DRAM", "compulsory"))]
     primary = primary if not primary.empty else points
-    top = _top(primary, "flops_per_s")
-    finding = f"fastest: {top['layer']} {top['phase']} at {units.si(top['flops_per_s'], 'FLOP/s')}"
+    top, names = _leaders(primary, "flops_per_s")
+    finding = f"fastest: {names} at {units.si(top['flops_per_s'], 'FLOP/s')}"
     if roofs is not None:
         finding += f", {units.percent(100 * top['flops_per_s'] / roofs.flops_per_s)} of the FP32 roof"
         if "DRAM" in roofs.bandwidth:
@@ -595,9 +604,9 @@ def _algorithm_figures(frame: pd.DataFrame, sub: str) -> list[Section]:
     if long.empty:
         return []
     timed = long[long["ms"].notna()]
-    fastest = timed.loc[timed.groupby(["layer", "phase"], sort=False)["ms"].idxmin()]
     finding = "fastest per conv layer phase: " + ", ".join(
-        f"{r.layer} {r.phase} {r.arm} ({units.milliseconds(r.ms)})" for r in fastest.itertuples())
+        f"{layer} {phase} {tie(arms.iloc[best_of(arms['ms'].tolist())]['arm'].tolist())} "
+        f"({units.milliseconds(arms['ms'].min())})" for (layer, phase), arms in timed.groupby(["layer", "phase"], sort=False))
     time_title, memory_title = "Time per conv layer phase and algorithm", "Workspace per conv layer phase and algorithm"
     table = long.drop(columns=["layer_id", "workspace_mib"])
     return [Section("algorithm_time", time_title, "paper 004 Fig. 8",

@@ -47,9 +47,51 @@ def test_flops_are_flop_counters_per_phase_and_scale_with_the_batch():
     for name, flops in by_hand.items():
         for phase in net.layer(name).phases:
             assert (predicted[(name, phase)].ops, predicted[(name, phase)].macs) == (flops, flops // 2), (name, phase)
-    assert predicted[("act#1", "fwd")].ops == 0  # flop_counter counts no element-wise op
+    assert predicted[("act#1", "fwd")].macs == 0  # an element-wise op: counted as ours (next test)
     assert predicted[("stem", "fwd")].bytes == 4 * (4 * 3 * 8 * 8 + 224 + 4 * 8 * 8 * 8)
     assert {p.ops for p in predict(net, 8) if p.layer == "head"} == {2 * by_hand["head"]}
+
+
+def test_batch_norm_relu_and_max_pool_are_counted_as_our_networks_count_them():
+    """flop_counter counts 0 for them; a call of one counts what our layer of that kind and shapes
+    counts, phase by phase, and says whose convention it followed."""
+    from tracker.model import CONVENTIONS, predict
+    from tracker.nets.layers import BatchNorm, Conv, Linear, MaxPool, Network, ReLU
+
+    ours = Network("residual_cnn by hand", (3, 8, 8), {})  # tests/torch_models.py's layers, as ours
+    ours.add("stem", Conv(8, (3, 3), (1, 1), (1, 1)))
+    ours.add("bn", BatchNorm())
+    ours.add("act#1", ReLU())
+    ours.add("block", Conv(8, (3, 3), (1, 1), (1, 1)))
+    ours.add("act#2", ReLU())
+    ours.add("pool", MaxPool((2, 2), (2, 2)))
+    ours.add("act#3", ReLU())
+    ours.add("head", Linear(5))
+    expected = {(p.layer, p.phase): p for p in predict(ours, 16)}
+    counted = {(p.layer, p.phase): p for p in predict(network(SPEC), 16)}
+    assert set(counted) == set(expected)
+    for (layer, phase), p in counted.items():
+        assert (p.ops, p.macs) == (expected[layer, phase].ops, expected[layer, phase].macs), (layer, phase)
+    assert counted["bn", "bwd_weight"].ops == 5 * 16 * 8 * 8 * 8 > 0  # 5 per element
+    assert counted["pool", "fwd"].ops == 4 * 16 * 8 * 4 * 4  # a 2x2 window per output
+    assert counted["act#1", "fwd"].convention == CONVENTIONS["relu"]
+    assert counted["stem", "fwd"].convention == CONVENTIONS["module"]
+
+
+def test_batch_resizes_the_example_input(tmp_path, runner):
+    """--batch N: the example's samples repeated to N; the model backend counts N samples."""
+    db = str(tmp_path / "t.db")
+    result = runner.invoke(cli, ["profile", "--torch", SPEC, "--batch", "10", "--backend", "model", "--db", db])
+    assert result.exit_code == 0, result.output
+    assert f"run 1 complete: {SPEC} run by torch, batch 10" in result.output
+    store = open_store(db, write=False)
+    assert run_dict(find_run(store, 1))["batch"] == 10
+    head = [r for r in layer_rows(store, 1) if r["layer"] == "head"]
+    assert {r["ops"] for r in head} == {2 * 10 * 128 * 5}
+    step = ModuleStep(SPEC, batch=10)
+    assert step.replays["stem"].call.args[0].shape == (10, 3, 8, 8)
+    example = ModuleStep(SPEC).replays["stem"].call.args[0]
+    assert torch.equal(step.replays["stem"].call.args[0][4:8], example)  # the example's own samples, again
 
 
 def test_the_replayed_step_runs_every_layer_phase_in_its_own_range_in_training_order(tmp_path):
@@ -106,7 +148,9 @@ def test_the_model_backend_stores_the_users_model_and_reports_it(tmp_path, runne
                                               "an example input)"),
     (["--torch", "torch_models:no_batch"], "the example input must be a tensor or a tuple of tensors"),
     (["alexnet", "--torch", SPEC], f"give NETWORK (alexnet) or --torch {SPEC}, not both"),
-    (["--torch", SPEC, "--batch", "8"], "--batch does not apply to --torch"),
+    (["--torch", "torch_models:fixed_batch", "--batch", "8"], ("your model's forward raised RuntimeError: shape "
+     "'[4, 12]' is invalid for input of size 96 (at --batch 8; torch_models:fixed_batch's example input has batch 4, "
+     "which runs without --batch)")),
     (["--torch", SPEC, "--impl", "ours"], "it takes --impl torch, not --impl ours"),
     (["--torch", SPEC, "--depth", "3"], "--depth is an option of tracker's networks"),
     ([], "name a NETWORK (tracker networks lists them) or your own model with --torch MODULE:FUNCTION"),

@@ -79,3 +79,18 @@ class NoLeaves(nn.Module):
 
 def no_leaves():
     return NoLeaves(), torch.randn(2, 3)
+
+
+class FixedBatch(nn.Module):
+    """A model written for one batch size: its reshape names the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 2)
+
+    def forward(self, x):
+        return self.fc(x.reshape(4, 12))
+
+
+def fixed_batch():
+    return FixedBatch(), torch.randn(4, 3, 4)

@@ -24,9 +24,11 @@ from tracker.profilers import COLLECTORS
               help="Images per mini-batch (paper 003 used 16, 64 and 128).")
 @click.option("--torch", "torch_model", default=None, metavar="MODULE:FUNCTION",
               help="Profile your own PyTorch model instead of NETWORK: FUNCTION (no arguments) returns an nn.Module "
-              "and an example input, whose first dimension is the batch. Every call of a leaf module is a layer, "
-              "named by its module path (path#k for the k-th of several calls), forward and backward, with the "
-              "FLOPs torch.utils.flop_counter counts beside the measurement. Implies --impl torch.")
+              "and an example input, whose first dimension is the batch (--batch resizes it, repeating the "
+              "example's samples). Every call of a leaf module is a layer, named by its module path (path#k for "
+              "the k-th of several calls), forward and backward, with the FLOPs torch.utils.flop_counter counts "
+              "(batch norm, ReLU and max-pool ops as our networks count them) beside the measurement. Implies "
+              "--impl torch.")
 @db_option
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="auto: ncu with a GPU and Nsight Compute (nvprof on a GPU before Volta, which ncu does not "
@@ -89,13 +91,14 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
       tracker profile unet2d --batch 16 --conv-type separable --backend model
       tracker profile alexnet --batch 128 --impl torch --backend events
       tracker profile --torch mymodels.resnet:build --backend events
+      tracker profile --torch mymodels.resnet:build --batch 64 --backend model
     """
     from tracker.ops import OPS
     from tracker.profilers import Options
     from tracker.profilers.ncu import Settings as NcuSettings
 
     if torch_model:
-        net, batch, implementation = _torch_model(torch_model, network, implementation, net_kwargs(kwargs))
+        net, batch, implementation = _torch_model(torch_model, network, implementation, batch, net_kwargs(kwargs))
     elif network is None:
         raise TrackerError("name a NETWORK (tracker networks lists them) or your own model with --torch MODULE:FUNCTION")
     else:
@@ -142,14 +145,13 @@ def _given(parameter: str) -> bool:
     return click.get_current_context().get_parameter_source(parameter) != click.core.ParameterSource.DEFAULT
 
 
-def _torch_model(spec: str, network: str | None, implementation: str, options: dict):
-    """(network, batch, implementation) of --torch MODULE:FUNCTION, refusing what does not apply."""
+def _torch_model(spec: str, network: str | None, implementation: str, batch: int, options: dict):
+    """(network, batch, implementation) of --torch MODULE:FUNCTION at --batch where given (else its
+    example's), refusing what does not apply."""
     if network is not None:
         raise TrackerError(f"give NETWORK ({network}) or --torch {spec}, not both")
     if _given("implementation") and implementation != "torch":
         raise TrackerError(f"--torch {spec} is run by PyTorch: it takes --impl torch, not --impl {implementation}")
-    if _given("batch"):
-        raise TrackerError(f"--batch does not apply to --torch {spec}: its example input's first dimension is the batch")
     given = [name for name, value in options.items() if value is not None]
     if given:
         raise TrackerError(f"--{given[0].replace('_', '-')} is an option of tracker's networks, not of --torch {spec}")
@@ -158,7 +160,7 @@ def _torch_model(spec: str, network: str | None, implementation: str, options: d
     require_torch("--torch")
     from tracker.library.torch_module import check_spec, network as torch_network
 
-    net = torch_network(check_spec(spec))
+    net = torch_network(check_spec(spec), batch if _given("batch") else None)
     return net, int(net.options["example_batch"]), "torch"
 
 

@@ -1,11 +1,12 @@
 """A user's own PyTorch model as a tracker network: ``tracker profile --torch MODULE:FUNCTION``.
 
 FUNCTION (no arguments) returns an ``nn.Module`` and an example input (a tensor or a tuple of
-them; its first dimension is the batch). One forward pass with hooks records every call of a
-leaf module (a module without children): each call is a layer, named by its module path (a
-module called k times gives ``path#1`` ... ``path#k``), with the shapes it saw, its parameters
-and the FLOPs ``torch.utils.flop_counter`` counts for its forward, weight gradient and data
-gradient. Kernels that several modules share are told apart by the range each runs in, and a
+them; its first dimension is the batch, which ``--batch`` resizes). One forward pass with hooks
+records every call of a leaf module (a module without children): each call is a layer, named by
+its module path (a module called k times gives ``path#1`` ... ``path#k``), with the shapes it
+saw, its parameters and the FLOPs ``torch.utils.flop_counter`` counts for its forward, weight
+gradient and data gradient; flop_counter counts no element-wise op, so a batch norm, ReLU or
+max-pool call is counted as our own networks count that layer (``OUR_LAYERS``). Kernels that several modules share are told apart by the range each runs in, and a
 module called more than once by its call's name and invocation order.
 
 ``ModuleStep`` replays the calls as a training step, layer phase by layer phase in
@@ -34,7 +35,7 @@ from tracker.errors import TrackerError
 from tracker.gpu.replay import Passes, replay_phase
 from tracker.library.torch_net import Region, bracket_nodes, nvtx_region
 from tracker.nets import Network
-from tracker.nets.layers import Layer, Module
+from tracker.nets.layers import BatchNorm, Layer, MaxPool, Module, Op, ReLU
 
 SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)  # hold layers, are none
@@ -51,6 +52,7 @@ class Call:
     output: torch.Tensor
     sources: tuple[str, ...] = ()  # the layers (or 'input') that produced its tensor arguments
     flops: dict[str, int] = field(default_factory=dict)
+    ours: str = ""  # the kind of our layer that counted its ops; '': flop_counter did
 
 
 def check_spec(spec: str) -> str:
@@ -91,6 +93,30 @@ def load(spec: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     if len({x.shape[0] for x in inputs}) != 1:
         raise TrackerError(f"--torch {spec}: the example inputs differ in batch size (first dimension)")
     return model, inputs
+
+
+def at_batch(inputs: tuple[torch.Tensor, ...], batch: int | None) -> tuple[torch.Tensor, ...]:
+    """The example inputs with ``batch`` samples each (None: as they are): the example's own
+    samples along the first dimension, repeated as often as it takes, then cut, so the values
+    stay the kind the model was given (token ids stay ids)."""
+    if batch is None or batch == inputs[0].shape[0]:
+        return inputs
+    copies = -(-batch // inputs[0].shape[0])
+    return tuple(x.repeat(copies, *[1] * (x.dim() - 1))[:batch].contiguous() for x in inputs)
+
+
+def record_at(spec: str, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], batch: int | None) -> tuple[
+        list[Call], tuple[torch.Tensor, ...]]:
+    """``record`` of the model on its example resized to ``batch``: (the calls, the inputs it ran).
+    A model that cannot take another batch (a reshape to a fixed size, say) says so in one line."""
+    resized = at_batch(inputs, batch)
+    try:
+        return record(model, resized), resized
+    except TrackerError as exc:
+        if resized is inputs:
+            raise
+        raise TrackerError(f"{exc} (at --batch {batch}; {spec}'s example input has batch {inputs[0].shape[0]}, "
+                           "which runs without --batch)") from None
 
 
 def _said(exc: BaseException) -> str:
@@ -205,22 +231,61 @@ class Replay:
 
 
 def count_flops(calls: list[Call]) -> None:
-    """FLOPs per phase of each call, by torch.utils.flop_counter on a replay of it."""
+    """Ops per phase of each call: by torch.utils.flop_counter on a replay of it, or for a call
+    of one of ``OUR_LAYERS``, as our own networks count that layer (tracker.model.costs)."""
     from torch.utils.flop_counter import FlopCounterMode
+
+    from tracker.model.costs import costs
 
     for i, call in enumerate(calls):
         replay = Replay(call, i)
         phases = ["fwd"] + (["bwd_weight"] if replay.params else []) + (["bwd_data"] if call.needs_input_grad else [])
+        ours = our_layer(call)
+        if ours is not None:
+            counted = costs(ours, call.output.shape[0])
+            call.flops = {phase: counted[phase].ops if phase in counted else 0 for phase in phases}
+            call.ours = ours.kind
+            continue
         for phase in phases:
             with FlopCounterMode(display=False) as counter:
                 replay.forward() if phase == "fwd" else replay.grad(phase)
             call.flops[phase] = int(counter.get_total_flops())
 
 
-def network(spec: str) -> Network:
-    """The user's model as a tracker network: one layer per leaf-module call, with its FLOPs."""
-    model, inputs = load(spec)
-    calls = record(model, inputs)
+# The modules flop_counter counts 0 for (it counts matrix products and convolutions only) that
+# our networks have a layer for: a call of one is counted by that layer's convention.
+OUR_LAYERS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "ReLU", "MaxPool1d", "MaxPool2d", "MaxPool3d")
+
+
+def our_layer(call: Call) -> Layer | None:
+    """The call as the layer of ours that counts its ops (its shapes as recorded), or None where
+    its module is none of ``OUR_LAYERS``."""
+    op = _our_op(call.module)
+    if op is None:
+        return None
+    shapes = tuple(tuple(a.shape[1:]) for a in call.args if isinstance(a, torch.Tensor))
+    return Layer(0, call.name, op, ("input",), shapes, tuple(call.output.shape[1:]), op.params(list(shapes)),
+                 call.needs_input_grad)
+
+
+def _our_op(module: torch.nn.Module) -> Op | None:
+    kind = type(module).__name__
+    if kind not in OUR_LAYERS:
+        return None
+    if kind == "ReLU":
+        return ReLU()
+    if kind.startswith("BatchNorm"):
+        return BatchNorm()
+    dims = int(kind[-2])  # MaxPool2d: 2
+    kernel, stride = (v if isinstance(v, tuple) else (v,) * dims for v in (module.kernel_size, module.stride))
+    return MaxPool(kernel, stride)
+
+
+def network(spec: str, batch: int | None = None) -> Network:
+    """The user's model as a tracker network at ``batch`` (None: its example's): one layer per
+    leaf-module call, with its FLOPs."""
+    model, example = load(spec)
+    calls, inputs = record_at(spec, model, example, batch)
     count_flops(calls)
     return as_network(spec, calls, inputs)
 
@@ -236,10 +301,11 @@ def as_network(spec: str, calls: list[Call], inputs: tuple[torch.Tensor, ...]) -
         shapes = tuple(tuple(a.shape[1:]) for a in call.args if isinstance(a, torch.Tensor))
         weights = sum(p.numel() for p in call.module.parameters(recurse=False) if p.requires_grad)
         op = Module(type(call.module).__name__, tuple(call.output.shape[1:]), weights,
-                    tuple(sorted(call.flops.items())), batch)
+                    tuple(sorted(call.flops.items())), batch, call.ours)
         net.layers.append(Layer(i, call.name, op, call.sources or ("input",), shapes, op.output, weights,
                                 call.needs_input_grad))
-    net.notes.append(f"{spec}: {len(calls)} leaf-module calls; FLOPs from torch.utils.flop_counter at batch {batch}")
+    net.notes.append(f"{spec}: {len(calls)} leaf-module calls; FLOPs from torch.utils.flop_counter at batch {batch}, "
+                     "batch norm, ReLU and max-pool ops as our networks count them")
     return net
 
 
@@ -247,12 +313,12 @@ class ModuleStep:
     """One training step of the user's model, replayed call by call (``TorchStep``'s interface)."""
 
     def __init__(self, spec: str, device: str = "cpu", phases: str = "both", region: Region | None = None,
-                 allow_tf32: bool = False):
+                 allow_tf32: bool = False, batch: int | None = None):
         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
         torch.backends.cudnn.allow_tf32 = allow_tf32
-        model, inputs = load(spec)
-        model, inputs = model.to(device), tuple(x.to(device) for x in inputs)
-        calls = record(model, inputs)
+        model, example = load(spec)
+        model, example = model.to(device), tuple(x.to(device) for x in example)
+        calls, inputs = record_at(spec, model, example, batch)
         self.net = as_network(spec, calls, inputs)
         self.order = self.net.training_order(phases)
         self.replays = {call.name: Replay(call, i) for i, call in enumerate(calls)}

@@ -47,7 +47,7 @@ def step_of(workload: Workload) -> TorchStep | ModuleStep:
     """Our network built in PyTorch, or the user's own model replayed call by call (--torch)."""
     torch.backends.cudnn.benchmark = workload.cudnn_benchmark
     if is_module_spec(workload.network):
-        return ModuleStep(workload.network, "cuda", workload.phases, annotated, workload.tf32)
+        return ModuleStep(workload.network, "cuda", workload.phases, annotated, workload.tf32, workload.batch)
     return TorchStep(workload.net, workload.batch, "cuda", phases=workload.phases, region=annotated,
                      allow_tf32=workload.tf32)
 

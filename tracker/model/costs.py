@@ -40,7 +40,7 @@ CONVENTIONS = {
     "concat": "0 (copies), forward and backward",
     "module": "torch.utils.flop_counter's FLOPs of the call (a multiply-add is 2; it counts convolutions, "
               "matrix products and attention, not element-wise ops), MACs = FLOPs / 2; traffic: its inputs, "
-              "output and parameters once",
+              "output and parameters once (a batch norm, ReLU or max-pool call: as our layer of that kind)",
 }
 
 # Per-element op counts of the element-wise kinds: (forward, backward data, backward weight).
@@ -106,12 +106,12 @@ def costs(layer: Layer, batch: int, algorithm: str | None = None) -> dict[str, C
         table = {"fwd": Cost(0, 0, x, y), "bwd_data": Cost(0, x * (op.scale**dims - 1), y, x)}
     elif kind == "concat":
         table = {"fwd": Cost(0, 0, x, y), "bwd_data": Cost(0, 0, y, x)}
-    elif kind == "module":  # a user's PyTorch module: what flop_counter counted, scaled to the batch
+    elif kind == "module":  # a user's PyTorch module: the ops counted on it, scaled to the batch
         flops = {phase: n * batch // op.counted_at for phase, n in op.flops}
         read = {"fwd": x + p, "bwd_data": y + p, "bwd_weight": y + x}
         wrote = {"fwd": y, "bwd_data": x, "bwd_weight": p}
-        table = {phase: Cost(flops.get(phase, 0) // 2, flops.get(phase, 0), read[phase], wrote[phase])
-                 for phase in read}
+        macs = {phase: 0 if op.ours else n // 2 for phase, n in flops.items()}  # ours: no multiply-adds
+        table = {phase: Cost(macs.get(phase, 0), flops.get(phase, 0), read[phase], wrote[phase]) for phase in read}
     else:
         table = _elementwise(layer, x, y, p)
     return {phase: table[phase] for phase in layer.phases}

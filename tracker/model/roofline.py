@@ -103,7 +103,7 @@ def predict(
                 continue
             nbytes = cost.elements * width
             attainable, ms, bound = roofline(cost.ops, nbytes, device) if device else (None, None, None)
-            convention = f"{cost.algorithm}: {cost.note}" if cost.algorithm else CONVENTIONS[layer.op.kind]
+            convention = f"{cost.algorithm}: {cost.note}" if cost.algorithm else CONVENTIONS[layer.op.counted_as()]
             rows.append(Prediction(
                 layer.id, layer.name, layer.kind, phase, list(layer.output_shape), layer.params,
                 cost.macs, cost.ops, nbytes, cost.ops / nbytes, attainable, ms, bound, convention,

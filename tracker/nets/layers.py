@@ -57,6 +57,10 @@ class Op:
         """The layer's kind as shown and stored (``kind``: the model's cost formula)."""
         return self.kind
 
+    def counted_as(self) -> str:
+        """The kind whose counting convention its ops follow (tracker.model.costs.CONVENTIONS)."""
+        return self.kind
+
     def attrs(self) -> dict:
         """The op's settings, JSON-ready, for ``tracker networks`` and the store."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -236,7 +240,9 @@ class Concat(Op):
 class Module(Op):
     """One call of a leaf module of a user's own PyTorch model (``tracker profile --torch``), as
     it was recorded: the module's class, the output shape it produced (per sample), its parameter
-    count, and the FLOPs ``torch.utils.flop_counter`` counted per phase at the example's batch."""
+    count, and the FLOPs ``torch.utils.flop_counter`` counted per phase at the example's batch, or
+    for a module our networks have a layer for (``ours``: relu, batchnorm, maxpool), the ops that
+    layer's convention counts."""
 
     kind: ClassVar[str] = "module"
     type: str  # the module's class, e.g. Conv2d
@@ -244,9 +250,13 @@ class Module(Op):
     weights: int = 0  # parameters it learns
     flops: tuple[tuple[str, int], ...] = ()  # (phase, FLOPs of ``counted_at`` samples)
     counted_at: int = 1
+    ours: str = ""  # the kind of ours that counted its ops; '': flop_counter did
 
     def infer(self, inputs: list[Shape]) -> Shape:
         return self.output
+
+    def counted_as(self) -> str:
+        return self.ours or self.kind
 
     def params(self, inputs: list[Shape]) -> int:
         return self.weights

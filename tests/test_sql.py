@@ -261,3 +261,38 @@ def test_the_help_states_the_librarys_default_time_limit(runner):
     from tracker.store.sql import DEFAULT_TIMEOUT_S
 
     assert f"default {DEFAULT_TIMEOUT_S:g}" in " ".join(runner.invoke(cli, ["sql", "--help"]).output.split())
+
+
+def test_an_empty_answer_says_why_where_the_runs_asked_for_hold_nothing_of_its_kind(db, store, runner):
+    """A model run measured nothing: a query of counters or times over it returns no rows, and says
+    why (from the relations it names and the run table, after the query), in the table and beside
+    CSV; where the runs could have answered, or the query reads predictions, no reason is made up."""
+    def said(statement: str, *args: str):
+        result = runner.invoke(cli, ["sql", statement, "--db", db, *args])
+        assert result.exit_code == 0, result.output
+        return result
+
+    model = "run 1 is a model run: nothing was measured"
+    assert said("SELECT * FROM stall_breakdown").stdout == f"(no rows: stall_breakdown holds counters, and {model})\n"
+    assert said("select phase from LAYER_TIME where run_id = 1").stdout == (
+        f"(no rows: layer_time holds measurements, and {model})\n")
+    assert said("SELECT * FROM launch WHERE run_id IN (5, 6)").stdout == (
+        "(no rows: launch holds measurements, and the store holds no runs 5, 6)\n")
+    assert said("SELECT * FROM layer_phase WHERE layer = 'none'").stdout == "(no rows)\n"  # predictions: no excuse
+    csv = said("SELECT * FROM cache_hit_rate", "--format", "csv")
+    assert csv.stdout.startswith("run_id,") and len(csv.stdout.splitlines()) == 1
+    assert csv.stderr == f"note: no rows: cache_hit_rate holds counters, and {model}\n"
+
+
+def test_an_empty_answer_from_recorded_gpu_runs_says_why_only_where_they_lack_it(runner, tmp_path):
+    """On the H100's recordings: the events runs stored times and no counters; the ncu run both."""
+    from recorded import B16, L1_BYPASS, recording
+
+    events = recording(L1_BYPASS, tmp_path)
+    result = runner.invoke(cli, ["sql", "SELECT * FROM stall_breakdown WHERE run_id = 1", "--db", events])
+    assert result.stdout == ("(no rows: stall_breakdown holds counters, and run 1 ran the events backend: "
+                             "no counters were collected)\n")
+    for db, statement in ((events, "SELECT * FROM layer_time WHERE run_id = 1 AND phase = 'none'"),
+                          (recording(B16, tmp_path), "SELECT * FROM stall_breakdown WHERE layer = 'none'")):
+        result = runner.invoke(cli, ["sql", statement, "--db", db])
+        assert result.stdout == "(no rows)\n", result.output

@@ -282,21 +282,30 @@ def sql(statement, db, limit, timeout_s, reader_url, fmt):
       tracker sql "SELECT * FROM run_summary" --db postgresql://tracker@dbhost/traces \\
           --reader-url postgresql://tracker_reader@dbhost/traces
     """
-    from itertools import islice
+    from itertools import chain, islice
 
-    from tracker.store import open_store, query
+    from tracker.store import open_store, query, why_empty
 
     store = open_store(db, write=False)
     with query(store, statement, timeout_s=timeout_s, reader=reader_url) as answer:  # None: the defaults
         for note in answer.notes:
             click.echo(f"note: {note}", err=True)
         if fmt != "table":
-            stream(answer.columns, islice(answer.rows, limit), fmt, lambda text: click.echo(text, nl=False))
+            rows = islice(answer.rows, limit)
+            first = list(islice(rows, 1))
+            stream(answer.columns, chain(first, rows), fmt, lambda text: click.echo(text, nl=False))
+            why = None if first else why_empty(store, statement)  # after the query: its answer is complete
+            if why:
+                click.echo(f"note: no rows: {why}", err=True)
             return
         shown = TABLE_ROWS if limit is None else limit
-        rows = list(islice(answer.rows, shown + 1))
-        emit([dict(zip(answer.columns, row)) for row in rows[:shown]], fmt, answer.columns)
-        if len(rows) > shown:
+        listed = list(islice(answer.rows, shown + 1))
+        if not listed:
+            why = why_empty(store, statement)
+            click.echo(f"(no rows: {why})" if why else "(no rows)")
+            return
+        emit([dict(zip(answer.columns, row)) for row in listed[:shown]], fmt, answer.columns)
+        if len(listed) > shown:
             click.echo(f"(the first {shown:,} rows; --limit N shows more, --format csv streams them all)", err=True)
 
 

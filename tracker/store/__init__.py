@@ -17,7 +17,7 @@ _PUBLIC = {
     "effective_status": "states",
     "experiment_dict": "queries", "experiment_ids": "queries", "find_experiment": "queries", "find_run": "queries",
     "launch_count": "queries", "launch_rows": "queries", "layer_rows": "queries", "list_runs": "queries",
-    "metric_rows": "queries", "run_dict": "queries",
+    "metric_rows": "queries", "run_dict": "queries", "why_empty": "queries",
     "recording_experiment": "experiments",
     "RunWriter": "runs", "recording": "runs",
     "query": "sql", "run_sql": "sql",

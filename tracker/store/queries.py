@@ -6,6 +6,7 @@ only the pandas readers go through its engine."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from decimal import Decimal
 from types import SimpleNamespace
@@ -29,6 +30,59 @@ def relations() -> frozenset[str]:
     from tracker.store.views import VIEWS
 
     return frozenset({view.name for view in VIEWS} | set(Base.metadata.tables))
+
+
+def why_empty(store: Store, statement: str) -> str | None:
+    """Why a query that returned no rows could return none, or None where the store does not say:
+    it reads counters or measurements (a relation named in ``statement``) and every run it asks for
+    (``run_id = N`` or ``run_id IN (...)``, else every run) stored none, being a model run or a run
+    without a counter collector. Decided from the names in the statement and the run table alone:
+    the statement itself is never run again."""
+    from tracker.store.views import COUNTERS, MEASUREMENTS
+
+    words = {word.lower() for word in re.findall(r"\w+", statement)}
+    named = next((name for name in (*COUNTERS, *MEASUREMENTS) if name in words), None)
+    if named is None:
+        return None
+    holds = "counters" if named in COUNTERS else "measurements"
+    asked = _run_ids(statement)
+    runs = [run for run in _records(store, "SELECT id, backend, counter_iterations FROM run ORDER BY id")
+            if asked is None or run.id in asked]
+    if not runs:
+        which = "" if asked is None else f"{'s' if len(asked) > 1 else ''} {', '.join(map(str, sorted(asked)))}"
+        return f"{named} holds {holds}, and the store holds no run{which}"
+    lacking = {run.id: _lacks(run, holds) for run in runs}
+    if not all(lacking.values()):
+        return None
+    by_lack: dict[str, list[int]] = {}
+    for run_id, lack in lacking.items():
+        by_lack.setdefault(str(lack), []).append(run_id)
+    return f"{named} holds {holds}, and " + "; ".join(_lacking(ids, lack) for lack, ids in by_lack.items())
+
+
+def _run_ids(statement: str) -> set[int] | None:
+    """The runs a statement filters on (``run_id = 3``, ``run_id IN (3, 4)``), None where it names none."""
+    found = re.findall(r"\brun_id\s*(?:=\s*(\d+)|in\s*\(([\d\s,]+)\))", statement, re.IGNORECASE)
+    ids = {int(n) for one, many in found for n in (one, *many.split(",")) if n.strip()}
+    return ids or None
+
+
+def _lacks(run: SimpleNamespace, holds: str) -> str | None:
+    """'model' where a run measured nothing, its backend where it collected no counters and
+    ``holds`` is counters; None where it has what ``holds`` names."""
+    if run.backend == "model":
+        return "model"
+    if holds == "counters" and run.counter_iterations is None:
+        return str(run.backend)
+    return None
+
+
+def _lacking(ids: list[int], lack: str) -> str:
+    """'run 1 is a model run: nothing was measured', 'runs 3, 4 ran the events backend: ...'."""
+    runs = f"run {ids[0]}" if len(ids) == 1 else f"runs {', '.join(map(str, ids))}"
+    if lack == "model":
+        return f"{runs} {'is a model run' if len(ids) == 1 else 'are model runs'}: nothing was measured"
+    return f"{runs} ran the {lack} backend: no counters were collected"
 
 
 def _plain(value: Any) -> Any:

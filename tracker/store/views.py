@@ -208,6 +208,11 @@ LEFT JOIN rollup_stall_category c2 ON c2.run_id = w.run_id AND c2.layer_id = w.l
     ),
 )
 
+# What only a measured run fills, by what it holds: a model run stores predictions alone, and a
+# run without a counter collector (events) no counters (tracker.store.queries.why_empty says so).
+COUNTERS = ("metric", *(view.name for view in COUNTER_VIEWS))
+MEASUREMENTS = ("launch", "layer_time", "layer_time_repeat")
+
 VIEWS = (
     View(
         "layer_time",

@@ -37,8 +37,8 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     assert result.exit_code == 0, result.output
     drawn = {p.stem for p in tmp_path.glob("*.png")}
     # The K20c excerpt times 12 launches and samples their stalls and traffic: the roofline places
-    # the model's FLOPs over those times; the memory figure is the model's.
-    assert drawn == {"runtime", "roofline", "efficiency", "memory", "stalls", "traffic"} == {
+    # the model's FLOPs over those times. It stores no prediction of its peak memory: no memory figure.
+    assert drawn == {"runtime", "roofline", "efficiency", "stalls", "traffic"} == {
         p.stem for p in tmp_path.glob("*.svg")}
     page = (tmp_path / "index.html").read_text()
     assert set(re.findall(r"<img src='(\w+)\.svg'", page)) == drawn
@@ -66,8 +66,8 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
 def test_the_v100_sample_draws_fp_stalls_and_hit_rates(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "6", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert {p.stem for p in tmp_path.glob("*.svg")} == {"runtime", "roofline", "efficiency", "memory",
-                                                         "fp_instructions", "stalls", "cache_hit_rates", "traffic"}
+    assert {p.stem for p in tmp_path.glob("*.svg")} == {"runtime", "roofline", "efficiency", "fp_instructions",
+                                                         "stalls", "cache_hit_rates", "traffic"}  # no stored peak
     md = (tmp_path / "report.md").read_text()
     assert "**Finding:** fma is 97.7% of FP32 instructions; most in conv2 fwd" in md  # 5.6236e10 of 5.7557e10
     assert "**Finding:** hit rates: L1/TEX 52.7% to 52.7% (lowest conv2 fwd); L2 24.8% to 24.8% (lowest conv2 fwd)" in md
@@ -222,8 +222,8 @@ def test_memory_finding_rebuilds_the_network_with_its_options(runner, fresh_db, 
     assert result.exit_code == 0, result.output
     peak = memory(separable, 2, 32).peak_bytes
     assert peak != memory(build("unet2d"), 2, 32).peak_bytes  # the options matter to the figure
-    assert f"GPU memory: the model's peak: {units.nbytes(peak)}\n" in result.output
-    assert f"**Finding:** the model's peak: {units.nbytes(peak)}" in (tmp_path / "r" / "report.md").read_text()
+    assert f"GPU memory: the model's {units.nbytes(peak)}\n" in result.output
+    assert f"**Finding:** the model's {units.nbytes(peak)}" in (tmp_path / "r" / "report.md").read_text()
 
 
 def test_the_command_that_fills_the_counters_rebuilds_the_same_network(runner, tmp_path):
@@ -247,7 +247,7 @@ def test_a_reused_output_folder_shows_the_new_report_alone(runner, db, tmp_path)
     again = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(out)])
     assert again.exit_code == 0, again.output
     assert not (out / "stalls.svg").exists() and not (out / "stalls.png").exists()
-    assert "removed 12 figure files an earlier report left in" in again.stderr
+    assert "removed 10 figure files an earlier report left in" in again.stderr
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "holiday.png").write_bytes(b"not a report's")

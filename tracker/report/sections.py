@@ -305,24 +305,27 @@ def _efficiency(run: Run) -> Body:
 
 
 def _memory(run: Run) -> Body:
+    """The model's peak as the run recorded it (reconcile.peak_memory, as show and the notebooks
+    print it), and its parts where today's model still adds up to it."""
     from tracker.gpu.workload import is_module_spec
     from tracker.model import memory
     from tracker.nets import build
 
-    row = run.row
+    row, peak = run.row, reconcile.peak_memory(run.store, run.id)
     if is_module_spec(row["network"]):  # a user's PyTorch model: the parts need the module, not stored
-        peak = row["predicted_peak_bytes"]
-        return Body(None, f"the model's peak: {units.nbytes(peak)}" if peak else "no prediction stored",
+        return Body(None, peak.line(),
                     missing=f"the parts of the peak need tracker's own network, and {row['network']} is a PyTorch model")
+    if peak.predicted_bytes is None:
+        return Body(None, peak.line(), missing=f"run {run.id} stores no prediction of its peak")
     model = memory(build(row["network"], **(row["network_options"] or {})), int(row["batch"]), int(row["dtype_bits"]))
+    if model.peak_bytes != peak.predicted_bytes:  # a run is never rewritten; its prediction stays as recorded
+        return Body(None, peak.line(),
+                    missing=f"the parts of the peak are left out: the model has changed since run {run.id} was "
+                    f"recorded (it now predicts {units.nbytes(model.peak_bytes)}; profile again for the parts)")
     parts = pd.DataFrame([{"part": k.removesuffix("_bytes").replace("_", " "), "bytes": v}
                           for k, v in model.to_dict().items() if k != "peak_bytes"])
-    measured = row["measured_peak_bytes"]
-    finding = f"the model's peak: {units.nbytes(model.peak_bytes)}" + (
-        f"; measured peak {units.nbytes(measured)} ({units.ratio(measured / model.peak_bytes)} the model)"
-        if pd.notna(measured) and measured else "")
-    figure = bars.memory(parts, model.peak_bytes, measured if pd.notna(measured) else None, "GPU memory", run.sub)
-    return Body(figure, finding, parts)
+    figure = bars.memory(parts, model.peak_bytes, peak.measured_bytes, "GPU memory", run.sub)
+    return Body(figure, peak.line(), parts)
 
 
 def _fp(run: Run) -> Body | None:
@@ -567,9 +570,9 @@ def _memory_sections(store, experiment_id: int, sub: str) -> list[Section]:
     """Paper 002's figure: each arm's peak memory of a training step, the model's beside the one
     measured (none on the model backend), over the options and batch sizes the experiment swept."""
     frame = experiments.memory(store, experiment_id)
-    long = pd.concat([frame.assign(source=source, gib=frame[column] / 2**30)
+    long = pd.concat([frame.assign(source=source, peak_bytes=frame[column])
                       for source, column in (("predicted", "predicted_peak_bytes"), ("measured", "measured_peak_bytes"))])
-    long = long.assign(layer=long["arm"], phase="step")[["layer", "phase", "source", "gib"]]
+    long = long.assign(layer=long["arm"], phase="step")[["layer", "phase", "source", "peak_bytes"]]
     title = "Peak memory of a training step per arm: the model's and the measured"
     out = frame[frame["state"] != "complete"]
     finding = (f"{len(frame) - len(out)} of {len(frame)} arms complete"
@@ -577,7 +580,7 @@ def _memory_sections(store, experiment_id: int, sub: str) -> list[Section]:
     ratios = frame["measured_over_predicted"].dropna()
     if not ratios.empty:
         finding += f"; measured / predicted {ratios.min():.2f} to {ratios.max():.2f}"
-    return [Section("memory_peak", title, "paper 002", bars.grouped(long, "gib", "source", title, sub, "peak (GiB)"),
+    return [Section("memory_peak", title, "paper 002", bars.grouped(long, "peak_bytes", "source", title, sub, "peak"),
                     finding, frame)]
 
 

@@ -53,8 +53,9 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     assert ("**Finding:** fastest: conv1 fwd at 26.6 GFLOP/s, 0.756% of the FP32 roof; 3 of 4 layer phases lie "
             "left of the DRAM ridge (16.9 FLOP/B): memory-bound") in md
     # each paper is named where the page first uses its number, and listed at the end
-    assert md.count("_paper 003 (Dong, Gong, Sun, Baruah and Kaeli, Characterizing the Microarchitectural") == 1
-    assert "_paper 003 Figures 10/11_" in md and md.count("Salim, Dawwd and Ali") == 2  # its label, the list
+    # headings name a paper by number alone; each paper is cited once, in the list at the end
+    assert "_paper 003, Figures 10/11_" in md and "_paper 000_" in md
+    assert md.count("Dong, Gong, Sun, Baruah and Kaeli") == 1 and md.count("Salim, Dawwd and Ali") == 1
     assert md.rstrip().endswith("- paper 003: Dong, Gong, Sun, Baruah and Kaeli, Characterizing the "
                                 "Microarchitectural Implications of a Convolutional Neural Network (CNN) Execution "
                                 "on GPUs (ICPE'18)")
@@ -277,3 +278,31 @@ def test_an_experiments_settings_are_those_that_apply_to_its_arms(runner, db, tm
     settings = md[md.index("## Settings"):md.index("## Time per image")]
     assert "| batches | 16, 128 |" in settings
     assert "\n| batch |" not in settings and "ncu" not in settings and "| variants |" not in settings
+
+
+def test_a_section_with_nothing_to_show_is_left_out_with_why(runner, tmp_path):
+    """A model run without a device has no times: its time, roofline and efficiency sections are
+    not drawn as empty headings; one line names them and why."""
+    db = str(tmp_path / "t.db")
+    profile(db, build("alexnet"), 4, backend="model")
+    result = runner.invoke(cli, ["report", "1", "--db", db, "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert "  Roofline: left out, nothing to show (no times and no counters to place;" in result.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## Time per layer" not in md and "## Roofline" not in md and "## GPU memory" in md
+    assert "_Left out, with nothing to show: Time per layer (a model run without a device has no times;" in md
+
+
+def test_the_roofline_says_which_layer_phases_it_leaves_out(runner, tmp_path):
+    """The fused run of the H100 fusion recording: its 14 fused ReLU phases launched nothing, so
+    have no point, and the finding and the figure's note say so (as for --torch's uncounted ops)."""
+    from recorded import FUSION_NCU, recording
+
+    from tracker.analysis import roofline
+    from tracker.store import open_store
+
+    db = recording(FUSION_NCU, tmp_path)
+    points, _ = roofline.chart(open_store(db, write=False), 2)
+    assert len(points.attrs["left_out"]) == 14 and ("relu1", "fwd") in points.attrs["left_out"]
+    result = runner.invoke(cli, ["report", "2", "--db", db, "--out", str(tmp_path / "r")])
+    assert "14 layer phases not shown (launched nothing, or no FLOPs or bytes counted)" in result.output

@@ -19,6 +19,7 @@ from tracker.analysis import stalls
 from tracker.analysis import traffic, utilization
 from tracker.errors import StoreError
 from tracker.figures import bars
+from tracker.figures.roofline import LEFT_OUT
 from tracker.figures.roofline import roofline as roofline_figure
 from tracker.profilers import iterations_profiled, unfinished
 from tracker.report import Report, Section
@@ -73,6 +74,11 @@ class Body(NamedTuple):
     finding: str
     table: pd.DataFrame | None = None
     missing: str | None = None  # why there is no figure
+
+
+def _empty(why: str) -> Body:
+    """A section with nothing to show: the page leaves it out and says why in one line."""
+    return Body(None, "", None, why)
 
 
 class Spec(NamedTuple):
@@ -248,9 +254,8 @@ def _runtime(run: Run) -> Body:
     frame = run.times
     known = frame[frame["ms"].notna()]
     if known.empty:
-        return Body(None, "no times: a model run without a device" if run.row["backend"] == "model"
-                    else "no launch times were recorded",
-                    missing="profile with --device NAME for the model's times, or on a GPU")
+        return _empty(("a model run without a device has no times" if run.row["backend"] == "model"
+                       else "no launch times were recorded") + "; profile with --device NAME for the model's, or on a GPU")
     total = runtime.iteration(run.store, run.id)
     top = _top(known, "ms")
     measured = (known["source"] == "measured").all()
@@ -265,8 +270,8 @@ def _runtime(run: Run) -> Body:
 def _roofline(run: Run) -> Body:
     points, basis = roofline.chart(run.store, run.id)
     if points.empty:
-        return Body(None, "no times and no counters to place",
-                    missing="profile with --device NAME for the model's roofline, or on a GPU")
+        return _empty("no times and no counters to place; profile with --device NAME for the model's roofline, "
+                      "or on a GPU")
     roofs = roofline.roofs(run.store, run.id)
     title = {"counters": "Hierarchical roofline (ncu: FLOPs and bytes per level)",
              "time": "Roofline: the model's FLOPs and compulsory bytes over measured time",
@@ -281,6 +286,9 @@ def _roofline(run: Run) -> Body:
             below = (primary["intensity"] < roofs.ridge("DRAM")).sum()
             finding += (f"; {below} of {len(primary)} layer phases lie left of the DRAM ridge "
                         f"({units.number('intensity', roofs.ridge('DRAM'))}): memory-bound")
+    left_out = points.attrs.get("left_out", [])
+    if left_out:
+        finding += f"; {units.count_of(len(left_out), 'layer phase')} not shown ({LEFT_OUT})"
     return Body(roofline_figure(points, roofs, f"{title}\n{run.sub}", basis), finding,
                 points.drop(columns=["layer_id"]))
 
@@ -298,7 +306,7 @@ def _efficiency_finding(frame: pd.DataFrame, who: str) -> str:
 def _efficiency(run: Run) -> Body:
     frame = roofline.efficiency(run.store, run.id)
     if frame.empty:
-        return Body(None, "no times", missing="profile with --device NAME for the model's times, or on a GPU")
+        return _empty("no times; profile with --device NAME for the model's, or on a GPU")
     figure = bars.grouped(frame.assign(run=f"run {run.id}"), "ms", "run", "Time, FLOP/s against the FP32 peak, "
                           "and share of the step, per layer phase", run.sub, "time", panels=EFFICIENCY_PANELS)
     return Body(figure, _efficiency_finding(frame, ""), frame.drop(columns=["layer_id"]))
@@ -430,7 +438,7 @@ def _reconcile(run: Run) -> Body | None:
 def _algorithms(run: Run) -> Body:
     frame = algorithms.per_phase(run.store, run.id)
     if frame.empty:
-        return Body(None, "no launch names an algorithm", missing="the model backend runs no kernel")
+        return _empty("no launch names an algorithm (the model backend runs no kernel)")
     counts = frame.groupby("algorithm")["phase"].count().sort_values(ascending=False)
     conv = frame[frame["kind"] == "conv"]
     finding = ("; ".join(f"{r.layer} {r.phase}: {r.algorithm}" for r in conv.itertuples()) if not conv.empty

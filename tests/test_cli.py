@@ -277,6 +277,20 @@ def test_metrics_lists_the_catalog(runner):
     assert long_scoreboard["nvprof"] == "stall_memory_dependency" and long_scoreboard["category"] == "memory_dependency"
     one = runner.invoke(cli, ["metrics", "l2_hit_rate", "--format", "csv"])
     assert "lts__t_sector_hit_rate.pct" in one.output and "l2_tex_hit_rate" in one.output
+    # one metric for people: key: value lines wrapped at 100 characters, not a 500-character row
+    table = runner.invoke(cli, ["metrics", "l2_hit_rate"]).output.splitlines()
+    assert max(map(len, table)) <= 100 and "        ncu: lts__t_sector_hit_rate.pct" in table
+    assert "     nvprof: l2_tex_hit_rate" in table and "     rollup: weighted:l2_sectors" in table
+
+
+def test_devices_headers_name_what_the_cells_hold(runner):
+    """dram_gbps held GB/s and l2_kib showed '2.00 MiB': the cells carry their unit, the headers
+    the quantity."""
+    lines = run(runner, "devices").output.splitlines()
+    assert "fp32 (FLOP/s)  dram (B/s)  l2 (bytes)" in lines[0]
+    gtx1080 = next(line for line in lines if line.startswith("gtx1080 "))
+    assert gtx1080.split()[-10:] == ["8.87", "TFLOP/s", "320", "GB/s", "2.00", "MiB", "96.0", "KiB", "27.7", "FLOP/B"]
+    assert "           dram (B/s): 320 GB/s" in run(runner, "devices", "gtx1080").output
 
 
 def test_unknown_metric_is_one_line(runner):

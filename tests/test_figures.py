@@ -25,9 +25,29 @@ from tracker.nets import build
     ("instructions", 885_123, "885k"), ("launches", 3, "3"), ("batch", 128, "128"), ("noise", True, "yes"),
     ("spread_pct", None, ""), ("speedup", float("nan"), ""), ("layer", "conv1", "conv1"), ("intensity", 15.9, "15.9 FLOP/B"),
     ("shared_bytes", 4, "4 B"), ("l2_kib", 51200, "50.0 MiB"), ("l2_kib", 1280, "1.25 MiB"), ("shared_kib_per_sm", 228, "228 KiB"),
+    # a time below a nanosecond in ps, not '7.95e-10 s'; a name's multiple of a unit read as such
+    ("a_ms", 7.95e-7, "795 ps"), ("a_ms", 0.000693, "693 ns"), ("duration_ns", 3150, "3.15 µs"),
+    ("dram_gbps", 3350, "3.35 TB/s"), ("fp32_tflops", 0.784, "784 GFLOP/s"), ("attainable_gflops", 5025, "5.03 TFLOP/s"),
+    ("workspace_mib", 12.5, "12.5 MiB"),
 ])
 def test_one_formatter_gives_every_number_its_unit(column, value, text):
     assert units.cell(column, value) == text
+
+
+@pytest.mark.parametrize("column, text", [
+    ("a_ms", "a (time)"), ("median_ms", "median (time)"), ("spread_pct_a", "spread a (%)"), ("dram_gbps", "dram (B/s)"),
+    ("l2_kib", "l2 (bytes)"), ("shared_kib_per_sm", "shared per sm (bytes)"), ("attainable_gflops", "attainable (FLOP/s)"),
+    ("ridge_flop_per_byte", "ridge (FLOP/B)"), ("layer", "layer"), ("ms", "time"),
+])
+def test_a_header_names_the_quantity_and_no_unit(column, text):
+    """Cells carry their own unit, scaled to read (693 ns beside 3.15 µs), so the header under
+    which they stand names the quantity, never a unit the cells would contradict."""
+    assert units.header(column) == text
+
+
+def test_a_column_of_counts_has_one_format():
+    """attainable_gflops printed '5.86k' beside '5025': now three significant figures throughout."""
+    assert [units.count(v) for v in (419, 5025, 5860, 66_900.0, 41.1)] == ["419", "5.03k", "5.86k", "66.9k", "41.1"]
 
 
 def _label_boxes(fig):

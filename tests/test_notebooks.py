@@ -17,9 +17,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from recorded import B16, CORE_EXPERIMENTS, DATA, LAYER_PHASES, recording
+from click.testing import CliRunner
+from recorded import B16, B128_NCU, CORE_EXPERIMENTS, DATA, LAYER_PHASES, recording
 from samples import sample_store
 
+from tracker import report
+from tracker.cli import cli
 from tracker.experiment import run_experiment
 from tracker.model import lookup
 from tracker.nets import build
@@ -27,7 +30,7 @@ from tracker.profile import profile
 from tracker.store import open_store
 
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
-VALUES = {"overview": ("run_id", "times", "share", "whole"), "stalls_caches": ("run_id", "shares"),
+VALUES = {"overview": ("run_id", "times", "share", "whole", "peak"), "stalls_caches": ("run_id", "shares"),
           "experiments": ("experiment", "arms", "results")}  # what a run reads back from the kernel
 CELL_TIMEOUT_S = 120
 VARIABLES = ("TRACKER_DB", "TRACKER_RUN", "TRACKER_EXPERIMENT")
@@ -154,6 +157,25 @@ def test_overview_on_the_h100_recording(tmp_path, monkeypatch):
     assert ns["share"].sum() == pytest.approx(1.0)
     assert ns["whole"]["source"] == "measured"
     assert ns["whole"]["ms"] == pytest.approx(ns["times"]["ms"].sum())
+
+
+PEAKS = {B128_NCU: "the model's 1.86 GB; measured 2.54 GB (1.36x the model)",  # the model of 2026-11-22
+         B16: "the model's 676 MB; measured 754 MB (1.12x the model)"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PEAKS))
+def test_show_the_report_and_the_overview_agree_on_the_peak(name, recordings, tmp_path, monkeypatch):
+    """One number per fact: the model's peak memory and its ratio to the measured, as the run
+    recorded them, read the same by show, the report's memory section and the overview notebook."""
+    db = recording(name, recordings)
+    nb, ns = run("overview", db, tmp_path, monkeypatch)
+    assert ns["peak"].line() == PEAKS[name]
+    assert f"peak memory: {PEAKS[name]}\n" in [o.text for o in outputs(nb, "stream")]
+    shown = CliRunner().invoke(cli, ["show", "1", "--db", db])
+    assert shown.exit_code == 0 and f"peak_memory: {PEAKS[name]}\n" in shown.output
+    section = next(s for s in report.build(open_store(db, write=False), "1").sections if s.key == "memory")
+    assert section.finding == PEAKS[name]
 
 
 @pytest.mark.slow

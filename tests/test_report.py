@@ -37,8 +37,8 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     assert result.exit_code == 0, result.output
     drawn = {p.stem for p in tmp_path.glob("*.png")}
     # The K20c excerpt times 12 launches and samples their stalls and traffic: the roofline places
-    # the model's FLOPs over those times; the memory figure is the model's.
-    assert drawn == {"runtime", "roofline", "efficiency", "memory", "stalls", "traffic"} == {
+    # the model's FLOPs over those times. It stores no prediction of its peak memory: no memory figure.
+    assert drawn == {"runtime", "roofline", "efficiency", "stalls", "traffic"} == {
         p.stem for p in tmp_path.glob("*.svg")}
     page = (tmp_path / "index.html").read_text()
     assert set(re.findall(r"<img src='(\w+)\.svg'", page)) == drawn
@@ -53,8 +53,9 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     assert ("**Finding:** fastest: conv1 fwd at 26.6 GFLOP/s, 0.756% of the FP32 roof; 3 of 4 layer phases lie "
             "left of the DRAM ridge (16.9 FLOP/B): memory-bound") in md
     # each paper is named where the page first uses its number, and listed at the end
-    assert md.count("_paper 003 (Dong, Gong, Sun, Baruah and Kaeli, Characterizing the Microarchitectural") == 1
-    assert "_paper 003 Figures 10/11_" in md and md.count("Salim, Dawwd and Ali") == 2  # its label, the list
+    # headings name a paper by number alone; each paper is cited once, in the list at the end
+    assert "_paper 003, Figures 10/11_" in md and "_paper 000_" in md
+    assert md.count("Dong, Gong, Sun, Baruah and Kaeli") == 1 and md.count("Salim, Dawwd and Ali") == 1
     assert md.rstrip().endswith("- paper 003: Dong, Gong, Sun, Baruah and Kaeli, Characterizing the "
                                 "Microarchitectural Implications of a Convolutional Neural Network (CNN) Execution "
                                 "on GPUs (ICPE'18)")
@@ -66,8 +67,8 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
 def test_the_v100_sample_draws_fp_stalls_and_hit_rates(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "6", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert {p.stem for p in tmp_path.glob("*.svg")} == {"runtime", "roofline", "efficiency", "memory",
-                                                         "fp_instructions", "stalls", "cache_hit_rates", "traffic"}
+    assert {p.stem for p in tmp_path.glob("*.svg")} == {"runtime", "roofline", "efficiency", "fp_instructions",
+                                                         "stalls", "cache_hit_rates", "traffic"}  # no stored peak
     md = (tmp_path / "report.md").read_text()
     assert "**Finding:** fma is 97.7% of FP32 instructions; most in conv2 fwd" in md  # 5.6236e10 of 5.7557e10
     assert "**Finding:** hit rates: L1/TEX 52.7% to 52.7% (lowest conv2 fwd); L2 24.8% to 24.8% (lowest conv2 fwd)" in md
@@ -223,8 +224,8 @@ def test_memory_finding_rebuilds_the_network_with_its_options(runner, fresh_db, 
     assert result.exit_code == 0, result.output
     peak = memory(separable, 2, 32).peak_bytes
     assert peak != memory(build("unet2d"), 2, 32).peak_bytes  # the options matter to the figure
-    assert f"GPU memory: the model's peak: {units.nbytes(peak)}\n" in result.output
-    assert f"**Finding:** the model's peak: {units.nbytes(peak)}" in (tmp_path / "r" / "report.md").read_text()
+    assert f"GPU memory: the model's {units.nbytes(peak)}\n" in result.output
+    assert f"**Finding:** the model's {units.nbytes(peak)}" in (tmp_path / "r" / "report.md").read_text()
 
 
 def test_the_command_that_fills_the_counters_rebuilds_the_same_network(runner, tmp_path):
@@ -248,7 +249,7 @@ def test_a_reused_output_folder_shows_the_new_report_alone(runner, db, tmp_path)
     again = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(out)])
     assert again.exit_code == 0, again.output
     assert not (out / "stalls.svg").exists() and not (out / "stalls.png").exists()
-    assert "removed 12 figure files an earlier report left in" in again.stderr
+    assert "removed 10 figure files an earlier report left in" in again.stderr
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "holiday.png").write_bytes(b"not a report's")
@@ -278,3 +279,31 @@ def test_an_experiments_settings_are_those_that_apply_to_its_arms(runner, db, tm
     settings = md[md.index("## Settings"):md.index("## Time per image")]
     assert "| batches | 16, 128 |" in settings
     assert "\n| batch |" not in settings and "ncu" not in settings and "| variants |" not in settings
+
+
+def test_a_section_with_nothing_to_show_is_left_out_with_why(runner, tmp_path):
+    """A model run without a device has no times: its time, roofline and efficiency sections are
+    not drawn as empty headings; one line names them and why."""
+    db = str(tmp_path / "t.db")
+    profile(db, build("alexnet"), 4, backend="model")
+    result = runner.invoke(cli, ["report", "1", "--db", db, "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert "  Roofline: left out, nothing to show (no times and no counters to place;" in result.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## Time per layer" not in md and "## Roofline" not in md and "## GPU memory" in md
+    assert "_Left out, with nothing to show: Time per layer (a model run without a device has no times;" in md
+
+
+def test_the_roofline_says_which_layer_phases_it_leaves_out(runner, tmp_path):
+    """The fused run of the H100 fusion recording: its 14 fused ReLU phases launched nothing, so
+    have no point, and the finding and the figure's note say so (as for --torch's uncounted ops)."""
+    from recorded import FUSION_NCU, recording
+
+    from tracker.analysis import roofline
+    from tracker.store import open_store
+
+    db = recording(FUSION_NCU, tmp_path)
+    points, _ = roofline.chart(open_store(db, write=False), 2)
+    assert len(points.attrs["left_out"]) == 14 and ("relu1", "fwd") in points.attrs["left_out"]
+    result = runner.invoke(cli, ["report", "2", "--db", db, "--out", str(tmp_path / "r")])
+    assert "14 layer phases not shown (launched nothing, or no FLOPs or bytes counted)" in result.output

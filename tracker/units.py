@@ -4,7 +4,10 @@ findings) goes through here, three significant figures with its unit ('49.3 ms',
 
 The unit of a table column is read from its name (``*_ms`` is milliseconds, ``*bytes*`` bytes,
 ``*_per_s`` a rate, ``*pct*`` a percentage, ``speedup`` a ratio), so a column means the same thing
-on every surface.
+on every surface. The one rule for names and units: a name that ends in a unit (``a_ms``,
+``dram_gbps``, ``l2_kib``) holds bare numbers in that unit where programs read them (CSV, JSON, SQL);
+a table for people shows every cell with its own unit, scaled to read ('693 ns', '3.15 µs'), under
+a header that names the quantity and no unit ('a (time)': ``header``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import re
 from typing import Any
 
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"),
-             (1e-9, "n"))
+             (1e-9, "n"), (1e-12, "p"))
 
 
 def _digits(value: float) -> str:
@@ -80,8 +83,9 @@ def ratio(value: float) -> str:
 
 
 def count(value: float) -> str:
-    """Counts: exact below 10,000, then '885k', '5.62G'."""
-    if float(value).is_integer() and abs(value) < 10_000:
+    """Counts in one format, three significant figures: '419', '41.1', '5.03k', '885k', '5.62G' (a
+    whole number below 1000 is exact either way)."""
+    if float(value).is_integer() and abs(value) < 1000:
         return str(int(value))
     return si(value, small=False) if abs(value) >= 1 else _digits(value)
 
@@ -110,10 +114,30 @@ def cell(column: str, value: Any, missing: str = "") -> str:
     return number(column, float(value))
 
 
+# A name ending in a multiple of a unit: (the quantity, what one of the name's unit is in that
+# quantity's: 'ms' is milliseconds, 'KiB' kibibytes, 'B/s' bytes per second).
+SCALED = {"_ns": ("ms", 1e-6), "_us": ("ms", 1e-3), "_gbps": ("B/s", 1e9), "_gflops": ("FLOP/s", 1e9),
+          "_tflops": ("FLOP/s", 1e12), "_mib": ("KiB", 1024), "_gb": ("bytes", 1e9)}
+
+
+def _scaled(column: str) -> tuple[str, float] | None:
+    name = column.lower()
+    return next((found for suffix, found in SCALED.items() if name.endswith(suffix)), None)
+
+
+def in_base_unit(column: str, value: float) -> float:
+    """``value`` of the column in its quantity's unit: a ``dram_gbps`` of 3350 is 3.35e12 B/s."""
+    scaled = _scaled(column)
+    return value * scaled[1] if scaled else value
+
+
 def quantity(column: str) -> str:
     """What a column's name says its numbers are: 'ms', 'B/s', 'FLOP/s', '/s', 'bytes', 'KiB', 'pct',
     'ratio', 'intensity', 'id' or 'count'. The one reading of names that tables and axes share."""
     name = column.lower()
+    scaled = _scaled(name)
+    if scaled:
+        return scaled[0]
     if name == "ms" or name.endswith("_ms") or name.startswith("ms_"):
         return "ms"
     if name.endswith("_per_s") or name.endswith("per_second"):
@@ -126,7 +150,7 @@ def quantity(column: str) -> str:
         return "pct"
     if "speedup" in name or name.endswith("_ratio") or name == "ratio":
         return "ratio"
-    if "intensity" in name:
+    if "intensity" in name or name.endswith("flop_per_byte"):
         return "intensity"
     if name.endswith("_id") or name in ("id", "batch", "repeat", "repeats", "position", "launches"):
         return "id"
@@ -134,8 +158,10 @@ def quantity(column: str) -> str:
 
 
 _HEADER_UNITS = {"ms": "time", "pct": "%", "B/s": "B/s", "FLOP/s": "FLOP/s", "/s": "per s", "bytes": "bytes",
-                 "KiB": "KiB", "ratio": "x", "intensity": "FLOP/B"}
-_UNIT_SUFFIX = re.compile(r"_(ms|pct|percent|per_s|per_second|bytes|kib)$|^ms_", re.I)
+                 "KiB": "bytes", "ratio": "x", "intensity": "FLOP/B"}
+# A unit in a name, dropped from its header: a word anywhere ('spread_pct_a'), or the name's ending.
+_UNIT_WORD = re.compile(r"(^|_)(ms|ns|us|pct|percent|kib|mib|gb|gbps|gflops|tflops)(?=_|$)"
+                        r"|_(per_s|per_second|bytes|flop_per_byte)$", re.IGNORECASE)
 
 
 def count_of(n: int, noun: str) -> str:
@@ -148,7 +174,7 @@ def header(column: str) -> str:
     carry a unit ('batch_16_per_image_ms' -> 'batch 16 per image (time)', 'spread_pct' -> 'spread
     (%)'): the cells scale their own unit (µs, ms, s), so the header names the quantity."""
     unit = _HEADER_UNITS.get(quantity(column))
-    words = _UNIT_SUFFIX.sub("", column).replace("_", " ").strip()
+    words = _UNIT_WORD.sub("", column).replace("_", " ").strip()
     if unit is None:
         return words
     if words in ("", column.lower()) and quantity(column) == "ms":
@@ -158,7 +184,7 @@ def header(column: str) -> str:
 
 def number(column: str, value: float) -> str:
     """A number formatted by what its column's name says it is."""
-    kind = quantity(column)
+    kind, value = quantity(column), in_base_unit(column, value)
     if kind == "ms":
         return milliseconds(value)
     if kind.endswith("/s"):
@@ -181,11 +207,11 @@ def number(column: str, value: float) -> str:
 def axis_tick(column: str, value: float) -> str:
     """A tick on an axis of the column's numbers: as short as exact ('10 ms', '2 TB/s', '50%'),
     signed where negative ('-25%': a speedup figure's slowdowns)."""
-    kind = quantity(column)
     if value == 0:
         return "0"
     if value < 0:
         return "-" + axis_tick(column, -value)
+    kind, value = quantity(column), in_base_unit(column, value)
     if kind == "ms":
         return tick(value / 1e3, "s")
     if kind == "pct":

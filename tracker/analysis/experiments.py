@@ -10,6 +10,7 @@ import pandas as pd
 from tracker.analysis import in_layer_order, run_row, view
 from tracker.analysis.runtime import runtime
 from tracker.analysis.speedup import comparison
+from tracker.model.memory import PeakMemory
 from tracker.ops.winograd import MODEL_TILES, model_algorithm
 from tracker.store import Store
 from tracker.store.queries import experiment_runs
@@ -266,13 +267,12 @@ def memory(store: Store, experiment_id: int) -> pd.DataFrame:
     rows = []
     for arm in arm_rows(store, experiment_id):
         run = find_run(store, str(arm.run_id)) if arm.run_id is not None else None
-        predicted = run.predicted_peak_bytes if run is not None else None
-        measured = run.measured_peak_bytes if run is not None and run.status == "complete" else None
+        peak = PeakMemory.of(run.predicted_peak_bytes if run is not None else None,
+                             run.measured_peak_bytes if run is not None and run.status == "complete" else None)
         rows.append(dict(arm=arm.label, implementation=arm.spec["implementation"],
                          options=" ".join(f"{k}={v}" for k, v in arm.spec.get("options", {}).items()),
-                         batch=arm.spec["batch"], state=arm.state, predicted_peak_bytes=predicted,
-                         measured_peak_bytes=measured,
-                         measured_over_predicted=measured / predicted if measured and predicted else None,
+                         batch=arm.spec["batch"], state=arm.state, predicted_peak_bytes=peak.predicted_bytes,
+                         measured_peak_bytes=peak.measured_bytes, measured_over_predicted=peak.ratio,
                          reason=arm.reason))
     return pd.DataFrame(rows, columns=list(MEMORY_COLUMNS))
 

@@ -3,13 +3,14 @@
 ``flops_ratio`` = SASS FLOPs / model ops (above 1: wasted or redundant arithmetic, e.g. padding or
 recomputation); ``dram_ratio``, ``l2_ratio``, ``l1_ratio`` = bytes moved at that level / the
 model's compulsory bytes (above 1: excess traffic). Peak memory: measured high-water mark against
-the model's (paper 002)."""
+the model's (paper 002), as the run recorded them (tracker.model.memory.PeakMemory)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from tracker.analysis import in_layer_order, view
+from tracker.model.memory import PeakMemory
 from tracker.store import Store
 
 
@@ -27,9 +28,7 @@ def reconcile(store: Store, run_id: int) -> pd.DataFrame:
     return in_layer_order(frame)
 
 
-def peak_memory(store: Store, run_id: int) -> dict:
+def peak_memory(store: Store, run_id: int) -> PeakMemory:
+    """The run's peak memory: what show, the report and the notebooks print."""
     run = view(store, "run_summary", run_id).iloc[0]
-    predicted, measured = run["predicted_peak_bytes"], run["measured_peak_bytes"]
-    ratio = measured / predicted if pd.notna(measured) and predicted else None
-    return {"predicted_peak_bytes": None if pd.isna(predicted) else int(predicted),
-            "measured_peak_bytes": None if pd.isna(measured) else int(measured), "ratio": ratio}
+    return PeakMemory.of(run["predicted_peak_bytes"], run["measured_peak_bytes"])

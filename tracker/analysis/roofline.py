@@ -57,16 +57,20 @@ def roofs(store: Store, run_id: int) -> Roofs | None:
 def chart(store: Store, run_id: int) -> tuple[pd.DataFrame, str]:
     """The run's roofline points and their basis: ncu's per level ('counters'); else the model's
     FLOPs and compulsory bytes over the measured time ('time'); else the model's attainable
-    FLOP/s ('predicted'). Layer phases that launched nothing or do no arithmetic are left out."""
-    measured = points(store, run_id)
-    if not measured.empty:
-        return measured, "counters"
-    frame = runtime(store, run_id)
-    frame = frame[(frame["ops"] > 0) & (frame["bytes"] > 0) & (frame["ms"] > 0)]
-    basis = "time" if (frame["source"] == "measured").any() else "predicted"
-    return frame.assign(level="compulsory", intensity=frame["ops"] / frame["bytes"],
-                        flops_per_s=frame["ops"] / (frame["ms"] / 1e3))[
-        ["layer_id", "layer", "phase", "level", "intensity", "flops_per_s"]].reset_index(drop=True), basis
+    FLOP/s ('predicted'). Layer phases that launched nothing or do no arithmetic are left out, and
+    named in ``attrs['left_out']`` (layer, phase), for the note every roofline prints."""
+    every = runtime(store, run_id)
+    found, basis = points(store, run_id), "counters"
+    if found.empty:
+        frame = every[(every["ops"] > 0) & (every["bytes"] > 0) & (every["ms"] > 0)]
+        basis = "time" if (frame["source"] == "measured").any() else "predicted"
+        found = frame.assign(level="compulsory", intensity=frame["ops"] / frame["bytes"],
+                             flops_per_s=frame["ops"] / (frame["ms"] / 1e3))[
+            ["layer_id", "layer", "phase", "level", "intensity", "flops_per_s"]].reset_index(drop=True)
+    shown = set(zip(found["layer"], found["phase"]))
+    found.attrs["left_out"] = [(layer, phase) for layer, phase in zip(every["layer"], every["phase"])
+                               if (layer, phase) not in shown]
+    return found, basis
 
 
 def efficiency(store: Store, run_id: int) -> pd.DataFrame:

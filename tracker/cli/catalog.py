@@ -6,11 +6,12 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.options import emit, format_option, net_kwargs, network_options
-from tracker.cli.output import cell, to_json
+from tracker.cli.output import cell, record, to_json
 from tracker.errors import TrackerError, unknown
 from tracker.model import CATALOG, DTYPE_BITS, lookup, memory, predict
 from tracker.phases import PHASE_SETS
 from tracker.model.roofline import MAX_BATCH
+from tracker.units import header
 from tracker.nets import NETWORKS, build
 from tracker.metrics import FAMILIES
 
@@ -101,7 +102,7 @@ def devices(name, fmt):
             return
         for key, value in device.items():
             if key != "sources":
-                click.echo(f"{key:>20}: {cell(key, value)}  {_source(device, key)}".rstrip())
+                click.echo(f"{header(key):>21}: {cell(key, value)}  {_source(device, key)}".rstrip())
         return
     rows = [d.to_dict() for d in CATALOG]
     columns = None if fmt == "json" else ("device", "name", "compute_capability", "sm_count", "fp32_tflops",
@@ -264,5 +265,8 @@ def metrics(name, family, fmt):
         if name not in BY_NAME:
             raise unknown("metric", name, list(BY_NAME))
         rows = [r for r in rows if r["name"] == name]
+    if name is not None and fmt == "table":  # one metric: a row of it would be 500 characters wide
+        click.echo(record(rows[0]))
+        return
     columns = None if fmt == "json" or name else ("name", "family", "unit", "rollup", *COLLECTORS)
     emit(rows, fmt, columns)

@@ -1,7 +1,8 @@
 """Rendering rows as an aligned table (for people), CSV or JSON (for programs).
 
-Tables shorten numbers through tracker.units (211M, 1.52 GB, 49.3 ms) and shapes (96x55x55); CSV
-and JSON keep every digit.
+Tables shorten numbers through tracker.units (211M, 1.52 GB, 49.3 ms) and shapes (96x55x55), each
+cell with its own unit, under headers that name the quantity and no unit (median_ms -> 'median
+(time)'); CSV and JSON keep every digit, in the unit the column's name says.
 """
 
 from __future__ import annotations
@@ -31,13 +32,27 @@ def table(rows: list[dict], columns: Iterable[str] | None = None) -> str:
     if not rows:
         return "(no rows)"
     body = [[cell(c, row.get(c)) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in body)) for i, c in enumerate(columns)]
+    headers = [units.header(c) for c in columns]
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
     numeric = [all(_looks_numeric(r[i]) for r in body) for i in range(len(columns))]
 
     def line(values: list[str]) -> str:
         return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
 
-    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(r) for r in body)])
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in body)])
+
+
+WIDTH = 100  # a record's lines wrap at this many characters
+
+
+def record(row: dict) -> str:
+    """One row for people as 'key: value' lines, the keys aligned and long values wrapped under
+    their start; empty values left out."""
+    shown = {units.header(k): cell(k, v) for k, v in row.items() if not units.is_missing(v) and v != ""}
+    width = max(map(len, shown), default=0)
+    return "\n".join(textwrap.fill(value, WIDTH, initial_indent=f"{key:>{width}}: ",
+                                    subsequent_indent=" " * (width + 2), break_long_words=False, break_on_hyphens=False)
+                     for key, value in shown.items())
 
 
 def _looks_numeric(text: str) -> bool:

@@ -407,7 +407,9 @@ def report(target, out, against, db):
     if built.unfinished:
         click.echo(f"  {built.unfinished}")
     for s in built.sections:
-        if not s.folded:
+        if s.empty:
+            click.echo(f"  {s.title}: left out, nothing to show ({s.missing})")
+        elif not s.folded:
             click.echo(f"  {s.title}: {s.finding}" + (f" [not drawn: {s.missing}]" if s.missing else ""))
     folded = [s.title for s in built.sections if s.folded]
     if folded:

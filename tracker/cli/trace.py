@@ -203,6 +203,7 @@ def show(run, db, fmt):
       tracker show 3
       tracker show last --format json
     """
+    from tracker.model.memory import PeakMemory
     from tracker.profilers import unfinished
     from tracker.store import find_run, launch_count, launch_rows, layer_rows, metric_rows, open_store, run_dict
 
@@ -218,7 +219,8 @@ def show(run, db, fmt):
         return
     keys = ("id", "status", "network", "network_options", "implementation", "library", "batch", "phases", "dtype_bits", "backend",
             "backend_reason", "device_name", "variants", "tuned_variants", "tiles", "l1_bypass", "repeat",
-            "counter_iterations", "predicted_peak_bytes", "measured_peak_bytes", "started_at", "finished_at", "error", "command_line")
+            "counter_iterations", "peak_memory", "started_at", "finished_at", "error", "command_line")
+    info["peak_memory"] = PeakMemory.of(info["predicted_peak_bytes"], info["measured_peak_bytes"]).line()
     for key in keys:
         if info[key] not in (None, {}, "") and not (key == "repeat" and info[key] == 0):  # 0: a model run's
             click.echo(f"{key:>20}: {cell(key, info[key])}")

@@ -18,6 +18,7 @@ from tracker import units
 from tracker.figures import PHASE_COLORS, drawing, label, new_figure
 
 ROW_INCHES = 0.19  # height of one layer phase's row
+PANEL_TITLE_INCHES = 0.3  # the figure's two-line title above panels that have titles of their own
 LEVEL_COLORS = {"L1/TEX": "#8172B3", "L1": "#8172B3", "shared": "#DA8BC3", "L2": "#937860", "DRAM": "#222222"}
 OTHER_PALETTE = "tab20b"  # categories that are not phases: no blue/orange/green of the phases
 
@@ -148,7 +149,14 @@ def grouped(frame: pd.DataFrame, value: str, hue: str, title: str, subtitle: str
         _rows_axis(ax, order, phases)
         _axis(ax, column, axis_label, log, base)
     _legend(axes[-1], _patches(palette), hue)
-    _title(fig, axes[0], title, subtitle)
+    if len(panels) > 1:  # a tall figure's panels are named at the top, where a reader starts
+        for ax, (_, axis_label) in zip(axes, panels):
+            ax.set_title(axis_label, fontsize=10, loc="left")
+        height = fig.get_figheight()  # inches: the title's room above the panels' titles and top ticks
+        fig.suptitle(f"{title}\n{subtitle}", fontsize=11, x=0.01, y=1 - 0.08 / height, ha="left", va="top")
+        fig.tight_layout(rect=(0, 0, 1, 1 - PANEL_TITLE_INCHES / height))
+    else:
+        _title(fig, axes[0], title, subtitle)
     return fig
 
 

@@ -25,6 +25,7 @@ BASIS = {"counters": "measured by ncu", "time": "model FLOPs and bytes over meas
          "predicted": "predicted by the model (hollow)"}
 ROOF_STYLE = {"L1": ("#8172B3", ":"), "L2": ("#937860", "--"), "DRAM": ("#222222", "-")}
 LEVEL_FILL = {"DRAM": "full", "compulsory": "full", "L2": "none", "L1": "left"}
+LEFT_OUT = "launched nothing, or no FLOPs or bytes counted"  # why a layer phase has no point
 FONT = 7.5  # label size in points
 SAME_SPOT_PX = 5  # points closer than this share one label
 
@@ -48,6 +49,7 @@ def roofline(points: pd.DataFrame, roofs: Roofs | None, title: str, basis: str =
     then the variant's and the baseline is drawn faint at each arrow's tail."""
     from matplotlib.ticker import FuncFormatter
 
+    left_out = [_short(layer, phase) for layer, phase in points.attrs.get("left_out", ())]  # before any copy
     points = _placeable(points)
     if points.empty:
         return None
@@ -66,9 +68,9 @@ def roofline(points: pd.DataFrame, roofs: Roofs | None, title: str, basis: str =
     obstacles.append(_box(legend.get_window_extent(fig.canvas.get_renderer())))
     unplaced = place_labels(ax, ridges + _labels(ax, points), obstacles, segments)
     notes = [f"not labelled (crowded): {', '.join(unplaced)}"] if unplaced else []
-    skipped = sorted(set(points.attrs.get("skipped", ())))
+    skipped = sorted(set(points.attrs.get("skipped", ())) | set(left_out))
     if skipped:
-        notes.append("not shown (no FLOPs or no bytes): " + ", ".join(skipped))
+        notes.append(f"not shown ({LEFT_OUT}): " + ", ".join(skipped))
     if notes:
         fig.text(0.01, 0.005, "\n".join(notes), fontsize=7, color="grey", va="bottom", wrap=True)
     fig.unplaced = unplaced  # for tests and callers that want to know
@@ -82,9 +84,13 @@ def _placeable(points: pd.DataFrame) -> pd.DataFrame:
     x, y = points["intensity"].astype(float), points["flops_per_s"].astype(float)
     ok = x.map(math.isfinite) & y.map(math.isfinite) & (x > 0) & (y > 0)
     kept = points[ok].reset_index(drop=True)
-    kept.attrs["skipped"] = [f"{r.layer} {PHASE_SHORT.get(r.phase, r.phase)}".strip()
-                             for r in points[~ok].drop_duplicates(["layer", "phase"]).itertuples()]
+    kept.attrs["skipped"] = [_short(r.layer, r.phase) for r in points[~ok].drop_duplicates(["layer", "phase"]).itertuples()]
     return kept
+
+
+def _short(layer: str, phase: str) -> str:
+    """'conv1 F': a layer phase as the figure's notes name it."""
+    return f"{layer} {PHASE_SHORT.get(phase, phase)}".strip()
 
 
 def _limits(points, roofs, arrows) -> tuple[float, float, float, float]:

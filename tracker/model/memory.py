@@ -13,6 +13,7 @@ import math
 from typing import Any, cast
 from dataclasses import asdict, dataclass
 
+from tracker import units
 from tracker.model.roofline import check_batch, check_dtype_bits
 from tracker.nets import Network, numel
 
@@ -79,3 +80,33 @@ def _algorithm_workspace(net: Network, batch: int, algorithm: str) -> int:
     check_algorithm(algorithm)
     return max((conv_cost(layer, phase, batch, algorithm).workspace for layer in net.layers
                 if layer.op.kind == "conv" for phase in layer.phases), default=0)
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    """The model's peak memory of a run's training step, as predicted when the run was recorded (the
+    run's ``predicted_peak_bytes``: a PyTorch model's can be predicted only then, and a run is never
+    rewritten when the model changes), beside the measured high-water mark."""
+
+    predicted_bytes: int | None
+    measured_bytes: int | None
+
+    @classmethod
+    def of(cls, predicted, measured) -> PeakMemory:
+        """From the run's two stored columns (None or NaN where absent)."""
+        return cls(None if units.is_missing(predicted) else int(predicted),
+                   None if units.is_missing(measured) or not measured else int(measured))
+
+    @property
+    def ratio(self) -> float | None:
+        """Measured over predicted (above 1: the GPU held more than the model counts)."""
+        return self.measured_bytes / self.predicted_bytes if self.measured_bytes and self.predicted_bytes else None
+
+    def line(self) -> str:
+        """'the model's 1.86 GB; measured 2.54 GB (1.36x the model)': the same on every surface."""
+        text = f"the model's {units.nbytes(self.predicted_bytes)}" if self.predicted_bytes else "no prediction stored"
+        if self.measured_bytes:
+            text += f"; measured {units.nbytes(self.measured_bytes)}"
+        if self.ratio is not None:
+            text += f" ({units.ratio(self.ratio)} the model)"
+        return text

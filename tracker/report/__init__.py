@@ -32,6 +32,12 @@ class Section:
         """Shown only as a name in the page's 'not collected' line."""
         return self.needs_counters and self.figure is None
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to show (no figure, finding or table row): left out, named with why in one line."""
+        return (not self.needs_counters and self.figure is None and not self.finding
+                and (self.table is None or self.table.empty))
+
 
 @dataclass
 class Report:

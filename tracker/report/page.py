@@ -52,7 +52,13 @@ def _about_rows(about: dict) -> list[tuple[str, str]]:
 
 
 def _drawn(report: Report) -> list[Section]:
-    return [s for s in report.sections if not s.folded]
+    return [s for s in report.sections if not s.folded and not s.empty]
+
+
+def _empty_line(report: Report) -> str | None:
+    """The sections with nothing to show, each with why, in one line."""
+    empty = [f"{s.title} ({s.missing})" for s in report.sections if s.empty]
+    return f"Left out, with nothing to show: {'; '.join(empty)}." if empty else None
 
 
 def _folded_line(report: Report) -> str | None:
@@ -78,7 +84,7 @@ def _html(report: Report) -> str:
     parts.append("</ol></nav>")
     seen: set[str] = set()
     for s in _drawn(report):
-        parts += [f"<section id='{s.key}'><h2>{e(s.title)} <small>({e(cite(s.paper, seen))})</small></h2>",
+        parts += [f"<section id='{s.key}'><h2>{e(s.title)} <small>{e(cite(s.paper, seen))}</small></h2>",
                   f"<p class='finding'>{e(s.finding)}</p>"]
         if s.figure is not None:  # the image links to itself: a wide figure opens at full size
             parts.append(f"<a href='{s.key}.svg' title='open at full size'><img src='{s.key}.svg' alt='{e(s.title)}'></a>")
@@ -88,6 +94,8 @@ def _html(report: Report) -> str:
             parts.append(f"<details><summary>Table ({units.count_of(len(s.table), 'row')})</summary>"
                          f"<div class='scroll'>{_html_table(shown(s.table))}</div></details>")
         parts.append("</section>")
+    if _empty_line(report):
+        parts.append(f"<p class='missing'>{e(_empty_line(report) or '')}</p>")
     if folded:
         command = report.fill_command
         parts.append(f"<section id='not-collected'><h2>Not collected in this run</h2><p class='missing'>{e(folded)} "
@@ -132,6 +140,8 @@ def _markdown(report: Report) -> str:
             lines += ["| " + " | ".join(units.header(str(c)) for c in table.columns) + " |",
                       "|" + "---|" * len(table.columns)]
             lines += ["| " + " | ".join(row) + " |" for row in table_cells(table)]
+    if _empty_line(report):
+        lines += ["", f"_{_empty_line(report)}_"]
     if folded:
         lines += ["", "## Not collected in this run", "", f"{folded} Fill them with `{report.fill_command}` on a GPU."]
     if seen:

@@ -1,5 +1,6 @@
-"""The source papers by number (the project's seeds), and their naming in a report: a paper's number
-comes with its authors and title the first time a page uses it, and the page ends with the list."""
+"""The source papers by number (the project's seeds), and their naming in a report: a heading names a
+paper by its number alone ('paper 003, Figures 10/11'), and the page ends with the list of the
+papers it named, each once with its authors and title."""
 
 from __future__ import annotations
 
@@ -18,19 +19,12 @@ _FIGURES = re.compile(r"^(Figures?|Table) ")  # a bare figure number is paper 00
 
 
 def cite(label: str, seen: set[str]) -> str:
-    """``label`` ('paper 000', 'Figures 6/7') with each paper named the first time (``seen``
-    holds the numbers named already, and gains this label's)."""
+    """``label`` ('paper 000', 'Figures 6/7') as a heading shows it, short ('paper 003, Figures 6/7');
+    the papers it names join ``seen``, for the list at the page's end (``references``)."""
     if _FIGURES.match(label):
-        label = f"paper 003 {label}"
-
-    def name(match: re.Match) -> str:
-        number = match.group(1)
-        if number in seen or number not in PAPERS:
-            return match.group(0)
-        seen.add(number)
-        return f"{match.group(0)} ({PAPERS[number]})"
-
-    return _NUMBER.sub(name, label)
+        label = f"paper 003, {label}"
+    seen.update(number for number in _NUMBER.findall(label) if number in PAPERS)
+    return label
 
 
 def references(seen: set[str]) -> list[str]:

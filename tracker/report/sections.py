@@ -19,6 +19,7 @@ from tracker.analysis import stalls
 from tracker.analysis import traffic, utilization
 from tracker.errors import StoreError
 from tracker.figures import bars
+from tracker.figures.roofline import LEFT_OUT
 from tracker.figures.roofline import roofline as roofline_figure
 from tracker.profilers import iterations_profiled, unfinished
 from tracker.stats import best_of, tie
@@ -74,6 +75,11 @@ class Body(NamedTuple):
     finding: str
     table: pd.DataFrame | None = None
     missing: str | None = None  # why there is no figure
+
+
+def _empty(why: str) -> Body:
+    """A section with nothing to show: the page leaves it out and says why in one line."""
+    return Body(None, "", None, why)
 
 
 class Spec(NamedTuple):
@@ -257,9 +263,8 @@ def _runtime(run: Run) -> Body:
     frame = run.times
     known = frame[frame["ms"].notna()]
     if known.empty:
-        return Body(None, "no times: a model run without a device" if run.row["backend"] == "model"
-                    else "no launch times were recorded",
-                    missing="profile with --device NAME for the model's times, or on a GPU")
+        return _empty(("a model run without a device has no times" if run.row["backend"] == "model"
+                       else "no launch times were recorded") + "; profile with --device NAME for the model's, or on a GPU")
     total = runtime.iteration(run.store, run.id)
     top, names = _leaders(known, "ms")
     measured = (known["source"] == "measured").all()
@@ -274,8 +279,8 @@ def _runtime(run: Run) -> Body:
 def _roofline(run: Run) -> Body:
     points, basis = roofline.chart(run.store, run.id)
     if points.empty:
-        return Body(None, "no times and no counters to place",
-                    missing="profile with --device NAME for the model's roofline, or on a GPU")
+        return _empty("no times and no counters to place; profile with --device NAME for the model's roofline, "
+                      "or on a GPU")
     roofs = roofline.roofs(run.store, run.id)
     title = {"counters": "Hierarchical roofline (ncu: FLOPs and bytes per level)",
              "time": "Roofline: the model's FLOPs and compulsory bytes over measured time",
@@ -290,6 +295,9 @@ def _roofline(run: Run) -> Body:
             below = (primary["intensity"] < roofs.ridge("DRAM")).sum()
             finding += (f"; {below} of {len(primary)} layer phases lie left of the DRAM ridge "
                         f"({units.number('intensity', roofs.ridge('DRAM'))}): memory-bound")
+    left_out = points.attrs.get("left_out", [])
+    if left_out:
+        finding += f"; {units.count_of(len(left_out), 'layer phase')} not shown ({LEFT_OUT})"
     return Body(roofline_figure(points, roofs, f"{title}\n{run.sub}", basis), finding,
                 points.drop(columns=["layer_id"]))
 
@@ -307,31 +315,34 @@ def _efficiency_finding(frame: pd.DataFrame, who: str) -> str:
 def _efficiency(run: Run) -> Body:
     frame = roofline.efficiency(run.store, run.id)
     if frame.empty:
-        return Body(None, "no times", missing="profile with --device NAME for the model's times, or on a GPU")
+        return _empty("no times; profile with --device NAME for the model's, or on a GPU")
     figure = bars.grouped(frame.assign(run=f"run {run.id}"), "ms", "run", "Time, FLOP/s against the FP32 peak, "
                           "and share of the step, per layer phase", run.sub, "time", panels=EFFICIENCY_PANELS)
     return Body(figure, _efficiency_finding(frame, ""), frame.drop(columns=["layer_id"]))
 
 
 def _memory(run: Run) -> Body:
+    """The model's peak as the run recorded it (reconcile.peak_memory, as show and the notebooks
+    print it), and its parts where today's model still adds up to it."""
     from tracker.gpu.workload import is_module_spec
     from tracker.model import memory
     from tracker.nets import build
 
-    row = run.row
+    row, peak = run.row, reconcile.peak_memory(run.store, run.id)
     if is_module_spec(row["network"]):  # a user's PyTorch model: the parts need the module, not stored
-        peak = row["predicted_peak_bytes"]
-        return Body(None, f"the model's peak: {units.nbytes(peak)}" if peak else "no prediction stored",
+        return Body(None, peak.line(),
                     missing=f"the parts of the peak need tracker's own network, and {row['network']} is a PyTorch model")
+    if peak.predicted_bytes is None:
+        return Body(None, peak.line(), missing=f"run {run.id} stores no prediction of its peak")
     model = memory(build(row["network"], **(row["network_options"] or {})), int(row["batch"]), int(row["dtype_bits"]))
+    if model.peak_bytes != peak.predicted_bytes:  # a run is never rewritten; its prediction stays as recorded
+        return Body(None, peak.line(),
+                    missing=f"the parts of the peak are left out: the model has changed since run {run.id} was "
+                    f"recorded (it now predicts {units.nbytes(model.peak_bytes)}; profile again for the parts)")
     parts = pd.DataFrame([{"part": k.removesuffix("_bytes").replace("_", " "), "bytes": v}
                           for k, v in model.to_dict().items() if k != "peak_bytes"])
-    measured = row["measured_peak_bytes"]
-    finding = f"the model's peak: {units.nbytes(model.peak_bytes)}" + (
-        f"; measured peak {units.nbytes(measured)} ({units.ratio(measured / model.peak_bytes)} the model)"
-        if pd.notna(measured) and measured else "")
-    figure = bars.memory(parts, model.peak_bytes, measured if pd.notna(measured) else None, "GPU memory", run.sub)
-    return Body(figure, finding, parts)
+    figure = bars.memory(parts, model.peak_bytes, peak.measured_bytes, "GPU memory", run.sub)
+    return Body(figure, peak.line(), parts)
 
 
 def _fp(run: Run) -> Body | None:
@@ -436,7 +447,7 @@ def _reconcile(run: Run) -> Body | None:
 def _algorithms(run: Run) -> Body:
     frame = algorithms.per_phase(run.store, run.id)
     if frame.empty:
-        return Body(None, "no launch names an algorithm", missing="the model backend runs no kernel")
+        return _empty("no launch names an algorithm (the model backend runs no kernel)")
     counts = frame.groupby("algorithm")["phase"].count().sort_values(ascending=False)
     conv = frame[frame["kind"] == "conv"]
     finding = ("; ".join(f"{r.layer} {r.phase}: {r.algorithm}" for r in conv.itertuples()) if not conv.empty
@@ -576,9 +587,9 @@ def _memory_sections(store, experiment_id: int, sub: str) -> list[Section]:
     """Paper 002's figure: each arm's peak memory of a training step, the model's beside the one
     measured (none on the model backend), over the options and batch sizes the experiment swept."""
     frame = experiments.memory(store, experiment_id)
-    long = pd.concat([frame.assign(source=source, gib=frame[column] / 2**30)
+    long = pd.concat([frame.assign(source=source, peak_bytes=frame[column])
                       for source, column in (("predicted", "predicted_peak_bytes"), ("measured", "measured_peak_bytes"))])
-    long = long.assign(layer=long["arm"], phase="step")[["layer", "phase", "source", "gib"]]
+    long = long.assign(layer=long["arm"], phase="step")[["layer", "phase", "source", "peak_bytes"]]
     title = "Peak memory of a training step per arm: the model's and the measured"
     out = frame[frame["state"] != "complete"]
     finding = (f"{len(frame) - len(out)} of {len(frame)} arms complete"
@@ -586,7 +597,7 @@ def _memory_sections(store, experiment_id: int, sub: str) -> list[Section]:
     ratios = frame["measured_over_predicted"].dropna()
     if not ratios.empty:
         finding += f"; measured / predicted {ratios.min():.2f} to {ratios.max():.2f}"
-    return [Section("memory_peak", title, "paper 002", bars.grouped(long, "gib", "source", title, sub, "peak (GiB)"),
+    return [Section("memory_peak", title, "paper 002", bars.grouped(long, "peak_bytes", "source", title, sub, "peak"),
                     finding, frame)]
 
 

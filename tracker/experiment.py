@@ -201,11 +201,11 @@ def check(kind: str, backend: str, device: Device | None, executor: str = "local
     if gpus and executor == "local" and backend not in ("auto", "model"):
         raise TrackerError(_ONE_GPU)
     if backend == "model" or executor == "local":
-        if kind in WITH_TORCH:
+        chosen, why, _ = choose_backend(backend, library=kind in WITH_TORCH)
+        if kind in WITH_TORCH and not (chosen == "model" and kind in ON_THE_MODEL):
             from tracker.library import require_torch
 
-            require_torch(f"experiment {kind}")
-        chosen, why, _ = choose_backend(backend, library=kind in WITH_TORCH)
+            require_torch(f"experiment {kind}")  # the model predicts a torch arm's network without PyTorch
     else:
         chosen, why = backend, f"{backend}: chosen on each node as tracker profile chooses"
     if chosen == "model" and kind not in ON_THE_MODEL:

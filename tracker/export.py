@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.errors import TrackerError, unknown
+from tracker.extras import install
 from tracker.paths import check_dir
 
 if TYPE_CHECKING:  # the CLI reads FORMATS at start-up: no SQLAlchemy then
@@ -29,7 +30,7 @@ def export(store: Store, run_id: int, out: str | Path, fmt: str) -> list[Path]:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise TrackerError("parquet needs pyarrow: pip install pyarrow (or --format csv)") from None
+            raise TrackerError(f"parquet needs pyarrow: {install('parquet')} (or --format csv)") from None
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name in (*TABLES, *(v.name for v in VIEWS), "metric_def"):

@@ -9,6 +9,7 @@ from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtyp
 from tracker.cli.options import db_option, emit, expanded, format_option, ncu_options, net_kwargs, network_options
 from tracker.cli.output import cell, stream, to_json
 from tracker.errors import TrackerError
+from tracker.extras import install
 from tracker.model import lookup
 from tracker.model.devices import MODEL_DEFAULT
 from tracker.model.roofline import MAX_BATCH
@@ -52,7 +53,7 @@ from tracker.profilers import COLLECTORS
 @click.option("--impl", "implementation", type=click.Choice(IMPLEMENTATIONS), default="ours", show_default=True,
               help="Who runs the network: ours (tracker's kernels) or torch (the same network built in PyTorch from "
               "tracker's definition, run by cuDNN and cuBLAS layer phase by layer phase under the same ranges; "
-              "pip install -e '.[torch]'). The run records torch, cuDNN and cuBLAS versions and, per layer phase, the "
+              f"{install('torch')}). The run records torch, cuDNN and cuBLAS versions and, per layer phase, the "
               "algorithm the library's kernels ran.")
 @click.option("--tf32", is_flag=True, help="--impl torch: let cuDNN and cuBLAS use TF32 tensor cores (off: fp32, "
               "as our kernels compute).")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from tracker.errors import TrackerError
+from tracker.extras import install
 from tracker.gpu.kernels import CUPY_ADDS, Overrides, compile_options, launch_defines, modules, source_text
 from tracker.ops.gemm import Tile
 from tracker.ops.launch import SM_REGISTERS, THREADS
@@ -65,8 +66,7 @@ def _nvrtc():
     try:
         from cuda.bindings import nvrtc
     except ImportError:
-        raise TrackerError("the compile check needs NVRTC: pip install cuda-bindings nvidia-cuda-nvrtc "
-                           "(or pip install -e '.[test]')") from None
+        raise TrackerError(f"the compile check needs NVRTC: {install('compile')}") from None
     return nvrtc
 
 
@@ -207,8 +207,7 @@ def cuobjdump() -> str:
     for root in getattr(nvidia, "__path__", []):
         for candidate in sorted(Path(root).glob("cu*/bin/cuobjdump"), reverse=True):
             return str(candidate)
-    raise TrackerError("reading the SASS needs cuobjdump: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "
-                       "(or pip install -e '.[compile]')")
+    raise TrackerError(f"reading the SASS needs cuobjdump: {install('compile')}")
 
 
 def sass(cubin: bytes) -> str:
@@ -218,8 +217,7 @@ def sass(cubin: bytes) -> str:
         file.flush()
         done = subprocess.run([cuobjdump(), "-sass", file.name], capture_output=True, text=True, timeout=120)
     if "nvdisasm" in done.stderr:  # cuobjdump runs nvdisasm from its own folder, else from PATH
-        raise TrackerError(f"reading the SASS needs nvdisasm beside {cuobjdump()}: pip install nvidia-cuda-nvdisasm "
-                           "(or pip install -e '.[compile]')")
+        raise TrackerError(f"reading the SASS needs nvdisasm beside {cuobjdump()}: {install('compile')}")
     if done.returncode != 0 or "Function :" not in done.stdout:
         raise TrackerError(f"cuobjdump -sass failed: {(done.stderr or done.stdout).strip()[:200]}")
     return done.stdout

@@ -171,6 +171,8 @@ def _is_library(run: pd.Series) -> bool:
 def _library(run: pd.Series) -> str:
     """'PyTorch 2.9.1 (CUDA 12.8, cuDNN 91002, cuBLAS 12.8.4.1; TF32 off, cuDNN benchmark off)'."""
     lib = run.get("library") or {}
+    if not lib.get("torch"):  # the model backend: the same network predicted, nothing ran
+        return "PyTorch (as the model predicts the same network)"
     on = lambda key: "on" if lib.get(key) else "off"  # noqa: E731
     return (f"PyTorch {lib.get('torch')} (CUDA {lib.get('cuda')}, cuDNN {lib.get('cudnn')}, cuBLAS {lib.get('cublas')}; "
             f"TF32 {on('tf32')}, cuDNN benchmark {on('cudnn_benchmark')})")
@@ -497,7 +499,8 @@ def _implementation(run: pd.Series) -> str:
     """Whose kernels a run ran, in a legend's words: 'ours' ('ours, tuned' with `tracker tune`'s
     tiles) or 'PyTorch 2.11.0 (cuDNN, cuBLAS)'."""
     if _is_library(run):
-        return f"PyTorch {(run.get('library') or {}).get('torch')} (cuDNN, cuBLAS)"
+        version = (run.get("library") or {}).get("torch")
+        return f"PyTorch {version} (cuDNN, cuBLAS)" if version else "PyTorch (predicted)"
     return "ours, tuned" if run.get("tiles") or run.get("tuned_variants") else "ours"
 
 

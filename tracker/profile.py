@@ -196,10 +196,7 @@ def profile_workload(
     choice = choose_backend(backend, options, workload.library)  # before the database: a refusal creates no file
     library = _library(workload, choice.backend)
     echo(f"backend: {choice.backend} ({choice.reason})")
-    if choice.backend == "model" and device is None and model_device is not None:
-        device = model_device
-        echo(f"device: {device.name}, from the catalog (--device NAME predicts for another; `tracker devices` "
-             "lists them)")
+    device = predicted_for(choice.backend, device, model_device, echo)
     if choice.backend != "model" and not workload.library:
         from tracker.gpu.network import check_indexing
 
@@ -231,6 +228,19 @@ def profile_workload(
                                            options.iterations, echo)
     store.dispose()
     return Profile(run.run_id, store.where, choice.backend, choice.reason, predictions, peak, device)
+
+
+def predicted_for(backend: str, device: Device | None, default: Device | None,
+                  echo: Callable[[str], None]) -> Device | None:
+    """The device a run on ``backend`` is predicted for: ``device`` where one is named; on the
+    model backend, where none is, ``default`` (the CLI's: the catalog's MODEL_DEFAULT), said in
+    the one line tracker profile and tracker experiment both print. On a GPU backend None stays
+    None: the run is predicted for the GPU it measures."""
+    if backend != "model" or device is not None or default is None:
+        return device
+    echo(f"device: {default.name}, from the catalog (--device NAME predicts for another; `tracker devices` "
+         "lists them)")
+    return default
 
 
 def check_options(dtype_bits: int, options: Options) -> None:

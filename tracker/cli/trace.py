@@ -110,7 +110,7 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
                       counter_iterations)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = profile_workload(db, workload, backend=backend, device=gpu, dtype_bits=int(dtype_bits), options=options,
-                              echo=say, untuned=untuned, model_device=None if gpu else lookup(MODEL_DEFAULT))
+                              echo=say, untuned=untuned, model_device=lookup(MODEL_DEFAULT))
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)
     summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,
@@ -134,8 +134,7 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
     for option, given in (("--ncu-report", ncu_report), ("--counter-iterations", _given("counter_iterations"))):
         if given and result.backend not in COLLECTORS:
             click.echo(f"  {option} ignored: the {result.backend} backend runs no counter profiler")
-    click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}, "
-               f"tracker report {result.run_id} --out report/")
+    click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}, tracker report {result.run_id}")
 
 
 def _given(parameter: str) -> bool:

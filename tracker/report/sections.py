@@ -515,10 +515,13 @@ def _moves(store, run_a: int, run_b: int, key: str, sub: str, what: str = "") ->
 
 def applied(settings: dict) -> dict:
     """An experiment's settings that apply to its arms: its batch sweep in place of the single
-    batch, ncu's settings only where ncu ran, no empty axis."""
+    batch, ncu's settings only where ncu ran, repeats and warm-ups only where something ran (not
+    on the model), no empty axis."""
     shown = {k: v for k, v in settings.items() if v not in (None, [], {})}
     if shown.get("batches"):
         shown.pop("batch", None)
+    if shown.get("backend") == "model":
+        shown = {k: v for k, v in shown.items() if k not in ("repeat", "warmup")}
     if shown.get("backend") != "ncu":
         shown = {k: v for k, v in shown.items() if not k.startswith("ncu_")}
     return shown
@@ -575,7 +578,8 @@ def _memory_sections(store, experiment_id: int, sub: str) -> list[Section]:
     long = long.assign(layer=long["arm"], phase="step")[["layer", "phase", "source", "gib"]]
     title = "Peak memory of a training step per arm: the model's and the measured"
     out = frame[frame["state"] != "complete"]
-    finding = (f"{len(frame) - len(out)} of {len(frame)} arms complete"
+    finding = (experiments.memory_finding(store, experiment_id)
+               + f"; {len(frame) - len(out)} of {len(frame)} arms complete"
                + (f"; out of memory or failed: {', '.join(out['arm'])}" if not out.empty else ""))
     ratios = frame["measured_over_predicted"].dropna()
     if not ratios.empty:

@@ -19,7 +19,7 @@ from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP
 
 SPEEDUP_COLUMNS = ("comparison", "arm", "layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup",
                    "change_pct", "noise")
-BATCH_COLUMNS = ("batch", "layer", "phase", "ms", "spread_pct", "ms_per_image", "source")
+BATCH_COLUMNS = ("batch", "layer", "phase", "ms", "spread_pct", "ms_per_image", "ops", "bytes", "source")
 TOTAL_COLUMNS = ("batch", "step_ms", "ms_per_image", "images_per_s", "ops", "bytes")  # a batch's whole training step
 ACROSS = {"gpu": "GPU against GPU (paper 003 Fig. 8): speedup = the first GPU's time / this GPU's time",
           "batch": "batch against batch, per image: speedup = the first batch's time per image / this one's"}
@@ -205,7 +205,7 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
     sweeps = [(axis, table) for axis, table in sweeps if not table.empty]
     if fmt == "table":
         measure = ("each arm's peak memory of a training step, the model's beside the measured" if kind == "memory"
-                   else "time per layer phase at each batch, and per image" if kind == "batch"
+                   else "the training step at each batch, in all and per image" if kind == "batch"
                    else "speedup = baseline time / arm time")
         click.echo(f"experiment e{experiment_id} {status}; {measure}; next: tracker report e{experiment_id}")
         if kind == "batch":

@@ -332,8 +332,9 @@ def test_a_batch_experiment_says_what_its_first_table_holds(runner, tmp_path):
     assert lines[first + 6:] == ["98 layer phase rows: --layers prints them"]
     layers = json.loads(run(runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model", "--db",
                             db, "--fresh", "--format", "json").stdout)
-    from tracker.analysis.experiments import batch_totals
     import pandas as pd
+
+    from tracker.analysis.experiments import batch_totals
 
     totals = batch_totals(pd.DataFrame(layers))
     assert list(totals["batch"]) == [1, 2] and len(layers) == 98  # 49 layer phases a batch

@@ -330,8 +330,32 @@ def test_the_public_surface_loads_on_first_use():
 
 
 def test_a_batch_experiment_says_what_its_first_table_holds(runner, tmp_path):
-    """Its table is time per layer phase, and per image: it promised a speedup it did not print."""
-    out = run(runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model", "--device", "h100",
-              "--db", tmp_path / "t.db").output
-    first = next(line for line in out.splitlines() if line.startswith("experiment e1 complete"))
-    assert "time per layer phase at each batch, and per image" in first and "speedup" not in out
+    """Its first table is each batch's training step, in all and per image (it once promised a
+    speedup it did not print, then printed every layer row and no total); the layer rows
+    follow with --layers. On the model it predicts for the catalog's default GPU, saying so in
+    the line tracker profile prints."""
+    db = tmp_path / "t.db"
+    out = run(runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model", "--db", db).output
+    lines = out.splitlines()
+    default = "device: H100 SXM5 80GB, from the catalog (--device NAME predicts for another; `tracker devices` lists them)"
+    assert default in lines
+    first = lines.index(next(line for line in lines if line.startswith("experiment e1 complete")))
+    assert "the training step at each batch, in all and per image" in lines[first] and "speedup" not in out
+    assert lines[first + 1].split() == ["batch", "step_ms", "ms_per_image", "images_per_s", "ops", "bytes"]
+    assert [line.split()[0] for line in lines[first + 3:first + 5]] == ["1", "2"]
+    assert lines[first + 6:] == ["98 layer phase rows: --layers prints them"]
+    layers = json.loads(run(runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model", "--db",
+                            db, "--fresh", "--format", "json").stdout)
+    import pandas as pd
+
+    from tracker.analysis.experiments import batch_totals
+
+    totals = batch_totals(pd.DataFrame(layers))
+    assert list(totals["batch"]) == [1, 2] and len(layers) == 98  # 49 layer phases a batch
+    for batch, step_ms, ops in totals[["batch", "step_ms", "ops"]].itertuples(index=False):
+        assert step_ms == pytest.approx(sum(r["ms"] for r in layers if r["batch"] == batch))
+        assert ops == sum(r["ops"] for r in layers if r["batch"] == batch) > 0
+    profiled = run(runner, "profile", "alexnet", "--batch", "1", "--backend", "model", "--db", db).output
+    assert default in profiled.splitlines()
+    assert "per layer phase" in run(runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model",
+                                    "--db", db, "--layers").output

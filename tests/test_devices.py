@@ -29,7 +29,8 @@ def test_unknown_and_ambiguous_names():
 def test_every_figure_has_a_known_source():
     for device in CATALOG:
         given = {"compute_capability", "sm_count", "fp32_tflops", "dram_gbps", "l2_kib", "shared_kib_per_sm"}
-        assert set(device.sources) == given | ({"l2_bytes_per_clock"} if device.l2_bytes_per_clock else set())
+        optional = {key for key in ("l2_bytes_per_clock", "memory_gb") if getattr(device, key)}
+        assert set(device.sources) == given | optional
         assert set(device.sources.values()) <= set(SOURCES)
 
 

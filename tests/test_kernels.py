@@ -314,8 +314,8 @@ def test_a_record_keeps_each_sources_digest(tmp_path):
     assert verified.status(relu, verified.records(tmp_path)).changes() == "no"
 
 
-def test_a_cuobjdump_without_nvdisasm_names_the_package_to_install(tmp_path, monkeypatch):
-    """cuobjdump -sass hands the disassembly to nvdisasm; a missing one says which pip package has it."""
+def test_a_cuobjdump_without_nvdisasm_names_the_extra_to_install(tmp_path, monkeypatch):
+    """cuobjdump -sass hands the disassembly to nvdisasm; a missing one names the compile extra, which has it."""
     from tracker.errors import TrackerError
     from tracker.gpu.compile import sass
 
@@ -323,7 +323,7 @@ def test_a_cuobjdump_without_nvdisasm_names_the_package_to_install(tmp_path, mon
     fake.write_text("#!/bin/sh\necho \"cuobjdump fatal   : Could not find executable file 'nvdisasm'\" >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    with pytest.raises(TrackerError, match=r"needs nvdisasm .*pip install nvidia-cuda-nvdisasm"):
+    with pytest.raises(TrackerError, match=r"needs nvdisasm .*: pip install -e '\.\[compile\]'$"):
         sass(b"\0" * 16)
 
 

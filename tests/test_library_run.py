@@ -170,13 +170,18 @@ def test_options_of_the_other_implementation_are_refused_in_one_line(tmp_path, r
 
 
 def test_without_pytorch_impl_torch_is_one_clear_line_and_creates_nothing(tmp_path, runner, monkeypatch):
+    """Where PyTorch would run (a GPU backend, a user's own model) its absence is one line; the
+    model backend predicts --impl torch's network, ours, without it."""
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     db = tmp_path / "t.db"
-    result = runner.invoke(cli, ["profile", "alexnet", "--impl", "torch", "--db", str(db)])
+    result = runner.invoke(cli, ["profile", "--torch", "mymodels:build", "--db", str(db)])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
-        "Error: --impl torch needs PyTorch, which is not installed: pip install -e '.[torch]'"]
+        "Error: --torch needs PyTorch, which is not installed: pip install -e '.[torch]'"]
     assert not db.exists()
+    result = runner.invoke(cli, ["profile", "alexnet", "--impl", "torch", "--backend", "model", "--db", str(db)])
+    assert result.exit_code == 0 and "run 1 complete: alexnet run by torch" in result.output
+    db.unlink()
     result = runner.invoke(cli, ["experiment", "library", "alexnet", "--db", str(db)])
     assert result.exit_code == 1 and "experiment library needs PyTorch" in result.output and not db.exists()

@@ -66,6 +66,23 @@ def test_the_memory_study_on_the_model_backend_records_each_arms_predicted_peak(
     report = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(tmp_path / "report")])
     assert report.exit_code == 0, report.output
     assert "8 of 8 arms complete" in report.output and (tmp_path / "report" / "memory_peak.svg").exists()
+    finding = report.output[report.output.index("the largest batch of unet2d"):]
+    assert "H100 SXM5 80GB" in finding and "H200 SXM 141GB" in finding and "at batch 1 the peak of" in finding
+    assert all(part in finding for part in ("activations", "weights", "weight gradients", "activation gradients"))
+
+
+def test_the_largest_batch_that_fits_is_the_last_whose_predicted_peak_does():
+    from tracker.model import lookup, memory
+    from tracker.model.memory import largest_batch
+    from tracker.model.roofline import MAX_BATCH
+    from tracker.nets import build
+
+    net = build("alexnet")
+    h100 = lookup("h100").memory_gb * 1e9
+    fits = largest_batch(net, h100)
+    assert memory(net, fits).peak_bytes <= h100 < memory(net, fits + 1).peak_bytes
+    assert largest_batch(net, memory(net, 1).peak_bytes - 1) == 0
+    assert largest_batch(net, 1e18) == MAX_BATCH
 
 
 def test_an_arm_out_of_memory_is_recorded_and_the_rest_run(runner, tmp_path, monkeypatch):

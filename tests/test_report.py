@@ -240,21 +240,33 @@ def test_the_command_that_fills_the_counters_rebuilds_the_same_network(runner, t
             in result.output)
 
 
-def test_a_reused_output_folder_shows_the_new_report_alone(runner, db, tmp_path):
-    """A run report's figures, then an experiment's into the same folder: the run's figures go,
-    said on stderr; a folder without a report's pages keeps its own images."""
+def test_no_report_is_written_over_another_without_force(runner, db, tmp_path):
+    """An experiment's report into run 1's report folder is refused in one line and touches
+    nothing; with --force it is written, and the run's figures go (said on stderr). The same
+    report again is an update. A folder holding files tracker did not write is refused too, and
+    with --force keeps them."""
     out = tmp_path / "report"
     assert runner.invoke(cli, ["report", "1", "--db", db, "--out", str(out)]).exit_code == 0
-    assert (out / "stalls.svg").exists()
-    again = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(out)])
-    assert again.exit_code == 0, again.output
+    before = {path.name: path.stat().st_mtime_ns for path in out.iterdir()}
+    assert "stalls.svg" in before
+    refused = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(out)])
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert refused.stderr == (f"Error: {out} holds run 1's report of {db}: name another --out, or add --force "
+                              "to write experiment e1's report there\n")
+    assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == before
+    again = runner.invoke(cli, ["report", "1", "--db", db, "--out", str(out)])
+    assert again.exit_code == 0 and "removed" not in again.stderr
+    forced = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(out), "--force"])
+    assert forced.exit_code == 0, forced.output
     assert not (out / "stalls.svg").exists() and not (out / "stalls.png").exists()
-    assert "removed 10 figure files an earlier report left in" in again.stderr
+    assert f"removed 10 figure files an earlier report left in {out}" in forced.stderr
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "holiday.png").write_bytes(b"not a report's")
-    assert runner.invoke(cli, ["report", "1", "--db", db, "--out", str(mine)]).exit_code == 0
-    assert (mine / "holiday.png").read_bytes() == b"not a report's"
+    refused = runner.invoke(cli, ["report", "1", "--db", db, "--out", str(mine)])
+    assert refused.exit_code == 1 and "holds files tracker did not write" in refused.stderr
+    assert runner.invoke(cli, ["report", "1", "--db", db, "--out", str(mine), "--force"]).exit_code == 0
+    assert (mine / "holiday.png").read_bytes() == b"not a report's" and (mine / "index.html").exists()
 
 
 def test_tables_have_human_headers_and_no_blank_column(runner, db, tmp_path):

@@ -29,7 +29,7 @@ from tracker.errors import ArmTaken, TrackerError
 from tracker.model import Device, lookup
 from tracker.nets import Network
 from tracker.gpu.workload import Workload
-from tracker.profile import Profile, check_options, choose_backend, profile_workload
+from tracker.profile import Profile, check_options, choose_backend, predicted_for, profile_workload
 from tracker.profilers import Options
 from tracker.profilers.ncu import Settings as NcuSettings
 
@@ -195,17 +195,18 @@ def conv_algorithms() -> dict[str, str]:
 
 
 def check(kind: str, backend: str, device: Device | None, executor: str = "local",
-          gpus: tuple[str, ...] = ()) -> tuple[str, str]:
+          gpus: tuple[str, ...] = (), model_device: Device | None = None) -> tuple[str, str]:
     """(backend, why) for the experiment, refusing what cannot answer its question. On a cluster
-    (an executor but local) each arm's node chooses for its own GPU, as tracker profile does."""
+    (an executor but local) each arm's node chooses for its own GPU, as tracker profile does.
+    ``model_device``: the device the model predicts for where ``device`` names none."""
     if gpus and executor == "local" and backend not in ("auto", "model"):
         raise TrackerError(_ONE_GPU)
     if backend == "model" or executor == "local":
-        if kind in WITH_TORCH:
+        chosen, why, _ = choose_backend(backend, library=kind in WITH_TORCH)
+        if kind in WITH_TORCH and not (chosen == "model" and kind in ON_THE_MODEL):
             from tracker.library import require_torch
 
-            require_torch(f"experiment {kind}")
-        chosen, why, _ = choose_backend(backend, library=kind in WITH_TORCH)
+            require_torch(f"experiment {kind}")  # the model predicts a torch arm's network without PyTorch
     else:
         chosen, why = backend, f"{backend}: chosen on each node as tracker profile chooses"
     if chosen == "model" and kind not in ON_THE_MODEL:
@@ -216,7 +217,7 @@ def check(kind: str, backend: str, device: Device | None, executor: str = "local
             raise TrackerError("--device and --gpus both name the device to predict for: give one")
         for gpu in gpus:
             lookup(gpu)  # on the model backend a GPU kind is the catalog device predicted for
-    elif chosen == "model" and device is None and kind == "batch":
+    elif chosen == "model" and device is None and model_device is None and kind == "batch":
         raise TrackerError("experiment batch on the model backend needs --device NAME (or --gpus NAME,...) "
                            "for the roofline's times")
     elif gpus and executor == "local":
@@ -257,12 +258,14 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
                    vary: tuple[tuple[str, tuple], ...] = (), backend: str = "auto",
                    repeat: int = 5, warmup: int = 1, device: Device | None = None,
                    echo: Callable[[str], None] = lambda line: None, ncu: NcuSettings = NcuSettings(),
-                   executor: Executor | None = None, fresh: bool = False) -> int:
+                   executor: Executor | None = None, fresh: bool = False, model_device: Device | None = None) -> int:
     """Plan every arm of ``kind`` (on each of ``gpus``, at each of ``batches``), record them in an
     experiment row, and have ``executor`` (default: this process, one arm after another) run them
     into ``db``; its id. An unfinished experiment planned the same way is resumed unless ``fresh``:
     its complete arms are kept, the others run again; one that a live process on this host is
-    running is refused in one line (identical commands started together make one experiment)."""
+    running is refused in one line (identical commands started together make one experiment).
+    ``model_device``: the device a model experiment predicts for where neither ``device`` nor
+    ``gpus`` names one (the CLI's catalog default, as tracker profile's)."""
     from tracker.executors import Local, Sweep
     from tracker.store import open_store
     from tracker.store.experiments import recording_experiment
@@ -272,12 +275,14 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     plan = arms(kind, batch, batches, variants, gpus, vary)
     if kind == "memory":
         plan = _runnable(plan, net, echo)
-    chosen, why = check(kind, backend, device, runner.name, gpus)
+    chosen, why = check(kind, backend, device, runner.name, gpus, None if gpus else model_device)
     check_options(32, Options(ncu))
     for arm in plan:
         workload(net, arm, repeat, warmup)  # every arm checked before the experiment's row
     runner.check(db, net, chosen)
     echo(f"experiment {kind}: {len(plan)} runs of {net.name} on backend {chosen} ({why}), executor {runner.name}")
+    if not gpus:
+        device = predicted_for(chosen, device, model_device, echo)
     store = open_store(db, write=True)
     settings = dict(batch=batch, batches=list(batches), variants=list(variants), gpus=list(gpus),
                     vary={name: list(values) for name, values in vary}, backend=chosen,

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.errors import TrackerError, unknown
-from tracker.paths import check_dir
+from tracker.extras import install
+from tracker.paths import check_dir, claim, mark
 
 if TYPE_CHECKING:  # the CLI reads FORMATS at start-up: no SQLAlchemy then
     from tracker.store import Store
@@ -16,20 +17,25 @@ TABLES = ("run", "layer", "prediction", "launch", "metric")
 FORMATS = ("csv", "parquet")  # --format reads these
 
 
-def export(store: Store, run_id: int, out: str | Path, fmt: str) -> list[Path]:
-    """Write ``<name>.<fmt>`` per view and table, rows of ``run_id`` only; the paths written.
-    ``metric_def`` (the catalog, every run's) is written too, to read the metric names by."""
+def export(store: Store, run_id: int, out: str | Path | None, fmt: str, force: bool = False) -> list[Path]:
+    """Write ``<name>.<fmt>`` per view and table, rows of ``run_id`` only, into ``out`` (default:
+    ``folder(run_id)`` in the current directory); the paths written. ``metric_def`` (the catalog,
+    every run's) is written too, to read the metric names by. A folder holding another run's
+    export, or other files, is refused unless ``force`` (tracker.paths.claim); files an earlier
+    export of the same run wrote and this one does not (the other format's) are removed."""
     from tracker.analysis import view
     from tracker.store.views import VIEWS
 
     if fmt not in FORMATS:
         raise unknown("export format", fmt, list(FORMATS))
-    out = check_dir(out)
+    out = check_dir(folder(run_id) if out is None else out)
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise TrackerError("parquet needs pyarrow: pip install pyarrow (or --format csv)") from None
+            raise TrackerError(f"parquet needs pyarrow: {install('parquet')} (or --format csv)") from None
+    what = f"run {run_id}'s export"
+    earlier = claim(out, what, store.where, force)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name in (*TABLES, *(v.name for v in VIEWS), "metric_def"):
@@ -43,7 +49,15 @@ def export(store: Store, run_id: int, out: str | Path, fmt: str) -> list[Path]:
         else:
             frame.apply(_json_cells).to_parquet(path, index=False)
         written.append(path)
+    for path in set(earlier) - set(written):
+        path.unlink()
+    mark(out, what, store.where, written)
     return written
+
+
+def folder(run_id: int) -> str:
+    """A run's export's own folder, the default --out: export-1."""
+    return f"export-{run_id}"
 
 
 def _json_cells(column):

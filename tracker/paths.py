@@ -115,3 +115,52 @@ def _quietly(remove, path: Path) -> None:
         remove(path)
     except OSError:
         pass
+
+
+# What a folder of tracker's output holds, written beside it: the output (say "run 1's report") and
+# the store it came from, and the files it wrote. The next writer into the folder reads it to know
+# whether it is updating the same output or would mix two (tracker report, tracker export).
+MARKER = ".tracker-output.json"
+
+
+def claim(out: Path, what: str, db: str, force: bool) -> list[Path]:
+    """Check that ``out`` may take ``what`` (e.g. "run 1's report") of the store ``db`` before the
+    work: a new or empty folder, or one holding the same output (an update), may; one holding
+    another output, or files tracker did not write, is refused in one line unless ``force``.
+    Returns the files the earlier output there wrote (its marker's list), for the writer to
+    remove what it does not write again; files tracker did not write are never listed."""
+    earlier = _marker(out)
+    if earlier is not None and (earlier.get("what"), earlier.get("db")) == (what, db):
+        return _listed(out, earlier)
+    if earlier is None and not (out.is_dir() and any(out.iterdir())):
+        return []
+    if not force:
+        held = f"{earlier.get('what')} of {earlier.get('db')}" if earlier else "files tracker did not write"
+        raise TrackerError(f"{shorten(str(out), PATH_ECHO)} holds {held}: name another --out, "
+                           f"or add --force to write {what} there")
+    return _listed(out, earlier) if earlier else []
+
+
+def mark(out: Path, what: str, db: str, written: list[Path]) -> None:
+    """Record in ``out`` that it holds ``what`` of ``db``, made of ``written``: what ``claim`` reads."""
+    import json
+
+    names = sorted(str(path.relative_to(out)) for path in written)
+    (out / MARKER).write_text(json.dumps({"what": what, "db": db, "files": names}, indent=1) + "\n")
+
+
+def _marker(out: Path) -> dict | None:
+    import json
+
+    try:
+        found = json.loads((out / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _listed(out: Path, marker: dict) -> list[Path]:
+    """The files a marker lists that are there, each inside ``out`` (a name with '..' is skipped)."""
+    names = [name for name in marker.get("files", []) if isinstance(name, str)]
+    paths = [out / name for name in names if ".." not in Path(name).parts and not Path(name).is_absolute()]
+    return [path for path in paths if path.is_file()]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from tracker.errors import BackendUnavailable, TrackerError, UnknownName, unknown
+from tracker.extras import install
 from tracker.gpu.workload import MAX_REPEAT, MAX_WARMUP, Workload
 from tracker.model import Device, Memory, Prediction, lookup, memory, predict
 from tracker.model.roofline import check_dtype_bits
@@ -64,7 +65,7 @@ def require_gpu(what: str) -> str:
     if not count:
         raise BackendUnavailable(f"{what} needs an NVIDIA GPU, and this machine has none ({why})")
     if importlib.util.find_spec("cupy") is None:
-        raise BackendUnavailable(f"{what} needs CuPy: pip install -e '.[gpu]'")
+        raise BackendUnavailable(f"{what} needs CuPy: {install('gpu')}")
     return why
 
 
@@ -192,13 +193,10 @@ def profile_workload(
     check_options(dtype_bits, options)
     options.check_iterations(workload.repeat)
     net, batch = workload.net, workload.batch
-    library = _library(workload)
     choice = choose_backend(backend, options, workload.library)  # before the database: a refusal creates no file
+    library = _library(workload, choice.backend)
     echo(f"backend: {choice.backend} ({choice.reason})")
-    if choice.backend == "model" and device is None and model_device is not None:
-        device = model_device
-        echo(f"device: {device.name}, from the catalog (--device NAME predicts for another; `tracker devices` "
-             "lists them)")
+    device = predicted_for(choice.backend, device, model_device, echo)
     if choice.backend != "model" and not workload.library:
         from tracker.gpu.network import check_indexing
 
@@ -232,6 +230,19 @@ def profile_workload(
     return Profile(run.run_id, store.where, choice.backend, choice.reason, predictions, peak, device)
 
 
+def predicted_for(backend: str, device: Device | None, default: Device | None,
+                  echo: Callable[[str], None]) -> Device | None:
+    """The device a run on ``backend`` is predicted for: ``device`` where one is named; on the
+    model backend, where none is, ``default`` (the CLI's: the catalog's MODEL_DEFAULT), said in
+    the one line tracker profile and tracker experiment both print. On a GPU backend None stays
+    None: the run is predicted for the GPU it measures."""
+    if backend != "model" or device is not None or default is None:
+        return device
+    echo(f"device: {default.name}, from the catalog (--device NAME predicts for another; `tracker devices` "
+         "lists them)")
+    return default
+
+
 def check_options(dtype_bits: int, options: Options) -> None:
     """What a profile takes beside its Workload (which checks itself), checked as the CLI checks
     its options, before anything is written."""
@@ -242,11 +253,14 @@ def check_options(dtype_bits: int, options: Options) -> None:
         raise TrackerError(f"ncu must be tracker.profilers.ncu.Settings, not {type(options.ncu).__name__}")
 
 
-def _library(workload: Workload) -> dict | None:
+def _library(workload: Workload, backend: str) -> dict | None:
     """What the library arm runs with, recorded on its run (None for our kernels); PyTorch missing
-    is refused here, before anything is written."""
+    is refused here, before anything is written. The model backend predicts the same network
+    without PyTorch: its run records the two choices and no versions."""
     if not workload.library:
         return None
+    if backend == "model":
+        return {"tf32": workload.tf32, "cudnn_benchmark": workload.cudnn_benchmark}
     from tracker.library import require_torch, versions
 
     require_torch()

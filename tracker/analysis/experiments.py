@@ -103,10 +103,23 @@ def scaling(store: Store, experiment_id: int) -> pd.DataFrame:
     frames = []
     table = runs(store, experiment_id)
     for _, run in table[table["status"] == "complete"].iterrows():
-        frame = runtime(store, int(run.run_id))[["layer_id", "layer", "kind", "phase", "ms", "spread_pct", "source"]]
+        frame = runtime(store, int(run.run_id))[["layer_id", "layer", "kind", "phase", "ms", "spread_pct", "source",
+                                                 "ops", "bytes"]]
         frames.append(frame.assign(batch=int(run.batch), ms_per_image=frame["ms"] / int(run.batch),
                                    run_id=int(run.run_id), arm=run.arm, gpu=run.gpu))
     return in_layer_order(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+
+
+def batch_totals(frame: pd.DataFrame, swept: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A batch experiment's whole training step per batch size (and per value of the ``swept``
+    columns, arm and gpu, where it swept variants or GPUs), from ``scaling``'s rows: step_ms, ops
+    and bytes summed over the layer phases, then ms_per_image and images_per_s."""
+    if frame.empty:
+        return frame
+    totals = frame.groupby([*swept, "batch"], as_index=False, sort=False, dropna=False)[["ms", "ops", "bytes"]].sum(
+        min_count=1).rename(columns={"ms": "step_ms"})
+    return totals.assign(ms_per_image=totals["step_ms"] / totals["batch"],
+                         images_per_s=totals["batch"] / (totals["step_ms"] / 1e3))
 
 
 def across(store: Store, experiment_id: int, axis: str) -> pd.DataFrame:
@@ -275,6 +288,31 @@ def memory(store: Store, experiment_id: int) -> pd.DataFrame:
                          measured_peak_bytes=peak.measured_bytes, measured_over_predicted=peak.ratio,
                          reason=arm.reason))
     return pd.DataFrame(rows, columns=list(MEMORY_COLUMNS))
+
+
+def memory_finding(store: Store, experiment_id: int) -> str:
+    """The memory study's answer in words, from the model: the largest batch of the experiment's
+    network whose predicted peak fits each GPU (those it swept, else every catalog GPU whose
+    capacity the catalog gives), and where the peak of its first arm goes, part by part."""
+    from tracker import units
+    from tracker.model import CATALOG, lookup, memory
+    from tracker.model.memory import PARTS, largest_batch
+    from tracker.nets import build
+    from tracker.store import find_experiment
+    from tracker.store.queries import arm_rows
+
+    experiment = find_experiment(store, experiment_id)
+    arms = arm_rows(store, experiment_id)
+    first = arms[0].spec if arms else {"batch": experiment.settings["batch"]}
+    net = build(experiment.network, **{**experiment.network_options, **first.get("options", {})})
+    swept = [lookup(gpu) for gpu in experiment.settings.get("gpus") or []]
+    capacities = {gpu.name: gpu.memory_gb * 1e9 for gpu in swept or CATALOG if gpu.memory_gb}
+    fits = ", ".join(f"{name} {largest_batch(net, capacity):,}" for name, capacity in capacities.items())
+    peak = memory(net, first["batch"])
+    parts = sorted(((getattr(peak, key), name) for key, name in PARTS.items() if getattr(peak, key)), reverse=True)
+    shares = ", ".join(f"{name} {units.percent(100 * size / peak.peak_bytes)}" for size, name in parts)
+    return (f"the largest batch of {net.name} whose predicted peak fits: {fits or 'no GPU with a known capacity'}; "
+            f"at batch {first['batch']} the peak of {units.nbytes(peak.peak_bytes)} is {shares}")
 
 
 def results(store: Store, experiment_id: int, kind: str) -> pd.DataFrame:

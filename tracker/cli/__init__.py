@@ -84,7 +84,7 @@ def cli() -> None:
       tracker show last                       one run, layer by layer
       tracker model alexnet --device h100     FLOPs, bytes, roofline and memory; no GPU needed
       tracker sql "SELECT * FROM layer_phase" query the store (read-only)
-      tracker report last --out report/       paper 003's figures and findings for a run
+      tracker report last                     paper 003's figures and findings for a run, in report-N/
       tracker experiment fusion alexnet       runs that answer one question; speedups per layer
       tracker compare 3 4                     one run against another, layer by layer
     """

@@ -31,7 +31,8 @@ def _device(ctx, param, value: str | None) -> str | None:
 
 device_option = click.option(
     "--device", "-d", metavar="NAME", default=None, callback=_device,
-    help="A catalog GPU for the roofline (h100, a100, gtx1080, 'NVIDIA H100 80GB HBM3', ...; see `tracker devices`).",
+    help="A catalog GPU for the roofline (h100, a100, gtx1080, 'NVIDIA H100 80GB HBM3', ...; see `tracker devices`). "
+         "profile and experiment on the model backend: h100-sxm where none is named.",
 )
 dtype_option = click.option(
     "--dtype-bits", type=click.Choice([str(b) for b in DTYPE_BITS]), default="32", show_default=True,

@@ -19,7 +19,8 @@ from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP
 
 SPEEDUP_COLUMNS = ("comparison", "arm", "layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup",
                    "change_pct", "noise")
-BATCH_COLUMNS = ("batch", "layer", "phase", "ms", "spread_pct", "ms_per_image", "source")
+BATCH_COLUMNS = ("batch", "layer", "phase", "ms", "spread_pct", "ms_per_image", "ops", "bytes", "source")
+TOTAL_COLUMNS = ("batch", "step_ms", "ms_per_image", "images_per_s", "ops", "bytes")  # a batch's whole training step
 ACROSS = {"gpu": "GPU against GPU (paper 003 Fig. 8): speedup = the first GPU's time / this GPU's time",
           "batch": "batch against batch, per image: speedup = the first batch's time per image / this one's"}
 
@@ -111,6 +112,8 @@ def _records(frame) -> list[dict]:
                    "the same command again waits for them.")
 @click.option("--poll", type=FiniteRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS",
               help="slurm: how often to look at the store and the queue while the arms run.")
+@click.option("--layers", "layer_rows", is_flag=True,
+              help="batch: after each batch size's totals, every layer phase's time (the report draws them too).")
 @click.option("--fresh", is_flag=True,
               help="Start a new experiment even where an unfinished one was planned the same way "
                    "(by default it is resumed: complete arms are kept, the rest run again).")
@@ -118,8 +121,8 @@ def _records(frame) -> list[dict]:
 @device_option
 @network_options
 @format_option
-def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sbatch_args, logs, detach, poll, fresh, db,
-               backend, repeat, warmup, clock_control, cache_control, device, fmt, **kwargs):
+def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sbatch_args, logs, detach, poll, layer_rows,
+               fresh, db, backend, repeat, warmup, clock_control, cache_control, device, fmt, **kwargs):
     """Run a set of profiles that answers one question, and print per-layer speedups.
 
     \b
@@ -127,7 +130,7 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
       l1-bypass  every kernel variant with and without the L1-bypass build, per variant
       fusion     conv/fc + separate ReLU against the fused kernels, per fused pair
       variants   global, constant, shared, gemm and fused kernels against global
-      batch      runtime per layer at each of --batches (model backend: with --device)
+      batch      runtime per layer at each of --batches
       library    our kernels (tuned) against PyTorch's cuDNN and cuBLAS (--impl torch),
                  with the algorithm cuDNN ran per layer phase
       algorithms direct, implicit GEMM, explicit GEMM and Winograd convolutions against the
@@ -150,7 +153,7 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
       tracker experiment l1-bypass alexnet --batch 128
       tracker experiment fusion alexnet --batch 128 --repeat 10
       tracker experiment batch alexnet --batches 16,64,128
-      tracker experiment batch alexnet --batches 16,128 --backend model --device h100
+      tracker experiment batch alexnet --batches 16,128 --backend model --device a100
       tracker experiment library alexnet --batch 128 --backend events
       tracker experiment algorithms alexnet --batch 128
       tracker experiment variants alexnet --variants global,shared --gpus h100,a100 \\
@@ -161,6 +164,7 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
     from tracker.experiment import run_experiment
     from tracker.profilers.ncu import Settings as NcuSettings
     from tracker.model import lookup
+    from tracker.model.devices import MODEL_DEFAULT
     from tracker.nets import build
     from tracker.executors import Local, Slurm
     from tracker.store import experiment_dict, find_experiment, open_store
@@ -173,10 +177,13 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
     runner = Slurm(tuple(_split(sbatch_args)), logs, poll, detach) if executor == "slurm" else Local()
     if detach and executor == "local":
         raise click.UsageError("--detach leaves a cluster's jobs running: it needs --executor slurm")
+    if layer_rows and kind != "batch":
+        raise click.UsageError(f"--layers prints a batch experiment's layer rows after its totals; experiment {kind} "
+                               "prints its rows whole")
     experiment_id = run_experiment(db, kind, net, batch, batches=batches, variants=variants, gpus=gpus, vary=vary,
                                    backend=backend, repeat=repeat, warmup=warmup, device=gpu, echo=say,
                                    ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control),
-                                   executor=runner, fresh=fresh)
+                                   executor=runner, fresh=fresh, model_device=lookup(MODEL_DEFAULT))
     if detach:
         return
     store = open_store(db, write=False)
@@ -198,10 +205,17 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
     sweeps = [(axis, table) for axis, table in sweeps if not table.empty]
     if fmt == "table":
         measure = ("each arm's peak memory of a training step, the model's beside the measured" if kind == "memory"
-                   else "time per layer phase at each batch, and per image" if kind == "batch"
+                   else "the training step at each batch, in all and per image" if kind == "batch"
                    else "speedup = baseline time / arm time")
-        click.echo(f"experiment e{experiment_id} {status}; {measure}; next: tracker report e{experiment_id} --out report/")
-        emit(_records(frame), fmt, columns)
+        click.echo(f"experiment e{experiment_id} {status}; {measure}; next: tracker report e{experiment_id}")
+        if kind == "batch":
+            _batch_tables(frame, swept, columns, layer_rows)
+        else:
+            emit(_records(frame), fmt, columns)
+        if kind == "memory" and not frame.empty:
+            from tracker.analysis.experiments import memory_finding
+
+            click.echo(f"\nfinding: {memory_finding(store, experiment_id)}")
         for axis, table in sweeps:
             click.echo(f"\n{ACROSS[axis]}")
             emit(_records(table), fmt, [c for c in SPEEDUP_COLUMNS if c in table.columns])
@@ -212,6 +226,19 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
         emit(_records(frame), fmt, columns)
     if not status.startswith("complete"):
         sys.exit(1)
+
+
+def _batch_tables(frame, swept: list[str], columns, layer_rows: bool) -> None:
+    """A batch experiment as a table: the training step's totals per batch size (per ``swept``
+    arm and GPU) first, then each layer phase's row with --layers (else a line saying how to see them)."""
+    from tracker.analysis.experiments import batch_totals
+
+    emit(_records(batch_totals(frame, tuple(swept))), "table", [*swept, *TOTAL_COLUMNS])
+    if layer_rows:
+        click.echo("\nper layer phase")
+        emit(_records(frame), "table", columns)
+    elif not frame.empty:
+        click.echo(f"\n{len(frame)} layer phase rows: --layers prints them")
 
 
 def _only_out_of_memory(frame) -> bool:
@@ -370,23 +397,31 @@ def agree(run_a, run_b, db, db_b, fmt):
     emit(rows, fmt)
 
 
+FORCE_HELP = "Write into --out even where it holds another run's output or files tracker did not write."
+
+
 @cli.command()
 @click.argument("target", default="last", metavar="RUN|EXPERIMENT")
-@click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for the figures and pages.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Directory for the figures and pages. Default: the report's own, in the current directory: "
+                   "report-1 for run 1, report-e2 for experiment e2, report-4-vs-3 with --against 3.")
 @click.option("--against", default=None, metavar="RUN",
               help="Also draw TARGET's speedup over this run (paper 003 Figure 8: two GPUs, two batch sizes).")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @db_option
-def report(target, out, against, db):
+def report(target, out, against, force, db):
     """Paper 003's figures and tables for a run or an experiment, with a finding per figure.
 
     RUN is a run id or 'last'; EXPERIMENT is an experiment id written e2 (see `tracker
-    experiments`). Writes each figure as PNG and SVG, index.html and report.md into --out.
-    Figures the run has no data for (no counters without ncu) are listed with the reason.
+    experiments`). Writes each figure as PNG and SVG, index.html and report.md into a folder of
+    the report's own (--out to choose another). Figures the run has no data for (no counters
+    without ncu) are listed with the reason. A folder that holds another report is refused
+    unless --force; the same report written again updates its folder.
 
     \b
     Examples:
-      tracker report 3 --out report/
-      tracker report e2 --out fusion-report/
+      tracker report 3
+      tracker report e2
       tracker report 4 --against 3 --out h100-vs-a100/
     """
     from pathlib import Path
@@ -396,9 +431,11 @@ def report(target, out, against, db):
     from tracker.report import report as write_report
     from tracker.store import open_store
 
-    out = check_dir(out)  # before the database: an unwritable --out opens nothing
+    if out is not None:
+        out = check_dir(out)  # before the database: an unwritable --out opens nothing
     store = open_store(db, write=False)
-    written, built, removed = write_report(store, target, out, against)
+    written, built, removed = write_report(store, target, out, against, force)
+    out = written[0].parent
     drawn = sum(s.figure is not None for s in built.sections)
     if removed:
         click.echo(f"  removed {units.count_of(len(removed), 'figure file')} an earlier report left in {out}", err=True)
@@ -418,25 +455,31 @@ def report(target, out, against, db):
 
 @cli.command()
 @click.argument("run", default="last")
-@click.option("--out", type=click.Path(file_okay=False), required=True, help="Directory for the files.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Directory for the files. Default: the run's own, in the current directory: export-1 for run 1.")
 @click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="csv", show_default=True)
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @db_option
-def export(run, out, fmt, db):
+def export(run, out, fmt, force, db):
     """Every view of one run (and its launch, metric and layer tables) as CSV or Parquet files.
+
+    Into a folder of the run's own (--out to choose another); a folder that holds another run's
+    export is refused unless --force.
 
     \b
     Examples:
-      tracker export 3 --out run3/
+      tracker export 3
       tracker export last --format parquet --out run3/
     """
     from tracker.export import export as write_export
     from tracker.paths import check_dir
     from tracker.store import find_run, open_store
 
-    out = check_dir(out)  # before the database: an unwritable --out opens nothing
+    if out is not None:
+        out = check_dir(out)  # before the database: an unwritable --out opens nothing
     store = open_store(db, write=False)
-    written = write_export(store, find_run(store, run).id, out, fmt)
-    click.echo(f"{len(written)} files in {out}")
+    written = write_export(store, find_run(store, run).id, out, fmt, force)
+    click.echo(f"{len(written)} files in {written[0].parent}")
 
 
 @cli.command()

@@ -9,6 +9,7 @@ from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtyp
 from tracker.cli.options import db_option, emit, expanded, format_option, ncu_options, net_kwargs, network_options
 from tracker.cli.output import cell, stream, to_json
 from tracker.errors import TrackerError
+from tracker.extras import install
 from tracker.model import lookup
 from tracker.model.devices import MODEL_DEFAULT
 from tracker.model.roofline import MAX_BATCH
@@ -54,7 +55,7 @@ from tracker.profilers import COLLECTORS
 @click.option("--impl", "implementation", type=click.Choice(IMPLEMENTATIONS), default="ours", show_default=True,
               help="Who runs the network: ours (tracker's kernels) or torch (the same network built in PyTorch from "
               "tracker's definition, run by cuDNN and cuBLAS layer phase by layer phase under the same ranges; "
-              "pip install -e '.[torch]'). The run records torch, cuDNN and cuBLAS versions and, per layer phase, the "
+              f"{install('torch')}). The run records torch, cuDNN and cuBLAS versions and, per layer phase, the "
               "algorithm the library's kernels ran.")
 @click.option("--tf32", is_flag=True, help="--impl torch: let cuDNN and cuBLAS use TF32 tensor cores (off: fp32, "
               "as our kernels compute).")
@@ -112,7 +113,7 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
                       counter_iterations)
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = profile_workload(db, workload, backend=backend, device=gpu, dtype_bits=int(dtype_bits), options=options,
-                              echo=say, untuned=untuned, model_device=None if gpu else lookup(MODEL_DEFAULT))
+                              echo=say, untuned=untuned, model_device=lookup(MODEL_DEFAULT))
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)
     summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,
@@ -136,8 +137,7 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
     for option, given in (("--ncu-report", ncu_report), ("--counter-iterations", _given("counter_iterations"))):
         if given and result.backend not in COLLECTORS:
             click.echo(f"  {option} ignored: the {result.backend} backend runs no counter profiler")
-    click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}, "
-               f"tracker report {result.run_id} --out report/")
+    click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}, tracker report {result.run_id}")
 
 
 def _given(parameter: str) -> bool:

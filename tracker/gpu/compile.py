@@ -34,6 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tracker.errors import TrackerError
+from tracker.extras import install
 from tracker.gpu.kernels import CUPY_ADDS, Overrides, compile_options, launch_defines, modules, source_text
 from tracker.ops.gemm import Tile
 from tracker.ops.launch import SM_REGISTERS, THREADS
@@ -71,8 +72,7 @@ def _nvrtc():
     try:
         from cuda.bindings import nvrtc
     except ImportError:
-        raise TrackerError("the compile check needs NVRTC: pip install cuda-bindings nvidia-cuda-nvrtc "
-                           "(or pip install -e '.[test]')") from None
+        raise TrackerError(f"the compile check needs NVRTC: {install('compile')}") from None
     return nvrtc
 
 
@@ -244,8 +244,7 @@ def cuobjdump() -> str:
     for root in getattr(nvidia, "__path__", []):
         for candidate in sorted(Path(root).glob("cu*/bin/cuobjdump"), reverse=True):
             return str(candidate)
-    raise TrackerError("reading the SASS needs cuobjdump: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "
-                       "(or pip install -e '.[compile]')")
+    raise TrackerError(f"reading the SASS needs cuobjdump: {install('compile')}")
 
 
 def sass(cubin: bytes) -> str:
@@ -255,8 +254,7 @@ def sass(cubin: bytes) -> str:
         file.flush()
         done = subprocess.run([cuobjdump(), "-sass", file.name], capture_output=True, text=True, timeout=120)
     if "nvdisasm" in done.stderr:  # cuobjdump runs nvdisasm from its own folder, else from PATH
-        raise TrackerError(f"reading the SASS needs nvdisasm beside {cuobjdump()}: pip install nvidia-cuda-nvdisasm "
-                           "(or pip install -e '.[compile]')")
+        raise TrackerError(f"reading the SASS needs nvdisasm beside {cuobjdump()}: {install('compile')}")
     if done.returncode != 0 or "Function :" not in done.stdout:
         raise TrackerError(f"cuobjdump -sass failed: {(done.stderr or done.stdout).strip()[:200]}")
     return done.stdout

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from tracker.errors import BackendUnavailable, OutOfMemory
+from tracker.extras import install
 from tracker.gpu.network import Executor
 from tracker.gpu.timing import launch_ms
 from tracker.gpu.workload import Launch, Workload, tagged
@@ -35,7 +36,7 @@ def _cupy_backend(l1_policy: str):
     try:
         from tracker.gpu.cupy_backend import CupyBackend, device_info
     except ImportError as exc:
-        raise BackendUnavailable(f"the GPU backends need CuPy ({exc}): pip install -e '.[gpu]'") from None
+        raise BackendUnavailable(f"the GPU backends need CuPy ({exc}): {install('gpu')}") from None
     return CupyBackend(l1_policy), device_info()
 
 

@@ -6,7 +6,7 @@ that the same collectors and the same join trace it.
 ``torch_run`` runs it on a GPU for pass 1 (the launch log from PyTorch's profiler, read by
 ``kineto``) and as pass 2's child; ``tracker/kernel_names.py`` reads the algorithm a library ran
 from its kernels' names. PyTorch is imported only in ``torch_net`` and ``torch_run``, and only
-when used (``pip install -e '.[torch]'``): this module and ``kineto`` are pure Python.
+when used (the torch extra: ``tracker.extras``): this module and ``kineto`` are pure Python.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ import importlib.metadata
 import importlib.util
 
 from tracker.errors import BackendUnavailable
-
-INSTALL = "pip install -e '.[torch]'"
+from tracker.extras import install
 
 
 def require_torch(what: str = "--impl torch") -> None:
     """Raise, saying how to install it, unless PyTorch imports here."""
     if importlib.util.find_spec("torch") is None:
-        raise BackendUnavailable(f"{what} needs PyTorch, which is not installed: {INSTALL}")
+        raise BackendUnavailable(f"{what} needs PyTorch, which is not installed: {install('torch')}")
 
 
 def require_torch_cuda(what: str) -> str:

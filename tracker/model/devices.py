@@ -62,6 +62,8 @@ class Device:
     notes: str = ""
     year: int = 0
     l2_bytes_per_clock: int | None = None  # the whole L2's read bandwidth per clock, where a source gives it
+    memory_gb: float | None = None  # DRAM capacity (1e9 bytes), where the source names one board's; the
+    # memory study's finding reads it (the largest batch that fits)
 
     @property
     def clock_hz(self) -> float:
@@ -104,6 +106,7 @@ class Device:
             "ridge_flop_per_byte": round(self.ridge, 2),
             "l1_gbps": round(self.l1_bandwidth / 1e9),
             "l2_gbps": round(self.l2_bandwidth / 1e9) if self.l2_bandwidth else None,
+            "memory_gb": self.memory_gb,
             "sources": {k: SOURCES[v] for k, v in self.sources.items()},
             "aliases": list(self.aliases),
             "notes": self.notes,
@@ -156,30 +159,34 @@ CATALOG: tuple[Device, ...] = (
            notes="5120 cores at the 1530 MHz boost clock; L2 2048 B/clock (A100 whitepaper)", year=2017,
            l2_bytes_per_clock=2048),
     Device("a100", "A100-SXM4-80GB", "8.0", 108, 19.5, 2039.0, 40960, 164,
-           _sources("nv-ampere", shared_kib_per_sm="cuda-guide", l2_bytes_per_clock="nv-ampere"),
+           _sources("nv-ampere", shared_kib_per_sm="cuda-guide", l2_bytes_per_clock="nv-ampere", memory_gb="nv-ampere"),
            aliases=("NVIDIA A100-SXM4-80GB", "A100 SXM4", "A100 SXM"),
            notes="6912 cores at the 1410 MHz boost clock; HBM2e 80 GB; L2 5120 B/clock (whitepaper)", year=2020,
-           l2_bytes_per_clock=5120),
+           l2_bytes_per_clock=5120, memory_gb=80),
     Device("h100-sxm", "H100 SXM5 80GB", "9.0", 132, 66.9, 3350.0, 51200, 228,
-           _sources("nv-hopper", shared_kib_per_sm="cuda-guide", sm_count="seen-h100", l2_kib="seen-h100"),
+           _sources("nv-hopper", shared_kib_per_sm="cuda-guide", sm_count="seen-h100", l2_kib="seen-h100",
+                    memory_gb="nv-hopper"),
            aliases=("NVIDIA H100 80GB HBM3", "H100 SXM", "H100", "h100 sxm5"),
-           notes="16896 cores at the 1980 MHz boost clock; HBM3; the GPU the device tool lends", year=2022),
+           notes="16896 cores at the 1980 MHz boost clock; HBM3; the GPU the device tool lends", year=2022,
+           memory_gb=80),
     Device("h100-pcie", "H100 PCIe", "9.0", 114, 51.2, 2000.0, 51200, 228,
-           _sources("nv-hopper", shared_kib_per_sm="cuda-guide"),
+           _sources("nv-hopper", shared_kib_per_sm="cuda-guide", memory_gb="nv-hopper"),
            aliases=("NVIDIA H100 PCIe",),
-           notes="14592 cores at the 1755 MHz boost clock; HBM2e", year=2022),
+           notes="14592 cores at the 1755 MHz boost clock; HBM2e", year=2022, memory_gb=80),
     Device("h200", "H200 SXM 141GB", "9.0", 132, 66.9, 4800.0, 61440, 228,
-           _sources("nv-h200", shared_kib_per_sm="cuda-guide", sm_count="seen-h200", l2_kib="seen-h200"),
+           _sources("nv-h200", shared_kib_per_sm="cuda-guide", sm_count="seen-h200", l2_kib="seen-h200",
+                    memory_gb="nv-h200"),
            aliases=("NVIDIA H200", "H200 SXM"),
-           notes="GH100 as in the H100 SXM with 141 GB HBM3e; the lent H200 reported 60 MB of L2", year=2024),
+           notes="GH100 as in the H100 SXM with 141 GB HBM3e; the lent H200 reported 60 MB of L2", year=2024,
+           memory_gb=141),
     Device("l4", "L4", "8.9", 58, 30.3, 300.0, 49152, 100,
-           _sources("nv-ada", shared_kib_per_sm="cuda-guide"),
+           _sources("nv-ada", shared_kib_per_sm="cuda-guide", memory_gb="nv-ada"),
            aliases=("NVIDIA L4",),
-           notes="7424 cores at the 2040 MHz boost clock; GDDR6", year=2023),
+           notes="7424 cores at the 2040 MHz boost clock; GDDR6", year=2023, memory_gb=24),
     Device("rtx4090", "GeForce RTX 4090", "8.9", 128, 82.6, 1008.0, 73728, 100,
-           _sources("nv-ada", shared_kib_per_sm="cuda-guide"),
+           _sources("nv-ada", shared_kib_per_sm="cuda-guide", memory_gb="nv-ada"),
            aliases=("NVIDIA GeForce RTX 4090", "GeForce RTX 4090", "rtx 4090"),
-           notes="16384 cores at the 2520 MHz boost clock; GDDR6X", year=2022),
+           notes="16384 cores at the 2520 MHz boost clock; GDDR6X", year=2022, memory_gb=24),
 )
 
 _PREFIXES = ("nvidia", "geforce", "tesla")

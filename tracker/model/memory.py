@@ -66,6 +66,28 @@ def memory(net: Network, batch: int, dtype_bits: int = 32, algorithm: str | None
     return Memory(params, activations, params, act_grads, workspace, peak)
 
 
+PARTS = {"param_bytes": "weights", "activation_bytes": "activations", "weight_grad_bytes": "weight gradients",
+         "activation_grad_bytes": "activation gradients", "workspace_bytes": "workspace"}  # Memory's parts, named
+
+
+def largest_batch(net: Network, capacity_bytes: float, dtype_bits: int = 32) -> int:
+    """The largest batch (up to MAX_BATCH) whose predicted peak fits in ``capacity_bytes``; 0 where
+    not even one image does. The peak grows with the batch (the im2col chunk can shrink a little
+    as chunks are added, never by a whole image's activations), so a bisection finds it."""
+    from tracker.model.roofline import MAX_BATCH
+
+    def fits(batch: int) -> bool:
+        return memory(net, batch, dtype_bits).peak_bytes <= capacity_bytes
+
+    low, high = 0, MAX_BATCH  # fits(low) holds (0: vacuously); find the last batch that fits
+    if fits(high):
+        return high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
 def _im2col(layer) -> bool:
     """Whether our GEMM convolution (the conv `gemm` variant) can run ``layer``: a 2-D convolution.
     A 3-D one has no im2col variant (on an H200 the 3-D U-Net at 128^3 was predicted 14.5 GB of

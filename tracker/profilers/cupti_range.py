@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tracker.errors import BackendUnavailable, ProfilerFailed
+from tracker.extras import install
 from tracker.profilers.ncu import PERMISSION_HELP
 
 # CUpti_ProfilerRange and CUpti_ProfilerReplayMode (cupti_profiler_target.h), CUpti_CacheControl_Mode
@@ -134,7 +135,7 @@ def library() -> ctypes.CDLL:
         return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     except Exception as exc:  # ImportError, cuda.pathfinder's not-found errors, OSError
         raise BackendUnavailable(f"no usable libcupti ({type(exc).__name__}: {str(exc).strip()[:160]}): "
-                                 "pip install -e '.[cupti]'") from None
+                                 f"{install('cupti')}") from None
 
 
 def wheel_libcupti() -> Path | None:

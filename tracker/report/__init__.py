@@ -6,13 +6,14 @@ that fills them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from tracker.errors import TrackerError, shorten
-from tracker.paths import check_dir
+from tracker.paths import check_dir, claim, mark
 from tracker.store import Store
 
 
@@ -57,30 +58,25 @@ class Report:
             raise ValueError(f"report sections share the key(s) {', '.join(repeated)}")
 
 
-PAGES = ("index.html", "report.md")
-FIGURE_FILES = ("*.png", "*.svg")
-
-
-def write(report: Report, out: Path) -> tuple[list[Path], list[Path]]:
-    """Every figure as PNG and SVG, then index.html and report.md: (the paths written, the figure
-    files an earlier report left in ``out`` that this one did not write, removed so that the folder
-    shows this report alone; only in a folder with a report's pages, so nothing else is touched)."""
+def write(report: Report, out: Path, earlier: Sequence[Path] = ()) -> tuple[list[Path], list[Path]]:
+    """Every figure as PNG and SVG, then index.html and report.md: (the paths written, the files of
+    ``earlier``, what the same report wrote there before, that this one did not write, removed so
+    that the folder shows this report alone; nothing else in ``out`` is touched)."""
     from tracker.figures import save
     from tracker.report.page import write_pages
 
     out.mkdir(parents=True, exist_ok=True)
-    earlier = ({p for pattern in FIGURE_FILES for p in out.glob(pattern)}
-               if any((out / page).exists() for page in PAGES) else set())
     written = []
     for s in report.sections:
         if s.figure is not None:
             for ext in ("png", "svg"):
                 save(s.figure, out / f"{s.key}.{ext}")
                 written.append(out / f"{s.key}.{ext}")
-    stale = sorted(earlier - set(written))
+    written += write_pages(report, out)
+    stale = sorted(set(earlier) - set(written))
     for path in stale:
         path.unlink()
-    return written + write_pages(report, out), stale
+    return written, stale
 
 
 def build(store: Store, target: str, against: str | None = None) -> Report:
@@ -88,7 +84,7 @@ def build(store: Store, target: str, against: str | None = None) -> Report:
     from tracker.report import sections
     from tracker.store import find_experiment, find_run
 
-    if target.lower().startswith("e") and target.lower() not in ("last", "latest"):
+    if _is_experiment(target):
         if against is not None:
             raise TrackerError(f"--against {shorten(against)} draws a run against a run; experiment "
                                f"{shorten(target)}'s report compares its own arms: drop --against")
@@ -102,11 +98,38 @@ def build(store: Store, target: str, against: str | None = None) -> Report:
     return report
 
 
-def report(store: Store, target: str, out: str | Path,
-           against: str | None = None) -> tuple[list[Path], Report, list[Path]]:
-    """Write the report on ``target`` into ``out``: (the paths written, the report, the figure files
-    of an earlier report there that were removed)."""
-    out = check_dir(out)  # before the work: an unwritable --out fails in one line, not after the figures
+def subject(store: Store, target: str, against: str | None = None) -> tuple[str, str]:
+    """What a report on ``target`` is, in words and as its default folder: ("run 1's report",
+    "report-1"), ("run 4's report against run 3", "report-4-vs-3"), ("experiment e2's report",
+    "report-e2"); 'last' is resolved, so each run's report has a folder of its own."""
+    from tracker.store import find_experiment, find_run
+
+    if _is_experiment(target):
+        number = f"e{find_experiment(store, target).id}"
+        return f"experiment {number}'s report", f"report-{number}"
+    run = find_run(store, target).id
+    if against is None:
+        return f"run {run}'s report", f"report-{run}"
+    other = find_run(store, against).id
+    return f"run {run}'s report against run {other}", f"report-{run}-vs-{other}"
+
+
+def _is_experiment(target: str) -> bool:
+    return target.lower().startswith("e") and target.lower() not in ("last", "latest")
+
+
+def report(store: Store, target: str, out: str | Path | None = None, against: str | None = None,
+           force: bool = False) -> tuple[list[Path], Report, list[Path]]:
+    """Write the report on ``target`` into ``out`` (default: its own folder, ``subject``'s, in the
+    current directory): (the paths written, the report, the files of the same report's earlier
+    writing there that were removed). A folder holding another report, or other files, is
+    refused unless ``force`` (tracker.paths.claim)."""
+    if out is not None:
+        out = check_dir(out)  # before the work: an unwritable --out fails in one line, not after the figures
+    what, folder = subject(store, target, against)
+    out = check_dir(folder) if out is None else out
+    earlier = claim(out, what, store.where, force)
     built = build(store, target, against)
-    written, removed = write(built, out)
+    written, removed = write(built, out, earlier)
+    mark(out, what, store.where, written)
     return written, built, removed

@@ -178,6 +178,8 @@ def _is_library(run: pd.Series) -> bool:
 def _library(run: pd.Series) -> str:
     """'PyTorch 2.9.1 (CUDA 12.8, cuDNN 91002, cuBLAS 12.8.4.1; TF32 off, cuDNN benchmark off)'."""
     lib = run.get("library") or {}
+    if not lib.get("torch"):  # the model backend: the same network predicted, nothing ran
+        return "PyTorch (as the model predicts the same network)"
     on = lambda key: "on" if lib.get(key) else "off"  # noqa: E731
     return (f"PyTorch {lib.get('torch')} (CUDA {lib.get('cuda')}, cuDNN {lib.get('cudnn')}, cuBLAS {lib.get('cublas')}; "
             f"TF32 {on('tf32')}, cuDNN benchmark {on('cudnn_benchmark')})")
@@ -517,7 +519,8 @@ def _implementation(run: pd.Series) -> str:
     """Whose kernels a run ran, in a legend's words: 'ours' ('ours, tuned' with `tracker tune`'s
     tiles) or 'PyTorch 2.11.0 (cuDNN, cuBLAS)'."""
     if _is_library(run):
-        return f"PyTorch {(run.get('library') or {}).get('torch')} (cuDNN, cuBLAS)"
+        version = (run.get("library") or {}).get("torch")
+        return f"PyTorch {version} (cuDNN, cuBLAS)" if version else "PyTorch (predicted)"
     return "ours, tuned" if run.get("tiles") or run.get("tuned_variants") else "ours"
 
 
@@ -532,10 +535,13 @@ def _moves(store, run_a: int, run_b: int, key: str, sub: str, what: str = "") ->
 
 def applied(settings: dict) -> dict:
     """An experiment's settings that apply to its arms: its batch sweep in place of the single
-    batch, ncu's settings only where ncu ran, no empty axis."""
+    batch, ncu's settings only where ncu ran, repeats and warm-ups only where something ran (not
+    on the model), no empty axis."""
     shown = {k: v for k, v in settings.items() if v not in (None, [], {})}
     if shown.get("batches"):
         shown.pop("batch", None)
+    if shown.get("backend") == "model":
+        shown = {k: v for k, v in shown.items() if k not in ("repeat", "warmup")}
     if shown.get("backend") != "ncu":
         shown = {k: v for k, v in shown.items() if not k.startswith("ncu_")}
     return shown
@@ -592,7 +598,8 @@ def _memory_sections(store, experiment_id: int, sub: str) -> list[Section]:
     long = long.assign(layer=long["arm"], phase="step")[["layer", "phase", "source", "peak_bytes"]]
     title = "Peak memory of a training step per arm: the model's and the measured"
     out = frame[frame["state"] != "complete"]
-    finding = (f"{len(frame) - len(out)} of {len(frame)} arms complete"
+    finding = (experiments.memory_finding(store, experiment_id)
+               + f"; {len(frame) - len(out)} of {len(frame)} arms complete"
                + (f"; out of memory or failed: {', '.join(out['arm'])}" if not out.empty else ""))
     ratios = frame["measured_over_predicted"].dropna()
     if not ratios.empty:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from tracker.errors import StoreError, first_line
+from tracker.extras import install
 from tracker.paths import expand
 from tracker.signals import held
 from tracker.store import lifecycle
@@ -260,7 +261,7 @@ def _open_url(url, write: bool) -> Store:
     except (ArgumentError, NoSuchModuleError) as exc:
         raise StoreError(f"cannot use database URL '{where}': {first_line(exc)}") from None
     except ImportError as exc:
-        raise StoreError(f"no driver for '{where}': {exc} (for PostgreSQL: pip install 'psycopg[binary]')") from None
+        raise StoreError(f"no driver for '{where}': {exc} (for PostgreSQL: {install('postgres')})") from None
     store = Store(where, write, engine.dialect.name, lambda: engine)
     _prepare(store)
     return store

@@ -34,7 +34,8 @@ from tracker.profilers import COLLECTORS
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="auto: ncu with a GPU and Nsight Compute (nvprof on a GPU before Volta, which ncu does not "
               "support), events with a GPU only, model without a GPU. cupti: CUPTI's range profiler in this "
-              "process, each layer phase replayed per counter pass (our kernels; not yet proven on a GPU).")
+              "process, each layer phase replayed per counter pass (its GPU tests pass on an H200; its speed against ncu "
+              "is not yet measured).")
 @phases_option
 @click.option("--variant", default=None, metavar="V|OP=V,...",
               help="Kernel variant: one name for every op that has it (shared), or per op (conv=fused,lrn=shared).")
@@ -261,7 +262,7 @@ def _bounded(check: str):
 @click.option("--reader-url", metavar="URL", default=None,
               help="PostgreSQL: the store as a role that can only read, which runs the statement (default: "
                    "$TRACKER_READER_URL). Needed when --db's role is a superuser, writes the store, or reaches "
-                   "files, programs or other sessions; `tracker reader-role` makes one.")
+                   "files, programs or other connections; `tracker reader-role` makes one.")
 @format_option
 def sql(statement, db, limit, timeout_s, reader_url, fmt):
     """Run one read-only SQL query on the trace database and print its rows.
@@ -272,7 +273,7 @@ def sql(statement, db, limit, timeout_s, reader_url, fmt):
     utilization, roofline (schema/*.sql documents every column).
 
     One SELECT, WITH or VALUES query per call, in a read-only transaction; anything that would
-    write, or reach files, programs or other sessions, is refused, whatever its spelling. On
+    write, or reach files, programs or other connections, is refused, whatever its spelling. On
     PostgreSQL the statement runs only as a role that can only read: --reader-url (or
     $TRACKER_READER_URL) names one, and `tracker reader-role` prints how to make it.
 

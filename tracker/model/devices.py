@@ -36,8 +36,8 @@ SOURCES = {
     "nv-hopper": "NVIDIA H100 Tensor Core GPU architecture whitepaper; H100 datasheet",
     "nv-h200": "NVIDIA H200 Tensor Core GPU datasheet",
     "nv-ada": "NVIDIA Ada GPU architecture whitepaper; L4 and RTX 4090 datasheets",
-    "seen-h100": "device properties PyTorch reported on the lent H100 80GB HBM3 (device tool notes, 2026-11-13)",
-    "seen-h200": "device properties PyTorch reported on the lent H200 (device tool notes, 2026-10-28)",
+    "seen-h100": "device properties PyTorch reported on an H100 80GB HBM3 (torch.cuda.get_device_properties, 2026-11-13)",
+    "seen-h200": "device properties PyTorch reported on an H200 (torch.cuda.get_device_properties, 2026-10-28)",
 }
 
 
@@ -167,8 +167,7 @@ CATALOG: tuple[Device, ...] = (
            _sources("nv-hopper", shared_kib_per_sm="cuda-guide", sm_count="seen-h100", l2_kib="seen-h100",
                     memory_gb="nv-hopper"),
            aliases=("NVIDIA H100 80GB HBM3", "H100 SXM", "H100", "h100 sxm5"),
-           notes="16896 cores at the 1980 MHz boost clock; HBM3; the GPU the device tool lends", year=2022,
-           memory_gb=80),
+           notes="16896 cores at the 1980 MHz boost clock; HBM3", year=2022, memory_gb=80),
     Device("h100-pcie", "H100 PCIe", "9.0", 114, 51.2, 2000.0, 51200, 228,
            _sources("nv-hopper", shared_kib_per_sm="cuda-guide", memory_gb="nv-hopper"),
            aliases=("NVIDIA H100 PCIe",),
@@ -177,7 +176,7 @@ CATALOG: tuple[Device, ...] = (
            _sources("nv-h200", shared_kib_per_sm="cuda-guide", sm_count="seen-h200", l2_kib="seen-h200",
                     memory_gb="nv-h200"),
            aliases=("NVIDIA H200", "H200 SXM"),
-           notes="GH100 as in the H100 SXM with 141 GB HBM3e; the lent H200 reported 60 MB of L2", year=2024,
+           notes="GH100 as in the H100 SXM with 141 GB HBM3e; an H200 reported 60 MB of L2", year=2024,
            memory_gb=141),
     Device("l4", "L4", "8.9", 58, 30.3, 300.0, 49152, 100,
            _sources("nv-ada", shared_kib_per_sm="cuda-guide", memory_gb="nv-ada"),

@@ -82,7 +82,7 @@ def _screenshot(driver, height: int, name: str) -> None:
 
 
 @pytest.mark.parametrize("make, figures", [(_model_run, {"runtime", "roofline", "efficiency", "memory"}),
-                                            (_h100_run, {"runtime", "roofline", "efficiency", "memory", "fp_instructions",
+                                            (_h100_run, {"runtime", "roofline", "efficiency", "fp_instructions",
                                                          "stalls", "alu_utilization", "cache_hit_rates", "traffic",
                                                          "level_utilization"})],
                          ids=["model-run", "h100-ncu-recording"])

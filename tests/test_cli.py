@@ -341,7 +341,7 @@ def test_a_batch_experiment_says_what_its_first_table_holds(runner, tmp_path):
     assert default in lines
     first = lines.index(next(line for line in lines if line.startswith("experiment e1 complete")))
     assert "the training step at each batch, in all and per image" in lines[first] and "speedup" not in out
-    assert lines[first + 1].split() == ["batch", "step_ms", "ms_per_image", "images_per_s", "ops", "bytes"]
+    assert lines[first + 1].split() == ["batch", "step", "(time)", "per", "image", "(time)", "images/s", "ops", "bytes"]
     assert [line.split()[0] for line in lines[first + 3:first + 5]] == ["1", "2"]
     assert lines[first + 6:] == ["98 layer phase rows: --layers prints them"]
     layers = json.loads(run(runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model", "--db",

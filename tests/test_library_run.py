@@ -114,7 +114,7 @@ def test_compare_puts_our_kernels_beside_the_librarys_per_layer_phase(tmp_path, 
     assert conv2["speedup"] == pytest.approx(conv2["a_ms"] / conv2["b_ms"])
     assert rows[("lrn1", "fwd")]["b_ms"] == 0  # PyTorch's trace ran nothing under lrn1/fwd here
     table = runner.invoke(cli, ["compare", str(ours), str(theirs), "--db", db])
-    assert f"run {theirs} against run {ours} (torch against ours)" in table.output and "algorithm_b" in table.output
+    assert f"run {theirs} against run {ours} (torch against ours)" in table.output and "algorithm b" in table.output
 
 
 def tracker_report(store, target: str, out) -> str:

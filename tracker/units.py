@@ -179,6 +179,8 @@ def header(column: str) -> str:
         return words
     if words in ("", column.lower()) and quantity(column) == "ms":
         return "time"
+    if unit == "per s":  # 'images_per_s' -> 'images/s'
+        return f"{words}/s"
     return f"{words} ({unit})" if words != unit else words
 
 

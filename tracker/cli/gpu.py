@@ -15,8 +15,8 @@ KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "registers", "occupancy", "sha
 WIDE_KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "occupancy", "shared_bytes",
                        "constant_bytes", "spill_bytes", "stack_bytes", "global_loads", "l1_loads", "ffma_per_lds",
                        "wide_loads", "cp_async", "verified_on", "changed_since", "note")
-CHANGED_SINCE = ("changed_since: what changed in a variant's sources (its .cu files, common.cuh, the -D sizes\n"
-                 "they read) since verified_on's GPU checked it; 'no': that GPU checked the build listed here")
+CHANGED_SINCE = ("changed since: what changed in a variant's sources (its .cu files, common.cuh, the -D sizes\n"
+                 "they read) since the GPU in 'verified on' checked it; 'no': that GPU checked the build listed here")
 
 
 def _tile(label: str | None):

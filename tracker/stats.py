@@ -14,6 +14,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tracker.units import SHOWN_DIGITS
+
 
 @dataclass(frozen=True)
 class Stats:
@@ -35,7 +37,6 @@ def over_repeats(values: Iterable[float | None]) -> Stats | None:
     return Stats(median, known[0], known[-1], len(known), spread)
 
 
-SHOWN_DIGITS = 3  # significant digits a table or a finding shows a number to (tracker.units)
 
 
 def best_of(values: Sequence[float], lowest: bool = True) -> list[int]:

@@ -16,6 +16,8 @@ import math
 import re
 from typing import Any
 
+SHOWN_DIGITS = 3  # significant digits every table and finding shows a number to (stats.best_of's ties too)
+
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"),
              (1e-9, "n"), (1e-12, "p"))
 
@@ -26,7 +28,7 @@ def _digits(value: float) -> str:
     if size == 0:
         return "0"
     if size < 0.995:
-        return f"{value:.3g}"
+        return f"{value:.{SHOWN_DIGITS}g}"
     return f"{value:.{0 if size >= 99.95 else 1 if size >= 9.995 else 2}f}"
 
 
@@ -41,15 +43,15 @@ def si(value: float, unit: str = "", small: bool = True) -> str:
         if abs(value) >= scale * 0.9995:
             text = _digits(value / scale)
             return f"{text} {prefix}{unit}" if unit else f"{text}{prefix}"
-    return f"{value:.3g} {unit}".strip()
+    return f"{value:.{SHOWN_DIGITS}g} {unit}".strip()
 
 
 def tick(value: float, unit: str = "") -> str:
     """An axis tick: as short as exact ('100 TFLOP/s', '2.5 ms')."""
     for scale, prefix in _PREFIXES:
         if abs(value) >= scale * 0.9995:
-            return f"{value / scale:.3g} {prefix}{unit}".strip()
-    return f"{value:.3g} {unit}".strip()
+            return f"{value / scale:.{SHOWN_DIGITS}g} {prefix}{unit}".strip()
+    return f"{value:.{SHOWN_DIGITS}g} {unit}".strip()
 
 
 def seconds(value: float) -> str:

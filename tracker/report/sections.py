@@ -576,9 +576,7 @@ def for_experiment(store: Store, experiment_id: int) -> Report:
 
 def _batch_sections(store, experiment_id: int, batches: list[int], sub: str) -> list[Section]:
     frame = experiments.scaling(store, experiment_id)
-    totals = frame.groupby("batch", as_index=False)["ms"].sum()
-    totals = totals.assign(ms_per_image=totals["ms"] / totals["batch"],
-                           images_per_s=totals["batch"] / (totals["ms"] / 1e3))
+    totals = experiments.batch_totals(frame).sort_values("batch")
     finding = "time per image over the iteration: " + ", ".join(
         f"batch {r.batch}: {units.milliseconds(r.ms_per_image)} ({units.count(r.images_per_s)} images/s)"
         for r in totals.itertuples())

@@ -256,7 +256,7 @@ def user_events(profiles, tmp_path_factory) -> int:
 def user_ncu(profiles, ncu, tmp_path_factory) -> int:  # 52.2 s on an H200
     needs_torch()
     return once(tmp_path_factory, "user_ncu",
-                lambda: profiled(profiles, "--torch", USER_MODEL, "--backend", "ncu", "--repeat", "1"))
+                lambda: profiled(profiles, "--torch", USER_MODEL, "--batch", "6", "--backend", "ncu", "--repeat", "1"))
 
 
 @counters
@@ -382,8 +382,8 @@ def test_a_users_model_under_ncu_joins_every_launch(profiles, user_ncu, ncu_coun
     from tracker.store import open_store
 
     store = open_store(profiles, write=False)
-    run = check_launches(store, user_ncu, "ncu")
-    assert (run["network"], run["implementation"]) == (USER_MODEL, "torch")
+    run = check_launches(store, user_ncu, "ncu")  # at --batch 6: the example's 4 samples repeated, in both passes
+    assert (run["network"], run["implementation"], run["batch"]) == (USER_MODEL, "torch", 6)
     check_counters(store, user_ncu, ncu_counters)
 
 

@@ -1,4 +1,4 @@
--- tracker trace store, schema v12: tables
+-- tracker trace store, schema v13: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 

@@ -1,4 +1,4 @@
--- tracker trace store, schema v12: views
+-- tracker trace store, schema v13: views
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 
@@ -29,7 +29,7 @@ SELECT l.run_id, l.layer_id, l.name AS layer, l.kind, p.phase, l.output_shape, l
        CASE WHEN t.measured_ms > 0 THEN p.ops / (t.measured_ms * 1.0e6) END AS achieved_gflops, t.algorithm
 FROM layer l
 JOIN prediction p ON p.run_id = l.run_id AND p.layer_id = l.layer_id
-LEFT JOIN layer_time t ON t.run_id = p.run_id AND t.layer_id = p.layer_id AND t.phase = p.phase
+LEFT JOIN rollup_time t ON t.run_id = p.run_id AND t.layer_id = p.layer_id AND t.phase = p.phase
 ) v
 ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END;
 
@@ -43,7 +43,7 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
        (SELECT SUM(p.ops) FROM prediction p WHERE p.run_id = r.id) AS ops,
        (SELECT SUM(p.bytes) FROM prediction p WHERE p.run_id = r.id) AS bytes,
        (SELECT SUM(p.predicted_ms) FROM prediction p WHERE p.run_id = r.id) AS predicted_ms,
-       (SELECT SUM(t.measured_ms) FROM layer_time t WHERE t.run_id = r.id) AS measured_ms,
+       (SELECT SUM(t.measured_ms) FROM rollup_time t WHERE t.run_id = r.id) AS measured_ms,
        r.predicted_peak_bytes, r.measured_peak_bytes, r.implementation, r.counter_iterations
 FROM run r
 ) v
@@ -95,7 +95,7 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'l2_bytes' THEN s.value END) AS l2_bytes,
        MAX(CASE WHEN s.name = 'dram_read_bytes' THEN s.value END) AS dram_read_bytes,
        MAX(CASE WHEN s.name = 'dram_write_bytes' THEN s.value END) AS dram_write_bytes
-      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+      FROM rollup_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
 ) v
@@ -151,7 +151,7 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'l2_hit_rate' THEN s.value END) AS l2_hit_rate,
        MAX(CASE WHEN s.name = 'l2_read_hit_rate' THEN s.value END) AS l2_read_hit_rate,
        MAX(CASE WHEN s.name = 'l2_write_hit_rate' THEN s.value END) AS l2_write_hit_rate
-      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+      FROM rollup_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
 ) v
@@ -194,7 +194,7 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'shared_throughput_pct' THEN s.value END) AS shared_throughput_pct,
        MAX(CASE WHEN s.name = 'l2_throughput_pct' THEN s.value END) AS l2_throughput_pct,
        MAX(CASE WHEN s.name = 'dram_throughput_pct' THEN s.value END) AS dram_throughput_pct
-      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+      FROM rollup_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
 ) v
@@ -212,7 +212,7 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'ffma' THEN s.value END) AS ffma,
        MAX(CASE WHEN s.name = 'fp32_flops' THEN s.value END) AS fp32_flops,
        MAX(CASE WHEN s.name = 'fp32_inst' THEN s.value END) AS fp32_inst
-      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+      FROM rollup_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
 ) v
@@ -237,7 +237,7 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'xu_pipe_pct' THEN s.value END) AS xu_pipe_pct,
        MAX(CASE WHEN s.name = 'sm_throughput_pct' THEN s.value END) AS sm_throughput_pct,
        MAX(CASE WHEN s.name = 'memory_throughput_pct' THEN s.value END) AS memory_throughput_pct
-      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+      FROM rollup_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
 ) v
@@ -273,7 +273,7 @@ FROM (SELECT s.run_id, s.layer_id, s.phase,
        MAX(CASE WHEN s.name = 'l2_clock_hz' THEN s.value END) AS l2_clock_hz,
        MAX(CASE WHEN s.name = 'dram_bytes_peak_per_cycle' THEN s.value END) AS dram_bytes_peak_per_cycle,
        MAX(CASE WHEN s.name = 'dram_clock_hz' THEN s.value END) AS dram_clock_hz
-      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+      FROM rollup_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
 ) v

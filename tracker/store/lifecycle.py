@@ -12,7 +12,7 @@ from tracker.errors import StoreError
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 MIGRATABLE_FROM = 2  # schema versions from which migrate reaches the current one
 VERSION_QUERY = "SELECT version FROM schema_info"  # the one row of a database of ours
 _PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
@@ -87,8 +87,9 @@ before v9, so an older run with counters gets its repeat); v9 -> v10 views that 
 phase order (fwd, bwd_data, bwd_weight; views only); v10 -> v11 pass 2's collector in columns
 of its own (run.collector_version and collector_settings for run.ncu_*; metric_source, each run's
 names of its metrics, for metric_def's ncu and nvprof); v11 -> v12 run.tuned_variants (the variant
-`tracker tune` chose per layer phase; NULL in older runs). Create what is missing and recreate every
-    view. Any write opening migrates (``tracker upgrade`` is one); a
+`tracker tune` chose per layer phase; NULL in older runs); v12 -> v13 views that read tables, never
+another view, so that a one-run query reads that run's rows alone (views only). Create what is
+missing and recreate every view. Any write opening migrates (``tracker upgrade`` is one); a
     read-only one refuses an older file."""
     from sqlalchemy import text, update
 

@@ -5,6 +5,11 @@ is rendered from this list. The counter views are generated from the metric cata
 (tracker/metrics.py) and read the per-run rollups (tracker/store/rollups.py): a metric
 rolled up over a layer's launches as its ``metric_def`` says, then its median over measured
 repeats. Every counter view is per run, layer and phase, one measured iteration.
+
+A view reads tables, never another view. Each view is sorted (``View.create``), and a sorted view
+inside an aggregate keeps ``WHERE run_id = ?`` from reaching the rollups: SQLite then groups every
+run's rows to answer for one. Read by key, every view costs what one run costs (a test holds the
+query plans: tests/test_views_plan.py).
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ def _per_layer(columns: str, names) -> str:
 SELECT w.run_id, w.layer_id, l.name AS layer, l.kind, w.phase, {columns}
 FROM (SELECT s.run_id, s.layer_id, s.phase,
 {_pivot(names)}
-      FROM layer_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
+      FROM rollup_metric s GROUP BY s.run_id, s.layer_id, s.phase) w
 JOIN layer l ON l.run_id = w.run_id AND l.layer_id = w.layer_id
 LEFT JOIN prediction p ON p.run_id = w.run_id AND p.layer_id = w.layer_id AND p.phase = w.phase
 """
@@ -247,7 +252,7 @@ SELECT l.run_id, l.layer_id, l.name AS layer, l.kind, p.phase, l.output_shape, l
        CASE WHEN t.measured_ms > 0 THEN p.ops / (t.measured_ms * 1.0e6) END AS achieved_gflops, t.algorithm
 FROM layer l
 JOIN prediction p ON p.run_id = l.run_id AND p.layer_id = l.layer_id
-LEFT JOIN layer_time t ON t.run_id = p.run_id AND t.layer_id = p.layer_id AND t.phase = p.phase
+LEFT JOIN rollup_time t ON t.run_id = p.run_id AND t.layer_id = p.layer_id AND t.phase = p.phase
 """,
     ),
     View(
@@ -262,7 +267,7 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
        (SELECT SUM(p.ops) FROM prediction p WHERE p.run_id = r.id) AS ops,
        (SELECT SUM(p.bytes) FROM prediction p WHERE p.run_id = r.id) AS bytes,
        (SELECT SUM(p.predicted_ms) FROM prediction p WHERE p.run_id = r.id) AS predicted_ms,
-       (SELECT SUM(t.measured_ms) FROM layer_time t WHERE t.run_id = r.id) AS measured_ms,
+       (SELECT SUM(t.measured_ms) FROM rollup_time t WHERE t.run_id = r.id) AS measured_ms,
        r.predicted_peak_bytes, r.measured_peak_bytes, r.implementation, r.counter_iterations
 FROM run r
 """,

@@ -32,7 +32,7 @@ STALL_CATEGORY = {m.name: m.category for m in STALLS}
 ROLLUP = {m.name: (m.rollup, m.rollup.removeprefix("weighted:")) for m in CATALOG}  # name -> (kind, weight)
 
 
-def _time(run_id: int, launches: list[dict]) -> list[dict]:
+def _time(launches: list[dict]) -> list[dict]:
     """Per layer phase: launches per iteration, the event time per iteration over iterations, and
     the algorithm its launches ran (a library's; the first iteration's where they differ)."""
     count: defaultdict[tuple, int] = defaultdict(int)
@@ -50,10 +50,10 @@ def _time(run_id: int, launches: list[dict]) -> list[dict]:
     rows = []
     for key in count:
         stats = over_repeats(sum(times) for times in per_repeat[key].values())
-        rows.append(dict(run_id=run_id, layer_id=key[0], phase=key[1], launches=count[key] // len(repeats[key]),
-                         measured_ms=stats and stats.median, min_ms=stats and stats.min, max_ms=stats and stats.max,
-                         repeats=stats.repeats if stats else 0, spread_pct=stats and stats.spread_pct,
-                         algorithm=algorithm.get(key)))
+        rows.append({"layer_id": key[0], "phase": key[1], "launches": count[key] // len(repeats[key]),
+                     "measured_ms": stats and stats.median, "min_ms": stats and stats.min,
+                     "max_ms": stats and stats.max, "repeats": stats.repeats if stats else 0,
+                     "spread_pct": stats and stats.spread_pct, "algorithm": algorithm.get(key)})
     return rows
 
 
@@ -84,38 +84,42 @@ def _rolled(rollup: str, values: list, weights: list) -> float | None:
     return sum(v * w for v, w in pairs) / total if total else None
 
 
-def _metrics(run_id: int, launches: list[dict], metrics: Sequence[dict]) -> dict[str, list[dict]]:
+def _group(group: list[dict]) -> dict:
+    """Each metric over one layer phase's launches in one iteration (``group``: each launch's
+    values by name), as ``_rolled`` says."""
+    names = group[0].keys() if len(group) == 1 else sorted({name for values in group for name in values})
+    return {name: _rolled(ROLLUP[name][0], [values.get(name) for values in group],
+                          [values.get(ROLLUP[name][1]) for values in group]) for name in names}
+
+
+def _metrics(launches: list[dict], metrics: Sequence[dict]) -> dict[str, list[dict]]:
     """rollup_launch, rollup_metric_repeat, rollup_metric, rollup_stall, rollup_stall_category rows."""
     by_launch: dict[int, dict] = defaultdict(dict)
     for m in metrics:
         by_launch[m["invocation"]][m["name"]] = m["value"]
-    wide = [dict(run_id=run_id, invocation=i, flops=_flops(values), **values) for i, values in by_launch.items()]
+    wide = [dict(invocation=i, flops=_flops(values), **values) for i, values in by_launch.items()]
     where = {k["invocation"]: (k["layer_id"], k["phase"], k["repeat"]) for k in launches}
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for invocation, values in by_launch.items():
         groups[where[invocation]].append(values)
     per_repeat, per_phase = [], defaultdict(list)
     for (layer_id, phase, repeat), group in groups.items():
-        names = group[0].keys() if len(group) == 1 else sorted({name for values in group for name in values})
-        for name in names:
-            rollup, weight = ROLLUP[name]
-            value = _rolled(rollup, [values.get(name) for values in group], [values.get(weight) for values in group])
-            per_repeat.append(dict(run_id=run_id, layer_id=layer_id, phase=phase, repeat=repeat, name=name,
-                                   value=value))
+        for name, value in _group(group).items():
+            per_repeat.append({"layer_id": layer_id, "phase": phase, "repeat": repeat, "name": name, "value": value})
             per_phase[layer_id, phase, name].append(value)
     medians = []
     for (layer_id, phase, name), series in per_phase.items():
         stats = over_repeats(series)
         if stats:
-            medians.append(dict(run_id=run_id, layer_id=layer_id, phase=phase, name=name, value=stats.median,
-                                min_value=stats.min, max_value=stats.max, repeats=stats.repeats,
-                                spread_pct=stats.spread_pct))
-    stalls, categories = _stalls(run_id, medians)
+            medians.append({"layer_id": layer_id, "phase": phase, "name": name, "value": stats.median,
+                            "min_value": stats.min, "max_value": stats.max, "repeats": stats.repeats,
+                            "spread_pct": stats.spread_pct})
+    stalls, categories = _stalls(medians)
     return {"rollup_launch": wide, "rollup_metric_repeat": per_repeat, "rollup_metric": medians,
             "rollup_stall": stalls, "rollup_stall_category": categories}
 
 
-def _stalls(run_id: int, medians: list[dict]) -> tuple[list[dict], list[dict]]:
+def _stalls(medians: list[dict]) -> tuple[list[dict], list[dict]]:
     """Each stall reason's share of all stalls in a layer phase, with its paper-003 (nvprof)
     category; and the categories ranked by share (place 1 dominates)."""
     phases: dict[tuple, list[dict]] = defaultdict(list)
@@ -129,13 +133,13 @@ def _stalls(run_id: int, medians: list[dict]) -> tuple[list[dict], list[dict]]:
         for row in rows:
             share = row["value"] / total if total else None
             category = STALL_CATEGORY[row["name"]]
-            stalls.append(dict(run_id=run_id, layer_id=layer_id, phase=phase, name=row["name"], category=category,
-                               share=share))
+            stalls.append({"layer_id": layer_id, "phase": phase, "name": row["name"], "category": category,
+                           "share": share})
             shares[category].append(share)
         summed = {c: (sum(s for s in v if s is not None) if any(s is not None for s in v) else None)
                   for c, v in shares.items()}
         ranked = sorted(summed, key=lambda c: (summed[c] is None, -(summed[c] or 0), c))
-        categories += [dict(run_id=run_id, layer_id=layer_id, phase=phase, category=c, share=summed[c], place=i)
+        categories += [{"layer_id": layer_id, "phase": phase, "category": c, "share": summed[c], "place": i}
                        for i, c in enumerate(ranked, 1)]
     return stalls, categories
 
@@ -145,9 +149,9 @@ def write(conn: Connection, run_id: int, launches: list[dict], metrics: Sequence
     inside the caller's transaction."""
     for table in reversed(TABLES):
         conn.execute(text(f"DELETE FROM {table} WHERE run_id = :run"), {"run": run_id})
-    rows = {"rollup_time": _time(run_id, launches), **_metrics(run_id, launches, metrics)}
+    rows = {"rollup_time": _time(launches), **_metrics(launches, metrics)}
     for table in TABLES:
-        bulk_insert(conn, Base.metadata.tables[table], rows[table])
+        bulk_insert(conn, Base.metadata.tables[table], rows[table], run_id=run_id)
 
 
 def rebuild(conn: Connection) -> int:

@@ -61,7 +61,7 @@ class RunWriter:
         name, value) rows, and the rollups of both: one transaction, so a run never holds half a
         join, nor counters without their rollups."""
         with self.store.begin() as conn:
-            bulk_insert(conn, Launch.__table__, [dict(row, run_id=self.run_id) for row in rows])
+            bulk_insert(conn, Launch.__table__, rows, run_id=self.run_id)
             self._counters(conn, rows, metrics, {})
 
     def add_counters(self, launches: list[dict], metrics: Sequence[dict], sources: Mapping[str, str] = {},
@@ -77,7 +77,7 @@ class RunWriter:
                   **fields) -> None:
         """The counters, their sources, the rollups rewritten with them, and on the run ``fields``
         and counter_iterations: how many measured iterations carry counters (NULL: none)."""
-        bulk_insert(conn, Metric.__table__, [dict(row, run_id=self.run_id) for row in metrics])
+        bulk_insert(conn, Metric.__table__, metrics, run_id=self.run_id)
         bulk_insert(conn, MetricSource.__table__, [dict(run_id=self.run_id, name=name, source=source)
                                                    for name, source in sorted(sources.items())])
         rollups.write(conn, self.run_id, launches, metrics)

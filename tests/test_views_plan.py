@@ -20,7 +20,7 @@ ONE_RUN = "SELECT * FROM {} WHERE run_id = 1"
 
 def sqlite_full_scans(conn, sql: str) -> list[str]:
     """The plan lines of ``sql`` that scan a stored table from end to end (SCAN of a table, not of a
-    subquery the plan built); and the whole plan, for the message."""
+    subquery the plan built)."""
     plan = [row[3] for row in conn.execute(text(f"EXPLAIN QUERY PLAN {sql}"))]
     built = {m.group(1) for line in plan if (m := re.match(r"(?:MATERIALIZE|CO-ROUTINE) (\S+)", line))}
     scans = [line for line in plan if (m := re.match(r"SCAN (?:TABLE )?(\S+)", line)) and m.group(1) not in built]

@@ -7,6 +7,8 @@ A user's statement is hostile input. What it may do is set by how it is run, not
   that sets, transaction or extension). No value may exceed ``SQLITE_MAX_LENGTH``. The statement
   runs in a thread of its own while the caller's waits for its rows: the time limit, Ctrl-C and
   SIGTERM end the wait even inside one long C call of SQLite's, and then interrupt the query.
+  SQLite's memory in the process is capped (``SQLITE_HEAP_BYTES``), and a row over ``FETCH_BYTES``
+  is refused.
 - **PostgreSQL**: the statement runs only as a role that can only read (``tracker.store.reader``:
   never a superuser, a member of a role that reaches the server's files, programs or other sessions,
   nor the role that writes the store; ``--reader-url`` or $TRACKER_READER_URL names such a role).
@@ -22,9 +24,10 @@ A user's statement is hostile input. What it may do is set by how it is run, not
   the only guard.
   The query runs wrapped (``_bounded``) so that the server refuses rows too large to fetch: any
   ``FETCH_ROWS`` consecutive rows (a fetch) may hold ``FETCH_BYTES`` as the server stores them,
-  so a value built on the server, such as ``repeat('x', (1e9 + random())::int)``, never reaches
+  counted as text, the form the client receives, so a value built on the server, such as ``repeat('x', (1e9 + random())::int)``, never reaches
   the client's memory.
-  ``statement_timeout`` bounds every fetch by what is left of the time limit; Ctrl-C and SIGTERM
+  ``statement_timeout`` bounds every fetch by what is left of the time limit, and at the limit
+  the client cancels the query and, ``CANCEL_GRACE_S`` later, leaves the connection; Ctrl-C and SIGTERM
   cancel the query on the server (psycopg sends the cancel); a killed client is noticed by the
   server within a second (``client_connection_check_interval``, PostgreSQL 14 and later) and
   within the time limit on any version.

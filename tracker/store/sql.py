@@ -7,6 +7,8 @@ A user's statement is hostile input. What it may do is set by how it is run, not
   that sets, transaction or extension). No value may exceed ``SQLITE_MAX_LENGTH``. The statement
   runs in a thread of its own while the caller's waits for its rows: the time limit, Ctrl-C and
   SIGTERM end the wait even inside one long C call of SQLite's, and then interrupt the query.
+  SQLite's memory in the process is capped (``SQLITE_HEAP_BYTES``), and a row over ``FETCH_BYTES``
+  is refused.
 - **PostgreSQL**: the statement runs only as a role that can only read (``tracker.store.reader``:
   never a superuser, a member of a role that reaches the server's files, programs or other sessions,
   nor the role that writes the store; ``--reader-url`` or $TRACKER_READER_URL names such a role).
@@ -22,9 +24,10 @@ A user's statement is hostile input. What it may do is set by how it is run, not
   the only guard.
   The query runs wrapped (``_bounded``) so that the server refuses rows too large to fetch: any
   ``FETCH_ROWS`` consecutive rows (a fetch) may hold ``FETCH_BYTES`` as the server stores them,
-  so a value built on the server, such as ``repeat('x', (1e9 + random())::int)``, never reaches
+  counted as text, the form the client receives, so a value built on the server, such as ``repeat('x', (1e9 + random())::int)``, never reaches
   the client's memory.
-  ``statement_timeout`` bounds every fetch by what is left of the time limit; Ctrl-C and SIGTERM
+  ``statement_timeout`` bounds every fetch by what is left of the time limit, and at the limit
+  the client cancels the query and, ``CANCEL_GRACE_S`` later, leaves the connection; Ctrl-C and SIGTERM
   cancel the query on the server (psycopg sends the cancel); a killed client is noticed by the
   server within a second (``client_connection_check_interval``, PostgreSQL 14 and later) and
   within the time limit on any version.
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import json
 import numbers
+import os
 import queue
 import re
 import sqlite3
@@ -59,6 +63,7 @@ MAX_ROWS = 10**12  # a row limit beyond any store's rows (islice takes up to sys
 _ONE_QUERY = " (tracker sql runs one read-only query: SELECT, WITH or VALUES)"
 _ONE_STATEMENT = "refused: tracker sql is read-only and runs one statement at a time"
 FETCH_ROWS = 1000
+CANCEL_GRACE_S = 0.5  # how long past the time limit PostgreSQL is given to answer its cancel before the client leaves
 _SQLITE_STEPS = 10_000  # SQLite VM instructions between two looks at whether the query was stopped
 
 # PostgreSQL functions that act outside the query's read-only transaction, by what they reach.
@@ -160,6 +165,11 @@ def _shown(value: object) -> str:
 # single function call (printf('%.*c', 100000000, 'a')) builds such a value inside one C call that
 # no time limit or signal reaches, in this process's memory. A trace store's values are kilobytes.
 SQLITE_MAX_LENGTH = 16 << 20
+# The most memory SQLite may hold in this process (``PRAGMA hard_heap_limit``, which is one limit
+# for the whole process, kept once set). A row's values are all held at once before it is handed
+# over (Python then copies them), and constants are built before the first row: 40 columns of
+# 16 MiB would be 640 MiB. Four values at the longest fit; a store's queries need a few MiB.
+SQLITE_HEAP_BYTES = 64 << 20
 FETCH_BYTES = 16 << 20  # a fetch holds about this many bytes at most: SQLite ends its batch, PostgreSQL refuses more
 _SQLITE_GRACE_S = 0.5  # how long an ended query's thread is waited for, so that it closes its connection
 _END = "end of rows"  # what the query's thread hands over after its last row
@@ -203,6 +213,7 @@ class _SqliteQuery(threading.Thread):
         try:
             self.conn = conn = self.connect()
             conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQLITE_MAX_LENGTH)
+            conn.execute(f"PRAGMA hard_heap_limit = {SQLITE_HEAP_BYTES}")  # only ever lowers it
             conn.set_authorizer(lambda *args: _authorize(self.refused, *args))
             conn.set_progress_handler(self.stopped.is_set, _SQLITE_STEPS)  # an interrupt() that came too early
             try:
@@ -260,14 +271,20 @@ class _SqliteQuery(threading.Thread):
 
 
 def _batch(cursor: sqlite3.Cursor) -> list[tuple]:
-    """The next rows: ``FETCH_ROWS`` of them, fewer once they hold ``FETCH_BYTES``."""
+    """The next rows: ``FETCH_ROWS`` of them, fewer once they hold ``FETCH_BYTES``; a row over
+    ``FETCH_BYTES`` is refused (SQLite's heap limit keeps it far below the client's memory)."""
     rows: list[tuple] = []
     size = 0
     for row in cursor:
         rows.append(row)
+        row_size = 0
         for value in row:  # a loop, not sum(): this runs for every value of every row
             if isinstance(value, (str, bytes)):
-                size += len(value)
+                row_size += len(value)
+        if row_size > FETCH_BYTES:
+            raise StoreError(f"refused: a row of the query holds {row_size:,} bytes, over the {FETCH_BYTES >> 20} MiB "
+                             "tracker sql fetches at a time: select fewer or shorter values (substr, length)")
+        size += row_size
         if len(rows) == FETCH_ROWS or size >= FETCH_BYTES:
             break
     return rows
@@ -334,11 +351,15 @@ _OWN_WRITES = {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELE
 def _sqlite_errors(refused: list[str], timeout_s: float) -> Iterator[None]:
     try:
         yield
+    except MemoryError:  # SQLite's heap limit, met while a value was handed to Python
+        raise StoreError(_out_of_heap()) from None
     except sqlite3.Error as exc:
         message = first_line(exc)
         code = getattr(exc, "sqlite_errorcode", None)
         if code == sqlite3.SQLITE_INTERRUPT:
             raise StoreError(_past_limit(timeout_s)) from None
+        if code == sqlite3.SQLITE_NOMEM:
+            raise StoreError(_out_of_heap()) from None
         if code == sqlite3.SQLITE_TOOBIG:
             raise StoreError(f"refused: the query builds a value over {SQLITE_MAX_LENGTH >> 20} MiB, tracker sql's "
                              "limit on one value on SQLite (tracker.store.sql.SQLITE_MAX_LENGTH)") from None
@@ -349,6 +370,11 @@ def _sqlite_errors(refused: list[str], timeout_s: float) -> Iterator[None]:
         if "readonly" in message or "read-only" in message:
             raise StoreError(f"refused: tracker sql is read-only ({message})") from None
         raise StoreError(f"SQL error: {message}{_ONE_QUERY if 'syntax error' in message else ''}") from None
+
+
+def _out_of_heap() -> str:
+    return (f"refused: the query holds over {SQLITE_HEAP_BYTES >> 20} MiB at once, tracker sql's limit on "
+            "SQLite's memory (tracker.store.sql.SQLITE_HEAP_BYTES): select fewer or shorter values")
 
 
 # PostgreSQL
@@ -381,7 +407,7 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
     deadline = time.monotonic() + timeout_s
     conn.rollback()
     conn.read_only = True
-    with interruptible(), _postgresql_errors(psycopg, timeout_s):
+    with _cancelled_at(conn, deadline, timeout_s), interruptible(), _postgresql_errors(psycopg, timeout_s):
         with conn.cursor() as setup:
             _limit_time(setup, deadline, timeout_s)
             if conn.info.server_version >= 140000:  # the server checks that the client is still there
@@ -402,12 +428,14 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
 
 
 # The user's query inside two of ours: the middle adds, per row, the bytes of the last FETCH_ROWS
-# rows (a sliding window, in the query's own order: no PARTITION or ORDER BY, so no sort); the
+# rows as text, the form the client receives them in (not pg_column_size, the stored size, which
+# a compressed value or a compact binary form understates), in a sliding window, in the query's
+# own order (no PARTITION or ORDER BY, so no sort), so one row is held to FETCH_BYTES too; the
 # outer ends the query with an error naming that count when it passes FETCH_BYTES. The cast of
 # a row-dependent string is how plain SQL raises an error of its own; CASE evaluates it only then.
 _OVER = "tracker_sql_over_"
 _BOUNDED = f"""SELECT tracker_sql_q.* FROM (
-SELECT tracker_sql_r.*, sum(pg_column_size(tracker_sql_r.*))
+SELECT tracker_sql_r.*, sum(octet_length(CAST(tracker_sql_r.* AS text)))
     OVER (ROWS BETWEEN {FETCH_ROWS - 1} PRECEDING AND CURRENT ROW) AS tracker_sql_bytes FROM (
 {{query}}
 ) tracker_sql_r) tracker_sql_q
@@ -430,6 +458,44 @@ def _bounded(statement: str) -> str:
         else:
             end = stop
     return _BOUNDED.format(query=statement[:end])
+
+
+@contextmanager
+def _cancelled_at(conn: Any, deadline: float, timeout_s: float) -> Iterator[None]:
+    """The time limit kept by the client as well as by the server's ``statement_timeout``: the
+    server checks its timer only between steps of its work, and some steps (planning a constant
+    folded from ``repeat('x', 1000000000)``, writing its plan) take many seconds without one. At
+    the deadline a thread of this process cancels the query; ``CANCEL_GRACE_S`` later, if the
+    server has not answered, it shuts the connection's socket, which ends the wait here."""
+    import socket
+
+    ended = threading.Event()
+    closing = threading.Lock()  # the socket is never shut once the connection may be closed
+
+    def watch() -> None:
+        if ended.wait(max(0.0, deadline - time.monotonic())):
+            return
+        try:
+            getattr(conn, "cancel_safe", conn.cancel)()
+        except Exception:  # the server unreachable, or the connection closed meanwhile: the socket is shut below
+            pass
+        if not ended.wait(CANCEL_GRACE_S):
+            with closing:
+                if not ended.is_set():
+                    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+                        sock.shutdown(socket.SHUT_RDWR)
+
+    watcher = threading.Thread(target=watch, name="tracker sql deadline", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except StoreError:
+        if time.monotonic() >= deadline:  # whatever the cancel or the shut socket made of the query
+            raise StoreError(_past_limit(timeout_s)) from None
+        raise
+    finally:
+        with closing:
+            ended.set()
 
 
 def _limit_time(cursor: Any, deadline: float, timeout_s: float) -> None:

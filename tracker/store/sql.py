@@ -72,7 +72,8 @@ OUTSIDE = {
     "the server": ("set_config", "pg_reload_conf", "pg_rotate_logfile", "pg_promote", "pg_switch_wal",
                    "pg_create_restore_point", "pg_backup_*", "pg_start_backup", "pg_stop_backup",
                    "pg_wal_replay_*", "pg_log_backend_memory_contexts", "pg_stat_reset*", "pg_*replication_slot*",
-                   "pg_replication_origin_*", "pg_logical_*", "pg_import_system_collations"),
+                   "pg_replication_origin_*", "pg_logical_*", "pg_import_system_collations",
+                   "txid_current", "pg_current_xact_id"),  # these two assign a transaction id: a write
     "SQL inside a string, which no plan shows": ("*_to_xml*", "ts_stat", "ts_rewrite", "crosstab*",
                                                  "xpath_table", "connectby"),
 }
@@ -379,7 +380,6 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
 
     from tracker.store.reader import refuse_privileged
 
-    query = read_query(statement)
     deadline = time.monotonic() + timeout_s
     conn.rollback()
     conn.read_only = True
@@ -390,6 +390,7 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
                 setup.execute("SET LOCAL client_connection_check_interval = 1000")
             setup.execute(f"SET LOCAL lock_timeout = {LOCK_WAIT_MS}")
             refuse_privileged(setup)
+            query = read_query(statement)
             _refuse_names(setup, query)  # from the catalog, before anything is planned
         bounded = _BOUNDED.format(query=query.text)
         _refuse_outside(conn, bounded)
@@ -789,6 +790,9 @@ def _postgresql_errors(psycopg: Any, timeout_s: float) -> Iterator[None]:
             raise StoreError(_past_limit(timeout_s)) from None
         if "multiple commands" in message:
             raise StoreError(_ONE_STATEMENT) from None
+        if state == "55P03":  # lock_not_available: past LOCK_WAIT_MS
+            raise StoreError(f"the query waited {LOCK_WAIT_MS / 1000:g} s for a table another session holds "
+                             "(tracker upgrade?), and tracker sql waits no longer: try again later") from None
         if _OVER in message:  # _BOUNDED's own error
             size = int(re.sub(r"\D", "", message.split(_OVER, 1)[1]))
             raise StoreError(f"refused: {FETCH_ROWS:,} rows in a row hold {size:,} bytes on the server, over the "

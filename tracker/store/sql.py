@@ -1,6 +1,7 @@
 """User SQL (``tracker sql``, ``tracker.run_sql``): one query, read-only and bounded, by construction.
 
-A user's statement is hostile input. What it may do is set by how it is run, not by reading it:
+A user's statement is hostile input. What it may do is set by how it is run, and on PostgreSQL also
+by the server's own parser's reading of it, never by a reading of tracker's own:
 
 - **SQLite**: the store's read-only connection (``query_only``, no ATTACH), the driver's own refusal
   of a second statement, and an authorizer that allows reading and nothing else (no write, PRAGMA
@@ -10,17 +11,20 @@ A user's statement is hostile input. What it may do is set by how it is run, not
 - **PostgreSQL**: the statement runs only as a role that can only read (``tracker.store.reader``:
   never a superuser, a member of a role that reaches the server's files, programs or other sessions,
   nor the role that writes the store; ``--reader-url`` or $TRACKER_READER_URL names such a role).
-  It runs in a read-only transaction as ``DECLARE ... CURSOR FOR`` through the extended query
-  protocol: the server parses exactly one SELECT, WITH or VALUES query (no SET, COPY, DO, CALL, a
-  second statement, or data-modifying WITH). Before any row is fetched, the server's own plan
-  (``EXPLAIN (VERBOSE, FORMAT JSON)``, every view expanded, every function named as the server
-  resolved it) is read as a second guard: a function outside ``pg_catalog``, or one that reaches
-  files, other sessions, the server's settings or runs SQL from a string, is refused (``OUTSIDE``).
-  The plan is made and measured on the server, under the time limit, and one over ``PLAN_BYTES``
-  (a constant the planner folded, such as ``repeat('x', 1000000000)``) is refused unread.
-  EXPLAIN shows no multi-row VALUES list and no LIMIT or OFFSET expression: there the role is
-  the only guard.
-  The query runs wrapped (``_bounded``) so that the server refuses rows too large to fetch: any
+  It is read first by PostgreSQL's own parser (pglast, libpg_query): exactly one SELECT, WITH or
+  VALUES query, with no writing WITH query, SELECT INTO or FOR UPDATE/SHARE. Every name in the
+  whole tree that may run code (a function, in any clause, LIMIT and OFFSET included; a name
+  after a dot, which may call a function on a row; an operator; a type; a relation) is looked up
+  in the catalog and refused unless it is PostgreSQL's own (``pg_catalog``, from no extension) and
+  none of ``OUTSIDE``, or a relation of the store's or the system catalogs', before anything is
+  planned: the planner runs IMMUTABLE functions when it folds constants. The server is then given
+  the parse tree written back, so it reads what was checked. The server's own plan
+  (``EXPLAIN (VERBOSE, FORMAT JSON)``, every view expanded) is read as a second guard, and one
+  over ``PLAN_BYTES`` (a constant the planner folded, such as ``repeat('x', 1000000000)``) is
+  refused unread. Only then is the query declared, in a read-only transaction, as
+  ``DECLARE ... CURSOR FOR``. It waits at most ``LOCK_WAIT_MS`` for a lock, and can take none of
+  its own (advisory locks are in ``OUTSIDE``), so it never holds up ``tracker experiment``.
+  The query runs wrapped (``_BOUNDED``) so that the server refuses rows too large to fetch: any
   ``FETCH_ROWS`` consecutive rows (a fetch) may hold ``FETCH_BYTES`` as the server stores them,
   so a value built on the server, such as ``repeat('x', (1e9 + random())::int)``, never reaches
   the client's memory.

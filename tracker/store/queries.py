@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from datetime import datetime
 from decimal import Decimal
 from types import SimpleNamespace
@@ -88,7 +89,7 @@ def _lacking(ids: list[int], lack: str) -> str:
 def _plain(value: Any) -> Any:
     """JSON text from SQLite views becomes lists, datetimes ISO strings, PostgreSQL's decimal sums numbers."""
     if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
+        return _number(value)
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
     if isinstance(value, str) and value[:1] in "[{":
@@ -97,6 +98,18 @@ def _plain(value: Any) -> Any:
         except (ValueError, RecursionError):  # not JSON, or nested beyond Python's stack
             return value
     return value
+
+
+_FLOAT_MAX = Decimal(sys.float_info.max)
+
+
+def _number(value: Decimal) -> int | float | str:
+    """A decimal as the number it is: an int where whole, else a float; past a float's range, its
+    digits as text (Python neither converts such an int to a float nor prints one of over 4,300
+    digits)."""
+    if value.is_finite() and abs(value) > _FLOAT_MAX:
+        return str(value)
+    return int(value) if value.is_finite() and value == value.to_integral_value() else float(value)
 
 
 def _rows(store: Store, sql: str, **params) -> list[dict]:

@@ -1,6 +1,7 @@
 """User SQL (``tracker sql``, ``tracker.run_sql``): one query, read-only and bounded, by construction.
 
-A user's statement is hostile input. What it may do is set by how it is run, not by reading it:
+A user's statement is hostile input. What it may do is set by how it is run, and on PostgreSQL also
+by the server's own parser's reading of it, never by a reading of tracker's own:
 
 - **SQLite**: the store's read-only connection (``query_only``, no ATTACH), the driver's own refusal
   of a second statement, and an authorizer that allows reading and nothing else (no write, PRAGMA
@@ -12,23 +13,26 @@ A user's statement is hostile input. What it may do is set by how it is run, not
 - **PostgreSQL**: the statement runs only as a role that can only read (``tracker.store.reader``:
   never a superuser, a member of a role that reaches the server's files, programs or other sessions,
   nor the role that writes the store; ``--reader-url`` or $TRACKER_READER_URL names such a role).
-  It runs in a read-only transaction as ``DECLARE ... CURSOR FOR`` through the extended query
-  protocol: the server parses exactly one SELECT, WITH or VALUES query (no SET, COPY, DO, CALL, a
-  second statement, or data-modifying WITH). Before any row is fetched, the server's own plan
-  (``EXPLAIN (VERBOSE, FORMAT JSON)``, every view expanded, every function named as the server
-  resolved it) is read as a second guard: a function outside ``pg_catalog``, or one that reaches
-  files, other sessions, the server's settings or runs SQL from a string, is refused (``OUTSIDE``).
-  The plan is made and measured on the server, under the time limit, and one over ``PLAN_BYTES``
-  (a constant the planner folded, such as ``repeat('x', 1000000000)``) is refused unread.
-  EXPLAIN shows no multi-row VALUES list and no LIMIT or OFFSET expression: there the role is
-  the only guard.
-  The query runs wrapped (``_bounded``) so that the server refuses rows too large to fetch: any
-  ``FETCH_ROWS`` consecutive rows (a fetch) may hold ``FETCH_BYTES`` as the server stores them,
-  counted as text, the form the client receives, so a value built on the server, such as ``repeat('x', (1e9 + random())::int)``, never reaches
-  the client's memory.
+  It is read first by PostgreSQL's own parser (pglast, libpg_query): exactly one SELECT, WITH or
+  VALUES query, with no writing WITH query, SELECT INTO or FOR UPDATE/SHARE. Every name in the
+  whole tree that may run code (a function, in any clause, LIMIT and OFFSET included; a name
+  after a dot, which may call a function on a row; an operator; a type; a relation) is looked up
+  in the catalog and refused unless it is PostgreSQL's own (``pg_catalog``, from no extension) and
+  none of ``OUTSIDE``, or a relation of the store's or the system catalogs', before anything is
+  planned: the planner runs IMMUTABLE functions when it folds constants. The server is then given
+  the parse tree written back, so it reads what was checked. The server's own plan
+  (``EXPLAIN (VERBOSE, FORMAT JSON)``, every view expanded) is read as a second guard, and one
+  over ``PLAN_BYTES`` (a constant the planner folded, such as ``repeat('x', 1000000000)``) is
+  refused unread. Only then is the query declared, in a read-only transaction, as
+  ``DECLARE ... CURSOR FOR``. It waits at most ``LOCK_WAIT_MS`` for a lock, and can take none of
+  its own (advisory locks are in ``OUTSIDE``), so it never holds up ``tracker experiment``.
+  The query runs wrapped (``_BOUNDED``) so that the server refuses rows too large to fetch: any
+  ``FETCH_ROWS`` consecutive rows (a fetch) may hold ``FETCH_BYTES``, counted as text (the form
+  the client receives), so a value built on the server, such as ``repeat('x', (1e9 + random())::int)``,
+  never reaches the client's memory.
   ``statement_timeout`` bounds every fetch by what is left of the time limit, and at the limit
-  the client cancels the query and, ``CANCEL_GRACE_S`` later, leaves the connection; Ctrl-C and SIGTERM
-  cancel the query on the server (psycopg sends the cancel); a killed client is noticed by the
+  the client cancels the query and, ``CANCEL_GRACE_S`` later, leaves the connection; Ctrl-C and
+  SIGTERM cancel the query on the server (psycopg sends the cancel); a killed client is noticed by the
   server within a second (``client_connection_check_interval``, PostgreSQL 14 and later) and
   within the time limit on any version.
 
@@ -77,11 +81,13 @@ OUTSIDE = {
     "the server": ("set_config", "pg_reload_conf", "pg_rotate_logfile", "pg_promote", "pg_switch_wal",
                    "pg_create_restore_point", "pg_backup_*", "pg_start_backup", "pg_stop_backup",
                    "pg_wal_replay_*", "pg_log_backend_memory_contexts", "pg_stat_reset*", "pg_*replication_slot*",
-                   "pg_replication_origin_*", "pg_logical_*", "pg_import_system_collations"),
+                   "pg_replication_origin_*", "pg_logical_*", "pg_import_system_collations",
+                   "txid_current", "pg_current_xact_id"),  # these two assign a transaction id: a write
     "SQL inside a string, which no plan shows": ("*_to_xml*", "ts_stat", "ts_rewrite", "crosstab*",
                                                  "xpath_table", "connectby"),
 }
 PLAN_BYTES = 1 << 20  # a longer plan is refused unread: only a folded constant makes one this long
+LOCK_WAIT_MS = 1000  # the longest a query waits for a lock (of a table being upgraded) before it is refused
 SQLITE_READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 SQLITE_READ_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
                        "foreign_key_list", "collation_list", "function_list", "module_list", "pragma_list",
@@ -412,12 +418,15 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
             _limit_time(setup, deadline, timeout_s)
             if conn.info.server_version >= 140000:  # the server checks that the client is still there
                 setup.execute("SET LOCAL client_connection_check_interval = 1000")
+            setup.execute(f"SET LOCAL lock_timeout = {LOCK_WAIT_MS}")
             refuse_privileged(setup)
-        bounded = _bounded(statement)
+            query = read_query(statement)
+            _refuse_names(setup, query)  # from the catalog, before anything is planned
+        bounded = _BOUNDED.format(query=query.text)
+        _refuse_outside(conn, bounded)
         cursor = conn.cursor(name="tracker_sql")  # DECLARE tracker_sql CURSOR FOR <query>, one query
         cursor.execute(bounded)
-        _refuse_outside(conn, bounded)
-        columns = [d.name for d in cursor.description or ()][:-1]  # the last is _bounded's byte count
+        columns = [d.name for d in cursor.description or ()][:-1]  # the last is _BOUNDED's byte count
 
         def fetch() -> list[tuple]:
             with conn.cursor() as setup:
@@ -441,23 +450,6 @@ SELECT tracker_sql_r.*, sum(octet_length(CAST(tracker_sql_r.* AS text)))
 ) tracker_sql_r) tracker_sql_q
 WHERE CASE WHEN tracker_sql_q.tracker_sql_bytes > {FETCH_BYTES}
     THEN ('{_OVER}' || tracker_sql_q.tracker_sql_bytes)::int = 0 ELSE true END"""
-
-
-def _bounded(statement: str) -> str:
-    """The user's one query wrapped in ``_BOUNDED``: its trailing semicolons, spaces and
-    comments dropped (a line comment would swallow our closing parenthesis), and a second
-    statement after a semicolon refused."""
-    end, ended = 0, False
-    for kind, start, stop in _lexemes(statement):
-        if kind in ("space", "comment"):
-            continue
-        if statement[start:stop] == ";":
-            ended = True
-        elif ended:
-            raise StoreError(_ONE_STATEMENT)
-        else:
-            end = stop
-    return _BOUNDED.format(query=statement[:end])
 
 
 @contextmanager
@@ -507,9 +499,254 @@ def _limit_time(cursor: Any, deadline: float, timeout_s: float) -> None:
     cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {left_ms}")
 
 
+# A PostgreSQL statement as the server's own parser reads it (pglast: libpg_query), before the
+# server sees it. Every name in it that can run code when the query is planned or run is then
+# looked up in the catalog (_refuse_names) before any EXPLAIN or DECLARE.
+
+Name = tuple[str | None, str]  # (schema, name): the schema where the statement gives one
+
+
+@dataclass(frozen=True)
+class Query:
+    """One read-only query: ``text``, what the server is given, is the parse tree written back by
+    pglast and checked to parse to the same tree, so the server reads what was checked (no
+    comment, dollar quote or escape of the user's that a lexer could read otherwise); then what
+    it names: functions called, names after a dot that may call a function on a row (``r.f`` is
+    ``f(r)`` where ``r`` has no column ``f``), operators, types, relations and its WITH queries."""
+    text: str
+    functions: frozenset[Name]
+    members: frozenset[str]
+    operators: frozenset[Name]
+    types: frozenset[Name]
+    relations: frozenset[Name]
+    ctes: frozenset[str]
+
+
+# The operators a query uses without writing them: IN, BETWEEN, CASE x WHEN, NULLIF, IS DISTINCT
+# FROM, JOIN ... USING and NATURAL JOIN look up =, <>, < and the rest by name, as written ones are.
+IMPLICIT_OPERATORS = ("=", "<>", "<", ">", "<=", ">=")
+# Statements that write, wherever they stand in the tree (a WITH query may be one).
+_WRITING = {"InsertStmt": "INSERT", "UpdateStmt": "UPDATE", "DeleteStmt": "DELETE", "MergeStmt": "MERGE"}
+
+
+def read_query(statement: str) -> Query:
+    """``statement`` read by PostgreSQL's parser: exactly one SELECT, WITH or VALUES query that
+    neither writes nor locks, else refused in one line."""
+    from pglast import parse_sql
+    from pglast.stream import RawStream
+
+    tree = _one_statement(statement)
+    if "SelectStmt" not in tree:
+        raise StoreError(f"refused: tracker sql is read-only and runs one query (SELECT, WITH or VALUES), "
+                         f"not {_first_word(statement)}")
+    query = _names(tree)
+    text = RawStream()(parse_sql(statement)[0])
+    if _without_locations(_one_statement(text)) != _without_locations(tree):
+        raise StoreError("refused: tracker sql could not write this query back exactly as PostgreSQL "
+                         "parsed it: simplify it")
+    return Query(text, **query)
+
+
+def _one_statement(statement: str) -> dict:
+    from pglast import parser
+
+    try:
+        statements = json.loads(parser.parse_sql_json(statement)).get("stmts", [])
+    except parser.ParseError as exc:
+        raise StoreError(f"SQL error: {first_line(exc)}{_ONE_QUERY}") from None
+    if not statements:
+        raise StoreError("refused: tracker sql is read-only and runs one query, and this statement holds none")
+    if len(statements) > 1:
+        raise StoreError(_ONE_STATEMENT)
+    return statements[0]["stmt"]
+
+
+def _first_word(statement: str) -> str:
+    from pglast import parser
+
+    words = [t for t in parser.scan(statement) if not t.name.endswith("COMMENT")]
+    return statement[words[0].start:words[0].end + 1].upper() if words else "this"
+
+
+def _without_locations(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {key: _without_locations(value) for key, value in node.items() if key != "location"}
+    if isinstance(node, list):
+        return [_without_locations(value) for value in node]
+    return node
+
+
+def _names(tree: dict) -> dict[str, frozenset]:
+    """Every name in the parse tree, by what it names: every node of every field is read, so
+    LIMIT, OFFSET, window frames, TABLESAMPLE, VALUES lists, sublinks and WITH queries too.
+    A writing statement, SELECT INTO and FOR UPDATE/SHARE are refused."""
+    found: dict[str, set] = {"functions": set(), "members": set(), "operators": {(None, name) for name in IMPLICIT_OPERATORS},
+                             "types": set(), "relations": set(), "ctes": set()}
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                _note(key, value, found)
+                stack.append(value)
+    for _, name in sorted(found["functions"], key=lambda call: call[1]):  # a call's name alone may refuse it
+        _refuse_reach(name)
+    found["types"] |= found["functions"]  # f(x), where no function f is, casts x to a type f
+    return {key: frozenset(names) for key, names in found.items()}
+
+
+def _note(key: str, value: Any, found: dict[str, set]) -> None:
+    if key in _WRITING:
+        raise StoreError(f"refused: tracker sql is read-only, and this query holds {_WRITING[key]} (in WITH)")
+    if key == "intoClause":
+        raise StoreError("refused: tracker sql is read-only, and SELECT INTO makes a table")
+    if key == "lockingClause":
+        raise StoreError("refused: tracker sql is read-only, and FOR UPDATE or FOR SHARE locks rows")
+    if key in ("funcname", "method"):  # a call, a TABLESAMPLE method (a function of its own)
+        found["functions"].add(_dotted(value))
+    elif key in ("A_Expr", "SubLink") and (value.get("name") or value.get("operName")):  # x + y, x = ANY (...)
+        found["operators"].add(_dotted(value.get("name") or value["operName"]))
+    elif key == "useOp":  # ORDER BY ... USING
+        found["operators"].add(_dotted(value))
+    elif key in ("typeName", "TypeName"):
+        found["types"].add(_dotted(value["names"]))
+    elif key == "RangeVar":
+        found["relations"].add((value.get("schemaname"), value["relname"]))
+    elif key == "CommonTableExpr":
+        found["ctes"].add(value["ctename"])
+    elif key == "ColumnRef":
+        found["members"].update(_strings(value["fields"][1:]))
+    elif key == "A_Indirection":
+        found["members"].update(_strings(value["indirection"]))
+
+
+def _strings(nodes: list) -> list[str]:
+    return [node["String"]["sval"] for node in nodes if "String" in node]
+
+
+def _dotted(nodes: list) -> Name:
+    """A name as the parse tree writes it: a list of strings, the last the name itself."""
+    names = _strings(nodes)
+    return (names[-2] if len(names) > 1 else None), names[-1]
+
+
+# Every routine each name the query gives may run, on this session's search_path (or in the
+# schema given): a function (and its planner support function), an operator's function and its
+# estimators, which run when the query is planned; and every cast between PostgreSQL's own types
+# that runs a function, which a query may use without naming it. Then the types it names.
+_ROUTINES = """
+WITH routine AS (
+    SELECT p.oid, p.proname, p.prosupport, n.nspname, e.extname
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    LEFT JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+    LEFT JOIN pg_extension e ON e.oid = d.refobjid
+), named AS (
+    SELECT * FROM unnest(%(schemas)s::text[], %(names)s::text[]) AS q(schema, name)
+), own_type AS (
+    SELECT t.oid FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+    WHERE n.nspname IN ('pg_catalog', 'information_schema')
+)
+SELECT 'function ' || f.nspname || '.' || f.proname, r.nspname, r.proname, r.extname
+FROM routine f JOIN named q ON q.name = f.proname JOIN routine r ON r.oid IN (f.oid, f.prosupport)
+WHERE q.schema = f.nspname OR q.schema = '' AND f.nspname = ANY(current_schemas(true))
+UNION ALL
+SELECT 'operator ' || n.nspname || '.' || o.oprname, r.nspname, r.proname, r.extname
+FROM pg_operator o JOIN pg_namespace n ON n.oid = o.oprnamespace JOIN named q ON q.name = o.oprname
+JOIN routine r ON r.oid IN (o.oprcode, o.oprrest, o.oprjoin)
+WHERE q.schema = n.nspname OR q.schema = '' AND n.nspname = ANY(current_schemas(true))
+UNION ALL
+SELECT 'cast from ' || format_type(c.castsource, NULL) || ' to ' || format_type(c.casttarget, NULL),
+       r.nspname, r.proname, r.extname
+FROM pg_cast c JOIN routine r ON r.oid = c.castfunc
+WHERE c.castsource IN (SELECT oid FROM own_type) AND c.casttarget IN (SELECT oid FROM own_type)
+"""
+_TYPES = """
+SELECT n.nspname || '.' || t.typname, n.nspname, e.extname
+FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+JOIN unnest(%(schemas)s::text[], %(names)s::text[]) AS q(schema, name) ON q.name = t.typname
+LEFT JOIN pg_depend d ON d.classid = 'pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e'
+LEFT JOIN pg_extension e ON e.oid = d.refobjid
+WHERE q.schema = n.nspname OR q.schema = '' AND n.nspname = ANY(current_schemas(true))
+"""
+# Each relation the query names, as this session's search_path finds it, and whether it is one of
+# the store's (in the schema of its run table).
+_RELATIONS = """
+SELECT q.name, n.nspname, c.relname, c.relkind,
+       c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = to_regclass('run'))
+FROM unnest(%(names)s::text[]) AS q(name)
+LEFT JOIN pg_class c ON c.oid = to_regclass(q.name) LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
+"""
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+
+
+def _refuse_names(cursor: Any, query: Query) -> None:
+    """Refuse ``query`` before the server plans it if a name in it may run code other than
+    PostgreSQL's own (``pg_catalog``'s, from no extension) or one of ``OUTSIDE``, or it reads a
+    relation other than the store's and the system catalogs': another's view may call its
+    owner's functions, which the planner runs when it folds constants."""
+    names = query.functions | {(None, member) for member in query.members} | query.operators
+    for what, schema, name, extension in cursor.execute(_ROUTINES, _pairs(names)).fetchall():
+        _refuse_reach(name)
+        _refuse_foreign(f"{schema}.{name}()", schema, extension, what)
+    for shown, schema, extension in cursor.execute(_TYPES, _pairs(query.types)).fetchall():
+        if schema not in SYSTEM_SCHEMAS or extension:
+            raise StoreError(f"refused: tracker sql uses only PostgreSQL's own types (pg_catalog), not {shown} "
+                             f"from {_source(schema, extension)}")
+    _refuse_relations(cursor, query)
+
+
+def _pairs(names: frozenset[Name]) -> dict[str, list[str]]:
+    ordered = sorted(names, key=lambda n: (n[1], n[0] or ""))
+    return {"schemas": [schema or "" for schema, _ in ordered], "names": [name for _, name in ordered]}
+
+
+def _refuse_reach(name: str) -> None:
+    for reach, patterns in OUTSIDE.items():
+        if any(fnmatchcase(name, pattern) for pattern in patterns):
+            raise StoreError(f"refused: tracker sql is read-only, and {name}() reaches {reach}")
+
+
+def _refuse_foreign(routine: str, schema: str, extension: str | None, what: str) -> None:
+    if schema != "pg_catalog" or extension:
+        through = "" if what == f"function {routine[:-2]}" else f", which the {what} runs"
+        raise StoreError(f"refused: tracker sql calls only PostgreSQL's own functions (pg_catalog), "
+                         f"not {routine} from {_source(schema, extension)}{through}")
+
+
+def _source(schema: str, extension: str | None) -> str:
+    return f"extension {extension}" if extension else f"schema {schema}"
+
+
+def _refuse_relations(cursor: Any, query: Query) -> None:
+    """The store's tables and views, the system catalogs and the query's own WITH queries: nothing
+    else (a relation of no schema that is also the name of a WITH query must be neither)."""
+    from tracker.store.reader import relations
+
+    ordered = sorted(query.relations, key=lambda r: (r[1], r[0] or ""))
+    quoted = [".".join(_quoted(part) for part in relation if part is not None) for relation in ordered]
+    store = set(relations())
+    for (schema, name), (_, found_schema, found, kind, in_store) in zip(
+            ordered, cursor.execute(_RELATIONS, {"names": quoted}).fetchall()):
+        if found is None:
+            if schema is None and name in query.ctes:
+                continue
+            raise StoreError(f"SQL error: relation \"{'.'.join(p for p in (schema, name) if p)}\" does not exist")
+        if found_schema in SYSTEM_SCHEMAS or in_store and found in store and kind != "f":
+            continue
+        also = " (rename the WITH query of that name)" if name in query.ctes else ""
+        raise StoreError(f"refused: tracker sql reads only the store's tables and views and the system catalogs, "
+                         f"not {found_schema}.{found}{also}")
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 # The plan is made and measured on the server (a DO block: EXPLAIN cannot be a subquery), and
-# handed over through a setting only when it is short. The statement is the one DECLARE has just
-# parsed as a single query, so EXECUTE runs that one EXPLAIN and nothing else.
+# handed over through a setting only when it is short. The statement is one query, written by
+# read_query and wrapped in _BOUNDED, so EXECUTE runs that one EXPLAIN and nothing else.
 _PLAN = f"""
 DO $$
 DECLARE plan text;
@@ -529,10 +766,9 @@ WHERE p.proname = ANY(%(names)s) AND (n.nspname = ANY(current_schemas(true)) OR 
 
 
 def _refuse_outside(conn: Any, statement: str) -> None:
-    """Refuse the query if it calls a function outside ``pg_catalog``, or one of ``OUTSIDE``, or
-    its plan is longer than ``PLAN_BYTES``. The calls are read from the plan, and from the
-    statement's own text for what EXPLAIN does not show (a multi-row VALUES list, LIMIT, OFFSET,
-    a window's frame): a name there counts if a function of that name exists."""
+    """Refuse the query if its plan calls a function outside ``pg_catalog``, or one of
+    ``OUTSIDE``, or is longer than ``PLAN_BYTES``: the second guard, after ``_refuse_names``,
+    which read what the plan does not show (a multi-row VALUES list, LIMIT, OFFSET)."""
     with conn.cursor() as cursor:
         cursor.execute("SELECT set_config('tracker.statement', %s, true)", (statement,))
         cursor.execute(_PLAN)
@@ -542,22 +778,18 @@ def _refuse_outside(conn: Any, statement: str) -> None:
             raise StoreError(f"refused: the query's plan is {size / 2**20:.0f} MiB, over tracker sql's "
                              f"{PLAN_BYTES // 2**20} MiB: the planner wrote a long constant into it (such as "
                              "repeat('x', 1000000000)); build no value that long from constants")
-        planned, written = called(plan), _calls(_statement_tokens(statement))
-        calls = planned | written
+        calls = called(plan)
         rows = cursor.execute(_SCHEMAS, {"names": sorted({name for _, name in calls}),
                                          "schemas": sorted({schema for schema, _ in calls if schema})}).fetchall()
     for schema, name in sorted(calls, key=lambda c: (c[1], c[0] or "")):
         where = [(nsp, ext) for proname, nsp, ext in rows if proname == name and schema in (None, nsp)]
-        if where or (schema, name) in planned:  # the server's own text names only what it calls
-            _refuse_function(name, where or ([(schema, None)] if schema else []))
+        _refuse_function(name, where or ([(schema, None)] if schema else []))
 
 
 def _refuse_function(name: str, where: list[tuple[str, str | None]]) -> None:
     """``name`` as the query called it, and every (schema, extension) it may come from (none: no
     function of that name, such as COALESCE or a type's modifiers)."""
-    for reach, patterns in OUTSIDE.items():
-        if any(fnmatchcase(name, pattern) for pattern in patterns):
-            raise StoreError(f"refused: tracker sql is read-only, and {name}() reaches {reach}")
+    _refuse_reach(name)
     for schema, extension in sorted(where, key=lambda w: (w[0] == "pg_catalog", w)):
         if schema != "pg_catalog" or extension:
             source = f"extension {extension}" if extension else f"schema {schema}"
@@ -600,56 +832,6 @@ def _expression_tokens(expression: str) -> Iterator[Token]:
         yield (quoted.replace('""', '"') if quoted is not None else bare.lower() if bare else None), other
 
 
-# A statement as a user may write it (PostgreSQL's lexer, in what matters for names): comments,
-# nested; strings, with E'' escapes, and dollar-quoted; quoted names, with U& escapes refused.
-_LEX = re.compile(r"""(?P<space>\s+|--[^\n]*)|(?P<comment>/\*)|(?P<dollar>\$(?:[^\W\d][\w]*)?\$)
-    |(?P<escaped>[Ee]'(?:[^'\\]|\\.|'')*')|(?P<unicode>[Uu]&["'])|(?P<string>'(?:[^']|'')*')
-    |"(?P<quoted>(?:[^"]|"")*)"|(?P<bare>[^\W\d][\w$]*)|(?P<other>.)""", re.X | re.S)
-_NESTED = re.compile(r"/\*|\*/")
-
-
-def _lexemes(statement: str) -> Iterator[tuple[str, int, int]]:
-    """(kind, start, end) of each lexeme: a _LEX group's name, a comment and a dollar-quoted
-    string whole."""
-    at = 0
-    while at < len(statement):
-        match = _LEX.match(statement, at)
-        assert match is not None and match.lastgroup is not None  # (?P<other>.) matches any character
-        kind, start, at = match.lastgroup, match.start(), match.end()
-        if kind == "comment":
-            at = _comment_end(statement, at)
-        elif kind == "dollar":
-            end = statement.find(match.group(), at)
-            at = len(statement) if end < 0 else end + len(match.group())
-        yield kind, start, at
-
-
-def _statement_tokens(statement: str) -> Iterator[Token]:
-    for kind, start, end in _lexemes(statement):
-        match = _LEX.match(statement, start)
-        assert match is not None
-        if kind == "unicode":
-            raise StoreError("refused: tracker sql reads the names a statement calls, and U& escapes "
-                             "hide them: write the name itself")
-        elif kind == "quoted":
-            yield match.group("quoted").replace('""', '"'), None
-        elif kind == "bare":
-            yield match.group("bare").lower(), None
-        elif kind == "other":
-            yield None, match.group()
-        elif kind in ("string", "escaped"):
-            yield None, "'"
-
-
-def _comment_end(statement: str, at: int) -> int:
-    depth = 1
-    for match in _NESTED.finditer(statement, at):
-        depth += 1 if match.group() == "/*" else -1
-        if depth == 0:
-            return match.end()
-    return len(statement)
-
-
 def _calls(tokens: Iterator[Token]) -> set[tuple[str | None, str]]:
     """The (schema, name) of each call: a name, or two joined by a dot, then '('."""
     calls = set()
@@ -678,6 +860,9 @@ def _postgresql_errors(psycopg: Any, timeout_s: float) -> Iterator[None]:
             raise StoreError(_past_limit(timeout_s)) from None
         if "multiple commands" in message:
             raise StoreError(_ONE_STATEMENT) from None
+        if state == "55P03":  # lock_not_available: past LOCK_WAIT_MS
+            raise StoreError(f"the query waited {LOCK_WAIT_MS / 1000:g} s for a table another session holds "
+                             "(tracker upgrade?), and tracker sql waits no longer: try again later") from None
         if _OVER in message:  # _BOUNDED's own error
             size = int(re.sub(r"\D", "", message.split(_OVER, 1)[1]))
             raise StoreError(f"refused: {FETCH_ROWS:,} rows in a row hold {size:,} bytes on the server, over the "

@@ -357,18 +357,23 @@ def _reader_store(store: Store, reader: str | None) -> Store:
     """The store as the reader connection reaches it (``tracker.store.reader``), checked to be the
     same tables; without a reader, the store itself (whose role ``_postgresql`` then checks)."""
     from tracker.store.db import open_store
-    from tracker.store.reader import reader_url
+    from tracker.store.reader import reader_url, refuse_connection_settings
 
     url = reader_url(reader)
     if url is None:
+        refuse_connection_settings(store.engine.url)
         return store
     reading = open_store(url, write=False)  # validated as --db is, and checked to be tracker's, current
     where = "SELECT current_database(), to_regclass('run')::oid"
-    with store.engine.connect() as a, reading.engine.connect() as b:
-        if a.exec_driver_sql(where).one() != b.exec_driver_sql(where).one():
-            reading.dispose()
-            raise StoreError(f"the reader connection {reading.where} reaches other tables than {store.where}: "
-                             "give it the same database and search_path")
+    try:
+        refuse_connection_settings(reading.engine.url)
+        with store.engine.connect() as a, reading.engine.connect() as b:
+            if a.exec_driver_sql(where).one() != b.exec_driver_sql(where).one():
+                raise StoreError(f"the reader connection {reading.where} reaches other tables than {store.where}: "
+                                 "give it the same database and search_path")
+    except StoreError:
+        reading.dispose()
+        raise
     return reading
 
 
@@ -376,7 +381,7 @@ def _reader_store(store: Store, reader: str | None) -> Store:
 def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]:
     import psycopg
 
-    from tracker.store.reader import refuse_privileged
+    from tracker.store.reader import refuse_privileged, refuse_role_change, unbounded
 
     deadline = time.monotonic() + timeout_s
     conn.rollback()
@@ -387,6 +392,7 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
             if conn.info.server_version >= 140000:  # the server checks that the client is still there
                 setup.execute("SET LOCAL client_connection_check_interval = 1000")
             refuse_privileged(setup)
+            notes = [note] if (note := unbounded(setup)) else []
         bounded = _bounded(statement)
         cursor = conn.cursor(name="tracker_sql")  # DECLARE tracker_sql CURSOR FOR <query>, one query
         cursor.execute(bounded)
@@ -396,9 +402,12 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
         def fetch() -> list[tuple]:
             with conn.cursor() as setup:
                 _limit_time(setup, deadline, timeout_s)
-            return [row[:-1] for row in cursor.fetchmany(FETCH_ROWS)]
+            rows = cursor.fetchmany(FETCH_ROWS)
+            with conn.cursor() as pin:  # before any row is handed on: the query left the role as it was
+                refuse_role_change(pin)
+            return [row[:-1] for row in rows]
 
-        yield Answer(columns, _stream(fetch))
+        yield Answer(columns, _stream(fetch), notes)
 
 
 # The user's query inside two of ours: the middle adds, per row, the bytes of the last FETCH_ROWS

@@ -357,3 +357,14 @@ def test_tracker_sql_warns_when_the_reader_lacks_the_settings(server, runner):
     made = runner.invoke(cli, ["sql", "SELECT COUNT(*) AS n FROM run", "--db", server.owner_url,
                                "--reader-url", server.url(server.reader()), "--format", "csv"])
     assert made.exit_code == 0 and made.stderr == "" and made.stdout.splitlines() == ["n", "1"]
+
+
+def test_the_docs_give_the_readers_settings_as_the_code_does():
+    """The values are defined once, in tracker.store.reader; docs/store.md states them."""
+    from pathlib import Path
+
+    from tracker.store.reader import READER_SETTINGS
+
+    docs = (Path(__file__).parents[1] / "docs" / "store.md").read_text()
+    for setting, value in READER_SETTINGS.items():
+        assert f"`{setting} = {value}`" in docs

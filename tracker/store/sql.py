@@ -8,9 +8,10 @@ A user's statement is hostile input. What it may do is set by how it is run, not
   runs in a thread of its own while the caller's waits for its rows: the time limit, Ctrl-C and
   SIGTERM end the wait even inside one long C call of SQLite's, and then interrupt the query.
 - **PostgreSQL**: the statement runs only as a role that can only read (``tracker.store.reader``:
-  never a superuser, a member of a role that reaches the server's files, programs or other sessions,
-  nor the role that writes the store; ``--reader-url`` or $TRACKER_READER_URL names such a role).
-  It runs in a read-only transaction as ``DECLARE ... CURSOR FOR`` through the extended query
+  judged by its login, never a superuser, a member of a role that reaches the server's files,
+  programs or other sessions, nor the role that writes the store; ``--reader-url`` or
+  $TRACKER_READER_URL names such a role), on a connection that sets no role or setting, and
+  whose role is checked again after each fetch. It runs in a read-only transaction as ``DECLARE ... CURSOR FOR`` through the extended query
   protocol: the server parses exactly one SELECT, WITH or VALUES query (no SET, COPY, DO, CALL, a
   second statement, or data-modifying WITH). Before any row is fetched, the server's own plan
   (``EXPLAIN (VERBOSE, FORMAT JSON)``, every view expanded, every function named as the server

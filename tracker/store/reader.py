@@ -154,7 +154,7 @@ def _options_set(options: str) -> list[str]:
 
 
 def _settings_refused(source: str, name: str) -> str:
-    return (f"refused: {source} sets {name}, and tracker sql takes no setting from a connection but "
+    return (f"refused: {name} is set by {source}, and tracker sql takes no setting from a connection but "
             f"{', '.join(CONNECTION_SETTINGS)} (a reader's role settings bound what it spends): leave it out")
 
 

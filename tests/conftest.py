@@ -44,12 +44,17 @@ def pg_url(monkeypatch):
         pytest.skip("no PostgreSQL server (set TRACKER_TEST_PG_URL)")
     from sqlalchemy import create_engine, make_url, text
 
+    from tracker.store.reader import READER_SETTINGS
+
     schema = f"t_{uuid.uuid4().hex[:12]}"
     admin = create_engine(PG_URL)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('tracker test reader'))"))  # one worker at a time
         conn.execute(text(f"DO $$ BEGIN CREATE ROLE {PG_READER} LOGIN; "
                           "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"))
+        for setting, value in READER_SETTINGS.items():  # as `tracker reader-role` sets them
+            conn.execute(text(f"ALTER ROLE {PG_READER} SET {setting} = '{value}'"))
         conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {PG_READER}"))
         conn.execute(text(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT SELECT ON TABLES TO {PG_READER}"))
     reader = make_url(PG_URL).set(username=PG_READER).render_as_string(hide_password=False)

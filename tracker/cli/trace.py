@@ -317,15 +317,18 @@ def sql(statement, db, limit, timeout_s, reader_url, fmt):
 @click.option("--name", default="tracker_reader", show_default=True, metavar="ROLE",
               help="The role to make: lower-case letters, digits and _.")
 @click.option("--apply", "apply_", is_flag=True,
-              help="Run the SQL on --db as its role (which must be allowed to create roles) instead of printing it.")
+              help="Run the SQL on --db as its role (a superuser: it sets temp_file_limit) instead of printing it.")
 def reader_role(db, name, apply_):
     """Print (or, with --apply, run) the SQL that makes a PostgreSQL role that can only read the store.
 
-    tracker sql runs a statement only as such a role (--reader-url, $TRACKER_READER_URL): never a
-    superuser, the role that writes the store, or a member of pg_read_server_files,
-    pg_write_server_files, pg_execute_server_program or pg_signal_backend. The role gets LOGIN,
-    USAGE on the store's schema and SELECT on its tables and views, nothing else; give it a
-    password (or a pg_hba.conf entry) to log in. Run it again after `tracker upgrade` adds tables.
+    tracker sql runs a statement only as such a role (--reader-url, $TRACKER_READER_URL), judged
+    by its login: never a superuser, the role that writes the store, or a member of
+    pg_read_server_files, pg_write_server_files, pg_execute_server_program or pg_signal_backend.
+    The role gets LOGIN, USAGE on the store's schema and SELECT on its tables and views (and on
+    those the store's owner adds later), nothing else, and settings that bound what it spends on
+    the server (statement_timeout, idle_in_transaction_session_timeout, work_mem,
+    temp_file_limit: a superuser's to set); give it a password (or a pg_hba.conf entry) to log in.
+    Where a superuser owns the store, run it again after `tracker upgrade` adds tables.
 
     \b
     Examples:

@@ -11,8 +11,10 @@ by the server's own parser's reading of it, never by a reading of tracker's own:
   SQLite's memory in the process is capped (``SQLITE_HEAP_BYTES``), and a row over ``FETCH_BYTES``
   is refused.
 - **PostgreSQL**: the statement runs only as a role that can only read (``tracker.store.reader``:
-  never a superuser, a member of a role that reaches the server's files, programs or other sessions,
-  nor the role that writes the store; ``--reader-url`` or $TRACKER_READER_URL names such a role).
+  judged by its login, never a superuser, a member of a role that reaches the server's files,
+  programs or other sessions, nor the role that writes the store; ``--reader-url`` or
+  $TRACKER_READER_URL names such a role), on a connection that sets no role or setting, and
+  whose role is checked again after each fetch.
   It is read first by PostgreSQL's own parser (pglast, libpg_query): exactly one SELECT, WITH or
   VALUES query, with no writing WITH query, SELECT INTO or FOR UPDATE/SHARE. Every name in the
   whole tree that may run code (a function, in any clause, LIMIT and OFFSET included; a name
@@ -389,18 +391,23 @@ def _reader_store(store: Store, reader: str | None) -> Store:
     """The store as the reader connection reaches it (``tracker.store.reader``), checked to be the
     same tables; without a reader, the store itself (whose role ``_postgresql`` then checks)."""
     from tracker.store.db import open_store
-    from tracker.store.reader import reader_url
+    from tracker.store.reader import reader_url, refuse_connection_settings
 
     url = reader_url(reader)
     if url is None:
+        refuse_connection_settings(store.engine.url)
         return store
     reading = open_store(url, write=False)  # validated as --db is, and checked to be tracker's, current
     where = "SELECT current_database(), to_regclass('run')::oid"
-    with store.engine.connect() as a, reading.engine.connect() as b:
-        if a.exec_driver_sql(where).one() != b.exec_driver_sql(where).one():
-            reading.dispose()
-            raise StoreError(f"the reader connection {reading.where} reaches other tables than {store.where}: "
-                             "give it the same database and search_path")
+    try:
+        refuse_connection_settings(reading.engine.url)
+        with store.engine.connect() as a, reading.engine.connect() as b:
+            if a.exec_driver_sql(where).one() != b.exec_driver_sql(where).one():
+                raise StoreError(f"the reader connection {reading.where} reaches other tables than {store.where}: "
+                                 "give it the same database and search_path")
+    except StoreError:
+        reading.dispose()
+        raise
     return reading
 
 
@@ -408,7 +415,7 @@ def _reader_store(store: Store, reader: str | None) -> Store:
 def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]:
     import psycopg
 
-    from tracker.store.reader import refuse_privileged
+    from tracker.store.reader import refuse_privileged, refuse_role_change, unbounded
 
     deadline = time.monotonic() + timeout_s
     conn.rollback()
@@ -420,6 +427,7 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
                 setup.execute("SET LOCAL client_connection_check_interval = 1000")
             setup.execute(f"SET LOCAL lock_timeout = {LOCK_WAIT_MS}")
             refuse_privileged(setup)
+            notes = [note] if (note := unbounded(setup)) else []
             query = read_query(statement)
             _refuse_names(setup, query)  # from the catalog, before anything is planned
         bounded = _BOUNDED.format(query=query.text)
@@ -431,9 +439,12 @@ def _postgresql(conn: Any, statement: str, timeout_s: float) -> Iterator[Answer]
         def fetch() -> list[tuple]:
             with conn.cursor() as setup:
                 _limit_time(setup, deadline, timeout_s)
-            return [row[:-1] for row in cursor.fetchmany(FETCH_ROWS)]
+            rows = cursor.fetchmany(FETCH_ROWS)
+            with conn.cursor() as pin:  # before any row is handed on: the query left the role as it was
+                refuse_role_change(pin)
+            return [row[:-1] for row in rows]
 
-        yield Answer(columns, _stream(fetch))
+        yield Answer(columns, _stream(fetch), notes)
 
 
 # The user's query inside two of ours: the middle adds, per row, the bytes of the last FETCH_ROWS

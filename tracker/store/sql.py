@@ -579,9 +579,13 @@ def _first_word(statement: str) -> str:
     return statement[words[0].start:words[0].end + 1].upper() if words else "this"
 
 
+# Fields of a parse tree that say where in the text a node stood, not what it is.
+_LOCATIONS = {"location", "list_start", "list_end"}
+
+
 def _without_locations(node: Any) -> Any:
     if isinstance(node, dict):
-        return {key: _without_locations(value) for key, value in node.items() if key != "location"}
+        return {key: _without_locations(value) for key, value in node.items() if key not in _LOCATIONS}
     if isinstance(node, list):
         return [_without_locations(value) for value in node]
     return node

@@ -27,6 +27,19 @@ def cell(column: str, value: Any) -> str:
     return units.cell(column, value, missing="-")
 
 
+CELL_CHARS = 200  # a table shows this much of a longer text or bytes value, and its length
+
+
+def held(value: Any) -> Any:
+    """``value`` as a table holds it until it is aligned: text or bytes over ``CELL_CHARS`` cut,
+    with their length, so that a table of long values takes no more memory than it shows."""
+    if isinstance(value, (str, bytes)) and len(value) > CELL_CHARS:
+        if isinstance(value, str):
+            return f"{value[:CELL_CHARS]}... ({len(value):,} characters)"
+        return f"{value[:CELL_CHARS // 4]!s}... ({len(value):,} bytes)"  # a byte shows as up to 4 characters
+    return value
+
+
 def table(rows: list[dict], columns: Iterable[str] | None = None) -> str:
     columns = list(columns or (rows[0].keys() if rows else []))
     if not rows:

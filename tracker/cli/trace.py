@@ -7,7 +7,7 @@ import click
 from tracker.cli import cli
 from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
 from tracker.cli.options import db_option, emit, expanded, format_option, ncu_options, net_kwargs, network_options
-from tracker.cli.output import cell, stream, to_json
+from tracker.cli.output import cell, held, stream, to_json
 from tracker.errors import TrackerError
 from tracker.extras import install
 from tracker.model import lookup
@@ -302,7 +302,7 @@ def sql(statement, db, limit, timeout_s, reader_url, fmt):
                 click.echo(f"note: no rows: {why}", err=True)
             return
         shown = TABLE_ROWS if limit is None else limit
-        listed = list(islice(answer.rows, shown + 1))
+        listed = [tuple(map(held, row)) for row in islice(answer.rows, shown + 1)]
         if not listed:
             why = why_empty(store, statement)
             click.echo(f"(no rows: {why})" if why else "(no rows)")

@@ -86,13 +86,19 @@ def _lacking(ids: list[int], lack: str) -> str:
     return f"{runs} ran the {lack} backend: no counters were collected"
 
 
+# The longest JSON text made into lists: decoded, JSON takes up to about 20 times its length in
+# memory ('[],' is a 64-byte list), and the store's own JSON values are kilobytes.
+JSON_DECODED_CHARS = 1 << 20
+
+
 def _plain(value: Any) -> Any:
-    """JSON text from SQLite views becomes lists, datetimes ISO strings, PostgreSQL's decimal sums numbers."""
+    """JSON text from SQLite views becomes lists (up to ``JSON_DECODED_CHARS``: longer stays text),
+    datetimes ISO strings, PostgreSQL's decimal sums numbers."""
     if isinstance(value, Decimal):
         return _number(value)
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
-    if isinstance(value, str) and value[:1] in "[{":
+    if isinstance(value, str) and value[:1] in ("[", "{") and len(value) <= JSON_DECODED_CHARS:
         try:
             return json.loads(value)
         except (ValueError, RecursionError):  # not JSON, or nested beyond Python's stack

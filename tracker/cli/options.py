@@ -7,7 +7,7 @@ from typing import Callable
 import click
 
 from tracker.cli.output import FORMATS, render
-from tracker.errors import MAX_DIGITS, TrackerError, is_digits, shorten
+from tracker.errors import is_digits, shorten
 from tracker.nets import OPTIONS
 from tracker.profilers.ncu import CACHE_CONTROL, CLOCK_CONTROL
 
@@ -29,8 +29,6 @@ class WholeNumber(click.IntRange):
     def convert(self, value, param, ctx):
         if isinstance(value, str) and not is_digits(value):
             self.fail(f"{shorten(value)!r} is not a whole number (digits only)", param, ctx)
-        if isinstance(value, str) and len(value) > MAX_DIGITS:  # beyond any range, and int() of it can fail
-            self.fail(f"{shorten(value)} is out of range", param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -43,10 +41,10 @@ def expanded(ctx, param, value: str | None) -> str | None:
 
 def output_file(ctx, param, value: str | None) -> str | None:
     """A callback for an option naming a file tracker may write: checked as it enters, whatever
-    the backend or executor ends up using it (``tracker.paths.check_file``)."""
+    the backend or executor ends up using it (``tracker.paths.check_file``; its error is one line)."""
     from tracker.paths import check_file
 
-    return None if value is None else str(_checked(check_file, value, None))
+    return None if value is None else str(check_file(value, None))
 
 
 def output_dir(ctx, param, value: str | None) -> str | None:
@@ -55,14 +53,7 @@ def output_dir(ctx, param, value: str | None) -> str | None:
         return expanded(ctx, param, value)
     from tracker.paths import check_dir
 
-    return str(_checked(check_dir, value))
-
-
-def _checked(check, *args):
-    try:
-        return check(*args)
-    except TrackerError as exc:
-        raise click.BadParameter(str(exc)) from None
+    return str(check_dir(value))
 
 
 format_option = click.option(

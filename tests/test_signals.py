@@ -4,6 +4,7 @@ run it started linked to it; SIGKILL leaves it to show as interrupted once the p
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -154,3 +155,61 @@ def test_a_process_that_ignores_ctrl_c_is_not_interrupted_inside_a_transaction(d
         time.sleep(0.3)
         process.send_signal(signal.SIGINT)
     assert process.communicate(timeout=30)[0] == "done\n" and process.returncode == 0
+
+
+def _takes_sigterm(pid: int) -> bool:
+    """Whether the process has a handler of its own for SIGTERM (Linux: SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            caught = next(line for line in status if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.slow  # 30 short commands, about a second each
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc/PID/status to see the handler go in")
+def test_a_signal_at_any_moment_of_a_command_is_one_line_and_exit_130(tmp_path):
+    """SIGINT and SIGTERM at 30 random moments of `tracker runs`, from the moment its handlers are in
+    (the first thing it does; the probe saw a silent -15 in 23 of 32) to its end: exit 130 and one
+    line, or, for a signal that comes as it exits, its whole output and exit 0."""
+    import random
+
+    open_store(str(tmp_path / "trace.db"), write=True).dispose()
+    command = [sys.executable, "-m", "tracker", "runs", "--db", str(tmp_path / "trace.db")]
+    started = time.monotonic()
+    whole = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    duration = time.monotonic() - started
+    assert whole.returncode == 0, whole.stderr
+    for trial in range(30):
+        signum = (signal.SIGINT, signal.SIGTERM)[trial % 2]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
+        while not _takes_sigterm(process.pid):
+            assert process.poll() is None, "the command ended without ever taking SIGTERM"
+            time.sleep(0.0005)
+        time.sleep(random.uniform(0, duration))
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=60)
+        outcome = (trial, signum, process.returncode, stderr[-300:])
+        if process.returncode == 0:  # it had finished its work
+            assert (stdout, stderr) == (whole.stdout, ""), outcome
+        else:  # click closes a terminal's ^C echo with a blank line first
+            assert process.returncode == 130 and stderr.split("\n") in (["Error: interrupted", ""],
+                                                                        ["", "Error: interrupted", ""]), outcome
+
+
+SIGNALS_AT_THE_CLI = """
+import signal, sys, types
+cli = types.ModuleType("tracker.cli")  # stands in for the CLI, to see what is in place when it loads
+cli.main = lambda: print(signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None), "click" in sys.modules)
+sys.modules["tracker.cli"] = cli
+from tracker.__main__ import main
+main()
+"""
+
+
+def test_the_handlers_go_in_before_the_cli_imports():
+    done = subprocess.run([sys.executable, "-c", SIGNALS_AT_THE_CLI], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "True False\n", "")

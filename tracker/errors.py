@@ -67,6 +67,34 @@ def shorten(text: str, limit: int = NAME_ECHO) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def is_digits(text: str) -> bool:
+    """Whether ``text`` is a whole number as tracker takes one: ASCII digits and nothing else.
+    Python's int() also takes '1_0', ' 8', '+1' and other scripts' digits; tracker takes none."""
+    return text.isascii() and text.isdigit()
+
+
+def whole_number(value: object, what: str, low: int, high: int | None = None) -> int:
+    """``value``, an int (not a bool), from ``low`` to ``high`` (None: no upper bound), or a one-line
+    error naming ``what``: the rule every count obeys, passed to the library or read from text."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = f"'{shorten(value)}'" if isinstance(value, str) else shorten(repr(value))
+        raise TrackerError(f"{what}: {shown} is not a whole number (digits only)")
+    if value < low or (high is not None and value > high):
+        shown = str(value) if value.bit_length() <= 64 else "of over 19 digits"  # no str() of 4,300 digits
+        raise TrackerError(f"{what} {shown} is out of range {low}..{'' if high is None else high}")
+    return value
+
+
+def parse_whole_number(text: str, what: str, low: int, high: int | None = None) -> int:
+    """``text`` read as ``whole_number`` where it is digits only (``is_digits``), else the same error."""
+    if not is_digits(text):
+        return whole_number(text, what, low, high)
+    return whole_number(int(text) if len(text) <= MAX_DIGITS else 2**64, what, low, high)  # 2**64: any longer one
+
+
+MAX_DIGITS = 19  # the longest whole number read from text: a 64-bit database id fits
+
+
 def comma_list(text: str, what: str, example: str) -> list[str]:
     """The items of a comma-separated option (``--batches 16,64``), stripped: the one place lists
     are split, so that an empty list or item is refused everywhere rather than read as a default."""

@@ -55,13 +55,13 @@ def check_dir(out: str | Path) -> Path:
     return out
 
 
-def check_file(path: str | Path, suffixes: tuple[str, ...]) -> Path:
-    """``path`` (~ expanded) as a file of one of ``suffixes`` ('.png') whose directory exists and
-    can be written. An existing file is opened for writing and left as it was; a new one is
-    created and removed."""
+def check_file(path: str | Path, suffixes: tuple[str, ...] | None) -> Path:
+    """``path`` (~ expanded) as a file of one of ``suffixes`` ('.png'; None: any) whose directory
+    exists and can be written. An existing file is opened for writing and left as it was; a new
+    one is created and removed."""
     shown = _named(path, "file")
     path = expand(path, "cannot write")
-    if path.suffix.lower() not in suffixes:
+    if suffixes is not None and path.suffix.lower() not in suffixes:
         raise TrackerError(f"cannot write {shown}: name a {', '.join(suffixes)} file")
     if os.path.isdir(path):
         raise TrackerError(f"cannot write {shown}: it is a directory")

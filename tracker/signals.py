@@ -38,6 +38,22 @@ def raise_for(signum: int) -> NoReturn:
     raise Interrupted(f"signal {signum}")
 
 
+def raise_from_now() -> None:
+    """SIGTERM raises ``Interrupted`` from now on, as Ctrl-C raises KeyboardInterrupt: the command's
+    first step (``tracker.__main__``), so that no moment of it dies of a signal silently."""
+    if _ours(signal.SIGTERM):
+        signal.signal(signal.SIGTERM, lambda number, frame: raise_for(number))
+
+
+def hold_to_exit() -> bool:
+    """Hold both signals for the rest of the process (nothing is left to interrupt: they would only
+    cut its exit short), and say whether one is already waiting."""
+    if not hasattr(signal, "pthread_sigmask") or not _main_thread():
+        return False
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    return bool(signal.sigpending() & set(SIGNALS))
+
+
 @contextmanager
 def held() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM until the block ends, then raise the first that came."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tracker.cli import cli
-from tracker.cli.options import emit, format_option, net_kwargs, network_options
+from tracker.cli.options import WholeNumber, emit, format_option, net_kwargs, network_options
 from tracker.cli.output import cell, record, to_json
 from tracker.errors import TrackerError, unknown
 from tracker.model import CATALOG, DTYPE_BITS, lookup, memory, predict
@@ -16,7 +16,7 @@ from tracker.nets import NETWORKS, build
 from tracker.metrics import FAMILIES
 
 batch_option = click.option(
-    "--batch", "-b", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True,
+    "--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=1, show_default=True,
     help="Images per mini-batch.",
 )
 

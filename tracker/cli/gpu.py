@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tracker.cli import cli
-from tracker.cli.options import db_option, emit, format_option, net_kwargs, network_options
+from tracker.cli.options import WholeNumber, db_option, emit, format_option, net_kwargs, network_options
 from tracker.gpu.workload import IMPLEMENTATIONS
 from tracker.nets import build
 
@@ -106,7 +106,7 @@ def _compiled(job, done: int, total: int, seconds: float) -> None:
 
 
 @cli.command()
-@click.option("--batch", "-b", type=click.IntRange(1, 64), default=2, show_default=True,
+@click.option("--batch", "-b", type=WholeNumber(1, 64), default=2, show_default=True,
               help="Images per batch for the AlexNet layer shapes.")
 @click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
               help="L1 policies to compile and check.")
@@ -223,20 +223,20 @@ TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "defaul
 
 @cli.command()
 @click.argument("network")
-@click.option("--batch", "-b", type=click.IntRange(1, 1024), default=128, show_default=True,
+@click.option("--batch", "-b", type=WholeNumber(1, 1024), default=128, show_default=True,
               help="Images per mini-batch: the shapes timed.")
 @db_option
 @click.option("--variant", default=None, metavar="V|OP=V,...",
               help="Variants whose GEMM launches to tune (as tracker profile); an op not named races every "
                    "algorithm that can run each layer phase (conv: implicit and explicit GEMM, direct, Winograd, "
                    "fused Winograd, FFT).")
-@click.option("--reps", type=click.IntRange(1, 100), default=5, show_default=True,
+@click.option("--reps", type=WholeNumber(1, 100), default=5, show_default=True,
               help="Timed repetitions per candidate (median; L2 flushed before each).")
-@click.option("--verify-batch", type=click.IntRange(1, 16), default=2, show_default=True,
+@click.option("--verify-batch", type=WholeNumber(1, 16), default=2, show_default=True,
               help="Batch at which each candidate is checked against the NumPy reference.")
 @click.option("--quick", is_flag=True,
               help="Try the default tile shape with each split-K count (and the fastest's neighbours) only.")
-@click.option("--budget", type=click.IntRange(0, None), default=0, metavar="SECONDS",
+@click.option("--budget", type=WholeNumber(0, None), default=0, metavar="SECONDS",
               help="Start no candidate after this many seconds; what was measured is stored and used "
                    "(0: no limit).")
 @network_options

@@ -7,6 +7,7 @@ from typing import Callable
 import click
 
 from tracker.cli.output import FORMATS, render
+from tracker.errors import is_digits, shorten
 from tracker.nets import OPTIONS
 from tracker.profilers.ncu import CACHE_CONTROL, CLOCK_CONTROL
 
@@ -21,11 +22,38 @@ class FiniteRange(click.FloatRange):
         return number
 
 
+class WholeNumber(click.IntRange):
+    """An IntRange that takes digits only (``tracker.errors.is_digits``): click's INT is Python's
+    int(), which also takes '1_0', ' 8' and '+1'."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not is_digits(value):
+            self.fail(f"{shorten(value)!r} is not a whole number (digits only)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def expanded(ctx, param, value: str | None) -> str | None:
     """A path option's callback: ~ expanded as --db's and --out's are (else '~/x' is a folder named '~')."""
     from tracker.paths import expand
 
     return None if value is None else str(expand(value))
+
+
+def output_file(ctx, param, value: str | None) -> str | None:
+    """A callback for an option naming a file tracker may write: checked as it enters, whatever
+    the backend or executor ends up using it (``tracker.paths.check_file``; its error is one line)."""
+    from tracker.paths import check_file
+
+    return None if value is None else str(check_file(value, None))
+
+
+def output_dir(ctx, param, value: str | None) -> str | None:
+    """As ``output_file``, for a directory; a default left as it is is checked where it is used."""
+    if value is None or ctx.get_parameter_source(param.name) == click.core.ParameterSource.DEFAULT:
+        return expanded(ctx, param, value)
+    from tracker.paths import check_dir
+
+    return str(check_dir(value))
 
 
 format_option = click.option(
@@ -59,9 +87,9 @@ def network_options(command: Callable) -> Callable:
         if opt.choices and opt.type is str:
             kind = click.Choice(opt.choices)
         elif opt.choices:
-            kind = click.IntRange(min(opt.choices), max(opt.choices))
+            kind = WholeNumber(min(opt.choices), max(opt.choices))
         else:
-            kind = click.IntRange(min=1) if opt.type is int else str
+            kind = WholeNumber(min=1) if opt.type is int else str
         command = click.option("--" + opt.name.replace("_", "-"), opt.name, type=kind, default=None,
                                help=f"[{', '.join(n for n in _takers(opt.name))}] {opt.help}.")(command)
     return command

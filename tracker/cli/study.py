@@ -8,9 +8,9 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.catalog import device_option
-from tracker.cli.options import (FiniteRange, db_option, emit, expanded, format_option, net_kwargs, ncu_options,
-                                 network_options)
-from tracker.errors import TrackerError, comma_list, shorten
+from tracker.cli.options import (FiniteRange, WholeNumber, db_option, emit, format_option, net_kwargs, ncu_options,
+                                 network_options, output_dir)
+from tracker.errors import TrackerError, comma_list, parse_whole_number, shorten
 from tracker.executors import EXECUTORS
 from tracker.experiment import KINDS
 from tracker.export import FORMATS as EXPORT_FORMATS
@@ -36,11 +36,12 @@ def _items(param, value: str, example: str) -> list[str]:
 def _batches(ctx, param, value: str | None) -> tuple[int, ...]:
     if value is None:
         return ()
-    try:
-        sizes = tuple(int(v) for v in _items(param, value, "16,64,128"))
-    except ValueError:
-        raise click.BadParameter(f"'{value}' is not a comma-separated list of batch sizes (e.g. 16,64,128)") from None
-    if any(not 1 <= b <= MAX_BATCH for b in sizes) or len(set(sizes)) != len(sizes):
+    _items(param, value, "16,64,128")  # refuses an empty list or item
+    try:  # the items unstripped: ' 8' is no number
+        sizes = tuple(parse_whole_number(item, "a batch size", 1, MAX_BATCH) for item in value.split(","))
+    except TrackerError as exc:
+        raise click.BadParameter(f"{exc} (e.g. 16,64,128)") from None
+    if len(set(sizes)) != len(sizes):
         raise click.BadParameter(f"batch sizes must be distinct, from 1 to {MAX_BATCH}")
     return sizes
 
@@ -79,16 +80,16 @@ def _records(frame) -> list[dict]:
 @cli.command()
 @click.argument("kind", type=click.Choice(KINDS))
 @click.argument("network")
-@click.option("--batch", "-b", type=click.IntRange(1, MAX_BATCH), default=128, show_default=True,
+@click.option("--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=128, show_default=True,
               help="Images per mini-batch.")
 @click.option("--batches", callback=_batches, default=None, metavar="B,B,...",
               help="batch: the batch sizes to run (e.g. 16,64,128; the first is the baseline).")
 @db_option
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="As for tracker profile; only batch runs on the model backend.")
-@click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=5, show_default=True,
+@click.option("--repeat", type=WholeNumber(1, MAX_REPEAT), default=5, show_default=True,
               help="Measured iterations per run: the spread that tells a speedup from noise.")
-@click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=1, show_default=True)
+@click.option("--warmup", type=WholeNumber(0, MAX_WARMUP), default=1, show_default=True)
 @click.option("--variants", "variants", callback=_names, default=None, metavar="V,V,...",
               help="l1-bypass, variants, batch: the kernel variants to run (default: every one; the first is "
                    "the variants baseline; batch runs each at every batch size).")
@@ -104,8 +105,7 @@ def _records(frame) -> list[dict]:
 @click.option("--sbatch", "sbatch_args", default="", metavar="OPTIONS",
               help="slurm: more sbatch options, e.g. '--partition=gpu --time=30 --account=lab' "
                    "({gpu} becomes the arm's GPU kind: '--partition={gpu}').")
-@click.option("--logs", default="tracker-logs", show_default=True, type=click.Path(file_okay=False),
-              callback=expanded,
+@click.option("--logs", default="tracker-logs", show_default=True, callback=output_dir,
               help="slurm: the directory each job writes its output to (one the nodes share).")
 @click.option("--detach", is_flag=True,
               help="slurm: submit the arms and return; `tracker experiments eN` follows them, and running "
@@ -484,7 +484,7 @@ def export(run, out, fmt, force, db):
 
 @cli.command()
 @click.argument("experiment_ref", metavar="EXPERIMENT")
-@click.argument("position", type=click.IntRange(0))
+@click.argument("position", type=WholeNumber(0))
 @db_option
 def arm(experiment_ref, position, db):
     """Run one queued arm of an experiment: what each cluster job runs (tracker experiment --executor

@@ -6,7 +6,8 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
-from tracker.cli.options import db_option, emit, expanded, format_option, ncu_options, net_kwargs, network_options
+from tracker.cli.options import (WholeNumber, db_option, emit, format_option, ncu_options, net_kwargs,
+                                 network_options, output_file)
 from tracker.cli.output import cell, held, stream, to_json
 from tracker.errors import TrackerError
 from tracker.extras import install
@@ -21,7 +22,7 @@ from tracker.profilers import COLLECTORS
 
 @cli.command()
 @click.argument("network", required=False)
-@click.option("--batch", "-b", type=click.IntRange(1, MAX_BATCH), default=128, show_default=True,
+@click.option("--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=128, show_default=True,
               help="Images per mini-batch (paper 003 used 16, 64 and 128).")
 @click.option("--torch", "torch_model", default=None, metavar="MODULE:FUNCTION",
               help="Profile your own PyTorch model instead of NETWORK: FUNCTION (no arguments) returns an nn.Module "
@@ -45,13 +46,13 @@ from tracker.profilers import COLLECTORS
               help="Run the L1-bypass build's code with L1 cached: the GEMM operands staged through registers, "
               "no cp.async (a 4-byte cp.async always fills L1). Against --l1-bypass it isolates what L1 does; "
               "`tracker experiment l1-bypass` runs both.")
-@click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=5, show_default=True,
+@click.option("--repeat", type=WholeNumber(1, MAX_REPEAT), default=5, show_default=True,
               help="Measured iterations (GPU backends); every launch is timed in each.")
-@click.option("--counter-iterations", type=click.IntRange(1, MAX_REPEAT), default=1, show_default=True, metavar="N",
+@click.option("--counter-iterations", type=WholeNumber(1, MAX_REPEAT), default=1, show_default=True, metavar="N",
               help="ncu and nvprof: collect counters from the first N measured iterations (at most --repeat). Pass "
               "2 replays every launch once per counter pass (18 on an H100), so each iteration costs minutes; the "
               "other iterations keep their times and carry no counters.")
-@click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=1, show_default=True,
+@click.option("--warmup", type=WholeNumber(0, MAX_WARMUP), default=1, show_default=True,
               help="Unmeasured iterations first (the first one compiles the kernels).")
 @click.option("--impl", "implementation", type=click.Choice(IMPLEMENTATIONS), default="ours", show_default=True,
               help="Who runs the network: ours (tracker's kernels) or torch (the same network built in PyTorch from "
@@ -64,8 +65,7 @@ from tracker.profilers import COLLECTORS
               "and keep the fastest (off: its heuristics choose).")
 @click.option("--untuned", is_flag=True,
               help="Run every GEMM launch with the default tile, not the fastest `tracker tune` stored for this GPU.")
-@click.option("--ncu-report", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
-              callback=expanded,
+@click.option("--ncu-report", default=None, metavar="FILE", callback=output_file,
               help="Keep pass 2's report here: Nsight Compute's .ncu-rep, to open in ncu-ui (backend ncu), or "
               "nvprof's CSV log (backend nvprof).")
 @ncu_options
@@ -253,7 +253,7 @@ def _bounded(check: str):
 @cli.command()
 @click.argument("statement")
 @db_option
-@click.option("--limit", type=int, default=None, metavar="N", callback=_bounded("row_limit"),
+@click.option("--limit", type=WholeNumber(), default=None, metavar="N", callback=_bounded("row_limit"),
               help=f"At most N rows. Default: every row for csv and json, which stream as they are fetched; "
                    f"{TABLE_ROWS:,} for the table, which holds its rows to align them.")
 @click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS", callback=_bounded("time_limit"),
@@ -363,15 +363,9 @@ def upgrade(db):
       tracker upgrade
       tracker upgrade --db runs.db
     """
-    from pathlib import Path
+    from tracker.store import SCHEMA_VERSION, open_store
 
-    from tracker.errors import StoreError
-    from tracker.store import SCHEMA_VERSION, open_store, resolve
-
-    target = resolve(db)
-    if "://" not in target and not Path(target).exists():
-        raise StoreError(f"no trace database at {Path(target).absolute()}")
-    store = open_store(target, write=True)
+    store = open_store(db, write=True, create=False)  # a file that is not a store yet is refused, not made one
     store.dispose()
     if store.upgraded_from is None:
         click.echo(f"{store.where}: trace schema v{SCHEMA_VERSION}, already this tracker's")

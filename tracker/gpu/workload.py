@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
-from tracker.errors import TrackerError
+from tracker.errors import TrackerError, whole_number
 
 if TYPE_CHECKING:
     from tracker.gpu.network import Step
@@ -151,10 +151,8 @@ def check(batch: int, phases: str, variants: dict[str, str], repeat: int, warmup
     check_batch(batch)
     check_phases(phases)
     OPS.check_chosen(variants)
-    if not 1 <= repeat <= MAX_REPEAT:
-        raise TrackerError(f"repeat {repeat} is out of range 1..{MAX_REPEAT}")
-    if not 0 <= warmup <= MAX_WARMUP:
-        raise TrackerError(f"warmup {warmup} is out of range 0..{MAX_WARMUP}")
+    whole_number(repeat, "repeat", 1, MAX_REPEAT)
+    whole_number(warmup, "warmup", 0, MAX_WARMUP)
 
 
 def check_implementation(implementation: str, variants: dict, l1_bypass: bool, tf32: bool,

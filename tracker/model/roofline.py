@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tracker.errors import TrackerError, unknown
+from tracker.errors import TrackerError, unknown, whole_number
 from tracker.model.costs import CONVENTIONS, costs
 from tracker.model.devices import Device
 from tracker.nets import Network
@@ -71,9 +71,7 @@ def check_phases(phases: str) -> str:
 
 
 def check_batch(batch: int) -> int:
-    if not 1 <= batch <= MAX_BATCH:
-        raise TrackerError(f"batch {batch} is out of range 1..{MAX_BATCH}")
-    return batch
+    return whole_number(batch, "batch", 1, MAX_BATCH)
 
 
 MAX_BATCH = 65536

@@ -61,7 +61,7 @@ def axis(text: str) -> tuple[str, tuple]:
     """A network option and the values an experiment sweeps it over, from ``NAME=V,V,...``
     (``input_size=64,96,128``; dashes as in the flags): each value of the option's type and
     among its choices; a network checks its own when it is built."""
-    from tracker.errors import comma_list, shorten, unknown
+    from tracker.errors import comma_list, parse_whole_number, shorten, unknown
 
     name, sep, values = text.partition("=")
     name = name.strip().replace("-", "_")
@@ -71,10 +71,9 @@ def axis(text: str) -> tuple[str, tuple]:
     if option is None:
         raise unknown("network option", name, [o.name for o in OPTIONS])
     parsed: list = []
-    for value in comma_list(values, f"the values of {name}", "input_size=64,96,128"):
-        if option.type is int and not value.isdigit():
-            raise TrackerError(f"{name} takes whole numbers, not '{shorten(value)}'")
-        typed = option.type(value)
+    items = comma_list(values, f"the values of {name}", "input_size=64,96,128")
+    for value in values.split(",") if option.type is int else items:  # a number unstripped: ' 8' is none
+        typed = parse_whole_number(value, name, 1) if option.type is int else option.type(value)
         if option.choices and typed not in option.choices:
             raise TrackerError(f"{name} is one of {', '.join(map(str, option.choices))}, not '{shorten(value)}'")
         parsed.append(typed)

@@ -25,7 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from tracker.errors import StoreError, first_line
+from tracker.errors import StoreError, first_line, shorten
 from tracker.extras import install
 from tracker.paths import expand
 from tracker.signals import held
@@ -121,18 +121,18 @@ def resolve(db: str | None) -> str:
     return db or os.environ.get("TRACKER_DB") or DEFAULT_DB
 
 
-def open_store(db: str | None = None, *, write: bool) -> Store:
+def open_store(db: str | None = None, *, write: bool, create: bool = True) -> Store:
     """The trace store at ``db`` (a path or URL; default $TRACKER_DB, else ./trace.db), checked to
-    be ours and current, created or upgraded when opened to write. Signals wait for it: a lock
-    taken while opening must not outlive an interrupted open."""
+    be ours and current, created (unless ``create`` is False) or upgraded when opened to write.
+    Signals wait for it: a lock taken while opening must not outlive an interrupted open."""
     with held():
-        return _open(db, write)
+        return _open(db, write, create)
 
 
-def _open(db: str | None, write: bool) -> Store:
+def _open(db: str | None, write: bool, create: bool) -> Store:
     target = resolve(db)
     if "://" not in target:
-        return _open_sqlite(_path(target), write)
+        return _open_sqlite(_path(target), write, create)
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -143,20 +143,30 @@ def _open(db: str | None, write: bool) -> Store:
     if url.get_backend_name() == "sqlite":
         if not url.database or url.database == ":memory:":
             raise StoreError("an in-memory SQLite database cannot hold a trace; give a file path")
-        return _open_sqlite(_path(url.database), write)
-    return _open_url(url, write)
+        if url.query:  # SQLite's own URI parameters (mode=ro, ...) would be silently ignored
+            raise StoreError(f"a SQLite URL takes no parameters ('?{shorten(str(url).partition('?')[2])}'): "
+                             "give sqlite:///PATH; tracker opens a store read-only itself where it only reads")
+        return _open_sqlite(_path(url.database), write, create)
+    return _open_url(url, write, create)
 
 
 def _path(name: str) -> Path:
+    """A SQLite store's file: a path, never one of SQLite's own URIs ('file:trace.db?mode=ro'),
+    which SQLite would read as a URI and tracker as a file of that name."""
+    if name[:5].lower() == "file:":
+        raise StoreError(f"'{shorten(name)}' is a SQLite URI, not a path: give the database file's path, "
+                         "or a URL such as sqlite:///PATH or postgresql://...")
     return expand(name, "cannot open", StoreError).absolute()
 
 
-def _open_sqlite(path: Path, write: bool) -> Store:
+def _open_sqlite(path: Path, write: bool, create: bool) -> Store:
     where = str(path)
     try:
         if path.is_dir():
             raise StoreError(f"{where} is a directory, not a trace database")
-        if write:
+        if path.is_symlink() and not path.exists():  # writing would create the link's target
+            raise StoreError(f"{where} is a symbolic link to {shorten(os.readlink(path))}, which does not exist")
+        if write and create:
             _check_writable(path)
         elif not path.exists():
             raise StoreError(f"no trace database at {where} (run `tracker profile` to create one, or give --db)")
@@ -186,7 +196,7 @@ def _open_sqlite(path: Path, write: bool) -> Store:
 
     store = Store(where, write, "sqlite", make_engine, connect)
     if write:
-        _prepare(store)
+        _prepare(store, create)
         _use_wal(connect, where)  # only now that the file is known to be ours: WAL is a persistent change
     else:
         try:
@@ -207,6 +217,12 @@ def _sqlite_version(conn: sqlite3.Connection) -> int | None:
     return next(iter(conn.execute(lifecycle.VERSION_QUERY).fetchone() or ()), None)
 
 
+# SQLite's primary result codes that mean a way of opening is not allowed here (permissions, a
+# read-only file or folder), so the next, less clean way may work. Any other failure (a damaged or
+# foreign file) is the file's: a read-only connection would then leave its -wal and -shm behind.
+_NOT_ALLOWED_HERE = {sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN}
+
+
 def _read_uri(path: Path) -> str:
     """The first way of reading ``path`` that works here, most cleanly first (the module's
     docstring says why): read-write with query_only, read-only, immutable."""
@@ -219,7 +235,9 @@ def _read_uri(path: Path) -> str:
             return uri
         except sqlite3.DatabaseError as exc:
             error = exc
-    raise StoreError(f"cannot open {path}: {error}")
+            if getattr(exc, "sqlite_errorcode", sqlite3.SQLITE_CANTOPEN) & 0xFF not in _NOT_ALLOWED_HERE:
+                break
+    raise StoreError(f"cannot open {path}: {first_line(error)}")
 
 
 def _use_wal(connect, where: str) -> None:
@@ -246,7 +264,7 @@ def _check_writable(path: Path) -> None:
         raise StoreError(f"cannot write {path}: permission denied")
 
 
-def _open_url(url, write: bool) -> Store:
+def _open_url(url, write: bool, create: bool) -> Store:
     from sqlalchemy import create_engine
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
     from sqlalchemy.pool import NullPool
@@ -263,19 +281,22 @@ def _open_url(url, write: bool) -> Store:
     except ImportError as exc:
         raise StoreError(f"no driver for '{where}': {exc} (for PostgreSQL: {install('postgres')})") from None
     store = Store(where, write, engine.dialect.name, lambda: engine)
-    _prepare(store)
+    _prepare(store, create)
     return store
 
 
-def _prepare(store: Store) -> None:
-    """Check the database is ours and current; create the schema in an empty one, or migrate an
-    older one (write mode)."""
+def _prepare(store: Store, create: bool) -> None:
+    """Check the database is ours and current; create the schema in an empty one (write mode, where
+    ``create``), or migrate an older one (write mode)."""
     from sqlalchemy.exc import DBAPIError
 
     try:
         with store.engine.connect() as conn:
             state = lifecycle.check(conn, store.where)
             conn.rollback()
+            if state == "empty" and not create:
+                raise StoreError(f"{store.where} is not a tracker trace database (it holds no tables); "
+                                 "refusing to touch it")
             if state == "empty" and store.writable:
                 lifecycle.create(conn, store.where)
             elif state == "older" and store.writable:

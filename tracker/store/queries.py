@@ -13,7 +13,7 @@ from decimal import Decimal
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tracker.errors import StoreError
+from tracker.errors import MAX_DIGITS, StoreError, is_digits
 from tracker.phases import order_sql
 from tracker.store.db import Store
 from tracker.store.states import OPEN, arm_state, effective_status
@@ -168,8 +168,8 @@ def find_run(store: Store, ref: str | int) -> SimpleNamespace:
 
 def row_id(ref: str | int, what: str, expected: str) -> int:
     """``ref`` as a row id (databases hold 64-bit ids; a longer number is no id, not an overflow)."""
-    text = str(ref).strip()
-    if not (text.isascii() and text.isdigit() and 0 < len(text) <= 19 and int(text) < 2**63):
+    text = str(ref)
+    if not (is_digits(text) and 0 < len(text) <= MAX_DIGITS and int(text) < 2**63):
         article = "an" if what[0] in "aeiou" else "a"
         raise StoreError(f"{what} '{text[:40]}' is not {article} {what} id ({expected})")
     return int(text)

@@ -34,7 +34,7 @@ def test_a_network_option_sweeps_every_arm_in_every_combination():
 
 @pytest.mark.parametrize("vary, why", [
     ("depth", "is not NAME=V,V,..."), ("nosuch=1", "unknown network option 'nosuch'"),
-    ("depth=two", "depth takes whole numbers, not 'two'"), ("conv-type=big", "conv_type is one of standard"),
+    ("depth=two", "depth: 'two' is not a whole number"), ("conv-type=big", "conv_type is one of standard"),
     ("depth=2,2", "names a value twice"), ("input_size=", "the values of input_size is empty"),
 ])
 def test_a_bad_vary_is_a_one_line_usage_error(runner, tmp_path, vary, why):

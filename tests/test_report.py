@@ -145,7 +145,7 @@ def test_export_writes_every_view_of_the_run(runner, db, tmp_path, fmt):
 def test_bad_targets_are_one_line_errors(runner, db, tmp_path):
     for args, message in ((["report", "e9"], "no experiment 9"), (["report", "x"], "is not a run id"),
                           (["export", "7"], "no run 7"), (["experiment", "batch", "alexnet", "--batches", "16,x"],
-                                                           "not a comma-separated list")):
+                                                           "'x' is not a whole number")):
         result = runner.invoke(cli, [*args, "--db", db, "--out", str(tmp_path)] if args[0] != "experiment"
                                else [*args, "--db", db])
         assert result.exit_code != 0 and message in result.output and result.output.count("\n") == 1, result.output

@@ -305,4 +305,8 @@ def test_numbers_of_any_size_print_in_every_format(store, runner, fmt):
     result = runner.invoke(cli, ["sql", statement, "--db", store.where, "--format", fmt],
                            env={"TRACKER_READER_URL": os.environ["TRACKER_READER_URL"]})
     assert result.exit_code == 0, result.output[-300:]
-    assert result.output.count("1" + "0" * 131071) == 3
+    digits = "1" + "0" * 131071
+    if fmt == "table":  # a table shows the start of a long value and its length
+        assert result.output.count("... (131,072 characters)") == 3 and digits[:200] in result.output
+    else:
+        assert result.output.count(digits) == 3

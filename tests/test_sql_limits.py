@@ -31,7 +31,7 @@ def columns(expression: str, count: int) -> str:
 
 def peak(db: str, statement: str, *args: str) -> tuple[int, str, int]:
     """(exit code, stderr, peak resident MiB) of `tracker sql` run in a child process."""
-    done = subprocess.run([sys.executable, "-c", f"""
+    done = subprocess.run(check=False, args=[sys.executable, "-c", f"""
 import json, resource, subprocess, sys
 out = subprocess.run([sys.executable, "-m", "tracker", "sql", {json.dumps(statement)}, "--db", {json.dumps(db)},
                       "--format", "csv", *{json.dumps(list(args))}], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -7,11 +7,26 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from click.testing import CliRunner
 
 PG_URL = os.environ.get("TRACKER_TEST_PG_URL")
+
+
+@contextmanager
+def admin(database: str | None = None) -> Iterator:
+    """A superuser's connection (autocommit) to ``database`` (None: the test server's own), closed afterwards."""
+    import psycopg
+    from sqlalchemy import make_url
+
+    url = make_url(PG_URL).set(drivername="postgresql")
+    if database:
+        url = url.set(database=database)
+    with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as conn:
+        yield conn
 
 
 def pytest_configure(config):

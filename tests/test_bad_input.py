@@ -9,23 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_errors import refused
 from tracker.cli import cli
 from tracker.errors import TrackerError, UnknownName
 
 LONG = "a" * 300  # over the 255 bytes a file name may take
 PROC = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc, where root may create nothing")
-
-
-def refused(result, *words) -> str:
-    """The one error line, after checking the command printed nothing else and wrote nothing."""
-    assert result.exit_code != 0, result.output
-    assert result.stdout == "", result.stdout[:500]
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr[:2000]
-    assert "internal error" not in lines[0] and "Traceback" not in result.output
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
 
 
 def snapshot(folder: Path) -> dict[str, str]:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
 
-from tests.conftest import PG_URL
+from tests.conftest import PG_URL, admin
 from tracker.cli import cli
 from tracker.errors import StoreError
 from tracker.nets import build
@@ -32,19 +31,6 @@ def url_of(user: str, database: str, query: str = "") -> str:
 
     url = make_url(PG_URL).set(username=user, database=database).render_as_string(hide_password=False)
     return f"{url}?{query}" if query else url
-
-
-@contextmanager
-def admin(database: str | None = None) -> Iterator:
-    """A superuser's connection (autocommit) to ``database`` (None: the test server's own)."""
-    import psycopg
-    from sqlalchemy import make_url
-
-    url = make_url(PG_URL).set(drivername="postgresql")
-    if database:
-        url = url.set(database=database)
-    with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as conn:
-        yield conn
 
 
 @dataclass

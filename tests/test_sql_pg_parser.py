@@ -11,13 +11,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from decimal import Decimal
 
 import pytest
 
-from tests.conftest import PG_URL
+from tests.conftest import PG_URL, admin
 from tracker.cli import cli
 from tracker.errors import StoreError
 from tracker.nets import build
@@ -120,16 +118,6 @@ def test_an_infinite_decimal_is_a_float_and_others_numbers_as_before():
 def store(pg_url):
     profile(pg_url, build("alexnet"), 4, backend="model")
     return open_store(pg_url, write=False)
-
-
-@contextmanager
-def admin() -> Iterator:
-    import psycopg
-    from sqlalchemy import make_url
-
-    url = make_url(PG_URL).set(drivername="postgresql")
-    with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as conn:
-        yield conn
 
 
 def schema_of(store) -> str:

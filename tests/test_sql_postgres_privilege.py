@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.conftest import PG_URL
+from tests.conftest import PG_URL, admin
 from tracker.cli import cli
 from tracker.errors import StoreError
 from tracker.nets import build
@@ -32,17 +32,6 @@ def store(pg_url):
     """A read-only store of one model run of AlexNet at batch 4, read through conftest's reader."""
     profile(pg_url, build("alexnet"), 4, backend="model")
     return open_store(pg_url, write=False)
-
-
-@contextmanager
-def admin() -> Iterator:
-    """A superuser's connection (autocommit), closed afterwards."""
-    import psycopg
-    from sqlalchemy import make_url
-
-    url = make_url(PG_URL).set(drivername="postgresql")
-    with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as conn:
-        yield conn
 
 
 @contextmanager

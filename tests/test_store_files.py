@@ -10,21 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_errors import refused as refused_by
 from tracker.cli import cli
 from tracker.errors import StoreError
 from tracker.store import open_store
 
 
 def refused(result, *words) -> str:
-    """The one error line of a command that failed (profile says first which backend it chose)."""
-    assert result.exit_code == 1, (result.exit_code, result.output)
-    assert result.stdout == "" or result.stdout.startswith("backend: model"), result.stdout
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert "internal error" not in lines[0]
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
+    """Exit 1 (profile says first which backend it chose)."""
+    return refused_by(result, *words, codes=(1,), before="backend: model")
 
 
 def listing(folder: Path) -> list[str]:

@@ -816,10 +816,7 @@ def _refuse_function(name: str, where: list[tuple[str, str | None]]) -> None:
     function of that name, such as COALESCE or a type's modifiers)."""
     _refuse_reach(name)
     for schema, extension in sorted(where, key=lambda w: (w[0] == "pg_catalog", w)):
-        if schema != "pg_catalog" or extension:
-            source = f"extension {extension}" if extension else f"schema {schema}"
-            raise StoreError(f"refused: tracker sql calls only PostgreSQL's own functions (pg_catalog), "
-                             f"not {schema}.{name}() from {source}")
+        _refuse_foreign(f"{schema}.{name}()", schema, extension, f"function {schema}.{name}")
 
 
 Token = tuple[str | None, str | None]  # (a name, unquoted and folded as the server would; else one character)

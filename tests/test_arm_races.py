@@ -114,7 +114,7 @@ def assert_each_arm_counted_once(db: str) -> None:
 def refused(stderr: str) -> bool:
     last = stderr.strip().splitlines()[-1]
     return last.startswith(("Error: experiment e1 is already running in pid",
-                            "Error: experiment e1 was resumed by another process just now"))
+                            "Error: experiment e1 is complete: the same command, started with this one, ran it"))
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Callable
 
 from tracker.errors import ArmTaken, TrackerError
@@ -258,14 +259,16 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
                    vary: tuple[tuple[str, tuple], ...] = (), backend: str = "auto",
                    repeat: int = 5, warmup: int = 1, device: Device | None = None,
                    echo: Callable[[str], None] = lambda line: None, ncu: NcuSettings = NcuSettings(),
-                   executor: Executor | None = None, fresh: bool = False, model_device: Device | None = None) -> int:
+                   executor: Executor | None = None, fresh: bool = False, model_device: Device | None = None,
+                   started: datetime | None = None) -> int:
     """Plan every arm of ``kind`` (on each of ``gpus``, at each of ``batches``), record them in an
     experiment row, and have ``executor`` (default: this process, one arm after another) run them
     into ``db``; its id. An unfinished experiment planned the same way is resumed unless ``fresh``:
     its complete arms are kept, the others run again; one that a live process on this host is
-    running is refused in one line (identical commands started together make one experiment).
-    ``model_device``: the device a model experiment predicts for where neither ``device`` nor
-    ``gpus`` names one (the CLI's catalog default, as tracker profile's)."""
+    running is refused in one line, and so is one that the same command, started with this one at
+    ``started`` (default now), has completed: identical commands started together make one
+    experiment. ``model_device``: the device a model experiment predicts for where neither
+    ``device`` nor ``gpus`` names one (the CLI's catalog default, as tracker profile's)."""
     from tracker.executors import Local, Sweep
     from tracker.store import open_store
     from tracker.store.experiments import recording_experiment
@@ -296,7 +299,7 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
              "(--fresh starts a new experiment)")
 
     with recording_experiment(store, [arm.row() for arm in plan], runner.name, resume=not fresh,
-                              reconcile=resuming, kind=kind, network=net.name, network_options=net.options,
+                              reconcile=resuming, since=started, kind=kind, network=net.name, network_options=net.options,
                               settings=settings) as experiment_id:
         echo(f"experiment e{experiment_id} in {store.where}")
         runner.run(Sweep(db, store, experiment_id, net, backend, echo, run_arm))

@@ -10,6 +10,8 @@ import os
 import signal
 import socket
 import subprocess
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Callable
 
@@ -91,6 +93,17 @@ def process_alive(host: str, pid: int, started: str | None) -> bool | None:
     except PermissionError:
         return True
     return True
+
+
+def started_at() -> datetime:
+    """When this process started, on the wall clock (UTC): its start in clock ticks since boot,
+    where /proc tells it, else now."""
+    ticks = process_start(os.getpid())
+    now = datetime.now(UTC)
+    if ticks is None:
+        return now
+    age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(ticks) / os.sysconf("SC_CLK_TCK")
+    return now - timedelta(seconds=max(age, 0.0))
 
 
 def this_process() -> dict:

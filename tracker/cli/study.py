@@ -168,6 +168,7 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
     from tracker.nets import build
     from tracker.executors import Local, Slurm
     from tracker.store import experiment_dict, find_experiment, open_store
+    from tracker.processes import started_at
 
     net = build(network, **net_kwargs(kwargs))
     gpu = lookup(device) if device else None
@@ -183,7 +184,8 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
     experiment_id = run_experiment(db, kind, net, batch, batches=batches, variants=variants, gpus=gpus, vary=vary,
                                    backend=backend, repeat=repeat, warmup=warmup, device=gpu, echo=say,
                                    ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control),
-                                   executor=runner, fresh=fresh, model_device=lookup(MODEL_DEFAULT))
+                                   executor=runner, fresh=fresh, model_device=lookup(MODEL_DEFAULT),
+                                   started=started_at())  # from the process start: its twins share one experiment
     if detach:
         return
     store = open_store(db, write=False)

@@ -1,24 +1,25 @@
 """Writing and finding experiments: an ``experiment`` row first (status running) with its planned
 arms (queued), each arm's run linked as it is created, each arm's outcome as it ends, and the
 experiment's outcome from its arms' (``settle``). Re-running an unfinished experiment finds it
-(``unfinished``) and queues its arms that did not complete.
+(``planned_alike``) and queues its arms that did not complete.
 
-Each arm runs once and counts once: one process at a time finds or creates an experiment (the
-planning lock), so identical commands started together make one, and the others are refused
-while its process lives; a resumer takes the experiment over only if no other took it since
-(``take_over``); an arm is claimed by a conditional update from queued (``start_arm``), only an
-arm that ended short is queued again (``requeue``), and a run is marked complete in the
-transaction that completes its arm (``complete_arm``). An arm's one run is ``experiment_arm.run_id``;
+Each arm runs once and counts once: one process at a time finds, makes or takes over an
+experiment, in one transaction (the planning lock), so identical commands started together make
+one, and the others are refused while its process lives or once it is complete; an arm is
+claimed by a conditional update from queued (``start_arm``), only an arm that ended short is
+queued again (``requeue``), and a run is marked complete in the transaction that completes its
+arm (``complete_arm``). An arm's one run is ``experiment_arm.run_id``;
 ``experiment_run`` keeps every attempt's."""
 
 from __future__ import annotations
 
 import sys
+import zlib
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Callable, Iterator, Sequence
 
-from sqlalchemy import select, text, update
+from sqlalchemy import or_, select, text, update
 
 from tracker import __version__
 from tracker.errors import TrackerError
@@ -31,7 +32,7 @@ from tracker.store.schema import Experiment, ExperimentArm, ExperimentRun, Run
 from tracker.store.states import FINAL, OPEN, SHORT, arm_state
 
 LOG_LINES = 40  # the last lines of an arm's output kept in its row
-_PG_PLANNING_LOCK = 72532  # advisory lock id: one process finds or creates an experiment at a time
+_PG_PLANNING_LOCK = 72532  # advisory lock space: one process at a time finds or makes an experiment
 
 
 def link_arm(session, experiment_id: int, position: int, run_id: int) -> None:
@@ -57,17 +58,17 @@ def complete_arm(session, experiment_id: int, position: int, run_id: int, log: s
 @contextmanager
 def recording_experiment(store: Store, arms: Sequence[dict], executor: str, *, resume: bool = False,
                          reconcile: Callable[[int], None] = lambda experiment_id: None,
-                         **fields) -> Iterator[int]:
+                         since: datetime | None = None, **fields) -> Iterator[int]:
     """Create an experiment from ``fields`` (kind, network, network_options, settings) with its
-    ``arms`` queued for ``executor``, or with ``resume`` take over the unfinished one planned alike
-    (``claim_experiment``); yield its id; then set its status from its arms' (``settle``). Ctrl-C,
-    SIGTERM or an error first ends the arms still queued (interrupted or failed) and marks the
-    experiment so."""
+    ``arms`` queued for ``executor``, or take over the one planned alike by a command started with
+    this one (at ``since``) or, with ``resume``, an unfinished one (``claim_experiment``); yield its
+    id; then set its status from its arms' (``settle``). Ctrl-C, SIGTERM or an error first ends the
+    arms still queued (interrupted or failed) and marks the experiment so."""
     experiment_id: int | None = None
     with interruptible():
         try:
             with held():
-                experiment_id = claim_experiment(store, arms, executor, resume, reconcile, **fields)
+                experiment_id = claim_experiment(store, arms, executor, resume, reconcile, since, **fields)
             yield experiment_id
         except BaseException as exc:
             if experiment_id is not None:
@@ -85,26 +86,35 @@ def _now() -> datetime:
 
 
 def claim_experiment(store: Store, arms: Sequence[dict], executor: str, resume: bool,
-                     reconcile: Callable[[int], None], **fields) -> int:
-    """A new experiment from ``fields`` with ``arms`` queued, or (``resume``) the newest unfinished
-    one planned alike: refused while its process lives on this host (``refuse_running``),
-    reconciled with what still runs its arms (``reconcile(id)``), taken over by this process, its
-    arms that ended short queued again; its id. Finding and creating are one transaction under
-    the planning lock (SQLite's write lock, PostgreSQL's advisory lock), so that identical
-    commands started together make one experiment."""
+                     reconcile: Callable[[int], None], since: datetime | None = None, **fields) -> int:
+    """This command's experiment, its id. Found or made in one transaction under the planning lock
+    (``hold_planning_lock``), so that identical commands started together make one however fast
+    the first runs it: the newest planned alike (``planned_alike``) that such a command started or
+    finished after this one started (``since``, default now), or with ``resume`` one that did not
+    complete; else a new one from ``fields`` with ``arms`` queued. One found is refused while its
+    process lives on this host, or when a twin has completed it (``refuse_taken``); else this
+    process takes it over, reconciles it with what still runs its arms (``reconcile(id)``) and
+    queues again its arms that ended short."""
+    since = since or _now()
     with store.session() as session:
-        if session.get_bind().dialect.name == "postgresql":
-            session.execute(text(f"SELECT pg_advisory_xact_lock({_PG_PLANNING_LOCK})"))
-        found = unfinished(session, arms, **fields) if resume else None
+        hold_planning_lock(session, fields["kind"], fields["network"])
+        found = planned_alike(session, arms, since, resume, **fields)
         if found is None:
             return start_experiment(session, arms, executor, **fields)
-    refuse_running(found)
+        refuse_taken(found)
+        take_over(session, found)
     reconcile(found.id)
-    if not take_over(store, found):
-        raise TrackerError(f"experiment e{found.id} was resumed by another process just now: follow it with "
-                           f"`tracker experiments e{found.id}`")
     requeue(store, found.id, executor)
     return found.id
+
+
+def hold_planning_lock(session, kind: str, network: str) -> None:
+    """Hold, to the end of ``session``'s transaction, the lock under which experiments of ``kind``
+    on ``network`` are found or made: on SQLite the transaction's own write lock (BEGIN IMMEDIATE,
+    tracker/store/db.py), on PostgreSQL an advisory lock keyed on the two."""
+    if session.get_bind().dialect.name == "postgresql":
+        key = zlib.crc32(f"{kind}\0{network}".encode()) - 2 ** 31  # the lock's second int4
+        session.execute(text("SELECT pg_advisory_xact_lock(:space, :key)"), {"space": _PG_PLANNING_LOCK, "key": key})
 
 
 def start_experiment(session, arms: Sequence[dict], executor: str, **fields) -> int:
@@ -119,16 +129,20 @@ def start_experiment(session, arms: Sequence[dict], executor: str, **fields) -> 
     return row.id
 
 
-def unfinished(session, arms: Sequence[dict], kind: str, network: str, network_options: dict,
-               settings: dict) -> Experiment | None:
+def planned_alike(session, arms: Sequence[dict], since: datetime, resume: bool, kind: str, network: str,
+                  network_options: dict, settings: dict) -> Experiment | None:
     """The newest experiment planned exactly like this one (the same kind, network, settings but
-    the executor, and arms) that did not complete, to resume; None if there is none."""
+    the executor, and arms) that is this command's: one a command started together with it began
+    or finished after ``since``; with ``resume`` also an older one that did not complete. None if
+    there is none: a complete one that finished before ``since`` is a past answer, not this one."""
     def same(settings_a: dict, settings_b: dict) -> bool:
         return ({k: v for k, v in settings_a.items() if k != "executor"}
                 == {k: v for k, v in settings_b.items() if k != "executor"})
 
+    this_commands = or_(Experiment.started_at >= since, Experiment.finished_at >= since)
     candidates = session.scalars(select(Experiment).where(
-        Experiment.kind == kind, Experiment.network == network, Experiment.status != "complete")
+        Experiment.kind == kind, Experiment.network == network,
+        or_(this_commands, Experiment.status != "complete") if resume else this_commands)
         .order_by(Experiment.id.desc())).all()
     for found in candidates:
         if found.network_options != network_options or not same(found.settings, settings):
@@ -139,6 +153,15 @@ def unfinished(session, arms: Sequence[dict], kind: str, network: str, network_o
                                           for column, value in arm.items()):
             return found
     return None
+
+
+def refuse_taken(experiment: Experiment) -> None:
+    """Refuse an experiment that a command started together with this one completed, and one
+    that another live process on this host is running (``refuse_running``)."""
+    if experiment.status == "complete":
+        raise TrackerError(f"experiment e{experiment.id} is complete: the same command, started with this one, "
+                           f"ran it (`tracker report e{experiment.id}`); run this again for a new experiment")
+    refuse_running(experiment)
 
 
 def refuse_running(experiment: Experiment) -> None:
@@ -154,15 +177,12 @@ def refuse_running(experiment: Experiment) -> None:
                            "again once it ends to resume it, or give --fresh for a new experiment")
 
 
-def take_over(store: Store, experiment: Experiment) -> bool:
-    """Mark the experiment running in this process, if no other process took it over since
-    ``experiment`` was read (its host, pid and start unchanged); whether it did."""
-    with store.session() as session:
-        return bool(session.execute(update(Experiment).where(
-            Experiment.id == experiment.id, Experiment.host.is_not_distinct_from(experiment.host),
-            Experiment.pid.is_not_distinct_from(experiment.pid),
-            Experiment.process_start.is_not_distinct_from(experiment.process_start)).values(
-            status="running", error=None, finished_at=None, **this_process())).rowcount)  # type: ignore[attr-defined]
+def take_over(session, experiment: Experiment) -> None:
+    """Mark the experiment running in this process, in ``session`` (the planning lock's transaction:
+    no other process takes it over between the reading and the writing)."""
+    experiment.status, experiment.error, experiment.finished_at = "running", None, None
+    for column, value in this_process().items():
+        setattr(experiment, column, value)
 
 
 def requeue(store: Store, experiment_id: int, executor: str) -> None:

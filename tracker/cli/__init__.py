@@ -91,7 +91,10 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli.main()
+    """The tracker command as the process's own (its console script, ``python -m tracker``)."""
+    from tracker.cli.options import PROCESS
+
+    cli.main(obj=PROCESS)
 
 
 from tracker.cli import catalog, gpu, study, trace  # noqa: E402  (commands register themselves on cli)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Callable
 
 import click
@@ -10,6 +11,20 @@ from tracker.cli.output import FORMATS, render
 from tracker.errors import is_digits, shorten
 from tracker.nets import OPTIONS
 from tracker.profilers.ncu import CACHE_CONTROL, CLOCK_CONTROL
+
+
+PROCESS = "the process's own command"  # the root context's obj where the tracker command is the process
+
+
+def command_started() -> datetime | None:
+    """When this command started: the process's start where the command is the process's own (the
+    console script, ``python -m tracker``), else None (now, to the library). Identical commands
+    started together are told apart from a later one by it, however long each took to start."""
+    if click.get_current_context().find_root().obj != PROCESS:
+        return None  # invoked in a process that did other things first (a test's CliRunner, a notebook)
+    from tracker.processes import started_at
+
+    return started_at()
 
 
 class FiniteRange(click.FloatRange):

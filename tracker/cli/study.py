@@ -8,8 +8,8 @@ import click
 
 from tracker.cli import cli
 from tracker.cli.catalog import device_option
-from tracker.cli.options import (FiniteRange, WholeNumber, db_option, emit, format_option, net_kwargs, ncu_options,
-                                 network_options, output_dir)
+from tracker.cli.options import (FiniteRange, WholeNumber, command_started, db_option, emit, format_option,
+                                 net_kwargs, ncu_options, network_options, output_dir)
 from tracker.errors import TrackerError, comma_list, parse_whole_number, shorten
 from tracker.executors import EXECUTORS
 from tracker.experiment import KINDS
@@ -168,7 +168,6 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
     from tracker.nets import build
     from tracker.executors import Local, Slurm
     from tracker.store import experiment_dict, find_experiment, open_store
-    from tracker.processes import started_at
 
     net = build(network, **net_kwargs(kwargs))
     gpu = lookup(device) if device else None
@@ -185,7 +184,7 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
                                    backend=backend, repeat=repeat, warmup=warmup, device=gpu, echo=say,
                                    ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control),
                                    executor=runner, fresh=fresh, model_device=lookup(MODEL_DEFAULT),
-                                   started=started_at())  # from the process start: its twins share one experiment
+                                   started=command_started())  # twins started together share one experiment
     if detach:
         return
     store = open_store(db, write=False)

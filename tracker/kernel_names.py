@@ -1,7 +1,7 @@
 """What a kernel's name says: its function name as the profilers print it (``kernel_base``, by
 which the join matches pass 1 to pass 2 and the report shortens a name), its full name in the form
 ncu's and PyTorch's profiler's demanglers agree on (``comparable``, the library arm's join), and which algorithm and
-role a library kernel has in its layer phase (``classify``, ``phase_algorithm``; issue 29, paper
+role a library kernel has in its layer phase (``classify``, ``phase_algorithm``: paper
 004's question).
 
 A name may come demangled with its return type, template arguments and parameters (PyTorch's
@@ -105,7 +105,7 @@ def _function(name: str) -> str:
     """The function in a name without parameter lists: what follows the last space or '::' outside
     every '<...>'. Scope and return type go: ncu writes cuBLAS's gemv kernel's return type with the
     template's own names ('enable_if<!T7, void>::type') and drops a namespace of its scope
-    ('internal::kernel<...>' where the profiler has 'internal::gemvx::kernel<...>'; an H200,
+    ('internal::kernel<...>' where the profiler has 'internal::gemvx::kernel<...>';
     tests/data/gpu-2026-11-26c-h200)."""
     depth, start = 0, 0
     for at, char in enumerate(name):

@@ -1,5 +1,5 @@
 """Whether two runs' counters agree, launch by launch: one workload counted by two collectors (CUPTI
-against ncu, issue 47), or twice by one, which says how far a metric moves from run to run at all.
+against ncu), or twice by one, which says how far a metric moves from run to run at all.
 
 Each metric of the catalog that both runs hold is compared on every launch both counted, as the
 relative difference |a - b| / max(|a|, |b|, 0.1 % of the metric's largest value over the launches:

@@ -1,5 +1,5 @@
-"""CUPTI's Range Profiler as ctypes sees it: the device side of an in-process counter collector
-(issue 47), and its host side (config images, metric values). One small module, checked against
+"""CUPTI's Range Profiler as ctypes sees it: the device side of an in-process counter collector,
+and its host side (config images, metric values). One small module, checked against
 the headers ``nvidia-cuda-cupti`` ships: every struct's size, every field's offset and size, and
 each ``*_STRUCT_SIZE`` (tests/test_cupti_range.py, with no GPU).
 
@@ -11,8 +11,6 @@ launches itself, once per pass); ``Start`` and ``Stop`` around each pass until `
 pass is submitted; ``DecodeData``; the ranges read back (``GetCounterDataInfo``,
 ``CounterDataGetRangeInfo``) and evaluated on the host; ``Disable``, ``cuptiProfilerDeInitialize``.
 
-On a GPU (an H200, 2026-11-26: tests/data/gpu-2026-11-26c-h200) ``cuptiProfilerInitialize`` and
-``cuptiDeviceGetChipName`` ran; no range has been profiled yet.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A CUPTI Range Profiler session in tracker's own process: the core of the in-process collector of
-issue 47, with auto range (each kernel launch is a range, numbered in launch order) and user replay
+"""A CUPTI Range Profiler session in tracker's own process: the core of the in-process collector,
+with auto range (each kernel launch is a range, numbered in launch order) and user replay
 (tracker replays each layer phase itself: tracker/gpu/replay.py).
 
 Both sides are libcupti's own calls through ``cupti_range`` (ctypes): the host side (``Host``: the
@@ -9,12 +9,12 @@ session profiles one step at a time: ``begin`` sets the config for the step's pa
 range's name and the metrics' values. ``PhasePasses`` drives it through the layer phases of a step.
 
 cupti-python's host side was the first choice, but it needs libcupti 13.3 or later, and PyTorch's
-CUDA 13 wheels pin 13.0: pip cannot install both, and on an H200 (2026-11-26) PyTorch's older
-libcupti answered cupti-python's calls with ERROR_INVALID_PARAMETER
-(tests/data/gpu-2026-11-26c-h200). libcupti's own host calls work from CUDA 12.6's on.
+CUDA 13 wheels pin 13.0: pip cannot install both, and PyTorch's older libcupti answers
+cupti-python's calls with ERROR_INVALID_PARAMETER (recorded in tests/data/gpu-2026-11-26c-h200).
+libcupti's own host calls work from CUDA 12.6's on.
 
-First ranges on an H200 (2026-11-26, tests/data/gpu-2026-11-26d-h200): conv1's forward counted, its
-range named '0'. ``auto`` does not pick it until its counts agree with ncu's
+Auto range names each range by its place in the step ('0', '1', ...; tests/data/gpu-2026-11-26d-h200).
+``auto`` does not pick this collector until its counts agree with ncu's
 (``tests/test_gpu.py::test_cupti_and_ncu_agree_on_what_ncu_reproduces``).
 """
 
@@ -154,7 +154,7 @@ class RangeSession:
 
     def ranges(self) -> list[tuple[str, dict[str, float]]]:
         """The step's ranges in launch order: each one's name and metric values. Auto range names a
-        range by its place in the step ('0', '1', ...: an H200, 2026-11-26), not by its kernel."""
+        range by its place in the step ('0', '1', ...), not by its kernel."""
         assert self.host is not None
         _struct("CUpti_RangeProfiler_DecodeData_Params", pRangeProfilerObject=self.object)
         where = dict(pCounterDataImage=ctypes.addressof(self.counter_data), counterDataImageSize=len(self.counter_data))

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, cast
 
+from tracker.model.algorithms import conv_cost
 from tracker.nets.layers import Layer, numel
 
 CONVENTIONS = {
@@ -120,8 +121,6 @@ def costs(layer: Layer, batch: int, algorithm: str | None = None) -> dict[str, C
 def _by_algorithm(layer: Layer, phase: str, batch: int, algorithm: str, x: int, y: int, p: int) -> Cost:
     """A conv phase by a named algorithm: its multiplies and transforms, the compulsory traffic
     plus its workspace written and read once."""
-    from tracker.model.algorithms import conv_cost
-
     cost = conv_cost(layer, phase, batch, algorithm)
     read, written = {"fwd": (x + p, y), "bwd_data": (y + p - layer.op.biases(), x), "bwd_weight": (y + x, p)}[phase]
     return Cost(cost.multiplies, cost.flops, read + cost.workspace, written + cost.workspace, cost.algorithm,

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tracker import reference as ref
-from tracker.model.memory import col_images
+from tracker.model.algorithms import col_images
 from tracker.ops import gemm
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, FUSED_BWD, FUSED_FWD, Gemm, Out, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks, tiles

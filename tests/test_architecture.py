@@ -305,3 +305,4 @@ def test_a_top_level_import_of_cupy_in_a_pure_module_is_found():
 def test_an_import_of_a_private_name_is_found():
     planted = {"pkg.a": ("from pkg.b import _check, public\ndef f():\n    from .b import _hidden\n", False)}
     assert private_imports(planted) == ["pkg.a:1 imports _check from pkg.b", "pkg.a:3 imports _hidden from b"]
+

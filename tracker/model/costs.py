@@ -70,7 +70,7 @@ class Cost:
 
 def _macs(layer: Layer) -> int:
     """Multiply-adds of one sample's forward pass of a conv, transposed conv or linear layer."""
-    op: Any = layer.op  # the kind says which Op subclass
+    op: Any = layer.op  # the kind says which LayerOp subclass
     (shape,) = layer.input_shapes
     if layer.kind == "conv":
         return numel(layer.output_shape) * (shape[0] // op.groups) * math.prod(op.kernel)
@@ -85,7 +85,7 @@ def costs(layer: Layer, batch: int, algorithm: str | None = None) -> dict[str, C
     x = batch * sum(numel(s) for s in layer.input_shapes)  # input elements
     y = batch * numel(layer.output_shape)  # output elements
     p = layer.params
-    kind, op = layer.op.kind, cast(Any, layer.op)  # the kind says which Op subclass
+    kind, op = layer.op.kind, cast(Any, layer.op)  # the kind says which LayerOp subclass
     if kind == "conv" and algorithm is not None:
         return {phase: _by_algorithm(layer, phase, batch, algorithm, x, y, p) for phase in layer.phases}
     if kind in ("conv", "convtranspose", "linear"):

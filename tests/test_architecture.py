@@ -306,3 +306,11 @@ def test_an_import_of_a_private_name_is_found():
     planted = {"pkg.a": ("from pkg.b import _check, public\ndef f():\n    from .b import _hidden\n", False)}
     assert private_imports(planted) == ["pkg.a:1 imports _check from pkg.b", "pkg.a:3 imports _hidden from b"]
 
+
+
+def test_a_cycle_and_an_eager_cupy_planted_in_tracker_itself_are_found():
+    sources = tracker_sources()
+    source, package = sources["tracker.units"]  # pure, and imported by tracker.model.memory
+    sources["tracker.units"] = ("import cupy\n" + source + "\n\ndef late():\n    from tracker.model import memory\n", package)
+    assert "tracker.units:1 imports cupy" in loaded_eagerly(sources, LAZY)
+    assert any({"tracker.units", "tracker.model.memory"} <= set(circle) for circle in circles(import_graph(sources)))

@@ -1,4 +1,5 @@
-"""Per layer and phase: ops, compulsory bytes, arithmetic intensity and, for a device, the roofline.
+"""Per layer and phase: ops, compulsory bytes, arithmetic intensity and, for a device, the roofline;
+and every convolution algorithm's prediction side by side (``compare``).
 
 The roofline (Williams et al.; paper 000 eq. 2): attainable FLOP/s = min(peak, intensity x
 bandwidth); predicted time = max(ops / peak, bytes / bandwidth); a phase is compute-bound when its

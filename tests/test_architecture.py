@@ -130,18 +130,18 @@ def _type_checking(node: ast.AST) -> bool:
                                          or getattr(test, "attr", None) == "TYPE_CHECKING")
 
 
-def _statements(node: ast.AST, into_functions: bool):
-    """Every import statement under ``node`` that can run: none under `if TYPE_CHECKING`, and with
-    ``into_functions`` False only those that run when the module loads."""
-    for child in ast.iter_child_nodes(node):
-        if _type_checking(child):
-            yield from (s for orelse in child.orelse for s in _statements(ast.Module([orelse], []), into_functions))
-        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and not into_functions:
+def _statements(nodes, into_functions: bool):
+    """Every import statement in or under ``nodes`` that can run: none under `if TYPE_CHECKING`, and
+    with ``into_functions`` False only those that run when the module loads."""
+    for node in nodes:
+        if _type_checking(node):
+            yield from _statements(node.orelse, into_functions)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not into_functions:
             continue
-        elif isinstance(child, (ast.Import, ast.ImportFrom)):
-            yield child
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
         else:
-            yield from _statements(child, into_functions)
+            yield from _statements(ast.iter_child_nodes(node), into_functions)
 
 
 def _absolute(module: str, package: bool, node: ast.ImportFrom) -> str:
@@ -172,7 +172,7 @@ def import_graph(sources: Sources) -> Graph:
     graph: Graph = {}
     for module, (source, package) in sources.items():
         edges = graph.setdefault(module, {})
-        for node in _statements(ast.parse(source), into_functions=True):
+        for node in _statements(ast.parse(source).body, into_functions=True):
             for target in _targets(module, package, node, sources):
                 edges[target] = min(edges.get(target, node.lineno), node.lineno)
     return graph
@@ -223,7 +223,7 @@ def loaded_eagerly(sources: Sources, libraries: tuple[str, ...]) -> list[str]:
     """The imports of ``libraries`` that run when a module loads (outside functions and TYPE_CHECKING)."""
     found = []
     for module, (source, _) in sorted(sources.items()):
-        for node in _statements(ast.parse(source), into_functions=False):
+        for node in _statements(ast.parse(source).body, into_functions=False):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             found += [f"{module}:{node.lineno} imports {name}" for name in names
                       if not getattr(node, "level", 0) and name.split(".")[0] in libraries]
@@ -234,7 +234,7 @@ def private_imports(sources: Sources) -> list[str]:
     """Every `from x import _name`: a module reaching for another's private name."""
     found = []
     for module, (source, _) in sorted(sources.items()):
-        for node in _statements(ast.parse(source), into_functions=True):
+        for node in _statements(ast.parse(source).body, into_functions=True):
             if isinstance(node, ast.ImportFrom):
                 found += [f"{module}:{node.lineno} imports {alias.name} from {node.module or '.'}"
                           for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]

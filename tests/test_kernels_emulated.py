@@ -44,14 +44,11 @@ def test_every_variant_matches_the_reference(emulator, case, monkeypatch):
 def test_the_gemm_convolution_folds_chunks_of_images_into_each_gemm(emulator, monkeypatch):
     """A buffer of two images' im2col: a batch of 3 runs as chunks of 2 and 1, each one im2col
     (or col2im) and one GEMM, the weight gradient adding the second chunk's to the first's."""
-    import importlib
-
+    from tracker.model import algorithms
     from tracker.ops.registry import Case
 
-    memory = importlib.import_module("tracker.model.memory")  # the package's `memory` is the function
-
     case = Case("conv", "chunks", {"x": (3, 3, 9, 9), "w": (5, 3, 3, 3)}, {"stride": 1, "pad": 1})
-    monkeypatch.setattr(memory, "COL_FLOATS", 2 * 3 * 3 * 3 * 9 * 9)
+    monkeypatch.setattr(algorithms, "COL_FLOATS", 2 * 3 * 3 * 3 * 9 * 9)
     emulator.log.clear()
     results = run_case(emulator, case, "gemm", seed=2)
     assert results and all(r.passed for r in results), [(r.phase, r.output, r.error) for r in results if not r.passed]

@@ -12,7 +12,8 @@ import pytest
 from tracker.cli import cli
 from tracker.errors import UnknownName
 from tracker.model import lookup, memory, predict
-from tracker.model.algorithms import ALGORITHMS, compare, conv_cost
+from tracker.model.algorithms import ALGORITHMS, conv_cost
+from tracker.model.roofline import compare
 from tracker.nets import build
 from tracker.nets.layers import Network, conv
 

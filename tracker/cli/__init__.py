@@ -14,6 +14,7 @@ import sys
 import click
 
 from tracker import __version__
+from tracker.cli import catalog, gpu, study, trace
 from tracker.errors import TrackerError, first_line, shorten
 
 
@@ -90,6 +91,18 @@ def cli() -> None:
     """
 
 
+# Every command, by the module that defines it; the modules know nothing of this group (help lists
+# the commands alphabetically, so this order is the reader's, not the user's).
+COMMANDS = (
+    catalog.networks, catalog.devices, catalog.model, catalog.metrics,
+    gpu.kernels, gpu.selftest, gpu.tune,
+    study.experiment, study.experiments, study.compare, study.agree, study.report, study.export, study.arm,
+    trace.profile, trace.runs, trace.show, trace.sql, trace.reader_role, trace.upgrade,
+)
+for command in COMMANDS:
+    cli.add_command(command)
+
+
 def main() -> None:
     """The tracker command as the process's own (its console script, ``python -m tracker``)."""
     from tracker.cli.options import PROCESS
@@ -97,6 +110,4 @@ def main() -> None:
     cli.main(obj=PROCESS)
 
 
-from tracker.cli import catalog, gpu, study, trace  # noqa: E402  (commands register themselves on cli)
-
-__all__ = ["catalog", "cli", "gpu", "main", "study", "trace"]
+__all__ = ["COMMANDS", "catalog", "cli", "gpu", "main", "study", "trace"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from tracker.cli import cli
 from tracker.cli.options import WholeNumber, emit, format_option, net_kwargs, network_options
 from tracker.cli.output import cell, record, to_json
 from tracker.errors import TrackerError, unknown
@@ -44,7 +43,7 @@ phases_option = click.option(
 )
 
 
-@cli.command()
+@click.command()
 @click.argument("network", required=False)
 @network_options
 @format_option
@@ -84,7 +83,7 @@ def networks(network, fmt, **kwargs):
             click.echo(f"  - {note}")
 
 
-@cli.command()
+@click.command()
 @click.argument("name", required=False)
 @format_option
 def devices(name, fmt):
@@ -130,7 +129,7 @@ MODEL_COLUMNS = ("layer_id", "layer", "kind", "phase", "output_shape", "params",
 ROOF_COLUMNS = ("attainable_gflops", "predicted_ms", "bound")
 
 
-@cli.command()
+@click.command()
 @click.argument("network")
 @batch_option
 @device_option
@@ -211,7 +210,7 @@ ALGORITHM_COLUMNS = ("layer", "phase", "algorithm", "multiplies", "transform_flo
 
 def _algorithms(net, batch, gpu, bits, phases, fmt) -> None:
     """--algorithm all: every convolution algorithm per conv layer phase, the best marked."""
-    from tracker.model.algorithms import compare
+    from tracker.model.roofline import compare
 
     rows = compare(net, batch, gpu, bits, phases)
     if not rows:
@@ -238,7 +237,7 @@ def _model_footer(net, batch, gpu, bits, rows, peak) -> None:
     click.echo("ops: paper 003's convention (multiply-add = 2, bias not counted); each row's rule: --format json")
 
 
-@cli.command()
+@click.command()
 @click.argument("name", required=False)
 @click.option("--family", type=click.Choice(FAMILIES), help="Only the metrics of this family.")
 @format_option

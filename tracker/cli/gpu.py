@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from tracker.cli import cli
 from tracker.cli.options import WholeNumber, db_option, emit, format_option, net_kwargs, network_options
 from tracker.gpu.workload import IMPLEMENTATIONS
 from tracker.nets import build
@@ -44,7 +43,7 @@ def tile_option(what: str):
                              "(e.g. 128x128x8/stages3, 64x64x8/warp8x4); default: the default tile.")
 
 
-@cli.command()
+@click.command()
 @click.option("--arch", type=click.Choice(["sm_80", "sm_90"]), default="sm_90", show_default=True,
               help="GPU architecture to compile for.")
 @click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
@@ -105,7 +104,7 @@ def _compiled(job, done: int, total: int, seconds: float) -> None:
     click.echo(f"[{done}/{total}] {source} {arch} {policy}{sizes}: {seconds:.1f} s", err=True)
 
 
-@cli.command()
+@click.command()
 @click.option("--batch", "-b", type=WholeNumber(1, 64), default=2, show_default=True,
               help="Images per batch for the AlexNet layer shapes.")
 @click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
@@ -221,7 +220,7 @@ def _error(value) -> str:
 TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "default_ms", "speedup", "tried", "runs")
 
 
-@cli.command()
+@click.command()
 @click.argument("network")
 @click.option("--batch", "-b", type=WholeNumber(1, 1024), default=128, show_default=True,
               help="Images per mini-batch: the shapes timed.")

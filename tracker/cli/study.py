@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from tracker.cli import cli
 from tracker.cli.catalog import device_option
 from tracker.cli.options import (FiniteRange, WholeNumber, command_started, db_option, emit, format_option,
                                  net_kwargs, ncu_options, network_options, output_dir)
@@ -77,7 +76,7 @@ def _records(frame) -> list[dict]:
             for row in frame.to_dict("records")]
 
 
-@cli.command()
+@click.command()
 @click.argument("kind", type=click.Choice(KINDS))
 @click.argument("network")
 @click.option("--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=128, show_default=True,
@@ -257,7 +256,7 @@ def _split(options: str) -> list[str]:
         raise click.BadParameter(f"--sbatch: {exc}") from None
 
 
-@cli.command()
+@click.command()
 @click.argument("target", default=None, required=False, metavar="[EXPERIMENT]")
 @db_option
 @format_option
@@ -315,7 +314,7 @@ def _arm_row(arm, state: str) -> dict:
             "reason": arm.reason, "log": arm.log_path}
 
 
-@cli.command()
+@click.command()
 @click.argument("run_a")
 @click.argument("run_b")
 @db_option
@@ -354,7 +353,7 @@ def compare(run_a, run_b, db, fmt):
     emit(rows, fmt)
 
 
-@cli.command()
+@click.command()
 @click.argument("run_a")
 @click.argument("run_b")
 @db_option
@@ -401,7 +400,7 @@ def agree(run_a, run_b, db, db_b, fmt):
 FORCE_HELP = "Write into --out even where it holds another run's output or files tracker did not write."
 
 
-@cli.command()
+@click.command()
 @click.argument("target", default="last", metavar="RUN|EXPERIMENT")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Directory for the figures and pages. Default: the report's own, in the current directory: "
@@ -454,7 +453,7 @@ def report(target, out, against, force, db):
         click.echo(f"  not collected (no counters): {', '.join(folded)}; fill them with `{built.fill_command}` on a GPU")
 
 
-@cli.command()
+@click.command()
 @click.argument("run", default="last")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Directory for the files. Default: the run's own, in the current directory: export-1 for run 1.")
@@ -483,7 +482,7 @@ def export(run, out, fmt, force, db):
     click.echo(f"{len(written)} files in {written[0].parent}")
 
 
-@cli.command()
+@click.command()
 @click.argument("experiment_ref", metavar="EXPERIMENT")
 @click.argument("position", type=WholeNumber(0))
 @db_option

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from tracker.cli import cli
 from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
 from tracker.cli.options import (WholeNumber, db_option, emit, format_option, ncu_options, net_kwargs,
                                  network_options, output_file)
@@ -20,7 +19,7 @@ from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP, profile_workload
 from tracker.profilers import COLLECTORS
 
 
-@cli.command()
+@click.command()
 @click.argument("network", required=False)
 @click.option("--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=128, show_default=True,
               help="Images per mini-batch (paper 003 used 16, 64 and 128).")
@@ -165,7 +164,7 @@ def _torch_model(spec: str, network: str | None, implementation: str, batch: int
     return net, int(net.options["example_batch"]), "torch"
 
 
-@cli.command()
+@click.command()
 @db_option
 @format_option
 def runs(db, fmt):
@@ -190,7 +189,7 @@ def runs(db, fmt):
 SHOW_COLUMNS = MODEL_COLUMNS + ROOF_COLUMNS + ("launches", "median_ms", "spread_pct", "achieved_gflops", "algorithm")
 
 
-@cli.command()
+@click.command()
 @click.argument("run", default="last")
 @db_option
 @format_option
@@ -250,7 +249,7 @@ def _bounded(check: str):
     return callback
 
 
-@cli.command()
+@click.command()
 @click.argument("statement")
 @db_option
 @click.option("--limit", type=WholeNumber(), default=None, metavar="N", callback=_bounded("row_limit"),
@@ -312,7 +311,7 @@ def sql(statement, db, limit, timeout_s, reader_url, fmt):
             click.echo(f"(the first {shown:,} rows; --limit N shows more, --format csv streams them all)", err=True)
 
 
-@cli.command("reader-role")
+@click.command("reader-role")
 @db_option
 @click.option("--name", default="tracker_reader", show_default=True, metavar="ROLE",
               help="The role to make: lower-case letters, digits and _.")
@@ -350,7 +349,7 @@ def reader_role(db, name, apply_):
     click.echo("".join(f"{statement};\n" for statement in statements), nl=False)
 
 
-@cli.command()
+@click.command()
 @db_option
 def upgrade(db):
     """Bring a trace database to this tracker's schema, keeping every run.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable, ClassVar
 
 from tracker.errors import ArmTaken, OutOfMemory, TrackerError
-from tracker.executors import Sweep
+from tracker.executors.base import Sweep
 from tracker.nets import Network
 
 

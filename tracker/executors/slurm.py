@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, ClassVar
 
 from tracker.errors import TrackerError
-from tracker.executors import Sweep
+from tracker.executors.base import Sweep
 from tracker.nets import Network
 
 # How a job that left the queue without reporting ended, in Slurm's words (squeue %T), and the arm

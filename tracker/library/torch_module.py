@@ -35,7 +35,7 @@ from tracker.errors import TrackerError
 from tracker.gpu.replay import Passes, replay_phase
 from tracker.library.torch_net import Region, bracket_nodes, nvtx_region
 from tracker.nets import Network
-from tracker.nets.layers import BatchNorm, Layer, MaxPool, Module, Op, ReLU
+from tracker.nets.layers import BatchNorm, Layer, LayerOp, MaxPool, Module, ReLU
 
 SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)  # hold layers, are none
@@ -268,7 +268,7 @@ def our_layer(call: Call) -> Layer | None:
                  call.needs_input_grad)
 
 
-def _our_op(module: torch.nn.Module) -> Op | None:
+def _our_op(module: torch.nn.Module) -> LayerOp | None:
     kind = type(module).__name__
     if kind not in OUR_LAYERS:
         return None

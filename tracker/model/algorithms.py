@@ -31,10 +31,17 @@ from typing import Any, cast
 
 from tracker.errors import unknown
 from tracker.nets.layers import Layer
-from tracker.stats import best_of
 
 ALGORITHMS = ("direct", "implicit_gemm", "gemm", "winograd_f2", "winograd_f4", "fft")
 FFT_TILE = 32  # cuDNN's FFT tiling size: beyond it, 32x32 tiles
+COL_FLOATS = 64 * 2**20  # the GEMM convolution's im2col buffer holds this many floats (256 MiB), or one image
+
+
+def col_images(batch: int, per_image: int) -> int:
+    """Images per chunk of the GEMM convolution (the conv `gemm` variant): the batch in as few
+    even chunks as keep an im2col buffer of ``per_image`` floats an image within COL_FLOATS."""
+    chunks = -(-batch // max(1, COL_FLOATS // per_image))
+    return -(-batch // chunks)
 
 
 @dataclass(frozen=True)
@@ -96,8 +103,6 @@ def _direct(layer: Layer, batch: int, algorithm: str, note: str) -> AlgorithmCos
     per_image = math.prod(layer.output_shape) * (c // op.groups) * math.prod(op.kernel)
     workspace = 0
     if algorithm == "gemm":
-        from tracker.model.memory import col_images  # the buffer our gemm variant allocates
-
         col = math.prod(layer.output_shape[1:]) * (c // op.groups) * math.prod(op.kernel)
         workspace = col_images(batch, col) * col
     rule = {"direct": "K x C/groups x R x S multiplies per output",
@@ -144,24 +149,3 @@ def _fft(layer: Layer, phase: str, batch: int) -> AlgorithmCost:
     return AlgorithmCost("fft", multiplies, transforms, workspace,
                          f"{n}x{n} FFT{' tiles' if tiles > batch else ''}: 4 real multiplies per complex product "
                          "over the half spectrum; an FFT 5 n^2 log2 n FLOPs")
-
-
-def compare(net, batch: int, device=None, dtype_bits: int = 32, phases: str = "both") -> list[dict]:
-    """Every algorithm on every conv layer phase, side by side: its multiplies, transform FLOPs,
-    workspace and (with a device) roofline time; ``best`` says of each layer phase's fastest (the
-    fewest FLOPs without a device) among the algorithms that apply to it 'yes', or 'tie' where
-    several are equal to the digits shown (tracker.stats.best_of), and 'no' of the others."""
-    from tracker.model.roofline import predict
-
-    rows = [dict(p.to_dict(with_device=device is not None, with_convention=False), note=p.convention,
-                 multiplies=p.macs, transform_flops=p.ops - 2 * p.macs)
-            for name in ALGORITHMS for p in predict(net, batch, device, dtype_bits, phases, name)
-            if p.algorithm is not None and p.algorithm == name]  # a fallback to direct is direct's row
-    key = "predicted_ms" if device is not None else "ops"
-    for layer_phase in {(r["layer_id"], r["phase"]) for r in rows}:
-        mine = [r for r in rows if (r["layer_id"], r["phase"]) == layer_phase]
-        fastest = best_of([r[key] for r in mine])
-        for i, r in enumerate(mine):
-            r["best"] = "no" if i not in fastest else "yes" if len(fastest) == 1 else "tie"
-    order = {name: i for i, name in enumerate(ALGORITHMS)}
-    return sorted(rows, key=lambda r: (r["layer_id"], r["phase"] != "fwd", r["phase"], order[r["algorithm"]]))

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, cast
 
+from tracker.model.algorithms import conv_cost
 from tracker.nets.layers import Layer, numel
 
 CONVENTIONS = {
@@ -69,7 +70,7 @@ class Cost:
 
 def _macs(layer: Layer) -> int:
     """Multiply-adds of one sample's forward pass of a conv, transposed conv or linear layer."""
-    op: Any = layer.op  # the kind says which Op subclass
+    op: Any = layer.op  # the kind says which LayerOp subclass
     (shape,) = layer.input_shapes
     if layer.kind == "conv":
         return numel(layer.output_shape) * (shape[0] // op.groups) * math.prod(op.kernel)
@@ -84,7 +85,7 @@ def costs(layer: Layer, batch: int, algorithm: str | None = None) -> dict[str, C
     x = batch * sum(numel(s) for s in layer.input_shapes)  # input elements
     y = batch * numel(layer.output_shape)  # output elements
     p = layer.params
-    kind, op = layer.op.kind, cast(Any, layer.op)  # the kind says which Op subclass
+    kind, op = layer.op.kind, cast(Any, layer.op)  # the kind says which LayerOp subclass
     if kind == "conv" and algorithm is not None:
         return {phase: _by_algorithm(layer, phase, batch, algorithm, x, y, p) for phase in layer.phases}
     if kind in ("conv", "convtranspose", "linear"):
@@ -120,8 +121,6 @@ def costs(layer: Layer, batch: int, algorithm: str | None = None) -> dict[str, C
 def _by_algorithm(layer: Layer, phase: str, batch: int, algorithm: str, x: int, y: int, p: int) -> Cost:
     """A conv phase by a named algorithm: its multiplies and transforms, the compulsory traffic
     plus its workspace written and read once."""
-    from tracker.model.algorithms import conv_cost
-
     cost = conv_cost(layer, phase, batch, algorithm)
     read, written = {"fwd": (x + p, y), "bwd_data": (y + p - layer.op.biases(), x), "bwd_weight": (y + x, p)}[phase]
     return Cost(cost.multiplies, cost.flops, read + cost.workspace, written + cost.workspace, cost.algorithm,

@@ -10,22 +10,13 @@ what the GPU runner's measured peak shows beside this prediction.
 from __future__ import annotations
 
 import math
-from typing import Any, cast
 from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 from tracker import units
-from tracker.model.roofline import check_batch, check_dtype_bits
+from tracker.model.algorithms import check_algorithm, col_images, conv_cost
+from tracker.model.roofline import MAX_BATCH, check_batch, check_dtype_bits
 from tracker.nets import Network, numel
-
-
-COL_FLOATS = 64 * 2**20  # the GEMM convolution's im2col buffer holds this many floats (256 MiB), or one image
-
-
-def col_images(batch: int, per_image: int) -> int:
-    """Images per chunk of the GEMM convolution (the conv `gemm` variant): the batch in as few
-    even chunks as keep an im2col buffer of ``per_image`` floats an image within COL_FLOATS."""
-    chunks = -(-batch // max(1, COL_FLOATS // per_image))
-    return -(-batch // chunks)
 
 
 @dataclass(frozen=True)
@@ -74,8 +65,6 @@ def largest_batch(net: Network, capacity_bytes: float, dtype_bits: int = 32) -> 
     """The largest batch (up to MAX_BATCH) whose predicted peak fits in ``capacity_bytes``; 0 where
     not even one image does. The peak grows with the batch (the im2col chunk can shrink a little
     as chunks are added, never by a whole image's activations), so a bisection finds it."""
-    from tracker.model.roofline import MAX_BATCH
-
     def fits(batch: int) -> bool:
         return memory(net, batch, dtype_bits).peak_bytes <= capacity_bytes
 
@@ -97,8 +86,6 @@ def _im2col(layer) -> bool:
 
 def _algorithm_workspace(net: Network, batch: int, algorithm: str) -> int:
     """The largest workspace, in elements, of any conv phase run by ``algorithm``."""
-    from tracker.model.algorithms import check_algorithm, conv_cost
-
     check_algorithm(algorithm)
     return max((conv_cost(layer, phase, batch, algorithm).workspace for layer in net.layers
                 if layer.op.kind == "conv" for phase in layer.phases), default=0)

@@ -1,4 +1,5 @@
-"""Per layer and phase: ops, compulsory bytes, arithmetic intensity and, for a device, the roofline.
+"""Per layer and phase: ops, compulsory bytes, arithmetic intensity and, for a device, the roofline;
+and every convolution algorithm's prediction side by side (``compare``).
 
 The roofline (Williams et al.; paper 000 eq. 2): attainable FLOP/s = min(peak, intensity x
 bandwidth); predicted time = max(ops / peak, bytes / bandwidth); a phase is compute-bound when its
@@ -10,10 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tracker.errors import TrackerError, unknown, whole_number
+from tracker.model.algorithms import ALGORITHMS, check_algorithm
 from tracker.model.costs import CONVENTIONS, costs
 from tracker.model.devices import Device
 from tracker.nets import Network
 from tracker.phases import PHASE_SETS
+from tracker.stats import best_of
 
 DTYPE_BITS = (8, 16, 32, 64)
 
@@ -89,8 +92,6 @@ def predict(
     ``algorithm`` where one is named (tracker/model/algorithms.py)."""
     check_batch(batch)
     if algorithm is not None:
-        from tracker.model.algorithms import check_algorithm
-
         check_algorithm(algorithm)
     width = check_dtype_bits(dtype_bits) // 8
     wanted = PHASE_SETS[check_phases(phases)]
@@ -108,6 +109,25 @@ def predict(
                 cost.algorithm, cost.workspace * width if cost.algorithm else None,
             ))
     return rows
+
+
+def compare(net, batch: int, device=None, dtype_bits: int = 32, phases: str = "both") -> list[dict]:
+    """Every algorithm on every conv layer phase, side by side: its multiplies, transform FLOPs,
+    workspace and (with a device) roofline time; ``best`` says of each layer phase's fastest (the
+    fewest FLOPs without a device) among the algorithms that apply to it 'yes', or 'tie' where
+    several are equal to the digits shown (tracker.stats.best_of), and 'no' of the others."""
+    rows = [dict(p.to_dict(with_device=device is not None, with_convention=False), note=p.convention,
+                 multiplies=p.macs, transform_flops=p.ops - 2 * p.macs)
+            for name in ALGORITHMS for p in predict(net, batch, device, dtype_bits, phases, name)
+            if p.algorithm is not None and p.algorithm == name]  # a fallback to direct is direct's row
+    key = "predicted_ms" if device is not None else "ops"
+    for layer_phase in {(r["layer_id"], r["phase"]) for r in rows}:
+        mine = [r for r in rows if (r["layer_id"], r["phase"]) == layer_phase]
+        fastest = best_of([r[key] for r in mine])
+        for i, r in enumerate(mine):
+            r["best"] = "no" if i not in fastest else "yes" if len(fastest) == 1 else "tie"
+    order = {name: i for i, name in enumerate(ALGORITHMS)}
+    return sorted(rows, key=lambda r: (r["layer_id"], r["phase"] != "fwd", r["phase"], order[r["algorithm"]]))
 
 
 ROOF_LEVELS = ("L1", "L2", "DRAM")  # fastest first; a point's intensity is FLOPs per byte at one of them

@@ -27,8 +27,9 @@ def numel(shape: Shape) -> int:
 
 
 @dataclass(frozen=True)
-class Op:
-    """A layer's operation. Subclasses set ``kind`` and implement ``infer``."""
+class LayerOp:
+    """A layer's operation, as the model counts it (``tracker.ops.Op`` is the family of kernels that
+    runs one). Subclasses set ``kind`` and implement ``infer``."""
 
     kind: ClassVar[str] = ""
     has_weights: ClassVar[bool] = False
@@ -80,7 +81,7 @@ def _window_out(size: int, kernel: int, stride: int, pad: int, what: str) -> int
 
 
 @dataclass(frozen=True)
-class Conv(Op):
+class Conv(LayerOp):
     """N-d convolution, cross-correlation as in every framework. ``groups`` = C_in is depthwise."""
 
     kind: ClassVar[str] = "conv"
@@ -107,7 +108,7 @@ class Conv(Op):
 
 
 @dataclass(frozen=True)
-class ConvTranspose(Op):
+class ConvTranspose(LayerOp):
     """N-d transposed convolution (the U-Net up-convolution), no padding."""
 
     kind: ClassVar[str] = "convtranspose"
@@ -130,7 +131,7 @@ class ConvTranspose(Op):
 
 
 @dataclass(frozen=True)
-class Linear(Op):
+class Linear(LayerOp):
     """Fully-connected layer; a multi-dimensional input is flattened (AlexNet's pool5 -> fc6)."""
 
     kind: ClassVar[str] = "linear"
@@ -150,7 +151,7 @@ class Linear(Op):
 
 
 @dataclass(frozen=True)
-class Elementwise(Op):
+class Elementwise(LayerOp):
     def infer(self, inputs: list[Shape]) -> Shape:
         return _only(inputs, self.kind)
 
@@ -201,7 +202,7 @@ class BatchNorm(Elementwise):
 
 
 @dataclass(frozen=True)
-class MaxPool(Op):
+class MaxPool(LayerOp):
     kind: ClassVar[str] = "maxpool"
     kernel: tuple[int, ...]
     stride: tuple[int, ...]
@@ -212,7 +213,7 @@ class MaxPool(Op):
 
 
 @dataclass(frozen=True)
-class Upsample(Op):
+class Upsample(LayerOp):
     """Nearest-neighbour up-sampling by an integer factor in every spatial dimension."""
 
     kind: ClassVar[str] = "upsample"
@@ -224,7 +225,7 @@ class Upsample(Op):
 
 
 @dataclass(frozen=True)
-class Concat(Op):
+class Concat(LayerOp):
     """Channel concatenation (U-Net skip connections)."""
 
     kind: ClassVar[str] = "concat"
@@ -237,7 +238,7 @@ class Concat(Op):
 
 
 @dataclass(frozen=True)
-class Module(Op):
+class Module(LayerOp):
     """One call of a leaf module of a user's own PyTorch model (``tracker profile --torch``), as
     it was recorded: the module's class, the output shape it produced (per sample), its parameter
     count, and the FLOPs ``torch.utils.flop_counter`` counted per phase at the example's batch, or
@@ -274,7 +275,7 @@ class Layer:
 
     id: int
     name: str
-    op: Op
+    op: LayerOp
     inputs: tuple[str, ...]
     input_shapes: tuple[Shape, ...]
     output_shape: Shape
@@ -321,7 +322,7 @@ class Network:
     notes: list[str] = field(default_factory=list)
     layers: list[Layer] = field(default_factory=list)
 
-    def add(self, name: str, op: Op, *inputs: str) -> str:
+    def add(self, name: str, op: LayerOp, *inputs: str) -> str:
         """Append a layer fed by ``inputs`` (default: the previous layer); return its name."""
         sources = inputs or (self.layers[-1].name if self.layers else INPUT,)
         shapes = tuple(self.shape_of(src) for src in sources)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tracker import reference as ref
-from tracker.model.memory import col_images
+from tracker.model.algorithms import col_images
 from tracker.ops import gemm
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, FUSED_BWD, FUSED_FWD, Gemm, Out, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks, tiles
@@ -64,7 +64,7 @@ def _fwd_constant(b: Backend, a: Arrays, stride: int, pad: int) -> None:
         b.launch(SOURCE, "conv2d_fwd_constant", (tiles(P * Q, THREADS), kc, N), (THREADS,), (a.x, a.bias, a.y, s, k0))
 
 
-def _fwd_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False, tile: Tile = DEFAULT) -> None:
+def fwd_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False, tile: Tile = DEFAULT) -> None:
     """One GEMM over the batch: M = K, N = images x P*Q, K = C*R*S."""
     s = conv_shape(a.x.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
@@ -115,7 +115,7 @@ def _bwd_data_constant(b: Backend, a: Arrays, stride: int, pad: int) -> None:
                  (a.dy, a.dx, s, k0, kc, int(k0 > 0)))
 
 
-def _bwd_data_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False,
+def bwd_data_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False,
                        tile: Tile = DEFAULT, bias: Any = None) -> None:
     """One GEMM over the batch: M = C, N = images x H*W, K = K*R*S; ``bias`` as in _bwd_data_global."""
     s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
@@ -151,7 +151,7 @@ def _bwd_weight_global(b: Backend, a: Arrays, stride: int, pad: int) -> None:
     _bias(b, a, s, None)
 
 
-def _bwd_weight_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False,
+def bwd_weight_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False,
                          tile: Tile = DEFAULT) -> None:
     """One GEMM over the batch: M = K, N = C*R*S, K = images x P*Q (split-K fills the GPU)."""
     s = conv_shape(a.x.shape, a.dw.shape, stride, pad)
@@ -177,7 +177,7 @@ def _bwd_weight_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = 
 
 # the selftest, the benchmark, the network ------------------------------------------------------
 
-def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
+def check_conv(c: Check, rng: np.random.Generator, case: Case) -> None:
     x, w, stride, pad = case.shapes["x"], case.shapes["w"], case.params["stride"], case.params["pad"]
     xh, wh, bh = f32(rng, x), f32(rng, w, 1 / math.sqrt(math.prod(w[1:]))), f32(rng, (w[0],))
     fused = c.variant == "fused"
@@ -243,7 +243,7 @@ def _params(layer) -> dict[str, Any]:
 
 
 CONV = OPS.register(Op(
-    "conv", ("fwd", "bwd_data", "bwd_weight"), default="shared", params=_params, arrays=_arrays, check=_check,
+    "conv", ("fwd", "bwd_data", "bwd_weight"), default="shared", params=_params, arrays=_arrays, check=check_conv,
     library=library, torch_forward=torch_forward, defines=DEFINES, unsupported=unsupported, dims=2,
     small_cases=(
         Case("conv", "k70-s1-p1", {"x": (2, 3, 9, 9), "w": (70, 3, 3, 3)}, {"stride": 1, "pad": 1}),  # 2 tiles of K
@@ -253,7 +253,8 @@ CONV = OPS.register(Op(
         Case("conv", "k4-5x5-s1-p2", {"x": (1, 3, 8, 9), "w": (4, 3, 5, 5)}, {"stride": 1, "pad": 2}),  # Winograd 6x6
     ),
 ))
-_IMPLICIT = ("conv2d.cu:conv2d_fwd_implicit", "conv2d.cu:conv2d_bwd_data_implicit", "conv2d.cu:conv2d_bwd_weight_implicit")
+IMPLICIT_KERNELS = (
+    "conv2d.cu:conv2d_fwd_implicit", "conv2d.cu:conv2d_bwd_data_implicit", "conv2d.cu:conv2d_bwd_weight_implicit")
 CONV.add("global",
          fwd=launch(_fwd_global, "conv2d.cu:conv2d_fwd_global"),
          bwd_data=launch(_bwd_data_global, "conv2d.cu:conv2d_bwd_data_global"),
@@ -264,15 +265,15 @@ CONV.add("constant",
          bwd_weight=launch(_bwd_weight_global, "conv2d.cu:conv2d_bwd_weight_global", BIAS_GRAD,
                            note="writes the filters, so nothing to hold in constant memory: runs global"))
 CONV.add("shared",
-         fwd=tiled(_fwd_implicit, _IMPLICIT[0]),
-         bwd_data=tiled(_bwd_data_implicit, _IMPLICIT[1]),
-         bwd_weight=tiled(_bwd_weight_implicit, _IMPLICIT[2], BIAS_GRAD))
+         fwd=tiled(fwd_implicit, IMPLICIT_KERNELS[0]),
+         bwd_data=tiled(bwd_data_implicit, IMPLICIT_KERNELS[1]),
+         bwd_weight=tiled(bwd_weight_implicit, IMPLICIT_KERNELS[2], BIAS_GRAD))
 CONV.add("gemm",
          fwd=tiled(_fwd_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nn"),
          bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_tn_images", "conv2d.cu:col2im"),
          bwd_weight=tiled(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt_images", BIAS_GRAD))
 CONV.add("fused", absorbs="relu", fallback="shared",
-         fwd=tiled(partial(_fwd_implicit, relu=True), _IMPLICIT[0], note=FUSED_FWD),
-         bwd_data=tiled(partial(_bwd_data_implicit, relu=True), _IMPLICIT[1], note=FUSED_BWD, masked=True),
-         bwd_weight=tiled(partial(_bwd_weight_implicit, relu=True), _IMPLICIT[2], BIAS_GRAD, note=FUSED_BWD,
+         fwd=tiled(partial(fwd_implicit, relu=True), IMPLICIT_KERNELS[0], note=FUSED_FWD),
+         bwd_data=tiled(partial(bwd_data_implicit, relu=True), IMPLICIT_KERNELS[1], note=FUSED_BWD, masked=True),
+         bwd_weight=tiled(partial(bwd_weight_implicit, relu=True), IMPLICIT_KERNELS[2], BIAS_GRAD, note=FUSED_BWD,
                           masked=True))

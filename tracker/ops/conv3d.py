@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracker.ops import gemm
-from tracker.ops.conv2d import _check, library, torch_forward, unsupported
+from tracker.ops.conv2d import check_conv, library, torch_forward, unsupported
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Out, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
 from tracker.ops.registry import OPS, Case, Op, launch
@@ -94,7 +94,7 @@ def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
 CONV3D = OPS.register(Op(
     "conv3d", ("fwd", "bwd_data", "bwd_weight"), default="shared", layer_kind="conv", dims=3,
     params=lambda layer: {"stride": layer.op.stride[0], "pad": layer.op.padding[0]},
-    arrays=_arrays, check=_check, library=library, torch_forward=torch_forward, unsupported=unsupported,
+    arrays=_arrays, check=check_conv, library=library, torch_forward=torch_forward, unsupported=unsupported,
     small_cases=(
         Case("conv3d", "3x3x3-p1", {"x": (2, 3, 5, 6, 7), "w": (4, 3, 3, 3, 3)}, {"stride": 1, "pad": 1}),  # the U-Net's
         Case("conv3d", "k70-1x1x1", {"x": (1, 5, 3, 4, 4), "w": (70, 5, 1, 1, 1)}, {"stride": 1, "pad": 0}),  # 2 tiles of K

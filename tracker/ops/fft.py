@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tracker.model.algorithms import FFT_TILE, fft_side
-from tracker.ops.conv2d import (_IMPLICIT, CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit,
+from tracker.ops.conv2d import (CONV, IMPLICIT_KERNELS, bwd_data_implicit, bwd_weight_implicit, fwd_implicit,
                                   where)
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import Arrays, Backend, Struct
@@ -97,19 +97,19 @@ def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile)
 
 def _fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     if not applies(a.w.shape, stride, pad):
-        return _fwd_implicit(b, a, stride, pad, tile=tile)
+        return fwd_implicit(b, a, stride, pad, tile=tile)
     _fft(b, a.x, a.w, False, a.bias, a.y, pad, tile)
 
 
 def _bwd_data(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     if not applies(a.w.shape, stride, pad):
-        return _bwd_data_implicit(b, a, stride, pad, tile=tile)
+        return bwd_data_implicit(b, a, stride, pad, tile=tile)
     _fft(b, a.dy, a.w, True, None, a.dx, a.w.shape[2] - 1 - pad, tile)
 
 
 def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     if not applies(a.dw.shape, stride, pad):
-        return _bwd_weight_implicit(b, a, stride, pad, tile=tile)
+        return bwd_weight_implicit(b, a, stride, pad, tile=tile)
     _weight_gradient(b, a.x, a.dy, a.dw, pad, tile)
     if a.db is not None:
         images, K, P, Q = a.dy.shape
@@ -118,6 +118,7 @@ def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAU
 
 ELSEWHERE = "NxN FFT tiles (N up to 32) for stride-1 filters; any other layer runs the shared variant's implicit GEMM"
 CONV.add("fft", applies=where(applies),
-         fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn_batched", _IMPLICIT[0], note=ELSEWHERE),
-         bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn_batched", _IMPLICIT[1], note=ELSEWHERE),
-         bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt_batched", _IMPLICIT[2], BIAS_GRAD, note=ELSEWHERE))
+         fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[0], note=ELSEWHERE),
+         bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[1], note=ELSEWHERE),
+         bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt_batched", IMPLICIT_KERNELS[2], BIAS_GRAD,
+                          note=ELSEWHERE))

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from tracker.ops.conv2d import (_IMPLICIT, CONV, _bwd_data_implicit, _bwd_weight_implicit, _fwd_implicit,
+from tracker.ops.conv2d import (CONV, IMPLICIT_KERNELS, bwd_data_implicit, bwd_weight_implicit, fwd_implicit,
                                   where)
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, SPLITK_REDUCE, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
@@ -150,19 +150,19 @@ def _weight_gradient(b: Backend, m: int, x: Any, dy: Any, dw: Any, pad: int, til
 
 def _fwd(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile = DEFAULT) -> None:
     if not applies(a.w.shape, stride, pad):
-        return _fwd_implicit(b, a, stride, pad, tile=tile)
+        return fwd_implicit(b, a, stride, pad, tile=tile)
     _winograd(b, m, a.x, a.w, False, a.bias, a.y, pad, tile)
 
 
 def _bwd_data(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile = DEFAULT) -> None:
     if not applies(a.w.shape, stride, pad):
-        return _bwd_data_implicit(b, a, stride, pad, tile=tile)
+        return bwd_data_implicit(b, a, stride, pad, tile=tile)
     _winograd(b, m, a.dy, a.w, True, None, a.dx, a.w.shape[2] - 1 - pad, tile)
 
 
 def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile = DEFAULT) -> None:
     if not applies(a.dw.shape, stride, pad):
-        return _bwd_weight_implicit(b, a, stride, pad, tile=tile)
+        return bwd_weight_implicit(b, a, stride, pad, tile=tile)
     _weight_gradient(b, m, a.x, a.dy, a.dw, pad, tile)
     if a.db is not None:
         N, K, P, Q = a.dy.shape
@@ -178,10 +178,11 @@ for _name, _m in OUTPUT_TILES.items():
     _elsewhere = (f"F({_m}x{_m},3x3) and F({_m}x{_m},5x5) for stride-1 filters; any other layer runs the shared "
                   "variant's implicit GEMM")
     CONV.add(_name, error_scale=ERROR_SCALE, applies=where(applies),
-             fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", _IMPLICIT[0], note=_elsewhere),
-             bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", _IMPLICIT[1],
+             fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[0],
+                       note=_elsewhere),
+             bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[1],
                             note=_elsewhere),
-             bwd_weight=tiled(partial(_bwd_weight, m=_m), *kernels(_m), "gemm.cu:gemm_nt_batched", _IMPLICIT[2],
+             bwd_weight=tiled(partial(_bwd_weight, m=_m), *kernels(_m), "gemm.cu:gemm_nt_batched", IMPLICIT_KERNELS[2],
                               BIAS_GRAD,
                               note=f"F(3x3,{_m}x{_m}) and F(5x5,{_m}x{_m}) on dy's tiles for stride-1 filters; any "
                                    "other layer runs the shared variant's implicit GEMM"))
@@ -216,13 +217,13 @@ def _fused(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int
 
 def _fused_fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     if not fused_applies(a.w.shape, stride, pad):
-        return _fwd_implicit(b, a, stride, pad, tile=tile)
+        return fwd_implicit(b, a, stride, pad, tile=tile)
     _fused(b, a.x, a.w, False, a.bias, a.y, pad)
 
 
 def _fused_bwd_data(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     if not fused_applies(a.w.shape, stride, pad):
-        return _bwd_data_implicit(b, a, stride, pad, tile=tile)
+        return bwd_data_implicit(b, a, stride, pad, tile=tile)
     _fused(b, a.dy, a.w, True, None, a.dx, FUSED_FILTER - 1 - pad)
 
 
@@ -230,9 +231,9 @@ _FUSED = (f"F(2x2,3x3) in one kernel for stride-1 3x3 filters (the input transfo
           "transform in its epilogue); any other layer runs the shared variant's implicit GEMM")
 CONV.add("winograd_fused", error_scale=ERROR_SCALE,
          applies=where(fused_applies, ("fwd", "bwd_data")),  # its weight gradient is winograd's
-         fwd=launch(_fused_fwd, *_FUSED_SOURCES, _IMPLICIT[0], SPLITK_REDUCE, note=_FUSED),
-         bwd_data=launch(_fused_bwd_data, *_FUSED_SOURCES, _IMPLICIT[1], SPLITK_REDUCE, note=_FUSED),
+         fwd=launch(_fused_fwd, *_FUSED_SOURCES, IMPLICIT_KERNELS[0], SPLITK_REDUCE, note=_FUSED),
+         bwd_data=launch(_fused_bwd_data, *_FUSED_SOURCES, IMPLICIT_KERNELS[1], SPLITK_REDUCE, note=_FUSED),
          bwd_weight=tiled(partial(_bwd_weight, m=FUSED_TILE), *kernels(FUSED_TILE), "gemm.cu:gemm_nt_batched",
-                          _IMPLICIT[2], BIAS_GRAD,
+                          IMPLICIT_KERNELS[2], BIAS_GRAD,
                           note="winograd's: F(3x3,2x2) and F(5x5,2x2) on dy's tiles for stride-1 filters; any other "
                                "layer runs the shared variant's implicit GEMM"))

@@ -94,6 +94,6 @@ def main() -> None:
     cli.main()
 
 
-from tracker.cli import catalog, gpu, study, trace  # noqa: E402  (commands register themselves on cli)
+from tracker.cli import catalog, experiments, gpu, study, trace  # noqa: E402  (commands register themselves on cli)
 
-__all__ = ["catalog", "cli", "gpu", "main", "study", "trace"]
+__all__ = ["catalog", "cli", "experiments", "gpu", "main", "study", "trace"]

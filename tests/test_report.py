@@ -96,14 +96,14 @@ def test_model_report_gives_runtime_and_the_models_roofline(runner, db, tmp_path
 
 
 def test_a_report_reads_each_runs_settings_once(db, monkeypatch, tmp_path):
-    """The report reads a run's settings once (sections.Run) and hands them to every section and
+    """The report reads a run's settings once (run_report.ReportedRun) and hands them to every section and
     to the comparison, rather than each of them reading the run again."""
-    from tracker.report import report, sections
+    from tracker.report import report, run_report
     from tracker.store import open_store
 
     reads = []
-    read = sections.run_row
-    monkeypatch.setattr(sections, "run_row", lambda store, run_id: reads.append(run_id) or read(store, run_id))
+    read = run_report.run_row
+    monkeypatch.setattr(run_report, "run_row", lambda store, run_id: reads.append(run_id) or read(store, run_id))
     report(open_store(db, write=False), "2", tmp_path, against="3")
     assert reads == [2, 3]
 

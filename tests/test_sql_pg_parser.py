@@ -100,16 +100,16 @@ def test_a_parse_error_is_one_line():
     (Decimal("1" + "0" * 131071), "1" + "0" * 131071), (Decimal("1e400"), "1E+400"), (Decimal("-15e308"), "-1.5E+309"),
 ])
 def test_a_decimal_of_any_size_is_a_number_that_prints(value, plain):
-    from tracker.store.queries import _plain
+    from tracker.store import queries
 
-    assert _plain(value) == plain
+    assert queries.plain(value) == plain
 
 
 def test_an_infinite_decimal_is_a_float_and_others_numbers_as_before():
-    from tracker.store.queries import _plain
+    from tracker.store.queries import plain
 
-    assert _plain(Decimal("Infinity")) == float("inf") and _plain(Decimal("-Infinity")) == float("-inf")
-    assert _plain(Decimal(12)) == 12 and _plain(Decimal("0.5")) == 0.5
+    assert plain(Decimal("Infinity")) == float("inf") and plain(Decimal("-Infinity")) == float("-inf")
+    assert plain(Decimal(12)) == 12 and plain(Decimal("0.5")) == 0.5
 
 
 # On a server

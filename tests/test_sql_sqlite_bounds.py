@@ -15,7 +15,8 @@ from tracker.errors import StoreError
 from tracker.nets import build
 from tracker.profile import profile
 from tracker.store import open_store, run_sql
-from tracker.store.sql import FETCH_BYTES, FETCH_ROWS, SQLITE_MAX_LENGTH, _batch
+from tracker.store.sql import FETCH_BYTES, FETCH_ROWS, SQLITE_MAX_LENGTH
+from tracker.store.sql.sqlite import next_batch
 
 PROBE = "SELECT instr(printf('%.*c', 100000000, 'a'), 'b')"  # the probe's 100 MB string: 193 s, signals ignored
 
@@ -127,6 +128,6 @@ def test_a_batch_of_rows_is_bounded_in_bytes():
     conn = sqlite3.connect(":memory:")
     cursor = conn.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100) "
                           "SELECT x, zeroblob(1048576) FROM c")
-    sizes = [len(batch) for batch in iter(lambda: _batch(cursor), [])]
+    sizes = [len(rows) for rows in iter(lambda: next_batch(cursor), [])]
     assert FETCH_BYTES // 2**20 < FETCH_ROWS
     assert sizes == [FETCH_BYTES // 2**20] * (100 // (FETCH_BYTES // 2**20)) + [100 % (FETCH_BYTES // 2**20)]

@@ -35,7 +35,10 @@ from tracker.profilers import Options
 from tracker.profilers.ncu import Settings as NcuSettings
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from tracker.executors import Executor
+    from tracker.store import Store
 
 KINDS = ("l1-bypass", "fusion", "variants", "batch", "library", "algorithms", "memory")
 
@@ -364,3 +367,38 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
     store.dispose()
     return result
 
+
+@dataclass(frozen=True)
+class Outcome:
+    """An experiment as ``tracker experiment`` prints it once its arms have run: its status in
+    words, why it did not complete (``error``), its arms' table (``results``) and each sweep's
+    comparison along an axis it swept."""
+    status: str
+    error: str | None
+    frame: pd.DataFrame
+    sweeps: list[tuple[str, pd.DataFrame]]
+
+    @property
+    def complete(self) -> bool:
+        return self.status.startswith("complete")
+
+
+def outcome(store: Store, experiment_id: int, kind: str) -> Outcome:
+    """What experiment ``experiment_id`` of ``kind`` found: a memory study whose arms that did not
+    complete all ran out of memory is complete, that being its answer."""
+    from tracker.analysis.experiments import across, results
+    from tracker.store import experiment_dict, find_experiment
+
+    found = find_experiment(store, experiment_id)
+    status = experiment_dict(found)["status"]
+    frame = results(store, experiment_id, kind)
+    if kind == "memory" and status == "failed" and _only_out_of_memory(frame):
+        status = f"complete, {int((frame['state'] == 'failed').sum())} arms out of memory"
+    sweeps = [(axis, across(store, experiment_id, axis)) for axis in ("gpu", "batch") if kind not in (axis, "memory")]
+    return Outcome(status, found.error, frame, [(axis, table) for axis, table in sweeps if not table.empty])
+
+
+def _only_out_of_memory(frame: pd.DataFrame) -> bool:
+    """Every arm that did not complete ran out of memory: the study's answer, not a failure."""
+    failed = frame[frame["state"] != "complete"]
+    return not failed.empty and failed["reason"].fillna("").str.startswith("OutOfMemory").all()

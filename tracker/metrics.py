@@ -39,7 +39,7 @@ _TIME_WEIGHTED = "weighted:duration_ns"
 # a bounded hits / lookups cannot be computed, nor added to recordings made on a GPU we no longer
 # have; and ncu leaves a rate over 100 % unclamped on purpose, "to ensure that the rest of the
 # profiler report remains self-consistent" (Profiling Guide, Range and Precision). The batch-16 H100
-# recording reads 100.25-102.24 % (tests/test_profilers.py), and in it a launch's L2 sector counts
+# recording reads 100.25-102.24 % (tests/test_metric_catalog.py), and in it a launch's L2 sector counts
 # disagree (read + write sectors exceed all sectors, by 4.8 % in conv5's data gradient), which only
 # counts taken in different replay passes (18 a launch) can do.
 _L2_OVER_100 = ("ncu's figure, not clamped: it can exceed 100 % when the hits and the lookups are counted in "

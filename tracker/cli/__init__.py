@@ -14,7 +14,7 @@ import sys
 import click
 
 from tracker import __version__
-from tracker.cli import catalog, gpu, study, trace
+from tracker.cli import catalog, experiments, gpu, study, trace
 from tracker.errors import TrackerError, first_line, shorten
 
 
@@ -96,7 +96,8 @@ def cli() -> None:
 COMMANDS = (
     catalog.networks, catalog.devices, catalog.model, catalog.metrics,
     gpu.kernels, gpu.selftest, gpu.tune,
-    study.experiment, study.experiments, study.compare, study.agree, study.report, study.export, study.arm,
+    experiments.experiment, experiments.experiments, experiments.arm,
+    study.compare, study.agree, study.report, study.export,
     trace.profile, trace.runs, trace.show, trace.sql, trace.reader_role, trace.upgrade,
 )
 for command in COMMANDS:
@@ -110,4 +111,4 @@ def main() -> None:
     cli.main(obj=PROCESS)
 
 
-__all__ = ["COMMANDS", "catalog", "cli", "gpu", "main", "study", "trace"]
+__all__ = ["COMMANDS", "catalog", "cli", "experiments", "gpu", "main", "study", "trace"]

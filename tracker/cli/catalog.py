@@ -190,17 +190,22 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, algorit
     if fmt == "table":
         _model_footer(net, batch, gpu, bits, rows, peak)
     if plot is not None and gpu is not None:  # refused above without a device
-        from tracker.figures import save
-        from tracker.figures.roofline import model_points, roofline
-        from tracker.model.roofline import Roofs
-
-        figure = roofline(model_points(rows), Roofs.of(gpu),
-                          f"Roofline predicted by the model: {net.name}, batch {batch}, {bits}-bit, on {gpu.name}",
-                          basis="predicted")
-        if figure is None:
-            raise TrackerError("nothing to plot: no layer phase does arithmetic")
-        save(figure, plot)
+        _plot_roofline(net, batch, gpu, bits, rows, plot)
         click.echo(f"roofline written to {plot}", err=fmt != "table")
+
+
+def _plot_roofline(net, batch: int, gpu, bits: int, rows, plot) -> None:
+    """The model's roofline of ``rows`` against ``gpu``'s roof, written to ``plot``."""
+    from tracker.figures import save
+    from tracker.figures.roofline import model_points, roofline
+    from tracker.model.roofline import Roofs
+
+    figure = roofline(model_points(rows), Roofs.of(gpu),
+                      f"Roofline predicted by the model: {net.name}, batch {batch}, {bits}-bit, on {gpu.name}",
+                      basis="predicted")
+    if figure is None:
+        raise TrackerError("nothing to plot: no layer phase does arithmetic")
+    save(figure, plot)
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")

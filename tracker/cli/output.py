@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import textwrap
 from typing import Any, Callable, Iterable
 
@@ -129,3 +130,9 @@ def stream(columns: list[str], rows: Iterable[tuple], fmt: str, write: Callable[
             flush(1 << 16)
         out.write("\n]\n" if count else "]\n")
     flush()
+
+
+def records(frame: Any) -> list[dict]:
+    """DataFrame rows as plain dicts (NaN -> None) for the renderers."""
+    return [{k: (None if v is None or (isinstance(v, float) and math.isnan(v)) else v) for k, v in row.items()}
+            for row in frame.to_dict("records")]

@@ -7,55 +7,14 @@ that fills them."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
 
 from tracker.errors import TrackerError, shorten
 from tracker.paths import check_dir, claim, mark
+from tracker.report.document import Report, Section
 from tracker.store import Store
 
-
-@dataclass
-class Section:
-    key: str  # file stem and anchor
-    title: str
-    paper: str  # which paper-003 figure it redraws
-    figure: object | None  # matplotlib Figure
-    finding: str
-    table: pd.DataFrame | None = None
-    missing: str | None = None  # why there is no figure
-    needs_counters: bool = False  # empty because the run has no hardware counters
-
-    @property
-    def folded(self) -> bool:
-        """Shown only as a name in the page's 'not collected' line."""
-        return self.needs_counters and self.figure is None
-
-    @property
-    def empty(self) -> bool:
-        """Nothing to show (no figure, finding or table row): left out, named with why in one line."""
-        return (not self.needs_counters and self.figure is None and not self.finding
-                and (self.table is None or self.table.empty))
-
-
-@dataclass
-class Report:
-    heading: str
-    summary: str  # the header in words: network, batch, GPU, backend, variants, L1, ncu, repeats, when
-    about: dict  # the settings behind it, one row each
-    sections: list[Section] = field(default_factory=list)
-    fill_command: str = ""  # the command that collects the counters folded sections need
-    unfinished: str | None = None  # what a run that did not complete holds (tracker.profilers.unfinished)
-
-    def __post_init__(self) -> None:
-        # A section's key names its figure's files and its anchor: two alike would draw one figure
-        # over the other (a fusion experiment's pairs and speedups did, 2026-11-25).
-        keys = [s.key for s in self.sections]
-        repeated = sorted({k for k in keys if keys.count(k) > 1})
-        if repeated:
-            raise ValueError(f"report sections share the key(s) {', '.join(repeated)}")
+__all__ = ["Report", "Section", "build", "report", "subject", "write"]
 
 
 def write(report: Report, out: Path, earlier: Sequence[Path] = ()) -> tuple[list[Path], list[Path]]:
@@ -81,20 +40,22 @@ def write(report: Report, out: Path, earlier: Sequence[Path] = ()) -> tuple[list
 
 def build(store: Store, target: str, against: str | None = None) -> Report:
     """The report on a run ('3', 'last'), a run against another (``against``), or an experiment ('e2')."""
-    from tracker.report import sections
+    from tracker.report.comparison_report import for_comparison
+    from tracker.report.experiment_report import for_experiment
+    from tracker.report.run_report import ReportedRun, for_run
     from tracker.store import find_experiment, find_run
 
     if _is_experiment(target):
         if against is not None:
             raise TrackerError(f"--against {shorten(against)} draws a run against a run; experiment "
                                f"{shorten(target)}'s report compares its own arms: drop --against")
-        return sections.for_experiment(store, find_experiment(store, target).id)
-    run = sections.Run.read(store, find_run(store, target).id)
-    report = sections.for_run(run)
+        return for_experiment(store, find_experiment(store, target).id)
+    run = ReportedRun.read(store, find_run(store, target).id)
+    report = for_run(run)
     if against is not None:
-        other = sections.Run.read(store, find_run(store, against).id)
+        other = ReportedRun.read(store, find_run(store, against).id)
         report.heading = f"Run {run.id} against run {other.id}"
-        report.sections = sections.for_comparison(other, run) + report.sections
+        report.sections = for_comparison(other, run) + report.sections
     return report
 
 

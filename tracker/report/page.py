@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from tracker import units
-from tracker.report import Report, Section
+from tracker.report.document import Report, Section
 from tracker.report.papers import cite, references
 
 STYLE = """

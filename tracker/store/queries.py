@@ -91,7 +91,7 @@ def _lacking(ids: list[int], lack: str) -> str:
 JSON_DECODED_CHARS = 1 << 20
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """JSON text from SQLite views becomes lists (up to ``JSON_DECODED_CHARS``: longer stays text),
     datetimes ISO strings, PostgreSQL's decimal sums numbers."""
     if isinstance(value, Decimal):
@@ -119,7 +119,7 @@ def _number(value: Decimal) -> int | float | str:
 
 
 def _rows(store: Store, sql: str, **params) -> list[dict]:
-    return [{k: _plain(_timestamp(v) if k.endswith("_at") else v) for k, v in row.items()}
+    return [{k: plain(_timestamp(v) if k.endswith("_at") else v) for k, v in row.items()}
             for row in store.rows(sql, **params)]
 
 
@@ -178,7 +178,7 @@ def row_id(ref: str | int, what: str, expected: str) -> int:
 def run_dict(run: SimpleNamespace) -> dict:
     """A run's columns as plain values (JSON as lists and dicts, datetimes as ISO strings), its status
     the effective one."""
-    return {key: _plain(value) for key, value in vars(run).items()} | {"status": effective_status(run)}
+    return {key: plain(value) for key, value in vars(run).items()} | {"status": effective_status(run)}
 
 
 def layer_rows(store: Store, run_id: int) -> list[dict]:

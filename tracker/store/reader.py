@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from tracker.errors import StoreError
-from tracker.store.sql import DEFAULT_TIMEOUT_S
+from tracker.store.sql.common import DEFAULT_TIMEOUT_S
 
 READER_ENV = "TRACKER_READER_URL"
 DEFAULT_READER = "tracker_reader"

@@ -1,8 +1,8 @@
-"""What each report holds: the header in words and the sections (figure, finding, table) for a run,
-a comparison and an experiment, computed from tracker/analysis and drawn by tracker/figures.
+"""A run's report: the header in words and the sections (figure, finding, table) for one run,
+computed from tracker/analysis and drawn by tracker/figures.
 
-A run's report is the table ``RUN_SECTIONS``: each section's key, title and paper figure, written
-once, and the builder that fills it from a ``Run``: the run's settings, read once per report."""
+It is the table ``RUN_SECTIONS``: each section's key, title and paper figure, written once, and
+the builder that fills it from a ``ReportedRun``: the run's settings, read once per report."""
 
 from __future__ import annotations
 
@@ -14,21 +14,29 @@ from typing import NamedTuple
 import pandas as pd
 
 from tracker import units
-from tracker.analysis import algorithms, caches, experiments, fp, reconcile, roofline, run_row, runtime, speedup
-from tracker.analysis import stalls
-from tracker.analysis import traffic, utilization
-from tracker.errors import StoreError
+from tracker.analysis import (
+    algorithms,
+    caches,
+    fp,
+    reconcile,
+    roofline,
+    run_row,
+    runtime,
+    stalls,
+    traffic,
+    utilization,
+)
 from tracker.figures import bars
 from tracker.figures.roofline import LEFT_OUT
 from tracker.figures.roofline import roofline as roofline_figure
 from tracker.profilers import iterations_profiled, unfinished
+from tracker.report.document import Report, Section
 from tracker.stats import best_of, tie
-from tracker.report import Report, Section
-from tracker.store import Store, experiment_dict, find_experiment, launch_count
+from tracker.store import Store, launch_count
 
 
 @dataclass(frozen=True)
-class Run:
+class ReportedRun:
     """One run as the sections of its report see it: its settings, read once, and the analyses two
     sections each use, computed once on first use (run A of a comparison needs neither)."""
 
@@ -37,7 +45,7 @@ class Run:
     row: pd.Series  # as the store decodes it (run_row): a missing value None, JSON columns dicts
 
     @classmethod
-    def read(cls, store: Store, run_id: int) -> Run:
+    def read(cls, store: Store, run_id: int) -> ReportedRun:
         return cls(store, run_id, run_row(store, run_id))
 
     @property
@@ -88,10 +96,10 @@ class Spec(NamedTuple):
     key: str  # file stem and anchor
     title: str
     paper: str  # which paper figure it redraws
-    build: Callable[[Run], Body | None]  # None: the run did not collect the counters it needs
+    build: Callable[[ReportedRun], Body | None]  # None: the run did not collect the counters it needs
     shown: Callable[[pd.Series], bool] = lambda run: True  # whether a run of this kind has the section
 
-    def section(self, run: Run) -> Section:
+    def section(self, run: ReportedRun) -> Section:
         body = self.build(run)
         if body is None:  # the page folds these into one line naming the command that fills them
             return Section(self.key, self.title, self.paper, None, "not collected", run.why, needs_counters=True)
@@ -118,7 +126,7 @@ def _tuned_variants(run: pd.Series) -> str:
 
 def describe(run: pd.Series, unfinished: str | None = None) -> str:
     """The run in one paragraph: what ran, on what, measured how, when; ``unfinished``: what a run
-    that did not complete holds (``Run.unfinished``), said after it."""
+    that did not complete holds (``ReportedRun.unfinished``), said after it."""
     after = f" {unfinished[0].upper()}{unfinished[1:]}." if unfinished else ""
     if run["backend"] == "model":
         where = (f"modelled for {run['device_name']}: the analytic model's predictions, no GPU ran it"
@@ -129,7 +137,7 @@ def describe(run: pd.Series, unfinished: str | None = None) -> str:
     if run.get("loaders") == "staged" and not run["l1_bypass"]:
         l1 += ", operands staged through registers as the L1-bypass build's (--staged)"
     repeats = f"{run['repeat']} measured iteration{'s' if run['repeat'] != 1 else ''}"
-    kernels = (f"run by {_library(run)}" if _is_library(run) else
+    kernels = (f"run by {_library(run)}" if is_library(run) else
                f"kernel variants: {_variants(run)}{_tuned_variants(run)}; GEMM tiles: {_tiles(run)}; {l1}")
     return (f"{run['network']} at batch {run['batch']} on {_device(run)}, {_how(run)}; {kernels}; {repeats}. "
             f"Run {run.name}, {run['status']}, {_when(run)}.{after}")
@@ -171,7 +179,7 @@ def _profiled(run: pd.Series) -> str:
     return iterations_profiled(int(run["counter_iterations"]), int(run["repeat"]))
 
 
-def _is_library(run: pd.Series) -> bool:
+def is_library(run: pd.Series) -> bool:
     return run.get("implementation") not in (None, "ours")
 
 
@@ -204,7 +212,7 @@ ABOUT = {"network": "network", "batch": "batch", "device_name": "GPU", "compute_
 
 def _about(run: pd.Series) -> dict:
     about = {"run": run.name, **{label: run.get(key) for key, label in ABOUT.items()}}
-    if _is_library(run):
+    if is_library(run):
         about["run by"] = _library(run)
     about["kernel variants"] = _variants(run) + _tuned_variants(run)
     about["GEMM tiles"] = _tiles(run)
@@ -214,7 +222,7 @@ def _about(run: pd.Series) -> dict:
     return about
 
 
-def for_run(run: Run) -> Report:
+def for_run(run: ReportedRun) -> Report:
     row = run.row
     sections = [spec.section(run) for spec in RUN_SECTIONS if spec.shown(row)]
     return Report(f"Run {run.id}: {row['network']}, batch {row['batch']}, {row['device_name'] or 'no device'}",
@@ -228,7 +236,7 @@ def _fill_command(row: pd.Series) -> str:
 
     if is_module_spec(row["network"]):
         return f"tracker profile --torch {row['network']} --backend ncu"
-    impl = f" --impl {row['implementation']}" if _is_library(row) else ""
+    impl = f" --impl {row['implementation']}" if is_library(row) else ""
     return f"tracker profile {row['network']} --batch {row['batch']}{_network_flags(row)} --backend ncu{impl}"
 
 
@@ -261,7 +269,7 @@ def _predicted(run: pd.Series) -> str:
     return "predicted by the model" + ("" if run["backend"] == "model" else ": no launch times were recorded")
 
 
-def _runtime(run: Run) -> Body:
+def _runtime(run: ReportedRun) -> Body:
     frame = run.times
     known = frame[frame["ms"].notna()]
     if known.empty:
@@ -278,7 +286,7 @@ def _runtime(run: Run) -> Body:
     return Body(figure, finding, frame[["layer", "phase", "ms", "spread_pct", "predicted_ms", "launches", "source"]])
 
 
-def _roofline(run: Run) -> Body:
+def _roofline(run: ReportedRun) -> Body:
     points, basis = roofline.chart(run.store, run.id)
     if points.empty:
         return _empty("no times and no counters to place; profile with --device NAME for the model's roofline, "
@@ -307,23 +315,23 @@ def _roofline(run: Run) -> Body:
 EFFICIENCY_PANELS = [("ms", "time"), ("peak_pct", "of the FP32 peak"), ("share_pct", "of the step")]
 
 
-def _efficiency_finding(frame: pd.DataFrame, who: str) -> str:
+def efficiency_finding(frame: pd.DataFrame, who: str) -> str:
     """The layer phase that takes the largest share of the step, and how close to the peak it runs."""
     top = _top(frame, "share_pct")
     peak = f" at {units.percent(top['peak_pct'])} of the FP32 peak" if pd.notna(top["peak_pct"]) else ""
     return f"{who}{top['layer']} {top['phase']} takes {units.percent(top['share_pct'])} of the step{peak}"
 
 
-def _efficiency(run: Run) -> Body:
+def _efficiency(run: ReportedRun) -> Body:
     frame = roofline.efficiency(run.store, run.id)
     if frame.empty:
         return _empty("no times; profile with --device NAME for the model's, or on a GPU")
     figure = bars.grouped(frame.assign(run=f"run {run.id}"), "ms", "run", "Time, FLOP/s against the FP32 peak, "
                           "and share of the step, per layer phase", run.sub, "time", panels=EFFICIENCY_PANELS)
-    return Body(figure, _efficiency_finding(frame, ""), frame.drop(columns=["layer_id"]))
+    return Body(figure, efficiency_finding(frame, ""), frame.drop(columns=["layer_id"]))
 
 
-def _memory(run: Run) -> Body:
+def _memory(run: ReportedRun) -> Body:
     """The model's peak as the run recorded it (reconcile.peak_memory, as show and the notebooks
     print it), and its parts where today's model still adds up to it."""
     from tracker.gpu.workload import is_module_spec
@@ -347,7 +355,7 @@ def _memory(run: Run) -> Body:
     return Body(figure, peak.line(), parts)
 
 
-def _fp(run: Run) -> Body | None:
+def _fp(run: ReportedRun) -> Body | None:
     frame = fp.by_kind(run.store, run.id)
     if frame.empty:
         return None
@@ -361,7 +369,7 @@ def _fp(run: Run) -> Body | None:
         ["layer", "phase", "fadd", "fmul", "ffma", "flops", "model_ops", "flops_per_model_op"]])
 
 
-def _stalls(run: Run) -> Body | None:
+def _stalls(run: ReportedRun) -> Body | None:
     frame = stalls.by_category(run.store, run.id)
     if frame.empty:
         return None
@@ -379,7 +387,7 @@ def _stalls(run: Run) -> Body | None:
         columns={"first_share": "first_share_pct"}))
 
 
-def _pipes(run: Run) -> Body | None:
+def _pipes(run: ReportedRun) -> Body | None:
     frame = utilization.pipes(run.store, run.id)
     if frame.empty:
         return None
@@ -389,7 +397,7 @@ def _pipes(run: Run) -> Body | None:
     return Body(bars.grouped(frame, "pct", "pipe", "ALU / pipe utilization", run.sub, "% of peak"), finding, table)
 
 
-def _caches(run: Run) -> Body | None:
+def _caches(run: ReportedRun) -> Body | None:
     frame = caches.by_level(run.store, run.id)
     if frame.empty:
         return None
@@ -407,7 +415,7 @@ def _caches(run: Run) -> Body | None:
                 "hit rates: " + "; ".join(parts), table)
 
 
-def _traffic(run: Run) -> Body | None:
+def _traffic(run: ReportedRun) -> Body | None:
     frame = run.levels
     if frame.empty:
         return None
@@ -420,7 +428,7 @@ def _traffic(run: Run) -> Body | None:
     return Body(figure, finding, frame.drop(columns=["layer_id"]))
 
 
-def _levels(run: Run) -> Body | None:
+def _levels(run: ReportedRun) -> Body | None:
     frame = run.levels
     frame = frame[frame["pct_of_peak"].notna()] if not frame.empty else frame
     if frame.empty:
@@ -432,7 +440,7 @@ def _levels(run: Run) -> Body | None:
                 finding)
 
 
-def _reconcile(run: Run) -> Body | None:
+def _reconcile(run: ReportedRun) -> Body | None:
     frame = reconcile.reconcile(run.store, run.id)
     if frame.empty or frame["flops_ratio"].isna().all():
         return None
@@ -446,7 +454,7 @@ def _reconcile(run: Run) -> Body | None:
     return Body(None, finding, frame.drop(columns=["run_id", "layer_id"]))
 
 
-def _algorithms(run: Run) -> Body:
+def _algorithms(run: ReportedRun) -> Body:
     frame = algorithms.per_phase(run.store, run.id)
     if frame.empty:
         return _empty("no launch names an algorithm (the model backend runs no kernel)")
@@ -458,7 +466,7 @@ def _algorithms(run: Run) -> Body:
 
 
 RUN_SECTIONS = (  # in the page's order
-    Spec("algorithms", "Algorithm per layer phase (cuDNN, cuBLAS)", "paper 004", _algorithms, _is_library),
+    Spec("algorithms", "Algorithm per layer phase (cuDNN, cuBLAS)", "paper 004", _algorithms, is_library),
     Spec("runtime", "Time per layer", "Figures 6/7", _runtime),
     Spec("roofline", "Roofline", "paper 000", _roofline),
     Spec("efficiency", "Time, FLOP/s against the FP32 peak, and share of the step", "paper 001", _efficiency),
@@ -471,191 +479,3 @@ RUN_SECTIONS = (  # in the page's order
     Spec("level_utilization", "Utilization per memory level", "Figure 17", _levels),
     Spec("reconciliation", "Model against measured", "paper 002", _reconcile),
 )
-
-
-def _speedup_finding(frame: pd.DataFrame) -> str:
-    layers = frame[frame["layer"] != "iteration"].dropna(subset=["speedup"])
-    if layers.empty:
-        return "no comparable times"
-    top = layers.loc[layers["change_pct"].abs().idxmax()]
-    noise = layers["noise"].fillna(False).astype(bool)
-    total = frame[frame["layer"] == "iteration"]
-    whole = (f"; whole iteration {total['change_pct'].iloc[0]:+.1f}%"
-             if not total.empty and pd.notna(total["change_pct"].iloc[0]) else "")
-    return (f"largest change: {top['layer']} {top['phase']} {top['change_pct']:+.1f}%"
-            f"{' (within noise)' if top['noise'] is True else ''}; {int(noise.sum())} of {len(layers)} layer phases "
-            f"within the run-to-run spread{whole}")
-
-
-def for_comparison(a: Run, b: Run) -> list[Section]:
-    """Run B's speedup over run A (per image when their batch sizes differ), and B's roofline moves."""
-    both = speedup.comparison(a.store, a.id, b.id)
-    per = both["basis"].iloc[0]
-    sub = f"run {b.id} ({b.sub}) over run {a.id} ({a.sub}); times {per}"
-    title = f"Speedup of run {b.id} over run {a.id}, {per}"
-    table = both[["layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup", "change_pct",
-                  "noise"]]
-    return [Section("speedup", title, "Figure 8", bars.speedup(both[both["layer"] != "iteration"], title, sub),
-                    _speedup_finding(both), table), _side_by_side(a, b, sub),
-            _moves(a.store, a.id, b.id, "roofline_moves", sub)]
-
-
-def _side_by_side(a: Run, b: Run, sub: str) -> Section:
-    """Paper 001's per-layer figure for both runs (ours tuned beside cuDNN's, in a U-Net's report):
-    each layer phase's time, its FLOP/s against the FP32 peak and its share of the step."""
-    label = {a.id: f"run {a.id}: {_implementation(a.row)}", b.id: f"run {b.id}: {_implementation(b.row)}"}
-    frame = pd.concat([roofline.efficiency(run.store, run.id).assign(run=label[run.id]) for run in (a, b)],
-                      ignore_index=True)
-    title = f"Time, FLOP/s against the FP32 peak, and share of the step: run {a.id} beside run {b.id}"
-    if frame.empty:
-        return Section("efficiency_side_by_side", title, "paper 001", None, "no times")
-    finding = "; ".join(_efficiency_finding(part, f"{name}: ") for name, part in frame.groupby("run", sort=False))
-    return Section("efficiency_side_by_side", title, "paper 001",
-                   bars.grouped(frame, "ms", "run", title, sub, "time", panels=EFFICIENCY_PANELS), finding,
-                   frame.drop(columns=["layer_id"]))
-
-
-def _implementation(run: pd.Series) -> str:
-    """Whose kernels a run ran, in a legend's words: 'ours' ('ours, tuned' with `tracker tune`'s
-    tiles) or 'PyTorch 2.11.0 (cuDNN, cuBLAS)'."""
-    if _is_library(run):
-        version = (run.get("library") or {}).get("torch")
-        return f"PyTorch {version} (cuDNN, cuBLAS)" if version else "PyTorch (predicted)"
-    return "ours, tuned" if run.get("tiles") or run.get("tuned_variants") else "ours"
-
-
-def _moves(store, run_a: int, run_b: int, key: str, sub: str, what: str = "") -> Section:
-    points, arrows, basis = roofline.moves(store, run_a, run_b)
-    title = f"Roofline moves: run {run_a} -> run {run_b}{what}"
-    figure = roofline_figure(points, roofline.roofs(store, run_b), f"{title}\n{sub}", basis, arrows)
-    up = (arrows["y1"] > arrows["y0"]).sum()
-    finding = f"{up} of {len(arrows)} layer phases move up (faster) from run {run_a} to run {run_b}"
-    return Section(key, title, "paper 000 (★ the move per layer phase)", figure, finding)
-
-
-def applied(settings: dict) -> dict:
-    """An experiment's settings that apply to its arms: its batch sweep in place of the single
-    batch, ncu's settings only where ncu ran, repeats and warm-ups only where something ran (not
-    on the model), no empty axis."""
-    shown = {k: v for k, v in settings.items() if v not in (None, [], {})}
-    if shown.get("batches"):
-        shown.pop("batch", None)
-    if shown.get("backend") == "model":
-        shown = {k: v for k, v in shown.items() if k not in ("repeat", "warmup")}
-    if shown.get("backend") != "ncu":
-        shown = {k: v for k, v in shown.items() if not k.startswith("ncu_")}
-    return shown
-
-
-def _experiment_about(info: dict, arms: pd.DataFrame) -> dict:
-    settings = {k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in applied(info["settings"]).items()}
-    return {"experiment": f"e{info['id']}", "kind": info["kind"], "status": info["status"],
-            "network": info["network"], **settings,
-            "runs": ", ".join(f"{r.arm}: run {r.run_id}" for r in arms.itertuples())}
-
-
-def for_experiment(store: Store, experiment_id: int) -> Report:
-    info = experiment_dict(find_experiment(store, experiment_id))
-    arms = experiments.runs(store, experiment_id)
-    if arms.empty:
-        raise StoreError(f"experiment e{experiment_id} ({info['status']}) has no completed run to report on")
-    base = run_row(store, int(arms[arms["baseline"].astype(bool)]["run_id"].iloc[0]))
-    batches = sorted(set(arms["batch"]))
-    batch_words = f"batch {batches[0]}" if len(batches) == 1 else "batches " + ", ".join(map(str, batches))
-    device = base["device_name"] or "no device"
-    sub = f"{info['network']}, {batch_words}, {device}, {base['backend']}; experiment e{experiment_id} {info['kind']}"
-    summary = (f"Experiment e{experiment_id} ({info['kind']}, {info['status']}): {info['network']} at {batch_words} "
-               f"on {device}, {len(arms)} runs ({', '.join(f'{r.arm}: run {r.run_id}' for r in arms.itertuples())}); "
-               f"the baseline run: {describe(base)}")
-    sections = (_batch_sections(store, experiment_id, batches, sub) if info["kind"] == "batch"
-                else _memory_sections(store, experiment_id, sub) if info["kind"] == "memory"
-                else _arm_sections(store, experiment_id, info["kind"], sub))
-    return Report(f"Experiment e{experiment_id}: {info['kind']} on {info['network']}", summary,
-                  _experiment_about(info, arms), sections, f"tracker profile {info['network']} --backend ncu")
-
-
-def _batch_sections(store, experiment_id: int, batches: list[int], sub: str) -> list[Section]:
-    frame = experiments.scaling(store, experiment_id)
-    totals = experiments.batch_totals(frame).sort_values("batch")
-    finding = "time per image over the iteration: " + ", ".join(
-        f"batch {r.batch}: {units.milliseconds(r.ms_per_image)} ({units.count(r.images_per_s)} images/s)"
-        for r in totals.itertuples())
-    title = "Time per image per layer at batch " + ", ".join(map(str, batches))
-    wide = frame.pivot_table(index=["layer_id", "layer", "phase"], columns="batch", values="ms_per_image")
-    wide.columns = [f"batch_{b}_per_image_ms" for b in wide.columns]
-    return [Section("batch_runtime", title, "Figures 6/7", bars.batch(frame, totals, title, sub), finding,
-                    wide.reset_index().drop(columns=["layer_id"]))]
-
-
-def _memory_sections(store, experiment_id: int, sub: str) -> list[Section]:
-    """Paper 002's figure: each arm's peak memory of a training step, the model's beside the one
-    measured (none on the model backend), over the options and batch sizes the experiment swept."""
-    frame = experiments.memory(store, experiment_id)
-    long = pd.concat([frame.assign(source=source, peak_bytes=frame[column])
-                      for source, column in (("predicted", "predicted_peak_bytes"), ("measured", "measured_peak_bytes"))])
-    long = long.assign(layer=long["arm"], phase="step")[["layer", "phase", "source", "peak_bytes"]]
-    title = "Peak memory of a training step per arm: the model's and the measured"
-    out = frame[frame["state"] != "complete"]
-    finding = (experiments.memory_finding(store, experiment_id)
-               + f"; {len(frame) - len(out)} of {len(frame)} arms complete"
-               + (f"; out of memory or failed: {', '.join(out['arm'])}" if not out.empty else ""))
-    ratios = frame["measured_over_predicted"].dropna()
-    if not ratios.empty:
-        finding += f"; measured / predicted {ratios.min():.2f} to {ratios.max():.2f}"
-    return [Section("memory_peak", title, "paper 002", bars.grouped(long, "peak_bytes", "source", title, sub, "peak"),
-                    finding, frame)]
-
-
-TITLES = {"l1-bypass": ("L1 bypass (-dlcm=cg) speedup per layer", "paper 003 section 4 (6.2 %)"),
-          "variants": ("Kernel variants against global", "memory placement"),
-          "fusion": ("Fusion speedup per layer", "paper 003 section 4"),
-          "library": ("PyTorch (cuDNN, cuBLAS) against our kernels per layer", "paper 003's library study"),
-          "algorithms": ("Convolution algorithms against the default per layer", "paper 004 Figs. 8/9")}
-
-
-def _algorithm_figures(frame: pd.DataFrame, sub: str) -> list[Section]:
-    """Paper 004's Fig. 8 (time per conv layer phase and algorithm) and Fig. 9 (the workspace each
-    holds, from the model), from the experiment's runs."""
-    long = experiments.per_algorithm(frame)
-    if long.empty:
-        return []
-    timed = long[long["ms"].notna()]
-    finding = "fastest per conv layer phase: " + ", ".join(
-        f"{layer} {phase} {tie(arms.iloc[best_of(arms['ms'].tolist())]['arm'].tolist())} "
-        f"({units.milliseconds(arms['ms'].min())})" for (layer, phase), arms in timed.groupby(["layer", "phase"], sort=False))
-    time_title, memory_title = "Time per conv layer phase and algorithm", "Workspace per conv layer phase and algorithm"
-    table = long.drop(columns=["layer_id", "workspace_mib"])
-    return [Section("algorithm_time", time_title, "paper 004 Fig. 8",
-                    bars.grouped(long, "ms", "arm", time_title, sub, "time (ms)", log=True), finding, table),
-            Section("algorithm_workspace", memory_title, "paper 004 Fig. 9",
-                    bars.grouped(long[long["workspace_mib"].notna()], "workspace_mib", "arm", memory_title, sub,
-                                 "workspace (MiB, the model's for the algorithm that ran)"),
-                    "workspace the algorithm that ran holds beside its operands (the analytic model's)")]
-
-
-def _arm_sections(store, experiment_id: int, kind: str, sub: str) -> list[Section]:
-    frame = experiments.speedups(store, experiment_id)
-    sections = []
-    if kind == "fusion":
-        pairs = experiments.fused_pairs(store, experiment_id)
-        pairs = pairs.assign(change_pct=100 * (pairs["speedup"] - 1)) if not pairs.empty else pairs
-        sections.append(Section("fusion_pairs", "Fusion speedup per conv/fc + ReLU pair", "paper 003 section 4 (4.0 %)",
-                                bars.speedup(pairs, "Fusion: separate ReLU -> fused kernel", sub),
-                                _speedup_finding(pd.concat([pairs, frame[frame["layer"] == "iteration"]])),
-                                pairs.drop(columns=["layer_id"], errors="ignore")))
-    title, paper = TITLES[kind]
-    if kind == "algorithms":
-        frame = experiments.algorithms(store, experiment_id)
-    columns = ["comparison", "arm", "layer", "phase", "algorithm_a", "algorithm_b", "a_ms", "b_ms", "spread_pct_a",
-               "spread_pct_b", "speedup", "change_pct", "noise", "workspace_bytes_b", "max_error_b",
-               *experiments.CUDNN_COLUMNS, "l1_hit_rate_change", "l2_hit_rate_change", "first_reason_a", "first_reason_b"]
-    columns = [c for c in columns if c in frame.columns]
-    layers = frame[frame["layer"] != "iteration"] if not frame.empty else frame
-    sections.append(Section(kind.replace("-", "_"), title, paper, bars.speedup(layers, title, sub),
-                            _speedup_finding(frame), frame[columns] if not frame.empty else None))
-    if kind == "algorithms":
-        sections += _algorithm_figures(frame, sub)
-    for base, other in experiments.pairs(store, experiment_id):
-        what = f" ({base.comparison}: {base.arm} -> {other.arm})"
-        sections.append(_moves(store, int(base.run_id), int(other.run_id), f"roofline_{other.run_id}", sub, what))
-    return sections

@@ -237,7 +237,7 @@ def test_tune_says_which_tile_profile_now_runs_even_one_an_earlier_search_found(
     store = open_store(db, write=True)
     tune.store(store, earlier)
     store.dispose()
-    monkeypatch.setattr(runner, "_cupy_backend", lambda policy: (emulator, {"device_name": "CPU emulation"}))
+    monkeypatch.setattr(runner, "open_cupy_backend", lambda policy: (emulator, {"device_name": "CPU emulation"}))
     said: list[str] = []
     rows = tune.run(db, net, 3, chosen, reps=1, verify_batch=1, quick=True, echo=said.append, budget_s=1e-9)
     by_phase = {(r["layer"], r["phase"]): r for r in rows}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tracker.ops.registry import Case
-from tracker.ops.selftest import REDUCTION, _errors, run_case
+from tracker.ops.selftest import REDUCTION, relative_errors, run_case
 from tracker.ops.winograd import applies, matrices
 
 pytestmark = pytest.mark.slow
@@ -177,9 +177,9 @@ def test_its_error_stays_near_the_implicit_gemms_at_a_deep_contraction(emulator,
 
 
 def test_the_error_measures():
-    error, largest, mean = _errors(np.array([1.0, 2.0], dtype=np.float32), np.array([1.0, 1.0]))
+    error, largest, mean = relative_errors(np.array([1.0, 2.0], dtype=np.float32), np.array([1.0, 1.0]))
     assert (error, largest, mean) == (pytest.approx(1 / np.sqrt(2)), 1.0, 0.5)
-    assert _errors(np.array([np.nan], dtype=np.float32), np.array([1.0]))[1] == float("inf")
+    assert relative_errors(np.array([np.nan], dtype=np.float32), np.array([1.0]))[1] == float("inf")
 
 
 def test_a_record_holds_each_layers_max_and_mean_error(emulator, tmp_path):

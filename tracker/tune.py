@@ -274,11 +274,11 @@ def run(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps: 
     fastest, and the variant and tile `tracker profile` now runs there (``runs``: the fastest
     verified in the database, which an earlier search may have found)."""
     from tracker.gpu.network import check_indexing
-    from tracker.gpu.runner import _cupy_backend
+    from tracker.gpu.runner import open_cupy_backend
     from tracker.store import open_store
 
     check_indexing(net, batch)
-    backend, device = _cupy_backend("ca")
+    backend, device = open_cupy_backend("ca")
     db_store = open_store(db, write=True)  # before the search: a database that cannot be written fails first
     found = targets(net, batch, chosen, verify_batch)
     tiles = candidates((DEFAULT,)) if quick else candidates()

@@ -32,7 +32,8 @@ class Measured:
     peak_bytes: int  # memory-pool high-water mark
 
 
-def _cupy_backend(l1_policy: str):
+def open_cupy_backend(l1_policy: str):
+    """The CuPy backend compiling for ``l1_policy`` and its device; a clear error without CuPy."""
     try:
         from tracker.gpu.cupy_backend import CupyBackend, device_info
     except ImportError as exc:
@@ -44,7 +45,7 @@ def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
     """Pass 1 of a planned workload on this GPU: every launch of the measured iterations, timed."""
     import cupy as cp
 
-    backend, device = _cupy_backend(workload.l1_policy)
+    backend, device = open_cupy_backend(workload.l1_policy)
     echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs)")
     try:
         launches, _ = measure(Executor.of(backend, workload), workload.repeat, workload.warmup, workload.l1_policy,
@@ -113,7 +114,7 @@ def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile
 
     results, device = [], None
     for policy in policies:
-        backend, device = _cupy_backend(policy)
+        backend, device = open_cupy_backend(policy)
         for case in cases:
             for variant, v in OPS[case.op].variants.items():
                 if tile is not None and any(leaves_out(launch, tile) for launch in v.launches.values()):

@@ -30,7 +30,7 @@ from tracker.errors import TrackerError
 from tracker.ops import OPS
 from tracker.ops.launch import Arrays, LaunchRecord
 from tracker.ops.registry import Case
-from tracker.ops.selftest import Check, Result, _errors, run_check
+from tracker.ops.selftest import Check, Result, relative_errors, run_check
 
 VARIANT = "torch"  # the selftest's variant name for PyTorch's phases
 
@@ -273,7 +273,7 @@ def _moved_routes(net: Any, step: Any) -> list[dict]:
 
 
 def _step_row(layer: str, output: str, got: np.ndarray, expected: np.ndarray) -> dict:
-    error, largest, mean = _errors(got, expected)
+    error, largest, mean = relative_errors(got, expected)
     finite = lambda value: value if math.isfinite(value) else None  # noqa: E731
     return {"layer": layer, "output": output, "error": finite(error), "max_error": finite(largest),
             "mean_error": finite(mean)}

@@ -53,7 +53,7 @@ def masked(dy: np.ndarray, y: np.ndarray, fused: bool) -> np.ndarray:
     return np.where(y > 0, dy, 0).astype(np.float64) if fused else dy.astype(np.float64)
 
 
-def _errors(out: np.ndarray, expected: np.ndarray) -> tuple[float, float, float]:
+def relative_errors(out: np.ndarray, expected: np.ndarray) -> tuple[float, float, float]:
     """(||out - ref|| / ||ref||, max |out - ref| / max |ref|, mean |out - ref| / mean |ref|); inf
     where an element was never written."""
     if np.isnan(out).any():
@@ -87,7 +87,7 @@ class Check:
     def compare(self, phase: str, name: str, device_out: Any, expected: np.ndarray, tol: float) -> np.ndarray:
         """``tol``: the op's bound for this output, scaled by the variant's error_scale."""
         host = self.b.asnumpy(device_out)
-        error, largest, mean = _errors(host, expected)
+        error, largest, mean = relative_errors(host, expected)
         tol *= self.error_scale()
         self.results.append(Result(self.case.op, self.variant, self.case.layer, phase, name, error, tol, largest,
                                    mean))

@@ -142,9 +142,9 @@ def iteration(net, batch: int, reps: int, tuned: Tuned) -> list[str]:
     """Our whole training step (default variants but where `tracker tune` chose others, its tiles)
     against PyTorch's: CUDA-event time of one step, launch gaps included, median of ``reps`` after
     a warm-up; warm L2, as in training."""
-    from tracker.gpu.network import Executor, plan
+    from tracker.gpu.network import PlanRunner, plan
 
-    run = Executor(CupyBackend("ca", timed=False), net, batch, {}, tiles=tuned.tiles,
+    run = PlanRunner(CupyBackend("ca", timed=False), net, batch, {}, tiles=tuned.tiles,
                    steps=tuned.applied(plan(net, {}, batch=batch)))
     ours_ms, ours_spread = _step_time(run.iteration, reps)
     torch_ms, torch_spread = _step_time(torch_step(net, batch), reps)

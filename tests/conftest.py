@@ -112,12 +112,12 @@ def emulated_events(emulator, monkeypatch):
 
     import tracker.experiment
     import tracker.profile
-    from tracker.gpu.network import Executor
+    from tracker.gpu.network import PlanRunner
     from tracker.gpu.runner import Measured, measure
     from tracker.profile import Choice
 
     def profile_events(workload, echo):
-        launches, _ = measure(Executor.of(emulator, workload), workload.repeat, workload.warmup,
+        launches, _ = measure(PlanRunner.of(emulator, workload), workload.repeat, workload.warmup,
                               workload.l1_policy, echo)
         return Measured([replace(launch, time_ms=made_up_ms(launch.row())) for launch in launches],
                         {"device_name": "CPU emulation (tests/emu)"}, 0)

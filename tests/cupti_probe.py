@@ -15,12 +15,12 @@ def main() -> None:
     from samples import tiny_net
 
     from tracker.gpu.cupy_backend import CupyBackend
-    from tracker.gpu.network import Executor
+    from tracker.gpu.network import PlanRunner
     from tracker.gpu.replay import replay_step
     from tracker.profilers.cupti_session import PhasePasses, RangeSession
 
     backend = CupyBackend(timed=False)
-    executor = Executor(backend, tiny_net(), batch=2, chosen={})
+    executor = PlanRunner(backend, tiny_net(), batch=2, chosen={})
     executor.iteration()  # compiled and run once before anything is counted
     step = executor.steps[0]
     first = len(backend.log)

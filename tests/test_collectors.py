@@ -17,7 +17,7 @@ import pytest
 import tracker.profile
 from tracker.errors import BackendUnavailable, JoinError, ProfilerFailed, TrackerError
 from tracker.gpu import detect
-from tracker.gpu.workload import Launch, Workload
+from tracker.gpu.workload import LoggedLaunch, Workload
 from tracker.profilers import COLLECTORS, Options, find, for_device
 
 HERE = Path(__file__).parent
@@ -39,10 +39,10 @@ def nvprof(tmp_path, monkeypatch) -> Path:
     return log
 
 
-def k20c_launches(layers=("conv1", "relu1", "lrn1", "pool1")) -> list[Launch]:
+def k20c_launches(layers=("conv1", "relu1", "lrn1", "pool1")) -> list[LoggedLaunch]:
     """Pass 1's log as it would be for the recorded program: three iterations of four launches,
     timed as the trace timed them."""
-    return [Launch(invocation=4 * repeat + i, layer_id=i + 1, layer=layers[i], phase="fwd", repeat=repeat,
+    return [LoggedLaunch(invocation=4 * repeat + i, layer_id=i + 1, layer=layers[i], phase="fwd", repeat=repeat,
                    kernel_name=K20C_KERNELS[i], variant="global", l1_policy="ca", grid=(257, 257, 1),
                    block=(32, 32, 1), shared_bytes=0, registers=16, time_ms=K20C_MS[4 * repeat + i])
             for repeat in range(3) for i in range(4)]
@@ -275,7 +275,7 @@ def test_a_failed_pass_2_keeps_pass_1_and_the_run_says_why(nvprof, kepler, k20c_
 
 
 def test_a_workload_is_checked_where_it_is_made_and_carries_its_plan(emulator):
-    from tracker.gpu.network import Executor, plan
+    from tracker.gpu.network import PlanRunner, plan
     from tracker.nets import build
 
     for bad, message in ((dict(batch=0), "batch 0 is out of range"), (dict(phases="up"), "phases"),
@@ -290,8 +290,8 @@ def test_a_workload_is_checked_where_it_is_made_and_carries_its_plan(emulator):
     child = Workload.from_json(workload.to_json())
     assert child == workload and child.steps[0] == ("conv1", "fwd", "fused") and len(child.steps) == len(steps)
     with pytest.raises(TrackerError, match="no plan"):
-        Executor.of(emulator, Workload("alexnet", batch=1))
-    run = Executor.of(emulator, child)
+        PlanRunner.of(emulator, Workload("alexnet", batch=1))
+    run = PlanRunner.of(emulator, child)
     assert [(s.layer.name, s.phase, s.variant) for s in run.steps] == list(child.steps)
     assert {k: t.label for k, t in run.tiles.items()} == {"conv2/fwd": "64x64x8"}
 

@@ -9,7 +9,7 @@ import pytest
 from samples import tiny_net
 
 from tracker.errors import JoinError
-from tracker.gpu.network import Executor
+from tracker.gpu.network import PlanRunner
 from tracker.gpu.runner import measure
 from tracker.gpu.workload import Workload
 from tracker.profilers import COLLECTORS, counted, for_device
@@ -64,7 +64,7 @@ def pass1(emulator):
     net = tiny_net()
     workload = Workload.of(net, batch=2, repeat=2, warmup=0)
     workload = workload.planned(plan(net, workload.variants, workload.phases, 2), {})
-    launches, _ = measure(Executor.of(emulator, workload), workload.repeat, workload.warmup, workload.l1_policy,
+    launches, _ = measure(PlanRunner.of(emulator, workload), workload.repeat, workload.warmup, workload.l1_policy,
                           lambda line: None)
     return counted(workload, launches, 1)
 

@@ -34,11 +34,11 @@ DEVICE = {"device_name": "NVIDIA A100-PG509-200", "compute_capability": "8.0", "
 @pytest.fixture
 def gpu_seams(emulator, monkeypatch):
     """--backend events for both arms: ours on the emulator, the library's from the public trace."""
-    from tracker.gpu.network import Executor
+    from tracker.gpu.network import PlanRunner
     from tracker.gpu.runner import measure
 
     def ours(workload, echo):
-        launches, _ = measure(Executor.of(emulator, workload), workload.repeat, workload.warmup,
+        launches, _ = measure(PlanRunner.of(emulator, workload), workload.repeat, workload.warmup,
                               workload.l1_policy, echo)
         return Measured([replace(k, time_ms=made_up_ms(k.row())) for k in launches], DEVICE, 0)
 

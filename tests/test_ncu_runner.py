@@ -196,12 +196,12 @@ def test_a_failed_join_marks_the_run_and_stores_no_counter(tmp_path, monkeypatch
     import tracker.gpu.runner
     import tracker.profile
     from tracker.gpu.runner import Measured
-    from tracker.gpu.workload import Launch
+    from tracker.gpu.workload import LoggedLaunch
     from tracker.nets import build
     from tracker.profile import Choice, profile
     from tracker.store import open_store, run_sql
 
-    row = Launch(invocation=0, layer_id=1, layer="conv1", phase="fwd", repeat=0, kernel_name="conv2d_fwd_shared",
+    row = LoggedLaunch(invocation=0, layer_id=1, layer="conv1", phase="fwd", repeat=0, kernel_name="conv2d_fwd_shared",
                  variant="shared", l1_policy="ca", grid=(1, 1, 1), block=(256, 1, 1), shared_bytes=0, registers=32,
                  time_ms=1.0)
     device = dict(device_name="stand-in", compute_capability="9.0", sm_count=132)

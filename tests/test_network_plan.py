@@ -6,7 +6,7 @@ from samples import small_net
 from step_check import step_errors
 
 from tracker.errors import TrackerError
-from tracker.gpu.network import FUSED_INTO, Executor, check_indexing, plan, resolve
+from tracker.gpu.network import FUSED_INTO, PlanRunner, check_indexing, plan, resolve
 from tracker.nets import build
 
 
@@ -65,7 +65,7 @@ def test_networks_without_kernels_are_refused():
                                     {"conv": "constant", "maxpool": "shared"}])
 def test_a_training_step_matches_the_reference(emulator, chosen):
     net = small_net()
-    run = Executor(emulator, net, batch=2, chosen=chosen, seed=5)
+    run = PlanRunner(emulator, net, batch=2, chosen=chosen, seed=5)
     run.iteration()
     loss, expected, errors = step_errors(run)
     assert loss == pytest.approx(expected, rel=1e-5)
@@ -76,7 +76,7 @@ def test_measure_numbers_launches_and_tags_them_with_their_step(emulator):
     from tracker.gpu.runner import measure
 
     net = small_net()
-    run = Executor(emulator, net, batch=1, chosen={"conv": "fused", "linear": "shared"})
+    run = PlanRunner(emulator, net, batch=1, chosen={"conv": "fused", "linear": "shared"})
     rows, totals = measure(run, repeat=2, warmup=1, policy="cg", echo=lambda line: None)
     assert [r.invocation for r in rows] == list(range(len(rows)))
     assert {r.repeat for r in rows} == {0, 1} and len(totals) == 2
@@ -94,4 +94,4 @@ def test_a_batch_past_32_bit_indexing_is_refused_before_anything_is_allocated(em
     alexnet = build("alexnet")  # conv1's output, 96 x 55 x 55 = 290,400 floats an image, is the largest
     check_indexing(alexnet, 7394)  # 2,147,217,600 elements: the kernels' int indices still reach them
     with pytest.raises(TrackerError, match=r"batch 7395 gives conv1 2,147,508,000 elements; .* batch 7394 at most"):
-        Executor(emulator, alexnet, 7395, {})  # (allocating first would take 8.6 GB of NaNs)
+        PlanRunner(emulator, alexnet, 7395, {})  # (allocating first would take 8.6 GB of NaNs)

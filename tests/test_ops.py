@@ -40,7 +40,7 @@ def test_a_variant_added_from_outside_reaches_every_consumer(toy, emulator):
     from samples import small_net
 
     from tracker.experiment import arms
-    from tracker.gpu.network import Executor, resolve
+    from tracker.gpu.network import PlanRunner, resolve
 
     assert OPS.parse_variants("relu=narrow") == {"relu": "narrow"} == OPS.parse_variants("narrow")
     assert "narrow" in {arm.label for arm in arms("variants", 8)}
@@ -51,7 +51,7 @@ def test_a_variant_added_from_outside_reaches_every_consumer(toy, emulator):
     net = small_net()
     assert {v for name, v in resolve(net, {"relu": "narrow"}).items() if name.startswith("relu")} == {"narrow"}
     emulator.log.clear()
-    run = Executor(emulator, net, batch=2, chosen={"relu": "narrow"}, seed=5)
+    run = PlanRunner(emulator, net, batch=2, chosen={"relu": "narrow"}, seed=5)
     run.iteration()
     relu_blocks = {r.block for r in emulator.log if r.kernel.startswith("relu_")}
     assert relu_blocks == {(64, 1, 1)}  # the toy's geometry ran, not the registered variant's

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tracker.errors import ProfilerFailed
-from tracker.gpu.network import Executor
+from tracker.gpu.network import PlanRunner
 from tracker.gpu.replay import replay_iteration, replay_step
 from tracker.nets import build
 
@@ -27,7 +27,7 @@ class StandIn:
     """A profiler that wants ``passes`` passes of each step, and notes what each one ran and saw:
     the launches, and a digest of the step's arrays as the pass starts and as it ends."""
 
-    def __init__(self, executor: Executor, passes: int):
+    def __init__(self, executor: PlanRunner, passes: int):
         self.executor, self.passes = executor, passes
         self.seen: dict[str, list[tuple]] = {}
         self.count = 0
@@ -49,7 +49,7 @@ class StandIn:
         return self.count % self.passes == 0
 
 
-def state(executor: Executor) -> dict[str, np.ndarray]:
+def state(executor: PlanRunner) -> dict[str, np.ndarray]:
     t, b = executor.t, executor.b
     arrays = {f"act {k}": v for k, v in t.act.items()} | {f"grad {k}": v for k, v in t.grad.items()}
     arrays |= {f"dw {k}": v[0] for k, v in t.param_grads.items()}
@@ -59,9 +59,9 @@ def state(executor: Executor) -> dict[str, np.ndarray]:
 
 def test_every_pass_runs_the_same_launches_on_the_same_data_and_leaves_one_runs_result(emulator):
     net = small_unet3d()
-    once = Executor(emulator, net, batch=1, chosen={}, seed=4)  # batch 1: concatenation in place, into views
+    once = PlanRunner(emulator, net, batch=1, chosen={}, seed=4)  # batch 1: concatenation in place, into views
     once.iteration()
-    replayed = Executor(emulator, net, batch=1, chosen={}, seed=4)
+    replayed = PlanRunner(emulator, net, batch=1, chosen={}, seed=4)
     stand_in = StandIn(replayed, passes=2)
     assert replay_iteration(replayed, stand_in) == [2] * len(replayed.steps)
     summed = [s for s in replayed.steps if (s.layer.name, s.phase) in replayed.summed_before]
@@ -77,7 +77,7 @@ def test_every_pass_runs_the_same_launches_on_the_same_data_and_leaves_one_runs_
 
 def test_a_profiler_that_never_has_enough_passes_is_one_line(emulator, monkeypatch):
     monkeypatch.setattr("tracker.gpu.replay.MAX_PASSES", 4)
-    executor = Executor(emulator, small_unet3d(), batch=1, chosen={}, seed=1)
+    executor = PlanRunner(emulator, small_unet3d(), batch=1, chosen={}, seed=1)
 
     class Never:
         def start(self, phase: str) -> None:

@@ -93,7 +93,7 @@ def test_a_tile_names_what_differs_from_the_default_and_its_neighbours_fit():
 def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp_path):
     from samples import small_net
 
-    from tracker.gpu.network import Executor
+    from tracker.gpu.network import PlanRunner
 
     net, chosen = small_net(), {"conv": "fused", "linear": "shared"}
     found = tune.targets(net, batch=3, chosen=chosen, verify_batch=1)
@@ -116,7 +116,7 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
     # the executor runs a tuned tile where it is given one, and the step still matches NumPy
     tuned = {f"{t.layer}/{t.phase}": "64x64x8/split2" for t in found}
     emulator.log.clear()
-    run = Executor(emulator, net, batch=3, chosen=chosen, seed=4, tiles=tuned)
+    run = PlanRunner(emulator, net, batch=3, chosen=chosen, seed=4, tiles=tuned)
     run.iteration()
     ran = {(r.context.layer.name, r.context.phase) for r in emulator.log if r.block == (64, 1, 1)}
     assert ran == {(t.layer, t.phase) for t in found}
@@ -154,7 +154,7 @@ def test_tune_races_each_algorithm_that_can_run_a_conv_layer_phase_unless_a_vari
 def test_tune_covers_the_3d_unets_convolutions_and_the_tuned_step_still_matches(emulator):
     """unet3d's tunable layer phases are its 3-D convolutions and transposed convolutions (their
     shared variants run the GEMM core); a tuned tile runs in each, and the step matches NumPy."""
-    from tracker.gpu.network import Executor
+    from tracker.gpu.network import PlanRunner
     from tracker.nets import build
 
     net = build("unet3d", input_size="8", in_channels=1, base_filters=2, depth=2, classes=2)
@@ -168,7 +168,7 @@ def test_tune_covers_the_3d_unets_convolutions_and_the_tuned_step_still_matches(
     assert rows and all(r["verified"] for r in rows)
     tuned = {f"{t.layer}/{t.phase}": "64x64x8/split2" for t in found}
     emulator.log.clear()
-    run = Executor(emulator, net, batch=2, chosen={}, seed=5, tiles=tuned)
+    run = PlanRunner(emulator, net, batch=2, chosen={}, seed=5, tiles=tuned)
     run.iteration()
     assert {(r.context.layer.name, r.context.phase) for r in emulator.log if r.block == (64, 1, 1)} == {
         (t.layer, t.phase) for t in found}

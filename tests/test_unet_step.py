@@ -11,7 +11,7 @@ import pytest
 from step_check import step_errors
 
 from tracker.errors import TrackerError
-from tracker.gpu.network import FUSED_INTO, Executor, readers, resolve
+from tracker.gpu.network import FUSED_INTO, PlanRunner, readers, resolve
 from tracker.nets import build
 
 
@@ -23,7 +23,7 @@ def small_unet():
 @pytest.mark.parametrize("chosen", [{}, {"concat": "shared", "upsample": "shared", "sigmoid": "shared"},
                                     {"conv": "fused", "maxpool": "global"}])
 def test_a_small_unet_training_step_matches_the_reference(emulator, chosen):
-    run = Executor(emulator, small_unet(), batch=2, chosen=chosen, seed=3)
+    run = PlanRunner(emulator, small_unet(), batch=2, chosen=chosen, seed=3)
     run.iteration()
     loss, expected, errors = step_errors(run)
     assert loss == pytest.approx(expected, rel=1e-5)
@@ -36,7 +36,7 @@ def test_a_skip_is_read_twice_and_its_gradient_summed_in_its_first_backward_phas
 
     net = small_unet()
     assert [layer.name for layer in readers(net)["enc1_relu2"]] == ["pool1", "concat1"]
-    run = Executor(emulator, net, batch=1, chosen={})
+    run = PlanRunner(emulator, net, batch=1, chosen={})
     rows, _ = measure(run, repeat=1, warmup=0, policy="ca", echo=lambda line: None)
     by_phase: dict[tuple[str, str], list[str]] = {}
     for r in rows:
@@ -63,7 +63,7 @@ def test_concatenation_in_place_at_batch_1_copies_nothing_and_matches(emulator, 
     assert {variants[layer.name] for layer in joins} == {IN_PLACE}
     assert {resolve(net, chosen, batch=2)[layer.name] for layer in joins} == {"global"}
     emulator.log.clear()
-    run = Executor(emulator, net, batch=1, chosen=chosen, seed=6)
+    run = PlanRunner(emulator, net, batch=1, chosen=chosen, seed=6)
     run.iteration()
     assert not [r for r in emulator.log if r.kernel.startswith("concat")]
     for layer in joins:  # each input's array is its slice of the joined one: the same memory
@@ -71,7 +71,7 @@ def test_concatenation_in_place_at_batch_1_copies_nothing_and_matches(emulator, 
         for name in layer.inputs:
             run.t.act[storage(net, name, variants)].fill(7.0)
         assert (run.b.asnumpy(joined) == 7.0).all()
-    run = Executor(emulator, net, batch=1, chosen=chosen, seed=6)
+    run = PlanRunner(emulator, net, batch=1, chosen=chosen, seed=6)
     run.iteration()
     loss, expected, errors = step_errors(run)
     assert loss == pytest.approx(expected, rel=1e-5)
@@ -101,7 +101,7 @@ def test_a_small_3d_unet_training_step_matches_the_reference(emulator, chosen):
 
     net = build("unet3d", input_size="8", in_channels=1, base_filters=2, depth=2, classes=2)
     assert resolve(net, chosen)  # nothing refused
-    run = Executor(emulator, net, batch=2, chosen=chosen, seed=4)
+    run = PlanRunner(emulator, net, batch=2, chosen=chosen, seed=4)
     run.iteration()
     loss, expected, errors = step_errors(run)
     assert loss == pytest.approx(expected, rel=1e-5)
@@ -137,7 +137,7 @@ def test_a_training_step_with_batch_norm_matches_the_reference(emulator, variant
 
     from tracker import reference
 
-    run = Executor(emulator, batchnorm_net(), batch=3, chosen={"batchnorm": variant}, seed=2)
+    run = PlanRunner(emulator, batchnorm_net(), batch=3, chosen={"batchnorm": variant}, seed=2)
     run.iteration()
     loss, expected, errors = step_errors(run)
     assert loss == pytest.approx(expected, rel=1e-5)

@@ -11,7 +11,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from tracker.ops import OPS, Launch, defines
+from tracker.ops import OPS, PhaseLaunch, defines
 from tracker.ops.gemm import Tile, leaves_out
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "kernels"
@@ -38,7 +38,7 @@ def sources() -> tuple[str, ...]:
 Overrides = tuple[tuple[str, int], ...]  # -D sizes replacing the registry's (a GEMM tile under tuning)
 
 
-def launch_defines(launch: Launch, tile: Tile | None = None) -> Overrides:
+def launch_defines(launch: PhaseLaunch, tile: Tile | None = None) -> Overrides:
     """The -D sizes ``launch``'s kernels compile with under ``tile`` (None: the default build):
     the tile's, where the launch is GEMM-shaped, then its own (the ReLU mask's ring)."""
     return (tile.overrides if tile is not None and launch.tunable else ()) + launch.defines

@@ -200,7 +200,7 @@ def initial_parameters(net: Network, seed: int) -> dict[str, tuple[np.ndarray, n
     return params
 
 
-class Executor:
+class PlanRunner:
     """Runs ``plan`` on a backend. ``step(s)`` launches one layer phase; ``iteration()`` all."""
 
     def __init__(self, backend: Backend, net: Network, batch: int, chosen: dict[str, str], phases: str = "both",
@@ -283,7 +283,7 @@ class Executor:
         return first
 
     @classmethod
-    def of(cls, backend: Backend, workload: Workload) -> Executor:
+    def of(cls, backend: Backend, workload: Workload) -> PlanRunner:
         """The executor of a planned workload: its steps as planned (``Workload.planned``), not again."""
         if not workload.steps:
             raise TrackerError("the workload has no plan: Workload.planned() makes one")

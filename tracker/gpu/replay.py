@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from tracker.errors import ProfilerFailed
 
 if TYPE_CHECKING:
-    from tracker.gpu.network import Executor, Step
+    from tracker.gpu.network import PlanRunner, Step
 
 MAX_PASSES = 500  # a profiler still asking after this many is broken, not thorough (ncu: 18 on an H100)
 
@@ -53,13 +53,13 @@ def replay_phase(name: str, run: Callable[[], None], restore: Callable[[], None]
     raise ProfilerFailed(f"{name}: the profiler still asked for passes after {MAX_PASSES}")
 
 
-def replay_iteration(executor: Executor, passes: Passes) -> list[int]:
+def replay_iteration(executor: PlanRunner, passes: Passes) -> list[int]:
     """One iteration of ``executor``'s plan, each step replayed until ``passes`` has what it needs;
     the passes each step took."""
     return [replay_step(executor, step, passes) for step in executor.steps]
 
 
-def replay_step(executor: Executor, step: Step, passes: Passes) -> int:
+def replay_step(executor: PlanRunner, step: Step, passes: Passes) -> int:
     """``step`` of our kernels once per pass, its arrays restored between passes; how many passes it took."""
     arrays = executor.arrays(step)
     saved = [array.copy() for array in arrays]

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Callable
 
 from tracker.errors import BackendUnavailable, OutOfMemory
 from tracker.extras import install
-from tracker.gpu.network import Executor
+from tracker.gpu.network import PlanRunner
 from tracker.gpu.timing import launch_ms
-from tracker.gpu.workload import Launch, Workload, tagged
+from tracker.gpu.workload import LoggedLaunch, Workload, tagged
 
 if TYPE_CHECKING:
     from tracker.ops.gemm import Tile
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Measured:
-    launches: list[Launch]  # in invocation order
+    launches: list[LoggedLaunch]  # in invocation order
     device: dict  # device_info()
     peak_bytes: int  # memory-pool high-water mark
 
@@ -48,7 +48,7 @@ def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
     backend, device = open_cupy_backend(workload.l1_policy)
     echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs)")
     try:
-        launches, _ = measure(Executor.of(backend, workload), workload.repeat, workload.warmup, workload.l1_policy,
+        launches, _ = measure(PlanRunner.of(backend, workload), workload.repeat, workload.warmup, workload.l1_policy,
                               echo, around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
     except cp.cuda.memory.OutOfMemoryError as exc:
         raise OutOfMemory(f"out of memory: {workload.network} at batch {workload.batch} ({exc})") from None
@@ -62,13 +62,13 @@ def run_child(workload: Workload) -> None:
 
     from tracker.gpu.cupy_backend import CupyBackend
 
-    run = Executor.of(CupyBackend(workload.l1_policy, timed=False), workload)
+    run = PlanRunner.of(CupyBackend(workload.l1_policy, timed=False), workload)
     measure(run, workload.repeat, workload.warmup, workload.l1_policy, lambda line: print(line, file=sys.stderr),
             around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
 
 
-def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable[[str], None],
-            around: tuple[Callable, Callable] = (lambda: None, lambda: None)) -> tuple[list[Launch], list[float]]:
+def measure(run: PlanRunner, repeat: int, warmup: int, policy: str, echo: Callable[[str], None],
+            around: tuple[Callable, Callable] = (lambda: None, lambda: None)) -> tuple[list[LoggedLaunch], list[float]]:
     """Warm up, then run ``repeat`` measured iterations between ``around`` (cudaProfilerStart/Stop):
     (the launches in invocation order, kernel time per iteration)."""
     backend = run.b
@@ -77,7 +77,7 @@ def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable
         run.iteration()
         backend.synchronize()
     backend.log.clear()
-    rows: list[Launch] = []
+    rows: list[LoggedLaunch] = []
     totals: list[float] = []
     start, stop = around
     start()
@@ -97,10 +97,10 @@ def measure(run: Executor, repeat: int, warmup: int, policy: str, echo: Callable
     return tagged(rows), totals
 
 
-def _row(invocation: int, repeat: int, k: LaunchRecord, policy: str) -> Launch:
-    """The Launch of a LaunchRecord tagged with its Step."""
+def _row(invocation: int, repeat: int, k: LaunchRecord, policy: str) -> LoggedLaunch:
+    """The LoggedLaunch of a LaunchRecord tagged with its Step."""
     step = k.context
-    return Launch(invocation, step.layer.id, step.layer.name, step.phase, repeat, k.kernel, step.variant, policy,
+    return LoggedLaunch(invocation, step.layer.id, step.layer.name, step.phase, repeat, k.kernel, step.variant, policy,
                   k.grid, k.block, k.shared_bytes, k.registers, k.time_ms)
 
 

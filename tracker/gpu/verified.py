@@ -22,7 +22,7 @@ from datetime import date
 from pathlib import Path
 
 from tracker.gpu.kernels import source_digests, source_hash
-from tracker.ops import OPS, Launch
+from tracker.ops import OPS, PhaseLaunch
 
 RECORD_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "verified"
 
@@ -52,7 +52,7 @@ class Verification:
         return f"source {self.then[:7]} -> {self.now[:7]}"
 
 
-def status(variant: Launch, history: list[dict]) -> Verification | None:
+def status(variant: PhaseLaunch, history: list[dict]) -> Verification | None:
     """Where ``variant`` last passed and what changed since; None if it never has."""
     for record in reversed(history):
         entry = record.get("variants", {}).get(variant.key)

@@ -6,7 +6,7 @@ policy, iterations, tuned tiles and the plan (``steps``: which variant runs each
 which order), planned once in the parent. Pass 1 and pass 2 run the same steps, so the profiled
 launches line up with pass 1's log one for one. Its values are checked where it is made.
 
-``Launch`` is one row of pass 1's launch log: it knows its invocation, layer, phase and NVTX
+``LoggedLaunch`` is one row of pass 1's launch log: it knows its invocation, layer, phase and NVTX
 range, so the join (tracker/profilers/join.py) and the store need nothing else to place it.
 
 The child a collector profiles runs ``Workload.to_json()`` (tracker/profilers/child.py).
@@ -179,7 +179,7 @@ def _verb(subjects: list[str], singular: str) -> str:
 
 
 @dataclass(frozen=True)
-class Launch:
+class LoggedLaunch:
     """One kernel launch of pass 1, in invocation order across the measured iterations."""
 
     invocation: int
@@ -214,7 +214,7 @@ class Launch:
                     algorithm=self.algorithm, role=self.role)
 
 
-def tagged(launches: Sequence[Launch]) -> list[Launch]:
+def tagged(launches: Sequence[LoggedLaunch]) -> list[LoggedLaunch]:
     """The launches with their layer phase's algorithm (``kernel_names.phase_algorithm`` over the
     phase's launches in that iteration) and each kernel's role in it; a kernel no rule names is
     the math of a phase that runs no convolution or GEMM (a ReLU's kernel is the ReLU)."""

@@ -13,7 +13,7 @@ range is open: it sums the gradients a tensor gets from several uses (LRN's back
 input feeds several ops). Such a kernel belongs to the layer phase whose call the engine was
 running, the innermost range on any thread that holds its launch (``caller``): the calling
 thread holds ``layer/phase`` open around ``autograd.grad``. It is stored with that layer phase,
-marked as outside every range (``Launch.in_range``), where ncu sees it too (tracker/profilers/join.py).
+marked as outside every range (``LoggedLaunch.in_range``), where ncu sees it too (tracker/profilers/join.py).
 
 Which iteration it ran in is its range's *occurrence*. On a GPU every backward node reopens its
 layer phase's range on the autograd engine's thread (``torch_net.bracket_nodes``), so one layer
@@ -47,7 +47,7 @@ from tracker.errors import TrackerError
 from tracker.phases import PHASES
 
 if TYPE_CHECKING:
-    from tracker.gpu.workload import Launch
+    from tracker.gpu.workload import LoggedLaunch
     from tracker.nets import Layer, Network
 
 RUNTIME = ("cuda_runtime", "cuda_driver")  # the host calls that launch kernels, copies and fills
@@ -172,15 +172,15 @@ def _dim3(value) -> tuple[int, int, int]:
     return int(x), int(y), int(z)
 
 
-def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[list[Launch], list[TraceKernel]]:
+def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[list[LoggedLaunch], list[TraceKernel]]:
     """(the launches of ``net``'s layer phases, in invocation order, tagged with their phase's
     algorithm and their role (``workload.tagged``); the kernels that ran outside every layer
     phase's range and call). A kernel's repeat is its range's occurrence: the measured iteration it
     ran in. One the engine ran between two nodes is its caller's (``in_range`` False)."""
-    from tracker.gpu.workload import Launch, tagged
+    from tracker.gpu.workload import LoggedLaunch, tagged
 
     layers = {layer.name: layer for layer in net.layers}
-    launches: list[Launch] = []
+    launches: list[LoggedLaunch] = []
     outside = []
     for k in traced:
         annotation = k.annotation or k.caller
@@ -189,13 +189,13 @@ def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[l
             outside.append(k)
             continue
         layer, phase = where
-        launches.append(Launch(len(launches), layer.id, layer.name, phase, annotation.occurrence, k.name, variant,
+        launches.append(LoggedLaunch(len(launches), layer.id, layer.name, phase, annotation.occurrence, k.name, variant,
                                "ca", k.grid, k.block, k.shared_bytes, k.registers, k.time_ms,
                                in_range=k.annotation is not None))
     return tagged(launches), outside
 
 
-def without_kernels(launches: list[Launch], net: Network, phases: str, repeat: int) -> list[str]:
+def without_kernels(launches: list[LoggedLaunch], net: Network, phases: str, repeat: int) -> list[str]:
     """The layer phases ('layer/phase', in training order) that launched no kernel and no copy in
     some measured iteration: a library can run one as views alone (PyTorch's concatenation backward
     hands out slices of the joined gradient), which then takes no time."""

@@ -28,7 +28,7 @@ import numpy as np
 from tracker import reference as ref
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, SPLITK_REDUCE, Gemm, Tile, bias_grad
 from tracker.ops.launch import THREADS, Arrays, Backend, blocks
-from tracker.ops.registry import OPS, Case, Kernel, Launch, Op
+from tracker.ops.registry import OPS, Case, Kernel, PhaseLaunch, Op
 from tracker.ops.selftest import REDUCTION, Check, f32
 
 CONV_OF = {2: "conv", 3: "conv3d"}  # the convolution op each dimensionality transposes
@@ -36,19 +36,19 @@ SOURCE = "convtranspose.cu"
 _BIAS_GRAD = Kernel.parse(BIAS_GRAD)
 
 
-def _forward(data: Launch):
+def _forward(data: PhaseLaunch):
     def run(b: Backend, a: Arrays, stride: int, **tile: Any) -> None:
         data.run(b, Arrays(dy=a.x, w=a.w, dx=a.y), stride=stride, pad=0, bias=a.bias, **tile)
     return run
 
 
-def _data_gradient(fwd: Launch):
+def _data_gradient(fwd: PhaseLaunch):
     def run(b: Backend, a: Arrays, stride: int, **tile: Any) -> None:
         fwd.run(b, Arrays(x=a.dy, w=a.w, bias=None, y=a.dx), stride=stride, pad=0, **tile)
     return run
 
 
-def _weight_gradient(weight: Launch):
+def _weight_gradient(weight: PhaseLaunch):
     def run(b: Backend, a: Arrays, stride: int, **tile: Any) -> None:
         weight.run(b, Arrays(x=a.dy, dy=a.x, dw=a.dw, db=None), stride=stride, pad=0, **tile)
         if a.db is not None:
@@ -57,15 +57,15 @@ def _weight_gradient(weight: Launch):
     return run
 
 
-def _swapped(conv: Op, variant: str) -> dict[str, Launch]:
+def _swapped(conv: Op, variant: str) -> dict[str, PhaseLaunch]:
     """The conv variant's launches, each in the phase it serves here (see the module's docstring)."""
     launches = conv.variant(variant).launches
     data, fwd, weight = launches["bwd_data"], launches["fwd"], launches["bwd_weight"]
     note = f"{conv.kind} {variant}'s kernels, roles swapped"
-    return {"fwd": Launch(_forward(data), data.kernels, note, data.tunable),
-            "bwd_data": Launch(_data_gradient(fwd), fwd.kernels, note, fwd.tunable),
+    return {"fwd": PhaseLaunch(_forward(data), data.kernels, note, data.tunable),
+            "bwd_data": PhaseLaunch(_data_gradient(fwd), fwd.kernels, note, fwd.tunable),
             # the conv's own bias gradient is skipped (db=None): this one's follows, the same kernel
-            "bwd_weight": Launch(_weight_gradient(weight), (*(k for k in weight.kernels if k != _BIAS_GRAD), _BIAS_GRAD),
+            "bwd_weight": PhaseLaunch(_weight_gradient(weight), (*(k for k in weight.kernels if k != _BIAS_GRAD), _BIAS_GRAD),
                                  note, weight.tunable)}
 
 
@@ -74,7 +74,7 @@ def scatters(w_shape: tuple[int, ...], stride: int) -> bool:
     return all(k == stride for k in w_shape[2:])
 
 
-def _gemm_forward(shared: Launch):
+def _gemm_forward(shared: PhaseLaunch):
     """y = the scatter of col = W^T x, plus the bias; shared's forward where windows overlap."""
     def run(b: Backend, a: Arrays, stride: int, tile: Tile = DEFAULT) -> None:
         if not scatters(a.w.shape, stride):
@@ -91,13 +91,13 @@ def _gemm_forward(shared: Launch):
     return run
 
 
-def _gemm(conv: Op) -> dict[str, Launch]:
+def _gemm(conv: Op) -> dict[str, PhaseLaunch]:
     """The `gemm` variant: its forward (``_gemm_forward``), and shared's backward."""
     shared = _swapped(conv, "shared")
     own = (Kernel.parse(k) for k in ("gemm.cu:gemm_tn_images", SPLITK_REDUCE, f"{SOURCE}:convtranspose_scatter"))
     kernels = tuple(dict.fromkeys((*own, *shared["fwd"].kernels)))
     note = "stride = kernel: one GEMM (col = W^T x) and a scatter, bias added; otherwise shared's kernels"
-    return {**shared, "fwd": Launch(_gemm_forward(shared["fwd"]), kernels, note, tunable=True)}
+    return {**shared, "fwd": PhaseLaunch(_gemm_forward(shared["fwd"]), kernels, note, tunable=True)}
 
 
 def _scatters_at(case: Case, phase: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from tracker.errors import TrackerError
 from tracker.ops.launch import DEFAULT_SHARED, SM_REGISTERS, THREADS, Backend, LaunchRecord, blocks, tiles
-from tracker.ops.registry import Launch, Launcher, launch
+from tracker.ops.registry import PhaseLaunch, Launcher, launch
 
 THREAD = 8  # THREAD_M = THREAD_N: outputs per thread along each side (common.cuh's register block)
 PAD = 4  # floats after each k-row of a shared tile (common.cuh's TILE_PAD: no bank conflicts, rows 16-byte aligned)
@@ -205,7 +205,7 @@ class Out:
     stride: int = 0  # a batched GEMM's: floats from one item's C to the next
 
 
-def leaves_out(launch: Launch, tile: Tile | None) -> bool:
+def leaves_out(launch: PhaseLaunch, tile: Tile | None) -> bool:
     """Whether ``tile`` cannot build ``launch``: a fused backward (the RELU_MASK build) whose mask
     ring does not fit beside the tile's rings (``run`` refuses it)."""
     return tile is not None and launch.tunable and dict(launch.defines).get(RELU_MASK) == 1 and not tile.fits(masked=True)
@@ -282,8 +282,8 @@ BIAS_GRAD = "gemm.cu:bias_grad"
 SPLITK_REDUCE = "gemm.cu:splitk_reduce"
 
 
-def tiled(run: Launcher, *kernels: str, note: str = "", masked: bool = False) -> Launch:
-    """A Launch built on this GEMM: its launcher takes ``tile``, which `tracker tune` chooses, and
+def tiled(run: Launcher, *kernels: str, note: str = "", masked: bool = False) -> PhaseLaunch:
+    """A PhaseLaunch built on this GEMM: its launcher takes ``tile``, which `tracker tune` chooses, and
     it may end in the split-K reduction. ``masked``: its GEMM reads an operand through the ReLU
     mask (``run(masked=True)``), so it runs the RELU_MASK build."""
     return launch(run, *kernels, SPLITK_REDUCE, note=note, tunable=True, defines=MASKED if masked else ())

@@ -2,7 +2,7 @@
 that is known about it, and everything else (the executor, the selftest, the benchmark, the
 compile check, ``tracker kernels``, the experiments, ``--variant``) loops over the registry.
 
-An ``Op`` owns its variants, each a ``Launch`` per phase: the kernels it launches, in order, and
+An ``Op`` owns its variants, each a ``PhaseLaunch`` per phase: the kernels it launches, in order, and
 the function that launches them. Its compile-time parameters (``defines``) are handed to NVRTC
 as ``-D`` options, so CUDA and Python read the same number. A variant name the registry does not
 know raises before anything launches.
@@ -36,7 +36,7 @@ class Kernel:
 
 
 @dataclass(frozen=True)
-class Launch:
+class PhaseLaunch:
     """How one variant runs one phase: its kernels, in launch order, and its launcher. ``op``,
     ``phase`` and ``variant`` are filled in when the variant is added to its op."""
 
@@ -59,9 +59,9 @@ class Launch:
 
 
 def launch(run: Launcher, *kernels: str, note: str = "", tunable: bool = False,
-           defines: tuple[tuple[str, int], ...] = ()) -> Launch:
-    """``launch(fn, 'conv2d.cu:im2col', 'gemm.cu:gemm_nn')``: a Launch from 'source:kernel' names."""
-    return Launch(run, tuple(Kernel.parse(k) for k in kernels), note, tunable, defines)
+           defines: tuple[tuple[str, int], ...] = ()) -> PhaseLaunch:
+    """``launch(fn, 'conv2d.cu:im2col', 'gemm.cu:gemm_nn')``: a PhaseLaunch from 'source:kernel' names."""
+    return PhaseLaunch(run, tuple(Kernel.parse(k) for k in kernels), note, tunable, defines)
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Variant:
     launches are its fallback's, what runs where it cannot be in place."""
 
     name: str
-    launches: dict[str, Launch]
+    launches: dict[str, PhaseLaunch]
     absorbs: str | None = None
     fallback: str | None = None
     in_place: bool = False
@@ -128,8 +128,8 @@ class Op:
         return (self.layer_kind or self.kind) == layer.kind and self.dims in (0, len(layer.output_shape) - 1)
 
     def add(self, name: str, absorbs: str | None = None, fallback: str | None = None, error_scale: float = 1.0,
-            in_place: bool = False, applies: Callable[[Case, str], bool] | None = None, **launches: Launch) -> Variant:
-        """Register variant ``name`` with a Launch for each of the op's phases."""
+            in_place: bool = False, applies: Callable[[Case, str], bool] | None = None, **launches: PhaseLaunch) -> Variant:
+        """Register variant ``name`` with a PhaseLaunch for each of the op's phases."""
         if set(launches) != set(self.phases):
             raise TrackerError(f"{self.kind} variant {name!r} must launch {', '.join(self.phases)}; "
                                f"got {', '.join(launches) or 'nothing'}")
@@ -207,7 +207,7 @@ class Registry:
     def __iter__(self) -> Iterator[Op]:
         return iter(self.ops.values())
 
-    def launches(self) -> Iterator[Launch]:
+    def launches(self) -> Iterator[PhaseLaunch]:
         """Every (op, phase, variant): the kernel table."""
         for op in self:
             for variant in op.variants.values():

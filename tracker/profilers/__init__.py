@@ -28,7 +28,7 @@ from tracker.kernel_names import is_transfer
 from tracker.profilers.ncu import Settings as NcuSettings
 
 if TYPE_CHECKING:
-    from tracker.gpu.workload import Launch, Workload
+    from tracker.gpu.workload import LoggedLaunch, Workload
     from tracker.metrics import Sources
 
 COLLECTORS = {  # --backend name -> module; the first that supports a GPU is auto's choice
@@ -77,12 +77,12 @@ class Collector(Protocol):
         """'ncu 2025.3.1.0 at /usr/local/cuda/bin/ncu': why this collector, in the run's reason."""
         ...
 
-    def collect(self, workload: Workload, launches: Sequence[Launch], compute_capability: float,
+    def collect(self, workload: Workload, launches: Sequence[LoggedLaunch], compute_capability: float,
                 echo: Callable[[str], None]) -> Counters:
         ...
 
 
-def counted(workload: Workload, launches: Sequence[Launch], iterations: int) -> tuple[Workload, list[Launch]]:
+def counted(workload: Workload, launches: Sequence[LoggedLaunch], iterations: int) -> tuple[Workload, list[LoggedLaunch]]:
     """What pass 2 runs and joins onto: the workload with only its first ``iterations`` measured
     iterations, and pass 1's kernels of those iterations (the first in invocation order, so the
     join's order and invocations are pass 1's own). The other iterations' launches, and the copies

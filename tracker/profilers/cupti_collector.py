@@ -27,7 +27,7 @@ from tracker.profilers import Counters, Options, ncu
 from tracker.profilers.join import join
 
 if TYPE_CHECKING:
-    from tracker.gpu.workload import Launch, Workload
+    from tracker.gpu.workload import LoggedLaunch, Workload
 
 SOURCES = ncu.SOURCES  # CUPTI's profiler takes perfworks' metric names: ncu's
 FIRST_CC = 7.0  # the Profiling API's architectures (CUpti_Profiler_DeviceSupported_Params)
@@ -95,7 +95,7 @@ class CuptiCollector:
     def describe(self) -> str:
         return f"CUPTI's range profiler, each layer phase replayed per pass ({self.version})"
 
-    def collect(self, workload: Workload, launches: Sequence[Launch], compute_capability: float,
+    def collect(self, workload: Workload, launches: Sequence[LoggedLaunch], compute_capability: float,
                 echo: Callable[[str], None]) -> Counters:
         """Counters for ``launches`` (pass 1's of the iterations ``workload`` measures), every
         layer phase replayed until the profiler has all its passes."""
@@ -115,11 +115,11 @@ class CuptiCollector:
                         SOURCES.names({row["name"] for row in rows}), skipped)
 
     def _ours(self, workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> Ranges:
-        from tracker.gpu.network import Executor
+        from tracker.gpu.network import PlanRunner
         from tracker.gpu.replay import replay_iteration
         from tracker.profilers.cupti_session import PhasePasses
 
-        executor = Executor.of(self.backend(workload.l1_policy), workload)
+        executor = PlanRunner.of(self.backend(workload.l1_policy), workload)
         executor.iteration()  # compiled and run once before anything is counted, as pass 1's warm-up
         with self.session(metrics, most) as session:
             passes = PhasePasses(session)
@@ -138,13 +138,13 @@ def _in_launch_order(names: list[str]) -> bool:
     return numbers == list(range(numbers[0], numbers[0] + len(numbers))) if numbers else True
 
 
-def _counted(launches: Sequence[Launch], phases: list[Phase]) -> list[tuple[Launch, dict[str, float]]]:
+def _counted(launches: Sequence[LoggedLaunch], phases: list[Phase]) -> list[tuple[LoggedLaunch, dict[str, float]]]:
     """Each of pass 1's launches with the values of its range. Auto range numbers the ranges in
     launch order ('0', '1', ..., on across phases) and names no kernel, so a phase's ranges
     are pass 1's launches of that layer phase and iteration, one for one: their number is what is
     checked (and, by ``join``, that every launch has its range)."""
     logged = [list(group) for _, group in groupby(launches, key=lambda k: (k.range, k.repeat))]
-    pairs: list[tuple[Launch, dict[str, float]]] = []
+    pairs: list[tuple[LoggedLaunch, dict[str, float]]] = []
     for phase, ranges in phases:
         if logged and logged[0][0].range == phase:
             group = logged.pop(0)

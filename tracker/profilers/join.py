@@ -25,7 +25,7 @@ from tracker.profilers.ncu_csv import ProfiledLaunch
 
 
 class Logged(Protocol):
-    """What the join reads of a pass-1 launch (tracker.gpu.workload.Launch is one)."""
+    """What the join reads of a pass-1 launch (tracker.gpu.workload.LoggedLaunch is one)."""
 
     @property
     def invocation(self) -> int: ...

@@ -19,7 +19,7 @@ from tracker.profilers.join import join
 SOURCES = ncu.SOURCES  # what this collector calls the catalog's metrics
 
 if TYPE_CHECKING:
-    from tracker.gpu.workload import Launch, Workload
+    from tracker.gpu.workload import LoggedLaunch, Workload
 
 FIRST_CC = 7.0  # Nsight Compute supports Volta and newer
 
@@ -55,7 +55,7 @@ class NcuCollector:
     def describe(self) -> str:
         return f"ncu {self.version} at {self.path}"
 
-    def collect(self, workload: Workload, launches: Sequence[Launch], compute_capability: float,
+    def collect(self, workload: Workload, launches: Sequence[LoggedLaunch], compute_capability: float,
                 echo: Callable[[str], None]) -> Counters:
         """Counters for ``launches`` (pass 1's of the measured iterations ``workload`` runs:
         ``tracker.profilers.counted``), each checked against its kernel and NVTX range."""

@@ -27,7 +27,7 @@ from tracker.profilers.join import join
 SOURCES = nvprof.SOURCES  # what this collector calls the catalog's metrics
 
 if TYPE_CHECKING:
-    from tracker.gpu.workload import Launch, Workload
+    from tracker.gpu.workload import LoggedLaunch, Workload
 
 FIRST_UNSUPPORTED_CC = 8.0  # nvprof does not profile Ampere and newer
 TIMEOUT_S = 3600  # replaying every launch once per metric group is slow on an old GPU
@@ -60,7 +60,7 @@ class NvprofCollector:
     def describe(self) -> str:
         return f"nvprof {self.version} at {self.path}"
 
-    def collect(self, workload: Workload, launches: Sequence[Launch], compute_capability: float,
+    def collect(self, workload: Workload, launches: Sequence[LoggedLaunch], compute_capability: float,
                 echo: Callable[[str], None]) -> Counters:
         if compute_capability >= FIRST_UNSUPPORTED_CC:
             raise BackendUnavailable(f"nvprof does not profile compute capability {compute_capability} "

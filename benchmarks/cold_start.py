@@ -33,8 +33,10 @@ def measure(argv: list[str], target_s: float, repeats: int) -> None:
     median = statistics.median(times)
     verdict = "ok" if median < target_s else f"over the {target_s} s target"
     shown = " ".join(a for a in argv[1:] if not a.startswith(("--db", "/")))
-    print(f"tracker {shown:<36} median {median * 1e3:6.0f} ms  "
-          f"(min {times[0] * 1e3:.0f}, max {times[-1] * 1e3:.0f}, n={repeats})  {verdict}")
+    print(
+        f"tracker {shown:<36} median {median * 1e3:6.0f} ms  "
+        f"(min {times[0] * 1e3:.0f}, max {times[-1] * 1e3:.0f}, n={repeats})  {verdict}"
+    )
 
 
 def main(repeats: int = 15) -> None:
@@ -43,8 +45,24 @@ def main(repeats: int = 15) -> None:
         measure([exe, *args], TARGET_S, repeats)
     with tempfile.TemporaryDirectory() as folder:
         db = str(Path(folder) / "trace.db")
-        subprocess.run([exe, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model",
-                        "--device", "h100", "--db", db], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                exe,
+                "experiment",
+                "batch",
+                "alexnet",
+                "--batches",
+                "1,2",
+                "--backend",
+                "model",
+                "--device",
+                "h100",
+                "--db",
+                db,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         for args in READS:
             measure([exe, *args, "--db", db], READ_TARGET_S, repeats)
 

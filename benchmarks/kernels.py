@@ -20,17 +20,17 @@ tests/data/gpu-2026-11-26f-h200/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
-from typing import Callable
 
 import cupy as cp
 import numpy as np
 import torch
 
+from tracker.errors import TrackerError
 from tracker.gpu.cupy_backend import CupyBackend, bracketed, device_info, synchronize
 from tracker.gpu.timing import repeat
-from tracker.errors import TrackerError
 from tracker.model import costs, lookup, predict
 from tracker.nets import build
 from tracker.ops import OPS, Case
@@ -101,11 +101,11 @@ def tuned(db: str | None, net, batch: int) -> Callable[[dict[str, str]], Tuned]:
         if key not in found:
             found[key] = best(store, name, net, batch, chosen)
         return found[key]
+
     return lookup_tuned
 
 
-def variant_tile(tuned_for: Callable[[dict[str, str]], Tuned], net, case: Case, variant: str,
-                 phase: str) -> str | None:
+def variant_tile(tuned_for: Callable[[dict[str, str]], Tuned], net, case: Case, variant: str, phase: str) -> str | None:
     """The tuned tile of one variant timed alone at one layer phase: None (the default) where the
     plan runs another variant there (fc8 fused falls back to shared: shared's tile was tuned and
     verified for shared's kernels, not for the fused ones)."""
@@ -123,18 +123,22 @@ def torch_step(net, batch: int):
 
     x = torch.randn(batch, *net.input_shape, device="cuda")
     labels = torch.randint(0, net.layers[-1].output_shape[0], (batch,), device="cuda")
-    params = {name: [torch.tensor(a, device="cuda", requires_grad=True) for a in wb]
-              for name, wb in initial_parameters(net, 0).items()}
+    params = {
+        name: [torch.tensor(a, device="cuda", requires_grad=True) for a in wb]
+        for name, wb in initial_parameters(net, 0).items()
+    }
 
     def step():
         acts = {"input": x}
         for layer in net.layers:  # each op's own PyTorch call; softmax's is the cross-entropy loss
             op = OPS.of(layer)
-            acts[layer.name] = op.torch_forward(acts[layer.inputs[0]], params.get(layer.name), labels,
-                                                **op.params(layer))
+            acts[layer.name] = op.torch_forward(
+                acts[layer.inputs[0]], params.get(layer.name), labels, **op.params(layer)
+            )
         for p in params.values():
             p[0].grad = p[1].grad = None
         acts[net.layers[-1].name].backward()
+
     return step
 
 
@@ -144,17 +148,30 @@ def iteration(net, batch: int, reps: int, tuned: Tuned) -> list[str]:
     a warm-up; warm L2, as in training."""
     from tracker.gpu.network import PlanRunner, plan
 
-    run = PlanRunner(CupyBackend("ca", timed=False), net, batch, {}, tiles=tuned.tiles,
-                   steps=tuned.applied(plan(net, {}, batch=batch)))
+    run = PlanRunner(
+        CupyBackend("ca", timed=False),
+        net,
+        batch,
+        {},
+        tiles=tuned.tiles,
+        steps=tuned.applied(plan(net, {}, batch=batch)),
+    )
     ours_ms, ours_spread = _step_time(run.iteration, reps)
     torch_ms, torch_spread = _step_time(torch_step(net, batch), reps)
-    return ["", f"## Whole training iteration, batch {batch}", "",
-            "| | median ms (spread) | images/s |", "|---|---|---|",
-            f"| ours ({'tuned' if tuned.tiles or tuned.variants else 'default'} variants and tiles) "
-            f"| {ours_ms:.2f} ({_pct(ours_spread)}) | {batch / ours_ms * 1e3:.0f} |",
-            f"| PyTorch {torch.__version__} (cuDNN, cuBLAS; fp32, TF32 off) | {torch_ms:.2f} ({_pct(torch_spread)}) "
-            f"| {batch / torch_ms * 1e3:.0f} |",
-            "", f"Ours takes {ours_ms / torch_ms:.1f}x PyTorch's time for the same step.", *floor(net, batch, ours_ms, torch_ms)]
+    return [
+        "",
+        f"## Whole training iteration, batch {batch}",
+        "",
+        "| | median ms (spread) | images/s |",
+        "|---|---|---|",
+        f"| ours ({'tuned' if tuned.tiles or tuned.variants else 'default'} variants and tiles) "
+        f"| {ours_ms:.2f} ({_pct(ours_spread)}) | {batch / ours_ms * 1e3:.0f} |",
+        f"| PyTorch {torch.__version__} (cuDNN, cuBLAS; fp32, TF32 off) | {torch_ms:.2f} ({_pct(torch_spread)}) "
+        f"| {batch / torch_ms * 1e3:.0f} |",
+        "",
+        f"Ours takes {ours_ms / torch_ms:.1f}x PyTorch's time for the same step.",
+        *floor(net, batch, ours_ms, torch_ms),
+    ]
 
 
 def floor(net, batch: int, ours_ms: float, torch_ms: float) -> list[str]:
@@ -166,8 +183,11 @@ def floor(net, batch: int, ours_ms: float, torch_ms: float) -> list[str]:
         return []
     ops = sum(row.ops for row in predict(net, batch))
     floor_ms = ops / device.peak_flops * 1e3
-    return ["", f"FP32 compute floor: {ops / 1e9:.0f} G ops at {device.fp32_tflops} TFLOP/s ({device.name}) = "
-                f"{floor_ms:.2f} ms; ours is {ours_ms / floor_ms:.2f}x it, PyTorch {torch_ms / floor_ms:.2f}x."]
+    return [
+        "",
+        f"FP32 compute floor: {ops / 1e9:.0f} G ops at {device.fp32_tflops} TFLOP/s ({device.name}) = "
+        f"{floor_ms:.2f} ms; ours is {ours_ms / floor_ms:.2f}x it, PyTorch {torch_ms / floor_ms:.2f}x.",
+    ]
 
 
 def _cudnn_best(timer, library, case, phase) -> float:
@@ -209,6 +229,7 @@ def _transform_events(log: list, handed: list[tuple[int, int]]) -> Callable[[], 
         log.clear()
         handed.append((nbytes, count))
         return ms
+
     return events
 
 
@@ -218,9 +239,13 @@ def transforms(net, batch: int, reps: int, timer: Timer) -> list[str]:
     bytes of the arrays they were handed (each read or written once: their compulsory traffic),
     beside a device copy of as many bytes."""
     backend, rng = CupyBackend("ca", timed=True), np.random.default_rng(1)
-    lines = ["", f"## Transforms (Winograd, FFT), batch {batch}", "",
-             "| layer | phase | variant | launches | median ms | MB | GB/s | copy GB/s | share of copy |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        f"## Transforms (Winograd, FFT), batch {batch}",
+        "",
+        "| layer | phase | variant | launches | median ms | MB | GB/s | copy GB/s | share of copy |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for case in network_cases(net, batch):
         if case.op != "conv":
             continue
@@ -232,12 +257,19 @@ def transforms(net, batch: int, reps: int, timer: Timer) -> list[str]:
                 backend.synchronize()
                 backend.log.clear()
                 handed: list[tuple[int, int]] = []
-                ms = repeat(run, reps, backend.synchronize, events=_transform_events(backend.log, handed),
-                            flush=backend.flush_l2).median_ms
+                ms = repeat(
+                    run,
+                    reps,
+                    backend.synchronize,
+                    events=_transform_events(backend.log, handed),
+                    flush=backend.flush_l2,
+                ).median_ms
                 nbytes, count = handed[-1]
                 copy_ms = _copy_ms(timer, nbytes)
-                lines.append(f"| {case.layer} | {phase} | {variant} | {count} | {ms:.3f} | {nbytes / 1e6:.1f} | "
-                             f"{nbytes / ms / 1e6:.0f} | {nbytes / copy_ms / 1e6:.0f} | {copy_ms / ms:.0%} |")
+                lines.append(
+                    f"| {case.layer} | {phase} | {variant} | {count} | {ms:.3f} | {nbytes / 1e6:.1f} | "
+                    f"{nbytes / ms / 1e6:.0f} | {nbytes / copy_ms / 1e6:.0f} | {copy_ms / ms:.0%} |"
+                )
                 print(lines[-1], flush=True)
     return lines
 
@@ -272,8 +304,10 @@ def main() -> None:
         for phase in op.phases:
             if phase not in predicted[case.layer]:
                 continue
-            timings = {v: timer(ours(backend, case, v, phase, a, variant_tile(tuned_for, net, case, v, phase)))
-                       for v in op.applying(case, phase)}  # one that does not apply runs another's kernels
+            timings = {
+                v: timer(ours(backend, case, v, phase, a, variant_tile(tuned_for, net, case, v, phase)))
+                for v in op.applying(case, phase)
+            }  # one that does not apply runs another's kernels
             best = min(timings, key=lambda v: timings[v][0])
             nbytes = predicted[case.layer][phase].elements * 4
             if op.library is None:
@@ -286,22 +320,31 @@ def main() -> None:
                 best_ms = _cudnn_best(timer, op.library, case, phase) if case.op == "conv" else lib_ms
                 ratio, target = timings[best][0] / best_ms, f"<= {TARGETS[case.op]}x library's best"
                 met = ratio <= TARGETS[case.op]
-                baseline = (f"cuDNN {lib_ms:.3f} ms, best {best_ms:.3f} ms" if case.op == "conv"
-                            else f"cuBLAS {lib_ms:.3f} ms")
+                baseline = (
+                    f"cuDNN {lib_ms:.3f} ms, best {best_ms:.3f} ms" if case.op == "conv" else f"cuBLAS {lib_ms:.3f} ms"
+                )
             cells = " ".join(f"{v} {ms:.3f} ({_pct(spread)})" for v, (ms, spread) in timings.items())
-            lines.append(f"| {case.layer} | {phase} | {cells} | {best} | {baseline} | {ratio:.2f} | "
-                         f"{target} | {'yes' if met else 'no'} |")
+            lines.append(
+                f"| {case.layer} | {phase} | {cells} | {best} | {baseline} | {ratio:.2f} | "
+                f"{target} | {'yes' if met else 'no'} |"
+            )
             print(lines[-1], flush=True)
     device = device_info()
     header = [
-        f"# Kernel benchmark: AlexNet, batch {opts.batch}", "",
+        f"# Kernel benchmark: AlexNet, batch {opts.batch}",
+        "",
         f"{device['device_name']}, driver {device['driver_version']}, CUDA {device['cuda_version']}, "
         f"{date.today().isoformat()}; median of {opts.reps} repetitions (spread = (max - min) / |median|), "
         "L2 flushed before each (cold L2). PyTorch fp32 with TF32 off. Made by `python benchmarks/kernels.py`"
-        + (f"; GEMM tiles as `tracker tune` stored them in {Path(opts.db).name}." if opts.db else
-           "; the default GEMM tile (untuned).") + " A variant where its algorithm does not apply (Winograd "
+        + (
+            f"; GEMM tiles as `tracker tune` stored them in {Path(opts.db).name}."
+            if opts.db
+            else "; the default GEMM tile (untuned)."
+        )
+        + " A variant where its algorithm does not apply (Winograd "
         "and FFT at conv1's stride 4; the fused Winograd on 5x5 filters and in weight gradients) runs another's "
-        "kernels and is left out.", "",
+        "kernels and is left out.",
+        "",
         "| layer | phase | our variants, median ms (spread) | best | baseline | ratio | target | met |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import text
 
+from tracker.metrics import CATALOG
 from tracker.model import lookup, predict
 from tracker.nets import build
-from tracker.metrics import CATALOG
 from tracker.store import open_store, recording
 from tracker.store.views import VIEWS
 
@@ -39,12 +39,30 @@ def run_rows(net, rng) -> tuple[list[dict], list[dict]]:
     for repeat in range(REPEATS):
         for layer, phase in phases:
             invocation = len(launches)
-            launches.append(dict(invocation=invocation, layer_id=layer.id, phase=phase, repeat=repeat,
-                                 kernel_name=f"{layer.kind}_{phase}", variant="shared", l1_policy="ca",
-                                 grid_x=64, grid_y=1, grid_z=1, block_x=256, block_y=1, block_z=1,
-                                 shared_bytes=8192, registers=64, time_ms=float(rng.random())))
-            metrics += [dict(invocation=invocation, name=m.name, value=float(v))
-                        for m, v in zip(CATALOG, rng.random(len(CATALOG)) * 1e6)]
+            launches.append(
+                dict(
+                    invocation=invocation,
+                    layer_id=layer.id,
+                    phase=phase,
+                    repeat=repeat,
+                    kernel_name=f"{layer.kind}_{phase}",
+                    variant="shared",
+                    l1_policy="ca",
+                    grid_x=64,
+                    grid_y=1,
+                    grid_z=1,
+                    block_x=256,
+                    block_y=1,
+                    block_z=1,
+                    shared_bytes=8192,
+                    registers=64,
+                    time_ms=float(rng.random()),
+                )
+            )
+            metrics += [
+                dict(invocation=invocation, name=m.name, value=float(v))
+                for m, v in zip(CATALOG, rng.random(len(CATALOG)) * 1e6)
+            ]
     return launches, metrics
 
 
@@ -52,9 +70,20 @@ def add_run(db: str, net, predictions, rng) -> tuple[int, float]:
     """One run through the writer; (rows written, seconds spent writing them)."""
     launches, metrics = run_rows(net, rng)
     store = open_store(db, write=True)
-    with recording(store, network=net.name, network_options=net.options, batch=128, phases="both", dtype_bits=32,
-                   variants={}, l1_bypass=False, backend="ncu", backend_reason="benchmarks/store.py",
-                   repeat=REPEATS, predicted_peak_bytes=0) as run:
+    with recording(
+        store,
+        network=net.name,
+        network_options=net.options,
+        batch=128,
+        phases="both",
+        dtype_bits=32,
+        variants={},
+        l1_bypass=False,
+        backend="ncu",
+        backend_reason="benchmarks/store.py",
+        repeat=REPEATS,
+        predicted_peak_bytes=0,
+    ) as run:
         run.add_layers(net, predictions)
         start = time.perf_counter()
         run.add_launches(launches, metrics)
@@ -73,8 +102,9 @@ def time_views(db: str, run_id: int, tries: int = 5) -> tuple[dict[str, float], 
             samples = []
             for _ in range(tries):
                 start = time.perf_counter()
-                rows[view.name] = len(conn.execute(text(f"SELECT * FROM {view.name} WHERE run_id = :r"),
-                                                   {"r": run_id}).fetchall())
+                rows[view.name] = len(
+                    conn.execute(text(f"SELECT * FROM {view.name} WHERE run_id = :r"), {"r": run_id}).fetchall()
+                )
                 samples.append((time.perf_counter() - start) * 1e3)
             times[view.name] = statistics.median(samples)
     store.dispose()
@@ -106,17 +136,21 @@ def main() -> None:
                 print(f"{built}/{size} runs, {rows / seconds:,.0f} rows/s", flush=True)
         results[size], counts = time_views(db, size // 2)  # a run in the middle of the store
     rate = rows / seconds
-    print(f"\ningest: {rate:,.0f} rows/s over {built} runs ({rate / INGEST_GOAL:.2f}x the goal of "
-          f"{INGEST_GOAL:,}, {rate / INGEST_BAR:.2f}x the bar of {INGEST_BAR:,})")
+    print(
+        f"\ningest: {rate:,.0f} rows/s over {built} runs ({rate / INGEST_GOAL:.2f}x the goal of "
+        f"{INGEST_GOAL:,}, {rate / INGEST_BAR:.2f}x the bar of {INGEST_BAR:,})"
+    )
     print(f"\n| view | rows | {' | '.join(f'{n} runs, ms' for n in sizes)} | largest / {VIEW_GOAL_MS:.0f} ms goal |")
     print(f"|---|---|{'---|' * len(sizes)}---|")
     for view in VIEWS:
         cells = " | ".join(f"{results[n][view.name]:.1f}" for n in sizes)
         print(f"| {view.name} | {counts[view.name]:,} | {cells} | {results[sizes[-1]][view.name] / VIEW_GOAL_MS:.2f} |")
     worst = max(results[sizes[-1]].values())
-    print(f"\nslowest view at {sizes[-1]} runs: {worst:.1f} ms "
-          f"({'meets' if worst <= VIEW_GOAL_MS else 'misses'} the {VIEW_GOAL_MS:.0f} ms goal, "
-          f"{'meets' if worst <= VIEW_BAR_MS else 'misses'} the {VIEW_BAR_MS:.0f} ms bar)")
+    print(
+        f"\nslowest view at {sizes[-1]} runs: {worst:.1f} ms "
+        f"({'meets' if worst <= VIEW_GOAL_MS else 'misses'} the {VIEW_GOAL_MS:.0f} ms goal, "
+        f"{'meets' if worst <= VIEW_BAR_MS else 'misses'} the {VIEW_BAR_MS:.0f} ms bar)"
+    )
 
 
 if __name__ == "__main__":

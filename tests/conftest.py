@@ -66,8 +66,12 @@ def pg_url(monkeypatch):
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('tracker test reader'))"))  # one worker at a time
-        conn.execute(text(f"DO $$ BEGIN CREATE ROLE {PG_READER} LOGIN; "
-                          "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"))
+        conn.execute(
+            text(
+                f"DO $$ BEGIN CREATE ROLE {PG_READER} LOGIN; "
+                "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+            )
+        )
         for setting, value in READER_SETTINGS.items():  # as `tracker reader-role` sets them
             conn.execute(text(f"ALTER ROLE {PG_READER} SET {setting} = '{value}'"))
         conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {PG_READER}"))
@@ -117,14 +121,21 @@ def emulated_events(emulator, monkeypatch):
     from tracker.profile import Choice
 
     def profile_events(workload, echo):
-        launches, _ = measure(PlanRunner.of(emulator, workload), workload.repeat, workload.warmup,
-                              workload.l1_policy, echo)
-        return Measured([replace(launch, time_ms=made_up_ms(launch.row())) for launch in launches],
-                        {"device_name": "CPU emulation (tests/emu)"}, 0)
+        launches, _ = measure(
+            PlanRunner.of(emulator, workload), workload.repeat, workload.warmup, workload.l1_policy, echo
+        )
+        return Measured(
+            [replace(launch, time_ms=made_up_ms(launch.row())) for launch in launches],
+            {"device_name": "CPU emulation (tests/emu)"},
+            0,
+        )
 
     def choose_backend(requested, options=None, library=False):
-        return Choice("model", "asked for") if requested == "model" else Choice("events", "test: CPU emulation, "
-                                                                                           "made-up times")
+        return (
+            Choice("model", "asked for")
+            if requested == "model"
+            else Choice("events", "test: CPU emulation, made-up times")
+        )
 
     monkeypatch.setattr(tracker.profile, "choose_backend", choose_backend)
     monkeypatch.setattr(tracker.experiment, "choose_backend", choose_backend)

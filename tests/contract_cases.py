@@ -4,7 +4,8 @@ the CuPy backend: both must refuse every one, under the same rule, before anythi
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,8 +17,9 @@ from tracker.ops.gemm import Gemm
 N = 1024  # elements of the ReLU the launch cases run
 
 
-def relu(b: Any, x: Any = None, y: Any = None, n: Any = N, grid: tuple = (4,), block: tuple = (256,),
-         shared: int = 0) -> None:
+def relu(
+    b: Any, x: Any = None, y: Any = None, n: Any = N, grid: tuple = (4,), block: tuple = (256,), shared: int = 0
+) -> None:
     """relu_fwd_global over N elements: valid as called with no arguments."""
     x = b.asarray(np.linspace(-1, 1, N, dtype=np.float32)) if x is None else x
     b.launch("relu.cu", "relu_fwd_global", grid, block, (x, b.empty((N,)) if y is None else y, n), shared_bytes=shared)
@@ -36,8 +38,10 @@ CASES: dict[str, tuple[str, Callable[[Any], None]]] = {
     "a host array as a GEMM operand": ("host-array", _gemm_with_a_host_operand),
     "a float64 device array (CuPy keeps it at 64 bits)": ("dtype", lambda b: relu(b, x=b.asarray(np.zeros(N)))),
     "an int64 device array": ("dtype", lambda b: relu(b, x=b.asarray(np.zeros(N, np.int64)))),
-    "a float64 constant": ("dtype", lambda b: b.to_constant("fft.cu", "c_twiddle",
-                                                            b.asarray(TWIDDLES.astype(np.float64)))),
+    "a float64 constant": (
+        "dtype",
+        lambda b: b.to_constant("fft.cu", "c_twiddle", b.asarray(TWIDDLES.astype(np.float64))),
+    ),
     "a strided view": ("contiguous", lambda b: relu(b, x=b.empty((N, 2))[:, 0])),
     "an int above int32": ("int32", lambda b: relu(b, n=2**31)),
     "an int below int32": ("int32", lambda b: relu(b, n=-(2**31) - 1)),
@@ -47,8 +51,10 @@ CASES: dict[str, tuple[str, Callable[[Any], None]]] = {
     "a block of 2048 threads": ("block", lambda b: relu(b, block=(2048,))),
     "a block of 64 x 1 x 65": ("block", lambda b: relu(b, block=(1, 1, 65))),
     "1 MiB of dynamic shared memory": ("shared", lambda b: relu(b, shared=1 << 20)),
-    "a constant larger than its symbol": ("constant-size", lambda b: b.to_constant(
-        "winograd.cu", "c_wino", b.asarray(np.zeros(3 * 8 * 8 + 1, np.float32)))),
+    "a constant larger than its symbol": (
+        "constant-size",
+        lambda b: b.to_constant("winograd.cu", "c_wino", b.asarray(np.zeros(3 * 8 * 8 + 1, np.float32))),
+    ),
 }
 
 

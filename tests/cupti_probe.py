@@ -30,8 +30,11 @@ def main() -> None:
         phases = PhasePasses(session)
         passes = replay_step(executor, step, phases)
         [(_, ranges)] = phases.phases
-    print(json.dumps({"step": f"{step.layer.name}/{step.phase}", "passes": passes, "launched": launched,
-                      "ranges": ranges}))
+    print(
+        json.dumps(
+            {"step": f"{step.layer.name}/{step.phase}", "passes": passes, "launched": launched, "ranges": ranges}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,9 @@ class Shape:
         c, s = math.cos(math.radians(self.angle)), math.sin(math.radians(self.angle))
         us = np.linspace(0, self.width, max(2, int(self.width / step)))
         vs = np.linspace(0, self.height, max(2, int(self.height / step)))
-        grid = [(u, v) for u in us for v in (0, self.height / 2, self.height)] + [(u, v) for v in vs for u in (0, self.width)]
+        grid = [(u, v) for u in us for v in (0, self.height / 2, self.height)] + [
+            (u, v) for v in vs for u in (0, self.width)
+        ]
         return [(self.x + u * c - v * s, self.y + u * s + v * c) for u, v in grid]
 
     def overlaps(self, other: Shape) -> bool:

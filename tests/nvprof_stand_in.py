@@ -24,8 +24,8 @@ import io
 import json
 import os
 import signal
-import time
 import sys
+import time
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data" / "ncu"
@@ -43,7 +43,7 @@ def _metrics() -> dict[str, dict[str, tuple[str, str]]]:
     """kernel -> metric -> (description, Avg)"""
     _, rows = _table(METRICS, '"Device","Kernel"')
     found: dict[str, dict[str, tuple[str, str]]] = {}
-    for device, kernel, calls, name, description, low, high, avg in rows[1:]:
+    for _device, kernel, _calls, name, description, _low, _high, avg in rows[1:]:
         found.setdefault(kernel, {})[name] = (description, avg)
     return found
 
@@ -51,7 +51,8 @@ def _metrics() -> dict[str, dict[str, tuple[str, str]]]:
 def query() -> str:
     names = {name: description for kernel in _metrics().values() for name, (description, _) in kernel.items()}
     return "Device 0 (Tesla K20c):\n\tAvailable Metrics:\n                            Name   Description\n" + "".join(
-        f"{name:>32}:  {description}\n" for name, description in sorted(names.items()))
+        f"{name:>32}:  {description}\n" for name, description in sorted(names.items())
+    )
 
 
 KERNELS_PER_ITERATION = 4  # the recorded program's kernels, launched once each per iteration
@@ -77,7 +78,7 @@ def _first_iterations(rows: list[list[str]], header: list[str], iterations: int)
     """The trace's rows up to the last kernel of its first ``iterations`` iterations (memcpys kept)."""
     kernels = [i for i, row in enumerate(rows) if row[header.index("Grid X")]]
     wanted = KERNELS_PER_ITERATION * iterations
-    return rows if wanted >= len(kernels) else rows[:kernels[wanted - 1] + 1]
+    return rows if wanted >= len(kernels) else rows[: kernels[wanted - 1] + 1]
 
 
 def _iterations(args: list[str]) -> int:
@@ -90,8 +91,10 @@ def main(args: list[str]) -> int:
         with open(os.environ["STAND_IN_LOG"], "a") as log:
             log.write(" ".join(args) + "\n")
     if "--version" in args:
-        print("nvprof: NVIDIA (R) Cuda command line profiler\nCopyright (c) 2012 - 2019 NVIDIA Corporation\n"
-              "Release version 10.2.89 (21)")
+        print(
+            "nvprof: NVIDIA (R) Cuda command line profiler\nCopyright (c) 2012 - 2019 NVIDIA Corporation\n"
+            "Release version 10.2.89 (21)"
+        )
         return 0
     if "--query-metrics" in args:
         print(query(), file=sys.stderr)  # nvprof writes its listings to stderr

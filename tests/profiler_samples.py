@@ -24,4 +24,3 @@ class Logged(NamedTuple):
     kernel_name: str
     range: str
     in_range: bool = True
-

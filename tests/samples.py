@@ -53,8 +53,10 @@ def tiny_net() -> Network:
 
 NCU = Path(__file__).parent / "data" / "ncu"
 LAYERS = ("conv1", "relu1", "lrn1", "pool1")  # layer IDs 1-4
-LABEL = ("test store: nvprof counters of a public Tesla K20c sample (tests/data/ncu), assigned to AlexNet "
-         "layers to exercise the views; not a measurement of AlexNet")
+LABEL = (
+    "test store: nvprof counters of a public Tesla K20c sample (tests/data/ncu), assigned to AlexNet "
+    "layers to exercise the views; not a measurement of AlexNet"
+)
 
 
 def sample_store(db: str) -> int:
@@ -71,33 +73,69 @@ def sample_store(db: str) -> int:
     return _store(db, net, launches, metrics, LABEL, "Tesla K20c", repeat=3)
 
 
-V100_LABEL = ("test store: nvprof counters of one kernel of a public Tesla V100 sample (tests/data/ncu, plain-text "
-              "excerpt, no duration), assigned to AlexNet's conv2 forward to exercise the views; not a measurement "
-              "of AlexNet")
+V100_LABEL = (
+    "test store: nvprof counters of one kernel of a public Tesla V100 sample (tests/data/ncu, plain-text "
+    "excerpt, no duration), assigned to AlexNet's conv2 forward to exercise the views; not a measurement "
+    "of AlexNet"
+)
 
 
 def v100_sample_store(db: str) -> int:
     """The V100 excerpt: the full Volta stall set, L1/L2 hit rates and FP32 instruction counts."""
-    (kernel, entry), = nvprof.parse_metrics_text((NCU / "nvprof-metrics-text-v100-kernel-excerpt.txt").read_text()
-                                                 ).items()
+    ((kernel, entry),) = nvprof.parse_metrics_text(
+        (NCU / "nvprof-metrics-text-v100-kernel-excerpt.txt").read_text()
+    ).items()
     net = build("alexnet")
     metrics = [dict(invocation=0, name=n, value=v) for n, v in entry["values"].items()]
-    return _store(db, net, [_launch(0, net.layer("conv2").id, 0, kernel, None)], metrics, V100_LABEL,
-                  "Tesla V100-SXM2-16GB", repeat=1)
+    return _store(
+        db,
+        net,
+        [_launch(0, net.layer("conv2").id, 0, kernel, None)],
+        metrics,
+        V100_LABEL,
+        "Tesla V100-SXM2-16GB",
+        repeat=1,
+    )
 
 
 def _launch(invocation: int, layer_id: int, repeat: int, kernel: str, time_ms: float | None) -> dict:
-    return dict(invocation=invocation, layer_id=layer_id, phase="fwd", repeat=repeat, kernel_name=kernel,
-                variant="sample", l1_policy="ca", grid_x=257, grid_y=257, grid_z=1, block_x=32, block_y=32,
-                block_z=1, shared_bytes=0, registers=16, time_ms=time_ms)
+    return dict(
+        invocation=invocation,
+        layer_id=layer_id,
+        phase="fwd",
+        repeat=repeat,
+        kernel_name=kernel,
+        variant="sample",
+        l1_policy="ca",
+        grid_x=257,
+        grid_y=257,
+        grid_z=1,
+        block_x=32,
+        block_y=32,
+        block_z=1,
+        shared_bytes=0,
+        registers=16,
+        time_ms=time_ms,
+    )
 
 
 def _store(db: str, net, launches: list[dict], metrics: list[dict], label: str, device: str, repeat: int) -> int:
     """As ``tracker profile`` records a run: the predictions are for the catalog's entry of the device."""
     store = open_store(db, write=True)
-    with recording(store, network="alexnet", network_options={}, batch=1, phases="fwd", dtype_bits=32, variants={},
-                   l1_bypass=False, backend="nvprof", backend_reason=label, repeat=repeat,
-                   device_name=device) as run:
+    with recording(
+        store,
+        network="alexnet",
+        network_options={},
+        batch=1,
+        phases="fwd",
+        dtype_bits=32,
+        variants={},
+        l1_bypass=False,
+        backend="nvprof",
+        backend_reason=label,
+        repeat=repeat,
+        device_name=device,
+    ) as run:
         run.add_layers(net, predict(net, 1, lookup(device), phases="fwd"))
         run.add_launches(launches, metrics)
     store.dispose()

@@ -54,11 +54,13 @@ def pytest_runtest_logreport(report):
     if "gpu" not in report.keywords or reporter is None:
         return
     if report.failed:
-        reporter.write_line(f"\n--- {report.nodeid} failed in {report.when} ---\n{report.longreprtext}\n"
-                            f"--- end of {report.nodeid} ---")
+        reporter.write_line(
+            f"\n--- {report.nodeid} failed in {report.when} ---\n{report.longreprtext}\n--- end of {report.nodeid} ---"
+        )
     if report.when == "call" and report.passed and report.capstdout:
-        reporter.write_line(f"\n--- {report.nodeid} printed ---\n{report.capstdout.rstrip()}\n"
-                            f"--- end of {report.nodeid} ---")
+        reporter.write_line(
+            f"\n--- {report.nodeid} printed ---\n{report.capstdout.rstrip()}\n--- end of {report.nodeid} ---"
+        )
     if report.when == "setup":
         _setup_s[report.nodeid] = report.duration
     if report.when == "call" or (report.when == "setup" and report.failed):

@@ -58,17 +58,24 @@ def test_a_run_against_a_copy_of_itself_agrees_everywhere(tmp_path, runner):
 def test_the_table_says_how_many_agree(runner):
     done = runner.invoke(cli, ["agree", "1", "1", "--db", B128, "--db-b", FUSION])
     assert done.exit_code == 0, done.output
-    assert done.stdout.splitlines()[0] == ("run 1 against run 1: 65 of 80 metrics agree at every launch "
-                                           "(counts within 5 %, rates within 10 %)")
+    assert done.stdout.splitlines()[0] == (
+        "run 1 against run 1: 65 of 80 metrics agree at every launch (counts within 5 %, rates within 10 %)"
+    )
     assert "stall_no_instruction" in done.stdout and "relu7/fwd #18" in done.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["1", "1", "--db", B128], "RUN_A and RUN_B are the same run"),
-    (["1", "2", "--db", FUSION], "runs 1 and 2 launch different kernels at invocation 1 (relu_fwd_global and "
-                                 "lrn_fwd_shared): their counters cannot be paired"),
-    (["1", "9", "--db", FUSION], "no run 9"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["1", "1", "--db", B128], "RUN_A and RUN_B are the same run"),
+        (
+            ["1", "2", "--db", FUSION],
+            "runs 1 and 2 launch different kernels at invocation 1 (relu_fwd_global and "
+            "lrn_fwd_shared): their counters cannot be paired",
+        ),
+        (["1", "9", "--db", FUSION], "no run 9"),
+    ],
+)
 def test_runs_that_cannot_be_paired_are_one_line(runner, args, message):
     done = runner.invoke(cli, ["agree", *args])
     assert done.exit_code != 0 and message in done.output and "Traceback" not in done.output

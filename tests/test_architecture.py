@@ -17,16 +17,22 @@ CUPY_IN = ("gpu",)  # the units that may import CuPy (inside functions)
 TORCH_IN = ("library", "ops")  # ... and torch: the library arm, the ops' PyTorch hooks
 # The modules that are the CuPy or PyTorch code itself, which import it when they load; everything
 # else imports them inside the functions that run on a GPU or with PyTorch.
-ENGINES = {"cupy": ("tracker/gpu/cupy_backend.py",),
-           "torch": ("tracker/library/accuracy.py", "tracker/library/torch_module.py",
-                     "tracker/library/torch_net.py", "tracker/library/torch_run.py")}
+ENGINES = {
+    "cupy": ("tracker/gpu/cupy_backend.py",),
+    "torch": (
+        "tracker/library/accuracy.py",
+        "tracker/library/torch_module.py",
+        "tracker/library/torch_net.py",
+        "tracker/library/torch_run.py",
+    ),
+}
 
 
 def layers() -> dict[str, int]:
     """{unit: its layer's height}, from the page's table: a unit is a top-level module ('errors')
     or subpackage ('nets') of tracker."""
     page = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-    table = page[page.index("## The layers"):page.index("## The path of a profile")]
+    table = page[page.index("## The layers") : page.index("## The path of a profile")]
     found: dict[str, int] = {}
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| layer")]
     for height, row in enumerate(rows):
@@ -85,15 +91,19 @@ def test_cupy_and_torch_are_imported_only_where_the_page_says_and_only_inside_fu
     engines = {engine.removesuffix(".py").replace("/", ".") for engine in ENGINES[library]}
     for path in sources():  # and the other modules import an engine inside functions only
         if str(path.relative_to(ROOT)) not in ENGINES[library]:
-            wrong += [f"{path.relative_to(ROOT)}:{line} imports {module} when the module loads"
-                      for line, module, at_top in imports(path) if at_top and module in engines]
+            wrong += [
+                f"{path.relative_to(ROOT)}:{line} imports {module} when the module loads"
+                for line, module, at_top in imports(path)
+                if at_top and module in engines
+            ]
     for path in sources():
         source = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
         engine = str(path.relative_to(ROOT)) in ENGINES[library]
         for line, module, at_top in imports(path):
             if module.split(".")[0] == library and ((at_top and not engine) or source not in allowed):
-                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module}"
-                             + (" when the module loads" if at_top else ""))
+                wrong.append(
+                    f"{path.relative_to(ROOT)}:{line} imports {module}" + (" when the module loads" if at_top else "")
+                )
     assert wrong == []
 
 
@@ -101,8 +111,12 @@ def test_test_modules_share_helpers_through_helper_modules_not_each_other():
     """A test module imported by another is collected twice over and couples their fixtures: shared
     helpers live in tests/ modules not named test_* (samples.py, recorded.py, ...) or conftest.py."""
     tests = ROOT / "tests"
-    found = [f"{path.name}:{line} imports {module}" for path in sorted(tests.glob("test_*.py"))
-             for line, module, _ in imports(path) if module.split(".")[0].startswith("test_")]
+    found = [
+        f"{path.name}:{line} imports {module}"
+        for path in sorted(tests.glob("test_*.py"))
+        for line, module, _ in imports(path)
+        if module.split(".")[0].startswith("test_")
+    ]
     assert found == []
 
 
@@ -126,8 +140,9 @@ def tracker_sources() -> Sources:
 
 def _type_checking(node: ast.AST) -> bool:
     test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (getattr(test, "id", None) == "TYPE_CHECKING"
-                                         or getattr(test, "attr", None) == "TYPE_CHECKING")
+    return isinstance(node, ast.If) and (
+        getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
+    )
 
 
 def _statements(nodes, into_functions: bool):
@@ -195,8 +210,8 @@ def circles(graph: Graph) -> list[list[str]]:
             elif target in stack:
                 low[module] = min(low[module], index[target])
         if low[module] == index[module]:
-            component = stack[stack.index(module):]
-            del stack[stack.index(module):]
+            component = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
             if len(component) > 1:
                 found.append(sorted(component))
 
@@ -215,8 +230,12 @@ def describe(circle: list[str], graph: Graph) -> str:
 def out_of_order(graph: Graph, package: str, order: tuple[str, ...]) -> list[str]:
     """The imports between ``package``'s modules that call a module not before them in ``order``."""
     rank = {f"{package}.{name}": i for i, name in enumerate(order)}
-    return [f"{module}:{line} imports {target}" for module in sorted(rank) for target, line in graph.get(module, {}).items()
-            if target in rank and rank[target] >= rank[module]]
+    return [
+        f"{module}:{line} imports {target}"
+        for module in sorted(rank)
+        for target, line in graph.get(module, {}).items()
+        if target in rank and rank[target] >= rank[module]
+    ]
 
 
 def loaded_eagerly(sources: Sources, libraries: tuple[str, ...]) -> list[str]:
@@ -225,8 +244,11 @@ def loaded_eagerly(sources: Sources, libraries: tuple[str, ...]) -> list[str]:
     for module, (source, _) in sorted(sources.items()):
         for node in _statements(ast.parse(source).body, into_functions=False):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            found += [f"{module}:{node.lineno} imports {name}" for name in names
-                      if not getattr(node, "level", 0) and name.split(".")[0] in libraries]
+            found += [
+                f"{module}:{node.lineno} imports {name}"
+                for name in names
+                if not getattr(node, "level", 0) and name.split(".")[0] in libraries
+            ]
     return found
 
 
@@ -236,8 +258,11 @@ def private_imports(sources: Sources) -> list[str]:
     for module, (source, _) in sorted(sources.items()):
         for node in _statements(ast.parse(source).body, into_functions=True):
             if isinstance(node, ast.ImportFrom):
-                found += [f"{module}:{node.lineno} imports {alias.name} from {node.module or '.'}"
-                          for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+                found += [
+                    f"{module}:{node.lineno} imports {alias.name} from {node.module or '.'}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
     return found
 
 
@@ -272,8 +297,13 @@ PLANTED: Sources = {
     "pkg": ("from pkg.shapes import Shape\n", True),
     "pkg.shapes": ("from pkg import helpers\n\nShape = 1\n", False),
     "pkg.helpers": ("def late():\n    from pkg.costs import cost\n", False),
-    "pkg.costs": (("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.shapes import Shape\n"
-                   "from . import helpers\n"), False),
+    "pkg.costs": (
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.shapes import Shape\n"
+            "from . import helpers\n"
+        ),
+        False,
+    ),
     "pkg.plots": ("import pkg.shapes\n", False),
 }
 
@@ -281,8 +311,10 @@ PLANTED: Sources = {
 def test_a_circle_through_a_function_and_a_relative_import_is_found_and_typing_imports_are_not():
     graph = import_graph(PLANTED)
     assert circles(graph) == [["pkg.costs", "pkg.helpers"]]
-    assert describe(["pkg.costs", "pkg.helpers"], graph) == \
-        "pkg.costs, pkg.helpers: pkg.costs:4 imports pkg.helpers; pkg.helpers:2 imports pkg.costs"
+    assert (
+        describe(["pkg.costs", "pkg.helpers"], graph)
+        == "pkg.costs, pkg.helpers: pkg.costs:4 imports pkg.helpers; pkg.helpers:2 imports pkg.costs"
+    )
     assert "pkg.shapes" not in graph["pkg.costs"] and graph["pkg.plots"] == {"pkg.shapes": 1}
 
 
@@ -300,8 +332,13 @@ def test_a_top_level_import_of_cupy_in_a_pure_module_is_found():
     planted = {
         "pkg.pure": ("import numpy\nimport cupy\n", False),
         "pkg.guarded": ("try:\n    from torch.nn import Module\nexcept ImportError:\n    pass\n", False),
-        "pkg.lazy": (("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
-                      "def run():\n    import cupyx.scipy\n    import torch\n"), False),
+        "pkg.lazy": (
+            (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
+                "def run():\n    import cupyx.scipy\n    import torch\n"
+            ),
+            False,
+        ),
     }
     assert loaded_eagerly(planted, LAZY) == ["pkg.guarded:2 imports torch.nn", "pkg.pure:2 imports cupy"]
 
@@ -311,10 +348,12 @@ def test_an_import_of_a_private_name_is_found():
     assert private_imports(planted) == ["pkg.a:1 imports _check from pkg.b", "pkg.a:3 imports _hidden from b"]
 
 
-
 def test_a_cycle_and_an_eager_cupy_planted_in_tracker_itself_are_found():
     sources = tracker_sources()
     source, package = sources["tracker.units"]  # pure, and imported by tracker.model.memory
-    sources["tracker.units"] = ("import cupy\n" + source + "\n\ndef late():\n    from tracker.model import memory\n", package)
+    sources["tracker.units"] = (
+        "import cupy\n" + source + "\n\ndef late():\n    from tracker.model import memory\n",
+        package,
+    )
     assert "tracker.units:1 imports cupy" in loaded_eagerly(sources, LAZY)
     assert any({"tracker.units", "tracker.model.memory"} <= set(circle) for circle in circles(import_graph(sources)))

@@ -24,8 +24,19 @@ from tracker.nets import build
 from tracker.store import experiment_ids, find_experiment, open_store
 from tracker.store.queries import arm_rows
 
-COMMAND = ["experiment", "batch", "alexnet", "--batches", "16,32", "--backend", "model", "--device", "h100",
-           "--format", "csv"]
+COMMAND = [
+    "experiment",
+    "batch",
+    "alexnet",
+    "--batches",
+    "16,32",
+    "--backend",
+    "model",
+    "--device",
+    "h100",
+    "--format",
+    "csv",
+]
 
 # The tracker CLI with test hooks: each arm's prediction slowed by $RACE_SLOW seconds (so that the
 # experiment outlives its rivals' planning), a pause of $RACE_PAUSE_S after the first call of
@@ -78,8 +89,13 @@ main()
 
 
 def start(db: str, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", DRIVER, *COMMAND, "--db", db], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, *COMMAND, "--db", db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
 
 
 def all_at_once(db: str, count: int, go, slow: float) -> list[tuple[int, str]]:
@@ -100,8 +116,12 @@ def assert_each_arm_counted_once(db: str) -> None:
     arms = arm_rows(store, 1)
     assert [a.state for a in arms] == ["complete", "complete"]
     with store.connect() as conn:
-        complete = conn.execute(text("SELECT e.position, COUNT(*) FROM experiment_run e JOIN run r ON r.id = "
-                                     "e.run_id WHERE r.status = 'complete' GROUP BY e.position ORDER BY e.position"))
+        complete = conn.execute(
+            text(
+                "SELECT e.position, COUNT(*) FROM experiment_run e JOIN run r ON r.id = "
+                "e.run_id WHERE r.status = 'complete' GROUP BY e.position ORDER BY e.position"
+            )
+        )
         assert [tuple(row) for row in complete] == [(0, 1), (1, 1)]
     report = results(store, 1, "batch")
     for arm in arms:
@@ -113,8 +133,12 @@ def assert_each_arm_counted_once(db: str) -> None:
 
 def refused(stderr: str) -> bool:
     last = stderr.strip().splitlines()[-1]
-    return last.startswith(("Error: experiment e1 is already running in pid",
-                            "Error: experiment e1 is complete: the same command, started with this one, ran it"))
+    return last.startswith(
+        (
+            "Error: experiment e1 is already running in pid",
+            "Error: experiment e1 is complete: the same command, started with this one, ran it",
+        )
+    )
 
 
 @pytest.mark.slow
@@ -153,8 +177,11 @@ def test_two_resumes_started_together_run_each_arm_once(db, tmp_path, monkeypatc
 
 # Inside the transaction that marks arm 0's run and arm 0 complete, before it commits; just after it
 # (where the run was once complete and its arm still running); before the experiment is settled.
-PAUSES = {"in": "tracker.store.experiments:complete_arm", "after": "tracker.store.runs:_finish",
-          "settling": "tracker.store.experiments:settle"}
+PAUSES = {
+    "in": "tracker.store.experiments:complete_arm",
+    "after": "tracker.store.runs:_finish",
+    "settling": "tracker.store.experiments:settle",
+}
 
 
 @pytest.mark.slow
@@ -169,8 +196,9 @@ def test_a_signal_between_a_run_and_its_arm_leaves_one_complete_run_per_arm(db, 
     assert process.returncode == (130 if signum == signal.SIGTERM else -signal.SIGKILL), stderr
     state = arm_rows(open_store(db, write=False), 1)[0].state
     assert state == ("running" if (pause, signum) == ("in", signal.SIGKILL) else "complete")
-    resumed = subprocess.run([sys.executable, "-m", "tracker", *COMMAND, "--db", db], capture_output=True,
-                             text=True, timeout=120)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "tracker", *COMMAND, "--db", db], capture_output=True, text=True, timeout=120
+    )
     assert resumed.returncode == 0 and "resuming experiment e1" in resumed.stderr, resumed.stderr
     assert_each_arm_counted_once(db)
 
@@ -189,11 +217,12 @@ def test_a_signal_just_after_an_arm_is_claimed_marks_it(db, monkeypatch):
 
     monkeypatch.setattr(experiments, "start_arm", claim_then_signal)
     with pytest.raises(Interrupted):
-        run_experiment(db, "batch", build("alexnet"), 16, batches=(16, 32), backend="model",
-                       device=lookup("h100"))
+        run_experiment(db, "batch", build("alexnet"), 16, batches=(16, 32), backend="model", device=lookup("h100"))
     store = open_store(db, write=False)
     assert [(a.state, a.reason) for a in arm_rows(store, 1)] == [
-        ("interrupted", "interrupted (Ctrl-C or SIGTERM)"), ("interrupted", "interrupted (Ctrl-C or SIGTERM)")]
+        ("interrupted", "interrupted (Ctrl-C or SIGTERM)"),
+        ("interrupted", "interrupted (Ctrl-C or SIGTERM)"),
+    ]
     assert find_experiment(store, 1).status == "interrupted"
 
 
@@ -208,7 +237,8 @@ def test_the_report_counts_each_arm_s_run_once_whatever_else_is_linked(db):
     extra = profile(db, build("alexnet"), 16, backend="model", device=h100).run_id
     store = open_store(db, write=True)
     with store.session() as session:
-        session.add(ExperimentRun(experiment_id=1, run_id=extra, position=0, arm="batch 16", comparison="batch",
-                                  baseline=True))
+        session.add(
+            ExperimentRun(experiment_id=1, run_id=extra, position=0, arm="batch 16", comparison="batch", baseline=True)
+        )
     report = results(store, 1, "batch")
     assert set(report["run_id"]) == {a.run_id for a in arm_rows(store, 1)} and extra not in set(report["run_id"])

@@ -18,8 +18,10 @@ PROC = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc, where
 
 
 def snapshot(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(folder.rglob("*"))}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 @pytest.fixture
@@ -34,18 +36,24 @@ def work(runner, tmp_path, monkeypatch) -> Path:
 # 1. Output paths that cannot be written: probed before any work, not asked of os.access (which
 # says yes to root, /proc included).
 
-@pytest.mark.parametrize("args, words", [
-    (["report", "last", "--out", LONG], ["cannot write to", "File name too long"]),
-    (["report", "last", "--out", f"{LONG}/sub"], ["File name too long"]),
-    (["export", "last", "--out", LONG], ["cannot write to", "File name too long"]),
-    (["model", "alexnet", "--device", "h100", "--plot", f"{LONG}.png"], ["cannot write", "File name too long"]),
-    pytest.param(["export", "last", "--out", "/proc/x"], ["cannot write to /proc/x"], marks=PROC),
-    pytest.param(["report", "last", "--out", "/proc/nope"], ["cannot write to /proc/nope"], marks=PROC),
-    pytest.param(["report", "last", "--out", "/proc/nope/deeper"], ["cannot write to /proc/nope/deeper"],
-                 marks=PROC),
-    pytest.param(["model", "alexnet", "--device", "h100", "--plot", "/proc/x.png"], ["cannot write /proc/x.png"],
-                 marks=PROC),
-])
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["report", "last", "--out", LONG], ["cannot write to", "File name too long"]),
+        (["report", "last", "--out", f"{LONG}/sub"], ["File name too long"]),
+        (["export", "last", "--out", LONG], ["cannot write to", "File name too long"]),
+        (["model", "alexnet", "--device", "h100", "--plot", f"{LONG}.png"], ["cannot write", "File name too long"]),
+        pytest.param(["export", "last", "--out", "/proc/x"], ["cannot write to /proc/x"], marks=PROC),
+        pytest.param(["report", "last", "--out", "/proc/nope"], ["cannot write to /proc/nope"], marks=PROC),
+        pytest.param(
+            ["report", "last", "--out", "/proc/nope/deeper"], ["cannot write to /proc/nope/deeper"], marks=PROC
+        ),
+        pytest.param(
+            ["model", "alexnet", "--device", "h100", "--plot", "/proc/x.png"], ["cannot write /proc/x.png"], marks=PROC
+        ),
+    ],
+)
 def test_an_unwritable_output_is_refused_before_any_work(runner, work, args, words):
     before = snapshot(work)
     line = refused(runner.invoke(cli, args + (["--db", "trace.db"] if args[0] != "model" else [])), *words)
@@ -79,14 +87,17 @@ def test_an_os_error_the_checks_missed_is_one_line(runner, work, monkeypatch, co
 HUGE = "x" * 100_000
 
 
-@pytest.mark.parametrize("args, words", [
-    (["model", HUGE], ["unknown network"]),
-    (["devices", HUGE], ["unknown device"]),
-    (["model", "alexnet", "--device", HUGE], ["unknown device"]),
-    (["model", "alexnet", "--format", HUGE], ["--format"]),
-    (["model", "unet2d", "--input-size", HUGE], ["input size"]),
-    (["experiment", HUGE, "alexnet"], ["is not one of"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["model", HUGE], ["unknown network"]),
+        (["devices", HUGE], ["unknown device"]),
+        (["model", "alexnet", "--device", HUGE], ["unknown device"]),
+        (["model", "alexnet", "--format", HUGE], ["--format"]),
+        (["model", "unet2d", "--input-size", HUGE], ["input size"]),
+        (["experiment", HUGE, "alexnet"], ["is not one of"]),
+    ],
+)
 def test_a_huge_unknown_name_is_echoed_shortened(runner, args, words):
     line = refused(runner.invoke(cli, args), *words)
     assert "x" * 40 + "…'" in line and "x" * 41 not in line and len(line) < 400
@@ -106,25 +117,36 @@ def test_did_you_mean_does_not_search_for_a_name_no_known_one_is_close_to(monkey
 
 # 3. Accepted before, and wrong: the same op twice, an empty device name, an empty output path.
 
-@pytest.mark.parametrize("args, words", [
-    (["profile", "alexnet", "--variant", "conv=fused,conv=shared", "--backend", "model"], ["op conv twice"]),
-    (["profile", "alexnet", "--variant", "conv=fused,lrn=shared,conv=fused", "--backend", "model"], ["op conv twice"]),
-    (["profile", "alexnet", "--device", "", "--backend", "model"], ["device name is empty"]),
-    (["profile", "alexnet", "--staged", "--l1-bypass", "--backend", "model"], ["--staged", "staged already"]),
-    (["profile", "alexnet", "--staged", "--impl", "torch", "--backend", "model"], ["--staged", "--impl torch"]),
-    (["model", "alexnet", "--device", ""], ["device name is empty"]),
-    (["model", "alexnet", "--device", "  "], ["device name is empty"]),
-    (["devices", ""], ["device name is empty"]),
-    (["metrics", ""], ["unknown metric ''"]),
-    (["experiment", "batch", "alexnet", "--backend", "model", "--device", ""], ["device name is empty"]),
-    (["export", "last", "--out", ""], ["output path is empty"]),
-    (["report", "last", "--out", ""], ["output path is empty"]),
-    (["model", "alexnet", "--device", "h100", "--plot", ""], ["output path is empty"]),
-])
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["profile", "alexnet", "--variant", "conv=fused,conv=shared", "--backend", "model"], ["op conv twice"]),
+        (
+            ["profile", "alexnet", "--variant", "conv=fused,lrn=shared,conv=fused", "--backend", "model"],
+            ["op conv twice"],
+        ),
+        (["profile", "alexnet", "--device", "", "--backend", "model"], ["device name is empty"]),
+        (["profile", "alexnet", "--staged", "--l1-bypass", "--backend", "model"], ["--staged", "staged already"]),
+        (["profile", "alexnet", "--staged", "--impl", "torch", "--backend", "model"], ["--staged", "--impl torch"]),
+        (["model", "alexnet", "--device", ""], ["device name is empty"]),
+        (["model", "alexnet", "--device", "  "], ["device name is empty"]),
+        (["devices", ""], ["device name is empty"]),
+        (["metrics", ""], ["unknown metric ''"]),
+        (["experiment", "batch", "alexnet", "--backend", "model", "--device", ""], ["device name is empty"]),
+        (["export", "last", "--out", ""], ["output path is empty"]),
+        (["report", "last", "--out", ""], ["output path is empty"]),
+        (["model", "alexnet", "--device", "h100", "--plot", ""], ["output path is empty"]),
+    ],
+)
 def test_empty_and_doubled_values_are_refused(runner, work, args, words):
     before = snapshot(work)
-    refused(runner.invoke(cli, args + (["--db", "trace.db"] if args[0] in ("profile", "experiment", "export", "report")
-                                       else [])), *words)
+    refused(
+        runner.invoke(
+            cli, args + (["--db", "trace.db"] if args[0] in ("profile", "experiment", "export", "report") else [])
+        ),
+        *words,
+    )
     assert snapshot(work) == before  # export --out "" wrote 20 files into the current folder
 
 
@@ -161,6 +183,7 @@ def test_the_library_refuses_them_too(tmp_path, monkeypatch):
 
 # 4. Library entry points check option values as the CLI does, from the same constants.
 
+
 def test_choose_backend_refuses_an_unknown_one_with_a_suggestion():
     from tracker.profile import choose_backend
 
@@ -169,8 +192,9 @@ def test_choose_backend_refuses_an_unknown_one_with_a_suggestion():
     assert choose_backend("model")[0] == "model"
 
 
-@pytest.mark.parametrize("field, value", [("cache_control", "cold"), ("clock_control", "boost"),
-                                          ("replay_mode", "range")])
+@pytest.mark.parametrize(
+    "field, value", [("cache_control", "cold"), ("clock_control", "boost"), ("replay_mode", "range")]
+)
 def test_ncu_settings_are_checked_when_made(field, value):
     from tracker.profilers.ncu import Settings
 
@@ -179,14 +203,17 @@ def test_ncu_settings_are_checked_when_made(field, value):
     assert Settings(cache_control="none", clock_control="none", replay_mode="application")
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(backend="nuc"), "did you mean ncu"),
-    (dict(phases="fw"), "unknown phases 'fw'"),
-    (dict(dtype_bits=12), "dtype bits 12"),
-    (dict(variants={"conv": "warp"}), "unknown conv variant 'warp'"),
-    (dict(repeat=0), "repeat 0 is out of range"),
-    (dict(warmup=-1), "warmup -1 is out of range"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(backend="nuc"), "did you mean ncu"),
+        (dict(phases="fw"), "unknown phases 'fw'"),
+        (dict(dtype_bits=12), "dtype bits 12"),
+        (dict(variants={"conv": "warp"}), "unknown conv variant 'warp'"),
+        (dict(repeat=0), "repeat 0 is out of range"),
+        (dict(warmup=-1), "warmup -1 is out of range"),
+    ],
+)
 def test_profile_checks_its_arguments_before_the_database(tmp_path, kwargs, words):
     from tracker.nets import build
     from tracker.profile import profile
@@ -226,25 +253,48 @@ def test_an_experiment_checks_every_arms_arguments_before_its_row(tmp_path):
 
     for bad in ({"repeat": 0}, {"warmup": -1}, {"batches": (16, 0)}):
         with pytest.raises(TrackerError):
-            run_experiment(str(tmp_path / "e.db"), "batch", build("alexnet"), 16, **{"batches": (16, 32), **bad},
-                           backend="model", device=lookup("h100"))
+            run_experiment(
+                str(tmp_path / "e.db"),
+                "batch",
+                build("alexnet"),
+                16,
+                **{"batches": (16, 32), **bad},
+                backend="model",
+                device=lookup("h100"),
+            )
     assert list(tmp_path.iterdir()) == []
 
 
 # 5. Issue 44's probe of 365 bad invocations: each of these was a traceback, an internal error, a
 # silent default or a file written.
 
+
 @pytest.fixture
 def experiment_db(runner, work) -> Path:
     """``work`` with experiment e1 (batch, two arms, model backend) in trace.db."""
-    result = runner.invoke(cli, ["experiment", "batch", "alexnet", "--batches", "2,4", "--backend", "model",
-                                 "--device", "h100", "--db", "trace.db"])
+    result = runner.invoke(
+        cli,
+        [
+            "experiment",
+            "batch",
+            "alexnet",
+            "--batches",
+            "2,4",
+            "--backend",
+            "model",
+            "--device",
+            "h100",
+            "--db",
+            "trace.db",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return work
 
 
-@pytest.mark.parametrize("label", ["0x0x0", "1x1x1", "128x128x0", "128x128x8/warp0x0", "128x128x8/warp",
-                                   "128x128x8/stages3x"])
+@pytest.mark.parametrize(
+    "label", ["0x0x0", "1x1x1", "128x128x0", "128x128x8/warp0x0", "128x128x8/warp", "128x128x8/stages3x"]
+)
 def test_a_tile_that_parses_but_cannot_be_built_is_one_line(runner, tmp_path, monkeypatch, label):
     monkeypatch.chdir(tmp_path)
     refused(runner.invoke(cli, ["kernels", "--tile", label]), "--tile", label)  # was ZeroDivisionError
@@ -267,8 +317,9 @@ def test_the_library_refuses_such_tiles_too():
         variant_rows("sm_90", ("ca",), Tile(0, 0, 0))  # before NVRTC sees -D TILE_K=0
 
 
-@pytest.mark.parametrize("position, words", [("99999999999999999999", ["e1 has no arm 9999", "0 to 1"]),
-                                             ("2", ["e1 has no arm 2"])])
+@pytest.mark.parametrize(
+    "position, words", [("99999999999999999999", ["e1 has no arm 9999", "0 to 1"]), ("2", ["e1 has no arm 2"])]
+)
 def test_an_arm_out_of_range_is_one_line(runner, experiment_db, position, words):
     before = snapshot(experiment_db)
     refused(runner.invoke(cli, ["arm", "e1", position, "--db", "trace.db"]), *words)  # was OverflowError
@@ -281,21 +332,28 @@ def test_arm_on_a_database_that_does_not_exist_creates_none(runner, work):
     assert snapshot(work) == before  # nosuch.db was created (and its schema written)
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--batches", ""], ["--batches is empty"]),  # ran at --batch 128
-    (["--batches", "16,,64"], ["--batches '16,,64' has an empty item"]),
-    (["--batches", ","], ["has an empty item"]),
-    (["--variants", ""], ["--variants is empty"]),
-    (["--variants", "global,"], ["--variants 'global,' has an empty item"]),
-    (["--gpus", " "], ["--gpus is empty"]),
-    (["--gpus", "h100,,a100"], ["has an empty item"]),
-    (["--poll", "nan"], ["--poll", "'nan' is not a number"]),
-    (["--poll", "-NaN"], ["is not a number"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--batches", ""], ["--batches is empty"]),  # ran at --batch 128
+        (["--batches", "16,,64"], ["--batches '16,,64' has an empty item"]),
+        (["--batches", ","], ["has an empty item"]),
+        (["--variants", ""], ["--variants is empty"]),
+        (["--variants", "global,"], ["--variants 'global,' has an empty item"]),
+        (["--gpus", " "], ["--gpus is empty"]),
+        (["--gpus", "h100,,a100"], ["has an empty item"]),
+        (["--poll", "nan"], ["--poll", "'nan' is not a number"]),
+        (["--poll", "-NaN"], ["is not a number"]),
+    ],
+)
 def test_empty_lists_and_nan_are_refused(runner, work, args, words):
     before = snapshot(work)
-    refused(runner.invoke(cli, ["experiment", "batch", "alexnet", "--backend", "model", "--device", "h100",
-                                "--db", "trace.db", *args]), *words)
+    refused(
+        runner.invoke(
+            cli, ["experiment", "batch", "alexnet", "--backend", "model", "--device", "h100", "--db", "trace.db", *args]
+        ),
+        *words,
+    )
     assert snapshot(work) == before
 
 
@@ -304,8 +362,10 @@ def test_an_empty_variant_list_is_refused_by_cli_and_library(runner, work, varia
     from tracker.ops import OPS
 
     before = snapshot(work)
-    refused(runner.invoke(cli, ["profile", "alexnet", "--backend", "model", "--variant", variant, "--db", "trace.db"]),
-            *words)  # '' ran every op's default
+    refused(
+        runner.invoke(cli, ["profile", "alexnet", "--backend", "model", "--variant", variant, "--db", "trace.db"]),
+        *words,
+    )  # '' ran every op's default
     assert snapshot(work) == before
     with pytest.raises(TrackerError, match=words[0]):
         OPS.parse_variants(variant)
@@ -314,22 +374,31 @@ def test_an_empty_variant_list_is_refused_by_cli_and_library(runner, work, varia
 
 def test_report_refuses_against_for_an_experiment(runner, experiment_db):
     before = snapshot(experiment_db)
-    refused(runner.invoke(cli, ["report", "e1", "--against", "1", "--out", "out", "--db", "trace.db"]),
-            "--against 1", "drop --against")  # was drawn without it, silently
+    refused(
+        runner.invoke(cli, ["report", "e1", "--against", "1", "--out", "out", "--db", "trace.db"]),
+        "--against 1",
+        "drop --against",
+    )  # was drawn without it, silently
     assert snapshot(experiment_db) == before
 
 
-@pytest.mark.parametrize("args", [["export", "last", "--out", "~nosuchuser-tracker/x"],
-                                  ["report", "last", "--out", "~nosuchuser-tracker/x"],
-                                  ["model", "alexnet", "--device", "h100", "--plot", "~nosuchuser-tracker/x.png"],
-                                  ["profile", "alexnet", "--backend", "model", "--ncu-report",
-                                   "~nosuchuser-tracker/x.ncu-rep"],
-                                  ["experiment", "batch", "alexnet", "--executor", "slurm", "--logs",
-                                   "~nosuchuser-tracker/x"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", "last", "--out", "~nosuchuser-tracker/x"],
+        ["report", "last", "--out", "~nosuchuser-tracker/x"],
+        ["model", "alexnet", "--device", "h100", "--plot", "~nosuchuser-tracker/x.png"],
+        ["profile", "alexnet", "--backend", "model", "--ncu-report", "~nosuchuser-tracker/x.ncu-rep"],
+        ["experiment", "batch", "alexnet", "--executor", "slurm", "--logs", "~nosuchuser-tracker/x"],
+    ],
+)
 def test_an_unknown_users_home_in_an_output_path_is_one_line(runner, work, args):
     before = snapshot(work)
-    refused(runner.invoke(cli, args + (["--db", "trace.db"] if args[0] != "model" else [])),
-            "~nosuchuser-tracker/x", "no such user's home directory")
+    refused(
+        runner.invoke(cli, args + (["--db", "trace.db"] if args[0] != "model" else [])),
+        "~nosuchuser-tracker/x",
+        "no such user's home directory",
+    )
     assert snapshot(work) == before  # export wrote ./~nosuchuser-tracker/x
 
 
@@ -345,12 +414,18 @@ def test_output_paths_expand_home_as_db_does(runner, work, monkeypatch):
     assert expand("~/a") == home / "a" and expand("a/~") == Path("a/~")
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("torch_models:forward_raises", ["your model's forward raised RuntimeError: mat1 and mat2 shapes"]),  # internal error
-    ("torch_models:exits", ["exits() raised SystemExit"]),  # exited 0, silently
-    ("builtins:exit", ["exit() raised SystemExit"]),
-    ("torch_models:no_leaves", ["NoLeaves has no leaf modules"]),  # stored a run of no layer
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        (
+            "torch_models:forward_raises",
+            ["your model's forward raised RuntimeError: mat1 and mat2 shapes"],
+        ),  # internal error
+        ("torch_models:exits", ["exits() raised SystemExit"]),  # exited 0, silently
+        ("builtins:exit", ["exit() raised SystemExit"]),
+        ("torch_models:no_leaves", ["NoLeaves has no leaf modules"]),  # stored a run of no layer
+    ],
+)
 def test_a_users_model_that_fails_is_one_line(runner, work, monkeypatch, spec, words):
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
@@ -378,8 +453,9 @@ def test_ctrl_c_while_the_cli_imports_is_one_line_and_exit_130(tmp_path, module)
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", INTERRUPT_IMPORT, module], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_IMPORT, module], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert (done.returncode, done.stderr, done.stdout) == (130, "Error: interrupted\n", "")
     assert list(tmp_path.iterdir()) == []
 
@@ -389,7 +465,8 @@ def test_the_entry_points_are_the_one_that_catches_it():
 
     root = Path(__file__).parent.parent
     assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"] == {
-        "tracker": "tracker.__main__:main"}
+        "tracker": "tracker.__main__:main"
+    }
     assert 'if __name__ == "__main__":\n    main()' in (root / "tracker" / "__main__.py").read_text()
 
 
@@ -397,8 +474,9 @@ def test_the_entry_points_are_the_one_that_catches_it():
 # --timeout inf an OverflowError on PostgreSQL. Checked by the library's own bounds, at the CLI
 # before the database is opened.
 
-SQL_BAD_VALUES = [("--limit", v) for v in ("99999999999999999999999", "1000000000001", "0", "-1", "inf", "nan", "1.5")] + [
-    ("--timeout", v) for v in ("inf", "1e999", "-inf", "nan", "-1", "0", "1e300", "86401")]
+SQL_BAD_VALUES = [
+    ("--limit", v) for v in ("99999999999999999999999", "1000000000001", "0", "-1", "inf", "nan", "1.5")
+] + [("--timeout", v) for v in ("inf", "1e999", "-inf", "nan", "-1", "0", "1e300", "86401")]
 
 
 @pytest.mark.parametrize("option, value", SQL_BAD_VALUES)
@@ -420,7 +498,10 @@ def test_run_sql_and_query_refuse_them_too(work):
     for timeout_s in (float("inf"), float("-inf"), float("nan"), -1, 0, MAX_TIMEOUT_S * 2, 10**5000, True, "60"):
         with pytest.raises(TrackerError, match=r"^the time limit must be a positive number of seconds, at most "):
             run_sql(store, "SELECT 1", timeout_s=timeout_s)
-        with pytest.raises(TrackerError, match="^the time limit must be"), query(store, "SELECT 1", timeout_s=timeout_s):
+        with (
+            pytest.raises(TrackerError, match="^the time limit must be"),
+            query(store, "SELECT 1", timeout_s=timeout_s),
+        ):
             pass
     assert run_sql(store, "SELECT 1", limit=MAX_ROWS, timeout_s=MAX_TIMEOUT_S)[1] == [(1,)]
     assert snapshot(work) == before

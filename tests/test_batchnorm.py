@@ -18,8 +18,16 @@ from tracker.ops.launch import Arrays
 from tracker.ops.selftest import REDUCTION, network_cases, run_case
 
 BATCHNORM = OPS["batchnorm"]
-OUTPUTS = {("fwd", "y"), ("fwd", "mean"), ("fwd", "invstd"), ("fwd", "running_mean"), ("fwd", "running_var"),
-           ("bwd_weight", "dw"), ("bwd_weight", "db"), ("bwd_data", "dx")}
+OUTPUTS = {
+    ("fwd", "y"),
+    ("fwd", "mean"),
+    ("fwd", "invstd"),
+    ("fwd", "running_mean"),
+    ("fwd", "running_var"),
+    ("bwd_weight", "dw"),
+    ("bwd_weight", "db"),
+    ("bwd_data", "dx"),
+}
 rng = np.random.default_rng(45)
 
 
@@ -58,15 +66,29 @@ def test_the_running_statistics_follow_pytorch_over_two_steps(emulator):
     C = x_shape[1]
     for variant in BATCHNORM.variants:
         xh, w, b, rm, rv, _ = inputs(rng, x_shape)
-        a = Arrays(w=emulator.asarray(w), bias=emulator.asarray(b), running_mean=emulator.asarray(rm),
-                            running_var=emulator.asarray(rv), mean=emulator.empty((C,)), invstd=emulator.empty((C,)))
+        a = Arrays(
+            w=emulator.asarray(w),
+            bias=emulator.asarray(b),
+            running_mean=emulator.asarray(rm),
+            running_var=emulator.asarray(rv),
+            mean=emulator.empty((C,)),
+            invstd=emulator.empty((C,)),
+        )
         t_mean, t_var = torch.tensor(rm), torch.tensor(rv)
         for step in range(2):
             xs = xh + step
             a.x, a.y = emulator.asarray(xs), emulator.empty(x_shape)
             BATCHNORM.launch(emulator, variant, "fwd", a, eps=EPS, momentum=MOMENTUM)
-            y = F.batch_norm(torch.tensor(xs), t_mean, t_var, torch.tensor(w), torch.tensor(b), training=True,
-                             momentum=MOMENTUM, eps=EPS)
+            y = F.batch_norm(
+                torch.tensor(xs),
+                t_mean,
+                t_var,
+                torch.tensor(w),
+                torch.tensor(b),
+                training=True,
+                momentum=MOMENTUM,
+                eps=EPS,
+            )
             np.testing.assert_allclose(emulator.asnumpy(a.y), y.numpy(), rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(emulator.asnumpy(a.running_mean), t_mean.numpy(), rtol=1e-5)
         np.testing.assert_allclose(emulator.asnumpy(a.running_var), t_var.numpy(), rtol=1e-5)
@@ -120,8 +142,12 @@ def test_what_the_launchers_refuse(emulator):
     with pytest.raises(TrackerError, match=r"2-D and 3-D inputs .* got shape \(2, 4, 8\)"):
         bn_shape((2, 4, 8), EPS, MOMENTUM)
     x = emulator.asarray(np.ones((2, 3, 4, 4), np.float32))
-    plain = Arrays(x=x, y=emulator.empty(x.shape), w=emulator.asarray(np.ones(3, np.float32)),
-                   bias=emulator.asarray(np.zeros(3, np.float32)))
+    plain = Arrays(
+        x=x,
+        y=emulator.empty(x.shape),
+        w=emulator.asarray(np.ones(3, np.float32)),
+        bias=emulator.asarray(np.zeros(3, np.float32)),
+    )
     emulator.log.clear()
     for variant in BATCHNORM.variants:
         with pytest.raises(TrackerError, match="batch norm needs the arrays mean, invstd"):
@@ -138,7 +164,8 @@ def test_a_3d_unet_batch_norm_runs_as_a_case(emulator):
     assert all(len(case.shapes["x"]) == 5 for case in cases)
     C = cases[0].shapes["x"][1]
     assert {role: shape for role, shape in BATCHNORM.arrays(cases[0]).items() if len(shape) == 1} == {
-        role: (C,) for role in ("w", "bias", "dw", "db", "mean", "invstd", "running_mean", "running_var")}
+        role: (C,) for role in ("w", "bias", "dw", "db", "mean", "invstd", "running_mean", "running_var")
+    }
     for variant in BATCHNORM.variants:
         results = run_case(emulator, cases[0], variant, seed=4)
         assert {(r.phase, r.output) for r in results} == OUTPUTS

@@ -34,8 +34,14 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1400,1000", "--allow-file-access-from-files"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--allow-file-access-from-files",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     yield driver
@@ -81,11 +87,27 @@ def _screenshot(driver, height: int, name: str) -> None:
         driver.set_window_size(1400, 1000)
 
 
-@pytest.mark.parametrize("make, figures", [(_model_run, {"runtime", "roofline", "efficiency", "memory"}),
-                                            (_h100_run, {"runtime", "roofline", "efficiency", "fp_instructions",
-                                                         "stalls", "alu_utilization", "cache_hit_rates", "traffic",
-                                                         "level_utilization"})],
-                         ids=["model-run", "h100-ncu-recording"])
+@pytest.mark.parametrize(
+    "make, figures",
+    [
+        (_model_run, {"runtime", "roofline", "efficiency", "memory"}),
+        (
+            _h100_run,
+            {
+                "runtime",
+                "roofline",
+                "efficiency",
+                "fp_instructions",
+                "stalls",
+                "alu_utilization",
+                "cache_hit_rates",
+                "traffic",
+                "level_utilization",
+            },
+        ),
+    ],
+    ids=["model-run", "h100-ncu-recording"],
+)
 @pytest.mark.slow  # starts Chromium
 def test_the_report_renders_in_a_real_browser(browser, tmp_path, make, figures):
     store, target = make(tmp_path)

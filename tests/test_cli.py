@@ -41,8 +41,19 @@ def test_version_and_top_level_help(runner):
 
 def test_model_json_has_per_layer_ops_in_paper_003_convention(runner):
     rows = json.loads(run(runner, "model", "alexnet", "--batch", 1, "--format", "json").output)
-    assert {"layer_id", "layer", "kind", "phase", "output_shape", "params", "macs", "ops", "bytes",
-            "intensity", "convention"} <= set(rows[0])
+    assert {
+        "layer_id",
+        "layer",
+        "kind",
+        "phase",
+        "output_shape",
+        "params",
+        "macs",
+        "ops",
+        "bytes",
+        "intensity",
+        "convention",
+    } <= set(rows[0])
     fwd = {r["layer"]: r for r in rows if r["phase"] == "fwd"}
     assert fwd["conv1"]["ops"] == 210_830_400 and fwd["conv1"]["output_shape"] == [96, 55, 55]
     assert fwd["fc6"]["ops"] == 75_497_472
@@ -91,8 +102,15 @@ def test_profile_runs_show_sql(runner, tmp_path):
     shown = json.loads(run(runner, "show", 1, "--db", db, "--format", "json").output)
     assert shown["run"]["network"] == "alexnet" and len(shown["layers"]) == 49 and shown["launches"] == []
     assert "analytic predictions" in run(runner, "show", "--db", db).output
-    got = run(runner, "sql", "SELECT layer, ops FROM layer_phase WHERE phase = 'fwd' AND layer = 'conv2'",
-              "--db", db, "--format", "csv").output
+    got = run(
+        runner,
+        "sql",
+        "SELECT layer, ops FROM layer_phase WHERE phase = 'fwd' AND layer = 'conv2'",
+        "--db",
+        db,
+        "--format",
+        "csv",
+    ).output
     assert got.splitlines() == ["layer,ops", f"conv2,{128 * 2 * 256 * 27 * 27 * 96 * 25}"]
 
 
@@ -136,33 +154,40 @@ def tracker_db(runner, tmp_path) -> Path:
     return db
 
 
-@pytest.mark.parametrize("args, words", [
-    (["model", "alexnett"], ["unknown network", "did you mean alexnet"]),
-    (["model", "alexnet", "--device", "h1000"], ["unknown device"]),
-    (["model", "alexnet", "--batch", 0], ["--batch"]),
-    (["model", "alexnet", "--batch", 10**9], ["--batch"]),
-    (["model", "alexnet", "--dtype-bits", 12], ["--dtype-bits"]),
-    (["model", "unet2d", "--conv-type", "fancy"], ["--conv-type"]),
-    (["model", "alexnet", "--depth", 3], ["alexnet does not take --depth"]),
-    (["model", "unet2d", "--input-size", 100], ["not divisible"]),
-    (["model", "alexnet", "--plot", "x.png"], ["--plot needs --device"]),
-    (["devices", "titan x"], ["ambiguous"]),
-    (["profile", "alexnet", "--backend", "events"], ["needs an NVIDIA GPU"]),
-    (["profile", "alexnet", "--backend", "ncu"], ["needs an NVIDIA GPU"]),
-    (["profile", "alexnet", "--variant", "turbo"], ["unknown variant"]),
-    (["profile", "alexnet", "--variant", "conv=warp"], ["unknown conv variant 'warp'"]),
-    (["profile", "alexnet", "--repeat", 2, "--counter-iterations", 3], ["--counter-iterations 3 exceeds --repeat 2"]),
-    (["profile", "alexnet", "--counter-iterations", 0], ["--counter-iterations"]),
-    (["sql", "SELEC 1"], ["SQL error"]),
-    (["sql", "DELETE FROM run"], ["read-only"]),
-    (["show", 99], ["no run 99"]),
-    (["show", "abc"], ["not a run id"]),
-    (["nosuchcommand"], ["No such command"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["model", "alexnett"], ["unknown network", "did you mean alexnet"]),
+        (["model", "alexnet", "--device", "h1000"], ["unknown device"]),
+        (["model", "alexnet", "--batch", 0], ["--batch"]),
+        (["model", "alexnet", "--batch", 10**9], ["--batch"]),
+        (["model", "alexnet", "--dtype-bits", 12], ["--dtype-bits"]),
+        (["model", "unet2d", "--conv-type", "fancy"], ["--conv-type"]),
+        (["model", "alexnet", "--depth", 3], ["alexnet does not take --depth"]),
+        (["model", "unet2d", "--input-size", 100], ["not divisible"]),
+        (["model", "alexnet", "--plot", "x.png"], ["--plot needs --device"]),
+        (["devices", "titan x"], ["ambiguous"]),
+        (["profile", "alexnet", "--backend", "events"], ["needs an NVIDIA GPU"]),
+        (["profile", "alexnet", "--backend", "ncu"], ["needs an NVIDIA GPU"]),
+        (["profile", "alexnet", "--variant", "turbo"], ["unknown variant"]),
+        (["profile", "alexnet", "--variant", "conv=warp"], ["unknown conv variant 'warp'"]),
+        (
+            ["profile", "alexnet", "--repeat", 2, "--counter-iterations", 3],
+            ["--counter-iterations 3 exceeds --repeat 2"],
+        ),
+        (["profile", "alexnet", "--counter-iterations", 0], ["--counter-iterations"]),
+        (["sql", "SELEC 1"], ["SQL error"]),
+        (["sql", "DELETE FROM run"], ["read-only"]),
+        (["show", 99], ["no run 99"]),
+        (["show", "abc"], ["not a run id"]),
+        (["nosuchcommand"], ["No such command"]),
+    ],
+)
 def test_bad_input_is_one_line_and_changes_nothing(runner, tracker_db, args, words):
     before = digest(tracker_db)
-    result = runner.invoke(cli, [str(a) for a in args] + (["--db", str(tracker_db)] if args[0] in
-                                                           ("profile", "sql", "show") else []))
+    result = runner.invoke(
+        cli, [str(a) for a in args] + (["--db", str(tracker_db)] if args[0] in ("profile", "sql", "show") else [])
+    )
     assert_one_line_error(result, *words)
     assert digest(tracker_db) == before
 
@@ -173,10 +198,13 @@ def test_profile_with_an_unavailable_backend_creates_no_database(runner, tmp_pat
     assert not (tmp_path / "t.db").exists()
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda p: p.write_text("hello, not a database\n" * 100), ["cannot open"]),
-    (lambda p: sqlite3.connect(p).execute("CREATE TABLE mine (x)").connection.close(), ["not a tracker"]),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: p.write_text("hello, not a database\n" * 100), ["cannot open"]),
+        (lambda p: sqlite3.connect(p).execute("CREATE TABLE mine (x)").connection.close(), ["not a tracker"]),
+    ],
+)
 @pytest.mark.parametrize("command", [["profile", "alexnet"], ["runs"], ["sql", "SELECT 1"]])
 def test_foreign_files_are_refused_untouched(runner, tmp_path, make, words, command):
     path = tmp_path / "other.db"
@@ -195,11 +223,14 @@ def test_newer_schema_is_refused(runner, tracker_db):
     assert digest(tracker_db) == before
 
 
-@pytest.mark.parametrize("target, words", [
-    ("{tmp}/no/such/dir/trace.db", ["does not exist"]),
-    ("postgresql://u@h:notaport/db", ["malformed database URL"]),
-    ("{tmp}/none.db", ["no trace database"]),
-])
+@pytest.mark.parametrize(
+    "target, words",
+    [
+        ("{tmp}/no/such/dir/trace.db", ["does not exist"]),
+        ("postgresql://u@h:notaport/db", ["malformed database URL"]),
+        ("{tmp}/none.db", ["no trace database"]),
+    ],
+)
 def test_bad_database_paths(runner, tmp_path, target, words):
     command = ["runs"] if "none.db" in target else ["profile", "alexnet"]
     result = runner.invoke(cli, command + ["--db", target.format(tmp=tmp_path)])
@@ -219,8 +250,12 @@ def test_installed_tracker_command(tmp_path):
     assert exe.exists(), "the tracker entry point is not installed (pip install -e .)"
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
     assert version.stdout.startswith("tracker, version")
-    out = subprocess.run([exe, "profile", "alexnet", "--batch", "128", "--db", str(tmp_path / "t.db")],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [exe, "profile", "alexnet", "--batch", "128", "--db", str(tmp_path / "t.db")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "backend: model" in out
     bad = subprocess.run([exe, "model", "nonet"], capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
@@ -232,32 +267,72 @@ HEAVY = ("sqlalchemy", "pandas", "matplotlib", "seaborn", "cupy", "numpy")
 @pytest.mark.parametrize("args", [["--help"], ["model", "alexnet", "--batch", "1"], ["networks"], ["devices"]])
 def test_fast_paths_import_nothing_heavy(args):
     """The CLI's cold start stays fast because these paths never import a heavy library."""
-    code = ("import sys\nfrom tracker.cli import cli\ntry:\n    cli.main(%r)\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in %r if m in sys.modules))" % (args, HEAVY))
+    code = (
+        f"import sys\nfrom tracker.cli import cli\ntry:\n    cli.main({args!r})\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
 
 
-@pytest.mark.parametrize("args", [["runs"], ["show", "1"], ["experiments"], ["experiments", "e1"],
-                                  ["sql", "SELECT id FROM run"]])
+@pytest.mark.parametrize(
+    "args", [["runs"], ["show", "1"], ["experiments"], ["experiments", "e1"], ["sql", "SELECT id FROM run"]]
+)
 def test_read_commands_import_nothing_heavy(args, tmp_path):
     """`runs`, `show`, `sql` and `experiments` read a SQLite store through sqlite3 alone: SQLAlchemy's
     import takes longer than the 0.3 s a read command may (they took 0.5-0.7 s; `experiments` 0.9-2.1 s
     when it imported pandas through tracker.analysis)."""
     db = str(tmp_path / "t.db")
-    done = subprocess.run([sys.executable, "-m", "tracker", "experiment", "batch", "alexnet", "--batches", "1,2",
-                           "--backend", "model", "--device", "h100", "--db", db], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tracker",
+            "experiment",
+            "batch",
+            "alexnet",
+            "--batches",
+            "1,2",
+            "--backend",
+            "model",
+            "--device",
+            "h100",
+            "--db",
+            db,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
-    code = ("import sys\nfrom tracker.cli import cli\ntry:\n    cli.main(%r)\nexcept SystemExit as e:\n"
-            "    assert not e.code, e.code\nprint(sorted(m for m in %r if m in sys.modules))" % (args + ["--db", db], HEAVY))
+    code = (
+        f"import sys\nfrom tracker.cli import cli\ntry:\n    cli.main({[*args, '--db', db]!r})\n"
+        "except SystemExit as e:\n"
+        f"    assert not e.code, e.code\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
 
 
 def test_profile_records_its_settings(runner, tmp_path):
     db = tmp_path / "t.db"
-    run(runner, "profile", "unet2d", "-b", 2, "--conv-type", "separable", "--phases", "fwd",
-        "--variant", "conv=fused,lrn=shared", "--l1-bypass", "--dtype-bits", 16, "--db", db)
+    run(
+        runner,
+        "profile",
+        "unet2d",
+        "-b",
+        2,
+        "--conv-type",
+        "separable",
+        "--phases",
+        "fwd",
+        "--variant",
+        "conv=fused,lrn=shared",
+        "--l1-bypass",
+        "--dtype-bits",
+        16,
+        "--db",
+        db,
+    )
     info = json.loads(run(runner, "show", "--db", db, "--format", "json").output)
     assert info["run"]["network_options"]["conv_type"] == "separable"
     assert info["run"]["variants"] == {"conv": "fused", "lrn": "shared"} and info["run"]["l1_bypass"] is True
@@ -320,11 +395,13 @@ def test_the_public_surface_loads_on_first_use():
     import subprocess
     import sys
 
-    code = ("import sys, tracker; assert not any(m in sys.modules for m in ('pandas', 'numpy', 'sqlalchemy')); "
-            "from tracker.analysis import runtime; "
-            "assert tracker.open_store.__module__ == 'tracker.store.db' and tracker.view.__module__ == 'tracker.analysis' "
-            "and tracker.analysis.runtime is runtime and callable(tracker.profile.profile); "
-            "assert sorted(tracker.__all__) == sorted(dir(tracker))")
+    code = (
+        "import sys, tracker; assert not any(m in sys.modules for m in ('pandas', 'numpy', 'sqlalchemy')); "
+        "from tracker.analysis import runtime; "
+        "assert tracker.open_store.__module__ == 'tracker.store.db' and tracker.view.__module__ == 'tracker.analysis' "
+        "and tracker.analysis.runtime is runtime and callable(tracker.profile.profile); "
+        "assert sorted(tracker.__all__) == sorted(dir(tracker))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
@@ -337,15 +414,32 @@ def test_a_batch_experiment_says_what_its_first_table_holds(runner, tmp_path):
     db = tmp_path / "t.db"
     out = run(runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model", "--db", db).output
     lines = out.splitlines()
-    default = "device: H100 SXM5 80GB, from the catalog (--device NAME predicts for another; `tracker devices` lists them)"
+    default = (
+        "device: H100 SXM5 80GB, from the catalog (--device NAME predicts for another; `tracker devices` lists them)"
+    )
     assert default in lines
     first = lines.index(next(line for line in lines if line.startswith("experiment e1 complete")))
     assert "the training step at each batch, in all and per image" in lines[first] and "speedup" not in out
     assert lines[first + 1].split() == ["batch", "step", "(time)", "per", "image", "(time)", "images/s", "ops", "bytes"]
-    assert [line.split()[0] for line in lines[first + 3:first + 5]] == ["1", "2"]
-    assert lines[first + 6:] == ["98 layer phase rows: --layers prints them"]
-    layers = json.loads(run(runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model", "--db",
-                            db, "--fresh", "--format", "json").stdout)
+    assert [line.split()[0] for line in lines[first + 3 : first + 5]] == ["1", "2"]
+    assert lines[first + 6 :] == ["98 layer phase rows: --layers prints them"]
+    layers = json.loads(
+        run(
+            runner,
+            "experiment",
+            "batch",
+            "alexnet",
+            "--batches",
+            "1,2",
+            "--backend",
+            "model",
+            "--db",
+            db,
+            "--fresh",
+            "--format",
+            "json",
+        ).stdout
+    )
     import pandas as pd
 
     from tracker.analysis.experiments import batch_totals
@@ -357,5 +451,9 @@ def test_a_batch_experiment_says_what_its_first_table_holds(runner, tmp_path):
         assert ops == sum(r["ops"] for r in layers if r["batch"] == batch) > 0
     profiled = run(runner, "profile", "alexnet", "--batch", "1", "--backend", "model", "--db", db).output
     assert default in profiled.splitlines()
-    assert "per layer phase" in run(runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model",
-                                    "--db", db, "--layers").output
+    assert (
+        "per layer phase"
+        in run(
+            runner, "experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model", "--db", db, "--layers"
+        ).output
+    )

@@ -22,8 +22,20 @@ from tracker.profilers import COLLECTORS, Options, find, for_device
 
 HERE = Path(__file__).parent
 K20C_KERNELS = [f"__kernel___forma_kernel__{i}__" for i in range(4)]
-K20C_MS = [7.922282, 7.943147, 7.954091, 7.950571, 7.924363, 7.942474, 7.948875, 7.951339, 7.924203, 7.939818,
-           7.950507, 7.946603]  # the trace's Duration column, launch by launch
+K20C_MS = [
+    7.922282,
+    7.943147,
+    7.954091,
+    7.950571,
+    7.924363,
+    7.942474,
+    7.948875,
+    7.951339,
+    7.924203,
+    7.939818,
+    7.950507,
+    7.946603,
+]  # the trace's Duration column, launch by launch
 FLOPS_K0 = 673384360  # flop_count_sp of forma_kernel__0__ in the metric sample
 
 
@@ -31,7 +43,7 @@ FLOPS_K0 = 673384360  # flop_count_sp of forma_kernel__0__ in the metric sample
 def nvprof(tmp_path, monkeypatch) -> Path:
     """The stand-in on $TRACKER_NVPROF; its calls are logged to the returned path."""
     exe = tmp_path / "nvprof"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {HERE / 'nvprof_stand_in.py'} \"$@\"\n")
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {HERE / "nvprof_stand_in.py"} "$@"\n')
     exe.chmod(0o755)
     log = tmp_path / "calls"
     monkeypatch.setenv("TRACKER_NVPROF", str(exe))
@@ -42,10 +54,25 @@ def nvprof(tmp_path, monkeypatch) -> Path:
 def k20c_launches(layers=("conv1", "relu1", "lrn1", "pool1")) -> list[LoggedLaunch]:
     """Pass 1's log as it would be for the recorded program: three iterations of four launches,
     timed as the trace timed them."""
-    return [LoggedLaunch(invocation=4 * repeat + i, layer_id=i + 1, layer=layers[i], phase="fwd", repeat=repeat,
-                   kernel_name=K20C_KERNELS[i], variant="global", l1_policy="ca", grid=(257, 257, 1),
-                   block=(32, 32, 1), shared_bytes=0, registers=16, time_ms=K20C_MS[4 * repeat + i])
-            for repeat in range(3) for i in range(4)]
+    return [
+        LoggedLaunch(
+            invocation=4 * repeat + i,
+            layer_id=i + 1,
+            layer=layers[i],
+            phase="fwd",
+            repeat=repeat,
+            kernel_name=K20C_KERNELS[i],
+            variant="global",
+            l1_policy="ca",
+            grid=(257, 257, 1),
+            block=(32, 32, 1),
+            shared_bytes=0,
+            registers=16,
+            time_ms=K20C_MS[4 * repeat + i],
+        )
+        for repeat in range(3)
+        for i in range(4)
+    ]
 
 
 K20C = Workload("alexnet", batch=1, repeat=3)  # the recorded program's three iterations, all profiled
@@ -68,7 +95,13 @@ def test_the_nvprof_collector_joins_the_k20c_trace_launch_by_launch(nvprof):
     assert counters.sources["stall_long_scoreboard"] == "stall_memory_dependency"  # what nvprof called it
     call = next(c for c in nvprof.read_text().splitlines() if "--log-file" in c)
     options, _, spec = call.partition(" -m tracker.profilers.child ")
-    assert options.split()[:5] == ["--profile-from-start", "off", "--print-gpu-trace", "--csv", "--normalized-time-unit"]
+    assert options.split()[:5] == [
+        "--profile-from-start",
+        "off",
+        "--print-gpu-trace",
+        "--csv",
+        "--normalized-time-unit",
+    ]
     assert json.loads(spec)["network"] == "alexnet"  # the child: the same workload as pass 1's
     metrics = options.split()[options.split().index("--metrics") + 1].split(",")
     assert len(metrics) == 10 and "stall_sync" in metrics and "stall_inst_fetch" not in metrics
@@ -78,19 +111,28 @@ def test_the_join_refuses_a_k20c_trace_that_is_not_pass_1s(nvprof):
     collector, workload = find("nvprof"), K20C
     launches = k20c_launches()
     swapped = launches[:5] + [launches[6], launches[5]] + launches[7:]
-    with pytest.raises(JoinError, match=r"^invocation 6 \(lrn1/fwd, __kernel___forma_kernel__2__\): pass 2 "
-                                        r"profiled kernel '__kernel___forma_kernel__1__"):
+    with pytest.raises(
+        JoinError,
+        match=r"^invocation 6 \(lrn1/fwd, __kernel___forma_kernel__2__\): pass 2 "
+        r"profiled kernel '__kernel___forma_kernel__1__",
+    ):
         collector.collect(workload, swapped, 3.5, lambda line: None)
     with pytest.raises(JoinError, match=r"pass 2 profiled 12 launches, pass 1 logged 8"):
         collector.collect(workload, launches[:8], 3.5, lambda line: None)
 
 
-@pytest.mark.parametrize("printed, error, message", [
-    ("==ERROR== The user does not have permission to profile on the target device. ERR_NVGPUCTRPERM",
-     BackendUnavailable, r"nvprof cannot read counters: the driver restricts"),
-    ("==ERROR== Invalid metric name: stall_sleeping", ProfilerFailed, r"^nvprof failed: Invalid metric name"),
-    ("Segmentation fault", ProfilerFailed, r"^nvprof exited with status 1: Segmentation fault$"),
-])
+@pytest.mark.parametrize(
+    "printed, error, message",
+    [
+        (
+            "==ERROR== The user does not have permission to profile on the target device. ERR_NVGPUCTRPERM",
+            BackendUnavailable,
+            r"nvprof cannot read counters: the driver restricts",
+        ),
+        ("==ERROR== Invalid metric name: stall_sleeping", ProfilerFailed, r"^nvprof failed: Invalid metric name"),
+        ("Segmentation fault", ProfilerFailed, r"^nvprof exited with status 1: Segmentation fault$"),
+    ],
+)
 def test_nvprof_failures_end_in_one_line(nvprof, monkeypatch, printed, error, message):
     monkeypatch.setenv("STAND_IN_FAIL", printed)
     with pytest.raises(error, match=message):
@@ -124,8 +166,11 @@ def test_auto_chooses_nvprof_before_volta_and_a_named_collector_must_fit_the_gpu
     assert choice.backend == "nvprof" and choice.collector is not None
     assert "compute capability 3.5, which Nsight Compute does not support" in choice.reason
     assert "nvprof 10.2.89 at" in choice.reason
-    with pytest.raises(BackendUnavailable, match=r"^ncu does not profile compute capability 3.5: use --backend "
-                                                 r"nvprof$"):
+    with pytest.raises(
+        BackendUnavailable,
+        match=r"^ncu does not profile compute capability 3.5: use --backend "
+        r"nvprof$",
+    ):
         tracker.profile.choose_backend("ncu")
     monkeypatch.setattr(detect, "compute_capability", lambda ordinal=0: 9.0)
     with pytest.raises(BackendUnavailable, match=r"nvprof does not profile compute capability 9.0: use --backend ncu"):
@@ -171,17 +216,24 @@ def test_tracker_profile_stores_an_nvprof_run_end_to_end(nvprof, kepler, k20c_pa
     assert result.backend == "nvprof" and k20c_pass1[0].steps and k20c_pass1[0].repeat == 3
     spec = child_spec(nvprof)
     assert spec["repeat"] == 1 and spec["steps"] == [list(step) for step in k20c_pass1[0].steps]
-    assert "pass 2 profiles the first of 3 measured iterations (4 launches; --counter-iterations N sets how many)" in said
+    assert (
+        "pass 2 profiles the first of 3 measured iterations (4 launches; --counter-iterations N sets how many)" in said
+    )
     store = open_store(db, write=False)
-    (backend, status, reason, iterations, version), = run_sql(
-        store, "SELECT backend, status, backend_reason, counter_iterations, collector_version FROM run")[1]
+    ((backend, status, reason, iterations, version),) = run_sql(
+        store, "SELECT backend, status, backend_reason, counter_iterations, collector_version FROM run"
+    )[1]
     assert (backend, status, iterations, version) == ("nvprof", "complete", 1, "10.2.89") and "nvprof 10.2.89" in reason
     sources = dict(run_sql(store, "SELECT name, source FROM metric_source")[1])
-    assert sources["fp32_flops"] == "flop_count_sp" and sources.keys() == {name for (name,) in run_sql(
-        store, "SELECT DISTINCT name FROM metric")[1]}  # nvprof's name of every metric the run holds
-    rows = run_sql(store, "SELECT k.invocation, l.name, m.value FROM metric m JOIN launch k USING (run_id, invocation) "
-                          "JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id "
-                          "WHERE m.name = 'fp32_flops' ORDER BY k.invocation")[1]
+    assert sources["fp32_flops"] == "flop_count_sp" and sources.keys() == {
+        name for (name,) in run_sql(store, "SELECT DISTINCT name FROM metric")[1]
+    }  # nvprof's name of every metric the run holds
+    rows = run_sql(
+        store,
+        "SELECT k.invocation, l.name, m.value FROM metric m JOIN launch k USING (run_id, invocation) "
+        "JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id "
+        "WHERE m.name = 'fp32_flops' ORDER BY k.invocation",
+    )[1]
     assert rows == [(0, "conv1", FLOPS_K0), (1, "relu1", 673384360), (2, "lrn1", 673384360), (3, "pool1", 673384360)]
     assert run_sql(store, "SELECT COUNT(*), SUM(time_ms) FROM launch")[1] == [(12, pytest.approx(sum(K20C_MS)))]
     assert run_sql(store, "SELECT DISTINCT repeats FROM layer_time")[1] == [(3,)]
@@ -206,8 +258,11 @@ def test_counter_iterations_are_checked_where_they_enter(tmp_path):
     from tracker.nets import build
 
     db = tmp_path / "t.db"
-    with pytest.raises(TrackerError, match=r"^--counter-iterations 4 exceeds --repeat 3: pass 2 collects counters "
-                                           r"from measured iterations of pass 1$"):
+    with pytest.raises(
+        TrackerError,
+        match=r"^--counter-iterations 4 exceeds --repeat 3: pass 2 collects counters "
+        r"from measured iterations of pass 1$",
+    ):
         tracker.profile.profile(str(db), build("alexnet"), 1, repeat=3, counter_iterations=4)
     for bad in (0, 1001, True, 1.5, "2"):
         with pytest.raises(TrackerError, match=r"^counter iterations .* is out of range 1\.\.1000$"):
@@ -221,8 +276,9 @@ def pass1_kept(db: str, status: str) -> tuple:
     from tracker.store import open_store, run_sql
 
     store = open_store(db, write=False)
-    (stored, error, iterations, device), = run_sql(store, "SELECT status, error, counter_iterations, device_name "
-                                                          "FROM run")[1]
+    ((stored, error, iterations, device),) = run_sql(
+        store, "SELECT status, error, counter_iterations, device_name FROM run"
+    )[1]
     assert (stored, iterations, device) == (status, None, "Tesla K20c")
     assert run_sql(store, "SELECT COUNT(*) FROM layer")[1] == [(21,)]
     assert run_sql(store, "SELECT invocation, time_ms FROM launch ORDER BY invocation")[1] == list(enumerate(K20C_MS))
@@ -230,8 +286,9 @@ def pass1_kept(db: str, status: str) -> tuple:
     return error, run_sql(store, "SELECT COUNT(*) FROM metric")[1][0][0]
 
 
-def test_a_sigterm_in_pass_2_keeps_pass_1_and_the_run_says_it_was_interrupted(nvprof, kepler, k20c_pass1, tmp_path,
-                                                                             monkeypatch, runner):
+def test_a_sigterm_in_pass_2_keeps_pass_1_and_the_run_says_it_was_interrupted(
+    nvprof, kepler, k20c_pass1, tmp_path, monkeypatch, runner
+):
     """H100, 2026-11-25 (7-profile-alexnet-b128-default-head.log): `timeout` ended `tracker
     profile` in pass 2 and the run kept no layer and no launch, though pass 1 had timed five
     iterations. Here the stand-in nvprof sends SIGTERM to tracker and profiles on: the run is
@@ -251,11 +308,13 @@ def test_a_sigterm_in_pass_2_keeps_pass_1_and_the_run_says_it_was_interrupted(nv
         tracker.profile.profile(db, build("alexnet"), 1, repeat=3, warmup=0)
     assert time.monotonic() - started < 30  # the stand-in would profile on for 60 s
     assert pass1_kept(db, "interrupted") == ("interrupted (Ctrl-C or SIGTERM)", 0)
-    kept = ("this run was interrupted (Ctrl-C or SIGTERM) before pass 2 (nvprof) stored its counters: pass 1's 12 "
-            "launches and their event times are kept, and it has no counters")
+    kept = (
+        "this run was interrupted (Ctrl-C or SIGTERM) before pass 2 (nvprof) stored its counters: pass 1's 12 "
+        "launches and their event times are kept, and it has no counters"
+    )
     show = runner.invoke(cli, ["show", "last", "--db", db])
     assert show.exit_code == 0 and f"\n{kept}\n" in show.output and "median (time)" in show.output
-    listed, = csv.DictReader(io.StringIO(runner.invoke(cli, ["runs", "--db", db, "--format", "csv"]).output))
+    (listed,) = csv.DictReader(io.StringIO(runner.invoke(cli, ["runs", "--db", db, "--format", "csv"]).output))
     assert (listed["status"], listed["launches"], listed["counter_iterations"]) == ("interrupted", "12", "")
     report = runner.invoke(cli, ["report", "last", "--db", db, "--out", str(tmp_path / "r")])
     assert report.exit_code == 0, report.output
@@ -278,9 +337,13 @@ def test_a_workload_is_checked_where_it_is_made_and_carries_its_plan(emulator):
     from tracker.gpu.network import PlanRunner, plan
     from tracker.nets import build
 
-    for bad, message in ((dict(batch=0), "batch 0 is out of range"), (dict(phases="up"), "phases"),
-                         (dict(variants={"conv": "nope"}), "nope"), (dict(repeat=0), "repeat 0 is out of range"),
-                         (dict(warmup=-1), "warmup -1 is out of range")):
+    for bad, message in (
+        (dict(batch=0), "batch 0 is out of range"),
+        (dict(phases="up"), "phases"),
+        (dict(variants={"conv": "nope"}), "nope"),
+        (dict(repeat=0), "repeat 0 is out of range"),
+        (dict(warmup=-1), "warmup -1 is out of range"),
+    ):
         with pytest.raises(TrackerError, match=message):
             Workload("alexnet", **{"batch": 1, **bad})
     net = build("alexnet")

@@ -48,5 +48,6 @@ def test_a_view_shares_its_device_memory(emulator):
 
 @pytest.mark.parametrize("source", [s for s in sources() if constant_bytes(s)])
 def test_the_constant_sizes_the_cupy_backend_checks_are_the_compilers(emulator, source):
-    assert {symbol: emulator.symbol_bytes(source, symbol) for symbol in constant_bytes(source)} == \
-        constant_bytes(source)
+    assert {symbol: emulator.symbol_bytes(source, symbol) for symbol in constant_bytes(source)} == constant_bytes(
+        source
+    )

@@ -44,7 +44,7 @@ class StandInSession:
 
     def stop(self) -> bool:
         self.count += 1
-        self.ran = self.b.log[self.first:]
+        self.ran = self.b.log[self.first :]
         return self.count == self.passes
 
     def ranges(self):
@@ -52,8 +52,10 @@ class StandInSession:
         ran = self.ran[:-1] if self.drop and self.ran else self.ran
         self.drop = self.drop and not self.ran
         first, self.numbered = self.numbered, self.numbered + len(ran)
-        return [(str(first + i), {"smsp__inst_executed.sum": 32.0, "gpu__time_duration.sum": 1000.0})
-                for i in range(len(ran))]
+        return [
+            (str(first + i), {"smsp__inst_executed.sum": 32.0, "gpu__time_duration.sum": 1000.0})
+            for i in range(len(ran))
+        ]
 
 
 @pytest.fixture
@@ -64,14 +66,18 @@ def pass1(emulator):
     net = tiny_net()
     workload = Workload.of(net, batch=2, repeat=2, warmup=0)
     workload = workload.planned(plan(net, workload.variants, workload.phases, 2), {})
-    launches, _ = measure(PlanRunner.of(emulator, workload), workload.repeat, workload.warmup, workload.l1_policy,
-                          lambda line: None)
+    launches, _ = measure(
+        PlanRunner.of(emulator, workload), workload.repeat, workload.warmup, workload.l1_policy, lambda line: None
+    )
     return counted(workload, launches, 1)
 
 
 def collector(emulator, **stand_in) -> CuptiCollector:
-    return CuptiCollector("libcupti 13.5 (a stand-in)", backend=lambda l1_policy: emulator,
-                          session=lambda metrics, most: StandInSession(emulator, metrics, most, **stand_in))
+    return CuptiCollector(
+        "libcupti 13.5 (a stand-in)",
+        backend=lambda l1_policy: emulator,
+        session=lambda metrics, most: StandInSession(emulator, metrics, most, **stand_in),
+    )
 
 
 def test_each_layer_phase_is_replayed_per_pass_and_its_ranges_join_pass_1s_launches(emulator, pass1):
@@ -81,8 +87,10 @@ def test_each_layer_phase_is_replayed_per_pass_and_its_ranges_join_pass_1s_launc
     assert len({r["invocation"] for r in counters.rows}) == len(launches) > 0
     assert {r["name"] for r in counters.rows} == {"instructions", "duration_ns"}  # ncu's names, the catalog's
     assert counters.sources == {"instructions": "smsp__inst_executed.sum", "duration_ns": "gpu__time_duration.sum"}
-    assert counters.run_fields == {"collector_version": "libcupti 13.5 (a stand-in)",
-                                   "collector_settings": {"range": "auto", "replay": "user", "passes": 3}}
+    assert counters.run_fields == {
+        "collector_version": "libcupti 13.5 (a stand-in)",
+        "collector_settings": {"range": "auto", "replay": "user", "passes": 3},
+    }
     assert counters.skipped and any("CUPTI does not know 1 catalog metrics" in line for line in said)
 
 
@@ -91,8 +99,11 @@ def test_a_layer_phase_with_a_range_short_of_pass_1s_launches_fails_the_join(emu
     workload, launches = pass1
     first = launches[0]
     count = sum(1 for k in launches if (k.range, k.repeat) == (first.range, 0))
-    with pytest.raises(JoinError, match=rf"^{first.range} \(iteration 1\): pass 1 launched {count} kernels, "
-                                        rf"CUPTI counted {count - 1} ranges$"):
+    with pytest.raises(
+        JoinError,
+        match=rf"^{first.range} \(iteration 1\): pass 1 launched {count} kernels, "
+        rf"CUPTI counted {count - 1} ranges$",
+    ):
         collector(emulator, drop=True).collect(workload, launches, 9.0, lambda line: None)
 
 
@@ -127,8 +138,9 @@ def test_the_session_asks_cupti_only_for_the_metric_types_it_defines(monkeypatch
 
     def struct(name, **values):
         asked.append((name, values.get("metricType")))
-        return SimpleNamespace(ppMetricNames=[f"metric{values.get('metricType')}".encode()], numMetrics=1,
-                               pHostObject=7)
+        return SimpleNamespace(
+            ppMetricNames=[f"metric{values.get('metricType')}".encode()], numMetrics=1, pHostObject=7
+        )
 
     monkeypatch.setattr(cupti_session, "_struct", struct)
     host = cupti_session.Host("GH100")

@@ -15,22 +15,34 @@ import pytest
 from tracker.errors import ProfilerFailed
 from tracker.profilers import cupti_range
 
-ENUMS = {"CUPTI_AutoRange": cupti_range.AUTO_RANGE, "CUPTI_UserRange": cupti_range.USER_RANGE,
-         "CUPTI_ApplicationReplay": cupti_range.APPLICATION_REPLAY, "CUPTI_KernelReplay": cupti_range.KERNEL_REPLAY,
-         "CUPTI_UserReplay": cupti_range.USER_REPLAY, "CUPTI_CACHE_CONTROL_MODE_NONE": cupti_range.CACHE_CONTROL_NONE,
-         "CUPTI_CACHE_CONTROL_MODE_ALL": cupti_range.CACHE_CONTROL_ALL,
-         "CUPTI_PROFILER_TYPE_RANGE_PROFILER": cupti_range.RANGE_PROFILER,
-         "CUPTI_METRIC_TYPE_COUNTER": cupti_range.COUNTER, "CUPTI_METRIC_TYPE_RATIO": cupti_range.RATIO,
-         "CUPTI_METRIC_TYPE_THROUGHPUT": cupti_range.THROUGHPUT}
+ENUMS = {
+    "CUPTI_AutoRange": cupti_range.AUTO_RANGE,
+    "CUPTI_UserRange": cupti_range.USER_RANGE,
+    "CUPTI_ApplicationReplay": cupti_range.APPLICATION_REPLAY,
+    "CUPTI_KernelReplay": cupti_range.KERNEL_REPLAY,
+    "CUPTI_UserReplay": cupti_range.USER_REPLAY,
+    "CUPTI_CACHE_CONTROL_MODE_NONE": cupti_range.CACHE_CONTROL_NONE,
+    "CUPTI_CACHE_CONTROL_MODE_ALL": cupti_range.CACHE_CONTROL_ALL,
+    "CUPTI_PROFILER_TYPE_RANGE_PROFILER": cupti_range.RANGE_PROFILER,
+    "CUPTI_METRIC_TYPE_COUNTER": cupti_range.COUNTER,
+    "CUPTI_METRIC_TYPE_RATIO": cupti_range.RATIO,
+    "CUPTI_METRIC_TYPE_THROUGHPUT": cupti_range.THROUGHPUT,
+}
 # Structs cut before fields later libcupti added (cupti_range.py): the field the struct stops
 # before, in nvidia-cuda-cupti 13.5.25's header (13.0.85's ends where ours does)
 CUT = {"CUpti_Profiler_Host_Initialize_Params": "pSinglePassMetricSetName"}
 
 
 def c_program() -> str:
-    lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <cupti_profiler_target.h>",
-             "#include <cupti_profiler_host.h>", "#include <cupti_range_profiler.h>", "#include <cupti_target.h>",
-             "int main(void) {"]
+    lines = [
+        "#include <stddef.h>",
+        "#include <stdio.h>",
+        "#include <cupti_profiler_target.h>",
+        "#include <cupti_profiler_host.h>",
+        "#include <cupti_range_profiler.h>",
+        "#include <cupti_target.h>",
+        "int main(void) {",
+    ]
     for name, struct in cupti_range.STRUCTS.items():
         last = struct._fields_[-1][0]
         lines.append(f'printf("{name} %zu %zu\\n", sizeof({name}), (size_t){name}_STRUCT_SIZE);')
@@ -38,8 +50,9 @@ def c_program() -> str:
         if name in CUT:
             lines.append(f'printf("{name}.{CUT[name]} %zu 0\\n", offsetof({name}, {CUT[name]}));')
         for field, _ in struct._fields_:
-            lines.append(f'printf("{name}.{field} %zu %zu\\n", offsetof({name}, {field}), '
-                         f'sizeof((({name}*)0)->{field}));')
+            lines.append(
+                f'printf("{name}.{field} %zu %zu\\n", offsetof({name}, {field}), sizeof((({name}*)0)->{field}));'
+            )
     lines += [f'printf("{enum} %d 0\\n", (int){enum});' for enum in ENUMS]
     return "\n".join([*lines, "return 0;", "}"])
 
@@ -55,8 +68,19 @@ def layout(tmp_path_factory) -> dict[str, tuple[int, int]]:
     assert (cupti / "cupti_range_profiler.h").exists(), cupti
     folder = tmp_path_factory.mktemp("cupti")
     (folder / "layout.c").write_text(c_program())
-    subprocess.run(["gcc", f"-I{cupti}", f"-I{find_nvidia_header_directory('cudart')}", str(folder / "layout.c"),
-                    "-o", str(folder / "layout")], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            "gcc",
+            f"-I{cupti}",
+            f"-I{find_nvidia_header_directory('cudart')}",
+            str(folder / "layout.c"),
+            "-o",
+            str(folder / "layout"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     out = subprocess.run([str(folder / "layout")], check=True, capture_output=True, text=True).stdout
     return {name: (int(a), int(b)) for name, a, b in (line.split() for line in out.splitlines())}
 
@@ -112,8 +136,16 @@ class FakeCupti:
         return lambda *args: self.code
 
 
-@pytest.mark.parametrize("code, words", [(14, "not compatible with the installed driver"), (35, "ERR_NVGPUCTRPERM"),
-                                         (27, "does not support this GPU"), (43, "MIG slice"), (46, "chip")])
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        (14, "not compatible with the installed driver"),
+        (35, "ERR_NVGPUCTRPERM"),
+        (27, "does not support this GPU"),
+        (43, "MIG slice"),
+        (46, "chip"),
+    ],
+)
 def test_what_rules_cupti_out_here_is_one_line_that_says_so(monkeypatch, code, words):
     """A driver older than CUPTI needs, restricted counters, an unsupported GPU: BackendUnavailable
     (what a collector falls back on), one line naming the call and what to do."""
@@ -131,8 +163,10 @@ def test_a_missing_libcupti_is_one_line(monkeypatch):
 
     cupti_range.library.cache_clear()
     monkeypatch.setattr(cupti_range, "wheel_libcupti", lambda: None)
-    monkeypatch.setattr("cuda.pathfinder.load_nvidia_dynamic_lib", lambda name: (_ for _ in ()).throw(
-        RuntimeError("Failure finding libcupti.so")))
+    monkeypatch.setattr(
+        "cuda.pathfinder.load_nvidia_dynamic_lib",
+        lambda name: (_ for _ in ()).throw(RuntimeError("Failure finding libcupti.so")),
+    )
     try:
         with pytest.raises(BackendUnavailable, match=r"^no usable libcupti \(RuntimeError: Failure finding") as missing:
             cupti_range.library()
@@ -145,8 +179,10 @@ def test_libcupti_and_its_nvperf_libraries_load_from_one_folder():
     """The pinned wheel's libcupti and the nvperf libraries it dlopens, from its own folder, in a
     process of its own: on an H200 another libcupti (PyTorch's) and another nvperf (the system
     toolkit's) answered first, and cupti-python's host calls failed (tests/data/gpu-2026-11-26c-h200)."""
-    probe = ("from tracker.profilers import cupti_range as c; c.library(); "
-             "print(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'cupti.so' in l or 'nvperf' in l}))")
+    probe = (
+        "from tracker.profilers import cupti_range as c; c.library(); "
+        "print(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'cupti.so' in l or 'nvperf' in l}))"
+    )
     loaded = eval(subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout)
     folder = cupti_range.wheel_libcupti().parent
     assert loaded == sorted(str(folder / name) for name in ("libcupti.so.13", *cupti_range.COMPANIONS))

@@ -10,11 +10,13 @@ from profiler_samples import read
 from tracker.errors import ParseError
 from tracker.profilers import ncu_csv, nvprof
 
-PARSED_SAMPLES = [(nvprof.parse_metrics, "nvprof-metrics-csv-k20c-stalls.csv"),
-                  (nvprof.parse_trace, "nvprof-gputrace-csv-k20c.csv"),
-                  (nvprof.parse_metrics_text, "nvprof-metrics-text-v100-kernel-excerpt.txt"),
-                  (ncu_csv.parse, "ncu-raw-h100-sm90-ncu2025.3-alexnet-b1.csv"),
-                  (ncu_csv.parse, "ncu-details-v100-ncu2020.1-nvtx-dram.csv")]
+PARSED_SAMPLES = [
+    (nvprof.parse_metrics, "nvprof-metrics-csv-k20c-stalls.csv"),
+    (nvprof.parse_trace, "nvprof-gputrace-csv-k20c.csv"),
+    (nvprof.parse_metrics_text, "nvprof-metrics-text-v100-kernel-excerpt.txt"),
+    (ncu_csv.parse, "ncu-raw-h100-sm90-ncu2025.3-alexnet-b1.csv"),
+    (ncu_csv.parse, "ncu-details-v100-ncu2020.1-nvtx-dram.csv"),
+]
 TOKENS = ["n/a", "nan", "NaN", "[ ]", "[]", "1e999", "-inf", "-", "", '"', "x" * 140_000, "High (", "12%%", "[ 1 n/a ]"]
 
 
@@ -25,10 +27,10 @@ def mutation(draw, text: str) -> str:
     lines = text.splitlines(keepends=True)
     kind = draw(st.sampled_from(["truncate", "flip", "swap", "delete", "cell"]))
     if kind == "truncate":
-        return text[:draw(st.integers(0, len(text)))]
+        return text[: draw(st.integers(0, len(text)))]
     if kind == "flip":
         at = draw(st.integers(0, len(text) - 1))
-        return text[:at] + chr(ord(text[at]) ^ (1 << draw(st.integers(0, 6)))) + text[at + 1:]
+        return text[:at] + chr(ord(text[at]) ^ (1 << draw(st.integers(0, 6)))) + text[at + 1 :]
     i, j = draw(st.integers(0, len(lines) - 1)), draw(st.integers(0, len(lines) - 1))
     if kind == "swap":
         lines[i], lines[j] = lines[j], lines[i]

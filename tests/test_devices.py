@@ -2,19 +2,34 @@
 
 import pytest
 
-from tracker.model.roofline import Roofs
-
 from tracker.errors import UnknownName
 from tracker.model.devices import CATALOG, SOURCES, lookup
+from tracker.model.roofline import Roofs
 
 
-@pytest.mark.parametrize("name, key", [
-    ("h100", "h100-sxm"), ("H100-SXM", "h100-sxm"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
-    ("NVIDIA H100 PCIe", "h100-pcie"), ("nvidia h200", "h200"), ("GeForce GTX 1080", "gtx1080"),
-    ("Tesla K40c", "k40"), ("Tesla K20c", "k20c"), ("k20", "k20c"), ("NVIDIA GeForce GTX TITAN X", "gtx-titan-x"), ("TITAN X (Pascal)", "titan-x-pascal"),
-    ("rtx 2060 super", "rtx2060-super"), ("MX230", "mx230"), ("940mx", "940mx"), ("v100", "v100"),
-    ("A100-SXM4-80GB", "a100"), ("l4", "l4"), ("RTX-4090", "rtx4090"),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("h100", "h100-sxm"),
+        ("H100-SXM", "h100-sxm"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("nvidia h200", "h200"),
+        ("GeForce GTX 1080", "gtx1080"),
+        ("Tesla K40c", "k40"),
+        ("Tesla K20c", "k20c"),
+        ("k20", "k20c"),
+        ("NVIDIA GeForce GTX TITAN X", "gtx-titan-x"),
+        ("TITAN X (Pascal)", "titan-x-pascal"),
+        ("rtx 2060 super", "rtx2060-super"),
+        ("MX230", "mx230"),
+        ("940mx", "940mx"),
+        ("v100", "v100"),
+        ("A100-SXM4-80GB", "a100"),
+        ("l4", "l4"),
+        ("RTX-4090", "rtx4090"),
+    ],
+)
 def test_lookup_forgives(name, key):
     assert lookup(name).key == key
 

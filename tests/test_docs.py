@@ -26,9 +26,20 @@ LINE_MAX_CHARS = 200
 # Words about the build environment, not the product (the build machine is not the user's
 # machine: "this machine" in a --help text means the user's, and is allowed there).
 ENVIRONMENT_WORDS = [
-    r"\blent\b", r"\blends?\b", r"\bborrow(ed|ing)?\b", r"\bsessions?\b", r"device tool",
-    r"\bcarried\b", r"\bcarry\s*\[", r"\.\./shared\b", r"(?<![\w.])/work\b",
-    r"\b\d+-core\b", r"machine, \d+ cores", r"\bstop \d+\b", r"\bissue \d+\b", r"farm-studio",
+    r"\blent\b",
+    r"\blends?\b",
+    r"\bborrow(ed|ing)?\b",
+    r"\bsessions?\b",
+    r"device tool",
+    r"\bcarried\b",
+    r"\bcarry\s*\[",
+    r"\.\./shared\b",
+    r"(?<![\w.])/work\b",
+    r"\b\d+-core\b",
+    r"machine, \d+ cores",
+    r"\bstop \d+\b",
+    r"\bissue \d+\b",
+    r"farm-studio",
 ]
 
 
@@ -111,8 +122,10 @@ def test_every_relative_link_lands(page):
 def test_the_readmes_test_command_is_what_ci_runs():
     ci_command = (ROOT / ".ci" / "run").read_text().splitlines()[-1]
     commands = re.findall(r"```sh\n(.*?)\n```", README.read_text(), re.DOTALL)
-    assert commands[:2] == ["python -m pip install -c constraints.txt -e . && tracker profile alexnet --batch 128",
-                            ci_command]
+    assert commands[:2] == [
+        "python -m pip install -c constraints.txt -e . && tracker profile alexnet --batch 128",
+        ci_command,
+    ]
 
 
 def test_every_extra_has_its_install_line_in_the_readme():

@@ -24,9 +24,13 @@ pytestmark = pytest.mark.slow
 
 def test_the_arms_are_the_registrys_algorithms_against_the_default():
     assert [(a.label, a.baseline, a.variants) for a in arms("algorithms", 8)] == [
-        ("direct (global)", False, {"conv": "global"}), ("implicit_gemm (shared)", True, {"conv": "shared"}),
-        ("gemm (gemm)", False, {"conv": "gemm"}), ("winograd_f2 (winograd)", False, {"conv": "winograd"}),
-        ("winograd_f4 (winograd_f4)", False, {"conv": "winograd_f4"}), ("fft (fft)", False, {"conv": "fft"})]
+        ("direct (global)", False, {"conv": "global"}),
+        ("implicit_gemm (shared)", True, {"conv": "shared"}),
+        ("gemm (gemm)", False, {"conv": "gemm"}),
+        ("winograd_f2 (winograd)", False, {"conv": "winograd"}),
+        ("winograd_f4 (winograd_f4)", False, {"conv": "winograd_f4"}),
+        ("fft (fft)", False, {"conv": "fft"}),
+    ]
 
 
 def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_path, emulated_events, monkeypatch):
@@ -34,19 +38,26 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     net = tiny_net()
 
     def library(workload, echo):  # the public trace's cuDNN kernels under our small net's ranges
-        launches, _ = kineto.launch_log(kineto.kernels(rehomed(kineto.load(TRACE), SMALL_NET_RANGES)), workload.net,
-                                        "torch")
+        launches, _ = kineto.launch_log(
+            kineto.kernels(rehomed(kineto.load(TRACE), SMALL_NET_RANGES)), workload.net, "torch"
+        )
         return Measured(launches, {"device_name": "CPU emulation (tests/emu)"}, 0)
 
     monkeypatch.setattr("tracker.library.torch_run.profile_events", library)
-    record = {"gpu": "CPU emulation (tests/emu)", "date": "2026-11-25", "file": "made-up.json", "variants": {
-        "conv/fwd/winograd": {"passed": True, "layers": {"conv2": {"ca": {"max": 3e-6, "mean": 1e-6}}}}}}
+    record = {
+        "gpu": "CPU emulation (tests/emu)",
+        "date": "2026-11-25",
+        "file": "made-up.json",
+        "variants": {"conv/fwd/winograd": {"passed": True, "layers": {"conv2": {"ca": {"max": 3e-6, "mean": 1e-6}}}}},
+    }
     monkeypatch.setattr("tracker.gpu.verified.records", lambda: [record])  # this 'GPU's selftest record
     monkeypatch.setattr("tracker.library.require_torch", lambda what="": None)
-    library_run = profile_workload(db, Workload.of(net, 1, repeat=2, warmup=0, implementation="torch"),
-                                   backend="events").run_id
-    best_run = profile_workload(db, Workload.of(net, 1, repeat=2, warmup=0, implementation="torch",
-                                                cudnn_benchmark=True), backend="events").run_id  # cuDNN's best, newer
+    library_run = profile_workload(
+        db, Workload.of(net, 1, repeat=2, warmup=0, implementation="torch"), backend="events"
+    ).run_id
+    best_run = profile_workload(
+        db, Workload.of(net, 1, repeat=2, warmup=0, implementation="torch", cudnn_benchmark=True), backend="events"
+    ).run_id  # cuDNN's best, newer
     experiment_id = run_experiment(db, "algorithms", net, 1, repeat=2, warmup=0)
     store = open_store(db, write=False)
     assert list(runs(store, experiment_id)["arm"]) == [a.label for a in arms("algorithms", 1)]
@@ -59,12 +70,19 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     f4 = row("winograd_f4 (winograd_f4)", "conv2", "fwd")  # the same kernels' tag, the model's larger tile
     assert f4.workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "winograd_f4").workspace
     assert f4.workspace_bytes_b != winograd.workspace_bytes_b
-    assert row("winograd_f2 (winograd)", "conv2", "bwd_weight").algorithm_b == "winograd_nonfused"  # F(3x3,2x2) on dy's 2x2 tiles
-    assert row("gemm (gemm)", "conv2", "fwd").workspace_bytes_b == 4 * conv_cost(net.layer("conv2"), "fwd", 1,
-                                                                                   "gemm").workspace
+    assert (
+        row("winograd_f2 (winograd)", "conv2", "bwd_weight").algorithm_b == "winograd_nonfused"
+    )  # F(3x3,2x2) on dy's 2x2 tiles
+    assert (
+        row("gemm (gemm)", "conv2", "fwd").workspace_bytes_b
+        == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "gemm").workspace
+    )
     assert row("direct (global)", "conv1", "fwd").workspace_bytes_b == 0
     assert (winograd.library_run, winograd.library_algorithm) == (library_run, "fft")  # cuDNN's conv2 in the trace
-    assert (winograd.library_best_run, winograd.library_best_algorithm) == (best_run, "fft")  # the heuristic's kept apart
+    assert (winograd.library_best_run, winograd.library_best_algorithm) == (
+        best_run,
+        "fft",
+    )  # the heuristic's kept apart
     assert set(frame.layer) <= {"conv1", "conv2", "iteration"}
     from tracker.report import report  # and its report, from the same store
 
@@ -77,8 +95,13 @@ def test_each_arm_says_what_ran_with_its_workspace_and_the_librarys_choice(tmp_p
     assert {"algorithm_time.png", "algorithm_workspace.png"} <= {f.name for f in (tmp_path / "out").iterdir()}
     long = per_algorithm(frame)
     conv2 = long[(long.layer == "conv2") & (long.phase == "fwd")].set_index("arm")
-    assert list(conv2.index) == ["implicit_gemm (shared)", *[a.label for a in arms("algorithms", 1) if not a.baseline],
-                                 "cuDNN (library run)", "cuDNN best (cudnn.benchmark)"]
-    assert conv2.loc["cuDNN (library run)", "ran"] == "fft" and conv2.loc["implicit_gemm (shared)", "workspace_bytes"] == 0
+    assert list(conv2.index) == [
+        "implicit_gemm (shared)",
+        *[a.label for a in arms("algorithms", 1) if not a.baseline],
+        "cuDNN (library run)",
+        "cuDNN best (cudnn.benchmark)",
+    ]
+    assert (
+        conv2.loc["cuDNN (library run)", "ran"] == "fft" and conv2.loc["implicit_gemm (shared)", "workspace_bytes"] == 0
+    )
     assert conv2.loc["fft (fft)", "workspace_bytes"] == 4 * conv_cost(net.layer("conv2"), "fwd", 1, "fft").workspace
-

@@ -22,8 +22,19 @@ from tracker.nets import build
 from tracker.store import experiment_ids, find_experiment, open_store
 from tracker.store.queries import arm_rows
 
-COMMAND = ["experiment", "batch", "alexnet", "--batches", "16,32", "--backend", "model", "--device", "h100",
-           "--format", "csv"]
+COMMAND = [
+    "experiment",
+    "batch",
+    "alexnet",
+    "--batches",
+    "16,32",
+    "--backend",
+    "model",
+    "--device",
+    "h100",
+    "--format",
+    "csv",
+]
 COMMANDS = 16
 APART_S = 0.2  # between one command's claim and the next: the last claims 3 s after the first
 
@@ -57,9 +68,13 @@ main()
 
 
 def start(db: str, go, after_s: float = 0.0, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", DRIVER, *COMMAND, "--db", db], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "CLAIM_GO": str(go), "CLAIM_AFTER_S": str(after_s), **env})
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, *COMMAND, "--db", db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "CLAIM_GO": str(go), "CLAIM_AFTER_S": str(after_s), **env},
+    )
 
 
 def together(db: str, go) -> list[tuple[int, str]]:
@@ -106,8 +121,13 @@ def test_identical_commands_started_together_make_one_experiment(db, tmp_path):
 
 @pytest.mark.slow
 def test_identical_commands_beside_a_finished_experiment_make_one_new_one(db, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "tracker", *COMMAND, "--db", db], capture_output=True, text=True,
-                          check=False, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "tracker", *COMMAND, "--db", db],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert_one_experiment(db, together(db, tmp_path / "go"), before=[1])
 

@@ -21,8 +21,8 @@ from tracker.analysis import experiments, runtime, speedup
 from tracker.errors import Mismatch, TrackerError
 from tracker.experiment import arms, run_experiment
 from tracker.gpu.runner import Measured
-from tracker.profile import Choice
 from tracker.ops import OPS
+from tracker.profile import Choice
 from tracker.store import launch_rows, open_store
 
 
@@ -32,16 +32,22 @@ def test_l1_bypass_pairs_every_variant_and_computes_speedups(tmp_path, emulated_
     experiment_id = run_experiment(db, "l1-bypass", tiny_net(), 1, repeat=2, warmup=0)
     store = open_store(db, write=False)
     table = experiments.runs(store, experiment_id)
-    staged = [name for name in OPS.variant_names() if any(  # where ca copies with cp.async what cg stages
-        launch.tunable for op in OPS if name in op.variants for launch in op.variants[name].launches.values())]
+    staged = [
+        name
+        for name in OPS.variant_names()
+        if any(  # where ca copies with cp.async what cg stages
+            launch.tunable for op in OPS if name in op.variants for launch in op.variants[name].launches.values()
+        )
+    ]
     assert staged == ["shared", "gemm", "fused", "winograd", "winograd_f4", "winograd_fused", "fft"]
     assert list(table.arm) == [a.label for a in arms("l1-bypass", 1)]
     assert len(table) == 2 * len(OPS.variant_names()) + len(staged)
     assert table.groupby("comparison")["baseline"].sum().eq(1).all()
     assert set(table[table.arm == "shared ca staged"].loaders) == {"staged"}
     assert list(table.loaders[:3]) == ["async", "staged", "async"]  # global ca, global cg, constant ca
-    assert {row["l1_policy"] for row in launch_rows(store, int(table[table.arm == "shared ca staged"].run_id.iloc[0]))} \
-        == {"ca-staged"}
+    assert {
+        row["l1_policy"] for row in launch_rows(store, int(table[table.arm == "shared ca staged"].run_id.iloc[0]))
+    } == {"ca-staged"}
     result = experiments.results(store, experiment_id, "l1-bypass")
     cg = result[(result.arm == "shared cg") & (result.layer == "conv1") & (result.phase == "fwd")].iloc[0]
     staged = result[(result.arm == "shared ca staged") & (result.layer == "conv1") & (result.phase == "fwd")].iloc[0]
@@ -58,8 +64,9 @@ def test_l1_bypass_pairs_every_variant_and_computes_speedups(tmp_path, emulated_
     for row in launch_rows(store, int(table.run_id[4])):  # shared ca, from the launch table itself
         per_repeat[row["repeat"]] = per_repeat.get(row["repeat"], 0) + row["time_ms"]
     assert whole.a_ms == pytest.approx(statistics.median(per_repeat.values()))
-    assert whole.spread_pct_a == pytest.approx(100 * (max(per_repeat.values()) - min(per_repeat.values()))
-                                               / statistics.median(per_repeat.values()))
+    assert whole.spread_pct_a == pytest.approx(
+        100 * (max(per_repeat.values()) - min(per_repeat.values())) / statistics.median(per_repeat.values())
+    )
 
 
 def test_fusion_pairs_each_relu_with_its_producer(db, emulated_events):
@@ -151,8 +158,9 @@ def test_an_interrupted_experiment_keeps_its_finished_runs_and_is_marked(tmp_pat
     assert experiments.speedups(store, 1).empty  # nothing complete to compare the baseline with
 
 
-def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chosen(tmp_path, emulated_events,
-                                                                                  monkeypatch):
+def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chosen(
+    tmp_path, emulated_events, monkeypatch
+):
     """--backend auto picks ncu where it is found; counters restricted to administrators then fall
     back to events, for profile and for every arm of an experiment (the first arm finds out, the
     rest follow it). --backend ncu, asked for by name, fails instead."""
@@ -214,15 +222,22 @@ def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emu
         assert session.get(Run, tuned).tiles == {"conv1/fwd": "64x64x8/split2"}
         assert session.get(Run, untuned).tiles == {}
     conv1 = net.layers[0].id
-    threads = {run: {(row["kernel_name"], row["block_x"]) for row in launch_rows(store, run)
-                     if (row["layer_id"], row["phase"]) == (conv1, "fwd")} for run in (tuned, untuned)}
+    threads = {
+        run: {
+            (row["kernel_name"], row["block_x"])
+            for row in launch_rows(store, run)
+            if (row["layer_id"], row["phase"]) == (conv1, "fwd")
+        }
+        for run in (tuned, untuned)
+    }
     store.dispose()
-    assert threads == {tuned: {("conv2d_fwd_implicit", 64), ("splitk_reduce", 256)},
-                       untuned: {("conv2d_fwd_implicit", 256)}}
+    assert threads == {
+        tuned: {("conv2d_fwd_implicit", 64), ("splitk_reduce", 256)},
+        untuned: {("conv2d_fwd_implicit", 256)},
+    }
 
 
-def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, emulator, emulated_events,
-                                                                        monkeypatch):
+def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, emulator, emulated_events, monkeypatch):
     """Issue 48 item 4: where `tracker tune` stored a faster verified variant for a layer phase
     (here Winograd at conv1's forward, the search's own rows, verified on the emulation, with
     made-up times: the emulation's wall-clock says nothing of a GPU), the profile runs it there,
@@ -235,8 +250,16 @@ def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, 
     gpu, net, db = "CPU emulation (tests/emu)", tiny_net(), str(tmp_path / "trace.db")
     monkeypatch.setattr(detect, "device_name", lambda: gpu)
     raced = [t for t in tune.targets(net, 1, {}) if (t.layer, t.phase) == ("conv1", "fwd")]
-    assert [t.variant for t in raced] == ["shared", "global", "constant", "gemm", "winograd", "winograd_f4",
-                                          "winograd_fused", "fft"]
+    assert [t.variant for t in raced] == [
+        "shared",
+        "global",
+        "constant",
+        "gemm",
+        "winograd",
+        "winograd_f4",
+        "winograd_fused",
+        "fft",
+    ]
     raced = [t for t in raced if t.variant in ("shared", "winograd")]
     rows = tune.search(emulator, raced, (DEFAULT,), 1, gpu, refine=False)
     assert [(r["variant"], r["verified"]) for r in rows] == [("shared", True), ("winograd", True)]
@@ -247,18 +270,27 @@ def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, 
     said: list[str] = []
     tuned = tracker.profile.profile(db, net, 1, backend="events", repeat=1, warmup=0, echo=said.append).run_id
     untuned = tracker.profile.profile(db, net, 1, backend="events", repeat=1, warmup=0, untuned=True).run_id
-    assert "tuned variants for CPU emulation (tests/emu) (1 layer phases; --untuned runs the plan's): " \
-           "conv1/fwd winograd" in said
+    assert (
+        "tuned variants for CPU emulation (tests/emu) (1 layer phases; --untuned runs the plan's): "
+        "conv1/fwd winograd" in said
+    )
     store = open_store(db, write=False)
     with store.session() as session:
-        assert [(session.get(Run, r).tuned_variants, session.get(Run, r).tiles) for r in (tuned, untuned)] == \
-            [({"conv1/fwd": "winograd"}, {}), ({}, {})]
+        assert [(session.get(Run, r).tuned_variants, session.get(Run, r).tiles) for r in (tuned, untuned)] == [
+            ({"conv1/fwd": "winograd"}, {}),
+            ({}, {}),
+        ]
     conv1 = net.layers[0].id
-    ran = {run: {(row["phase"], row["variant"]) for row in launch_rows(store, run) if row["layer_id"] == conv1}
-           for run in (tuned, untuned)}
-    kernels = {row["kernel_name"] for row in launch_rows(store, tuned)
-               if (row["layer_id"], row["phase"]) == (conv1, "fwd")}
+    ran = {
+        run: {(row["phase"], row["variant"]) for row in launch_rows(store, run) if row["layer_id"] == conv1}
+        for run in (tuned, untuned)
+    }
+    kernels = {
+        row["kernel_name"] for row in launch_rows(store, tuned) if (row["layer_id"], row["phase"]) == (conv1, "fwd")
+    }
     store.dispose()
-    assert ran == {tuned: {("fwd", "winograd"), ("bwd_weight", "shared")},
-                   untuned: {("fwd", "shared"), ("bwd_weight", "shared")}}
+    assert ran == {
+        tuned: {("fwd", "winograd"), ("bwd_weight", "shared")},
+        untuned: {("fwd", "shared"), ("bwd_weight", "shared")},
+    }
     assert {"winograd_input_a4", "gemm_nn_batched", "winograd_output_a4"} <= kernels

@@ -32,9 +32,13 @@ def test_the_table_names_every_extra_a_user_installs():
 def test_no_message_spells_out_its_own_install_line():
     """Every 'pip install' in tracker/ is tracker.extras' one line: a hint that lists packages
     (NVRTC without cuobjdump and nvdisasm) cannot come back."""
-    spelled = [f"{path.relative_to(ROOT)}:{number}"
-               for path in (ROOT / "tracker").rglob("*.py") if path.name != "extras.py"
-               for number, line in enumerate(path.read_text().splitlines(), 1) if "pip install" in line]
+    spelled = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in (ROOT / "tracker").rglob("*.py")
+        if path.name != "extras.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "pip install" in line
+    ]
     assert spelled == []
 
 
@@ -65,8 +69,7 @@ def test_the_gpu_hint_names_the_gpu_extra(monkeypatch):
     monkeypatch.setattr(detect, "cuda_devices", lambda: (1, "1 GPU"))
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cupy" else real(name, *a))
-    assert _raises(lambda: profile.require_gpu("--backend events")) == \
-        f"--backend events needs CuPy: {install('gpu')}"
+    assert _raises(lambda: profile.require_gpu("--backend events")) == f"--backend events needs CuPy: {install('gpu')}"
 
 
 def test_the_torch_parquet_and_postgres_hints_name_their_extras(monkeypatch, tmp_path):
@@ -75,13 +78,18 @@ def test_the_torch_parquet_and_postgres_hints_name_their_extras(monkeypatch, tmp
     from tracker.store import open_store
 
     monkeypatch.setitem(sys.modules, "torch", None)
-    assert _raises(lambda: require_torch("--torch")).endswith(f"needs PyTorch, which is not installed: {install('torch')}")
+    assert _raises(lambda: require_torch("--torch")).endswith(
+        f"needs PyTorch, which is not installed: {install('torch')}"
+    )
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    assert _raises(lambda: export(None, 1, tmp_path, "parquet")) == \
-        f"parquet needs pyarrow: {install('parquet')} (or --format csv)"
+    assert (
+        _raises(lambda: export(None, 1, tmp_path, "parquet"))
+        == f"parquet needs pyarrow: {install('parquet')} (or --format csv)"
+    )
     monkeypatch.setitem(sys.modules, "psycopg", None)
     assert _raises(lambda: open_store("postgresql://u@localhost/traces", write=False)).endswith(
-        f"(for PostgreSQL: {install('postgres')})")
+        f"(for PostgreSQL: {install('postgres')})"
+    )
 
 
 HIDE_TORCH = "import sys\nsys.modules['torch'] = None  # import torch fails, find_spec('torch') is None\n"
@@ -90,8 +98,15 @@ HIDE_TORCH = "import sys\nsys.modules['torch'] = None  # import torch fails, fin
 def _tracker(args: list[str], cwd: Path, hidden: Path) -> subprocess.CompletedProcess:
     """The tracker command in a process where PyTorch cannot be imported (a sitecustomize hides it)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "tracker", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          check=False, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tracker", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -101,8 +116,9 @@ def test_the_model_backend_predicts_a_torch_arm_without_pytorch(tmp_path):
     hidden = tmp_path / "hide"
     hidden.mkdir()
     (hidden / "sitecustomize.py").write_text(HIDE_TORCH)
-    done = _tracker(["experiment", "memory", "alexnet", "--batch", "16", "--backend", "model", "--format", "csv"],
-                    tmp_path, hidden)
+    done = _tracker(
+        ["experiment", "memory", "alexnet", "--batch", "16", "--backend", "model", "--format", "csv"], tmp_path, hidden
+    )
     assert done.returncode == 0, done.stderr
     rows = [line.split(",") for line in done.stdout.splitlines()]
     peak = rows[0].index("predicted_peak_bytes")
@@ -121,12 +137,26 @@ def test_the_notebooks_extra_runs_a_notebook_with_jupyter(tmp_path):
     jupyter = Path(sys.executable).parent / "jupyter"
     assert jupyter.exists(), f"no jupyter beside {sys.executable}: {install('notebooks')}"
     db = recording(B16, tmp_path)
-    env = {**os.environ, "TRACKER_DB": db, "IPYTHONDIR": str(tmp_path / "ipython"),
-           "JUPYTER_PLATFORM_DIRS": "1"}
+    env = {**os.environ, "TRACKER_DB": db, "IPYTHONDIR": str(tmp_path / "ipython"), "JUPYTER_PLATFORM_DIRS": "1"}
     env.pop("TRACKER_RUN", None)
-    done = subprocess.run([str(jupyter), "nbconvert", "--to", "notebook", "--execute", "--output-dir", str(tmp_path),
-                           str(ROOT / "notebooks" / "overview.ipynb")], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, check=False, timeout=600)
+    done = subprocess.run(
+        [
+            str(jupyter),
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--output-dir",
+            str(tmp_path),
+            str(ROOT / "notebooks" / "overview.ipynb"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     ran = (tmp_path / "overview.ipynb").read_text()
     assert '"output_type": "error"' not in ran and re.search(r'"image/png": "iVBORw0KGgo', ran)

@@ -28,11 +28,16 @@ def test_fft_runs_stride_1_layers_in_one_tile_an_image_and_leaves_the_rest_to_th
     results, launched = kernels(emulator, case)
     assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
     frequencies = 16 * 9  # 7 outputs + 2 of overhang: 16-point tiles, half spectrum 16 x 9
-    fwd = launched[:launched.index("fft_output_n16") + 1]
-    assert fwd == ["fft_filter_n16", "fft_input_n16", "gemm_nn_batched", "fft_output_n16"]  # every frequency, one launch
+    fwd = launched[: launched.index("fft_output_n16") + 1]
+    assert fwd == [
+        "fft_filter_n16",
+        "fft_input_n16",
+        "gemm_nn_batched",
+        "fft_output_n16",
+    ]  # every frequency, one launch
     assert [k.grid[1:] for k in emulator.log if k.kernel.endswith("_batched")] == [(frequencies, 1)] * 3
     assert launched.count("fft_output_n16") == 3  # forward, data gradient, weight gradient
-    wgrad = launched[launched.index("gemm_nt_batched") - 2:]  # dy's tiles (7 outputs in 14-wide steps: one an image)
+    wgrad = launched[launched.index("gemm_nt_batched") - 2 :]  # dy's tiles (7 outputs in 14-wide steps: one an image)
     assert wgrad == ["fft_input_n16"] * 2 + ["gemm_nt_batched", "fft_output_n16", "bias_grad"]
     assert not any(k.startswith("conv2d_") for k in launched)
     strided = Case("conv", "s2", {"x": (1, 3, 9, 9), "w": (4, 3, 3, 3)}, {"stride": 2, "pad": 1})
@@ -65,10 +70,13 @@ def test_a_plane_wider_than_a_tile_is_cut_into_overlapping_tiles(emulator):
     assert [k.grid[1] for k in emulator.log if k.kernel.endswith("_batched")] == [32 * 17] * 3
 
 
-@pytest.mark.parametrize("x, w, pad", [
-    ((1, 64, 13, 13), (16, 64, 3, 3), 1),  # AlexNet's conv3-5 plane: 16-point tiles
-    ((1, 32, 27, 27), (8, 32, 5, 5), 2),  # conv2's: 32-point tiles
-])
+@pytest.mark.parametrize(
+    "x, w, pad",
+    [
+        ((1, 64, 13, 13), (16, 64, 3, 3), 1),  # AlexNet's conv3-5 plane: 16-point tiles
+        ((1, 32, 27, 27), (8, 32, 5, 5), 2),  # conv2's: 32-point tiles
+    ],
+)
 def test_its_error_stays_near_the_implicit_gemms_at_a_deep_contraction(emulator, x, w, pad):
     case = Case("conv", "deep", {"x": x, "w": w}, {"stride": 1, "pad": pad})
     fft = {(r.phase, r.output): r for r in run_case(emulator, case, "fft")}

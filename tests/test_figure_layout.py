@@ -6,7 +6,6 @@ by tests/figure_layout.py."""
 from __future__ import annotations
 
 import pytest
-
 from figure_layout import problems
 from recorded import B16, CORE_EXPERIMENTS, recording
 
@@ -19,8 +18,12 @@ def test_nothing_in_a_figure_covers_what_it_shows(name, targets, tmp_path):
     from tracker.store import open_store
 
     store = open_store(recording(name, tmp_path), write=False)
-    drawn = {(target, s.key): problems(s.figure) for target in targets for s in build(store, target).sections
-             if s.figure is not None}
+    drawn = {
+        (target, s.key): problems(s.figure)
+        for target in targets
+        for s in build(store, target).sections
+        if s.figure is not None
+    }
     assert drawn
     assert {key: found for key, found in drawn.items() if found} == {}
 

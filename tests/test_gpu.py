@@ -45,8 +45,12 @@ counters = pytest.mark.counters
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_MODEL = "torch_models:residual_cnn"  # tests/torch_models.py: 8 layers, conv, batchnorm, one ReLU called 3 times
-ENV = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1",  # tests/ on the path: USER_MODEL imports
-       "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+ENV = {
+    **os.environ,
+    "MPLBACKEND": "Agg",
+    "PYTHONUNBUFFERED": "1",  # tests/ on the path: USER_MODEL imports
+    "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH")) if p),
+}
 
 
 def tracker(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -75,6 +79,7 @@ def needs_torch() -> None:
 
 
 # What a stored run must hold -------------------------------------------------------------------
+
 
 def planned(store, run: dict) -> dict[tuple[str, str], str]:
     """(layer, phase) -> kind of every layer phase the run should launch: each predicted one, less
@@ -123,12 +128,15 @@ def check_counters(store, run_id: int, expected: set[str]) -> None:
         values[(row["invocation"], row["name"])] = row["value"]
     invocations = [k["invocation"] for k in launch_rows(store, run_id) if not is_transfer(k["kernel_name"])]
     assert sorted(held) == invocations
-    assert all(names == expected for names in held.values()), {i: expected ^ n for i, n in held.items() if n != expected}
+    assert all(names == expected for names in held.values()), {
+        i: expected ^ n for i, n in held.items() if n != expected
+    }
     if "duration_ns" in expected:  # ncu's own time of each launch
         assert all((values[(i, "duration_ns")] or 0) > 0 for i in invocations)
 
 
 # Selftest: every variant against the reference ------------------------------------------------
+
 
 def test_selftest_passes_every_variant():  # 58 s on an H200 with an empty kernel cache, compiling as it goes
     """Every variant at AlexNet's shapes, L1 cached; each one's L1-bypassing build is checked on the
@@ -141,7 +149,8 @@ def test_selftest_passes_every_variant():  # 58 s on an H200 with an empty kerne
     results, _ = selftest(cases, ("ca",), lambda line: None)
     rows = summarize(results)
     assert {(r["l1"], r["layer"], r["variant"]) for r in rows} == {
-        ("ca", case.layer, variant) for case in cases for variant in OPS[case.op].variants}
+        ("ca", case.layer, variant) for case in cases for variant in OPS[case.op].variants
+    }
     failed = [r for r in rows if not r["passed"]]
     assert not failed, failed
 
@@ -153,7 +162,8 @@ def test_selftest_of_the_small_cases_through_the_cli():
     done = tracker("selftest", "--shapes", "small", "--l1", "both", "--format", "json")
     rows = json.loads(done.stdout)
     assert {(r["l1"], r["op"], r["variant"]) for r in rows} == {
-        (l1, case.op, variant) for l1 in ("ca", "cg") for case in small_cases() for variant in OPS[case.op].variants}
+        (l1, case.op, variant) for l1 in ("ca", "cg") for case in small_cases() for variant in OPS[case.op].variants
+    }
     assert all(r["passed"] and r["error"] is not None for r in rows), [r for r in rows if not r["passed"]]
     assert f"{len(rows)} passed, 0 failed on " in done.stderr
 
@@ -171,14 +181,18 @@ def test_selftest_of_pytorchs_layer_phases_on_the_gpu():  # about 15 s, most of 
     softmax = {"fwd": ("p",), "bwd_data": ("dx", "loss")}
     cases = tuple(network_cases(build("alexnet"), 2))
     assert {(r["layer"], r["phase"], r["output"]) for r in rows} == {
-        (case.layer, phase, output) for case in cases for phase in OPS[case.op].phases
-        for output in (softmax if case.op == "softmax" else named)[phase]}
+        (case.layer, phase, output)
+        for case in cases
+        for phase in OPS[case.op].phases
+        for output in (softmax if case.op == "softmax" else named)[phase]
+    }
     assert all(r["variant"] == "torch" and r["error"] is not None for r in rows), rows
     assert all(r["passed"] for r in rows), [r for r in rows if not r["passed"]]
     assert f"{len(rows)} passed, 0 failed on NVIDIA " in done.stderr  # PyTorch ran it on the GPU, not the CPU
 
 
 # Profiles: ours, the library arm and a user's model, on events and under ncu ------------------
+
 
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory) -> str:
@@ -193,8 +207,10 @@ def ncu() -> str:
 
     path = find()
     if path is None:
-        pytest.skip("Nsight Compute (ncu) is not on PATH, in $TRACKER_NCU or under /usr/local/cuda: "
-                    "the ncu backend cannot run here")
+        pytest.skip(
+            "Nsight Compute (ncu) is not on PATH, in $TRACKER_NCU or under /usr/local/cuda: "
+            "the ncu backend cannot run here"
+        )
     return path
 
 
@@ -213,27 +229,41 @@ def ncu_counters(ncu) -> set[str]:
 
 @pytest.fixture(scope="module")
 def ours_events(profiles, tmp_path_factory) -> int:
-    return once(tmp_path_factory, "ours_events",
-                lambda: profiled(profiles, "alexnet", "--batch", "2", "--backend", "events", "--repeat", "2"))
+    return once(
+        tmp_path_factory,
+        "ours_events",
+        lambda: profiled(profiles, "alexnet", "--batch", "2", "--backend", "events", "--repeat", "2"),
+    )
 
 
 @pytest.fixture(scope="module")
 def ours_ncu(profiles, ncu, tmp_path_factory) -> int:  # 74.5 s on an H200: 18 replay passes of each of ~70 launches
-    return once(tmp_path_factory, "ours_ncu",
-                lambda: profiled(profiles, "alexnet", "--batch", "1", "--backend", "ncu", "--repeat", "1"))
+    return once(
+        tmp_path_factory,
+        "ours_ncu",
+        lambda: profiled(profiles, "alexnet", "--batch", "1", "--backend", "ncu", "--repeat", "1"),
+    )
 
 
 @pytest.fixture(scope="module")
 def ours_cupti(profiles, tmp_path_factory) -> int:  # issue 47: every layer phase replayed per pass in this process
-    return once(tmp_path_factory, "ours_cupti",
-                lambda: profiled(profiles, "alexnet", "--batch", "1", "--backend", "cupti", "--repeat", "1"))
+    return once(
+        tmp_path_factory,
+        "ours_cupti",
+        lambda: profiled(profiles, "alexnet", "--batch", "1", "--backend", "cupti", "--repeat", "1"),
+    )
 
 
 @pytest.fixture(scope="module")
 def torch_events(profiles, tmp_path_factory) -> int:
     needs_torch()
-    return once(tmp_path_factory, "torch_events", lambda: profiled(
-        profiles, "alexnet", "--batch", "2", "--impl", "torch", "--backend", "events", "--repeat", "2"))
+    return once(
+        tmp_path_factory,
+        "torch_events",
+        lambda: profiled(
+            profiles, "alexnet", "--batch", "2", "--impl", "torch", "--backend", "events", "--repeat", "2"
+        ),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -241,22 +271,44 @@ def torch_ncu(profiles, ncu, tmp_path_factory) -> int:  # 49.1 s on an H200
     """The forward only: about 30 of the step's 140 library launches (the backward's kernels are
     joined in user_ncu); the first library join that failed on a GPU was conv1's forward."""
     needs_torch()
-    return once(tmp_path_factory, "torch_ncu", lambda: profiled(
-        profiles, "alexnet", "--batch", "1", "--impl", "torch", "--phases", "fwd", "--backend", "ncu", "--repeat", "1"))
+    return once(
+        tmp_path_factory,
+        "torch_ncu",
+        lambda: profiled(
+            profiles,
+            "alexnet",
+            "--batch",
+            "1",
+            "--impl",
+            "torch",
+            "--phases",
+            "fwd",
+            "--backend",
+            "ncu",
+            "--repeat",
+            "1",
+        ),
+    )
 
 
 @pytest.fixture(scope="module")
 def user_events(profiles, tmp_path_factory) -> int:
     needs_torch()
-    return once(tmp_path_factory, "user_events",
-                lambda: profiled(profiles, "--torch", USER_MODEL, "--backend", "events", "--repeat", "2"))
+    return once(
+        tmp_path_factory,
+        "user_events",
+        lambda: profiled(profiles, "--torch", USER_MODEL, "--backend", "events", "--repeat", "2"),
+    )
 
 
 @pytest.fixture(scope="module")
 def user_ncu(profiles, ncu, tmp_path_factory) -> int:  # 52.2 s on an H200
     needs_torch()
-    return once(tmp_path_factory, "user_ncu",
-                lambda: profiled(profiles, "--torch", USER_MODEL, "--batch", "6", "--backend", "ncu", "--repeat", "1"))
+    return once(
+        tmp_path_factory,
+        "user_ncu",
+        lambda: profiled(profiles, "--torch", USER_MODEL, "--batch", "6", "--backend", "ncu", "--repeat", "1"),
+    )
 
 
 @counters
@@ -284,7 +336,9 @@ def test_cupti_profile_of_ours_joins_every_launch(profiles, ours_cupti):
     stored = {row["name"] for row in metric_rows(store, ours_cupti)}
     check_counters(store, ours_cupti, stored)
     assert {"duration_ns", "instructions", "dram_read_bytes"} <= stored
-    assert dict(run_sql(store, f"SELECT name, source FROM metric_source WHERE run_id = {ours_cupti}")[1]).keys() == stored
+    assert (
+        dict(run_sql(store, f"SELECT name, source FROM metric_source WHERE run_id = {ours_cupti}")[1]).keys() == stored
+    )
 
 
 @counters
@@ -374,7 +428,15 @@ def test_a_users_model_on_events_logs_every_module_call(profiles, user_events):
     run = check_launches(store, user_events, "events")
     assert (run["network"], run["implementation"], run["batch"]) == (USER_MODEL, "torch", 4)
     assert [r["layer"] for r in layer_rows(store, user_events) if r["phase"] == "fwd"] == [
-        "stem", "bn", "act#1", "block", "act#2", "pool", "act#3", "head"]
+        "stem",
+        "bn",
+        "act#1",
+        "block",
+        "act#2",
+        "pool",
+        "act#3",
+        "head",
+    ]
 
 
 @counters
@@ -419,8 +481,9 @@ COUNTED_RUNS = ("ours_ncu", "torch_ncu", "user_ncu")
 UNET = ("--batch", "2", "--input-size", "32", "--base-filters", "4", "--depth", "2")  # every layer kind, small
 
 
-@pytest.mark.parametrize("network, implementation", [("unet2d", "ours"), ("unet2d", "torch"), ("unet3d", "ours"),
-                                                     ("unet3d", "torch")])
+@pytest.mark.parametrize(
+    "network, implementation", [("unet2d", "ours"), ("unet2d", "torch"), ("unet3d", "ours"), ("unet3d", "torch")]
+)
 def test_a_unet_profiles_every_layer_phase_on_events(network, implementation, tmp_path, runner):
     """The seeds' U-Nets (issue 45) layer phase by layer phase: the skips' concatenation, the
     up-sampling, the sigmoid with its loss; the 3-D one's 3-D convolutions and pools, batch norm
@@ -482,12 +545,15 @@ def check_reads(run_id: int, profiles: str, runner, tmp_path: Path, counted: boo
     assert shown.exit_code == 0, shown.output
     store = open_store(profiles, write=False)
     stored = json.loads(shown.stdout)
-    assert (len(stored["launches"]), len(stored["metrics"])) == (len(launch_rows(store, run_id)),
-                                                                 len(metric_rows(store, run_id)))
+    assert (len(stored["launches"]), len(stored["metrics"])) == (
+        len(launch_rows(store, run_id)),
+        len(metric_rows(store, run_id)),
+    )
     exported = runner.invoke(cli, ["export", str(run_id), "--db", profiles, "--out", str(tmp_path / "csv")])
     assert exported.exit_code == 0, exported.output
     assert {p.name for p in (tmp_path / "csv").iterdir()} == {
-        f"{name}.csv" for name in (*TABLES, *(v.name for v in VIEWS), "metric_def")}
+        f"{name}.csv" for name in (*TABLES, *(v.name for v in VIEWS), "metric_def")
+    }
 
 
 @counters
@@ -496,13 +562,17 @@ def test_runs_lists_every_measured_run_complete(profiles, ours_events, ours_ncu,
     assert listed.exit_code == 0, listed.output
     rows = {r["run_id"]: r for r in json.loads(listed.stdout)}
     assert {(rows[i]["status"], rows[i]["backend"]) for i in (ours_events, ours_ncu)} == {
-        ("complete", "events"), ("complete", "ncu")}
+        ("complete", "events"),
+        ("complete", "ncu"),
+    }
 
 
 def test_compare_ours_against_the_library_per_layer_phase(profiles, ours_events, torch_events, runner):
     from tracker.store import find_run, open_store, run_dict
 
-    compared = runner.invoke(cli, ["compare", str(ours_events), str(torch_events), "--db", profiles, "--format", "json"])
+    compared = runner.invoke(
+        cli, ["compare", str(ours_events), str(torch_events), "--db", profiles, "--format", "json"]
+    )
     assert compared.exit_code == 0, compared.output
     rows = json.loads(compared.stdout)
     store = open_store(profiles, write=False)
@@ -537,8 +607,22 @@ def test_experiment_runs_every_arm_and_reports(kind, tmp_path, runner):  # 10-40
         needs_torch()
     db = str(tmp_path / "t.db")
     options = [a for key, values in EXPERIMENTS[kind].items() for a in (f"--{key}", ",".join(map(str, values)))]
-    tracker("experiment", kind, "alexnet", "--batch", "2", *options, "--backend", "events", "--repeat", "2",
-            "--db", db, "--format", "json")
+    tracker(
+        "experiment",
+        kind,
+        "alexnet",
+        "--batch",
+        "2",
+        *options,
+        "--backend",
+        "events",
+        "--repeat",
+        "2",
+        "--db",
+        db,
+        "--format",
+        "json",
+    )
     store = open_store(db, write=False)
     experiment_id = find_experiment(store, "last").id
     listed = runner.invoke(cli, ["experiments", f"e{experiment_id}", "--db", db, "--format", "json"])
@@ -622,14 +706,35 @@ def test_arm_runs_a_queued_arm_as_a_cluster_task_does(tmp_path, runner):
 
 # The schedule search and the kernel benchmark --------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory) -> tuple[str, list[dict]]:  # about 15 s: the budget, and the candidate in hand
     """`tracker tune --quick` at batch 2 with a 10-second budget (34 s with 30 on an H200): its
     database and its table."""
     db = str(shared_folder(tmp_path_factory) / "tuning.db")
-    rows = once(tmp_path_factory, "tuned", lambda: json.loads(tracker(
-        "tune", "alexnet", "--batch", "2", "--quick", "--reps", "2", "--verify-batch", "1", "--budget", "10",
-        "--db", db, "--format", "json").stdout))
+    rows = once(
+        tmp_path_factory,
+        "tuned",
+        lambda: json.loads(
+            tracker(
+                "tune",
+                "alexnet",
+                "--batch",
+                "2",
+                "--quick",
+                "--reps",
+                "2",
+                "--verify-batch",
+                "1",
+                "--budget",
+                "10",
+                "--db",
+                db,
+                "--format",
+                "json",
+            ).stdout
+        ),
+    )
     return db, rows
 
 
@@ -640,7 +745,8 @@ def test_tune_stores_every_candidate_verified_and_timed(tuned):
 
     db, rows = tuned
     assert [(r["layer"], r["phase"], r["variant"]) for r in rows] == [
-        (t.layer, t.phase, t.variant) for t in targets(build("alexnet"), 2, {}, 1)]
+        (t.layer, t.phase, t.variant) for t in targets(build("alexnet"), 2, {}, 1)
+    ]
     searched = [r for r in rows if r["tried"]]
     assert searched and all(r["best"] and r["best_ms"] > 0 for r in searched)
     candidates = view_frame(open_store(db, write=False), "tuning")
@@ -655,8 +761,9 @@ def test_profile_runs_the_tuned_tiles_unless_untuned(tuned, untuned):
     from tracker.tune import best
 
     db, _ = tuned
-    run_id = profiled(db, "alexnet", "--batch", "2", "--backend", "events", "--repeat", "1",
-                      *(["--untuned"] if untuned else []))
+    run_id = profiled(
+        db, "alexnet", "--batch", "2", "--backend", "events", "--repeat", "1", *(["--untuned"] if untuned else [])
+    )
     store = open_store(db, write=False)
     run = check_launches(store, run_id, "events")
     tuned = best(store, run["device_name"], build("alexnet"), 2, {})
@@ -674,10 +781,20 @@ def test_the_kernel_benchmark_times_every_variant_where_it_applies(tuned, tmp_pa
     child([sys.executable, "benchmarks/kernels.py", "--batch", "2", "--reps", "2", "--db", db, "--out", str(out)], 600)
     text = out.read_text()
     net = build("alexnet")
-    rows = {tuple(line.split(" | ")[:2]): line.split(" | ")[2] for line in text.splitlines()
-            if line.startswith("| ") and re.match(r"\| \S+ \| \S+ \| \S+ [\d.]+ \(", line)}
-    expected = {(f"| {case.layer}", phase): list(OPS[case.op].applying(case, phase)) for case in network_cases(net, 2)
-                for phase in OPS[case.op].phases if phase in costs(net.layer(case.layer), 2)}
+    rows = {
+        tuple(line.split(" | ")[:2]): line.split(" | ")[2]
+        for line in text.splitlines()
+        if line.startswith("| ") and re.match(r"\| \S+ \| \S+ \| \S+ [\d.]+ \(", line)
+    }
+    expected = {
+        (f"| {case.layer}", phase): list(OPS[case.op].applying(case, phase))
+        for case in network_cases(net, 2)
+        for phase in OPS[case.op].phases
+        if phase in costs(net.layer(case.layer), 2)
+    }
     assert set(rows) == set(expected)
     assert all(re.findall(r"(\S+) [\d.]+ \(", rows[key]) == variants for key, variants in expected.items())
-    assert "## Whole training iteration, batch 2" in text and "GEMM tiles as `tracker tune` stored them in tuning.db" in text
+    assert (
+        "## Whole training iteration, batch 2" in text
+        and "GEMM tiles as `tracker tune` stored them in tuning.db" in text
+    )

@@ -39,5 +39,7 @@ def test_compile_ahead_fills_the_cache_the_backends_compile_reads(tmp_path, monk
     kept = sorted(path.name for path in tmp_path.iterdir())
     assert len(kept) >= 2, kept  # a binary per L1 build
     again = "from tracker.gpu.cupy_backend import raw_module; raw_module('relu.cu', (), 'cg').compile()"
-    subprocess.run([sys.executable, "-c", again], check=True, env=os.environ, cwd=Path(__file__).parents[1], timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", again], check=True, env=os.environ, cwd=Path(__file__).parents[1], timeout=120
+    )
     assert sorted(path.name for path in tmp_path.iterdir()) == kept

@@ -22,7 +22,8 @@ HERE = Path(__file__).parent
 # The suite's source: its files, and report_check.py, where it runs `tracker report` (check_report,
 # shared with test_library_evidence)
 SUITE = [path for path in sorted(HERE.glob("test_gpu*.py")) if path.name != Path(__file__).name] + [
-    HERE / "report_check.py"]
+    HERE / "report_check.py"
+]
 
 # Commands that never touch a GPU, whatever the store holds: the catalogs and the analytic model,
 # NVRTC compiling with no GPU (CI runs it), and the store's SQL, reader role and schema. Every other command
@@ -40,16 +41,22 @@ def calls() -> list[tuple[str, list[str | None]]]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call):
                 items = [item for arg in node.args for item in (arg.elts if isinstance(arg, ast.List) else [arg])]
-                found.append((getattr(node.func, "id", getattr(node.func, "attr", "")),
-                              [i.value if isinstance(i, ast.Constant) and isinstance(i.value, str) else None
-                               for i in items]))
+                found.append(
+                    (
+                        getattr(node.func, "id", getattr(node.func, "attr", "")),
+                        [i.value if isinstance(i, ast.Constant) and isinstance(i.value, str) else None for i in items],
+                    )
+                )
     return found
 
 
 def commands_run() -> set[str]:
     """What the suite runs: `tracker(COMMAND, ...)` in a child, `runner.invoke(cli, [COMMAND, ...])` here."""
-    return {args[0] if name == "tracker" else args[1] for name, args in calls()
-            if (name == "tracker" and args) or (name == "invoke" and len(args) > 1)}
+    return {
+        args[0] if name == "tracker" else args[1]
+        for name, args in calls()
+        if (name == "tracker" and args) or (name == "invoke" and len(args) > 1)
+    }
 
 
 def arguments() -> set[str]:
@@ -63,9 +70,13 @@ def values_of(option: str) -> set[str]:
 
 def experiment_kinds() -> set[str]:
     """The keys of the suite's EXPERIMENTS table: the kinds its experiment test runs."""
-    return {key.value for path in SUITE for node in ast.parse(path.read_text()).body
-            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["EXPERIMENTS"]
-            for key in node.value.keys}
+    return {
+        key.value
+        for path in SUITE
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["EXPERIMENTS"]
+        for key in node.value.keys
+    }
 
 
 def test_every_command_but_the_gpu_free_ones_is_run_by_the_gpu_suite():
@@ -90,8 +101,11 @@ def test_every_experiment_kind_gpu_backend_and_implementation_is_run_by_the_gpu_
 
 def test_every_benchmark_that_needs_a_gpu_is_run_by_the_gpu_suite():
     root = HERE.parent
-    gpu = {path.relative_to(root).as_posix() for path in sorted((root / "benchmarks").glob("*.py"))
-           if re.search(r"^\s*(import|from) cupy\b", path.read_text(), re.MULTILINE)}
+    gpu = {
+        path.relative_to(root).as_posix()
+        for path in sorted((root / "benchmarks").glob("*.py"))
+        if re.search(r"^\s*(import|from) cupy\b", path.read_text(), re.MULTILINE)
+    }
     assert gpu, "no benchmark imports CuPy: this test looks for the wrong thing"
     assert sorted(gpu - arguments()) == []
 
@@ -103,14 +117,17 @@ def counting_tests(path: Path) -> dict[str, tuple[bool, bool]]:
     CUPTI probe."""
     tree = ast.parse(path.read_text())
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    tuples = {node.targets[0].id: [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
-              for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)
-              and isinstance(node.targets[0], ast.Name)}
+    tuples = {
+        node.targets[0].id: [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple) and isinstance(node.targets[0], ast.Name)
+    }
 
     def own(node: ast.FunctionDef) -> bool:
         strings = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
         return any("cupti_probe" in s for s in strings) or any(
-            a == "--backend" and b in COLLECTORS for a, b in pairwise(strings))
+            a == "--backend" and b in COLLECTORS for a, b in pairwise(strings)
+        )
 
     def taken(node: ast.FunctionDef) -> list[str]:
         names = [a.arg for a in node.args.args]
@@ -135,7 +152,11 @@ def test_every_gpu_test_that_reads_the_counters_is_marked_to_run_alone():
     parallel: a test that profiles under a collector without the mark would count beside another
     (a driver resource taken, or another process's kernels counted), and one marked that needs no
     counters would only wait."""
-    found = {f"{path.name}::{name}": flags for path in SUITE if path.name.startswith("test_gpu")
-             for name, flags in counting_tests(path).items()}
+    found = {
+        f"{path.name}::{name}": flags
+        for path in SUITE
+        if path.name.startswith("test_gpu")
+        for name, flags in counting_tests(path).items()
+    }
     assert sum(reads for reads, _ in found.values()) >= 10, found  # the ncu, CUPTI and nvprof tests are seen
     assert {name: flags for name, flags in found.items() if flags[0] != flags[1]} == {}

@@ -11,15 +11,33 @@ from tracker import units
 from tracker.cli import cli
 from tracker.gpu import verified
 from tracker.gpu.compile import build, build_all, global_loads, instruction_mix, occupancy, variant_rows
-from tracker.gpu.kernels import (ARCHS, CUPY_ADDS, KERNEL_DIR, L1_POLICIES, STAGED, compile_options, source_digests,
-                                 source_hash, source_text)
+from tracker.gpu.kernels import (
+    ARCHS,
+    CUPY_ADDS,
+    KERNEL_DIR,
+    L1_POLICIES,
+    STAGED,
+    compile_options,
+    source_digests,
+    source_hash,
+    source_text,
+)
 from tracker.gpu.kernels import sources as kernel_sources
 from tracker.ops import OPS, gemm
 
 TABLE = tuple(OPS.launches())
 NEW_ON_THE_H200 = ("winograd", "winograd_f4", "fft")  # issue 30's variants: first on a GPU on 2026-11-26
-NOT_YET_ON_A_GPU = ("sigmoid", "upsample", "concat", "batchnorm", "accumulate", "conv3d", "maxpool3d", "convtranspose",
-                    "convtranspose3d")  # issue 45: no record vouches for them yet
+NOT_YET_ON_A_GPU = (
+    "sigmoid",
+    "upsample",
+    "concat",
+    "batchnorm",
+    "accumulate",
+    "conv3d",
+    "maxpool3d",
+    "convtranspose",
+    "convtranspose3d",
+)  # issue 45: no record vouches for them yet
 VARIANTS_NOT_YET_ON_A_GPU = ("winograd_fused",)  # issue 48's fused F(2x2,3x3): no record vouches for it yet
 SOURCES = kernel_sources()
 
@@ -71,12 +89,12 @@ def test_load_mix_is_read_from_real_sass():
         Function : k2
         /*0010*/  LDS R1, [R2] ;
     """
-    assert global_loads(text) == {"k1": {"global_loads": 3, "l1_loads": 2},
-                                  "k2": {"global_loads": 0, "l1_loads": 0}}
+    assert global_loads(text) == {"k1": {"global_loads": 3, "l1_loads": 2}, "k2": {"global_loads": 0, "l1_loads": 0}}
 
 
-GEMM_KERNELS = sorted({(k.source, k.name) for v in TABLE if v.tunable for k in v.kernels
-                       if k.name.startswith(("gemm_", "conv2d_"))})
+GEMM_KERNELS = sorted(
+    {(k.source, k.name) for v in TABLE if v.tunable for k in v.kernels if k.name.startswith(("gemm_", "conv2d_"))}
+)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +125,8 @@ def test_the_fused_backward_copies_dy_and_the_relu_output_with_cp_async():
     the same kernel: the ReLU output's own copies, into a ring beside the operand's."""
     fused = [v for v in TABLE if v.defines]
     assert {(v.op, v.phase, v.variant) for v in fused} == {
-        (op, phase, "fused") for op in ("conv", "linear") for phase in ("bwd_data", "bwd_weight")}
+        (op, phase, "fused") for op in ("conv", "linear") for phase in ("bwd_data", "bwd_weight")
+    }
     for v in fused:
         k = v.kernels[0]
         masked = build(k.source, "sm_90", "ca", v.defines).kernels[k.name]
@@ -206,8 +225,22 @@ def test_the_kernels_table_fits_a_screen_and_explains_changed_since(runner):
     narrow = runner.invoke(cli, ["kernels", "--arch", "sm_90", "--l1", "ca"])
     assert narrow.exit_code == 0, narrow.output
     table = narrow.stdout.split("\n\n")[0].splitlines()
-    assert table[0].split() == ["op", "phase", "variant", "l1", "registers", "occupancy", "shared", "(bytes)",
-                                "spill", "(bytes)", "verified", "on", "changed", "since"]
+    assert table[0].split() == [
+        "op",
+        "phase",
+        "variant",
+        "l1",
+        "registers",
+        "occupancy",
+        "shared",
+        "(bytes)",
+        "spill",
+        "(bytes)",
+        "verified",
+        "on",
+        "changed",
+        "since",
+    ]
     assert len(table) == 2 + len(TABLE) and max(map(len, table)) < 160
     assert "47 changed since their verification" in narrow.stdout  # the H200's 47 verified variants
     assert "changed since: what changed in a variant's sources" in narrow.stdout
@@ -252,17 +285,22 @@ def test_kernels_command_builds_a_tuned_tile(runner):
         launch = next(v for v in TABLE if (v.op, v.phase, v.variant) == key)
         ring = RING.masked_shared_bytes if launch.defines else RING.shared_bytes  # the fused backward's mask ring
         assert (row["shared_bytes"] == ring) == launch.tunable, key
-        assert (row["verified_on"] is None) == (launch.tunable or launch.op in NOT_YET_ON_A_GPU
-                                                or launch.variant in VARIANTS_NOT_YET_ON_A_GPU), key
+        assert (row["verified_on"] is None) == (
+            launch.tunable or launch.op in NOT_YET_ON_A_GPU or launch.variant in VARIANTS_NOT_YET_ON_A_GPU
+        ), key
     big = "128x128x16"  # fits, but not beside the fused backward's mask ring: those rows are left out
     result = runner.invoke(cli, ["kernels", "--l1", "ca", "--tile", big, "--format", "json"])
     assert result.exit_code == 0, result.output
-    left_out = {(v.op, v.phase, v.variant) for v in TABLE} - {(r["op"], r["phase"], r["variant"])
-                                                             for r in json.loads(result.stdout)}
+    left_out = {(v.op, v.phase, v.variant) for v in TABLE} - {
+        (r["op"], r["phase"], r["variant"]) for r in json.loads(result.stdout)
+    }
     assert left_out == {(v.op, v.phase, v.variant) for v in TABLE if v.defines}
     assert "the fused backward is left out: 128x128x16" in result.stderr
-    for label, why in (("64x64x8/ring3", "'ring3' is not stagesN"), ("12x", "the tile shape is MxNxK"),
-                       ("128x128x16/stages4", "67,584 of at most 49,152 bytes")):
+    for label, why in (
+        ("64x64x8/ring3", "'ring3' is not stagesN"),
+        ("12x", "the tile shape is MxNxK"),
+        ("128x128x16/stages4", "67,584 of at most 49,152 bytes"),
+    ):
         result = runner.invoke(cli, ["kernels", "--tile", label])
         assert result.exit_code == 2 and why in result.output and result.output.strip().count("\n") == 0, result.output
     # selftest takes the same --tile (for compute-sanitizer on a ring), but a record vouches for defaults
@@ -270,14 +308,20 @@ def test_kernels_command_builds_a_tuned_tile(runner):
     assert result.exit_code == 2 and "drop --tile" in result.output and result.output.strip().count("\n") == 0
 
 
-@pytest.mark.parametrize("gpu, left_out", [("NVIDIA H100 80GB HBM3", NEW_ON_THE_H200 + VARIANTS_NOT_YET_ON_A_GPU),
-                                           ("NVIDIA H200", VARIANTS_NOT_YET_ON_A_GPU)])
+@pytest.mark.parametrize(
+    "gpu, left_out",
+    [
+        ("NVIDIA H100 80GB HBM3", NEW_ON_THE_H200 + VARIANTS_NOT_YET_ON_A_GPU),
+        ("NVIDIA H200", VARIANTS_NOT_YET_ON_A_GPU),
+    ],
+)
 def test_the_committed_records_vouch_for_every_variant_with_small_errors(gpu, left_out):
     """The H100's last record predates issue 30's Winograd and FFT variants; the H200's (2026-11-26)
     holds every variant, both L1 policies."""
     record = [r for r in verified.records() if r["gpu"] == gpu][-1]
-    assert set(record["variants"]) == {v.key for v in TABLE
-                                       if v.variant not in left_out and v.op not in NOT_YET_ON_A_GPU}
+    assert set(record["variants"]) == {
+        v.key for v in TABLE if v.variant not in left_out and v.op not in NOT_YET_ON_A_GPU
+    }
     for key, entry in record["variants"].items():
         assert entry["passed"] and set(entry["errors"]) == {"ca", "cg"}, key
         assert max(entry["errors"].values()) < 1e-4, key
@@ -286,8 +330,11 @@ def test_the_committed_records_vouch_for_every_variant_with_small_errors(gpu, le
 def test_verification_status_says_what_changed_in_the_sources(tmp_path):
     variant = next(v for v in TABLE if v.key == "relu/fwd/global")
     now = source_hash(variant.sources)
-    record = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-22",
-              "variants": {variant.key: {"source_hash": now, "passed": True}}}
+    record = {
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "date": "2026-11-22",
+        "variants": {variant.key: {"source_hash": now, "passed": True}},
+    }
     (tmp_path / "a.json").write_text(json.dumps(record))
     unchanged = verified.status(variant, verified.records(tmp_path))
     assert (unchanged.gpu, unchanged.changes()) == ("NVIDIA H100 80GB HBM3", "no")
@@ -306,10 +353,23 @@ def test_verification_status_says_what_changed_in_the_sources(tmp_path):
 def test_a_record_keeps_each_sources_digest(tmp_path):
     """write_record keeps every file's digest beside the whole one, so a later change names its files."""
     relu = next(v for v in TABLE if v.key == "relu/fwd/global")
-    rows = [{"op": "relu", "variant": "global", "phase": "fwd", "l1": l1, "layer": "relu1", "error": 1e-7,
-             "max_error": 1e-7, "mean_error": 1e-8, "passed": True} for l1 in ("ca", "cg")]
-    path = verified.write_record(rows, {"device_name": "NVIDIA H200", "driver_version": "1", "cuda_version": "13"},
-                                 tmp_path)
+    rows = [
+        {
+            "op": "relu",
+            "variant": "global",
+            "phase": "fwd",
+            "l1": l1,
+            "layer": "relu1",
+            "error": 1e-7,
+            "max_error": 1e-7,
+            "mean_error": 1e-8,
+            "passed": True,
+        }
+        for l1 in ("ca", "cg")
+    ]
+    path = verified.write_record(
+        rows, {"device_name": "NVIDIA H200", "driver_version": "1", "cuda_version": "13"}, tmp_path
+    )
     entry = json.loads(path.read_text())["variants"]["relu/fwd/global"]
     assert entry["source_hash"] == source_hash(relu.sources)
     assert set(entry["sources"]) == {"common.cuh", "relu.cu", "-D sizes"}

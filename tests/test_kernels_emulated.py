@@ -53,8 +53,10 @@ def test_the_gemm_convolution_folds_chunks_of_images_into_each_gemm(emulator, mo
     results = run_case(emulator, case, "gemm", seed=2)
     assert results and all(r.passed for r in results), [(r.phase, r.output, r.error) for r in results if not r.passed]
     launched = [(r.kernel, r.grid) for r in emulator.log]
-    assert [k for k, _ in launched if k != "bias_grad"] == ["im2col", "gemm_nn"] * 2 + ["gemm_tn_images", "col2im"] * 2 \
-        + ["im2col", "gemm_nt_images"] * 2
+    assert [k for k, _ in launched if k != "bias_grad"] == ["im2col", "gemm_nn"] * 2 + [
+        "gemm_tn_images",
+        "col2im",
+    ] * 2 + ["im2col", "gemm_nt_images"] * 2
     assert [g[0] for k, g in launched if k == "gemm_nn"] == [2, 1]  # 162 and 81 columns in 128-wide tiles
 
 
@@ -71,6 +73,9 @@ def test_the_l1_bypass_build_stages_the_gemm_operands_and_matches_too(tmp_path, 
     for case in (c for c in small_cases() if c.op in ("conv", "linear")):
         for variant, v in OPS[case.op].variants.items():
             if any(launch.tunable for launch in v.launches.values()) and variant not in TRANSFORMS:
-                failed = [(variant, r.phase, r.output, r.error)
-                          for r in run_case(bypass, case, variant, seed=3, tile=tile) if not r.passed]
+                failed = [
+                    (variant, r.phase, r.output, r.error)
+                    for r in run_case(bypass, case, variant, seed=3, tile=tile)
+                    if not r.passed
+                ]
                 assert not failed, (case.layer, failed)

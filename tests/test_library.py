@@ -48,8 +48,11 @@ def test_its_ranges_are_our_plans_names_in_our_plans_order():
     net = build("alexnet")
     TorchStep(net, 1, region=region).iteration()
     assert opened == [f"{s.layer.name}/{s.phase}" for s in plan(net, {})]
-    assert opened[:2] == ["conv1/fwd", "relu1/fwd"] and opened[21:24] == ["softmax/bwd_data", "fc8/bwd_weight",
-                                                                            "fc8/bwd_data"]
+    assert opened[:2] == ["conv1/fwd", "relu1/fwd"] and opened[21:24] == [
+        "softmax/bwd_data",
+        "fc8/bwd_weight",
+        "fc8/bwd_data",
+    ]
     assert opened[-1] == "conv1/bwd_weight"  # nothing upstream of conv1 needs a gradient
     with_fwd_only: list[str] = []
     TorchStep(net, 1, phases="fwd", region=lambda n: with_fwd_only.append(n) or nullcontext()).iteration()
@@ -107,7 +110,9 @@ def test_a_3d_unet_runs_every_layer_phase_in_our_order_with_batch_statistics():
         layer = learned[name]
         assert tuple(dw.shape) == layer.op.weight_shape(list(layer.input_shapes)), name
         assert torch.isfinite(dw).all() and dw.abs().sum() > 0, name
-        assert (db is None) == (layer.op.biases() == 0 and layer.kind == "conv"), name  # a conv before batch norm has none
+        assert (db is None) == (layer.op.biases() == 0 and layer.kind == "conv"), (
+            name
+        )  # a conv before batch norm has none
     mean, var = step.running["enc1_bn1"]
     assert mean.abs().sum() > 0 and not torch.equal(var, torch.ones_like(var))
 

@@ -23,12 +23,18 @@ from tracker.library.accuracy import selftest, step_errors  # noqa: E402
 def expected_outputs(cases) -> set[tuple[str, str, str]]:
     """(layer, phase, output) of every phase of every case: what the op's check compares."""
     outputs = {"fwd": ("y",), "bwd_data": ("dx",), "bwd_weight": ("dw", "db")}
-    own = {"softmax": {"fwd": ("p",), "bwd_data": ("dx", "loss")},
-           "sigmoid": {"fwd": ("y",), "bwd_data": ("dx", "loss")},
-           "concat": {"fwd": ("y",), "bwd_data": ("dx", "dx2")},
-           "accumulate": {"bwd_data": ("dy",)}}
-    return {(case.layer, phase, output) for case in cases for phase in OPS[case.op].phases
-            for output in own.get(case.op, outputs)[phase]}
+    own = {
+        "softmax": {"fwd": ("p",), "bwd_data": ("dx", "loss")},
+        "sigmoid": {"fwd": ("y",), "bwd_data": ("dx", "loss")},
+        "concat": {"fwd": ("y",), "bwd_data": ("dx", "dx2")},
+        "accumulate": {"bwd_data": ("dy",)},
+    }
+    return {
+        (case.layer, phase, output)
+        for case in cases
+        for phase in OPS[case.op].phases
+        for output in own.get(case.op, outputs)[phase]
+    }
 
 
 def assert_every_output_passes(cases) -> None:
@@ -65,12 +71,16 @@ def scaled_gradient(monkeypatch, name: str, argument: int) -> None:
     monkeypatch.setattr(torch.nn.functional, name, wrong)
 
 
-@pytest.mark.parametrize("function, argument, op, phase, output", [
-    ("linear", 1, "linear", "bwd_weight", "dw"),  # F.linear(x, w, b): the weight
-    ("conv2d", 0, "conv", "bwd_data", "dx"),  # F.conv2d(x, w, b): the input
-])
-def test_a_wrong_pytorch_phase_fails_with_its_layer_phase_and_output_named(monkeypatch, runner, function, argument,
-                                                                           op, phase, output):
+@pytest.mark.parametrize(
+    "function, argument, op, phase, output",
+    [
+        ("linear", 1, "linear", "bwd_weight", "dw"),  # F.linear(x, w, b): the weight
+        ("conv2d", 0, "conv", "bwd_data", "dx"),  # F.conv2d(x, w, b): the input
+    ],
+)
+def test_a_wrong_pytorch_phase_fails_with_its_layer_phase_and_output_named(
+    monkeypatch, runner, function, argument, op, phase, output
+):
     scaled_gradient(monkeypatch, function, argument)
     results, _ = selftest(small_cases(), lambda line: None, "cpu")
     failed = {(r.layer, r.phase, r.output) for r in results if not r.passed}
@@ -94,11 +104,14 @@ def test_the_cli_prints_the_selftests_table_and_its_summary(runner):
     assert done.stderr.strip().splitlines()[-1] == summary
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--record"], "--record vouches for our kernels' builds; --impl torch checks PyTorch's: drop --record"),
-    (["--tile", "128x128x8"], "--tile picks our GEMM kernels' tile; --impl torch runs PyTorch's: drop --tile"),
-    (["--l1", "ca"], "--l1 ca picks our kernels' L1 policy; --impl torch runs PyTorch's: drop --l1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--record"], "--record vouches for our kernels' builds; --impl torch checks PyTorch's: drop --record"),
+        (["--tile", "128x128x8"], "--tile picks our GEMM kernels' tile; --impl torch runs PyTorch's: drop --tile"),
+        (["--l1", "ca"], "--l1 ca picks our kernels' L1 policy; --impl torch runs PyTorch's: drop --l1"),
+    ],
+)
 def test_the_options_about_our_kernels_are_refused_in_one_line(runner, args, message):
     done = runner.invoke(cli, ["selftest", "--impl", "torch", *args])
     assert done.exit_code == 2, done.output
@@ -110,8 +123,9 @@ def test_pytorch_missing_is_one_line(runner, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     done = runner.invoke(cli, ["selftest", "--impl", "torch", "--shapes", "small"])
     assert done.exit_code == 1, done.output
-    assert done.output.strip() == ("Error: tracker selftest --impl torch needs PyTorch, which is not installed: "
-                                   "pip install -e '.[torch]'")
+    assert done.output.strip() == (
+        "Error: tracker selftest --impl torch needs PyTorch, which is not installed: pip install -e '.[torch]'"
+    )
 
 
 def test_the_whole_step_is_compared_per_layer_as_information():
@@ -122,10 +136,15 @@ def test_the_whole_step_is_compared_per_layer_as_information():
     rows = step_errors(small_net(), 3, "cpu")
     gradients, routes = rows[:9], rows[9:]
     assert [(r["layer"], r["output"]) for r in gradients] == [("loss", "loss")] + [
-        (layer, output) for layer in ("fc4", "fc3", "conv2", "conv1") for output in ("dw", "db")]
+        (layer, output) for layer in ("fc4", "fc3", "conv2", "conv1") for output in ("dw", "db")
+    ]
     assert all(0 <= r["error"] < 1e-4 for r in gradients), rows
     assert [(r["layer"], r["output"].split(" of ")[0]) for r in routes] == [
-        ("relu1", "elements"), ("pool1", "windows"), ("relu2", "elements"), ("relu3", "elements")]
+        ("relu1", "elements"),
+        ("pool1", "windows"),
+        ("relu2", "elements"),
+        ("relu3", "elements"),
+    ]
     assert routes[1]["output"] == f"windows of {3 * 8 * 4 * 4}"
     # no near-tie flipped here, so the gradients upstream agree
     assert [r.get("moved_maxima", r.get("flipped_signs")) for r in routes] == [0, 0, 0, 0]

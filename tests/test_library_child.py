@@ -29,16 +29,20 @@ def python(code: str) -> list[str]:
 
 def test_every_line_the_child_prints_is_echoed_as_it_comes():
     seen: list[str] = []
-    run_child_process(python("import sys; print('warm-up 1/1'); print('iteration 1/2', file=sys.stderr); "
-                             "print('iteration 2/2')"), seen.append)
+    run_child_process(
+        python("import sys; print('warm-up 1/1'); print('iteration 1/2', file=sys.stderr); print('iteration 2/2')"),
+        seen.append,
+    )
     assert seen == ["warm-up 1/1", "iteration 1/2", "iteration 2/2"]
 
 
 def test_the_childs_error_line_is_the_one_line_error():
     seen: list[str] = []
     with pytest.raises(TrackerError) as caught:
-        run_child_process(python("print('warm-up 1/1'); print('Error: mymodels:build raised ValueError: no');"
-                                 "raise SystemExit(1)"), seen.append)
+        run_child_process(
+            python("print('warm-up 1/1'); print('Error: mymodels:build raised ValueError: no');raise SystemExit(1)"),
+            seen.append,
+        )
     assert str(caught.value) == "mymodels:build raised ValueError: no"
     assert seen == ["warm-up 1/1"]  # the error is said once, by the CLI
     assert not isinstance(caught.value, ProfilerFailed)
@@ -46,8 +50,10 @@ def test_the_childs_error_line_is_the_one_line_error():
 
 def test_a_child_that_aborts_is_a_failed_profile_with_its_status_and_last_line():
     with pytest.raises(ProfilerFailed, match=r"exited with status -6: double free or corruption \(!prev\)"):
-        run_child_process(python("import os, sys; print('double free or corruption (!prev)', flush=True); "
-                                 "os.abort()"), lambda line: None)
+        run_child_process(
+            python("import os, sys; print('double free or corruption (!prev)', flush=True); os.abort()"),
+            lambda line: None,
+        )
 
 
 def test_an_interrupted_parent_stops_the_child(tmp_path):
@@ -62,8 +68,10 @@ def test_an_interrupted_parent_stops_the_child(tmp_path):
 
 def _interrupted_parent_stops_the_child(tmp_path):
     pid_file = tmp_path / "pid"
-    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); print('up', flush=True); " \
-           "time.sleep(60)"
+    code = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); print('up', flush=True); "
+        "time.sleep(60)"
+    )
     timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
 
     def echo(line: str) -> None:
@@ -93,5 +101,9 @@ def test_a_child_out_of_memory_is_an_out_of_memory_error():
     from tracker.errors import OutOfMemory
 
     with pytest.raises(OutOfMemory, match=r"^out of memory: CUDA out of memory\. Tried to allocate 2\.00 GiB$"):
-        run_child_process(python("print('Error: out of memory: CUDA out of memory. Tried to allocate 2.00 GiB'); "
-                                 "raise SystemExit(1)"), lambda line: None)
+        run_child_process(
+            python(
+                "print('Error: out of memory: CUDA out of memory. Tried to allocate 2.00 GiB'); raise SystemExit(1)"
+            ),
+            lambda line: None,
+        )

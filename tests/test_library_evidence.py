@@ -13,8 +13,8 @@ out as six repeats of one step).
 from __future__ import annotations
 
 import copy
-import json
 import gzip
+import json
 from collections import Counter, defaultdict
 from dataclasses import replace
 from itertools import groupby
@@ -24,19 +24,27 @@ from types import SimpleNamespace
 import pytest
 
 from tracker.errors import JoinError
+from tracker.kernel_names import comparable, demangled, kernel_base
 from tracker.library import kineto
 from tracker.nets import build
 from tracker.profilers import ncu_csv
-from tracker.kernel_names import comparable, demangled, kernel_base
 from tracker.profilers.join import join
 from tracker.profilers.ncu_collector import nvtx_ranges
 
 DATA = Path(__file__).parent / "data" / "gpu-2026-11-25-h100"
 RECORDINGS = {  # GPU: (folder, the trace, ncu's raw page, the same with NVTX names)
-    "h100": (DATA, "2-library-alexnet-b16-h100-kineto.json.gz", "2-library-b16-h100-ncu-raw.csv.gz",
-             "2-library-b16-h100-ncu-raw-nvtx.csv.gz"),
-    "h200": (DATA.parent / "gpu-2026-11-26-h200", "library-alexnet-b16-h200-kineto.json.gz",
-             "library-b16-h200-ncu-raw.csv.gz", "library-b16-h200-ncu-raw-nvtx.csv.gz"),
+    "h100": (
+        DATA,
+        "2-library-alexnet-b16-h100-kineto.json.gz",
+        "2-library-b16-h100-ncu-raw.csv.gz",
+        "2-library-b16-h100-ncu-raw-nvtx.csv.gz",
+    ),
+    "h200": (
+        DATA.parent / "gpu-2026-11-26-h200",
+        "library-alexnet-b16-h200-kineto.json.gz",
+        "library-b16-h200-ncu-raw.csv.gz",
+        "library-b16-h200-ncu-raw-nvtx.csv.gz",
+    ),
 }
 STEPS = 141  # kernels in the traced step, launches ncu profiled
 OUTSIDE = 4  # of them outside every range: lrn1's and lrn2's gradient accumulations, two each (their callers')
@@ -106,8 +114,11 @@ def test_cublass_gemv_kernel_is_alike_in_comparable_form():
     fc6's forward runs cuBLAS's gemv, whose name ncu writes with the template's own names in the
     return type, 0/1 for false/true, and a namespace fewer than the profiler's. The refusal quotes
     both; no two kernels of the batch-16 recordings become alike for it (the test above)."""
-    refusal = next(line for line in (DATA.parent / "gpu-2026-11-26c-h200" / "suite.log").read_text().splitlines()
-                   if "pass 2 profiled kernel" in line)
+    refusal = next(
+        line
+        for line in (DATA.parent / "gpu-2026-11-26c-h200" / "suite.log").read_text().splitlines()
+        if "pass 2 profiled kernel" in line
+    )
     traced = refusal.split("(fc6/fwd, ", 1)[1].split("): pass 2 profiled kernel '")[0]
     printed = refusal.split("pass 2 profiled kernel '", 1)[1].removesuffix("' there")
     assert traced.startswith("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float")
@@ -132,7 +143,10 @@ def test_a_mangled_kernel_name_reads_as_pytorchs_profiler_wrote_it(trace):
     gemv = "_ZN8internal5gemvx6kernelIiLb0EEENSt9enable_ifIXntT0_EvE4typeET_"  # the H200's refused kernel, in small
     assert demangled(gemv) == "std::enable_if<!(false), void>::type internal::gemvx::kernel<int, false>(int)"
     assert [demangled(n) for n in ("conv2d_fwd_implicit", "_Znot a symbol", "")] == [
-        "conv2d_fwd_implicit", "_Znot a symbol", ""]
+        "conv2d_fwd_implicit",
+        "_Znot a symbol",
+        "",
+    ]
 
 
 def test_every_launch_of_the_recorded_step_joins(trace, pages):
@@ -147,7 +161,8 @@ def test_every_launch_of_the_recorded_step_joins(trace, pages):
     assert len(launches) == STEPS and not outside and len(unranged) == ranges.count(None) == OUTSIDE
     assert Counter(k.range for k in unranged) == {"lrn1/bwd_data": 2, "lrn2/bwd_data": 2}
     assert [comparable(k.kernel_name) for k in unranged] == [
-        comparable(n.kernel) for n, r in zip(named, ranges) if r is None]
+        comparable(n.kernel) for n, r in zip(named, ranges) if r is None
+    ]
     rows = join(launches, profiled, ranges)
     joined = Counter(row["invocation"] for row in rows)
     assert sorted(joined) == [k.invocation for k in launches]
@@ -168,7 +183,8 @@ def test_the_recorded_steps_fills_are_timed_with_their_layer_phases_and_left_to_
     assert len(launches) == STEPS + 4 and not outside
     assert [(k.range, k.kernel_name, k.role, k.grid, k.block) for k in fills] == [
         (where, "Memset (Device)", "fill", (0, 0, 0), (0, 0, 0))
-        for where in ("fc6/fwd", "fc7/fwd", "fc8/fwd", "conv1/bwd_weight")]
+        for where in ("fc6/fwd", "fc7/fwd", "fc8/fwd", "conv1/bwd_weight")
+    ]
     assert all(0 < k.time_ms < 0.002 for k in fills)
     _, kernels = counted(Workload.of(build("alexnet"), 16, repeat=1, implementation="torch"), launches, 1)
     assert [k.kernel_name for k in kernels] == [k.name for k in kineto.kernels(trace)]
@@ -186,13 +202,19 @@ def test_the_join_holds_each_launch_outside_every_range_to_pass_1s(trace, pages)
     first = next(k for k in launches if not k.in_range)
     ranged = [replace(k, in_range=True) if k is first else k for k in launches]
     assert first.range == "lrn2/bwd_data"  # the backward runs lrn2's first
-    with pytest.raises(JoinError, match=rf"^invocation {first.invocation} \(lrn2/bwd_data, .*: pass 2 saw it inside "
-                                        r"NVTX range 'relu2/bwd_data/"):
+    with pytest.raises(
+        JoinError,
+        match=rf"^invocation {first.invocation} \(lrn2/bwd_data, .*: pass 2 saw it inside "
+        r"NVTX range 'relu2/bwd_data/",
+    ):
         join(ranged, profiled, ranges)  # ncu's unranged launch is left out, and the next one is relu2's
     inside = launches[first.invocation - 1]
     unranged = [replace(k, in_range=False) if k is inside else k for k in launches]
-    with pytest.raises(JoinError, match=rf"^invocation {inside.invocation} .*: pass 1 saw it outside every range, "
-                                        r"pass 2 inside 'lrn2/bwd_data"):
+    with pytest.raises(
+        JoinError,
+        match=rf"^invocation {inside.invocation} .*: pass 1 saw it outside every range, "
+        r"pass 2 inside 'lrn2/bwd_data",
+    ):
         join(unranged, profiled, ranges)
 
 
@@ -206,8 +228,10 @@ def test_the_cupti_collector_joins_the_library_arms_ranges_onto_every_launch(tra
     from tracker.profilers.cupti_collector import CuptiCollector
 
     launches, _ = kineto.launch_log(kineto.kernels(trace), build("alexnet"), "torch")
-    phases = [(phase, [(str(i), {"smsp__inst_executed.sum": 32.0}) for i, _ in enumerate(group)])
-              for (phase, _), group in groupby(launches, key=lambda k: (k.range, k.repeat))]
+    phases = [
+        (phase, [(str(i), {"smsp__inst_executed.sum": 32.0}) for i, _ in enumerate(group)])
+        for (phase, _), group in groupby(launches, key=lambda k: (k.range, k.repeat))
+    ]
     asked = []
 
     def child(workload, metrics, most, echo):
@@ -220,7 +244,9 @@ def test_the_cupti_collector_joins_the_library_arms_ranges_onto_every_launch(tra
     assert [row["invocation"] for row in counters.rows] == [k.invocation for k in launches]
     assert asked[0][:2] == ("torch", 16) and asked[0][2] > 50
     del phases[-1][1][-1]
-    with pytest.raises(JoinError, match=r"^conv1/bwd_weight \(iteration 1\): pass 1 launched 2 kernels, CUPTI counted 1 ranges$"):
+    with pytest.raises(
+        JoinError, match=r"^conv1/bwd_weight \(iteration 1\): pass 1 launched 2 kernels, CUPTI counted 1 ranges$"
+    ):
         collector.collect(workload, launches, 9.0, lambda line: None)
 
 
@@ -232,8 +258,11 @@ def test_the_join_still_tells_two_kernels_of_one_base_name_apart(trace, pages):
     assert (mul.range, fill.range) == ("lrn1/fwd", "lrn1/fwd") and "MulFunctor" in mul.kernel_name
     swapped = [*launches[:3], replace(mul, kernel_name=fill.kernel_name), *launches[4:]]
     profiled, named = pages
-    with pytest.raises(JoinError, match=r"^invocation 3 \(lrn1/fwd, .*FillFunctor.*\): pass 2 saw it inside "
-                                        r"NVTX range 'lrn1/fwd/.*MulFunctor"):
+    with pytest.raises(
+        JoinError,
+        match=r"^invocation 3 \(lrn1/fwd, .*FillFunctor.*\): pass 2 saw it inside "
+        r"NVTX range 'lrn1/fwd/.*MulFunctor",
+    ):
         join(swapped, profiled, nvtx_ranges(profiled, named))
 
 

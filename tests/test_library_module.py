@@ -27,8 +27,15 @@ def models_on_the_path(monkeypatch):
 def test_every_leaf_module_call_is_a_layer_named_by_its_path_and_call():
     net = network(SPEC)
     assert [(layer.name, layer.kind) for layer in net.layers] == [
-        ("stem", "conv2d"), ("bn", "batchnorm2d"), ("act#1", "relu"), ("block", "conv2d"), ("act#2", "relu"),
-        ("pool", "maxpool2d"), ("act#3", "relu"), ("head", "linear")]
+        ("stem", "conv2d"),
+        ("bn", "batchnorm2d"),
+        ("act#1", "relu"),
+        ("block", "conv2d"),
+        ("act#2", "relu"),
+        ("pool", "maxpool2d"),
+        ("act#3", "relu"),
+        ("head", "linear"),
+    ]
     layers = {layer.name: layer for layer in net.layers}
     assert layers["act#1"].inputs == ("bn",) and layers["pool"].inputs == ("(functional)",)  # after the residual add
     assert layers["stem"].phases == ("fwd", "bwd_weight")  # the model's input needs no gradient
@@ -41,8 +48,11 @@ def test_flops_are_flop_counters_per_phase_and_scale_with_the_batch():
     from tracker.model import predict
 
     net = network(SPEC)
-    by_hand = {"stem": 2 * 4 * (8 * 8 * 8) * (3 * 3 * 3), "block": 2 * 4 * (8 * 8 * 8) * (8 * 3 * 3),
-               "head": 2 * 4 * 128 * 5}
+    by_hand = {
+        "stem": 2 * 4 * (8 * 8 * 8) * (3 * 3 * 3),
+        "block": 2 * 4 * (8 * 8 * 8) * (8 * 3 * 3),
+        "head": 2 * 4 * 128 * 5,
+    }
     predicted = {(p.layer, p.phase): p for p in predict(net, 4)}
     for name, flops in by_hand.items():
         for phase in net.layer(name).phases:
@@ -128,33 +138,53 @@ def test_the_model_backend_stores_the_users_model_and_reports_it(tmp_path, runne
     store = open_store(db, write=False)
     run = run_dict(find_run(store, 1))
     assert (run["network"], run["batch"], run["implementation"], run["network_options"]) == (
-        SPEC, 4, "torch", {"example_batch": 4})
+        SPEC,
+        4,
+        "torch",
+        {"example_batch": 4},
+    )
     rows = layer_rows(store, 1)
     assert [(r["layer"], r["kind"], r["phase"]) for r in rows][:3] == [
-        ("stem", "conv2d", "fwd"), ("stem", "conv2d", "bwd_weight"), ("bn", "batchnorm2d", "fwd")]
+        ("stem", "conv2d", "fwd"),
+        ("stem", "conv2d", "bwd_weight"),
+        ("bn", "batchnorm2d", "fwd"),
+    ]
     out = tmp_path / "report"
     reported = runner.invoke(cli, ["report", "1", "--db", db, "--out", str(out)])
     assert reported.exit_code == 0, reported.output
     assert f"tracker profile --torch {SPEC} --backend ncu" in reported.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--torch", "torch_models"], "--torch takes MODULE:FUNCTION (e.g. mymodels.resnet:build), not 'torch_models'"),
-    (["--torch", "no_such_module_here:build"], "--torch no_such_module_here:build: cannot import no_such_module_here: "
-                                               "ModuleNotFoundError"),
-    (["--torch", "torch_models:nothing"], "torch_models has no function nothing"),
-    (["--torch", "torch_models:broken"], "broken() raised ValueError: no weights file"),
-    (["--torch", "torch_models:not_a_model"], "not_a_model() returned a tuple of 2 (int, int), not (an nn.Module, "
-                                              "an example input)"),
-    (["--torch", "torch_models:no_batch"], "the example input must be a tensor or a tuple of tensors"),
-    (["alexnet", "--torch", SPEC], f"give NETWORK (alexnet) or --torch {SPEC}, not both"),
-    (["--torch", "torch_models:fixed_batch", "--batch", "8"], ("your model's forward raised RuntimeError: shape "
-     "'[4, 12]' is invalid for input of size 96 (at --batch 8; torch_models:fixed_batch's example input has batch 4, "
-     "which runs without --batch)")),
-    (["--torch", SPEC, "--impl", "ours"], "it takes --impl torch, not --impl ours"),
-    (["--torch", SPEC, "--depth", "3"], "--depth is an option of tracker's networks"),
-    ([], "name a NETWORK (tracker networks lists them) or your own model with --torch MODULE:FUNCTION"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--torch", "torch_models"], "--torch takes MODULE:FUNCTION (e.g. mymodels.resnet:build), not 'torch_models'"),
+        (
+            ["--torch", "no_such_module_here:build"],
+            "--torch no_such_module_here:build: cannot import no_such_module_here: ModuleNotFoundError",
+        ),
+        (["--torch", "torch_models:nothing"], "torch_models has no function nothing"),
+        (["--torch", "torch_models:broken"], "broken() raised ValueError: no weights file"),
+        (
+            ["--torch", "torch_models:not_a_model"],
+            "not_a_model() returned a tuple of 2 (int, int), not (an nn.Module, an example input)",
+        ),
+        (["--torch", "torch_models:no_batch"], "the example input must be a tensor or a tuple of tensors"),
+        (["alexnet", "--torch", SPEC], f"give NETWORK (alexnet) or --torch {SPEC}, not both"),
+        (
+            ["--torch", "torch_models:fixed_batch", "--batch", "8"],
+            (
+                "your model's forward raised RuntimeError: shape "
+                "'[4, 12]' is invalid for input of size 96 (at --batch 8; "
+                "torch_models:fixed_batch's example input has batch 4, "
+                "which runs without --batch)"
+            ),
+        ),
+        (["--torch", SPEC, "--impl", "ours"], "it takes --impl torch, not --impl ours"),
+        (["--torch", SPEC, "--depth", "3"], "--depth is an option of tracker's networks"),
+        ([], "name a NETWORK (tracker networks lists them) or your own model with --torch MODULE:FUNCTION"),
+    ],
+)
 def test_bad_input_ends_in_one_line_and_creates_nothing(tmp_path, runner, args, message):
     db = tmp_path / "t.db"
     result = runner.invoke(cli, ["profile", *args, "--backend", "model", "--db", str(db)])

@@ -24,7 +24,7 @@ from tracker.gpu.runner import Measured
 from tracker.gpu.workload import Workload
 from tracker.library import kineto
 from tracker.profile import Choice, profile_workload
-from tracker.store import layer_rows, launch_rows, open_store, run_dict, find_run
+from tracker.store import find_run, launch_rows, layer_rows, open_store, run_dict
 
 torch = pytest.importorskip("torch")
 
@@ -38,8 +38,9 @@ def gpu_seams(emulator, monkeypatch):
     from tracker.gpu.runner import measure
 
     def ours(workload, echo):
-        launches, _ = measure(PlanRunner.of(emulator, workload), workload.repeat, workload.warmup,
-                              workload.l1_policy, echo)
+        launches, _ = measure(
+            PlanRunner.of(emulator, workload), workload.repeat, workload.warmup, workload.l1_policy, echo
+        )
         return Measured([replace(k, time_ms=made_up_ms(k.row())) for k in launches], DEVICE, 0)
 
     def library(workload, echo):
@@ -70,13 +71,24 @@ def test_a_library_run_records_who_ran_it_and_the_algorithm_of_each_layer_phase(
     assert run["implementation"] == "torch" and run["variants"] == {} and run["tiles"] == {}
     assert run["library"]["torch"] == torch.__version__ and run["library"]["tf32"] is False
     algorithms = {(r["layer"], r["phase"]): r["algorithm"] for r in layer_rows(store, run_id) if r["launches"]}
-    assert algorithms == {("conv1", "fwd"): "implicit_precomp_gemm", ("relu1", "fwd"): None,
-                          ("pool1", "fwd"): None, ("conv2", "fwd"): "fft", ("relu2", "fwd"): None,
-                          ("fc3", "fwd"): "gemm", ("relu3", "fwd"): None, ("fc4", "fwd"): "gemm"}
+    assert algorithms == {
+        ("conv1", "fwd"): "implicit_precomp_gemm",
+        ("relu1", "fwd"): None,
+        ("pool1", "fwd"): None,
+        ("conv2", "fwd"): "fft",
+        ("relu2", "fwd"): None,
+        ("fc3", "fwd"): "gemm",
+        ("relu3", "fwd"): None,
+        ("fc4", "fwd"): "gemm",
+    }
     launches = launch_rows(store, run_id)
     conv2 = [(k["kernel_name"][:20], k["role"]) for k in launches if k["layer_id"] == 5 and k["repeat"] == 1]
-    assert conv2 == [("void fft2d_r2c_32x32", "transform"), ("void fft2d_r2c_32x32", "transform"),
-                     ("ampere_gcgemm_64x64_", "math"), ("void fft2d_c2r_32x32", "transform")]
+    assert conv2 == [
+        ("void fft2d_r2c_32x32", "transform"),
+        ("void fft2d_r2c_32x32", "transform"),
+        ("ampere_gcgemm_64x64_", "math"),
+        ("void fft2d_c2r_32x32", "transform"),
+    ]
     per_iteration = [sum(k["time_ms"] for k in launches if k["layer_id"] == 5 and k["repeat"] == r) for r in (0, 1)]
     measured = next(r for r in layer_rows(store, run_id) if r["layer"] == "conv2")["measured_ms"]
     assert measured == pytest.approx(sum(per_iteration) / 2)  # the median of two iterations
@@ -93,8 +105,10 @@ def test_show_and_report_say_which_algorithm_each_conv_ran(tmp_path, gpu_seams, 
     out = tmp_path / "report"
     reported = runner.invoke(cli, ["report", str(run_id), "--db", db, "--out", str(out)])
     assert reported.exit_code == 0, reported.output
-    assert ("conv1 fwd: implicit_precomp_gemm; conv2 fwd: fft; conv3 fwd: implicit_gemm; conv4 fwd: implicit_gemm; "
-            "conv5 fwd: implicit_gemm") in reported.output
+    assert (
+        "conv1 fwd: implicit_precomp_gemm; conv2 fwd: fft; conv3 fwd: implicit_gemm; conv4 fwd: implicit_gemm; "
+        "conv5 fwd: implicit_gemm"
+    ) in reported.output
     page = (out / "report.md").read_text()
     assert "fft2d_r2c_32x32 (transform); ampere_gcgemm_64x64_nt (math); fft2d_c2r_32x32 (transform)" in page
     assert f"PyTorch {torch.__version__}" in page
@@ -149,19 +163,40 @@ def test_the_library_experiment_records_every_arm_and_reports_speedups(tmp_path,
 
 def test_the_model_backend_records_a_library_run_without_a_gpu(tmp_path, runner):
     db = str(tmp_path / "t.db")
-    result = runner.invoke(cli, ["profile", "alexnet", "--batch", "16", "--impl", "torch", "--backend", "model",
-                                 "--db", db, "--format", "json"])
+    result = runner.invoke(
+        cli,
+        [
+            "profile",
+            "alexnet",
+            "--batch",
+            "16",
+            "--impl",
+            "torch",
+            "--backend",
+            "model",
+            "--db",
+            db,
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     run = run_dict(find_run(open_store(db, write=False), "last"))
     assert (run["implementation"], run["backend"], run["library"]["cudnn_benchmark"]) == ("torch", "model", False)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--impl", "torch", "--variant", "shared"], "--variant chooses among our kernels; --impl torch runs the library's"),
-    (["--impl", "torch", "--l1-bypass"], "--l1-bypass chooses among our kernels"),
-    (["--tf32", "--cudnn-benchmark"], "--tf32 and --cudnn-benchmark choose how PyTorch runs: add --impl torch"),
-    (["--impl", "cudnn"], "Invalid value for '--impl'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--impl", "torch", "--variant", "shared"],
+            "--variant chooses among our kernels; --impl torch runs the library's",
+        ),
+        (["--impl", "torch", "--l1-bypass"], "--l1-bypass chooses among our kernels"),
+        (["--tf32", "--cudnn-benchmark"], "--tf32 and --cudnn-benchmark choose how PyTorch runs: add --impl torch"),
+        (["--impl", "cudnn"], "Invalid value for '--impl'"),
+    ],
+)
 def test_options_of_the_other_implementation_are_refused_in_one_line(tmp_path, runner, args, message):
     db = tmp_path / "t.db"
     result = runner.invoke(cli, ["profile", "alexnet", "--backend", "model", "--db", str(db), *args])
@@ -178,7 +213,8 @@ def test_without_pytorch_impl_torch_is_one_clear_line_and_creates_nothing(tmp_pa
     result = runner.invoke(cli, ["profile", "--torch", "mymodels:build", "--db", str(db)])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
-        "Error: --torch needs PyTorch, which is not installed: pip install -e '.[torch]'"]
+        "Error: --torch needs PyTorch, which is not installed: pip install -e '.[torch]'"
+    ]
     assert not db.exists()
     result = runner.invoke(cli, ["profile", "alexnet", "--impl", "torch", "--backend", "model", "--db", str(db)])
     assert result.exit_code == 0 and "run 1 complete: alexnet run by torch" in result.output

@@ -69,17 +69,28 @@ def test_each_layer_phase_gets_its_launches_repeats_algorithm_and_roles(trace):
         by_range.setdefault(k.range, []).append(k)
     assert list(by_range) == list(SMALL_NET_RANGES)
     algorithms = {name: {k.algorithm for k in ks} for name, ks in by_range.items()}
-    assert algorithms == {"conv1/fwd": {"implicit_precomp_gemm"}, "relu1/fwd": {None}, "pool1/fwd": {None},
-                          "conv2/fwd": {"fft"}, "relu2/fwd": {None}, "fc3/fwd": {"gemm"}, "relu3/fwd": {None},
-                          "fc4/fwd": {"gemm"}}
+    assert algorithms == {
+        "conv1/fwd": {"implicit_precomp_gemm"},
+        "relu1/fwd": {None},
+        "pool1/fwd": {None},
+        "conv2/fwd": {"fft"},
+        "relu2/fwd": {None},
+        "fc3/fwd": {"gemm"},
+        "relu3/fwd": {None},
+        "fc4/fwd": {"gemm"},
+    }
     roles = {name: [k.role for k in ks] for name, ks in by_range.items()}
     assert roles["conv1/fwd"] == ["offsets", "math"]
     assert roles["conv2/fwd"] == ["transform", "transform", "math", "transform"]  # FFT in, products, FFT out
     assert roles["fc3/fwd"] == ["math", "epilogue"]
     assert roles["relu1/fwd"] == ["math"]  # an element-wise kernel is the ReLU's math
     conv2 = by_range["conv2/fwd"][2]
-    assert (conv2.kernel_name, conv2.layer_id, conv2.phase, conv2.variant) == ("ampere_gcgemm_64x64_nt", 5, "fwd",
-                                                                                "torch")
+    assert (conv2.kernel_name, conv2.layer_id, conv2.phase, conv2.variant) == (
+        "ampere_gcgemm_64x64_nt",
+        5,
+        "fwd",
+        "torch",
+    )
     assert conv2.time_ms == pytest.approx(0.323)
 
 
@@ -127,22 +138,27 @@ def test_a_copy_in_a_layer_phases_range_is_its_launch_timed_with_no_grid():
     ``gpu_memcpy``, not a kernel (a 3-D U-Net's concatenation forward on an H200 launched no kernel:
     tests/data/gpu-2026-11-26f-h200). Pass 1 logs it as its layer phase's launch, with its time and
     the role ``copy``; a copy outside every range is reported as a kernel outside is."""
+
     def event(cat, name, ts, dur, **args):
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
 
-    trace = {"traceEvents": [
-        event("cuda_runtime", "cudaMemcpyAsync", 5, 2, correlation=7),  # the batch's labels, before any range
-        event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 6, 3, correlation=7, bytes=64),
-        event("user_annotation", "concat1/fwd", 10, 20),
-        event("cuda_runtime", "cudaMemcpyAsync", 12, 2, correlation=8),
-        event("cuda_runtime", "cudaMemcpyAsync", 15, 2, correlation=9),
-        event("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 20, 150.5, correlation=8, bytes=268435456),
-        event("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 171, 149.5, correlation=9, bytes=268435456),
-    ]}
+    trace = {
+        "traceEvents": [
+            event("cuda_runtime", "cudaMemcpyAsync", 5, 2, correlation=7),  # the batch's labels, before any range
+            event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 6, 3, correlation=7, bytes=64),
+            event("user_annotation", "concat1/fwd", 10, 20),
+            event("cuda_runtime", "cudaMemcpyAsync", 12, 2, correlation=8),
+            event("cuda_runtime", "cudaMemcpyAsync", 15, 2, correlation=9),
+            event("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 20, 150.5, correlation=8, bytes=268435456),
+            event("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 171, 149.5, correlation=9, bytes=268435456),
+        ]
+    }
     assert kineto.kernels(trace) == []
     launches, outside = kineto.launch_log(kineto.device_work(trace), build("unet3d"), "torch")
     assert [(k.range, k.role, k.grid, k.time_ms) for k in launches] == [
-        ("concat1/fwd", "copy", (0, 0, 0), 0.1505), ("concat1/fwd", "copy", (0, 0, 0), 0.1495)]
+        ("concat1/fwd", "copy", (0, 0, 0), 0.1505),
+        ("concat1/fwd", "copy", (0, 0, 0), 0.1495),
+    ]
     assert [k.name for k in outside] == ["Memcpy HtoD (Pageable -> Device)"]
     assert "concat1/fwd" not in kineto.without_kernels(launches, build("unet3d"), "both", 1)
     assert "concat1/bwd_data" in kineto.without_kernels(launches, build("unet3d"), "both", 1)

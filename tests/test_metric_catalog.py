@@ -35,11 +35,22 @@ def test_catalog_is_consistent():
         else:
             assert m.rollup in ("sum", "max"), m.name
     stalls = [m for m in catalog.CATALOG if m.family == "stall"]
-    nvprof_stalls = {"stall_constant_memory_dependency", "stall_exec_dependency", "stall_inst_fetch",
-                     "stall_memory_dependency", "stall_memory_throttle", "stall_not_selected", "stall_other",
-                     "stall_pipe_busy", "stall_sleeping", "stall_sync", "stall_texture"}
-    assert {nvprof.SOURCES.by_metric[m.name].name for m in stalls if m.name in nvprof.SOURCES.by_metric} \
-        == nvprof_stalls  # every nvprof reason on Volta is mapped
+    nvprof_stalls = {
+        "stall_constant_memory_dependency",
+        "stall_exec_dependency",
+        "stall_inst_fetch",
+        "stall_memory_dependency",
+        "stall_memory_throttle",
+        "stall_not_selected",
+        "stall_other",
+        "stall_pipe_busy",
+        "stall_sleeping",
+        "stall_sync",
+        "stall_texture",
+    }
+    assert {
+        nvprof.SOURCES.by_metric[m.name].name for m in stalls if m.name in nvprof.SOURCES.by_metric
+    } == nvprof_stalls  # every nvprof reason on Volta is mapped
     assert {f"stall_{m.category}" for m in stalls} == nvprof_stalls  # ... and names a paper-003 category
 
 
@@ -59,8 +70,12 @@ def test_l2_hit_rates_over_100_percent_are_ncus_own_in_the_h100_recording():
     import sqlite3
     from contextlib import closing
 
-    over = {"fc8/bwd_weight/gemm_tn": 102.24, "fc7/bwd_weight/gemm_tn": 100.88, "fc6/bwd_weight/gemm_tn": 100.41,
-            "conv5/bwd_data/conv2d_bwd_data_implicit": 100.25}
+    over = {
+        "fc8/bwd_weight/gemm_tn": 102.24,
+        "fc7/bwd_weight/gemm_tn": 100.88,
+        "fc6/bwd_weight/gemm_tn": 100.41,
+        "conv5/bwd_data/conv2d_bwd_data_implicit": 100.25,
+    }
     exported = {p.kernel: p for p in ncu_csv.parse(read("ncu-raw-nvtx-h100-sm90-ncu2025.3-alexnet-b16.csv"))}
     assert {k: p.metrics["l2_hit_rate"] for k, p in exported.items() if p.metrics["l2_hit_rate"] > 100} == over
     assert all(p.values["profiler__replayer_passes"] == 18 for p in exported.values())
@@ -72,7 +87,8 @@ def test_l2_hit_rates_over_100_percent_are_ncus_own_in_the_h100_recording():
         stored = conn.execute(
             "SELECT y.name || '/' || l.phase || '/' || l.kernel_name, m.value FROM metric m "
             "JOIN launch l USING (run_id, invocation) JOIN layer y ON y.run_id = l.run_id AND y.layer_id = l.layer_id "
-            "WHERE m.name = 'l2_hit_rate' AND m.value > 100").fetchall()
+            "WHERE m.name = 'l2_hit_rate' AND m.value > 100"
+        ).fetchall()
     assert dict(stored) == pytest.approx(over)
 
 

@@ -10,10 +10,26 @@ from tracker.nets import build
 
 # Paper 003, Table 1: operations per layer of AlexNet for one image, as printed.
 TABLE_1 = {
-    "conv1": 210e6, "relu1": 290e3, "lrn1": 4e6, "pool1": 630e3, "conv2": 896e6, "relu2": 186e3,
-    "lrn2": 3e6, "pool2": 389e3, "conv3": 299e6, "relu3": 65e3, "conv4": 448e6, "relu4": 65e3,
-    "conv5": 299e6, "relu5": 43e3, "pool5": 83e3, "fc6": 75e6, "relu6": 4e3, "fc7": 33e6,
-    "relu7": 4e3, "fc8": 8e6,
+    "conv1": 210e6,
+    "relu1": 290e3,
+    "lrn1": 4e6,
+    "pool1": 630e3,
+    "conv2": 896e6,
+    "relu2": 186e3,
+    "lrn2": 3e6,
+    "pool2": 389e3,
+    "conv3": 299e6,
+    "relu3": 65e3,
+    "conv4": 448e6,
+    "relu4": 65e3,
+    "conv5": 299e6,
+    "relu5": 43e3,
+    "pool5": 83e3,
+    "fc6": 75e6,
+    "relu6": 4e3,
+    "fc7": 33e6,
+    "relu7": 4e3,
+    "fc8": 8e6,
 }
 
 

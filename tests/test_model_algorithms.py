@@ -26,16 +26,19 @@ def per_pair(layer_name: str, algorithm: str, phase: str = "fwd") -> float:
     return conv_cost(layer, phase, 1, algorithm).multiplies / pairs
 
 
-@pytest.mark.parametrize("layer, algorithm, multiplies", [
-    ("conv2", "direct", 27 * 27 * 5 * 5),  # 18,225
-    ("conv2", "winograd_f2", 14 * 14 * 6 * 6),  # 196 tiles of 2x2, 6x6 products each: 7,056
-    ("conv2", "winograd_f4", 7 * 7 * 8 * 8),  # 3,136
-    ("conv2", "fft", 4 * 32 * 17),  # one 32x32 real FFT (31 padded), half spectrum: 2,176
-    ("conv3", "direct", 13 * 13 * 3 * 3),  # 1,521
-    ("conv3", "winograd_f2", 7 * 7 * 4 * 4),  # 784
-    ("conv4", "winograd_f4", 4 * 4 * 6 * 6),  # 576
-    ("conv5", "fft", 4 * 16 * 9),  # a 16x16 FFT (15 padded): 576
-])
+@pytest.mark.parametrize(
+    "layer, algorithm, multiplies",
+    [
+        ("conv2", "direct", 27 * 27 * 5 * 5),  # 18,225
+        ("conv2", "winograd_f2", 14 * 14 * 6 * 6),  # 196 tiles of 2x2, 6x6 products each: 7,056
+        ("conv2", "winograd_f4", 7 * 7 * 8 * 8),  # 3,136
+        ("conv2", "fft", 4 * 32 * 17),  # one 32x32 real FFT (31 padded), half spectrum: 2,176
+        ("conv3", "direct", 13 * 13 * 3 * 3),  # 1,521
+        ("conv3", "winograd_f2", 7 * 7 * 4 * 4),  # 784
+        ("conv4", "winograd_f4", 4 * 4 * 6 * 6),  # 576
+        ("conv5", "fft", 4 * 16 * 9),  # a 16x16 FFT (15 padded): 576
+    ],
+)
 def test_multiplies_per_image_and_channel_pair(layer, algorithm, multiplies):
     assert per_pair(layer, algorithm) == multiplies
     assert per_pair(layer, algorithm, "bwd_data") == multiplies  # 13x13 and 27x27 in, as out
@@ -54,7 +57,8 @@ def test_workspace_and_transforms_by_hand():
     cost = conv_cost(ALEXNET.layer("conv3"), "fwd", 1, "winograd_f2")
     assert cost.workspace == 16 * (49 * 256 + 256 * 384 + 49 * 384)
     assert cost.transform_flops == 49 * 256 * 4 * 4**3 + 256 * 384 * (2 * 4 * 9 + 2 * 16 * 3) + 49 * 384 * (
-        2 * 2 * 16 + 2 * 4 * 4)
+        2 * 2 * 16 + 2 * 4 * 4
+    )
     fft = conv_cost(ALEXNET.layer("conv3"), "fwd", 1, "fft")
     assert fft.workspace == 2 * 16 * 9 * (256 + 256 * 384 + 384)
 
@@ -76,13 +80,21 @@ def test_a_named_algorithm_moves_the_roofline_and_the_memory_peak():
         assert (direct[key].ops, direct[key].bytes) == (p.ops, p.bytes), key
     conv2 = fft[("conv2", "fwd")]
     cost = conv_cost(ALEXNET.layer("conv2"), "fwd", 128, "fft")
-    assert (conv2.algorithm, conv2.macs, conv2.ops) == ("fft", cost.multiplies, 2 * cost.multiplies + cost.transform_flops)
+    assert (conv2.algorithm, conv2.macs, conv2.ops) == (
+        "fft",
+        cost.multiplies,
+        2 * cost.multiplies + cost.transform_flops,
+    )
     assert conv2.bytes == plain[("conv2", "fwd")].bytes + 2 * 4 * cost.workspace  # written and read once
     assert conv2.workspace_bytes == 4 * cost.workspace and conv2.predicted_ms < plain[("conv2", "fwd")].predicted_ms
     assert fft[("relu2", "fwd")] == plain[("relu2", "fwd")]  # only convolutions change
     assert fft[("conv1", "fwd")].algorithm == "direct"
-    largest = max(conv_cost(layer, phase, 128, "fft").workspace for layer in ALEXNET.layers if layer.kind == "conv"
-                  for phase in layer.phases)
+    largest = max(
+        conv_cost(layer, phase, 128, "fft").workspace
+        for layer in ALEXNET.layers
+        if layer.kind == "conv"
+        for phase in layer.phases
+    )
     assert memory(ALEXNET, 128, 32, "fft").workspace_bytes == 4 * largest
     assert memory(ALEXNET, 128, 32, "implicit_gemm").workspace_bytes == 0
     assert "workspace_bytes" not in plain[("conv2", "fwd")].to_dict()
@@ -118,8 +130,10 @@ def test_the_cli(runner, tmp_path):
     assert {r["layer"] for r in rows} == {"conv1", "conv2", "conv3", "conv4", "conv5"}
     result = runner.invoke(cli, ["model", "alexnet", "--algorithm", "winograd_f4", "--memory", "--format", "json"])
     assert result.exit_code == 0, result.output
-    for args, message in ((["--algorithm", "winograd"], "unknown algorithm 'winograd'"),
-                          (["--algorithm", "all", "--memory"], "--algorithm all compares the algorithms")):
+    for args, message in (
+        (["--algorithm", "winograd"], "unknown algorithm 'winograd'"),
+        (["--algorithm", "all", "--memory"], "--algorithm all compares the algorithms"),
+    ):
         result = runner.invoke(cli, ["model", "alexnet", *args])
         assert result.exit_code == 1 and message in result.output and len(result.output.strip().splitlines()) == 1
 

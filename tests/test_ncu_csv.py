@@ -12,6 +12,7 @@ from tracker.profilers import ncu_csv
 
 # --- ncu CSV -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("path", NCU_FILES, ids=lambda p: p.name)
 def test_every_ncu_sample_parses(path):
     launches = ncu_csv.parse(path.read_text(encoding="utf-8"), path.name)
@@ -49,12 +50,21 @@ def test_raw_page_with_units_row():
     assert first.attributes["Grid Size"] == "(64, 1, 1)"
 
 
-@pytest.mark.parametrize("value, unit, expected", [
-    (1.5, "usecond", (1500.0, "nsecond")), (2.0, "msecond", (2e6, "nsecond")), (3.0, "ns", (3.0, "nsecond")),
-    (4.0, "Mbyte", (4e6, "byte")), (1.2, "Gbyte/second", (1.2e9, "byte/second")),
-    (1.4, "cycle/nsecond", (1.4e9, "cycle/second")), (1.98, "Ghz", (1.98e9, "hz")), (87.5, "%", (87.5, "%")),
-    (5.0, "Kinst", (5000.0, "inst")), (2.0, "register/thread", (2.0, "register/thread")),
-])
+@pytest.mark.parametrize(
+    "value, unit, expected",
+    [
+        (1.5, "usecond", (1500.0, "nsecond")),
+        (2.0, "msecond", (2e6, "nsecond")),
+        (3.0, "ns", (3.0, "nsecond")),
+        (4.0, "Mbyte", (4e6, "byte")),
+        (1.2, "Gbyte/second", (1.2e9, "byte/second")),
+        (1.4, "cycle/nsecond", (1.4e9, "cycle/second")),
+        (1.98, "Ghz", (1.98e9, "hz")),
+        (87.5, "%", (87.5, "%")),
+        (5.0, "Kinst", (5000.0, "inst")),
+        (2.0, "register/thread", (2.0, "register/thread")),
+    ],
+)
 def test_units_are_normalised(value, unit, expected):
     got = ncu_csv.normalise(value, unit)
     assert got[0] == pytest.approx(expected[0]) and got[1] == expected[1]
@@ -71,17 +81,19 @@ def test_clear_errors_for_bad_output():
         ncu_csv.parse(cut, "cut.csv")
 
 
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_fuzzed_ncu_output_parses_or_fails_clearly(data):
     """Cut, spliced or garbled output: a list of launches or a ParseError, never a crash."""
-    text = data.draw(st.one_of(
-        st.text(max_size=300),
-        st.builds(lambda i, j: SAMPLE[:i] + SAMPLE[j:], st.integers(0, len(SAMPLE)), st.integers(0, len(SAMPLE))),
-        st.builds(lambda i, junk: SAMPLE[:i] + junk + SAMPLE[i:], st.integers(0, len(SAMPLE)), st.text(max_size=20)),
-    ))
+    text = data.draw(
+        st.one_of(
+            st.text(max_size=300),
+            st.builds(lambda i, j: SAMPLE[:i] + SAMPLE[j:], st.integers(0, len(SAMPLE)), st.integers(0, len(SAMPLE))),
+            st.builds(
+                lambda i, junk: SAMPLE[:i] + junk + SAMPLE[i:], st.integers(0, len(SAMPLE)), st.text(max_size=20)
+            ),
+        )
+    )
     try:
         ncu_csv.parse(text)
     except ParseError:

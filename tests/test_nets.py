@@ -6,18 +6,50 @@ from tracker.errors import TrackerError
 from tracker.nets import build
 
 ALEXNET_SHAPES = {
-    "conv1": (96, 55, 55), "relu1": (96, 55, 55), "lrn1": (96, 55, 55), "pool1": (96, 27, 27),
-    "conv2": (256, 27, 27), "lrn2": (256, 27, 27), "pool2": (256, 13, 13), "conv3": (384, 13, 13),
-    "conv4": (384, 13, 13), "conv5": (256, 13, 13), "pool5": (256, 6, 6), "fc6": (4096,), "fc7": (4096,),
-    "fc8": (1000,), "softmax": (1000,),
+    "conv1": (96, 55, 55),
+    "relu1": (96, 55, 55),
+    "lrn1": (96, 55, 55),
+    "pool1": (96, 27, 27),
+    "conv2": (256, 27, 27),
+    "lrn2": (256, 27, 27),
+    "pool2": (256, 13, 13),
+    "conv3": (384, 13, 13),
+    "conv4": (384, 13, 13),
+    "conv5": (256, 13, 13),
+    "pool5": (256, 6, 6),
+    "fc6": (4096,),
+    "fc7": (4096,),
+    "fc8": (1000,),
+    "softmax": (1000,),
 }
 
 
 def test_alexnet_layers_in_paper_order_with_stable_ids():
     net = build("alexnet")
     names = [layer.name for layer in net.layers]
-    assert names == ["conv1", "relu1", "lrn1", "pool1", "conv2", "relu2", "lrn2", "pool2", "conv3", "relu3",
-                     "conv4", "relu4", "conv5", "relu5", "pool5", "fc6", "relu6", "fc7", "relu7", "fc8", "softmax"]
+    assert names == [
+        "conv1",
+        "relu1",
+        "lrn1",
+        "pool1",
+        "conv2",
+        "relu2",
+        "lrn2",
+        "pool2",
+        "conv3",
+        "relu3",
+        "conv4",
+        "relu4",
+        "conv5",
+        "relu5",
+        "pool5",
+        "fc6",
+        "relu6",
+        "fc7",
+        "relu7",
+        "fc8",
+        "softmax",
+    ]
     assert [layer.id for layer in net.layers] == list(range(1, 22))
     assert [layer.id for layer in build("alexnet").layers] == [layer.id for layer in net.layers]
 
@@ -86,15 +118,18 @@ def test_unet3d_shapes():
     assert net.layers[-1].output_shape == (3, 64, 64, 32)
 
 
-@pytest.mark.parametrize("name, options, message", [
-    ("alexnt", {}, "did you mean alexnet"),
-    ("alexnet", {"depth": 3}, "alexnet does not take --depth"),
-    ("unet2d", {"input_size": "100"}, "not divisible by 2.depth = 16"),
-    ("unet2d", {"input_size": "12x"}, "is not N or NxN"),
-    ("unet3d", {"input_size": "64x64"}, "needs 3 positive sizes"),
-    ("unet3d", {"conv_type": "separable"}, "unet3d does not take --conv-type"),
-    ("unet2d", {"depth": 9}, "out of range"),
-])
+@pytest.mark.parametrize(
+    "name, options, message",
+    [
+        ("alexnt", {}, "did you mean alexnet"),
+        ("alexnet", {"depth": 3}, "alexnet does not take --depth"),
+        ("unet2d", {"input_size": "100"}, "not divisible by 2.depth = 16"),
+        ("unet2d", {"input_size": "12x"}, "is not N or NxN"),
+        ("unet3d", {"input_size": "64x64"}, "needs 3 positive sizes"),
+        ("unet3d", {"conv_type": "separable"}, "unet3d does not take --conv-type"),
+        ("unet2d", {"depth": 9}, "out of range"),
+    ],
+)
 def test_bad_network_options(name, options, message):
     with pytest.raises(TrackerError, match=message):
         build(name, **options)

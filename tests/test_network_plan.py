@@ -60,9 +60,15 @@ def test_networks_without_kernels_are_refused():
         resolve(net, {})
 
 
-@pytest.mark.parametrize("chosen", [{}, {"conv": "fused", "linear": "fused"},
-                                    {"conv": "gemm", "linear": "global", "lrn": "global", "softmax": "global"},
-                                    {"conv": "constant", "maxpool": "shared"}])
+@pytest.mark.parametrize(
+    "chosen",
+    [
+        {},
+        {"conv": "fused", "linear": "fused"},
+        {"conv": "gemm", "linear": "global", "lrn": "global", "softmax": "global"},
+        {"conv": "constant", "maxpool": "shared"},
+    ],
+)
 def test_a_training_step_matches_the_reference(emulator, chosen):
     net = small_net()
     run = PlanRunner(emulator, net, batch=2, chosen=chosen, seed=5)

@@ -30,8 +30,11 @@ from tracker.profile import profile
 from tracker.store import open_store
 
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
-VALUES = {"overview": ("run_id", "times", "share", "whole", "peak"), "stalls_caches": ("run_id", "shares"),
-          "experiments": ("experiment", "arms", "results")}  # what a run reads back from the kernel
+VALUES = {
+    "overview": ("run_id", "times", "share", "whole", "peak"),
+    "stalls_caches": ("run_id", "shares"),
+    "experiments": ("experiment", "arms", "results"),
+}  # what a run reads back from the kernel
 CELL_TIMEOUT_S = 120
 VARIABLES = ("TRACKER_DB", "TRACKER_RUN", "TRACKER_EXPERIMENT")
 
@@ -40,9 +43,12 @@ def notebook(name: str, out: Path) -> nbformat.NotebookNode:
     """The notebook in memory, plus a last cell that pickles the values VALUES names, and the
     kernel's interpreter, to ``out``."""
     nb = nbformat.read(Path(__file__).parents[1] / "notebooks" / f"{name}.ipynb", as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(
-        f"import pickle, sys\nwith open({str(out)!r}, 'wb') as f:\n"
-        f"    pickle.dump({{'executable': sys.executable, **{{n: globals()[n] for n in {VALUES[name]!r}}}}}, f)"))
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            f"import pickle, sys\nwith open({str(out)!r}, 'wb') as f:\n"
+            f"    pickle.dump({{'executable': sys.executable, **{{n: globals()[n] for n in {VALUES[name]!r}}}}}, f)"
+        )
+    )
     return nb
 
 
@@ -58,8 +64,9 @@ def execute(nb: nbformat.NotebookNode, folder: Path) -> None:
 
     manager = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[]))
     manager.connection_file = str(folder / "kernel.json")
-    client = NotebookClient(nb, km=manager, timeout=CELL_TIMEOUT_S, startup_timeout=60,
-                            resources={"metadata": {"path": str(folder)}})
+    client = NotebookClient(
+        nb, km=manager, timeout=CELL_TIMEOUT_S, startup_timeout=60, resources={"metadata": {"path": str(folder)}}
+    )
     client.execute(env={**os.environ, "IPYTHONDIR": str(folder / "ipython")})
 
 
@@ -102,8 +109,9 @@ def run(name: str, db: str, folder: Path, monkeypatch, **variables) -> tuple[nbf
 def db(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("notebooks") / "trace.db")
     sample_store(path)  # run 1
-    run_experiment(path, "batch", build("alexnet"), 16, batches=(16, 128), backend="model",
-                   device=lookup("h100"))  # runs 2, 3
+    run_experiment(
+        path, "batch", build("alexnet"), 16, batches=(16, 128), backend="model", device=lookup("h100")
+    )  # runs 2, 3
     profile(path, build("alexnet"), 128, backend="model", device=lookup("h100"))  # run 4
     return path
 
@@ -159,8 +167,10 @@ def test_overview_on_the_h100_recording(tmp_path, monkeypatch):
     assert ns["whole"]["ms"] == pytest.approx(ns["times"]["ms"].sum())
 
 
-PEAKS = {B128_NCU: "the model's 1.86 GB; measured 2.54 GB (1.36x the model)",  # the model of 2026-11-22
-         B16: "the model's 676 MB; measured 754 MB (1.12x the model)"}
+PEAKS = {
+    B128_NCU: "the model's 1.86 GB; measured 2.54 GB (1.36x the model)",  # the model of 2026-11-22
+    B16: "the model's 676 MB; measured 754 MB (1.12x the model)",
+}
 
 
 @pytest.mark.slow
@@ -209,8 +219,7 @@ def test_experiments_on_the_model_batch_experiment(db, tmp_path, monkeypatch):
 def test_experiments_on_the_h100_fusion_experiment(recordings, tmp_path, monkeypatch):
     """TRACKER_EXPERIMENT=e2 of issue 16's core: speedups per fused pair and per layer. The fused
     iteration runs at 0.68x (test_recordings)."""
-    nb, ns = run("experiments", recording(CORE_EXPERIMENTS, recordings), tmp_path, monkeypatch,
-                 TRACKER_EXPERIMENT="e2")
+    nb, ns = run("experiments", recording(CORE_EXPERIMENTS, recordings), tmp_path, monkeypatch, TRACKER_EXPERIMENT="e2")
     assert images(nb) == 2
     assert ns["experiment"].kind == "fusion" and list(ns["arms"].arm) == ["separate", "fused"]
     whole = ns["results"].set_index("layer").loc["iteration"]
@@ -226,12 +235,24 @@ def bare(tmp_path_factory) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, error", [
-    pytest.param("overview", "TrackerError: run 1 in {where} has no times (a model run without a device): "
-                             "profile with --device NAME, or on a GPU", id="overview"),
-    pytest.param("stalls_caches", "TrackerError: no run with counters in {where}: run tracker profile on a GPU "
-                                  "with Nsight Compute (--backend ncu)", id="stalls_caches"),
-    pytest.param("experiments", "StoreError: {where} holds no experiments yet", id="experiments")])
+@pytest.mark.parametrize(
+    "name, error",
+    [
+        pytest.param(
+            "overview",
+            "TrackerError: run 1 in {where} has no times (a model run without a device): "
+            "profile with --device NAME, or on a GPU",
+            id="overview",
+        ),
+        pytest.param(
+            "stalls_caches",
+            "TrackerError: no run with counters in {where}: run tracker profile on a GPU "
+            "with Nsight Compute (--backend ncu)",
+            id="stalls_caches",
+        ),
+        pytest.param("experiments", "StoreError: {where} holds no experiments yet", id="experiments"),
+    ],
+)
 def test_a_store_without_what_the_notebook_needs_stops_it_in_one_line(name, error, bare, tmp_path, monkeypatch):
     from nbclient.exceptions import CellExecutionError
 
@@ -244,4 +265,4 @@ def test_a_store_without_what_the_notebook_needs_stops_it_in_one_line(name, erro
     assert f"{stopped.value.ename}: {stopped.value.evalue}" == error.format(where=open_store(bare, write=False).where)
     first = next(i for i, cell in enumerate(nb.cells) if cell.cell_type == "code")
     assert [o.output_type for o in nb.cells[first].outputs] == ["error"]
-    assert all(not cell.get("outputs") for cell in nb.cells[first + 1:])  # Run All stops there
+    assert all(not cell.get("outputs") for cell in nb.cells[first + 1 :])  # Run All stops there

@@ -15,6 +15,7 @@ from tracker.profilers import nvprof
 
 # --- nvprof ------------------------------------------------------------------------------------
 
+
 def test_nvprof_metrics_map_onto_the_catalog():
     kernels = nvprof.parse_metrics(read("nvprof-metrics-csv-k20c-stalls.csv"))
     assert len(kernels) == 4
@@ -38,7 +39,7 @@ def test_nvprof_plain_text_metrics():
     assert v["stall_no_instruction"] == 47.62 and v["stall_long_scoreboard"] == 25.9  # inst_fetch, memory_dep.
     assert v["achieved_occupancy"] == pytest.approx(12.3716) and v["l2_utilization_level"] == 2  # "Low (2)"
     line = next(x for x in text.splitlines() if "sm_efficiency (80 instances)" in x)
-    per_sm = [float(c.rstrip("%")) for c in line[line.index("[") + 1:line.index("]")].split()]
+    per_sm = [float(c.rstrip("%")) for c in line[line.index("[") + 1 : line.index("]")].split()]
     assert len(per_sm) == 80 and v["sm_efficiency"] == pytest.approx(sum(per_sm) / 80)  # one value per SM
 
 
@@ -50,8 +51,16 @@ def test_nvprof_gpu_trace():
     assert launches[0].values["Grid X"] == 257
 
 
-@pytest.mark.parametrize("text, expected", [("83.340104%", 83.340104), ("636.79GB/s", 636.79e9),
-                                            ("High (8)", 8.0), ("3.3255e+10", 3.3255e10), ("0.000000", 0.0)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("83.340104%", 83.340104),
+        ("636.79GB/s", 636.79e9),
+        ("High (8)", 8.0),
+        ("3.3255e+10", 3.3255e10),
+        ("0.000000", 0.0),
+    ],
+)
 def test_nvprof_values(text, expected):
     assert nvprof.value(text) == pytest.approx(expected)
 
@@ -65,8 +74,11 @@ def test_nvprof_command_profiles_per_launch_between_start_and_stop():
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=400))
 def test_fuzzed_nvprof_output_fails_clearly(text):
-    for parse, head in ((nvprof.parse_metrics, '"Device","Kernel","Invocations","Metric Name"'),
-                        (nvprof.parse_trace, '"Start","Duration"'), (nvprof.parse_metrics_text, "Kernel: k\n")):
+    for parse, head in (
+        (nvprof.parse_metrics, '"Device","Kernel","Invocations","Metric Name"'),
+        (nvprof.parse_trace, '"Start","Duration"'),
+        (nvprof.parse_metrics_text, "Kernel: k\n"),
+    ):
         try:
             parse(head + text)
         except ParseError:
@@ -76,9 +88,11 @@ def test_fuzzed_nvprof_output_fails_clearly(text):
 NVPROF_TEXT = read("nvprof-metrics-text-v100-kernel-excerpt.txt")
 
 
-@pytest.mark.parametrize("token, expected", [("n/a", None), ("nan", None), ("1e999", ParseError),
-                                             ("x" * 140_000, ParseError), ("-", ParseError)],
-                         ids=["n/a", "nan", "1e999", "a 140 KB field", "dash"])
+@pytest.mark.parametrize(
+    "token, expected",
+    [("n/a", None), ("nan", None), ("1e999", ParseError), ("x" * 140_000, ParseError), ("-", ParseError)],
+    ids=["n/a", "nan", "1e999", "a 140 KB field", "dash"],
+)
 def test_nvprof_metric_cells_real_profilers_print(token, expected):
     text = read("nvprof-metrics-csv-k20c-stalls.csv")
     first = next(line for line in text.splitlines() if line.startswith('"Tesla'))
@@ -103,7 +117,7 @@ def test_an_untimed_launch_in_the_nvprof_trace_has_no_duration():
 def test_nvprof_text_with_an_empty_or_unavailable_instance_list():
     line = next(line for line in NVPROF_TEXT.splitlines() if "instances)" in line)
     for listed in ("[ ]", "[ n/a n/a ]"):
-        damaged = NVPROF_TEXT.replace(line, line[:line.index("[")] + listed)
+        damaged = NVPROF_TEXT.replace(line, line[: line.index("[")] + listed)
         (kernel,) = nvprof.parse_metrics_text(damaged).values()
         assert kernel["values"]["sm_efficiency"] is None
 
@@ -148,10 +162,18 @@ def _within(seconds: float, parse, text: str):
 LONG = 100_000  # a line of 4,000 spaces took 217 s before the line reader stopped backtracking
 
 
-@pytest.mark.parametrize("line", [
-    "1 a" + " " * LONG, "1 a" + " " * LONG + "x", "  Kernel: " + " " * LONG + "x",
-    "1 sm_efficiency (80 instances)" + " " * LONG + "[", "1 a b" + " x" * (LONG // 2), "1 a" + " (1)" * LONG,
-], ids=["spaces", "spaces then a token", "kernel line", "instance list never closed", "many tokens", "levels"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "1 a" + " " * LONG,
+        "1 a" + " " * LONG + "x",
+        "  Kernel: " + " " * LONG + "x",
+        "1 sm_efficiency (80 instances)" + " " * LONG + "[",
+        "1 a b" + " x" * (LONG // 2),
+        "1 a" + " (1)" * LONG,
+    ],
+    ids=["spaces", "spaces then a token", "kernel line", "instance list never closed", "many tokens", "levels"],
+)
 def test_nvprof_text_reads_a_pathological_line_in_linear_time(line):
     _within(2.0, nvprof.parse_metrics_text, "Kernel: k\n" + line + "\n")
 
@@ -159,19 +181,28 @@ def test_nvprof_text_reads_a_pathological_line_in_linear_time(line):
 def test_nvprof_trace_reads_a_long_kernel_name_in_linear_time():
     text = read("nvprof-gputrace-csv-k20c.csv")
     long_name = '"' + " " * LONG + 'x [115]"'  # the [correlation id] search backtracked over the spaces
-    _within(2.0, nvprof.parse_trace, text.replace('"__kernel___forma_kernel__0__(float*, int, int, float*) [115]"',
-                                                  long_name, 1))
+    _within(
+        2.0,
+        nvprof.parse_trace,
+        text.replace('"__kernel___forma_kernel__0__(float*, int, int, float*) [115]"', long_name, 1),
+    )
 
 
-@pytest.mark.parametrize("cell", ["1e999", "1e999%", "-1e999GB/s", "inf", "High (" + "9" * 400 + ")", "9" * 5000],
-                         ids=["1e999", "1e999%", "-1e999GB/s", "inf", "a 400-digit level", "5000 digits"])
+@pytest.mark.parametrize(
+    "cell",
+    ["1e999", "1e999%", "-1e999GB/s", "inf", "High (" + "9" * 400 + ")", "9" * 5000],
+    ids=["1e999", "1e999%", "-1e999GB/s", "inf", "a 400-digit level", "5000 digits"],
+)
 def test_nvprof_refuses_infinite_values_like_ncu(cell):
     """ncu_csv.number refuses 1e999; nvprof reads every figure through it, units and levels too."""
     with pytest.raises(ValueError):
         nvprof.value(cell)
     line = f"    1   achieved_occupancy   Achieved Occupancy   0.5   0.5   {cell}"
-    with pytest.raises(ParseError, match=rf"^v100\.txt: line 2: achieved_occupancy: cannot read the value "
-                                         rf"'{re.escape(cell[:40])}'"):
+    with pytest.raises(
+        ParseError,
+        match=rf"^v100\.txt: line 2: achieved_occupancy: cannot read the value "
+        rf"'{re.escape(cell[:40])}'",
+    ):
         nvprof.parse_metrics_text(f"Kernel: k\n{line}\n", "v100.txt")
     text = read("nvprof-metrics-csv-k20c-stalls.csv")
     first = next(line for line in text.splitlines() if line.startswith('"Tesla'))
@@ -197,11 +228,13 @@ def test_nvprof_a_count_of_5000_digits_is_a_parse_error():
 def test_nvprof_text_line_reader():
     """The line reader that replaced the regexes: a level Avg, an instance list, lines it skips; an
     instance list cut short is refused (the regex fell through and took the last SM's value as Avg)."""
-    text = ("==1== Metric result:\nInvocations   Metric Name   Metric Description   Min   Max   Avg\n"
-            "Device \"Tesla V100 (0)\"\n    Kernel: k(float*)  \n"
-            "    2   l2_utilization   L2 Cache Utilization   Low (1)   Low (2)   Mid (5)\n"
-            "    2   sm_efficiency (2 instances)   Multiprocessor Activity   -   -   [ 50.0% 70.0% ]\n")
-    (name, kernel), = nvprof.parse_metrics_text(text).items()
+    text = (
+        "==1== Metric result:\nInvocations   Metric Name   Metric Description   Min   Max   Avg\n"
+        'Device "Tesla V100 (0)"\n    Kernel: k(float*)  \n'
+        "    2   l2_utilization   L2 Cache Utilization   Low (1)   Low (2)   Mid (5)\n"
+        "    2   sm_efficiency (2 instances)   Multiprocessor Activity   -   -   [ 50.0% 70.0% ]\n"
+    )
+    ((name, kernel),) = nvprof.parse_metrics_text(text).items()
     assert name == "k(float*)" and kernel["invocations"] == 2
     assert kernel["values"] == {"l2_utilization_level": 5.0, "sm_efficiency": 60.0}
     with pytest.raises(ParseError, match="line 6: sm_efficiency lists no per-instance values"):

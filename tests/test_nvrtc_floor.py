@@ -48,8 +48,15 @@ def compile_all(floor: Path) -> dict:
     from tracker.gpu.kernels import ARCHS, BUILDS
     from tracker.ops import OPS
 
-    jobs = sorted({(k.source, arch, policy, v.defines) for v in OPS.launches() for k in v.kernels
-                   for arch in ARCHS for policy in BUILDS})
+    jobs = sorted(
+        {
+            (k.source, arch, policy, v.defines)
+            for v in OPS.launches()
+            for k in v.kernels
+            for arch in ARCHS
+            for policy in BUILDS
+        }
+    )
 
     def failure(job) -> str | None:
         try:
@@ -60,8 +67,11 @@ def compile_all(floor: Path) -> dict:
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         failed = [f for f in pool.map(failure, jobs) if f]
-    loaded = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
-              if re.search(r"/libnvrtc\.so", line)}
+    loaded = {
+        line.split()[-1]
+        for line in Path("/proc/self/maps").read_text().splitlines()
+        if re.search(r"/libnvrtc\.so", line)
+    }
     return {"version": list(nvrtc.nvrtcVersion()[1:]), "loaded": sorted(loaded), "jobs": len(jobs), "failed": failed}
 
 
@@ -71,8 +81,10 @@ def test_every_kernel_compiles_with_the_lowest_nvrtc_allowed():
     if not floor:
         if os.environ.get("TRACKER_REQUIRE_NVRTC_FLOOR"):
             pytest.fail("TRACKER_REQUIRE_NVRTC_FLOOR is set but TRACKER_NVRTC_FLOOR is not")
-        pytest.skip(f"no NVRTC {version} to compile with: set TRACKER_NVRTC_FLOOR to a directory made by "
-                    f"pip install --no-deps --target DIR nvidia-cuda-nvrtc=={version} (.ci/run does)")
+        pytest.skip(
+            f"no NVRTC {version} to compile with: set TRACKER_NVRTC_FLOOR to a directory made by "
+            f"pip install --no-deps --target DIR nvidia-cuda-nvrtc=={version} (.ci/run does)"
+        )
     installed = [p.name for p in Path(floor).glob("nvidia_cuda_nvrtc-*.dist-info")]
     assert installed == [f"nvidia_cuda_nvrtc-{version}.dist-info"], (floor, installed)
     done = subprocess.run([sys.executable, __file__, "compile", floor], capture_output=True, text=True, timeout=1200)

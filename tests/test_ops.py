@@ -32,8 +32,11 @@ def toy(monkeypatch):
     """A 'narrow' ReLU variant, registered from here; the registry is restored afterwards."""
     relu = OPS["relu"]
     monkeypatch.setattr(relu, "variants", dict(relu.variants))
-    return relu.add("narrow", fwd=launch(_fwd_narrow, "relu.cu:relu_fwd_global"),
-                    bwd_data=launch(_bwd_narrow, "relu.cu:relu_bwd_global"))
+    return relu.add(
+        "narrow",
+        fwd=launch(_fwd_narrow, "relu.cu:relu_fwd_global"),
+        bwd_data=launch(_bwd_narrow, "relu.cu:relu_bwd_global"),
+    )
 
 
 def test_a_variant_added_from_outside_reaches_every_consumer(toy, emulator):
@@ -66,14 +69,28 @@ def test_the_compile_check_and_tracker_kernels_list_an_added_variant(toy):
 
     rows = [r for r in variant_rows("sm_90", ("ca",)) if r["variant"] == "narrow"]
     assert [(r["op"], r["phase"], r["kernels"], r["verified_on"]) for r in rows] == [
-        ("relu", "fwd", ["relu_fwd_global"], None), ("relu", "bwd_data", ["relu_bwd_global"], None)]
+        ("relu", "fwd", ["relu_fwd_global"], None),
+        ("relu", "bwd_data", ["relu_bwd_global"], None),
+    ]
 
 
 def test_cuda_sizes_come_from_the_registry_alone():
     """Every -D size is written in Python once and reaches NVRTC (and the emulator's g++) as an
     option; no kernel source or header defines it, so the two cannot disagree."""
-    assert defines() == {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8, "THREAD_M": 8, "THREAD_N": 8, "GEMM_THREADS": 256,
-                         "STAGES": 2, "WARP_ROWS": 4, "TILE_PAD": 4, "MIN_CTAS": 0, "RELU_MASK": 0, "CONSTANT_FLOATS": 16384}
+    assert defines() == {
+        "TILE_M": 128,
+        "TILE_N": 128,
+        "TILE_K": 8,
+        "THREAD_M": 8,
+        "THREAD_N": 8,
+        "GEMM_THREADS": 256,
+        "STAGES": 2,
+        "WARP_ROWS": 4,
+        "TILE_PAD": 4,
+        "MIN_CTAS": 0,
+        "RELU_MASK": 0,
+        "CONSTANT_FLOATS": 16384,
+    }
     options = compile_options("ca")
     assert all(f"-D{name}={value}" in options for name, value in defines().items())
     for path in [KERNEL_DIR / s for s in sources()] + [KERNEL_DIR / "common.cuh"]:
@@ -96,8 +113,11 @@ def test_the_registry_refuses_what_it_cannot_run():
     with pytest.raises(TrackerError, match="relu variant 'half' must launch fwd, bwd_data; got fwd"):
         relu.add("half", fwd=launch(_fwd_narrow, "relu.cu:relu_fwd_global"))
     with pytest.raises(TrackerError, match="relu already has a variant 'global'"):
-        relu.add("global", fwd=launch(_fwd_narrow, "relu.cu:relu_fwd_global"),
-                 bwd_data=launch(_bwd_narrow, "relu.cu:relu_bwd_global"))
+        relu.add(
+            "global",
+            fwd=launch(_fwd_narrow, "relu.cu:relu_fwd_global"),
+            bwd_data=launch(_bwd_narrow, "relu.cu:relu_bwd_global"),
+        )
     assert list(relu.variants) == ["global"]
     with pytest.raises(UnknownName, match="unknown op 'pool'"):
         OPS.parse_variants("pool=shared")

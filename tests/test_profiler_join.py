@@ -11,9 +11,12 @@ from tracker.profilers.join import join, kernel_base
 
 # --- the two-pass join -------------------------------------------------------------------------
 
+
 def _pass1(launches, ranges) -> list[Logged]:
-    return [Logged(invocation=i, kernel_name=kernel_base(launch.kernel), range=r)
-            for i, (launch, r) in enumerate(zip(launches, ranges))]
+    return [
+        Logged(invocation=i, kernel_name=kernel_base(launch.kernel), range=r)
+        for i, (launch, r) in enumerate(zip(launches, ranges))
+    ]
 
 
 def test_join_matches_names_and_ranges():
@@ -58,8 +61,9 @@ def _planned_launches(batch_net: str = "alexnet") -> list[Logged]:
             for kernel in OPS.of(step.layer).variants[step.variant].launches[step.phase].kernels:
                 if kernel.name in ("splitk_reduce", "softmax_fwd_global", "softmax_xent_bwd_global"):
                     continue
-                launches.append(Logged(invocation=len(launches), kernel_name=kernel.name,
-                                       range=f"{step.layer.name}/{step.phase}"))
+                launches.append(
+                    Logged(invocation=len(launches), kernel_name=kernel.name, range=f"{step.layer.name}/{step.phase}")
+                )
     return launches
 
 
@@ -77,11 +81,14 @@ def test_join_on_a_real_h100_recording_of_our_alexnet():
         join(launches, profiled, [named[0], named[2], *named[2:]])
 
 
-@pytest.mark.parametrize("printed, base", [
-    ("void unnamed>::gemm_tiled_kernel<32>(const float *, int)", "gemm_tiled_kernel"),
-    ("conv2d_fwd_shared", "conv2d_fwd_shared"),
-    ("ij_deriv_kernel(int, int, thrust::complex<double> const*)", "ij_deriv_kernel"),
-    ("void flash::kernel<Traits<128, (bool)1>>(Params)", "kernel"),
-])
+@pytest.mark.parametrize(
+    "printed, base",
+    [
+        ("void unnamed>::gemm_tiled_kernel<32>(const float *, int)", "gemm_tiled_kernel"),
+        ("conv2d_fwd_shared", "conv2d_fwd_shared"),
+        ("ij_deriv_kernel(int, int, thrust::complex<double> const*)", "ij_deriv_kernel"),
+        ("void flash::kernel<Traits<128, (bool)1>>(Params)", "kernel"),
+    ],
+)
 def test_kernel_base(printed, base):
     assert kernel_base(printed) == base

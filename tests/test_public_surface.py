@@ -27,8 +27,9 @@ def test_the_docstring_example_runs(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tracker.profile, "require_gpu", no_gpu)  # the example's auto profile: a model run
     monkeypatch.chdir(tmp_path)  # the example's trace.db and report/ land here
-    made = tracker.profile.profile("trace.db", tracker.nets.build("alexnet"), 4, backend="model",
-                                   device=tracker.model.lookup("h100"))
+    made = tracker.profile.profile(
+        "trace.db", tracker.nets.build("alexnet"), 4, backend="model", device=tracker.model.lookup("h100")
+    )
     example = docstring_example()
     namespace: dict = {}
     for statement in ast.parse(example).body:

@@ -36,6 +36,7 @@ def url_of(user: str, database: str, query: str = "") -> str:
 @dataclass
 class Server:
     """A database of its own holding a store of one run, owned by the plain role ``owner``."""
+
     database: str
     owner: str
     roles: list[str] = field(default_factory=list)  # dropped afterwards
@@ -116,8 +117,10 @@ def install(server: Server, extension: str) -> None:
 # Both calls sit after "--\r" in LIMIT, where PostgreSQL reads on (a comment ends at \r) and a
 # reader of the text that ends comments at \n alone sees none; "\n + 0" keeps the text going.
 def the_probes_write(server: Server) -> str:
-    return (f"SELECT 1 LIMIT 1 --\r + length(set_config('role', '{make_url_user()}', false)) * 0"
-            f" + length(dblink_exec('{superuser_dsn(server)}', 'DELETE FROM public.run')) * 0\n + 0")
+    return (
+        f"SELECT 1 LIMIT 1 --\r + length(set_config('role', '{make_url_user()}', false)) * 0"
+        f" + length(dblink_exec('{superuser_dsn(server)}', 'DELETE FROM public.run')) * 0\n + 0"
+    )
 
 
 def assert_one_line_refusal(error: pytest.ExceptionInfo, *fragments: str) -> None:
@@ -128,6 +131,7 @@ def assert_one_line_refusal(error: pytest.ExceptionInfo, *fragments: str) -> Non
 
 
 # Finding 1: the login, not the current role
+
 
 def test_a_superuser_login_that_sets_the_readers_role_is_refused(server):
     """The probe's reproduction: a superuser URL whose options set role=<reader> passed the check,
@@ -157,10 +161,13 @@ def test_a_superuser_whose_role_setting_switches_it_to_a_reader_is_refused(serve
     assert server.runs() == 1
 
 
-@pytest.mark.parametrize("grant, why", [
-    ("GRANT {owner} TO {login}", "writes the store"),  # the owner's role, not inherited by the login
-    ("GRANT pg_read_server_files TO {login}", "reaches the server's files"),
-])
+@pytest.mark.parametrize(
+    "grant, why",
+    [
+        ("GRANT {owner} TO {login}", "writes the store"),  # the owner's role, not inherited by the login
+        ("GRANT pg_read_server_files TO {login}", "reaches the server's files"),
+    ],
+)
 def test_every_role_the_login_may_become_is_checked(server, grant, why):
     """A login whose role setting starts its sessions as a harmless role is judged by what the
     login itself may become."""
@@ -173,17 +180,25 @@ def test_every_role_the_login_may_become_is_checked(server, grant, why):
     with admin(server.database) as conn:
         conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {harmless}")
     with pytest.raises(StoreError) as error:
-        run_sql(open_store(server.owner_url, write=False), "SELECT COUNT(*) FROM run",
-                reader=url_of(login, server.database))
+        run_sql(
+            open_store(server.owner_url, write=False), "SELECT COUNT(*) FROM run", reader=url_of(login, server.database)
+        )
     assert_one_line_refusal(error, f"'{login}' {why}")
 
 
 # Connection options, from the URL or the environment
 
-@pytest.mark.parametrize("options", [
-    "-crole%3D{reader}", "-c%20work_mem%3D1GB", "--statement_timeout%3D0", "-csearch_path%3Dpublic%20-cgeqo%3Doff",
-    "-csession_authorization%3D{reader}",
-])
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "-crole%3D{reader}",
+        "-c%20work_mem%3D1GB",
+        "--statement_timeout%3D0",
+        "-csearch_path%3Dpublic%20-cgeqo%3Doff",
+        "-csession_authorization%3D{reader}",
+    ],
+)
 def test_a_reader_url_whose_options_set_anything_but_the_search_path_is_refused(server, options, runner):
     name = server.reader()
     reader = server.url(name)
@@ -193,7 +208,9 @@ def test_a_reader_url_whose_options_set_anything_but_the_search_path_is_refused(
     assert_one_line_refusal(error, "options")
     result = runner.invoke(cli, ["sql", "SELECT 1", "--db", server.owner_url, "--reader-url", url])
     assert result.exit_code == 1 and result.output.count("\n") == 1 and "options" in result.output
-    ok = run_sql(open_store(server.owner_url, write=False), "SELECT 1", reader=f"{reader}?options=-csearch_path%3Dpublic")
+    ok = run_sql(
+        open_store(server.owner_url, write=False), "SELECT 1", reader=f"{reader}?options=-csearch_path%3Dpublic"
+    )
     assert ok == (["?column?"], [(1,)])  # the search path only names where the store is
 
 
@@ -229,6 +246,7 @@ def test_a_setting_the_connection_made_some_other_way_is_refused(server, monkeyp
 
 
 # The session is pinned
+
 
 def test_a_query_that_changes_its_role_is_refused_before_its_rows(server):
     """A reader that is a member of another reading role: a query that switches to it (hidden from
@@ -266,6 +284,7 @@ def test_the_pin_refuses_a_session_whose_role_changed(server):
 
 # What tracker reader-role grants
 
+
 @pytest.mark.parametrize("how", ["apply", "printed"])
 def test_the_reader_cannot_read_a_table_a_superuser_makes_later(server, runner, how):
     """The probe's leak: reader-role run as a superuser set default privileges for that superuser,
@@ -285,8 +304,10 @@ def test_the_reader_cannot_read_a_table_a_superuser_makes_later(server, runner, 
     install(server, "file_fdw")
     with admin(server.database) as conn:
         conn.execute("CREATE SERVER t74_files FOREIGN DATA WRAPPER file_fdw")
-        conn.execute("CREATE FOREIGN TABLE public.passwd (line text) SERVER t74_files "
-                     "OPTIONS (filename '/etc/passwd', format 'text')")
+        conn.execute(
+            "CREATE FOREIGN TABLE public.passwd (line text) SERVER t74_files "
+            "OPTIONS (filename '/etc/passwd', format 'text')"
+        )
     with admin(server.database) as conn:  # as the owner, the way an upgrade adds a table
         conn.execute(f"SET ROLE {server.owner}")
         conn.execute("CREATE TABLE public.added_later (x int)")
@@ -308,15 +329,18 @@ def test_the_reader_role_sql_grants_reading_and_bounds_the_server(server, runner
     printed = runner.invoke(cli, ["reader-role", "--db", server.owner_url, "--name", name]).output
     assert f'ALTER DEFAULT PRIVILEGES FOR ROLE "{server.owner}" IN SCHEMA "public" GRANT SELECT ON TABLES' in printed
     grants = [line for line in printed.splitlines() if line.startswith("GRANT ")]
-    assert grants and all(line.startswith(("GRANT SELECT ON ", "GRANT USAGE ON SCHEMA ", "GRANT CONNECT ON "))
-                          for line in grants)
+    assert grants and all(
+        line.startswith(("GRANT SELECT ON ", "GRANT USAGE ON SCHEMA ", "GRANT CONNECT ON ")) for line in grants
+    )
     for setting in ("statement_timeout", "temp_file_limit", "work_mem", "idle_in_transaction_session_timeout"):
         assert f"ALTER ROLE {name} SET {setting} = '{READER_SETTINGS[setting]}';" in printed
     reader = server.url(server.reader())
-    _, rows = run_sql(open_store(server.owner_url, write=False),
-                            "SELECT name, source FROM pg_settings WHERE name = ANY(ARRAY['statement_timeout', "
-                            "'temp_file_limit', 'work_mem', 'idle_in_transaction_session_timeout']) ORDER BY name",
-                            reader=reader)
+    _, rows = run_sql(
+        open_store(server.owner_url, write=False),
+        "SELECT name, source FROM pg_settings WHERE name = ANY(ARRAY['statement_timeout', "
+        "'temp_file_limit', 'work_mem', 'idle_in_transaction_session_timeout']) ORDER BY name",
+        reader=reader,
+    )
     assert dict(rows)["temp_file_limit"] == "user" and dict(rows)["work_mem"] == "user"
 
 
@@ -328,23 +352,51 @@ def test_a_sort_that_spills_past_the_readers_temp_file_limit_is_ended(server, mo
     monkeypatch.setitem(reader_module.READER_SETTINGS, "temp_file_limit", "1MB")
     reader = server.url(server.reader())
     with pytest.raises(StoreError, match="temp_file_limit"):
-        run_sql(open_store(server.owner_url, write=False),
-                "SELECT x FROM generate_series(1, 1000000) x ORDER BY random() LIMIT 1", reader=reader)
+        run_sql(
+            open_store(server.owner_url, write=False),
+            "SELECT x FROM generate_series(1, 1000000) x ORDER BY random() LIMIT 1",
+            reader=reader,
+        )
 
 
 def test_tracker_sql_warns_when_the_reader_lacks_the_settings(server, runner):
     bare = server.role("bare", "LOGIN")
     with admin(server.database) as conn:
         conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {bare}")
-    result = runner.invoke(cli, ["sql", "SELECT COUNT(*) AS n FROM run", "--db", server.owner_url,
-                                 "--reader-url", url_of(bare, server.database), "--format", "csv"])
+    result = runner.invoke(
+        cli,
+        [
+            "sql",
+            "SELECT COUNT(*) AS n FROM run",
+            "--db",
+            server.owner_url,
+            "--reader-url",
+            url_of(bare, server.database),
+            "--format",
+            "csv",
+        ],
+    )
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
-    assert len(notes) == 1 and "idle_in_transaction_session_timeout, statement_timeout, temp_file_limit, work_mem" \
-        in notes[0] and "tracker reader-role" in notes[0]
+    assert (
+        len(notes) == 1
+        and "idle_in_transaction_session_timeout, statement_timeout, temp_file_limit, work_mem" in notes[0]
+        and "tracker reader-role" in notes[0]
+    )
     assert result.stdout.splitlines() == ["n", "1"]
-    made = runner.invoke(cli, ["sql", "SELECT COUNT(*) AS n FROM run", "--db", server.owner_url,
-                               "--reader-url", server.url(server.reader()), "--format", "csv"])
+    made = runner.invoke(
+        cli,
+        [
+            "sql",
+            "SELECT COUNT(*) AS n FROM run",
+            "--db",
+            server.owner_url,
+            "--reader-url",
+            server.url(server.reader()),
+            "--format",
+            "csv",
+        ],
+    )
     assert made.exit_code == 0 and made.stderr == "" and made.stdout.splitlines() == ["n", "1"]
 
 

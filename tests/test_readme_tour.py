@@ -39,8 +39,9 @@ def test_the_tour_starts_with_the_first_command():
 @pytest.mark.slow
 def test_every_tour_command_and_hint_runs_and_prints_what_the_readme_shows(tmp_path):
     for args, shown in tour():
-        done = subprocess.run([str(TRACKER), *args], cwd=tmp_path, capture_output=True, text=True, check=False,
-                              timeout=600)
+        done = subprocess.run(
+            [str(TRACKER), *args], cwd=tmp_path, capture_output=True, text=True, check=False, timeout=600
+        )
         assert done.returncode == 0, f"tracker {shlex.join(args)} exited {done.returncode}: {done.stderr.strip()}"
         printed = set((done.stderr + done.stdout).splitlines())
         missing = [line for line in shown if not THEIRS.search(line) and line not in printed]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,11 @@ from tracker.profilers import ncu_csv
 from tracker.store import find_run, launch_rows, metric_rows, open_store, run_dict
 from tracker.store.views import VIEWS
 
-RECORDED = sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.db*")  # every committed one but schema-v3/'s
-                  if p.parent.name != "schema-v3")
+RECORDED = sorted(
+    str(p.relative_to(DATA))
+    for p in DATA.rglob("*.db*")  # every committed one but schema-v3/'s
+    if p.parent.name != "schema-v3"
+)
 V3 = DATA / "schema-v3"  # the recordings the migration test upgrades, as recorded (schema v3)
 
 
@@ -92,11 +96,12 @@ def test_the_v4_rollups_answer_what_the_v3_views_computed(name, tmp_path):
         with sqlite3.connect(original) as old, sqlite3.connect(upgraded) as new:
             before, after = old.execute(query), new.execute(query)
             columns = [c[0] for c in before.description]
-            before, after = (sorted(rows.fetchall(), key=lambda row: [str(x) for x in row[:6]])
-                             for rows in (before, after))
+            before, after = (
+                sorted(rows.fetchall(), key=lambda row: [str(x) for x in row[:6]]) for rows in (before, after)
+            )
         # later schemas add columns after v3's: v4 layer_time's min_ms, max_ms, repeats, spread_pct;
         # v6 the library arm's algorithm (layer_time, layer_phase, launch_metrics) and implementation
-        after = [row[:len(columns)] for row in after]
+        after = [row[: len(columns)] for row in after]
         assert len(before) == len(after), view
         for old_row, new_row in zip(before, after):
             assert list(new_row) == approx_row(old_row), view
@@ -129,8 +134,13 @@ def test_every_view_answers_for_the_h100_run(b16):
         for name in (v.name for v in VIEWS):
             rows = conn.execute(text(f"SELECT * FROM {name} WHERE run_id = 1")).mappings().all()
             assert rows, name
-            if name not in ("launch_metrics", "layer_metric", "layer_metric_repeat", "run_summary",
-                            "layer_time_repeat"):  # one row per launch, metric, run or repeat
+            if name not in (
+                "launch_metrics",
+                "layer_metric",
+                "layer_metric_repeat",
+                "run_summary",
+                "layer_time_repeat",
+            ):  # one row per launch, metric, run or repeat
                 assert len(rows) == LAYER_PHASES, name
 
 
@@ -166,15 +176,24 @@ def test_report_of_the_recording_draws_every_counter_figure(runner, recordings, 
     result = runner.invoke(cli, ["report", "1", "--db", recording(B16, recordings), "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert {p.stem for p in tmp_path.glob("*.svg")} == {
-        "runtime", "fp_instructions", "stalls", "alu_utilization", "cache_hit_rates", "traffic",
-        "level_utilization", "roofline", "efficiency"}  # memory: the parts of today's model, not the recorded
+        "runtime",
+        "fp_instructions",
+        "stalls",
+        "alu_utilization",
+        "cache_hit_rates",
+        "traffic",
+        "level_utilization",
+        "roofline",
+        "efficiency",
+    }  # memory: the parts of today's model, not the recorded
     md = (tmp_path / "report.md").read_text()
     assert "conv1 bwd_weight takes the most time: 11.7 ms, 34.2% of the 34.1 ms iteration" in md
     # paper 001's figure: its 3.4 GFLOP in 11.7 ms, against the FP32 peak ncu measured
     assert "conv1 bwd_weight takes 34.2% of the step at 0.542% of the FP32 peak" in md
     # ncu's L2 hit rate over 100 %, said so where it is shown (tracker/metrics.py: why)
-    assert ("over 100 % in conv5 bwd_data, fc6 bwd_weight, fc7 bwd_weight, fc8 bwd_weight: ncu's figures, not "
-            "clamped") in md
+    assert (
+        "over 100 % in conv5 bwd_data, fc6 bwd_weight, fc7 bwd_weight, fc8 bwd_weight: ncu's figures, not clamped"
+    ) in md
     # the peak as recorded (2026-11-22), its parts left out: today's model adds the GEMM's workspace
     assert "**Finding:** the model's 676 MB; measured 754 MB (1.12x the model)" in md
     assert "_Not drawn: the parts of the peak are left out: the model has changed since run 1 was recorded" in md
@@ -189,8 +208,12 @@ def test_the_recordings_roofline_has_ncus_roofs_the_catalogs_l1_and_every_label(
     roofs = roofline.roofs(store, 1)
     # ncu's peaks at the locked base clock (53.4 TFLOP/s; 3.35 TB/s DRAM; the L2->L1 port), and the
     # catalog's L1, which sm_90's ncu does not give.
-    assert roofs.source == {"FP32": "ncu, base clocks", "L1": "catalog", "L2": "ncu, base clocks",
-                            "DRAM": "ncu, base clocks"}
+    assert roofs.source == {
+        "FP32": "ncu, base clocks",
+        "L1": "catalog",
+        "L2": "ncu, base clocks",
+        "DRAM": "ncu, base clocks",
+    }
     assert roofs.flops_per_s == pytest.approx(53.4e12, rel=0.01)
     points, basis = roofline.chart(store, 1)
     assert basis == "counters" and set(points["level"]) == {"L2", "DRAM"}
@@ -225,8 +248,13 @@ def test_the_real_l1_bypass_helps_few_layers_and_slows_the_iteration(recordings)
     assert frame.loc[("constant", "conv4", "fwd"), "noise"] == False  # noqa: E712 (numpy bool)
     assert frame.loc[("global", "conv1", "fwd"), "speedup"] == pytest.approx(0.314, abs=0.001)
     iteration = frame.xs(("iteration", "all"), level=("layer", "phase"))["speedup"]
-    assert iteration.round(3).to_dict() == {"global": 0.776, "constant": 0.875, "shared": 0.968, "gemm": 1.004,
-                                            "fused": 0.970}
+    assert iteration.round(3).to_dict() == {
+        "global": 0.776,
+        "constant": 0.875,
+        "shared": 0.968,
+        "gemm": 1.004,
+        "fused": 0.970,
+    }
 
 
 def test_fusion_on_the_h100_is_slower_because_the_masked_backward_is(experiment_store):
@@ -291,8 +319,7 @@ def test_the_h100_tuning_gives_every_tunable_layer_phase_a_verified_tile(recordi
     assert tuned.variants == {}  # the implicit GEMM alone was tuned then: nothing to race it
     assert {picked[f"conv{n}/bwd_weight"] for n in (3, 4, 5)} == {"128x128x8/split16"}
     assert picked["conv1/fwd"] == "128x128x8/ctas2"
-    assert tune.best(store, "another GPU", alexnet, 128, {}) == tune.best(store, gpu, alexnet, 64, {}) == \
-        tune.Tuned()
+    assert tune.best(store, "another GPU", alexnet, 128, {}) == tune.best(store, gpu, alexnet, 64, {}) == tune.Tuned()
     with store.connect() as conn:
         from sqlalchemy import text
 
@@ -308,7 +335,7 @@ def test_on_the_h100_tuning_a_faster_verified_variant_takes_its_layer_phase(tmp_
     implicit GEMM; a row of a variant that cannot run a layer (Winograd at conv1's stride 4) is
     never taken."""
     import shutil
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from tracker import tune
     from tracker.nets import build
@@ -322,14 +349,33 @@ def test_on_the_h100_tuning_a_faster_verified_variant_takes_its_layer_phase(tmp_
     shared_ms = tune.fastest(_tuning_rows(store), conv["conv2"])["time_ms"]
 
     def rival(layer: str, variant: str, ms: float, verified: bool, tile: str = "64x64x8") -> dict:
-        return {"device_name": gpu, "op": "conv", "variant": variant, "phase": "fwd", "layer": layer,
-                "shape": conv[layer].shape, "tile": tile, "verified": verified, "error": 1e-5, "splits": 1,
-                "time_ms": ms, "spread_pct": 1.0, "timer": "cuda_events", "tracker_version": "test (made up)",
-                "created_at": datetime.now(timezone.utc)}
+        return {
+            "device_name": gpu,
+            "op": "conv",
+            "variant": variant,
+            "phase": "fwd",
+            "layer": layer,
+            "shape": conv[layer].shape,
+            "tile": tile,
+            "verified": verified,
+            "error": 1e-5,
+            "splits": 1,
+            "time_ms": ms,
+            "spread_pct": 1.0,
+            "timer": "cuda_events",
+            "tracker_version": "test (made up)",
+            "created_at": datetime.now(UTC),
+        }
 
-    tune.store(store, [rival("conv2", "winograd", shared_ms / 2, True), rival("conv2", "fft", shared_ms / 4, False),
-                       rival("conv2", "winograd_f4", shared_ms * 2, True),
-                       rival("conv1", "winograd", 1e-3, True)])
+    tune.store(
+        store,
+        [
+            rival("conv2", "winograd", shared_ms / 2, True),
+            rival("conv2", "fft", shared_ms / 4, False),
+            rival("conv2", "winograd_f4", shared_ms * 2, True),
+            rival("conv1", "winograd", 1e-3, True),
+        ],
+    )
     raced = tune.best(store, gpu, alexnet, 128, {})
     assert raced.variants == {"conv2/fwd": "winograd"}
     assert raced.tiles == before.tiles | {"conv2/fwd": "64x64x8"}
@@ -348,12 +394,24 @@ def test_on_the_h100_the_default_tiles_conv_kernels_hold_one_cta_per_sm(recordin
     import sqlite3
 
     with sqlite3.connect(recording(CORE_NCU, recordings)) as db:
-        registers = dict(db.execute("SELECT DISTINCT kernel_name, registers FROM launch "
-                                    "WHERE kernel_name LIKE 'conv2d_%_implicit' OR kernel_name LIKE 'gemm_%'"))
-        occupancy = db.execute("SELECT min(achieved_occupancy), max(achieved_occupancy) FROM utilization "
-                               "WHERE kind = 'conv' AND phase IN ('fwd', 'bwd_data')").fetchone()
-    assert registers == {"conv2d_fwd_implicit": 143, "conv2d_bwd_data_implicit": 153,
-                         "conv2d_bwd_weight_implicit": 128, "gemm_nn": 127, "gemm_nt": 127, "gemm_tn": 127}
+        registers = dict(
+            db.execute(
+                "SELECT DISTINCT kernel_name, registers FROM launch "
+                "WHERE kernel_name LIKE 'conv2d_%_implicit' OR kernel_name LIKE 'gemm_%'"
+            )
+        )
+        occupancy = db.execute(
+            "SELECT min(achieved_occupancy), max(achieved_occupancy) FROM utilization "
+            "WHERE kind = 'conv' AND phase IN ('fwd', 'bwd_data')"
+        ).fetchone()
+    assert registers == {
+        "conv2d_fwd_implicit": 143,
+        "conv2d_bwd_data_implicit": 153,
+        "conv2d_bwd_weight_implicit": 128,
+        "gemm_nn": 127,
+        "gemm_nt": 127,
+        "gemm_tn": 127,
+    }
     assert 12 < occupancy[0] <= occupancy[1] < 13
     with sqlite3.connect(recording(TUNING, recordings)) as db:
         gains = db.execute("""
@@ -425,8 +483,9 @@ def unets(tmp_path_factory) -> str:
     return recording(UNETS.name, tmp_path_factory.mktemp("unets"), UNETS.parent)
 
 
-@pytest.mark.parametrize("ours, library, idle", [(1, 2, {"bwd_data"}), (5, 6, {"fwd", "bwd_data"})],
-                         ids=["unet2d-b16", "unet3d-b1-128"])
+@pytest.mark.parametrize(
+    "ours, library, idle", [(1, 2, {"bwd_data"}), (5, 6, {"fwd", "bwd_data"})], ids=["unet2d-b16", "unet3d-b1-128"]
+)
 def test_both_unets_timed_every_layer_phase_on_an_h200_in_both_implementations(unets, ours, library, idle):
     """Issue 45 on a GPU (stage 10, events): each U-Net's every layer phase measured, ours and
     PyTorch's, but PyTorch's concatenations, which launched no kernel: the backward slices the
@@ -470,7 +529,11 @@ def test_a_cut_ncu_pass_on_the_gpu_kept_pass_ones_launches_and_no_counters(unets
     store = open_store(unets, write=False)
     for run_id, launches in ((4, 228), (7, 330)):
         run = run_dict(find_run(store, run_id))
-        assert (run["status"], run["backend"], run["error"]) == ("interrupted", "ncu", "interrupted (Ctrl-C or SIGTERM)")
+        assert (run["status"], run["backend"], run["error"]) == (
+            "interrupted",
+            "ncu",
+            "interrupted (Ctrl-C or SIGTERM)",
+        )
         assert len(launch_rows(store, run_id)) == launches and not metric_rows(store, run_id)
     counted = {row["invocation"] for row in metric_rows(store, 3)}
     assert counted == {k["invocation"] for k in launch_rows(store, 3)} and len(counted) == 193

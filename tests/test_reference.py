@@ -16,7 +16,7 @@ def test_conv2d(stride, pad):
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     loops = np.zeros_like(y)
     for n, k, p, q in np.ndindex(*y.shape):
-        loops[n, k, p, q] = (xp[n, :, p * stride:p * stride + 3, q * stride:q * stride + 3] * w[k]).sum() + b[k]
+        loops[n, k, p, q] = (xp[n, :, p * stride : p * stride + 3, q * stride : q * stride + 3] * w[k]).sum() + b[k]
     close(y, loops)
     g = rng.normal(size=y.shape)
 
@@ -36,7 +36,7 @@ def test_conv3d(stride, pad):
     xp = np.pad(x, ((0, 0), (0, 0)) + ((pad, pad),) * 3)
     loops = np.zeros_like(y)
     for n, k, o, p, q in np.ndindex(*y.shape):
-        box = xp[n, :, o * stride:o * stride + 3, p * stride:p * stride + 3, q * stride:q * stride + 3]
+        box = xp[n, :, o * stride : o * stride + 3, p * stride : p * stride + 3, q * stride : q * stride + 3]
         loops[n, k, o, p, q] = (box * w[k]).sum() + b[k]
     close(y, loops)
     g = rng.normal(size=y.shape)
@@ -100,7 +100,7 @@ def test_maxpool(size, stride):
     x = rng.normal(size=(2, 3, 9, 9))
     y = ref.maxpool_fwd(x, size, stride)
     for n, c, p, q in np.ndindex(*y.shape):
-        assert y[n, c, p, q] == x[n, c, p * stride:p * stride + size, q * stride:q * stride + size].max()
+        assert y[n, c, p, q] == x[n, c, p * stride : p * stride + size, q * stride : q * stride + size].max()
     g = rng.normal(size=y.shape)
     grad = ref.maxpool_bwd(g, x, size, stride)
     close(grad, numeric_grad(lambda: (ref.maxpool_fwd(x, size, stride) * g).sum(), x))
@@ -111,7 +111,7 @@ def test_maxpool3d():
     x = rng.normal(size=(2, 2, 4, 6, 4))
     y = ref.maxpool_fwd(x, 2, 2)
     for n, c, o, p, q in np.ndindex(*y.shape):
-        assert y[n, c, o, p, q] == x[n, c, 2 * o:2 * o + 2, 2 * p:2 * p + 2, 2 * q:2 * q + 2].max()
+        assert y[n, c, o, p, q] == x[n, c, 2 * o : 2 * o + 2, 2 * p : 2 * p + 2, 2 * q : 2 * q + 2].max()
     g = rng.normal(size=y.shape)
     close(ref.maxpool_bwd(g, x, 2, 2), numeric_grad(lambda: (ref.maxpool_fwd(x, 2, 2) * g).sum(), x))
 

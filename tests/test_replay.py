@@ -34,15 +34,16 @@ class StandIn:
 
     def digest(self) -> str:
         b = self.executor.b
-        return hashlib.sha256(b"".join(np.ascontiguousarray(b.asnumpy(a)).tobytes()
-                                       for a in self.executor.arrays(b.context))).hexdigest()
+        return hashlib.sha256(
+            b"".join(np.ascontiguousarray(b.asnumpy(a)).tobytes() for a in self.executor.arrays(b.context))
+        ).hexdigest()
 
     def start(self, phase: str) -> None:
         self.first, self.before = len(self.executor.b.log), self.digest()
 
     def stop(self) -> bool:
         b = self.executor.b
-        ran = tuple((r.kernel, r.grid, r.block) for r in b.log[self.first:])
+        ran = tuple((r.kernel, r.grid, r.block) for r in b.log[self.first :])
         step = b.context
         self.seen.setdefault(f"{step.layer.name}/{step.phase}", []).append((ran, self.before, self.digest()))
         self.count += 1

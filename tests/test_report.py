@@ -25,8 +25,22 @@ def db(tmp_path_factory):
     sample_store(path)  # run 1
     for device in ("h100", "a100"):  # runs 2, 3
         profile(path, build("alexnet"), 128, backend="model", device=lookup(device))
-    result = CliRunner().invoke(cli, ["experiment", "batch", "alexnet", "--batches", "16,128", "--backend", "model",
-                                      "--device", "h100", "--db", path])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "experiment",
+            "batch",
+            "alexnet",
+            "--batches",
+            "16,128",
+            "--backend",
+            "model",
+            "--device",
+            "h100",
+            "--db",
+            path,
+        ],
+    )
     assert result.exit_code == 0, result.output  # experiment e1: runs 4, 5
     assert v100_sample_store(path) == 6
     return path
@@ -38,27 +52,36 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
     drawn = {p.stem for p in tmp_path.glob("*.png")}
     # The K20c excerpt times 12 launches and samples their stalls and traffic: the roofline places
     # the model's FLOPs over those times. It stores no prediction of its peak memory: no memory figure.
-    assert drawn == {"runtime", "roofline", "efficiency", "stalls", "traffic"} == {
-        p.stem for p in tmp_path.glob("*.svg")}
+    assert (
+        drawn == {"runtime", "roofline", "efficiency", "stalls", "traffic"} == {p.stem for p in tmp_path.glob("*.svg")}
+    )
     page = (tmp_path / "index.html").read_text()
     assert set(re.findall(r"<img src='(\w+)\.svg'", page)) == drawn
-    assert ("4 sections need hardware counters, which this run did not collect: FP32 instructions, ALU / pipe "
-            "utilization, Cache hit rates, Utilization per memory level.") in page
+    assert (
+        "4 sections need hardware counters, which this run did not collect: FP32 instructions, ALU / pipe "
+        "utilization, Cache hit rates, Utilization per memory level."
+    ) in page
     assert "<code>tracker profile alexnet --batch 1 --backend ncu</code>" in page
     md = (tmp_path / "report.md").read_text()
     assert "**Finding:** pool1 fwd: top stalls memory_dependency, exec_dependency -> memory-bound" in md
-    assert ("alexnet at batch 1 on Tesla K20c, measured with nvprof on all 3 measured iterations; kernel variants: "
-            "the default of each op") in md
+    assert (
+        "alexnet at batch 1 on Tesla K20c, measured with nvprof on all 3 measured iterations; kernel variants: "
+        "the default of each op"
+    ) in md
     # The K20c's roofs are the catalog's (3.52 TFLOP/s over 208 GB/s: the ridge at 16.9 FLOP/B).
-    assert ("**Finding:** fastest: conv1 fwd at 26.6 GFLOP/s, 0.756% of the FP32 roof; 3 of 4 layer phases lie "
-            "left of the DRAM ridge (16.9 FLOP/B): memory-bound") in md
+    assert (
+        "**Finding:** fastest: conv1 fwd at 26.6 GFLOP/s, 0.756% of the FP32 roof; 3 of 4 layer phases lie "
+        "left of the DRAM ridge (16.9 FLOP/B): memory-bound"
+    ) in md
     # each paper is named where the page first uses its number, and listed at the end
     # headings name a paper by number alone; each paper is cited once, in the list at the end
     assert "_paper 003, Figures 10/11_" in md and "_paper 000_" in md
     assert md.count("Dong, Gong, Sun, Baruah and Kaeli") == 1 and md.count("Salim, Dawwd and Ali") == 1
-    assert md.rstrip().endswith("- paper 003: Dong, Gong, Sun, Baruah and Kaeli, Characterizing the "
-                                "Microarchitectural Implications of a Convolutional Neural Network (CNN) Execution "
-                                "on GPUs (ICPE'18)")
+    assert md.rstrip().endswith(
+        "- paper 003: Dong, Gong, Sun, Baruah and Kaeli, Characterizing the "
+        "Microarchitectural Implications of a Convolutional Neural Network (CNN) Execution "
+        "on GPUs (ICPE'18)"
+    )
     # paper 001's figure: 4 timed layer phases, pool1's the largest share of their time
     assert "**Finding:** pool1 fwd takes 25.0% of the step at 0.00225% of the FP32 peak" in md
     assert "None" not in md and "nan" not in md.lower().replace("nanosecond", "")
@@ -67,32 +90,52 @@ def test_run_report_draws_what_the_run_holds_and_says_what_it_lacks(runner, db, 
 def test_the_v100_sample_draws_fp_stalls_and_hit_rates(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "6", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert {p.stem for p in tmp_path.glob("*.svg")} == {"runtime", "roofline", "efficiency", "fp_instructions",
-                                                         "stalls", "cache_hit_rates", "traffic"}  # no stored peak
+    assert {p.stem for p in tmp_path.glob("*.svg")} == {
+        "runtime",
+        "roofline",
+        "efficiency",
+        "fp_instructions",
+        "stalls",
+        "cache_hit_rates",
+        "traffic",
+    }  # no stored peak
     md = (tmp_path / "report.md").read_text()
     assert "**Finding:** fma is 97.7% of FP32 instructions; most in conv2 fwd" in md  # 5.6236e10 of 5.7557e10
-    assert "**Finding:** hit rates: L1/TEX 52.7% to 52.7% (lowest conv2 fwd); L2 24.8% to 24.8% (lowest conv2 fwd)" in md
+    assert (
+        "**Finding:** hit rates: L1/TEX 52.7% to 52.7% (lowest conv2 fwd); L2 24.8% to 24.8% (lowest conv2 fwd)" in md
+    )
     assert "conv2 fwd: top stalls inst_fetch, memory_dependency -> latency-bound" in md
     # The excerpt has no duration: time and roofline are the model's for the V100, and say why.
     assert "(predicted by the model: no launch times were recorded)" in md
     # five conv phases are compute-bound at the roof: a tie, not conv1's alone
-    assert ("**Finding:** fastest: conv1 fwd = conv2 fwd = conv3 fwd and 2 more (tie) at 15.7 TFLOP/s, 100% of the "
-            "FP32 roof; 16 of 21 layer phases lie left of the DRAM ridge (17.4 FLOP/B): memory-bound") in md
+    assert (
+        "**Finding:** fastest: conv1 fwd = conv2 fwd = conv3 fwd and 2 more (tie) at 15.7 TFLOP/s, 100% of the "
+        "FP32 roof; 16 of 21 layer phases lie left of the DRAM ridge (17.4 FLOP/B): memory-bound"
+    ) in md
 
 
 def test_model_report_gives_runtime_and_the_models_roofline(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "2", "--against", "3", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert {p.stem for p in tmp_path.glob("*.png")} == {"speedup", "efficiency_side_by_side", "roofline_moves", "runtime",
-                                                         "roofline", "efficiency", "memory"}
+    assert {p.stem for p in tmp_path.glob("*.png")} == {
+        "speedup",
+        "efficiency_side_by_side",
+        "roofline_moves",
+        "runtime",
+        "roofline",
+        "efficiency",
+        "memory",
+    }
     md = (tmp_path / "report.md").read_text()
     # run 2 (H100) against run 3 (A100): 45.33 / 13.85 ms
     assert "## Speedup of run 2 over run 3, per batch" in md and "whole iteration +227.4%" in md
     assert "Fill them with `tracker profile alexnet --batch 128 --backend ncu` on a GPU." in md
     assert "[Roofline moves: run 3 -> run 2](#roofline-moves-run-3---run-2)" in md
     # paper 001's figure, both runs side by side: the model runs conv2 at the FP32 peak on either GPU
-    assert ("**Finding:** run 3: ours: conv2 fwd takes 13.0% of the step at 100% of the FP32 peak; "
-            "run 2: ours: conv2 fwd takes 12.4% of the step at 100% of the FP32 peak") in md
+    assert (
+        "**Finding:** run 3: ours: conv2 fwd takes 13.0% of the step at 100% of the FP32 peak; "
+        "run 2: ours: conv2 fwd takes 12.4% of the step at 100% of the FP32 peak"
+    ) in md
 
 
 def test_a_report_reads_each_runs_settings_once(db, monkeypatch, tmp_path):
@@ -143,11 +186,15 @@ def test_export_writes_every_view_of_the_run(runner, db, tmp_path, fmt):
 
 
 def test_bad_targets_are_one_line_errors(runner, db, tmp_path):
-    for args, message in ((["report", "e9"], "no experiment 9"), (["report", "x"], "is not a run id"),
-                          (["export", "7"], "no run 7"), (["experiment", "batch", "alexnet", "--batches", "16,x"],
-                                                           "'x' is not a whole number")):
-        result = runner.invoke(cli, [*args, "--db", db, "--out", str(tmp_path)] if args[0] != "experiment"
-                               else [*args, "--db", db])
+    for args, message in (
+        (["report", "e9"], "no experiment 9"),
+        (["report", "x"], "is not a run id"),
+        (["export", "7"], "no run 7"),
+        (["experiment", "batch", "alexnet", "--batches", "16,x"], "'x' is not a whole number"),
+    ):
+        result = runner.invoke(
+            cli, [*args, "--db", db, "--out", str(tmp_path)] if args[0] != "experiment" else [*args, "--db", db]
+        )
         assert result.exit_code != 0 and message in result.output and result.output.count("\n") == 1, result.output
 
 
@@ -183,27 +230,32 @@ def test_report_on_a_run_interrupted_before_it_met_its_gpu(runner, tmp_path, mon
         os.kill(os.getpid(), signal.SIGTERM)  # as `timeout 200` sent it
         time.sleep(30)
 
-    monkeypatch.setattr(tracker.profile, "choose_backend",
-                        lambda requested, options, library=False: Choice("ncu", "ncu 2025.3.1.0 found", object()))
+    monkeypatch.setattr(
+        tracker.profile,
+        "choose_backend",
+        lambda requested, options, library=False: Choice("ncu", "ncu 2025.3.1.0 found", object()),
+    )
     monkeypatch.setattr(tracker.gpu.runner, "profile_events", terminated)
     path = str(tmp_path / "trace.db")
     with pytest.raises(Interrupted):
         profile(path, build("alexnet"), 128)
     result = runner.invoke(cli, ["report", "last", "--db", path, "--out", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
-    held = ("this run was interrupted (Ctrl-C or SIGTERM) before pass 1 stored any launch: it holds no "
-            "measurement")
+    held = "this run was interrupted (Ctrl-C or SIGTERM) before pass 1 stored any launch: it holds no measurement"
     md = (tmp_path / "r" / "report.md").read_text()
     assert "# Run 1: alexnet, batch 128, no device" in md
-    assert ("alexnet at batch 128 on a GPU not recorded (the run ended before pass 1 reached it), profiled with "
-            "ncu, whose pass 2 stored no counters;") in md
+    assert (
+        "alexnet at batch 128 on a GPU not recorded (the run ended before pass 1 reached it), profiled with "
+        "ncu, whose pass 2 stored no counters;"
+    ) in md
     assert "Run 1, interrupted, " in md and f"{held[0].upper()}{held[1:]}." in md and f"\n  {held}\n" in result.output
     assert "None" not in md and "nan" not in md.lower().replace("nanosecond", "")
     shown = runner.invoke(cli, ["show", "last", "--db", path])
     assert shown.exit_code == 0 and f"\n{held}\n" in shown.output
     listed = runner.invoke(cli, ["runs", "--db", path, "--format", "json"])
     assert [(r["status"], r["layers"], r["launches"], r["device_name"]) for r in json.loads(listed.output)] == [
-        ("interrupted", 0, 0, None)]
+        ("interrupted", 0, 0, None)
+    ]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -231,13 +283,17 @@ def test_memory_finding_rebuilds_the_network_with_its_options(runner, fresh_db, 
 def test_the_command_that_fills_the_counters_rebuilds_the_same_network(runner, tmp_path):
     """A U-Net built with options of its own is profiled with them again, not with the defaults."""
     db = str(tmp_path / "t.db")
-    done = runner.invoke(cli, ["profile", "unet3d", "--batch", "1", "--input-size", "32", "--base-filters", "4",
-                               "--depth", "2", "--db", db])
+    done = runner.invoke(
+        cli,
+        ["profile", "unet3d", "--batch", "1", "--input-size", "32", "--base-filters", "4", "--depth", "2", "--db", db],
+    )
     assert done.exit_code == 0, done.output
     result = runner.invoke(cli, ["report", "1", "--db", db, "--out", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
-    assert ("`tracker profile unet3d --batch 1 --input-size 32x32x32 --base-filters 4 --depth 2 --backend ncu`"
-            in result.output)
+    assert (
+        "`tracker profile unet3d --batch 1 --input-size 32x32x32 --base-filters 4 --depth 2 --backend ncu`"
+        in result.output
+    )
 
 
 def test_no_report_is_written_over_another_without_force(runner, db, tmp_path):
@@ -251,8 +307,10 @@ def test_no_report_is_written_over_another_without_force(runner, db, tmp_path):
     assert "stalls.svg" in before
     refused = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(out)])
     assert refused.exit_code == 1 and refused.stdout == ""
-    assert refused.stderr == (f"Error: {out} holds run 1's report of {db}: name another --out, or add --force "
-                              "to write experiment e1's report there\n")
+    assert refused.stderr == (
+        f"Error: {out} holds run 1's report of {db}: name another --out, or add --force "
+        "to write experiment e1's report there\n"
+    )
     assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == before
     again = runner.invoke(cli, ["report", "1", "--db", db, "--out", str(out)])
     assert again.exit_code == 0 and "removed" not in again.stderr
@@ -275,7 +333,7 @@ def test_tables_have_human_headers_and_no_blank_column(runner, db, tmp_path):
     result = runner.invoke(cli, ["report", "2", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     md = (tmp_path / "report.md").read_text()
-    runtime = md[md.index("## Time per layer"):md.index("## Roofline")]
+    runtime = md[md.index("## Time per layer") : md.index("## Roofline")]
     head = next(line for line in runtime.splitlines() if line.startswith("| layer"))
     assert head == "| layer | phase | time | predicted (time) | source |"
     assert "[![Time per layer](runtime.png)](runtime.svg)" in md
@@ -288,7 +346,7 @@ def test_an_experiments_settings_are_those_that_apply_to_its_arms(runner, db, tm
     result = runner.invoke(cli, ["report", "e1", "--db", db, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     md = (tmp_path / "report.md").read_text()
-    settings = md[md.index("## Settings"):md.index("## Time per image")]
+    settings = md[md.index("## Settings") : md.index("## Time per image")]
     assert "| batches | 16, 128 |" in settings
     assert "\n| batch |" not in settings and "ncu" not in settings and "| variants |" not in settings
 

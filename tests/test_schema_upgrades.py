@@ -32,10 +32,15 @@ def test_an_upgrade_from_v8_counts_every_iteration_of_a_run_with_counters(runner
     profile(db, build("alexnet"), 16, backend="model", device=lookup("h100"))  # run 2: no counters
     as_v8(db)
     upgraded = runner.invoke(cli, ["upgrade", "--db", db])
-    assert upgraded.exit_code == 0 and f"trace schema v8 -> v{SCHEMA_VERSION}, every run kept" in upgraded.output, upgraded.output
+    assert upgraded.exit_code == 0 and f"trace schema v8 -> v{SCHEMA_VERSION}, every run kept" in upgraded.output, (
+        upgraded.output
+    )
     store = open_store(db, write=False)
     assert run_sql(store, "SELECT id, repeat, counter_iterations FROM run ORDER BY id")[1] == [(1, 3, 3), (2, 0, None)]
-    assert run_sql(store, "SELECT run_id, counter_iterations FROM run_summary ORDER BY run_id")[1] == [(1, 3), (2, None)]
+    assert run_sql(store, "SELECT run_id, counter_iterations FROM run_summary ORDER BY run_id")[1] == [
+        (1, 3),
+        (2, None),
+    ]
 
 
 def test_an_upgrade_from_v9_lists_every_views_rows_in_phase_order(runner, db):
@@ -44,8 +49,12 @@ def test_an_upgrade_from_v9_lists_every_views_rows_in_phase_order(runner, db):
     engine = create_engine(url)
     with engine.begin() as conn:  # v9's view: no ORDER BY (the primary key's order, bwd_weight first)
         conn.execute(text("DROP VIEW layer_phase"))
-        conn.execute(text("CREATE VIEW layer_phase AS SELECT l.run_id, l.layer_id, p.phase FROM layer l "
-                          "JOIN prediction p ON p.run_id = l.run_id AND p.layer_id = l.layer_id"))
+        conn.execute(
+            text(
+                "CREATE VIEW layer_phase AS SELECT l.run_id, l.layer_id, p.phase FROM layer l "
+                "JOIN prediction p ON p.run_id = l.run_id AND p.layer_id = l.layer_id"
+            )
+        )
         conn.execute(text("UPDATE schema_info SET version = 9"))
     engine.dispose()
     upgraded = runner.invoke(cli, ["upgrade", "--db", db])
@@ -71,15 +80,22 @@ def test_an_upgrade_to_v11_moves_ncus_columns_to_the_collectors_own(tmp_path):
 
     path = recording(B16 + ".gz", tmp_path, DATA / "schema-v3")
     with closing(sqlite3.connect(path)) as conn:
-        before = conn.execute("SELECT ncu_version, ncu_replay_mode, ncu_cache_control, ncu_clock_control FROM run").fetchone()
+        before = conn.execute(
+            "SELECT ncu_version, ncu_replay_mode, ncu_cache_control, ncu_clock_control FROM run"
+        ).fetchone()
     assert before == ("2025.3.1.0", "kernel", "all", "base")
     open_store(path, write=True).dispose()
     store = open_store(path, write=False)
-    (version, settings), = run_sql(store, "SELECT collector_version, collector_settings FROM run")[1]
-    assert (version, settings) == ("2025.3.1.0", {"replay_mode": "kernel", "cache_control": "all", "clock_control": "base"})
+    ((version, settings),) = run_sql(store, "SELECT collector_version, collector_settings FROM run")[1]
+    assert (version, settings) == (
+        "2025.3.1.0",
+        {"replay_mode": "kernel", "cache_control": "all", "clock_control": "base"},
+    )
     sources = dict(run_sql(store, "SELECT name, source FROM metric_source WHERE run_id = 1")[1])
     stored = {name for (name,) in run_sql(store, "SELECT DISTINCT name FROM metric")[1]}
     assert sources == SOURCES.names(stored) and len(sources) == 81  # ncu's name of every metric it stored
     with closing(sqlite3.connect(path)) as conn:
-        columns = {table: {row[1] for row in conn.execute(f"PRAGMA table_info({table})")} for table in ("run", "metric_def")}
+        columns = {
+            table: {row[1] for row in conn.execute(f"PRAGMA table_info({table})")} for table in ("run", "metric_def")
+        }
     assert not {c for c in columns["run"] if c.startswith("ncu_")} and not {"ncu", "nvprof"} & columns["metric_def"]

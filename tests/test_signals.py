@@ -18,10 +18,30 @@ BATCHES = ",".join(str(b) for b in range(1, 301))  # model runs, a few per secon
 
 
 def start(db: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tracker", "experiment", "batch", "alexnet", "--batches", BATCHES,
-                             "--backend", "model", "--device", "h100", "--db", db, "--format", "csv"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tracker",
+            "experiment",
+            "batch",
+            "alexnet",
+            "--batches",
+            BATCHES,
+            "--backend",
+            "model",
+            "--device",
+            "h100",
+            "--db",
+            db,
+            "--format",
+            "csv",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # as from a terminal
 
 
 def linked(db: str) -> int:
@@ -90,12 +110,24 @@ def test_a_signal_while_a_row_is_created_leaves_it_marked(db, table):
     try:
         with pytest.raises(Interrupted):
             if table == "run":
-                with recording(store, network="alexnet", network_options={}, batch=1, phases="both", dtype_bits=32,
-                               variants={}, l1_bypass=False, backend="model", backend_reason="test", repeat=0):
+                with recording(
+                    store,
+                    network="alexnet",
+                    network_options={},
+                    batch=1,
+                    phases="both",
+                    dtype_bits=32,
+                    variants={},
+                    l1_bypass=False,
+                    backend="model",
+                    backend_reason="test",
+                    repeat=0,
+                ):
                     pytest.fail("the run's block started after the signal")
             else:
-                with recording_experiment(store, [], "local", kind="batch", network="alexnet", network_options={},
-                                          settings={}):
+                with recording_experiment(
+                    store, [], "local", kind="batch", network="alexnet", network_options={}, settings={}
+                ):
                     pytest.fail("the experiment's block started after the signal")
     finally:
         event.remove(Session, "before_commit", signal_once)
@@ -123,9 +155,13 @@ def test_a_signal_at_any_moment_leaves_no_row_running(db, signum):
     import random
 
     open_store(db, write=True).dispose()
-    for trial in range(12):
-        process = subprocess.Popen([sys.executable, "-c", CREATE_ROWS, db], stdout=subprocess.PIPE, text=True,
-                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    for _ in range(12):
+        process = subprocess.Popen(
+            [sys.executable, "-c", CREATE_ROWS, db],
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         assert process.stdout.readline() == "ready\n"
         time.sleep(random.uniform(0, 0.05))
         process.send_signal(signum)
@@ -183,8 +219,13 @@ def test_a_signal_at_any_moment_of_a_command_is_one_line_and_exit_130(tmp_path):
     assert whole.returncode == 0, whole.stderr
     for trial in range(30):
         signum = (signal.SIGINT, signal.SIGTERM)[trial % 2]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # noqa: PLW1509
         while not _takes_sigterm(process.pid):
             assert process.poll() is None, "the command ended without ever taking SIGTERM"
             time.sleep(0.0005)
@@ -195,8 +236,10 @@ def test_a_signal_at_any_moment_of_a_command_is_one_line_and_exit_130(tmp_path):
         if process.returncode == 0:  # it had finished its work
             assert (stdout, stderr) == (whole.stdout, ""), outcome
         else:  # click closes a terminal's ^C echo with a blank line first
-            assert process.returncode == 130 and stderr.split("\n") in (["Error: interrupted", ""],
-                                                                        ["", "Error: interrupted", ""]), outcome
+            assert process.returncode == 130 and stderr.split("\n") in (
+                ["Error: interrupted", ""],
+                ["", "Error: interrupted", ""],
+            ), outcome
 
 
 SIGNALS_AT_THE_CLI = """
@@ -210,6 +253,7 @@ main()
 
 
 def test_the_handlers_go_in_before_the_cli_imports():
-    done = subprocess.run([sys.executable, "-c", SIGNALS_AT_THE_CLI], capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNALS_AT_THE_CLI], capture_output=True, text=True, timeout=60, check=False
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "True False\n", "")

@@ -34,7 +34,9 @@ def slurm(tmp_path_factory):
     started = subprocess.run(["bash", str(ROOT / "tools/slurm_local.sh"), "start", str(where)])
     if started.returncode:  # stop what did come up: a daemon left holding its port fails the next run
         subprocess.run(["bash", str(ROOT / "tools/slurm_local.sh"), "stop", str(where)], check=False)
-        pytest.fail(f"Slurm did not come up (tools/slurm_local.sh start: exit {started.returncode}); logs in {where}/log")
+        pytest.fail(
+            f"Slurm did not come up (tools/slurm_local.sh start: exit {started.returncode}); logs in {where}/log"
+        )
     previous = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(where / "slurm.conf")
     yield where
@@ -46,8 +48,9 @@ def slurm(tmp_path_factory):
 
 
 def tracker(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tracker", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tracker", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs
+    )
 
 
 def finish(process: subprocess.Popen, limit_s: float = 180) -> tuple[int, str]:
@@ -80,8 +83,10 @@ def test_a_sweep_survives_a_killed_arm_resumes_and_reports_like_a_local_one(slur
     coordinator = tracker(*command)
     store = open_store(pg_url, write=False)
     try:
-        victim = wait_for(lambda: next((a for a in arm_rows(store, 1) if a.position == 1 and a.run_id), None),
-                          "arm 1 to create its run")
+        victim = wait_for(
+            lambda: next((a for a in arm_rows(store, 1) if a.position == 1 and a.run_id), None),
+            "arm 1 to create its run",
+        )
         subprocess.run(["scancel", "--signal=KILL", victim.job], check=True)  # SIGKILL: it cannot report
         wait_for(lambda: arm_rows(store, 1)[1].state != "running", "the killed arm to be marked")
     finally:
@@ -113,8 +118,13 @@ def test_a_sweep_survives_a_killed_arm_resumes_and_reports_like_a_local_one(slur
     local = str(tmp_path / "local.db")
     code, _ = finish(tracker(*SWEEP, "--db", local))
     assert code == 0
-    ours, theirs = (results(open_store(db, write=False), 1, "batch").drop(columns=["run_id"])
-                    .sort_values(["batch", "layer_id", "phase"]).reset_index(drop=True) for db in (pg_url, local))
+    ours, theirs = (
+        results(open_store(db, write=False), 1, "batch")
+        .drop(columns=["run_id"])
+        .sort_values(["batch", "layer_id", "phase"])
+        .reset_index(drop=True)
+        for db in (pg_url, local)
+    )
     assert ours.equals(theirs)  # the same table as the same experiment run here, one arm after another
     code, output = finish(tracker("report", "e1", "--db", pg_url, "--out", str(tmp_path / "report")))
     assert code == 0 and (tmp_path / "report" / "index.html").is_file(), output
@@ -132,8 +142,25 @@ def test_an_arm_that_cannot_reach_the_store_fails_in_one_line_and_is_rerun(slurm
         conn.execute(text(f"CREATE ROLE {role} LOGIN"))
         conn.execute(text(f"GRANT ALL ON SCHEMA {schema_of(pg_url)} TO {role}"))
     url = make_url(pg_url).set(username=role).render_as_string(hide_password=False)
-    command = ["experiment", "batch", "alexnet", "--batches", "16", "--gpus", "h100,a100", "--backend", "model",
-               "--executor", "slurm", "--db", url, "--logs", str(tmp_path / "logs"), "--poll", "0.5"]
+    command = [
+        "experiment",
+        "batch",
+        "alexnet",
+        "--batches",
+        "16",
+        "--gpus",
+        "h100,a100",
+        "--backend",
+        "model",
+        "--executor",
+        "slurm",
+        "--db",
+        url,
+        "--logs",
+        str(tmp_path / "logs"),
+        "--poll",
+        "0.5",
+    ]
     try:
         code, output = finish(tracker(*command, "--detach", "--sbatch", "--hold"))
         assert code == 0 and "detached" in output, output
@@ -152,13 +179,23 @@ def test_an_arm_that_cannot_reach_the_store_fails_in_one_line_and_is_rerun(slurm
             assert "is not permitted to log in" in lines[0]
         with admin.connect() as conn:
             conn.execute(text(f"ALTER ROLE {role} LOGIN"))
-        wait_for(lambda: not subprocess.run(["squeue", "--noheader", f"--jobs={','.join(j.split('_')[0] for j in jobs)}"],
-                                            capture_output=True, text=True).stdout.strip(), "the jobs to leave")
+        wait_for(
+            lambda: (
+                not subprocess.run(
+                    ["squeue", "--noheader", f"--jobs={','.join(j.split('_')[0] for j in jobs)}"],
+                    capture_output=True,
+                    text=True,
+                ).stdout.strip()
+            ),
+            "the jobs to leave",
+        )
         code, output = finish(tracker(*command))
         assert code == 0, output
         assert output.count("without reporting: Error: cannot open postgresql") == 2, output
-        assert [(a.gpu, a.state, a.attempts) for a in arm_rows(store, 1)] == [("h100", "complete", 2),
-                                                                             ("a100", "complete", 2)]
+        assert [(a.gpu, a.state, a.attempts) for a in arm_rows(store, 1)] == [
+            ("h100", "complete", 2),
+            ("a100", "complete", 2),
+        ]
         assert "GPU against GPU" in output and "gpu h100 -> a100" in output
         store.dispose()
     finally:

@@ -31,13 +31,23 @@ def columns(expression: str, count: int) -> str:
 
 def peak(db: str, statement: str, *args: str) -> tuple[int, str, int]:
     """(exit code, stderr, peak resident MiB) of `tracker sql` run in a child process."""
-    done = subprocess.run(check=False, args=[sys.executable, "-c", f"""
+    done = subprocess.run(
+        check=False,
+        args=[
+            sys.executable,
+            "-c",
+            f"""
 import json, resource, subprocess, sys
 out = subprocess.run([sys.executable, "-m", "tracker", "sql", {json.dumps(statement)}, "--db", {json.dumps(db)},
                       "--format", "csv", *{json.dumps(list(args))}], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                      text=True)
 print(json.dumps([out.returncode, out.stderr, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024]))
-"""], capture_output=True, text=True, timeout=600)
+""",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     code, stderr, mib = json.loads(done.stdout)
     return code, stderr, mib
 
@@ -49,9 +59,9 @@ SQLITE_ATTACKS = {
     "printf columns": f"SELECT {columns(chr(39).join(['printf(', '%.*c', ', 16000000, ', 'a', ')']), 8)}",
     "recursive growth": "WITH RECURSIVE c(x) AS (SELECT 'a' UNION ALL SELECT x || x FROM c) SELECT x FROM c",
     "group_concat": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 5000000) "
-                    "SELECT group_concat(x) FROM c",
+    "SELECT group_concat(x) FROM c",
     "rows of 1 MB": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 2000) "
-                    "SELECT x, randomblob(1000000) FROM c",
+    "SELECT x, randomblob(1000000) FROM c",
     "JSON text": "SELECT '[' || replace(hex(zeroblob(5000000)), '00', '[],') || '[]]'",  # 20x its length decoded
 }
 
@@ -79,11 +89,14 @@ def test_the_clients_memory_holds_in_every_format(tmp_path, attack, fmt):
     assert code == 0, stderr
 
 
-@pytest.mark.parametrize("statement, refusal", [
-    (f"SELECT {columns('randomblob(16000000)', 20)}", r"the query holds over 64 MiB at once"),
-    (f"SELECT {columns('zeroblob(16000000)', 40)}", r"the query holds over 64 MiB at once"),
-    (f"SELECT {columns('randomblob(9000000)', 2)}", r"a row of the query holds 18,000,000 bytes, over the 16 MiB"),
-])
+@pytest.mark.parametrize(
+    "statement, refusal",
+    [
+        (f"SELECT {columns('randomblob(16000000)', 20)}", r"the query holds over 64 MiB at once"),
+        (f"SELECT {columns('zeroblob(16000000)', 40)}", r"the query holds over 64 MiB at once"),
+        (f"SELECT {columns('randomblob(9000000)', 2)}", r"a row of the query holds 18,000,000 bytes, over the 16 MiB"),
+    ],
+)
 def test_a_row_too_large_is_refused_in_one_line_on_sqlite(tmp_path, statement, refusal):
     db = str(tmp_path / "trace.db")
     profile(db, build("alexnet"), 4, backend="model")
@@ -95,15 +108,21 @@ def test_a_row_too_large_is_refused_in_one_line_on_sqlite(tmp_path, statement, r
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("statement", [
-    "SELECT decode(repeat('00', (10000000 + random() * 0)::int), 'hex')",  # 10 MB stored, 20 MB as text
-    "SELECT array_fill(pi(), ARRAY[(2000000 + random() * 0)::int])",  # 16 MB stored, 36 MB as text
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT decode(repeat('00', (10000000 + random() * 0)::int), 'hex')",  # 10 MB stored, 20 MB as text
+        "SELECT array_fill(pi(), ARRAY[(2000000 + random() * 0)::int])",  # 16 MB stored, 36 MB as text
+    ],
+)
 def test_a_row_is_measured_as_the_client_receives_it(pg_url, statement):
     """The server counts a row's bytes as text, the form it sends, not as it stores them."""
     profile(pg_url, build("alexnet"), 4, backend="model")
-    with pytest.raises(StoreError, match=r"^refused: 1,000 rows in a row hold [\d,]+ bytes on the server, over the "
-                                         r"16 MiB tracker sql fetches at a time"):
+    with pytest.raises(
+        StoreError,
+        match=r"^refused: 1,000 rows in a row hold [\d,]+ bytes on the server, over the "
+        r"16 MiB tracker sql fetches at a time",
+    ):
         run_sql(open_store(pg_url, write=False), statement, timeout_s=60)
 
 

@@ -30,14 +30,20 @@ HIDDEN = [  # calls a lexer that ends `--` comments at \n alone never saw
     "SELECT 1 LIMIT 1 --\r + pg_try_advisory_xact_lock_shared(72532)::int\n",
 ]
 SPELLINGS = [  # quoted, qualified, escaped, and in every clause of a query
-    'SELECT "pg_advisory_lock"(72532)', 'SELECT pg_catalog."pg_advisory_lock"(72532)',
-    "SELECT PG_CATALOG . PG_ADVISORY_LOCK (72532)", 'SELECT U&"\\0070g_advisory_lock"(72532)',
-    "SELECT 1 LIMIT (SELECT pg_advisory_lock(1)::text)::int", "SELECT 1 OFFSET pg_advisory_lock(1)::text::int",
-    "WITH x AS (SELECT pg_advisory_xact_lock(1)) SELECT 1", "VALUES (1), (length(pg_advisory_lock(1)::text))",
+    'SELECT "pg_advisory_lock"(72532)',
+    'SELECT pg_catalog."pg_advisory_lock"(72532)',
+    "SELECT PG_CATALOG . PG_ADVISORY_LOCK (72532)",
+    'SELECT U&"\\0070g_advisory_lock"(72532)',
+    "SELECT 1 LIMIT (SELECT pg_advisory_lock(1)::text)::int",
+    "SELECT 1 OFFSET pg_advisory_lock(1)::text::int",
+    "WITH x AS (SELECT pg_advisory_xact_lock(1)) SELECT 1",
+    "VALUES (1), (length(pg_advisory_lock(1)::text))",
     "SELECT 1 FROM pg_class TABLESAMPLE system (length(pg_advisory_lock(1)::text))",
     "SELECT sum(1) OVER (ROWS length(pg_advisory_lock(1)::text) PRECEDING)",
-    "SELECT * FROM pg_advisory_lock(1)", "SELECT 1 ORDER BY pg_advisory_lock(1)",
-    "SELECT 1 GROUP BY pg_advisory_lock(1)", "SELECT 1 HAVING pg_advisory_lock(1) IS NULL",
+    "SELECT * FROM pg_advisory_lock(1)",
+    "SELECT 1 ORDER BY pg_advisory_lock(1)",
+    "SELECT 1 GROUP BY pg_advisory_lock(1)",
+    "SELECT 1 HAVING pg_advisory_lock(1) IS NULL",
     "SELECT 1 /* /* */ pg_terminate_backend(1) */, $$ $x$ $$, pg_advisory_lock(1)",
     "SELECT 1 WHERE EXISTS (SELECT pg_advisory_unlock_all())",
 ]
@@ -47,21 +53,29 @@ SPELLINGS = [  # quoted, qualified, escaped, and in every clause of a query
 def test_the_parser_finds_every_call_however_it_is_written(statement):
     from tracker.store.sql import read_query
 
-    with pytest.raises(StoreError, match=r"^refused: tracker sql is read-only, and \w+\(\) reaches (other "
-                                         r"sessions|the server)$"):
+    with pytest.raises(
+        StoreError,
+        match=r"^refused: tracker sql is read-only, and \w+\(\) reaches (other "
+        r"sessions|the server)$",
+    ):
         read_query(statement)
 
 
-@pytest.mark.parametrize("statement, refusal", [
-    ("WITH gone AS (DELETE FROM run RETURNING id) SELECT * FROM gone", "holds DELETE"),
-    ("WITH x AS (SELECT 1) SELECT * FROM (WITH y AS (UPDATE run SET batch = 1 RETURNING 1) SELECT 1) s",
-     "holds UPDATE"),
-    ("SELECT 1 INTO stolen", "SELECT INTO makes a table"),
-    ("SELECT * FROM run FOR KEY SHARE", "FOR UPDATE or FOR SHARE"),
-    ("/* first */ DELETE FROM run", "runs one query .SELECT, WITH or VALUES., not DELETE$"),
-    ("SELECT 1;\r SELECT 2", "runs one statement at a time$"),
-    ("-- nothing\r", "holds none$"),
-])
+@pytest.mark.parametrize(
+    "statement, refusal",
+    [
+        ("WITH gone AS (DELETE FROM run RETURNING id) SELECT * FROM gone", "holds DELETE"),
+        (
+            "WITH x AS (SELECT 1) SELECT * FROM (WITH y AS (UPDATE run SET batch = 1 RETURNING 1) SELECT 1) s",
+            "holds UPDATE",
+        ),
+        ("SELECT 1 INTO stolen", "SELECT INTO makes a table"),
+        ("SELECT * FROM run FOR KEY SHARE", "FOR UPDATE or FOR SHARE"),
+        ("/* first */ DELETE FROM run", "runs one query .SELECT, WITH or VALUES., not DELETE$"),
+        ("SELECT 1;\r SELECT 2", "runs one statement at a time$"),
+        ("-- nothing\r", "holds none$"),
+    ],
+)
 def test_only_one_query_that_neither_writes_nor_locks_is_read(statement, refusal):
     from tracker.store.sql import read_query
 
@@ -73,14 +87,16 @@ def test_the_server_is_given_the_tree_that_was_checked_not_the_users_text():
     from tracker.store.sql import read_query
 
     assert read_query("SELECT 1 -- and then\r, 2 /* nested /* */ */ ; ").text == "SELECT 1, 2"
-    assert read_query("SELECT $q$it's$q$ AS \"a b\"").text == "SELECT 'it''s' AS \"a b\""
+    assert read_query('SELECT $q$it\'s$q$ AS "a b"').text == "SELECT 'it''s' AS \"a b\""
 
 
 def test_the_parser_names_what_may_run_code():
     from tracker.store.sql import read_query
 
-    query = read_query("WITH w AS (SELECT 1 AS v) SELECT r.own, (r).other, '1'::s.t, a OPERATOR(s.###) b, "
-                       "x IN (SELECT 1) FROM s.view r, w, f(1) ORDER BY 1 USING ~<~")
+    query = read_query(
+        "WITH w AS (SELECT 1 AS v) SELECT r.own, (r).other, '1'::s.t, a OPERATOR(s.###) b, "
+        "x IN (SELECT 1) FROM s.view r, w, f(1) ORDER BY 1 USING ~<~"
+    )
     assert {("s", "view"), (None, "w")} <= query.relations and query.ctes == {"w"}
     assert {(None, "f")} <= query.functions and {"own", "other"} <= query.members
     assert {("s", "###"), (None, "~<~"), (None, "=")} <= query.operators
@@ -96,9 +112,15 @@ def test_a_parse_error_is_one_line():
 
 # Numbers of any size, in every format
 
-@pytest.mark.parametrize("value, plain", [
-    (Decimal("1" + "0" * 131071), "1" + "0" * 131071), (Decimal("1e400"), "1E+400"), (Decimal("-15e308"), "-1.5E+309"),
-])
+
+@pytest.mark.parametrize(
+    "value, plain",
+    [
+        (Decimal("1" + "0" * 131071), "1" + "0" * 131071),
+        (Decimal("1e400"), "1E+400"),
+        (Decimal("-15e308"), "-1.5E+309"),
+    ],
+)
 def test_a_decimal_of_any_size_is_a_number_that_prints(value, plain):
     from tracker.store import queries
 
@@ -113,6 +135,7 @@ def test_an_infinite_decimal_is_a_float_and_others_numbers_as_before():
 
 
 # On a server
+
 
 @pytest.fixture
 def store(pg_url):
@@ -145,16 +168,23 @@ def spy(store):
     try:
         with admin() as conn:
             conn.execute(f"""CREATE FUNCTION {schema}.spy(int) RETURNS int LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
-                AS $$ BEGIN PERFORM spy_ext.dblink_exec('{server_dsn()}', 'INSERT INTO public.spy_calls VALUES (now())');
+                AS $$ BEGIN PERFORM spy_ext.dblink_exec('{server_dsn()}',
+                'INSERT INTO public.spy_calls VALUES (now())');
                 RETURN $1; END $$""")
-            conn.execute(f"CREATE FUNCTION {schema}.spy2(int, int) RETURNS int LANGUAGE sql IMMUTABLE SECURITY DEFINER "
-                         f"AS 'SELECT {schema}.spy($1)'")
+            conn.execute(
+                f"CREATE FUNCTION {schema}.spy2(int, int) RETURNS int LANGUAGE sql IMMUTABLE SECURITY DEFINER "
+                f"AS 'SELECT {schema}.spy($1)'"
+            )
             conn.execute(f"CREATE OPERATOR {schema}.### (LEFTARG = int, RIGHTARG = int, FUNCTION = {schema}.spy2)")
-            conn.execute(f"CREATE FUNCTION {schema}.spy_text(int) RETURNS text LANGUAGE sql IMMUTABLE SECURITY DEFINER "
-                         f"AS 'SELECT {schema}.spy($1)::varchar'")
+            conn.execute(
+                f"CREATE FUNCTION {schema}.spy_text(int) RETURNS text LANGUAGE sql IMMUTABLE SECURITY DEFINER "
+                f"AS 'SELECT {schema}.spy($1)::varchar'"
+            )
             conn.execute(f"CREATE VIEW {schema}.spy_view AS SELECT {schema}.spy(1) AS x")
-            conn.execute(f"CREATE FUNCTION {schema}.spy_row({schema}.run) RETURNS int LANGUAGE sql IMMUTABLE "
-                         f"SECURITY DEFINER AS 'SELECT {schema}.spy(1)'")
+            conn.execute(
+                f"CREATE FUNCTION {schema}.spy_row({schema}.run) RETURNS int LANGUAGE sql IMMUTABLE "
+                f"SECURITY DEFINER AS 'SELECT {schema}.spy(1)'"
+            )
             conn.execute(f"GRANT SELECT ON {schema}.spy_view TO PUBLIC")
 
         def calls() -> int:
@@ -165,8 +195,10 @@ def spy(store):
     finally:
         with admin() as conn:
             conn.execute("DROP CAST IF EXISTS (int AS text); DROP TABLE public.spy_calls")
-            conn.execute(f"DROP FUNCTION IF EXISTS {schema}.spy_row({schema}.run), {schema}.spy_text(int), "
-                         f"{schema}.spy2(int, int), {schema}.spy(int) CASCADE")
+            conn.execute(
+                f"DROP FUNCTION IF EXISTS {schema}.spy_row({schema}.run), {schema}.spy_text(int), "
+                f"{schema}.spy2(int, int), {schema}.spy(int) CASCADE"
+            )
             conn.execute("DROP SCHEMA spy_ext CASCADE")
 
 
@@ -178,19 +210,27 @@ def test_the_spy_records_a_call(store, spy):
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("statement, refusal", [
-    ("SELECT {schema}.spy(1)", r"not \w+\.spy\(\) from schema \w+$"),
-    ('SELECT "{schema}"."spy"(1)', r"not \w+\.spy\(\) from schema \w+$"),
-    ("SELECT 1 LIMIT 1 --\r + {schema}.spy(1)\n", r"not \w+\.spy\(\)"),
-    ("SELECT 1 OFFSET spy(0)", r"not \w+\.spy\(\)"),
-    ("VALUES (1), (spy(1))", r"not \w+\.spy\(\)"),
-    ("SELECT 1 ### 2", r"not \w+\.spy2\(\) from schema \w+, which the operator \w+\.### runs$"),
-    ("SELECT 1 LIMIT 1 OPERATOR({schema}.###) 1", r"which the operator \w+\.### runs$"),
-    ("SELECT r.spy_row FROM run r", r"not \w+\.spy_row\(\)"),
-    ("SELECT * FROM {schema}.spy_view", (r"reads only the store's tables and views and the system catalogs, "
-                                         r"not \w+\.spy_view$")),
-    ("WITH spy_view AS (SELECT 1) SELECT * FROM (SELECT 1) s, {schema}.spy_view", r"not \w+\.spy_view"),
-])
+@pytest.mark.parametrize(
+    "statement, refusal",
+    [
+        ("SELECT {schema}.spy(1)", r"not \w+\.spy\(\) from schema \w+$"),
+        ('SELECT "{schema}"."spy"(1)', r"not \w+\.spy\(\) from schema \w+$"),
+        ("SELECT 1 LIMIT 1 --\r + {schema}.spy(1)\n", r"not \w+\.spy\(\)"),
+        ("SELECT 1 OFFSET spy(0)", r"not \w+\.spy\(\)"),
+        ("VALUES (1), (spy(1))", r"not \w+\.spy\(\)"),
+        ("SELECT 1 ### 2", r"not \w+\.spy2\(\) from schema \w+, which the operator \w+\.### runs$"),
+        ("SELECT 1 LIMIT 1 OPERATOR({schema}.###) 1", r"which the operator \w+\.### runs$"),
+        ("SELECT r.spy_row FROM run r", r"not \w+\.spy_row\(\)"),
+        (
+            "SELECT * FROM {schema}.spy_view",
+            (
+                r"reads only the store's tables and views and the system catalogs, "
+                r"not \w+\.spy_view$"
+            ),
+        ),
+        ("WITH spy_view AS (SELECT 1) SELECT * FROM (SELECT 1) s, {schema}.spy_view", r"not \w+\.spy_view"),
+    ],
+)
 def test_an_administrators_function_never_runs_as_its_owner(store, spy, statement, refusal):
     """Checked in the catalog before any EXPLAIN or DECLARE: the planner would fold the IMMUTABLE
     function, running it as its owner, before the plan check could refuse it."""
@@ -208,8 +248,11 @@ def test_a_cast_that_runs_an_administrators_function_is_refused_before_it_runs(s
     with admin() as conn:
         conn.execute(f"CREATE CAST (int AS text) WITH FUNCTION {schema}.spy_text(int)")
     for statement in ("SELECT 1::text", "SELECT 1 FROM run LIMIT 1 --\r + length(2::text)\n"):
-        with pytest.raises(StoreError, match=r"^refused: .* not \w+\.spy_text\(\) from schema \w+, which the "
-                                             r"cast from integer to text runs$"):
+        with pytest.raises(
+            StoreError,
+            match=r"^refused: .* not \w+\.spy_text\(\) from schema \w+, which the "
+            r"cast from integer to text runs$",
+        ):
             run_sql(store, statement)
     assert spy() == 0
 
@@ -231,9 +274,11 @@ def test_dblink_is_refused_wherever_it_is_called(store):
         conn.execute(f"CREATE EXTENSION IF NOT EXISTS dblink SCHEMA {schema}")
     try:
         target = f"{server_dsn()} options=-csearch_path={schema}"
-        for statement in (f"SELECT 1 LIMIT 1 --\r + length(dblink_exec('{target}', 'DELETE FROM run'))\n",
-                          f"SELECT * FROM {schema}.dblink('{target}', 'SELECT 1') AS t(x int)",
-                          f"SELECT \"{schema}\".\"dblink_connect\"('{target}')"):
+        for statement in (
+            f"SELECT 1 LIMIT 1 --\r + length(dblink_exec('{target}', 'DELETE FROM run'))\n",
+            f"SELECT * FROM {schema}.dblink('{target}', 'SELECT 1') AS t(x int)",
+            f'SELECT "{schema}"."dblink_connect"(\'{target}\')',
+        ):
             with pytest.raises(StoreError, match=r"^refused: tracker sql is read-only, and dblink\w*\(\) reaches"):
                 run_sql(store, statement)
         assert run_sql(store, "SELECT count(*) FROM run")[1] == [(1,)]
@@ -249,8 +294,7 @@ def test_a_query_neither_takes_nor_holds_the_experiments_lock(store):
     from tracker.store.experiments import _PG_PLANNING_LOCK
 
     errors: list[Exception] = []
-    attack = (f"SELECT 1 LIMIT 1 --\r + length(pg_advisory_lock({_PG_PLANNING_LOCK})::text || "
-              "pg_sleep(5)::text)\n")
+    attack = f"SELECT 1 LIMIT 1 --\r + length(pg_advisory_lock({_PG_PLANNING_LOCK})::text || pg_sleep(5)::text)\n"
 
     def run() -> None:
         try:
@@ -290,8 +334,11 @@ def test_a_query_waits_at_most_a_second_for_a_locked_table(store):
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
 def test_numbers_of_any_size_print_in_every_format(store, runner, fmt):
     statement = "SELECT 1e131071::numeric AS big, 'Infinity'::numeric AS inf, 2.5 AS x FROM generate_series(1, 3)"
-    result = runner.invoke(cli, ["sql", statement, "--db", store.where, "--format", fmt],
-                           env={"TRACKER_READER_URL": os.environ["TRACKER_READER_URL"]})
+    result = runner.invoke(
+        cli,
+        ["sql", statement, "--db", store.where, "--format", fmt],
+        env={"TRACKER_READER_URL": os.environ["TRACKER_READER_URL"]},
+    )
     assert result.exit_code == 0, result.output[-300:]
     digits = "1" + "0" * 131071
     if fmt == "table":  # a table shows the start of a long value and its length

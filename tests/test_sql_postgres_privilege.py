@@ -9,9 +9,9 @@ does not show. They skip without a PostgreSQL server (TRACKER_TEST_PG_URL)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -40,8 +40,9 @@ def session(url: str) -> Iterator:
     import psycopg
     from sqlalchemy import make_url
 
-    with psycopg.connect(make_url(url).set(drivername="postgresql").render_as_string(hide_password=False),
-                         autocommit=True) as conn:
+    with psycopg.connect(
+        make_url(url).set(drivername="postgresql").render_as_string(hide_password=False), autocommit=True
+    ) as conn:
         yield conn
 
 
@@ -58,22 +59,30 @@ ATTACKS = [
     "SELECT 1 LIMIT pg_terminate_backend({reader})::int + 1",  # nor a LIMIT
     "SELECT 1 OFFSET pg_cancel_backend({owner})::int",
     "SELECT 1 LIMIT pg_terminate_backend({owner})::int + 1",
-    'SELECT 1 AS "it\'s", pg_terminate_backend({reader}), \'x\'',  # a quote inside a quoted name
+    "SELECT 1 AS \"it's\", pg_terminate_backend({reader}), 'x'",  # a quote inside a quoted name
     "SELECT ts_rewrite('a'::tsquery, 'SELECT pg_terminate_backend({owner})::text::tsquery, ''b''::tsquery')",
     "VALUES (NULL), (ts_rewrite('a'::tsquery, 'SELECT pg_reload_conf()::text::tsquery, ''b''::tsquery'))",
     "SELECT query_to_xml('SELECT pg_terminate_backend({reader})', true, true, '')",
     "SELECT cursor_to_xml('tracker_sql', 1, true, true, '')",
-    "SELECT pg_read_file('postgresql.conf')", "SELECT * FROM pg_hba_file_rules", "SELECT * FROM pg_file_settings",
-    "SELECT pg_reload_conf()", "SELECT set_config('statement_timeout', '0', false)",
+    "SELECT pg_read_file('postgresql.conf')",
+    "SELECT * FROM pg_hba_file_rules",
+    "SELECT * FROM pg_file_settings",
+    "SELECT pg_reload_conf()",
+    "SELECT set_config('statement_timeout', '0', false)",
     "VALUES (1), (set_config('work_mem', '1GB', false)::int)",
     "SELECT set_config('role', 'postgres', true), pg_read_file('/etc/passwd')",
-    "SELECT pg_cancel_backend({reader})", "SELECT 1 FROM run WHERE pg_terminate_backend({reader})",
-    "SELECT brin_summarize_new_values('run_pkey')", "SELECT gin_clean_pending_list('run_pkey')",
-    "SELECT lo_import('/etc/passwd')", f"SELECT lo_export(1, '{LOOT}')",
-    "SELECT pg_ls_dir('.')", "SELECT pg_stat_file('postgresql.conf')",
-    "SELECT pg_advisory_lock(44)", "SELECT pg_notify('x', 'y')",
+    "SELECT pg_cancel_backend({reader})",
+    "SELECT 1 FROM run WHERE pg_terminate_backend({reader})",
+    "SELECT brin_summarize_new_values('run_pkey')",
+    "SELECT gin_clean_pending_list('run_pkey')",
+    "SELECT lo_import('/etc/passwd')",
+    f"SELECT lo_export(1, '{LOOT}')",
+    "SELECT pg_ls_dir('.')",
+    "SELECT pg_stat_file('postgresql.conf')",
+    "SELECT pg_advisory_lock(44)",
+    "SELECT pg_notify('x', 'y')",
     "SELECT 1 FROM /* pg_terminate_backend( */ run r(a) LIMIT (SELECT pg_cancel_backend({reader})::int)",
-    "SELECT PG_CATALOG . \"pg_terminate_backend\" ({reader})",
+    'SELECT PG_CATALOG . "pg_terminate_backend" ({reader})',
 ]
 
 
@@ -102,14 +111,20 @@ def assert_unharmed(store) -> None:
         assert conn.execute("SELECT current_setting('statement_timeout')").fetchone() == ("0",)
 
 
-@pytest.mark.parametrize("statement, refusal", [
-    ("VALUES ('x'), (pg_terminate_backend(1)::text)", r"pg_terminate_backend\(\) reaches other sessions"),
-    ("SELECT 1 LIMIT pg_cancel_backend(1)::int", r"pg_cancel_backend\(\) reaches other sessions"),
-    ("SELECT 1 AS \"a'b\", pg_notify('x', 'y')", r"pg_notify\(\) reaches other sessions"),
-    ("SELECT ts_rewrite('a'::tsquery, 'SELECT 1')", r"ts_rewrite\(\) reaches SQL inside a string"),
-    ("SELECT 1 FROM run ORDER BY sum(id) OVER (ROWS pg_cancel_backend(1)::int PRECEDING)", "pg_cancel_backend"),
-    ('SELECT U&"\\0070g_cancel_backend"(1)', r"pg_cancel_backend\(\) reaches other sessions"),  # read as the server does
-])
+@pytest.mark.parametrize(
+    "statement, refusal",
+    [
+        ("VALUES ('x'), (pg_terminate_backend(1)::text)", r"pg_terminate_backend\(\) reaches other sessions"),
+        ("SELECT 1 LIMIT pg_cancel_backend(1)::int", r"pg_cancel_backend\(\) reaches other sessions"),
+        ("SELECT 1 AS \"a'b\", pg_notify('x', 'y')", r"pg_notify\(\) reaches other sessions"),
+        ("SELECT ts_rewrite('a'::tsquery, 'SELECT 1')", r"ts_rewrite\(\) reaches SQL inside a string"),
+        ("SELECT 1 FROM run ORDER BY sum(id) OVER (ROWS pg_cancel_backend(1)::int PRECEDING)", "pg_cancel_backend"),
+        (
+            'SELECT U&"\\0070g_cancel_backend"(1)',
+            r"pg_cancel_backend\(\) reaches other sessions",
+        ),  # read as the server does
+    ],
+)
 def test_the_plan_check_sees_what_explain_hides(store, statement, refusal):
     """The second guard, as the reader: what EXPLAIN's JSON leaves out is read from the statement."""
     with pytest.raises(StoreError, match=f"^refused: .*{refusal}"):
@@ -131,8 +146,10 @@ def test_a_function_from_an_extension_is_refused(store):
     host, port = host_port.split(":")
     target = f"host={host} port={port} dbname={database} user={user} options=-csearch_path={schema}"
     try:
-        for statement in (f"SELECT dblink_exec('{target}', 'UPDATE run SET batch = 99')",
-                          f"SELECT {schema}.dblink_connect('{target}')"):
+        for statement in (
+            f"SELECT dblink_exec('{target}', 'UPDATE run SET batch = 99')",
+            f"SELECT {schema}.dblink_connect('{target}')",
+        ):
             with pytest.raises(StoreError, match=r"^refused: .*dblink"):
                 run_sql(store, statement)
         with pytest.raises(StoreError):  # hidden from EXPLAIN, read from the text
@@ -154,10 +171,13 @@ def test_a_constant_the_planner_folds_is_refused_unread(store):
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024  # KiB: nothing near 200 MB
 
 
-@pytest.mark.parametrize("statement", [
-    "SELECT repeat('x', (200000000 + random() * 0)::int)",  # built on the server, unfolded: no plan shows it
-    "SELECT repeat('x', 20000 + (random() * 0)::int) FROM generate_series(1, 1000)",  # 20 MB in one fetch's rows
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT repeat('x', (200000000 + random() * 0)::int)",  # built on the server, unfolded: no plan shows it
+        "SELECT repeat('x', 20000 + (random() * 0)::int) FROM generate_series(1, 1000)",  # 20 MB in one fetch's rows
+    ],
+)
 def test_rows_too_large_to_fetch_are_refused_on_the_server(store, statement, runner):
     """The gap issue 44 left: a value the planner does not fold is not in the plan, and a fetch
     of it would take the client's memory. The server counts the bytes of every FETCH_ROWS rows in
@@ -165,8 +185,11 @@ def test_rows_too_large_to_fetch_are_refused_on_the_server(store, statement, run
     import resource
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with pytest.raises(StoreError, match=r"^refused: 1,000 rows in a row hold [\d,]+ bytes on the server, over "
-                                         r"the 16 MiB tracker sql fetches at a time"):
+    with pytest.raises(
+        StoreError,
+        match=r"^refused: 1,000 rows in a row hold [\d,]+ bytes on the server, over "
+        r"the 16 MiB tracker sql fetches at a time",
+    ):
         run_sql(store, statement, timeout_s=60)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024  # KiB: not the 200 MB
     done = runner.invoke(cli, ["sql", statement, "--db", store.where])
@@ -193,9 +216,12 @@ def without_reader(monkeypatch):
 
 
 def test_a_superuser_is_refused_up_front_with_the_fix(store, pg_url, without_reader, runner):
-    with pytest.raises(StoreError, match=r"^refused: tracker sql runs queries only as a role that can only read, "
-                                         r"and 'postgres' is a superuser: give a role that can only read with "
-                                         r"--reader-url URL or \$TRACKER_READER_URL \(`tracker reader-role") as err:
+    with pytest.raises(
+        StoreError,
+        match=r"^refused: tracker sql runs queries only as a role that can only read, "
+        r"and 'postgres' is a superuser: give a role that can only read with "
+        r"--reader-url URL or \$TRACKER_READER_URL \(`tracker reader-role",
+    ) as err:
         run_sql(store, "SELECT 1")
     assert "\n" not in str(err.value)
     result = runner.invoke(cli, ["sql", "SELECT pg_read_file('/etc/passwd')", "--db", pg_url])
@@ -217,26 +243,37 @@ def role(store, grants: str) -> Iterator[str]:
             if grant.strip():
                 conn.execute(grant.format(name=name, schema=schema))
     try:
-        yield make_url(PG_URL).set(username=name).render_as_string(hide_password=False) + \
-            f"?options=-csearch_path%3D{schema}"
+        yield (
+            make_url(PG_URL).set(username=name).render_as_string(hide_password=False)
+            + f"?options=-csearch_path%3D{schema}"
+        )
     finally:
         with admin() as conn:
             conn.execute(f"DROP OWNED BY {name}; DROP ROLE {name}")
 
 
-@pytest.mark.parametrize("grants, why", [
-    ("GRANT pg_read_server_files TO {name}", "reaches the server's files"),
-    ("GRANT pg_execute_server_program TO {name}", "reaches the server's programs"),
-    ("GRANT pg_signal_backend TO {name}", "reaches other sessions"),
-    ("CREATE ROLE {name}_r NOLOGIN; GRANT pg_write_server_files TO {name}_r; ALTER ROLE {name} NOINHERIT; "
-     "GRANT {name}_r TO {name}", "reaches the server's files through its membership in 'pg_write_server_files'"),
-    ("GRANT INSERT ON {schema}.run TO {name}", "writes the store"),
-    ("ALTER ROLE {name} CREATEROLE", "may create roles"),
-])
+@pytest.mark.parametrize(
+    "grants, why",
+    [
+        ("GRANT pg_read_server_files TO {name}", "reaches the server's files"),
+        ("GRANT pg_execute_server_program TO {name}", "reaches the server's programs"),
+        ("GRANT pg_signal_backend TO {name}", "reaches other sessions"),
+        (
+            "CREATE ROLE {name}_r NOLOGIN; GRANT pg_write_server_files TO {name}_r; ALTER ROLE {name} NOINHERIT; "
+            "GRANT {name}_r TO {name}",
+            "reaches the server's files through its membership in 'pg_write_server_files'",
+        ),
+        ("GRANT INSERT ON {schema}.run TO {name}", "writes the store"),
+        ("ALTER ROLE {name} CREATEROLE", "may create roles"),
+    ],
+)
 def test_a_role_that_reaches_beyond_reading_is_refused(store, grants, why):
     with role(store, grants) as url:
-        with pytest.raises(StoreError, match=rf"^refused: tracker sql runs queries only as a role that can only "
-                                             rf"read, and 't44_\w+' .*{why}.*--reader-url URL"):
+        with pytest.raises(
+            StoreError,
+            match=rf"^refused: tracker sql runs queries only as a role that can only "
+            rf"read, and 't44_\w+' .*{why}.*--reader-url URL",
+        ):
             run_sql(store, "SELECT 1", reader=url)
     with admin() as conn:  # the extra role of the NOINHERIT case
         for (name,) in conn.execute("SELECT rolname FROM pg_roles WHERE rolname ~ '^t44_.*_r$'").fetchall():
@@ -266,18 +303,22 @@ def test_the_reader_role_commands_sql_makes_a_reader_of_the_views(store, pg_url,
     name = f"t44_{uuid.uuid4().hex[:10]}"
     printed = runner.invoke(cli, ["reader-role", "--db", pg_url, "--name", name])
     assert printed.exit_code == 0 and f"CREATE ROLE {name} LOGIN" in printed.output
-    assert f"GRANT SELECT ON \"{schema_of(store)}\".layer_phase TO {name};" in printed.output
+    assert f'GRANT SELECT ON "{schema_of(store)}".layer_phase TO {name};' in printed.output
     try:
         with admin() as conn:
             conn.execute(printed.output)
-        url = make_url(PG_URL).set(username=name).render_as_string(hide_password=False) + \
-            f"?options=-csearch_path%3D{schema_of(store)}"
-        columns, rows = run_sql(store, "SELECT layer, phase FROM layer_phase WHERE layer = 'conv1' ORDER BY phase",
-                                reader=url)
+        url = (
+            make_url(PG_URL).set(username=name).render_as_string(hide_password=False)
+            + f"?options=-csearch_path%3D{schema_of(store)}"
+        )
+        columns, rows = run_sql(
+            store, "SELECT layer, phase FROM layer_phase WHERE layer = 'conv1' ORDER BY phase", reader=url
+        )
         assert rows and all(layer == "conv1" for layer, _ in rows)
         assert run_sql(store, "SELECT COUNT(*) FROM run_summary", reader=url)[1] == [(1,)]
-        result = runner.invoke(cli, ["sql", "SELECT network FROM run_summary", "--db", pg_url, "--reader-url", url,
-                                     "--format", "csv"])
+        result = runner.invoke(
+            cli, ["sql", "SELECT network FROM run_summary", "--db", pg_url, "--reader-url", url, "--format", "csv"]
+        )
         assert result.exit_code == 0 and result.output.splitlines() == ["network", "alexnet"]
         again = runner.invoke(cli, ["reader-role", "--db", pg_url, "--name", name, "--apply"])  # it exists: granted
         assert again.exit_code == 0, again.output

@@ -36,9 +36,13 @@ def db(tmp_path) -> str:
 
 def tracker_sql(db: str, statement: str, *args: str) -> subprocess.Popen:
     """`tracker sql` as started from a terminal (Ctrl-C delivered, not ignored as in a background job)."""
-    return subprocess.Popen([sys.executable, "-m", "tracker", "sql", statement, "--db", db, *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [sys.executable, "-m", "tracker", "sql", statement, "--db", db, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def finished(process: subprocess.Popen, limit_s: float) -> tuple[str, str]:
@@ -56,16 +60,21 @@ def test_the_probe_ends_at_once_its_string_capped(db):
     assert time.monotonic() - started < 15
 
 
-@pytest.mark.parametrize("statement", [
-    f"SELECT zeroblob({SQLITE_MAX_LENGTH + 1})", f"SELECT length(randomblob({SQLITE_MAX_LENGTH + 1}))",
-    f"SELECT length(replace(printf('%.*c', {SQLITE_MAX_LENGTH // 2 + 1}, 'a'), 'a', 'bb'))",
-    "WITH RECURSIVE c(x) AS (SELECT 'a' UNION ALL SELECT x || x FROM c) SELECT length(x) FROM c",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        f"SELECT zeroblob({SQLITE_MAX_LENGTH + 1})",
+        f"SELECT length(randomblob({SQLITE_MAX_LENGTH + 1}))",
+        f"SELECT length(replace(printf('%.*c', {SQLITE_MAX_LENGTH // 2 + 1}, 'a'), 'a', 'bb'))",
+        "WITH RECURSIVE c(x) AS (SELECT 'a' UNION ALL SELECT x || x FROM c) SELECT length(x) FROM c",
+    ],
+)
 def test_a_value_over_the_length_cap_is_refused_in_one_line(db, statement):
     with pytest.raises(StoreError, match=r"^refused: the query builds a value over 16 MiB, .*SQLITE_MAX_LENGTH\)$"):
         run_sql(open_store(db, write=False), statement)
     assert run_sql(open_store(db, write=False), f"SELECT length(zeroblob({SQLITE_MAX_LENGTH}))")[1] == [
-        (SQLITE_MAX_LENGTH,)]
+        (SQLITE_MAX_LENGTH,)
+    ]
 
 
 def test_the_time_limit_ends_the_wait_inside_one_long_call(db):
@@ -99,21 +108,34 @@ def test_a_signal_ends_the_cli_inside_a_call_of_minutes(db, signum):
     assert process.returncode == 130 and stderr.strip().splitlines() == ["Error: interrupted"]
 
 
-@pytest.mark.parametrize("statement, action", [
-    ("DROP TABLE run", "DROP TABLE"), ("DROP VIEW layer_phase", "DROP VIEW"),
-    ("CREATE TABLE t (x INTEGER)", "CREATE TABLE"), ("CREATE TEMP TABLE t (x INTEGER)", "CREATE TEMP TABLE"),
-    ("CREATE INDEX i ON run (batch)", "CREATE INDEX"), ("CREATE VIEW v AS SELECT 1", "CREATE VIEW"),
-    ("CREATE TRIGGER t AFTER INSERT ON run BEGIN SELECT 1; END", "CREATE TRIGGER"),
-    ("INSERT INTO metric (run_id, invocation, name, value) VALUES (1, 0, 'x', 1)", "INSERT"),
-    ("UPDATE run SET batch = 1", "UPDATE"), ("DELETE FROM run", "DELETE"),
-    ("ALTER TABLE run ADD COLUMN z", "ALTER TABLE"), ("ANALYZE", "ANALYZE"), ("REINDEX", "REINDEX"),
-    ("ATTACH DATABASE 'other.db' AS other", "ATTACH"), ("DETACH other", "DETACH"),
-    ("VACUUM", "VACUUM"), ("VACUUM INTO 'copy.db'", "VACUUM"),
-    ("BEGIN", "TRANSACTION"), ("SAVEPOINT s", "SAVEPOINT"),
-    ("PRAGMA query_only = 0", "PRAGMA query_only = 0"), ("PRAGMA journal_mode = DELETE", "PRAGMA journal_mode = DELETE"),
-    ("PRAGMA writable_schema = ON", "PRAGMA writable_schema = ON"),
-    ("SELECT load_extension('x')", "load_extension()"),
-])
+@pytest.mark.parametrize(
+    "statement, action",
+    [
+        ("DROP TABLE run", "DROP TABLE"),
+        ("DROP VIEW layer_phase", "DROP VIEW"),
+        ("CREATE TABLE t (x INTEGER)", "CREATE TABLE"),
+        ("CREATE TEMP TABLE t (x INTEGER)", "CREATE TEMP TABLE"),
+        ("CREATE INDEX i ON run (batch)", "CREATE INDEX"),
+        ("CREATE VIEW v AS SELECT 1", "CREATE VIEW"),
+        ("CREATE TRIGGER t AFTER INSERT ON run BEGIN SELECT 1; END", "CREATE TRIGGER"),
+        ("INSERT INTO metric (run_id, invocation, name, value) VALUES (1, 0, 'x', 1)", "INSERT"),
+        ("UPDATE run SET batch = 1", "UPDATE"),
+        ("DELETE FROM run", "DELETE"),
+        ("ALTER TABLE run ADD COLUMN z", "ALTER TABLE"),
+        ("ANALYZE", "ANALYZE"),
+        ("REINDEX", "REINDEX"),
+        ("ATTACH DATABASE 'other.db' AS other", "ATTACH"),
+        ("DETACH other", "DETACH"),
+        ("VACUUM", "VACUUM"),
+        ("VACUUM INTO 'copy.db'", "VACUUM"),
+        ("BEGIN", "TRANSACTION"),
+        ("SAVEPOINT s", "SAVEPOINT"),
+        ("PRAGMA query_only = 0", "PRAGMA query_only = 0"),
+        ("PRAGMA journal_mode = DELETE", "PRAGMA journal_mode = DELETE"),
+        ("PRAGMA writable_schema = ON", "PRAGMA writable_schema = ON"),
+        ("SELECT load_extension('x')", "load_extension()"),
+    ],
+)
 def test_a_refusal_names_the_action_refused(db, tmp_path, monkeypatch, statement, action):
     monkeypatch.chdir(tmp_path)
     before = {p.name for p in tmp_path.iterdir()}
@@ -126,8 +148,9 @@ def test_a_refusal_names_the_action_refused(db, tmp_path, monkeypatch, statement
 def test_a_batch_of_rows_is_bounded_in_bytes():
     """Rows of 1 MiB each: a batch ends once it holds FETCH_BYTES, long before FETCH_ROWS."""
     conn = sqlite3.connect(":memory:")
-    cursor = conn.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100) "
-                          "SELECT x, zeroblob(1048576) FROM c")
+    cursor = conn.execute(
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100) SELECT x, zeroblob(1048576) FROM c"
+    )
     sizes = [len(rows) for rows in iter(lambda: next_batch(cursor), [])]
     assert FETCH_BYTES // 2**20 < FETCH_ROWS
     assert sizes == [FETCH_BYTES // 2**20] * (100 // (FETCH_BYTES // 2**20)) + [100 % (FETCH_BYTES // 2**20)]

@@ -22,14 +22,14 @@ from tracker.model import predict
 from tracker.nets import build
 from tracker.profile import profile
 from tracker.store import (
+    SCHEMA_VERSION,
+    RunWriter,
     find_run,
     launch_rows,
     layer_rows,
     list_runs,
     metric_rows,
     open_store,
-    SCHEMA_VERSION,
-    RunWriter,
     recording,
     run_dict,
     run_sql,
@@ -57,8 +57,9 @@ def test_profile_round_trip(db):
     assert info["backend_reason"] and info["finished_at"]
     rows = layer_rows(store, run_id)
     expected = predict(build("alexnet"), 128)
-    assert [(r["layer"], r["phase"], r["ops"], r["bytes"]) for r in rows] == \
-           [(p.layer, p.phase, p.ops, p.bytes) for p in expected]
+    assert [(r["layer"], r["phase"], r["ops"], r["bytes"]) for r in rows] == [
+        (p.layer, p.phase, p.ops, p.bytes) for p in expected
+    ]
     assert rows[0]["output_shape"] == [96, 55, 55]
     assert rows[0]["measured_ms"] is None  # a model run measures nothing
 
@@ -66,10 +67,27 @@ def test_profile_round_trip(db):
 def test_launches_and_metrics_round_trip_through_the_views(db):
     run_id = model_run(db)
     store = open_store(db, write=True)
-    launches = [dict(invocation=invocation, layer_id=5, phase="fwd", repeat=repeat, kernel_name="conv2d_fwd_shared",
-                     variant="shared", l1_policy="ca", grid_x=8, grid_y=1, grid_z=1, block_x=256, block_y=1,
-                     block_z=1, shared_bytes=4096, registers=40, time_ms=ms)
-                for invocation, (repeat, ms) in enumerate([(0, 1.0), (0, 0.5), (1, 3.0), (1, 0.5)])]
+    launches = [
+        dict(
+            invocation=invocation,
+            layer_id=5,
+            phase="fwd",
+            repeat=repeat,
+            kernel_name="conv2d_fwd_shared",
+            variant="shared",
+            l1_policy="ca",
+            grid_x=8,
+            grid_y=1,
+            grid_z=1,
+            block_x=256,
+            block_y=1,
+            block_z=1,
+            shared_bytes=4096,
+            registers=40,
+            time_ms=ms,
+        )
+        for invocation, (repeat, ms) in enumerate([(0, 1.0), (0, 0.5), (1, 3.0), (1, 0.5)])
+    ]
     RunWriter(store, run_id).add_launches(launches, [dict(invocation=0, name="duration_ns", value=1e6)])
     reader = open_store(db, write=False)
     conv2 = next(r for r in layer_rows(reader, run_id) if r["layer"] == "conv2" and r["phase"] == "fwd")
@@ -89,8 +107,10 @@ def test_schema_files_are_rendered_from_the_orm():
 
 def _catalog(path: Path) -> list[tuple]:
     with sqlite3.connect(path) as conn:
-        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name != 'schema_info'"
-                            " AND name NOT LIKE 'sqlite_autoindex%' ORDER BY type, name").fetchall()
+        rows = conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name != 'schema_info'"
+            " AND name NOT LIKE 'sqlite_autoindex%' ORDER BY type, name"
+        ).fetchall()
         columns = {name: conn.execute(f"PRAGMA table_xinfo({name})").fetchall() for _, name, _, _ in rows}
     normal = [(t, n, tb, re.sub(r"\s+", " ", s or "").strip()) for t, n, tb, s in rows]
     return normal + sorted(columns.items())
@@ -113,11 +133,27 @@ def test_views_run_on_both_backends(db):
 
 def test_foreign_keys_are_enforced(db):
     store = open_store(db, write=True)
-    with pytest.raises(Exception):
+    with pytest.raises(IntegrityError):
         with store.session() as s:
-            s.add(Launch(run_id=999, invocation=0, layer_id=1, phase="fwd", repeat=0, kernel_name="k",
-                         variant="global", l1_policy="ca", grid_x=1, grid_y=1, grid_z=1, block_x=1, block_y=1,
-                         block_z=1, shared_bytes=0))
+            s.add(
+                Launch(
+                    run_id=999,
+                    invocation=0,
+                    layer_id=1,
+                    phase="fwd",
+                    repeat=0,
+                    kernel_name="k",
+                    variant="global",
+                    l1_policy="ca",
+                    grid_x=1,
+                    grid_y=1,
+                    grid_z=1,
+                    block_x=1,
+                    block_y=1,
+                    block_z=1,
+                    shared_bytes=0,
+                )
+            )
 
 
 def test_sqlite_runs_in_wal_mode(tmp_path):
@@ -127,8 +163,13 @@ def test_sqlite_runs_in_wal_mode(tmp_path):
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-@pytest.mark.parametrize("made, why", [("CREATE TABLE notes (body TEXT)", "it has tables but no schema_info"),
-                                       ("DELETE FROM schema_info", "its schema_info table is empty")])
+@pytest.mark.parametrize(
+    "made, why",
+    [
+        ("CREATE TABLE notes (body TEXT)", "it has tables but no schema_info"),
+        ("DELETE FROM schema_info", "its schema_info table is empty"),
+    ],
+)
 def test_a_foreign_sqlite_database_is_refused_untouched(tmp_path, made, why):
     path = tmp_path / "other.db"
     if made.startswith("DELETE"):
@@ -166,12 +207,15 @@ def test_a_newer_schema_is_refused(tmp_path):
     assert digest(path) == before
 
 
-@pytest.mark.parametrize("target, message", [
-    ("{tmp}/missing/dir/trace.db", "does not exist"),
-    ("{tmp}", "is a directory"),
-    ("postgresql://user@:::1:bad/db", "malformed database URL|cannot"),
-    ("nosuchdialect://localhost/db", "cannot use database URL"),
-])
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ("{tmp}/missing/dir/trace.db", "does not exist"),
+        ("{tmp}", "is a directory"),
+        ("postgresql://user@:::1:bad/db", "malformed database URL|cannot"),
+        ("nosuchdialect://localhost/db", "cannot use database URL"),
+    ],
+)
 def test_bad_database_targets(tmp_path, target, message):
     with pytest.raises(StoreError, match=message):
         open_store(target.format(tmp=tmp_path), write=True)
@@ -190,8 +234,19 @@ def test_a_failed_run_is_marked_and_leaves_no_half_written_rows(db):
     net = build("alexnet")
     rows = predict(net, 1)
     with pytest.raises(IntegrityError):
-        with recording(store, network="alexnet", network_options={}, batch=1, phases="both", dtype_bits=32,
-                       variants={}, l1_bypass=False, backend="model", backend_reason="test", repeat=0) as run:
+        with recording(
+            store,
+            network="alexnet",
+            network_options={},
+            batch=1,
+            phases="both",
+            dtype_bits=32,
+            variants={},
+            l1_bypass=False,
+            backend="model",
+            backend_reason="test",
+            repeat=0,
+        ) as run:
             run.add_layers(net, rows[:-1] + [rows[0]])  # a duplicate key fails the one transaction
     reader = open_store(db, write=False)
     runs = {r["run_id"]: r for r in list_runs(reader)}
@@ -215,13 +270,18 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("sig, stored", [(signal.SIGTERM, "interrupted"), (signal.SIGINT, "interrupted"),
-                                         (signal.SIGKILL, "running")])
+@pytest.mark.parametrize(
+    "sig, stored", [(signal.SIGTERM, "interrupted"), (signal.SIGINT, "interrupted"), (signal.SIGKILL, "running")]
+)
 def test_interrupted_runs_are_marked_and_earlier_runs_untouched(db, sig, stored):
     earlier = model_run(db)
     before = run_dict(find_run(open_store(db, write=False), earlier))
-    child = subprocess.Popen([sys.executable, "-c", CHILD, db], stdout=subprocess.PIPE, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, db],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # as from a terminal
     run_id = int(child.stdout.readline())
     child.send_signal(sig)
     child.wait(timeout=30)
@@ -238,10 +298,28 @@ def test_interrupted_runs_are_marked_and_earlier_runs_untouched(db, sig, stored)
 def test_four_processes_write_runs_at_once(db):
     open_store(db, write=True).dispose() if db.startswith("postgresql") else None
     env = {**os.environ, "TRACKER_DB": db}
-    procs = [subprocess.Popen([sys.executable, "-m", "tracker", "profile", "alexnet", "--batch", str(b),
-                               "--backend", "model", "--format", "json"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for b in (16, 32, 64, 128)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tracker",
+                "profile",
+                "alexnet",
+                "--batch",
+                str(b),
+                "--backend",
+                "model",
+                "--format",
+                "json",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for b in (16, 32, 64, 128)
+    ]
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in results]
     runs = list_runs(open_store(db, write=False))
@@ -258,8 +336,10 @@ def test_a_v2_database_is_upgraded_in_place_keeping_its_runs(runner, tmp_path):
     db = tmp_path / "old.db"
     assert runner.invoke(cli, ["profile", "alexnet", "--backend", "model", "--db", str(db)]).exit_code == 0
     with sqlite3.connect(db) as conn:
-        conn.executescript("DROP TABLE experiment_run; DROP TABLE experiment; DROP VIEW layer_time_repeat; "
-                           "UPDATE schema_info SET version = 2;")
+        conn.executescript(
+            "DROP TABLE experiment_run; DROP TABLE experiment; DROP VIEW layer_time_repeat; "
+            "UPDATE schema_info SET version = 2;"
+        )
     before = db.read_bytes()
     refused = runner.invoke(cli, ["runs", "--db", str(db)])
     assert refused.exit_code == 1 and "tracker upgrade --db" in refused.output and db.read_bytes() == before
@@ -296,8 +376,12 @@ def test_reading_commands_leave_nothing_beside_the_database(runner, tmp_path):
     path = tmp_path / "trace.db"
     model_run(str(path))
     before = digest(path)
-    for args in (["runs"], ["show", "last"], ["sql", "SELECT COUNT(*) FROM layer_phase"], ["export", "1", "--out",
-                                                                                              str(tmp_path / "x")]):
+    for args in (
+        ["runs"],
+        ["show", "last"],
+        ["sql", "SELECT COUNT(*) FROM layer_phase"],
+        ["export", "1", "--out", str(tmp_path / "x")],
+    ):
         assert runner.invoke(cli, [*args, "--db", str(path)]).exit_code == 0, args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.db", "x"] and digest(path) == before
 
@@ -372,16 +456,20 @@ def test_the_plain_reader_decodes_each_column_as_the_orm_does(db):
     from tracker.store.schema import Experiment, ExperimentArm, Run
 
     model_run(db)
-    result = CliRunner().invoke(cli, ["experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model",
-                                      "--device", "h100", "--db", db])
+    result = CliRunner().invoke(
+        cli,
+        ["experiment", "batch", "alexnet", "--batches", "1,2", "--backend", "model", "--device", "h100", "--db", db],
+    )
     assert result.exit_code == 0, result.output
     store = open_store(db, write=False)
     experiment = find_experiment(store, "last")
     arm, run = arm_rows(store, experiment.id)[0], find_run(store, "last")
     with store.session() as session:
-        for record, orm in ((run, session.get(Run, run.id)),
-                            (experiment, session.get(Experiment, experiment.id)),
-                            (arm, session.get(ExperimentArm, (arm.experiment_id, 0)))):
+        for record, orm in (
+            (run, session.get(Run, run.id)),
+            (experiment, session.get(Experiment, experiment.id)),
+            (arm, session.get(ExperimentArm, (arm.experiment_id, 0))),
+        ):
             columns = {c.key: getattr(orm, c.key) for c in type(orm).__table__.columns}
             assert vars(record) == columns
     assert run.l1_bypass is False and isinstance(run.network_options, dict) and arm.baseline in (True, False)
@@ -395,8 +483,7 @@ def test_a_hostile_file_with_bad_stored_values_reads_as_text(runner, tmp_path):
     path = tmp_path / "trace.db"
     model_run(str(path))
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE run SET started_at = 'not a time', network_options = ?, variants = '{'",
-                     ("[" * 100_000,))
+        conn.execute("UPDATE run SET started_at = 'not a time', network_options = ?, variants = '{'", ("[" * 100_000,))
     for args in (["runs"], ["show", "last"], ["show", "last", "--format", "json"]):
         result = runner.invoke(cli, [*args, "--db", str(path)])
         assert result.exit_code == 0 and "not a time" in result.output, (args, result.output)

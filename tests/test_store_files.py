@@ -36,7 +36,7 @@ def store_file(tmp_path) -> Path:
 
 def _truncated(path: Path) -> None:
     data = path.read_bytes()
-    path.write_bytes(data[:len(data) // 3])
+    path.write_bytes(data[: len(data) // 3])
 
 
 def _header(path: Path) -> None:
@@ -51,7 +51,7 @@ def _page(path: Path) -> None:
         root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'run'").fetchone()[0]
     conn.close()
     data = bytearray(path.read_bytes())
-    data[(root - 1) * size:root * size] = b"\xff" * size
+    data[(root - 1) * size : root * size] = b"\xff" * size
     path.write_bytes(bytes(data))
 
 
@@ -72,10 +72,21 @@ def test_reading_a_store_creates_no_file(runner, store_file):
     assert listing(store_file.parent) == ["trace.db"]
 
 
-@pytest.mark.parametrize("db", ["file:trace.db?mode=ro", "FILE:trace.db", "sqlite:///file:trace.db",
-                                "sqlite:///trace.db?mode=ro", "sqlite:///t.db?mode=rwc&uri=true"])
-@pytest.mark.parametrize("command", [["runs"], ["profile", "alexnet", "--batch", "1", "--backend", "model"],
-                                     ["upgrade"]], ids=["read", "write", "upgrade"])
+@pytest.mark.parametrize(
+    "db",
+    [
+        "file:trace.db?mode=ro",
+        "FILE:trace.db",
+        "sqlite:///file:trace.db",
+        "sqlite:///trace.db?mode=ro",
+        "sqlite:///t.db?mode=rwc&uri=true",
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [["runs"], ["profile", "alexnet", "--batch", "1", "--backend", "model"], ["upgrade"]],
+    ids=["read", "write", "upgrade"],
+)
 def test_db_takes_a_path_or_a_url_never_a_sqlite_uri(runner, tmp_path, monkeypatch, db, command):
     monkeypatch.chdir(tmp_path)
     refused(runner.invoke(cli, [*command, "--db", db]), "SQLite")
@@ -96,8 +107,11 @@ def test_the_urls_and_paths_accepted_before_still_are(runner, store_file, url):
 
 
 @pytest.mark.parametrize("target", ["missing.db", "no/such/folder/x.db"])
-@pytest.mark.parametrize("command", [["runs"], ["profile", "alexnet", "--batch", "1", "--backend", "model"],
-                                     ["upgrade"]], ids=["read", "write", "upgrade"])
+@pytest.mark.parametrize(
+    "command",
+    [["runs"], ["profile", "alexnet", "--batch", "1", "--backend", "model"], ["upgrade"]],
+    ids=["read", "write", "upgrade"],
+)
 def test_a_dangling_symlink_as_db_creates_nothing(runner, tmp_path, target, command):
     link = tmp_path / "link.db"
     link.symlink_to(target)
@@ -158,8 +172,11 @@ def test_export_and_report_refuse_a_folder_of_files_they_did_not_write(runner, o
     folder = one_run.parent / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("keep me\n")
-    refused(runner.invoke(cli, [command, "1", "--db", str(one_run), "--out", str(folder)]),
-            "files tracker did not write", "--force")
+    refused(
+        runner.invoke(cli, [command, "1", "--db", str(one_run), "--out", str(folder)]),
+        "files tracker did not write",
+        "--force",
+    )
     assert listing(folder) == ["notes.txt"]
     if os.geteuid() == 0:  # the probe, as root: 20 CSV files into /
         before = listing(Path("/"))

@@ -31,18 +31,22 @@ def store(tmp_path) -> str:
 
 
 @pytest.mark.parametrize("value", NOT_DIGITS)
-@pytest.mark.parametrize("args", [
-    ["model", "alexnet", "--device", "h100", "--batch", "{}"],
-    ["networks", "unet", "--depth", "{}"],
-    ["profile", "alexnet", "--backend", "model", "--repeat", "{}"],
-    ["profile", "alexnet", "--backend", "model", "--warmup", "{}"],
-    ["profile", "alexnet", "--backend", "model", "--counter-iterations", "{}"],
-    ["experiment", "batch", "alexnet", "--backend", "model", "--batches", "{}"],
-    ["experiment", "batch", "alexnet", "--backend", "model", "--batches", "16,{}"],
-    ["experiment", "fusion", "unet", "--backend", "model", "--vary", "depth={}"],
-    ["experiment", "fusion", "unet", "--backend", "model", "--vary", "depth=2,{}"],
-    ["sql", "SELECT 1", "--limit", "{}"],
-], ids=lambda a: a[0] + "-" + a[-2] if isinstance(a, list) else None)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["model", "alexnet", "--device", "h100", "--batch", "{}"],
+        ["networks", "unet", "--depth", "{}"],
+        ["profile", "alexnet", "--backend", "model", "--repeat", "{}"],
+        ["profile", "alexnet", "--backend", "model", "--warmup", "{}"],
+        ["profile", "alexnet", "--backend", "model", "--counter-iterations", "{}"],
+        ["experiment", "batch", "alexnet", "--backend", "model", "--batches", "{}"],
+        ["experiment", "batch", "alexnet", "--backend", "model", "--batches", "16,{}"],
+        ["experiment", "fusion", "unet", "--backend", "model", "--vary", "depth={}"],
+        ["experiment", "fusion", "unet", "--backend", "model", "--vary", "depth=2,{}"],
+        ["sql", "SELECT 1", "--limit", "{}"],
+    ],
+    ids=lambda a: a[0] + "-" + a[-2] if isinstance(a, list) else None,
+)
 def test_a_whole_number_is_digits_only(runner, tmp_path, monkeypatch, args, value):
     monkeypatch.chdir(tmp_path)
     refused(runner.invoke(cli, [a.replace("{}", value) for a in args]), "whole number")
@@ -58,8 +62,9 @@ def test_a_list_of_numbers_takes_no_spaces(runner, tmp_path, monkeypatch):
 @pytest.mark.parametrize("value", ["99999999999999999999", "9" * 5000])
 def test_a_number_too_long_for_any_range_is_one_line(runner, value):
     refused(runner.invoke(cli, ["model", "alexnet", "--device", "h100", "--batch", value]))
-    refused(runner.invoke(cli, ["experiment", "batch", "alexnet", "--backend", "model", "--batches", value]),
-            "out of range")
+    refused(
+        runner.invoke(cli, ["experiment", "batch", "alexnet", "--backend", "model", "--batches", value]), "out of range"
+    )
 
 
 def test_digits_are_still_numbers(runner):
@@ -101,11 +106,15 @@ def test_the_library_axis_takes_digits_only():
 
 
 @PROC
-@pytest.mark.parametrize("args", [
-    ["profile", "alexnet", "--backend", "model", "--ncu-report", "/proc/x/r.ncu-rep"],
-    ["profile", "alexnet", "--backend", "model", "--ncu-report", "/"],
-    ["experiment", "batch", "alexnet", "--backend", "model", "--batches", "1", "--logs", "/proc/x/logs"],
-], ids=["ncu-report", "ncu-report-dir", "logs"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["profile", "alexnet", "--backend", "model", "--ncu-report", "/proc/x/r.ncu-rep"],
+        ["profile", "alexnet", "--backend", "model", "--ncu-report", "/"],
+        ["experiment", "batch", "alexnet", "--backend", "model", "--batches", "1", "--logs", "/proc/x/logs"],
+    ],
+    ids=["ncu-report", "ncu-report-dir", "logs"],
+)
 def test_an_option_naming_a_file_is_checked_whatever_the_backend(runner, tmp_path, monkeypatch, args):
     monkeypatch.chdir(tmp_path)
     refused(runner.invoke(cli, args), args[-1])
@@ -114,7 +123,8 @@ def test_an_option_naming_a_file_is_checked_whatever_the_backend(runner, tmp_pat
 
 def test_a_writable_ncu_report_is_left_as_it_was(runner, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    done = runner.invoke(cli, ["profile", "alexnet", "--batch", "1", "--backend", "model", "--db", "t.db",
-                               "--ncu-report", "r.ncu-rep"])
+    done = runner.invoke(
+        cli, ["profile", "alexnet", "--batch", "1", "--backend", "model", "--db", "t.db", "--ncu-report", "r.ncu-rep"]
+    )
     assert done.exit_code == 0, done.output
     assert "--ncu-report ignored" in done.stdout and not (tmp_path / "r.ncu-rep").exists()

@@ -37,9 +37,11 @@ def test_also_passes():
 @pytest.fixture
 def suite(pytester):
     pytester.makeini("[pytest]\nmarkers =\n    gpu: needs a GPU\n")
-    pytester.makeconftest(f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nimport suite_plugin\n\n"
-                          "def pytest_configure(config):\n"
-                          "    config.pluginmanager.register(suite_plugin, 'tracker_suite')\n")
+    pytester.makeconftest(
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nimport suite_plugin\n\n"
+        "def pytest_configure(config):\n"
+        "    config.pluginmanager.register(suite_plugin, 'tracker_suite')\n"
+    )
     pytester.makepyfile(test_suite=SUITE)
     return pytester
 
@@ -56,7 +58,7 @@ def test_a_failure_and_each_tests_time_are_written_as_the_test_ends(suite):
     setup = float(took.split("setup ")[1].split(" s")[0])
     assert setup >= 0.2  # the fixture's time is the setup's
     printed_at = lines.index("--- test_suite.py::test_also_passes printed ---")
-    assert lines[printed_at + 1:printed_at + 3] == ["metric,agrees", "instructions,True"]
+    assert lines[printed_at + 1 : printed_at + 3] == ["metric,agrees", "instructions,True"]
     assert printed_at < summary_at  # a passing test's print, which pytest drops, is kept as it ends
     result.assert_outcomes(passed=2, failed=1)
 

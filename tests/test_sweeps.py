@@ -21,8 +21,12 @@ from tracker.store.queries import arm_rows
 
 def test_a_sweep_runs_every_arm_at_each_batch_on_each_gpu_and_compares_within_each_cell():
     plan = arms("variants", 64, batches=(16, 64), variants=("shared", "global"), gpus=("h100", "a100"))
-    assert [a.label for a in plan[:4]] == ["shared b16 @h100", "global b16 @h100", "shared b64 @h100",
-                                          "global b64 @h100"]
+    assert [a.label for a in plan[:4]] == [
+        "shared b16 @h100",
+        "global b16 @h100",
+        "shared b64 @h100",
+        "global b64 @h100",
+    ]
     assert len(plan) == 8 and {a.gpu for a in plan} == {"h100", "a100"}
     comparisons = {a.comparison for a in plan}
     assert comparisons == {f"variants b{b} @{g}" for b in (16, 64) for g in ("h100", "a100")}
@@ -34,16 +38,22 @@ def test_a_sweep_runs_every_arm_at_each_batch_on_each_gpu_and_compares_within_ea
 def test_the_batch_kind_keeps_batches_as_its_own_axis_and_crosses_variants():
     plan = arms("batch", 16, batches=(16, 32), variants=("global", "shared"))
     assert [(a.label, a.comparison, a.baseline, a.batch) for a in plan] == [
-        ("global batch 16", "batch global", True, 16), ("global batch 32", "batch global", False, 32),
-        ("shared batch 16", "batch shared", True, 16), ("shared batch 32", "batch shared", False, 32)]
+        ("global batch 16", "batch global", True, 16),
+        ("global batch 32", "batch global", False, 32),
+        ("shared batch 16", "batch shared", True, 16),
+        ("shared batch 32", "batch shared", False, 32),
+    ]
     assert [a.label for a in arms("batch", 16, batches=(16, 32))] == ["batch 16", "batch 32"]  # as before sweeps
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(kind="fusion", variants=("shared",)), "--variants chooses the arms of"),
-    (dict(kind="variants", variants=("shraed",)), r"unknown variant 'shraed' \(did you mean shared\?\)"),
-    (dict(kind="variants", variants=("shared", "shared")), "names a variant twice"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(kind="fusion", variants=("shared",)), "--variants chooses the arms of"),
+        (dict(kind="variants", variants=("shraed",)), r"unknown variant 'shraed' \(did you mean shared\?\)"),
+        (dict(kind="variants", variants=("shared", "shared")), "names a variant twice"),
+    ],
+)
 def test_variants_that_cannot_be_planned_are_refused(bad, message):
     with pytest.raises(TrackerError, match=message):
         arms(bad["kind"], 16, variants=bad["variants"])
@@ -57,8 +67,10 @@ def test_gpus_are_catalog_devices_on_the_model_backend_and_need_a_cluster_on_a_g
         check("batch", "model", lookup("h100"), "local", ("a100",))
     with pytest.raises(TrackerError, match="needs a cluster"):
         check("batch", "events", None, "local", ("h100",))
-    assert check("fusion", "auto", None, "slurm", ("h100",)) == ("auto", "auto: chosen on each node as tracker "
-                                                                        "profile chooses")
+    assert check("fusion", "auto", None, "slurm", ("h100",)) == (
+        "auto",
+        "auto: chosen on each node as tracker profile chooses",
+    )
 
 
 def test_the_slurm_executor_refuses_what_a_cluster_cannot_run_before_anything_is_written(tmp_path, monkeypatch):
@@ -117,13 +129,31 @@ def test_the_experiment_command_compares_gpu_with_gpu_and_lists_each_arm(runner,
     from tracker.cli import cli
 
     db = str(tmp_path / "trace.db")
-    result = runner.invoke(cli, ["experiment", "batch", "alexnet", "--batches", "16,32", "--gpus", "h100,a100",
-                                 "--backend", "model", "--db", db, "--format", "json"])
+    result = runner.invoke(
+        cli,
+        [
+            "experiment",
+            "batch",
+            "alexnet",
+            "--batches",
+            "16,32",
+            "--gpus",
+            "h100,a100",
+            "--backend",
+            "model",
+            "--db",
+            db,
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     versus = [r for r in rows if r["table"] == "gpu" and r["layer"] == "iteration"]
-    assert [(r["comparison"], r["arm"]) for r in versus] == [("gpu h100 -> a100", "batch 16 @a100"),
-                                                             ("gpu h100 -> a100", "batch 32 @a100")]
+    assert [(r["comparison"], r["arm"]) for r in versus] == [
+        ("gpu h100 -> a100", "batch 16 @a100"),
+        ("gpu h100 -> a100", "batch 32 @a100"),
+    ]
     for r in versus:
         assert r["speedup"] == pytest.approx(r["a_ms"] / r["b_ms"]) and r["speedup"] < 1  # the model: A100 slower
     scaling = [r for r in rows if r["table"] == "arms"]
@@ -131,25 +161,63 @@ def test_the_experiment_command_compares_gpu_with_gpu_and_lists_each_arm(runner,
 
     listed = runner.invoke(cli, ["experiments", "--db", db, "--format", "json"])
     assert json.loads(listed.output)[0] | {"started_at": None} == {
-        "experiment": "e1", "kind": "batch", "status": "complete", "network": "alexnet", "backend": "model",
-        "executor": "local", "arms": "4 complete", "runs": "1,2,3,4", "started_at": None}
+        "experiment": "e1",
+        "kind": "batch",
+        "status": "complete",
+        "network": "alexnet",
+        "backend": "model",
+        "executor": "local",
+        "arms": "4 complete",
+        "runs": "1,2,3,4",
+        "started_at": None,
+    }
     detail = json.loads(runner.invoke(cli, ["experiments", "e1", "--db", db, "--format", "json"]).output)
     assert [(a["arm"], a["gpu"], a["state"], a["run"]) for a in detail] == [
-        ("batch 16 @h100", "h100", "complete", 1), ("batch 32 @h100", "h100", "complete", 2),
-        ("batch 16 @a100", "a100", "complete", 3), ("batch 32 @a100", "a100", "complete", 4)]
+        ("batch 16 @h100", "h100", "complete", 1),
+        ("batch 32 @h100", "h100", "complete", 2),
+        ("batch 16 @a100", "a100", "complete", 3),
+        ("batch 32 @a100", "a100", "complete", 4),
+    ]
     assert runner.invoke(cli, ["experiments", "e7", "--db", db]).exit_code == 1
 
 
 def test_detach_and_the_cluster_options_need_a_cluster(runner, tmp_path):
     from tracker.cli import cli
 
-    result = runner.invoke(cli, ["experiment", "batch", "alexnet", "--backend", "model", "--device", "h100",
-                                 "--detach", "--db", str(tmp_path / "t.db")])
+    result = runner.invoke(
+        cli,
+        [
+            "experiment",
+            "batch",
+            "alexnet",
+            "--backend",
+            "model",
+            "--device",
+            "h100",
+            "--detach",
+            "--db",
+            str(tmp_path / "t.db"),
+        ],
+    )
     assert result.exit_code == 2 and "--detach leaves a cluster's jobs running" in result.output
     result = runner.invoke(cli, ["experiment", "batch", "alexnet", "--gpus", "h100;rm -rf /", "--backend", "model"])
     assert result.exit_code == 2 and "is not a name" in result.output
-    result = runner.invoke(cli, ["experiment", "batch", "alexnet", "--executor", "slurm", "--sbatch", "'unclosed",
-                                 "--backend", "model", "--device", "h100"])
+    result = runner.invoke(
+        cli,
+        [
+            "experiment",
+            "batch",
+            "alexnet",
+            "--executor",
+            "slurm",
+            "--sbatch",
+            "'unclosed",
+            "--backend",
+            "model",
+            "--device",
+            "h100",
+        ],
+    )
     assert result.exit_code == 2 and "--sbatch: No closing quotation" in result.output
     assert not list(tmp_path.iterdir())
 

@@ -96,8 +96,11 @@ def test_tune_times_a_candidate_through_the_routine(emulator, monkeypatch):
     from tracker import tune
     from tracker.ops.gemm import DEFAULT
 
-    target = next(t for t in tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
-                  if (t.layer, t.phase) == ("fc3", "fwd"))
+    target = next(
+        t
+        for t in tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
+        if (t.layer, t.phase) == ("fc3", "fwd")
+    )
     arrays = tune._arrays(emulator, target.case)
     flushes: list[int] = []
     monkeypatch.setattr(emulator, "flush_l2", lambda: flushes.append(len(emulator.log)), raising=False)
@@ -144,7 +147,11 @@ def _imports(path: Path) -> set[str]:
 def test_nothing_under_tracker_gpu_imports_the_layer_above():
     sources = sorted(GPU.rglob("*.py"))
     assert GPU / "runner.py" in sources and GPU / "timing.py" in sources
-    upward = {f"{path.relative_to(GPU.parent.parent)}: {name}" for path in sources for name in _imports(path)
-              if any(name == upper or name.startswith(upper + ".") for upper in UPPER)}
+    upward = {
+        f"{path.relative_to(GPU.parent.parent)}: {name}"
+        for path in sources
+        for name in _imports(path)
+        if any(name == upper or name.startswith(upper + ".") for upper in UPPER)
+    }
     assert not upward, sorted(upward)
     assert "tracker.tune" in _imports(Path(__file__).parent.parent / "tracker" / "cli" / "gpu.py")  # the check sees one

@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def stage(arg: str, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "tools/gpu_stage.sh", arg], cwd=ROOT, env={**os.environ, "OUT": str(out)},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", "tools/gpu_stage.sh", arg],
+        cwd=ROOT,
+        env={**os.environ, "OUT": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.skipif(cuda_devices()[0] > 0, reason="this machine has a GPU: the stage would run")
@@ -63,9 +69,15 @@ def test_the_constraints_pin_every_package_the_extras_name():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     named = [*project["dependencies"], *(d for extra in project["optional-dependencies"].values() for d in extra)]
-    names = {re.split(r"[\[<>=~! ]", d, 1)[0].lower().replace("_", "-") for d in named} - {"tracker", "cupy-cuda13x"}
-    pins = dict(line.lower().replace("_", "-").split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
-                if line and not line.startswith("#"))
+    names = {re.split(r"[\[<>=~! ]", d, maxsplit=1)[0].lower().replace("_", "-") for d in named} - {
+        "tracker",
+        "cupy-cuda13x",
+    }
+    pins = dict(
+        line.lower().replace("_", "-").split("==")
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert names <= set(pins), names - set(pins)
 
 
@@ -94,13 +106,22 @@ def test_the_warm_compiles_every_module_the_backend_would_in_processes_of_its_ow
     compiled = tmp_path / "compiled"
     compiled.mkdir()
     env = {**os.environ, "COMPILED": str(compiled), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    warm = subprocess.Popen([sys.executable, "tools/gpu_warm.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    warm = subprocess.Popen(
+        [sys.executable, "tools/gpu_warm.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out, err = warm.communicate(timeout=300)
     assert warm.returncode == 0, err
     kept = [json.loads(path.read_text()) for path in compiled.iterdir()]
-    expected = {(source_text(source, defines), compile_options(build, overrides=defines))
-                for build in BUILDS for source, defines in modules()}
+    expected = {
+        (source_text(source, defines), compile_options(build, overrides=defines))
+        for build in BUILDS
+        for source, defines in modules()
+    }
     assert {(code, tuple(options)) for code, options, _ in kept} == expected
     assert {parent for _, _, parent in kept} == {warm.pid}  # compiled by its workers, not by the warm itself
     assert out.startswith(f"{len(expected)} kernel modules")

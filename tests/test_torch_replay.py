@@ -74,8 +74,9 @@ def test_a_users_model_replayed_per_pass_computes_one_steps_result(monkeypatch):
     plain.iteration()
     stand_in = StandIn(replayed, 2, module_state)
     replayed.iteration(stand_in)
-    assert sorted(stand_in.seen) == sorted(f"{layer.name}/{phase}"
-                                          for layer, phase in replayed.net.training_order("both"))
+    assert sorted(stand_in.seen) == sorted(
+        f"{layer.name}/{phase}" for layer, phase in replayed.net.training_order("both")
+    )
     assert all(len(p) == 2 and same(p[0], p[1]) for p in stand_in.seen.values())
     assert module_state(replayed) and same(module_state(replayed), module_state(plain))
 
@@ -123,6 +124,9 @@ def test_the_cupti_childs_error_reaches_the_parent_as_its_one_line(tmp_path, mon
 
     monkeypatch.chdir(tmp_path)
     workload = Workload("no_such_module:build", implementation="torch")
-    with pytest.raises(TrackerError, match=r"^--torch no_such_module:build: cannot import no_such_module: "
-                                           r"ModuleNotFoundError"):
+    with pytest.raises(
+        TrackerError,
+        match=r"^--torch no_such_module:build: cannot import no_such_module: "
+        r"ModuleNotFoundError",
+    ):
         _library_child(workload, ["smsp__inst_executed.sum"], 4, lambda line: None)

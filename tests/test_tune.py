@@ -20,17 +20,30 @@ from tracker.store import open_store
 # The transposed convolutions run the convolutions' own kernels (covered here already), and one
 # case of the 3-D convolution reaches its loaders at each schedule: the rest prove nothing new per tile.
 REPEATS = ("convtranspose", "convtranspose3d")
-TUNABLE = [(case, name) for case in small_cases() for name, variant in OPS[case.op].variants.items()
-           if any(launch.tunable for launch in variant.launches.values()) and name not in TRANSFORMS
-           and case.op not in REPEATS and (case.op != "conv3d" or case == OPS["conv3d"].small_cases[0])]
+TUNABLE = [
+    (case, name)
+    for case in small_cases()
+    for name, variant in OPS[case.op].variants.items()
+    if any(launch.tunable for launch in variant.launches.values())
+    and name not in TRANSFORMS
+    and case.op not in REPEATS
+    and (case.op != "conv3d" or case == OPS["conv3d"].small_cases[0])
+]
 
 
 @pytest.fixture(scope="module")
 def schedules_compiled(emulator):
     """The builds the tiles below launch, compiled all at once: the modules of TUNABLE's GEMM-shaped
     launches (not the transforms', which TUNABLE leaves out), at every schedule."""
-    sources = sorted({k.source for case, name in TUNABLE for launch in OPS[case.op].variants[name].launches.values()
-                      if launch.tunable for k in launch.kernels})
+    sources = sorted(
+        {
+            k.source
+            for case, name in TUNABLE
+            for launch in OPS[case.op].variants[name].launches.values()
+            if launch.tunable
+            for k in launch.kernels
+        }
+    )
     emulator.prepare((source, tile.overrides) for tile in SCHEDULES for source in sources)
 
 
@@ -73,17 +86,28 @@ def test_a_tile_names_what_differs_from_the_default_and_its_neighbours_fit():
         Tile.parse("64x64x8/ring3")
     # the rings of A and B, padded, in shared memory: 2 x 8 x (128 + 4 + 128 + 4) floats
     assert DEFAULT.shared_bytes == 16896 and DEFAULT.defines()["STAGES"] == 2
-    assert [t.label for t in DEFAULT.neighbours()] == ["128x128x8/stages3", "128x128x8/stages4", "128x128x8/warp8x4",
-                                                       "128x128x8/ctas1", "128x128x8/ctas2"]
+    assert [t.label for t in DEFAULT.neighbours()] == [
+        "128x128x8/stages3",
+        "128x128x8/stages4",
+        "128x128x8/warp8x4",
+        "128x128x8/ctas1",
+        "128x128x8/ctas2",
+    ]
     # two CTAs of 64 threads fit an SM at any register count: a cap of 2 would change nothing
     assert "64x64x8/ctas2" not in {t.label for t in Tile(64, 64, 8).neighbours()}
     # 3 stages of 128 x 128 x 16 need 50,688 bytes, past the 48 KiB a CTA's static arrays may take;
     # 32 x 64 has no room for 8 x 4 warps (64 rows)
     assert Tile(128, 128, 16, stages=3).shared_bytes == 50688
-    assert [t.label for t in Tile(128, 128, 16).neighbours()] == ["128x128x16/warp8x4", "128x128x16/ctas1",
-                                                                   "128x128x16/ctas2"]
-    assert not Tile(32, 64, 8, warp_rows=8).valid and [t.label for t in Tile(32, 64, 8).neighbours()] == \
-        ["32x64x8/stages3", "32x64x8/stages4", "32x64x8/ctas1"]
+    assert [t.label for t in Tile(128, 128, 16).neighbours()] == [
+        "128x128x16/warp8x4",
+        "128x128x16/ctas1",
+        "128x128x16/ctas2",
+    ]
+    assert not Tile(32, 64, 8, warp_rows=8).valid and [t.label for t in Tile(32, 64, 8).neighbours()] == [
+        "32x64x8/stages3",
+        "32x64x8/stages4",
+        "32x64x8/ctas1",
+    ]
     assert all(t.valid for t in SCHEDULES) and len(set(SCHEDULES)) == len(SCHEDULES) == 14 and RING in SCHEDULES
     assert classes(SCHEDULES) == every_class()  # every shape, ring depth and warp layout runs
     every_neighbour = {t for shape in SHAPES for t in (shape, *shape.neighbours()) if t.min_ctas == 0}
@@ -97,9 +121,9 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
 
     net, chosen = small_net(), {"conv": "fused", "linear": "shared"}
     found = tune.targets(net, batch=3, chosen=chosen, verify_batch=1)
-    assert {(t.layer, t.phase) for t in found} == {(layer, phase) for layer in ("conv1", "conv2", "fc3", "fc4")
-                                                   for phase in ("fwd", "bwd_data", "bwd_weight")
-                                                   } - {("conv1", "bwd_data")}  # the first layer has none
+    assert {(t.layer, t.phase) for t in found} == {
+        (layer, phase) for layer in ("conv1", "conv2", "fc3", "fc4") for phase in ("fwd", "bwd_data", "bwd_weight")
+    } - {("conv1", "bwd_data")}  # the first layer has none
     tiles = (DEFAULT, Tile(64, 64, 8, split=2))
     rows = tune.search(emulator, found, tiles, reps=1, device_name="CPU emulation", refine=False)
     assert len(rows) == 2 * len(found)
@@ -142,10 +166,14 @@ def test_tune_races_each_algorithm_that_can_run_a_conv_layer_phase_unless_a_vari
     anywhere = ["shared", "global", "constant", "gemm"]  # implicit GEMM (the plan's), direct, explicit GEMM
     stride_1 = [*anywhere, "winograd", "winograd_f4", "winograd_fused", "fft"]
     found = raced({"linear": "shared"})
-    assert found == {("conv1", "fwd"): anywhere, ("conv1", "bwd_weight"): anywhere,
-                     ("conv2", "fwd"): stride_1, ("conv2", "bwd_data"): stride_1,
-                     ("conv2", "bwd_weight"): [v for v in stride_1 if v != "winograd_fused"],  # winograd's there
-                     **{(fc, phase): ["shared"] for fc in ("fc3", "fc4") for phase in ("fwd", "bwd_data", "bwd_weight")}}
+    assert found == {
+        ("conv1", "fwd"): anywhere,
+        ("conv1", "bwd_weight"): anywhere,
+        ("conv2", "fwd"): stride_1,
+        ("conv2", "bwd_data"): stride_1,
+        ("conv2", "bwd_weight"): [v for v in stride_1 if v != "winograd_fused"],  # winograd's there
+        **{(fc, phase): ["shared"] for fc in ("fc3", "fc4") for phase in ("fwd", "bwd_data", "bwd_weight")},
+    }
     assert {tuple(v) for key, v in raced({"conv": "shared"}).items() if key[0].startswith("conv")} == {("shared",)}
     assert raced({"conv": "shared"})["fc3", "fwd"] == ["shared", "global"]  # linear not chosen: its direct kernel races
     assert {tuple(v) for key, v in raced({"conv": "fused"}).items() if key[0].startswith("conv")} == {("fused",)}
@@ -161,17 +189,24 @@ def test_tune_covers_the_3d_unets_convolutions_and_the_tuned_step_still_matches(
     found = tune.targets(net, batch=2, chosen={}, verify_batch=1, distinct=False)
     assert {t.op for t in found} == {"conv3d", "convtranspose3d"}
     assert {(t.layer, t.phase) for t in found} == {
-        (layer.name, phase) for layer in net.layers if layer.kind in ("conv", "convtranspose")
-        for phase in layer.phases}
-    rows = tune.search(emulator, [t for t in found if t.layer in ("enc1_conv2", "up1")], (Tile(64, 64, 8, split=2),),
-                       reps=1, device_name="CPU emulation", refine=False)
+        (layer.name, phase) for layer in net.layers if layer.kind in ("conv", "convtranspose") for phase in layer.phases
+    }
+    rows = tune.search(
+        emulator,
+        [t for t in found if t.layer in ("enc1_conv2", "up1")],
+        (Tile(64, 64, 8, split=2),),
+        reps=1,
+        device_name="CPU emulation",
+        refine=False,
+    )
     assert rows and all(r["verified"] for r in rows)
     tuned = {f"{t.layer}/{t.phase}": "64x64x8/split2" for t in found}
     emulator.log.clear()
     run = PlanRunner(emulator, net, batch=2, chosen={}, seed=5, tiles=tuned)
     run.iteration()
     assert {(r.context.layer.name, r.context.phase) for r in emulator.log if r.block == (64, 1, 1)} == {
-        (t.layer, t.phase) for t in found}
+        (t.layer, t.phase) for t in found
+    }
     loss, expected, errors = step_errors(run)
     assert loss == pytest.approx(expected, rel=1e-5)
     assert max(max(pair) for pair in errors.values()) < 1e-4, errors
@@ -182,8 +217,11 @@ def test_tune_then_tries_the_fastest_tiles_neighbours(emulator):
     layout are tried too, each verified against the reference."""
     from samples import small_net
 
-    target = next(t for t in tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
-                  if (t.layer, t.phase) == ("fc3", "fwd"))
+    target = next(
+        t
+        for t in tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
+        if (t.layer, t.phase) == ("fc3", "fwd")
+    )
     rows = tune.search(emulator, [target], (DEFAULT,), reps=1, device_name="CPU emulation")
     assert [r["tile"] for r in rows] == [DEFAULT.label, *(t.label for t in DEFAULT.neighbours())]
     assert all(r["verified"] for r in rows)
@@ -194,11 +232,22 @@ def test_a_candidate_that_fails_is_reported_and_the_search_goes_on(emulator):
     keeps the others, and hands each target's rows on as it finishes."""
     from samples import small_net
 
-    found = [t for t in tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
-             if t.layer == "fc3" and t.phase in ("fwd", "bwd_data")]
+    found = [
+        t
+        for t in tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
+        if t.layer == "fc3" and t.phase in ("fwd", "bwd_data")
+    ]
     said, kept = [], []
-    rows = tune.search(emulator, found, (Tile(32, 64, 8, warp_rows=8), DEFAULT), reps=1, device_name="CPU emulation",
-                       echo=said.append, refine=False, keep=kept.append)
+    rows = tune.search(
+        emulator,
+        found,
+        (Tile(32, 64, 8, warp_rows=8), DEFAULT),
+        reps=1,
+        device_name="CPU emulation",
+        echo=said.append,
+        refine=False,
+        keep=kept.append,
+    )
     assert [r["tile"] for r in rows] == [DEFAULT.label] * 2 and kept == [[rows[0]], [rows[1]]]
     assert sum("32x64x8/warp8x4 failed (CalledProcessError" in line for line in said) == 2
 
@@ -213,15 +262,19 @@ def test_a_256_thread_tile_times_its_gemm_not_the_reduction_beside_it(emulator):
     assert LaunchRecord("gemm.cu", "splitk_reduce", (7,), (256,), 0, None).grid == (7, 1, 1)
     from samples import small_net
 
-    found = [t for t in tune.targets(small_net(), batch=3, chosen={"conv": "shared", "linear": "shared"},
-                                     verify_batch=1) if (t.layer, t.phase) in {("fc3", "fwd"), ("conv2", "bwd_weight")}]
+    found = [
+        t
+        for t in tune.targets(small_net(), batch=3, chosen={"conv": "shared", "linear": "shared"}, verify_batch=1)
+        if (t.layer, t.phase) in {("fc3", "fwd"), ("conv2", "bwd_weight")}
+    ]
     said: list[str] = []
     tile = replace(DEFAULT, split=2)
     assert tile.threads == 256
     rows = tune.search(emulator, found, (tile,), reps=1, device_name="CPU emulation", echo=said.append, refine=False)
     assert not [line for line in said if "failed" in line]
-    assert [(r["layer"], r["tile"], r["splits"], r["verified"]) for r in rows] == \
-        [(t.layer, "128x128x8/split2", 2, True) for t in found]
+    assert [(r["layer"], r["tile"], r["splits"], r["verified"]) for r in rows] == [
+        (t.layer, "128x128x8/split2", 2, True) for t in found
+    ]
 
 
 def test_tune_says_which_tile_profile_now_runs_even_one_an_earlier_search_found(emulator, tmp_path, monkeypatch):
@@ -253,8 +306,9 @@ def test_a_spent_time_budget_starts_no_candidate(emulator):
 
     found = tune.targets(small_net(), batch=3, chosen={"linear": "shared"}, verify_batch=1)
     said: list[str] = []
-    rows = tune.search(emulator, found, (DEFAULT,), reps=1, device_name="CPU emulation", echo=said.append,
-                       deadline=perf_counter())
+    rows = tune.search(
+        emulator, found, (DEFAULT,), reps=1, device_name="CPU emulation", echo=said.append, deadline=perf_counter()
+    )
     assert rows == [] and said[-1] == f"time budget spent: 1 of {len(found)} layer phases searched"
 
 

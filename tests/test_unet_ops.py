@@ -29,10 +29,15 @@ def test_the_three_ops_are_registered_with_a_global_and_a_shared_variant():
         copies = ("inplace",) if kind == "concat" else ()  # no copy at batch 1; elsewhere global's (below)
         assert op.phases == ("fwd", "bwd_data") and tuple(op.variants) == ("global", "shared", *copies), kind
         assert op.default == "global"
-    kernels = {(v.op, v.phase, v.variant): [k.name for k in v.kernels] for v in OPS.launches()
-               if v.op in UNET_OPS and v.variant != "inplace"}
+    kernels = {
+        (v.op, v.phase, v.variant): [k.name for k in v.kernels]
+        for v in OPS.launches()
+        if v.op in UNET_OPS and v.variant != "inplace"
+    }
     assert {phase: [k.name for k in v.kernels] for phase, v in OPS["concat"].variants["inplace"].launches.items()} == {
-        "fwd": ["concat_fwd_global"], "bwd_data": ["concat_bwd_global"]}
+        "fwd": ["concat_fwd_global"],
+        "bwd_data": ["concat_bwd_global"],
+    }
     assert kernels == {
         ("sigmoid", "fwd", "global"): ["sigmoid_fwd_global"],
         ("sigmoid", "bwd_data", "global"): ["sigmoid_bce_bwd_global", "sigmoid_bce_loss_global"],
@@ -72,8 +77,17 @@ def _sigmoid_arrays(emulator, rng, shape):
     x = (rng.normal(size=shape) * 3).astype(np.float32)
     t = (rng.random(size=shape) < 0.5).astype(np.float32)
     nan = np.full(shape, np.nan, np.float32)
-    return x, t, Arrays(x=emulator.asarray(x), y=emulator.asarray(nan), dx=emulator.asarray(nan),
-                        labels=emulator.asarray(t), loss=emulator.asarray(np.full(shape[0], np.nan, np.float32)))
+    return (
+        x,
+        t,
+        Arrays(
+            x=emulator.asarray(x),
+            y=emulator.asarray(nan),
+            dx=emulator.asarray(nan),
+            labels=emulator.asarray(t),
+            loss=emulator.asarray(np.full(shape[0], np.nan, np.float32)),
+        ),
+    )
 
 
 @pytest.mark.parametrize("variant", ["global", "shared"])
@@ -176,8 +190,12 @@ def test_tracker_kernels_lists_the_new_variants_without_spills(runner, arch):
     assert result.exit_code == 0, result.output
     rows = [r for r in json.loads(result.stdout) if r["op"] in UNET_OPS]
     assert {(r["op"], r["phase"], r["variant"], r["l1"]) for r in rows} == {
-        (op, phase, variant, l1) for op in UNET_OPS for phase in ("fwd", "bwd_data")
-        for variant in ("global", "shared", *(("inplace",) if op == "concat" else ())) for l1 in ("ca", "cg")}
+        (op, phase, variant, l1)
+        for op in UNET_OPS
+        for phase in ("fwd", "bwd_data")
+        for variant in ("global", "shared", *(("inplace",) if op == "concat" else ()))
+        for l1 in ("ca", "cg")
+    }
     assert len(rows) == 28
     for r in rows:
         assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0 and r["occupancy"] > 0, r

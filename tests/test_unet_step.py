@@ -20,8 +20,10 @@ def small_unet():
     return build("unet2d", input_size="8", in_channels=1, base_filters=2, depth=2, classes=2)
 
 
-@pytest.mark.parametrize("chosen", [{}, {"concat": "shared", "upsample": "shared", "sigmoid": "shared"},
-                                    {"conv": "fused", "maxpool": "global"}])
+@pytest.mark.parametrize(
+    "chosen",
+    [{}, {"concat": "shared", "upsample": "shared", "sigmoid": "shared"}, {"conv": "fused", "maxpool": "global"}],
+)
 def test_a_small_unet_training_step_matches_the_reference(emulator, chosen):
     run = PlanRunner(emulator, small_unet(), batch=2, chosen=chosen, seed=3)
     run.iteration()
@@ -46,9 +48,14 @@ def test_a_skip_is_read_twice_and_its_gradient_summed_in_its_first_backward_phas
     assert sum(kernels.count("grad_accumulate") for kernels in by_phase.values()) == 2  # one per skip
 
 
-@pytest.mark.parametrize("name, chosen", [("unet2d", {"concat": "inplace"}),
-                                          ("unet2d", {"concat": "inplace", "conv": "fused"}),
-                                          ("unet3d", {"concat": "inplace"})])
+@pytest.mark.parametrize(
+    "name, chosen",
+    [
+        ("unet2d", {"concat": "inplace"}),
+        ("unet2d", {"concat": "inplace", "conv": "fused"}),
+        ("unet3d", {"concat": "inplace"}),
+    ],
+)
 def test_concatenation_in_place_at_batch_1_copies_nothing_and_matches(emulator, name, chosen):
     """Producers write their slices of the joined tensor (a fused conv its ReLU's), the joined
     gradient's slices are its inputs' gradients (the skip's added by the accumulate op), and no
@@ -84,16 +91,25 @@ def test_a_fused_conv_does_not_absorb_a_relu_whose_output_two_layers_read():
     assert variants["enc1_relu2"] != FUSED_INTO and variants["enc1_conv2"] != "fused"  # the skip: not
 
 
-@pytest.mark.parametrize("name, options, missing", [
-    ("unet2d", {"conv_type": "separable"}, "conv (grouped)"),
-])
+@pytest.mark.parametrize("name, options, missing", [("unet2d", {"conv_type": "separable"}, "conv (grouped)")])
 def test_what_the_kernels_cannot_run_is_named(name, options, missing):
     with pytest.raises(TrackerError, match=rf"^{name} has layers with no kernels yet: {re.escape(missing)}$"):
         resolve(build(name, **options), {})
 
 
-@pytest.mark.parametrize("chosen", [{}, {"conv3d": "global", "maxpool3d": "global", "convtranspose3d": "global",
-                                         "batchnorm": "global", "concat": "global"}])
+@pytest.mark.parametrize(
+    "chosen",
+    [
+        {},
+        {
+            "conv3d": "global",
+            "maxpool3d": "global",
+            "convtranspose3d": "global",
+            "batchnorm": "global",
+            "concat": "global",
+        },
+    ],
+)
 def test_a_small_3d_unet_training_step_matches_the_reference(emulator, chosen):
     """Every layer of unet3d on our kernels: 3-D convolutions without a bias, batch norm, 3-D
     pools, transposed convolutions up, the skips' concatenation, and softmax's cross-entropy."""
@@ -107,8 +123,11 @@ def test_a_small_3d_unet_training_step_matches_the_reference(emulator, chosen):
     assert loss == pytest.approx(expected, rel=1e-5)
     assert set(errors) == {layer.name for layer in net.layers if layer.op.weighted()}
     assert max(max(pair) for pair in errors.values()) < 1e-4, errors
-    assert all(run.t.param_grads[layer.name][1] is None for layer in net.layers if layer.kind == "conv"
-               and layer.name != "out_conv")  # no bias, so no bias gradient
+    assert all(
+        run.t.param_grads[layer.name][1] is None
+        for layer in net.layers
+        if layer.kind == "conv" and layer.name != "out_conv"
+    )  # no bias, so no bias gradient
     assert np.isfinite(run.b.asnumpy(run.t.statistics["enc1_bn1"][3])).all()
 
 

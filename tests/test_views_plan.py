@@ -72,8 +72,9 @@ def test_a_one_run_query_reads_every_views_tables_by_key(store):
 
 def test_the_plan_check_sees_a_filter_that_cannot_reach_the_table(store):
     """A window over every run (partitioned by name) keeps the run filter above it: a full scan."""
-    over_all_runs = ("(SELECT run_id, name, ROW_NUMBER() OVER (PARTITION BY name ORDER BY value) AS place "
-                     "FROM rollup_metric) ranked")
+    over_all_runs = (
+        "(SELECT run_id, name, ROW_NUMBER() OVER (PARTITION BY name ORDER BY value) AS place FROM rollup_metric) ranked"
+    )
     with store.connect() as conn, conn.begin():
         assert full_scans(conn, ONE_RUN.format(over_all_runs))
 

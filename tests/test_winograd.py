@@ -34,11 +34,11 @@ def test_winograd_runs_stride_1_3x3_layers_and_leaves_the_rest_to_the_implicit_g
     case = Case("conv", "s1", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 1})
     results, launched = kernels(emulator, case, "winograd")
     assert all(r.passed for r in results)
-    fwd = launched[:launched.index("winograd_output_a4") + 1]
+    fwd = launched[: launched.index("winograd_output_a4") + 1]
     assert fwd == ["winograd_filter_a4", "winograd_input_a4", "gemm_nn_batched", "winograd_output_a4"]
     assert batched_points(emulator, "gemm_nn_batched") == [16, 16]  # 4x4 points, forward and data gradient
     assert launched.count("winograd_output_a4") == 3  # forward, data gradient, weight gradient
-    wgrad = launched[len(launched) - launched[::-1].index("winograd_input_a4") - 2:]  # from its first transform
+    wgrad = launched[len(launched) - launched[::-1].index("winograd_input_a4") - 2 :]  # from its first transform
     assert wgrad == ["winograd_input_a4"] * 2 + ["gemm_nt_batched", "winograd_output_a4", "bias_grad"]
     five = Case("conv", "5x5", {"x": (1, 3, 8, 9), "w": (4, 3, 5, 5)}, {"stride": 1, "pad": 2})
     results, launched = kernels(emulator, five, "winograd")
@@ -58,19 +58,26 @@ def test_winograd_f4_runs_4x4_output_tiles(emulator, w, pad, alpha):
     case = Case("conv", "f4", {"x": (2, 5, 7, 7), "w": w}, {"stride": 1, "pad": pad})
     results, launched = kernels(emulator, case, "winograd_f4")
     assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
-    fwd = launched[:launched.index(f"winograd_output_a{alpha}") + 1]
-    assert fwd == [f"winograd_filter_a{alpha}", f"winograd_input_a{alpha}", "gemm_nn_batched",
-                   f"winograd_output_a{alpha}"]
+    fwd = launched[: launched.index(f"winograd_output_a{alpha}") + 1]
+    assert fwd == [
+        f"winograd_filter_a{alpha}",
+        f"winograd_input_a{alpha}",
+        "gemm_nn_batched",
+        f"winograd_output_a{alpha}",
+    ]
     assert launched.count(f"winograd_output_a{alpha}") == 3
-    assert batched_points(emulator, "gemm_nt_batched") == [alpha ** 2]
+    assert batched_points(emulator, "gemm_nt_batched") == [alpha**2]
     assert applies((1, 1, 5, 5), 1, 4) and not applies((1, 1, 5, 5), 1, 5) and not applies((1, 1, 7, 7), 1, 3)
 
 
-@pytest.mark.parametrize("x, w, pad", [
-    ((2, 19, 11, 10), (33, 19, 3, 3), 1),  # 3 channel stages (the last ragged), 2 CTAs of outputs, 2 of tiles
-    ((3, 9, 7, 7), (5, 9, 3, 3), 0),  # ragged last tiles: 5 x 5 outputs in 2 x 2 tiles
-    ((1, 4, 6, 5), (40, 4, 3, 3), 2),  # the widest padding, and the data gradient's none
-])
+@pytest.mark.parametrize(
+    "x, w, pad",
+    [
+        ((2, 19, 11, 10), (33, 19, 3, 3), 1),  # 3 channel stages (the last ragged), 2 CTAs of outputs, 2 of tiles
+        ((3, 9, 7, 7), (5, 9, 3, 3), 0),  # ragged last tiles: 5 x 5 outputs in 2 x 2 tiles
+        ((1, 4, 6, 5), (40, 4, 3, 3), 2),  # the widest padding, and the data gradient's none
+    ],
+)
 def test_the_fused_winograd_transforms_in_its_load_stage_and_epilogue(emulator, x, w, pad):
     """Issue 48: F(2x2,3x3)'s forward and data gradient each the filter transform and one fused
     kernel (no input transform, GEMM or output transform launched), its grid 32 tiles by 32
@@ -99,7 +106,8 @@ def test_the_fused_winograd_leaves_other_filters_to_the_implicit_gemm(emulator):
         assert "winograd_fused" not in OPS["conv"].rivals(case, "fwd")
     three = Case("conv", "three", {"x": (1, 3, 9, 9), "w": (4, 3, 3, 3)}, {"stride": 1, "pad": 1})
     assert "winograd_fused" in OPS["conv"].rivals(three, "fwd") and "winograd_fused" not in OPS["conv"].rivals(
-        three, "bwd_weight")  # there it is winograd's
+        three, "bwd_weight"
+    )  # there it is winograd's
 
 
 def test_each_transform_launch_says_how_many_bytes_it_was_handed(emulator):
@@ -112,13 +120,16 @@ def test_each_transform_launch_says_how_many_bytes_it_was_handed(emulator):
 
     case = Case("conv", "s1", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 1})
     kernels(emulator, case, "winograd")
-    fwd = emulator.log[:emulator.log.index(next(k for k in emulator.log if k.kernel == "winograd_output_a4")) + 1]
+    fwd = emulator.log[: emulator.log.index(next(k for k in emulator.log if k.kernel == "winograd_output_a4")) + 1]
     tiles, f32 = 2 * 4 * 4, 4
     x, w, y, bias = 2 * 5 * 7 * 7 * f32, 6 * 5 * 9 * f32, 2 * 6 * 7 * 7 * f32, 6 * f32
     U, V, products = 16 * 6 * 5 * f32, 16 * 5 * tiles * f32, 16 * 6 * tiles * f32
     assert [(k.kernel, k.array_bytes) for k in fwd] == [
-        ("winograd_filter_a4", w + U), ("winograd_input_a4", x + V), ("gemm_nn_batched", U + V + products),
-        ("winograd_output_a4", products + bias + y)]
+        ("winograd_filter_a4", w + U),
+        ("winograd_input_a4", x + V),
+        ("gemm_nn_batched", U + V + products),
+        ("winograd_output_a4", products + bias + y),
+    ]
     assert traffic(fwd, "transform") == (0.0, w + U + x + V + products + bias + y, 3)  # the emulation times nothing
 
 
@@ -156,13 +167,22 @@ def test_cook_toom_matrices_compute_the_correlation_exactly(m, r):
         assert at.tolist() == [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]
 
 
-@pytest.mark.parametrize("x, w, pad, variant, within", [
-    ((1, 64, 13, 13), (16, 64, 3, 3), 1, "winograd", 10),  # AlexNet's conv3-5 plane: F(2x2,3x3)
-    ((1, 32, 27, 27), (8, 32, 5, 5), 2, "winograd", 20),  # conv2's plane: F(2x2,5x5), larger transforms, larger error
-    ((1, 64, 13, 13), (16, 64, 3, 3), 1, "winograd_f4", 30),  # F(4x4,3x3): measured 6-7x F(2x2,3x3)'s
-    ((1, 32, 27, 27), (8, 32, 5, 5), 2, "winograd_f4", 30),  # F(4x4,5x5)
-    ((1, 64, 13, 13), (16, 64, 3, 3), 1, "winograd_fused", 10),  # F(2x2,3x3) fused: the same arithmetic
-])
+@pytest.mark.parametrize(
+    "x, w, pad, variant, within",
+    [
+        ((1, 64, 13, 13), (16, 64, 3, 3), 1, "winograd", 10),  # AlexNet's conv3-5 plane: F(2x2,3x3)
+        (
+            (1, 32, 27, 27),
+            (8, 32, 5, 5),
+            2,
+            "winograd",
+            20,
+        ),  # conv2's plane: F(2x2,5x5), larger transforms, larger error
+        ((1, 64, 13, 13), (16, 64, 3, 3), 1, "winograd_f4", 30),  # F(4x4,3x3): measured 6-7x F(2x2,3x3)'s
+        ((1, 32, 27, 27), (8, 32, 5, 5), 2, "winograd_f4", 30),  # F(4x4,5x5)
+        ((1, 64, 13, 13), (16, 64, 3, 3), 1, "winograd_fused", 10),  # F(2x2,3x3) fused: the same arithmetic
+    ],
+)
 def test_its_error_stays_near_the_implicit_gemms_at_a_deep_contraction(emulator, x, w, pad, variant, within):
     """Lavin & Gray measured F(2x2,3x3)'s max error in fp32 at 4e-5, F(4x4,3x3)'s at 1e-3, a direct
     convolution's at 3e-4 (their measure, not ours: ours is relative to the output's norm)."""

@@ -17,9 +17,12 @@ TRANSFORMS = ("winograd", "winograd_f4", "fft")
 # /ctas2) changes what ptxas allocates, not the code: test_kernels holds its SASS.
 SCHEDULES = (
     *SHAPES,
-    Tile(128, 128, 8, stages=3), Tile(32, 64, 8, stages=3),  # the ring deeper than two: a 3-deep one
-    Tile(64, 64, 16, stages=4), Tile(128, 64, 8, stages=4),  # a 4-deep one, a 16-deep k-tile's too
-    Tile(128, 128, 16, warp_rows=8), Tile(64, 128, 8, warp_rows=8),  # warps as 8 x 4 threads
+    Tile(128, 128, 8, stages=3),
+    Tile(32, 64, 8, stages=3),  # the ring deeper than two: a 3-deep one
+    Tile(64, 64, 16, stages=4),
+    Tile(128, 64, 8, stages=4),  # a 4-deep one, a 16-deep k-tile's too
+    Tile(128, 128, 16, warp_rows=8),
+    Tile(64, 128, 8, warp_rows=8),  # warps as 8 x 4 threads
     Tile(64, 64, 8, stages=4, warp_rows=8),  # both at once: only --tile asks for it
 )
 RING = Tile(128, 128, 8, stages=3)  # a 3-deep ring: not a power of two
@@ -27,11 +30,17 @@ RING = Tile(128, 128, 8, stages=3)  # a 3-deep ring: not a power of two
 
 def classes(tiles) -> set[tuple[str, object]]:
     """What a set of schedules covers: each shape, ring depth and warp layout it runs."""
-    return ({("shape", (t.m, t.n, t.k)) for t in tiles} | {("stages", t.stages) for t in tiles}
-            | {("warp_rows", t.warp_rows) for t in tiles})
+    return (
+        {("shape", (t.m, t.n, t.k)) for t in tiles}
+        | {("stages", t.stages) for t in tiles}
+        | {("warp_rows", t.warp_rows) for t in tiles}
+    )
 
 
 def every_class() -> set[tuple[str, object]]:
     """Every class `tracker tune` can run: each shape, ring depth and warp layout."""
-    return ({("shape", (t.m, t.n, t.k)) for t in SHAPES} | {("stages", s) for s in STAGES}
-            | {("warp_rows", w) for w in WARP_ROWS})
+    return (
+        {("shape", (t.m, t.n, t.k)) for t in SHAPES}
+        | {("stages", s) for s in STAGES}
+        | {("warp_rows", w) for w in WARP_ROWS}
+    )

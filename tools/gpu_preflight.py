@@ -24,8 +24,11 @@ def tiny_kernel() -> str:
     import cupy as cp
     import numpy as np
 
-    kernel = cp.RawKernel(r'''extern "C" __global__ void twice(const float* x, float* y, int n) {
-        int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }''', "twice")
+    kernel = cp.RawKernel(
+        r"""extern "C" __global__ void twice(const float* x, float* y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }""",
+        "twice",
+    )
     x = cp.asarray(np.random.default_rng(0).normal(size=1000).astype(np.float32))
     y = cp.full_like(x, cp.nan)
     kernel((4,), (256,), (x, y, np.int32(1000)))
@@ -52,8 +55,10 @@ def main() -> None:
     sanitizer = check("compute-sanitizer", lambda: find_sanitizer() or _missing("compute-sanitizer"))
     check("tiny kernel", tiny_kernel)
     note("libcupti", libcupti)
-    print(f"{device['device_name']} CC {device['compute_capability']}, driver {device['driver_version']}, "
-          f"CUDA {device['cuda_version']}; ncu {version}; sanitizer {'found' if sanitizer else 'missing'}")
+    print(
+        f"{device['device_name']} CC {device['compute_capability']}, driver {device['driver_version']}, "
+        f"CUDA {device['cuda_version']}; ncu {version}; sanitizer {'found' if sanitizer else 'missing'}"
+    )
 
 
 def note(name: str, thunk) -> None:

@@ -21,8 +21,10 @@ def main() -> None:
     workers = min(len(jobs), os.cpu_count() or 1)
     start = time.perf_counter()
     compile_ahead(jobs, workers)
-    print(f"{len(jobs)} kernel modules ({len(jobs) // len(BUILDS)} under each of {', '.join(BUILDS)}) compiled into "
-          f"CuPy's cache in {time.perf_counter() - start:.1f} s on {workers} processes")
+    print(
+        f"{len(jobs)} kernel modules ({len(jobs) // len(BUILDS)} under each of {', '.join(BUILDS)}) compiled into "
+        f"CuPy's cache in {time.perf_counter() - start:.1f} s on {workers} processes"
+    )
 
 
 if __name__ == "__main__":  # the guard spawn needs: each worker imports this file anew

@@ -33,9 +33,17 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it; a name that is its own module maps to None
 _PUBLIC: dict[str, str | None] = {
-    "open_store": "tracker.store", "find_run": "tracker.store", "find_experiment": "tracker.store",
-    "list_runs": "tracker.store", "run_sql": "tracker.store", "view": "tracker.analysis",
-    "analysis": None, "model": None, "nets": None, "profile": None, "report": None,
+    "open_store": "tracker.store",
+    "find_run": "tracker.store",
+    "find_experiment": "tracker.store",
+    "list_runs": "tracker.store",
+    "run_sql": "tracker.store",
+    "view": "tracker.analysis",
+    "analysis": None,
+    "model": None,
+    "nets": None,
+    "profile": None,
+    "report": None,
 }
 __all__ = ["__version__", *_PUBLIC]
 

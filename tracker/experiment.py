@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from tracker.errors import ArmTaken, TrackerError
+from tracker.gpu.workload import Workload
 from tracker.model import Device, lookup
 from tracker.nets import Network
-from tracker.gpu.workload import Workload
 from tracker.profile import Profile, check_options, choose_backend, predicted_for, profile_workload
 from tracker.profilers import Options
 from tracker.profilers.ncu import Settings as NcuSettings
@@ -60,19 +61,37 @@ class Arm:
 
     def row(self) -> dict:
         """Its experiment_arm columns (tracker/store/schema.py)."""
-        spec = dict(arm=self.name or self.label, batch=self.batch, variants=self.variants, l1_bypass=self.l1_bypass,
-                    staged=self.staged, implementation=self.implementation, options=self.options,
-                    cudnn_benchmark=self.cudnn_benchmark)
+        spec = dict(
+            arm=self.name or self.label,
+            batch=self.batch,
+            variants=self.variants,
+            l1_bypass=self.l1_bypass,
+            staged=self.staged,
+            implementation=self.implementation,
+            options=self.options,
+            cudnn_benchmark=self.cudnn_benchmark,
+        )
         return dict(label=self.label, comparison=self.comparison, baseline=self.baseline, spec=spec, gpu=self.gpu)
 
     @classmethod
-    def of(cls, row) -> "Arm":
+    def of(cls, row) -> Arm:
         """The arm an experiment_arm row planned (one planned before --vary has no options, before
         2026-11-26 no cudnn_benchmark)."""
         spec = row.spec
-        return cls(row.label, row.comparison, row.baseline, spec["batch"], spec["variants"], spec["l1_bypass"],
-                   spec["implementation"], spec["staged"], row.gpu, spec["arm"], spec.get("options", {}),
-                   spec.get("cudnn_benchmark", False))
+        return cls(
+            row.label,
+            row.comparison,
+            row.baseline,
+            spec["batch"],
+            spec["variants"],
+            spec["l1_bypass"],
+            spec["implementation"],
+            spec["staged"],
+            row.gpu,
+            spec["arm"],
+            spec.get("options", {}),
+            spec.get("cudnn_benchmark", False),
+        )
 
     def network(self, net: Network) -> Network:
         """The network it runs: ``net`` (the experiment's), rebuilt with its options if it has any."""
@@ -92,16 +111,21 @@ ON_THE_MODEL = ("batch", "memory")  # kinds the analytic model answers too (a de
 TAKE_VARIANTS = ("l1-bypass", "variants", "batch")
 
 
-def arms(kind: str, batch: int, batches: tuple[int, ...] = (), variants: tuple[str, ...] = (),
-         gpus: tuple[str, ...] = (), vary: tuple[tuple[str, tuple], ...] = ()) -> list[Arm]:
+def arms(
+    kind: str,
+    batch: int,
+    batches: tuple[int, ...] = (),
+    variants: tuple[str, ...] = (),
+    gpus: tuple[str, ...] = (),
+    vary: tuple[tuple[str, tuple], ...] = (),
+) -> list[Arm]:
     """The runs of an experiment, in the order they run: the kind's arms (``kind_arms``), for each
     combination of the network options ``vary`` sweeps ((name, values), ``nets.axis``), at each
     batch size of ``batches`` (for any kind but batch, whose own axis it is) on each GPU kind of
     ``gpus``. Each (GPU, options, batch) cell compares its arms as the kind does; the analysis
     compares the cells (tracker/analysis/experiments.py: GPU against GPU, per image across batches)."""
     if variants and kind not in TAKE_VARIANTS:
-        raise TrackerError(f"--variants chooses the arms of {', '.join(TAKE_VARIANTS)}; "
-                           f"experiment {kind} runs its own")
+        raise TrackerError(f"--variants chooses the arms of {', '.join(TAKE_VARIANTS)}; experiment {kind} runs its own")
     sizes = (batch,) if kind == "batch" or not batches else batches
     names = [name for name, _ in vary]
     if len(set(names)) != len(names):
@@ -113,9 +137,17 @@ def arms(kind: str, batch: int, batches: tuple[int, ...] = (), variants: tuple[s
             for size in sizes:
                 suffix = "".join(f" {name}={value}" for name, value in options.items())
                 suffix += (f" b{size}" if len(sizes) > 1 else "") + (f" @{gpu}" if gpu else "")
-                plan += [replace(arm, label=arm.label + suffix, comparison=arm.comparison + suffix, gpu=gpu,
-                                 name=arm.label, options=options)
-                         for arm in kind_arms(kind, size, batches if kind == "batch" else (), variants)]
+                plan += [
+                    replace(
+                        arm,
+                        label=arm.label + suffix,
+                        comparison=arm.comparison + suffix,
+                        gpu=gpu,
+                        name=arm.label,
+                        options=options,
+                    )
+                    for arm in kind_arms(kind, size, batches if kind == "batch" else (), variants)
+                ]
     return plan
 
 
@@ -130,31 +162,49 @@ def kind_arms(kind: str, batch: int, batches: tuple[int, ...] = (), variants: tu
     if kind == "l1-bypass":  # where the cg build stages what ca copies with cp.async, ca staged beside them
         from tracker.analysis.experiments import BYPASS_ARM, CACHED_ARM, STAGED_ARM
 
-        return [arm for name in names for arm in (
-            Arm(name + CACHED_ARM, name, True, batch, OPS.parse_variants(name)),
-            Arm(name + BYPASS_ARM, name, False, batch, OPS.parse_variants(name), l1_bypass=True),
-            *([Arm(name + STAGED_ARM, name, False, batch, OPS.parse_variants(name), staged=True)]
-              if _copies_async(name) else []))]
+        return [
+            arm
+            for name in names
+            for arm in (
+                Arm(name + CACHED_ARM, name, True, batch, OPS.parse_variants(name)),
+                Arm(name + BYPASS_ARM, name, False, batch, OPS.parse_variants(name), l1_bypass=True),
+                *(
+                    [Arm(name + STAGED_ARM, name, False, batch, OPS.parse_variants(name), staged=True)]
+                    if _copies_async(name)
+                    else []
+                ),
+            )
+        ]
     if kind == "fusion":
         fused = [(op.kind, v) for op in OPS for v in op.variants.values() if v.absorbs and v.fallback]
-        return [Arm("separate", "fusion", True, batch, {op: str(v.fallback) for op, v in fused}),
-                Arm("fused", "fusion", False, batch, {op: v.name for op, v in fused})]
+        return [
+            Arm("separate", "fusion", True, batch, {op: str(v.fallback) for op, v in fused}),
+            Arm("fused", "fusion", False, batch, {op: v.name for op, v in fused}),
+        ]
     if kind == "variants":
         return [Arm(name, "variants", i == 0, batch, OPS.parse_variants(name)) for i, name in enumerate(names)]
     if kind == "batch":
         sizes = batches or (batch,)
         if not variants:
             return [Arm(f"batch {b}", "batch", i == 0, b) for i, b in enumerate(sizes)]
-        return [Arm(f"{name} batch {b}", f"batch {name}", i == 0, b, OPS.parse_variants(name))
-                for name in names for i, b in enumerate(sizes)]
+        return [
+            Arm(f"{name} batch {b}", f"batch {name}", i == 0, b, OPS.parse_variants(name))
+            for name in names
+            for i, b in enumerate(sizes)
+        ]
     if kind == "algorithms":
         conv = OPS["conv"]
-        return [Arm(f"{algorithm} ({name})", "algorithms", name == conv.default, batch, {"conv": name})
-                for algorithm, name in conv_algorithms().items()]
+        return [
+            Arm(f"{algorithm} ({name})", "algorithms", name == conv.default, batch, {"conv": name})
+            for algorithm, name in conv_algorithms().items()
+        ]
     if kind == "library":  # ours with the tiles `tracker tune` found, as `tracker profile` runs them; cuDNN's
         # heuristic's algorithms, and the fastest cudnn.benchmark finds (issue 48: the targets are against its best)
-        return [Arm("ours", "library", True, batch), Arm("torch", "library", False, batch, implementation="torch"),
-                Arm(BEST, "library", False, batch, implementation="torch", cudnn_benchmark=True)]
+        return [
+            Arm("ours", "library", True, batch),
+            Arm("torch", "library", False, batch, implementation="torch"),
+            Arm(BEST, "library", False, batch, implementation="torch", cudnn_benchmark=True),
+        ]
     if kind == "memory":  # paper 002: each arm's predicted and measured peak (run.*_peak_bytes), ours and PyTorch's
         return [Arm("ours", "memory", True, batch), Arm("torch", "memory", False, batch, implementation="torch")]
     raise TrackerError(f"unknown experiment '{kind}'; known: {', '.join(KINDS)}")
@@ -179,7 +229,9 @@ def _copies_async(variant: str) -> bool:
     (kernels/common.cuh): a GEMM-shaped variant of some op."""
     from tracker.ops import OPS
 
-    return any(launch.tunable for op in OPS if variant in op.variants for launch in op.variants[variant].launches.values())
+    return any(
+        launch.tunable for op in OPS if variant in op.variants for launch in op.variants[variant].launches.values()
+    )
 
 
 def conv_algorithms() -> dict[str, str]:
@@ -198,8 +250,14 @@ def conv_algorithms() -> dict[str, str]:
     return found
 
 
-def check(kind: str, backend: str, device: Device | None, executor: str = "local",
-          gpus: tuple[str, ...] = (), model_device: Device | None = None) -> tuple[str, str]:
+def check(
+    kind: str,
+    backend: str,
+    device: Device | None,
+    executor: str = "local",
+    gpus: tuple[str, ...] = (),
+    model_device: Device | None = None,
+) -> tuple[str, str]:
     """(backend, why) for the experiment, refusing what cannot answer its question. On a cluster
     (an executor but local) each arm's node chooses for its own GPU, as tracker profile does.
     ``model_device``: the device the model predicts for where ``device`` names none."""
@@ -214,23 +272,28 @@ def check(kind: str, backend: str, device: Device | None, executor: str = "local
     else:
         chosen, why = backend, f"{backend}: chosen on each node as tracker profile chooses"
     if chosen == "model" and kind not in ON_THE_MODEL:
-        raise TrackerError(f"experiment {kind} needs a GPU backend (events or ncu): the analytic model does not "
-                           f"depend on kernel variants, the L1 policy or who runs the kernels, and here {why}")
+        raise TrackerError(
+            f"experiment {kind} needs a GPU backend (events or ncu): the analytic model does not "
+            f"depend on kernel variants, the L1 policy or who runs the kernels, and here {why}"
+        )
     if chosen == "model" and gpus:
         if device is not None:
             raise TrackerError("--device and --gpus both name the device to predict for: give one")
         for gpu in gpus:
             lookup(gpu)  # on the model backend a GPU kind is the catalog device predicted for
     elif chosen == "model" and device is None and model_device is None and kind == "batch":
-        raise TrackerError("experiment batch on the model backend needs --device NAME (or --gpus NAME,...) "
-                           "for the roofline's times")
+        raise TrackerError(
+            "experiment batch on the model backend needs --device NAME (or --gpus NAME,...) for the roofline's times"
+        )
     elif gpus and executor == "local":
         raise TrackerError(_ONE_GPU)
     return chosen, why
 
 
-_ONE_GPU = ("--gpus on a GPU backend needs a cluster to place each arm on its GPU kind (--executor slurm); "
-            "this machine runs the arms on its own GPU")
+_ONE_GPU = (
+    "--gpus on a GPU backend needs a cluster to place each arm on its GPU kind (--executor slurm); "
+    "this machine runs the arms on its own GPU"
+)
 
 
 def _runnable(plan: list[Arm], net: Network, echo: Callable[[str], None]) -> list[Arm]:
@@ -252,18 +315,40 @@ def _runnable(plan: list[Arm], net: Network, echo: Callable[[str], None]) -> lis
 
 def workload(net: Network, arm: Arm, repeat: int, warmup: int) -> Workload:
     """What an arm runs on the experiment's network ``net`` (checked: a bad value is refused here)."""
-    return Workload.of(arm.network(net), arm.batch, variants=arm.variants, l1_bypass=arm.l1_bypass, staged=arm.staged,
-                       repeat=repeat, warmup=warmup, implementation=arm.implementation,
-                       cudnn_benchmark=arm.cudnn_benchmark)
+    return Workload.of(
+        arm.network(net),
+        arm.batch,
+        variants=arm.variants,
+        l1_bypass=arm.l1_bypass,
+        staged=arm.staged,
+        repeat=repeat,
+        warmup=warmup,
+        implementation=arm.implementation,
+        cudnn_benchmark=arm.cudnn_benchmark,
+    )
 
 
-def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batches: tuple[int, ...] = (),
-                   variants: tuple[str, ...] = (), gpus: tuple[str, ...] = (),
-                   vary: tuple[tuple[str, tuple], ...] = (), backend: str = "auto",
-                   repeat: int = 5, warmup: int = 1, device: Device | None = None,
-                   echo: Callable[[str], None] = lambda line: None, ncu: NcuSettings = NcuSettings(),
-                   executor: Executor | None = None, fresh: bool = False, model_device: Device | None = None,
-                   started: datetime | None = None) -> int:
+def run_experiment(
+    db: str | None,
+    kind: str,
+    net: Network,
+    batch: int,
+    *,
+    batches: tuple[int, ...] = (),
+    variants: tuple[str, ...] = (),
+    gpus: tuple[str, ...] = (),
+    vary: tuple[tuple[str, tuple], ...] = (),
+    backend: str = "auto",
+    repeat: int = 5,
+    warmup: int = 1,
+    device: Device | None = None,
+    echo: Callable[[str], None] = lambda line: None,
+    ncu: NcuSettings = NcuSettings(),
+    executor: Executor | None = None,
+    fresh: bool = False,
+    model_device: Device | None = None,
+    started: datetime | None = None,
+) -> int:
     """Plan every arm of ``kind`` (on each of ``gpus``, at each of ``batches``), record them in an
     experiment row, and have ``executor`` (default: this process, one arm after another) run them
     into ``db``; its id. An unfinished experiment planned the same way is resumed unless ``fresh``:
@@ -290,30 +375,56 @@ def run_experiment(db: str | None, kind: str, net: Network, batch: int, *, batch
     if not gpus:
         device = predicted_for(chosen, device, model_device, echo)
     store = open_store(db, write=True)
-    settings = dict(batch=batch, batches=list(batches), variants=list(variants), gpus=list(gpus),
-                    vary={name: list(values) for name, values in vary}, backend=chosen,
-                    repeat=repeat, warmup=warmup, device=device.name if device else None,
-                    ncu_cache_control=ncu.cache_control, ncu_clock_control=ncu.clock_control, executor=runner.name)
+    settings = dict(
+        batch=batch,
+        batches=list(batches),
+        variants=list(variants),
+        gpus=list(gpus),
+        vary={name: list(values) for name, values in vary},
+        backend=chosen,
+        repeat=repeat,
+        warmup=warmup,
+        device=device.name if device else None,
+        ncu_cache_control=ncu.cache_control,
+        ncu_clock_control=ncu.clock_control,
+        executor=runner.name,
+    )
 
     def resuming(resume: int) -> None:
         runner.reconcile(store, resume, echo)
         kept = sum(a.state == "complete" for a in arm_rows(store, resume))
-        echo(f"resuming experiment e{resume}: {kept} of {len(plan)} arms complete (kept); the rest run "
-             "(--fresh starts a new experiment)")
+        echo(
+            f"resuming experiment e{resume}: {kept} of {len(plan)} arms complete (kept); the rest run "
+            "(--fresh starts a new experiment)"
+        )
 
-    with recording_experiment(store, [arm.row() for arm in plan], runner.name, resume=not fresh,
-                              reconcile=resuming, since=started, kind=kind, network=net.name, network_options=net.options,
-                              settings=settings) as experiment_id:
+    with recording_experiment(
+        store,
+        [arm.row() for arm in plan],
+        runner.name,
+        resume=not fresh,
+        reconcile=resuming,
+        since=started,
+        kind=kind,
+        network=net.name,
+        network_options=net.options,
+        settings=settings,
+    ) as experiment_id:
         echo(f"experiment e{experiment_id} in {store.where}")
         runner.run(Sweep(db, store, experiment_id, net, backend, echo, run_arm))
     store.dispose()
     return experiment_id
 
 
-
-
-def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable[[str], None] = lambda line: None,
-            net: Network | None = None, backend: str | None = None) -> Profile:
+def run_arm(
+    db: str | None,
+    experiment_id: int,
+    position: int,
+    *,
+    echo: Callable[[str], None] = lambda line: None,
+    net: Network | None = None,
+    backend: str | None = None,
+) -> Profile:
     """Run one queued arm of an experiment into ``db`` as its row plans it (``net`` and ``backend``:
     what the planning process already holds, else rebuilt from the experiment's row) and record
     how it ended: complete with its run (in the run's own last transaction), failed or interrupted
@@ -334,8 +445,9 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
     predicted_for = arm.gpu if chosen == "model" and arm.gpu else settings["device"]
     device = lookup(predicted_for) if predicted_for else None
     work = workload(net, arm, settings["repeat"], settings["warmup"])
-    options = Options(NcuSettings(cache_control=settings["ncu_cache_control"],
-                                  clock_control=settings["ncu_clock_control"]))
+    options = Options(
+        NcuSettings(cache_control=settings["ncu_cache_control"], clock_control=settings["ncu_clock_control"])
+    )
     lines: deque[str] = deque(maxlen=LOG_LINES)
 
     def say(line: str) -> None:
@@ -348,18 +460,25 @@ def run_arm(db: str | None, experiment_id: int, position: int, *, echo: Callable
             with held():  # a signal just after the claim is raised here, in the try that marks the arm
                 claimed = start_arm(store, experiment_id, position)
             if not claimed:
-                raise ArmTaken(f"arm {position} ({arm.label}) of experiment e{experiment_id} is "
-                               f"{find_arm(store, experiment_id, position).state}, not queued: nothing to run")
+                raise ArmTaken(
+                    f"arm {position} ({arm.label}) of experiment e{experiment_id} is "
+                    f"{find_arm(store, experiment_id, position).state}, not queued: nothing to run"
+                )
             result = profile_workload(
-                db, work, backend=chosen, device=device, options=options, echo=say,
+                db,
+                work,
+                backend=chosen,
+                device=device,
+                options=options,
+                echo=say,
                 link=lambda session, run_id: link_arm(session, experiment_id, position, run_id),
-                done=lambda session, run_id: complete_arm(session, experiment_id, position, run_id, "\n".join(lines)))
+                done=lambda session, run_id: complete_arm(session, experiment_id, position, run_id, "\n".join(lines)),
+            )
         except BaseException as exc:
             if claimed:  # an arm that completed with its run keeps complete (end_arm ends only a running one)
                 ended, why = ended_by(exc)
                 with held():
-                    end_arm(store, experiment_id, position, ended, why, "\n".join([*lines, why]),
-                            only_if=("running",))
+                    end_arm(store, experiment_id, position, ended, why, "\n".join([*lines, why]), only_if=("running",))
                     settle(store, experiment_id)
             raise
         with held():
@@ -373,6 +492,7 @@ class Outcome:
     """An experiment as ``tracker experiment`` prints it once its arms have run: its status in
     words, why it did not complete (``error``), its arms' table (``results``) and each sweep's
     comparison along an axis it swept."""
+
     status: str
     error: str | None
     frame: pd.DataFrame

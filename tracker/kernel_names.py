@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Iterable
 from functools import cache
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 
 def kernel_base(name: str) -> str:
@@ -158,11 +159,18 @@ RULES: tuple[tuple[str, str | None, str], ...] = (
     (r"fft\d?d?_?(r2c|c2r)|fft2d|fft1d|flip_filter|vector_fft", "fft", "transform"),
     (r"winograd(Forward|Wgrad)(Data|Filter|Output|Delta)", "winograd_nonfused", "transform"),
     (r"winograd", "winograd", "math"),
-    (r"precomputed_convolve_sgemm|scudnn_\d+x\d+_(relu_)?(\w+_)?(interior|small|medium|large)", "implicit_precomp_gemm",
-     "math"),
+    (
+        r"precomputed_convolve_sgemm|scudnn_\d+x\d+_(relu_)?(\w+_)?(interior|small|medium|large)",
+        "implicit_precomp_gemm",
+        "math",
+    ),
     (r"computeOffsetsKernel", "implicit_precomp_gemm", "offsets"),
-    (r"implicit_convolve_[sh]gemm|xmma_(fprop|dgrad|wgrad)_implicit_gemm|implicit_gemm|dgrad_engine|"
-     r"dgrad2d_alg1|wgrad_alg[01]_engine|dgrad_1x1", "implicit_gemm", "math"),
+    (
+        r"implicit_convolve_[sh]gemm|xmma_(fprop|dgrad|wgrad)_implicit_gemm|implicit_gemm|dgrad_engine|"
+        r"dgrad2d_alg1|wgrad_alg[01]_engine|dgrad_1x1",
+        "implicit_gemm",
+        "math",
+    ),
     (r"explicit_convolve_sgemm", "gemm", "math"),
     (r"im2col|col2im", "gemm", "transform"),  # an explicit GEMM's unfolding and folding
     (r"grouped_direct|[Dd]epthwise", "direct", "math"),

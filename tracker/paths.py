@@ -136,8 +136,9 @@ def claim(out: Path, what: str, db: str, force: bool) -> list[Path]:
         return []
     if not force:
         held = f"{earlier.get('what')} of {earlier.get('db')}" if earlier else "files tracker did not write"
-        raise TrackerError(f"{shorten(str(out), PATH_ECHO)} holds {held}: name another --out, "
-                           f"or add --force to write {what} there")
+        raise TrackerError(
+            f"{shorten(str(out), PATH_ECHO)} holds {held}: name another --out, or add --force to write {what} there"
+        )
     return _listed(out, earlier) if earlier else []
 
 

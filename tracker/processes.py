@@ -11,9 +11,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Callable
 
 from tracker.errors import BackendUnavailable, ProfilerFailed
 
@@ -21,8 +21,12 @@ STOP_GRACE_S = 10  # a child told to stop (SIGTERM) gets this long before SIGKIL
 OUTPUT_TIMEOUT_S = 600  # a listing or an export of a large report takes minutes at most
 
 
-def output(cmd: list[str], what: str, failed: type[ProfilerFailed] = ProfilerFailed,
-           explain: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+def output(
+    cmd: list[str],
+    what: str,
+    failed: type[ProfilerFailed] = ProfilerFailed,
+    explain: Callable[[str], None] | None = None,
+) -> subprocess.CompletedProcess:
     """``cmd`` run to completion (``what`` names it in errors): BackendUnavailable where it cannot
     start; ``failed`` where it times out or exits non-zero, after ``explain`` has seen its output
     (to raise a more telling error, a missing permission, say)."""
@@ -70,6 +74,7 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
 
 
 # Who wrote a stored row: a run's or an experiment's process, told alive or gone by a later reader.
+
 
 def process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""

@@ -18,8 +18,9 @@ arm, tracker/library), through the same backends, collectors, join and store.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tracker.errors import BackendUnavailable, TrackerError, UnknownName, unknown
 from tracker.extras import install
@@ -34,8 +35,17 @@ if TYPE_CHECKING:
     from tracker.tune import Tuned
 
 BACKENDS = ("auto", *COLLECTORS, "events", "model")  # --backend reads these
-__all__ = ["BACKENDS", "MAX_REPEAT", "MAX_WARMUP", "Choice", "Profile", "choose_backend", "profile", "profile_workload",
-           "require_gpu"]
+__all__ = [
+    "BACKENDS",
+    "MAX_REPEAT",
+    "MAX_WARMUP",
+    "Choice",
+    "Profile",
+    "choose_backend",
+    "profile",
+    "profile_workload",
+    "require_gpu",
+]
 
 
 @dataclass(frozen=True)
@@ -126,8 +136,9 @@ def _named(requested: str, options: Options, library: bool) -> Choice:
         return Choice(requested, f"asked for with --backend {requested} ({why})")
     cc = compute_capability()
     if cc is not None and not profilers.supports(requested, cc):
-        raise BackendUnavailable(f"{requested} does not profile compute capability {cc}: use --backend "
-                                 f"{profilers.for_device(cc)}")
+        raise BackendUnavailable(
+            f"{requested} does not profile compute capability {cc}: use --backend {profilers.for_device(cc)}"
+        )
     try:
         collector = profilers.find(requested, options)
     except BackendUnavailable as exc:
@@ -158,11 +169,20 @@ def profile(
     """Profile ``net`` at ``batch`` into the trace database ``db`` and return what was stored: the
     library's spelling of ``profile_workload`` (the CLI makes its Workload itself).
     ``counter_iterations``: how many of the ``repeat`` measured iterations pass 2 profiles."""
-    workload = Workload.of(net, batch, variants=variants or {}, phases=phases, l1_bypass=l1_bypass, repeat=repeat,
-                           warmup=warmup)
-    return profile_workload(db, workload, backend=backend, device=device, dtype_bits=dtype_bits,
-                            options=Options(ncu, ncu_report, counter_iterations), echo=echo, link=link,
-                            untuned=untuned)
+    workload = Workload.of(
+        net, batch, variants=variants or {}, phases=phases, l1_bypass=l1_bypass, repeat=repeat, warmup=warmup
+    )
+    return profile_workload(
+        db,
+        workload,
+        backend=backend,
+        device=device,
+        dtype_bits=dtype_bits,
+        options=Options(ncu, ncu_report, counter_iterations),
+        echo=echo,
+        link=link,
+        untuned=untuned,
+    )
 
 
 def profile_workload(
@@ -204,16 +224,23 @@ def profile_workload(
     store = open_store(db, write=True)
     peak = memory(net, batch, dtype_bits)
     fields = dict(
-        network=net.name, network_options=net.options, batch=batch, phases=workload.phases, dtype_bits=dtype_bits,
-        variants=workload.variants, l1_bypass=workload.l1_bypass, loaders=workload.loaders,
+        network=net.name,
+        network_options=net.options,
+        batch=batch,
+        phases=workload.phases,
+        dtype_bits=dtype_bits,
+        variants=workload.variants,
+        l1_bypass=workload.l1_bypass,
+        loaders=workload.loaders,
         implementation=workload.implementation,
-        library=library, backend=choice.backend,
-        backend_reason=choice.reason, repeat=workload.repeat if choice.backend != "model" else 0,
+        library=library,
+        backend=choice.backend,
+        backend_reason=choice.reason,
+        repeat=workload.repeat if choice.backend != "model" else 0,
         predicted_peak_bytes=peak.peak_bytes,
     )
     if choice.backend == "model" and device is not None:
-        fields.update(device_name=device.name, compute_capability=device.compute_capability,
-                      sm_count=device.sm_count)
+        fields.update(device_name=device.name, compute_capability=device.compute_capability, sm_count=device.sm_count)
     # link and done: an experiment's arm, in the transactions that create the run and complete it
     with recording(store, link=link, done=done, **fields) as run:
         echo(f"run {run.run_id} in {store.where}")
@@ -224,22 +251,23 @@ def profile_workload(
             workload = _planned(store, workload, untuned, echo)
             # what ran is part of the run: a tuned profile is not an untuned one
             run.update(tiles=workload.tiles, tuned_variants=workload.tuned_variants)
-            choice, predictions = _measure(run, choice, backend == "auto", workload, device, dtype_bits,
-                                           options.iterations, echo)
+            choice, predictions = _measure(
+                run, choice, backend == "auto", workload, device, dtype_bits, options.iterations, echo
+            )
     store.dispose()
     return Profile(run.run_id, store.where, choice.backend, choice.reason, predictions, peak, device)
 
 
-def predicted_for(backend: str, device: Device | None, default: Device | None,
-                  echo: Callable[[str], None]) -> Device | None:
+def predicted_for(
+    backend: str, device: Device | None, default: Device | None, echo: Callable[[str], None]
+) -> Device | None:
     """The device a run on ``backend`` is predicted for: ``device`` where one is named; on the
     model backend, where none is, ``default`` (the CLI's: the catalog's MODEL_DEFAULT), said in
     the one line tracker profile and tracker experiment both print. On a GPU backend None stays
     None: the run is predicted for the GPU it measures."""
     if backend != "model" or device is not None or default is None:
         return device
-    echo(f"device: {default.name}, from the catalog (--device NAME predicts for another; `tracker devices` "
-         "lists them)")
+    echo(f"device: {default.name}, from the catalog (--device NAME predicts for another; `tracker devices` lists them)")
     return default
 
 
@@ -279,8 +307,16 @@ def _planned(store, workload: Workload, untuned: bool, echo: Callable[[str], Non
     return workload.planned(tuned.applied(steps), tuned.tiles, tuned.variants)
 
 
-def _measure(run, choice: Choice, may_fall_back: bool, workload: Workload, device: Device | None, dtype_bits: int,
-             iterations: int, echo: Callable[[str], None]) -> tuple[Choice, list[Prediction]]:
+def _measure(
+    run,
+    choice: Choice,
+    may_fall_back: bool,
+    workload: Workload,
+    device: Device | None,
+    dtype_bits: int,
+    iterations: int,
+    echo: Callable[[str], None],
+) -> tuple[Choice, list[Prediction]]:
     """Pass 1 (events), stored as soon as it ends, then pass 2 (the collector) if there is one,
     profiling the first ``iterations`` measured iterations, its counters stored onto pass 1's
     launches. Pass 2 takes minutes where pass 1 takes seconds: a pass 2 that fails or is
@@ -324,8 +360,10 @@ def _pass2(choice: Choice, workload: Workload, measured, may_fall_back: bool, it
     assert choice.collector is not None
     cc = float(measured.device["compute_capability"])
     profiled, launches = counted(workload, measured.launches, iterations)
-    echo(f"pass 2 profiles {iterations_profiled(iterations, workload.repeat)} ({len(launches)} launches; "
-         "--counter-iterations N sets how many)")
+    echo(
+        f"pass 2 profiles {iterations_profiled(iterations, workload.repeat)} ({len(launches)} launches; "
+        "--counter-iterations N sets how many)"
+    )
     try:
         counters = choice.collector.collect(profiled, launches, cc, echo)
     except BackendUnavailable as exc:
@@ -344,11 +382,15 @@ def _tuned(store, workload: Workload, steps, echo: Callable[[str], None]) -> Tun
     name = device_name()
     tuned = best(store, name, workload.net, workload.batch, workload.variants, steps) if name else Tuned()
     if tuned.variants:
-        echo(f"tuned variants for {name} ({len(tuned.variants)} layer phases; --untuned runs the plan's): "
-             + ", ".join(f"{key} {variant}" for key, variant in tuned.variants.items()))
+        echo(
+            f"tuned variants for {name} ({len(tuned.variants)} layer phases; --untuned runs the plan's): "
+            + ", ".join(f"{key} {variant}" for key, variant in tuned.variants.items())
+        )
     if tuned.tiles:
-        echo(f"tuned GEMM tiles for {name} ({len(tuned.tiles)} layer phases; --untuned runs the defaults): "
-             + ", ".join(f"{key} {tile}" for key, tile in tuned.tiles.items()))
+        echo(
+            f"tuned GEMM tiles for {name} ({len(tuned.tiles)} layer phases; --untuned runs the defaults): "
+            + ", ".join(f"{key} {tile}" for key, tile in tuned.tiles.items())
+        )
     return tuned
 
 

@@ -41,6 +41,7 @@ def _letters(dims: int) -> tuple[str, str]:
 
 # convolution (2-D and 3-D) ---------------------------------------------------------------------
 
+
 def conv_fwd(x, w, b=None, stride=1, pad=0):
     out, taps = _letters(w.ndim - 2)
     y = np.einsum(f"nc{out}{taps},kc{taps}->nk{out}", _windows(_pad(x, pad), w.shape[2:], stride), w, optimize=True)
@@ -61,13 +62,15 @@ def conv_bwd_data(dy, w, x_shape, stride=1, pad=0):
 def conv_bwd_weight(dy, x, w_shape, stride=1, pad=0):
     """(gradient of the weights, gradient of the bias)."""
     out, taps = _letters(len(w_shape) - 2)
-    dw = np.einsum(f"nk{out},nc{out}{taps}->kc{taps}", dy, _windows(_pad(x, pad), tuple(w_shape[2:]), stride),
-                   optimize=True)
+    dw = np.einsum(
+        f"nk{out},nc{out}{taps}->kc{taps}", dy, _windows(_pad(x, pad), tuple(w_shape[2:]), stride), optimize=True
+    )
     return dw, dy.sum(axis=(0, *range(2, dy.ndim)))
 
 
 # transposed convolution: the convolution's data gradient run forward -----------------------------
 # w is (C_in, C_out, *kernel), PyTorch's layout: the filters of the convolution it transposes.
+
 
 def convtranspose_fwd(x, w, b=None, stride=1):
     out_shape = (x.shape[0], w.shape[1], *((n - 1) * stride + k for n, k in zip(x.shape[2:], w.shape[2:])))
@@ -87,6 +90,7 @@ def convtranspose_bwd_weight(dy, x, w_shape, stride=1):
 
 # linear ---------------------------------------------------------------------------------------
 
+
 def linear_fwd(x, w, b=None):
     y = x.reshape(x.shape[0], -1) @ w.T
     return y + b if b is not None else y
@@ -102,6 +106,7 @@ def linear_bwd_weight(dy, x):
 
 # relu -----------------------------------------------------------------------------------------
 
+
 def relu_fwd(x):
     return np.maximum(x, 0)
 
@@ -113,6 +118,7 @@ def relu_bwd(dy, y):
 
 # max-pool -------------------------------------------------------------------------------------
 
+
 def maxpool_fwd(x, size=3, stride=2):
     dims = x.ndim - 2
     return _windows(x, (size,) * dims, stride).max(axis=tuple(range(-dims, 0)))
@@ -123,7 +129,7 @@ def maxpool_argmax(x, size=3, stride=2):
     the element the kernels pick and the backward routes the gradient to."""
     dims = x.ndim - 2
     win = _windows(x, (size,) * dims, stride)
-    return win.reshape(*win.shape[:2 + dims], size**dims).argmax(axis=-1)
+    return win.reshape(*win.shape[: 2 + dims], size**dims).argmax(axis=-1)
 
 
 def maxpool_bwd(dy, x, size=3, stride=2):
@@ -137,6 +143,7 @@ def maxpool_bwd(dy, x, size=3, stride=2):
 
 
 # LRN ------------------------------------------------------------------------------------------
+
 
 def _window_sum(v, size):
     """Sum over the channel window [c - size//2, c + size//2], clipped at the edges."""
@@ -156,12 +163,13 @@ def lrn_fwd(x, size=5, alpha=1e-4, beta=0.75, k=2.0):
 
 def lrn_bwd(dy, x, y, size=5, alpha=1e-4, beta=0.75, k=2.0):
     s = lrn_scale(x, size, alpha, k)
-    return dy * s ** -beta - 2 * alpha * beta / size * x * _window_sum(dy * y / s, size)
+    return dy * s**-beta - 2 * alpha * beta / size * x * _window_sum(dy * y / s, size)
 
 
 # batch normalization, training mode -----------------------------------------------------------
 # x (N, C, *spatial), 2-D or 3-D; each channel's statistics over its M = N * prod(spatial) elements,
 # the variance biased (PyTorch's F.batch_norm with training=True); w the scale and b the shift (C,).
+
 
 def _per_channel(v, ndim):
     return v.reshape(1, -1, *([1] * (ndim - 2)))
@@ -191,11 +199,14 @@ def batchnorm_bwd(dy, x, w, eps=1e-5):
 def batchnorm_running(running_mean, running_var, mean, var, m, momentum=0.1):
     """The running statistics after one training-mode forward over m elements a channel: each moves
     by momentum towards the batch's, the variance unbiased (var * m / (m - 1)), as PyTorch's do."""
-    return ((1 - momentum) * running_mean + momentum * mean,
-            (1 - momentum) * running_var + momentum * var * m / (m - 1))
+    return (
+        (1 - momentum) * running_mean + momentum * mean,
+        (1 - momentum) * running_var + momentum * var * m / (m - 1),
+    )
 
 
 # softmax + cross-entropy ----------------------------------------------------------------------
+
 
 def softmax_fwd(x):
     e = np.exp(x - x.max(axis=1, keepdims=True))
@@ -223,6 +234,7 @@ def softmax_xent_bwd(p, labels):
 # The backward is fused with the mean binary cross-entropy over every element of the batch,
 # against targets t of the output's shape: (p - t) / p.size, as softmax's is with cross-entropy.
 
+
 def sigmoid_fwd(x):
     return np.exp(-np.logaddexp(0.0, -x))  # 1 / (1 + exp(-x)), with no overflow for very negative x
 
@@ -247,6 +259,7 @@ def sigmoid_bce_bwd(p, t):
 # nearest-neighbour up-sampling ----------------------------------------------------------------
 # An integer ``scale`` in every spatial dimension, 2-D (N, C, H, W) or 3-D (N, C, D, H, W).
 
+
 def upsample_fwd(x, scale):
     for axis in range(2, x.ndim):
         x = np.repeat(x, scale, axis=axis)
@@ -262,6 +275,7 @@ def upsample_bwd(dy, scale):
 
 # channel concatenation ------------------------------------------------------------------------
 
+
 def concat_fwd(x, x2):
     return np.concatenate([x, x2], axis=1)
 
@@ -272,6 +286,7 @@ def concat_bwd(dy, c1):
 
 
 # a whole network ------------------------------------------------------------------------------
+
 
 def network_step(net, params: dict, x: np.ndarray, labels: np.ndarray) -> tuple[float, dict]:
     """Forward and backward of a network made of the ops above, ending in its loss layer (softmax
@@ -350,7 +365,10 @@ def _backward(layer, params, inputs: list, y, dy):
             stride, pad = op.stride[0], op.padding[0]
             dx, (dw, db) = conv_bwd_data(dy, w, x.shape, stride, pad), conv_bwd_weight(dy, x, w.shape, stride, pad)
         else:
-            dx, (dw, db) = convtranspose_bwd_data(dy, w, op.stride[0]), convtranspose_bwd_weight(dy, x, w.shape, op.stride[0])
+            dx, (dw, db) = (
+                convtranspose_bwd_data(dy, w, op.stride[0]),
+                convtranspose_bwd_weight(dy, x, w.shape, op.stride[0]),
+            )
         return [dx], (dw, None if b is None else db)
     if layer.kind == "linear":
         w = params[layer.name][0].astype(np.float64)

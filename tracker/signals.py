@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, NoReturn
+from typing import NoReturn
 
 from tracker.errors import Interrupted
 
@@ -62,8 +63,11 @@ def held() -> Iterator[None]:
         yield
         return
     caught: list[int] = []
-    previous = {signum: signal.signal(signum, lambda number, frame: caught.append(number))
-                for signum in SIGNALS if _ours(signum)}
+    previous = {
+        signum: signal.signal(signum, lambda number, frame: caught.append(number))
+        for signum in SIGNALS
+        if _ours(signum)
+    }
     _caught = caught
     try:
         yield
@@ -91,4 +95,3 @@ def interruptible() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-

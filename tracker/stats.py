@@ -37,8 +37,6 @@ def over_repeats(values: Iterable[float | None]) -> Stats | None:
     return Stats(median, known[0], known[-1], len(known), spread)
 
 
-
-
 def best_of(values: Sequence[float], lowest: bool = True) -> list[int]:
     """The indexes of the lowest (or highest) values, every one that equals it to the digits
     shown: two times a reader sees as one are a tie, and naming one of them would be arbitrary."""

@@ -22,10 +22,11 @@ tracker/profile.py does), and nothing under tracker/gpu imports this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -68,12 +69,22 @@ class Target:
 
 def shape_key(case: Case) -> str:
     """The tuning table's shape: input shapes and parameters, e.g. 'w=64x3x11x11 x=128x3x227x227 pad=2 stride=4'."""
-    return " ".join([*(f"{k}={'x'.join(map(str, v))}" for k, v in sorted(case.shapes.items())),
-                     *(f"{k}={v}" for k, v in sorted(case.params.items()))])
+    return " ".join(
+        [
+            *(f"{k}={'x'.join(map(str, v))}" for k, v in sorted(case.shapes.items())),
+            *(f"{k}={v}" for k, v in sorted(case.params.items())),
+        ]
+    )
 
 
-def targets(net: Network, batch: int, chosen: dict[str, str], verify_batch: int = 2,
-            distinct: bool = True, steps: Sequence[Step] | None = None) -> list[Target]:
+def targets(
+    net: Network,
+    batch: int,
+    chosen: dict[str, str],
+    verify_batch: int = 2,
+    distinct: bool = True,
+    steps: Sequence[Step] | None = None,
+) -> list[Target]:
     """The tunable layer phases of ``net``'s plan (``steps``, where the caller has planned it),
     each by every variant that may run it (``variants``); ``distinct``: one per (op, variant,
     phase, shape), else one per (layer, phase, variant)."""
@@ -89,7 +100,9 @@ def targets(net: Network, batch: int, chosen: dict[str, str], verify_batch: int 
         case, check = op.case(step.layer, batch), op.case(step.layer, verify_batch)
         for variant in variants(op, step.variant, step.phase, case, op.kind in chosen):
             target = Target(step.layer.name, op.kind, variant, step.phase, case, check, step.variant)
-            key = (target.op, variant, target.phase, target.shape) if distinct else (target.layer, target.phase, variant)
+            key = (
+                (target.op, variant, target.phase, target.shape) if distinct else (target.layer, target.phase, variant)
+            )
             found.setdefault(key, target)
     return list(found.values())
 
@@ -106,9 +119,17 @@ def candidates(shapes: tuple[Tile, ...] = SHAPES, splits: tuple[int, ...] = SPLI
     return tuple(replace(shape, split=s) for shape in shapes for s in splits)
 
 
-def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int, device_name: str,
-           echo: Callable[[str], None] = lambda line: None, refine: bool = True,
-           keep: Callable[[list[dict]], None] = lambda rows: None, deadline: float | None = None) -> list[dict]:
+def search(
+    b: Backend,
+    targets: list[Target],
+    tiles: tuple[Tile, ...],
+    reps: int,
+    device_name: str,
+    echo: Callable[[str], None] = lambda line: None,
+    refine: bool = True,
+    keep: Callable[[list[dict]], None] = lambda rows: None,
+    deadline: float | None = None,
+) -> list[dict]:
     """Verify and time every tile at every target, then (``refine``) the neighbours of the
     target's fastest verified one (``Tile.neighbours``); a target whose launch is not on the
     tiled GEMM (a direct convolution, the fused Winograd) once, as it is built; a row per
@@ -123,27 +144,7 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
         return deadline is not None and perf_counter() > deadline
 
     for n, target in enumerate(targets, 1):
-        arrays = _arrays(b, target.case)
-        tried: dict[Tile, dict] = {}  # the tile, with the split-K slices that ran -> its row
-
-        def attempt(tile: Tile) -> None:
-            try:
-                timed = _time(b, target, arrays, tile, reps)
-                key = replace(tile, split=timed["splits"])
-                if key not in tried:
-                    error, passed = _verify(b, target, tile, verified).get(target.phase, (None, False))
-                    tried[key] = _row(target, tile, timed, error, passed, device_name)
-            except Exception as exc:  # noqa: BLE001 (a candidate's failure is a result, not the search's end)
-                why = (str(exc).strip().splitlines() or [""])[0][:200]
-                echo(f"  {target.layer} {target.phase}: {tile.label} failed ({type(exc).__name__}: {why})")
-
-        for tile in tiles if target.tunable else (DEFAULT,):
-            if not spent():
-                attempt(tile)
-        top = fastest(list(tried.values()), target)
-        for tile in Tile.parse(top["tile"]).neighbours() if refine and target.tunable and top else ():
-            if not spent():
-                attempt(tile)
+        tried = _search_target(b, target, tiles, reps, device_name, echo, refine, verified, spent)
         rows += tried.values()
         keep(list(tried.values()))
         best = fastest(rows, target)
@@ -155,37 +156,102 @@ def search(b: Backend, targets: list[Target], tiles: tuple[Tile, ...], reps: int
     return rows
 
 
-def _row(target: Target, tile: Tile, timed: dict[str, Any], error: float | None, passed: bool,
-         device_name: str) -> dict:
+def _search_target(
+    b: Backend,
+    target: Target,
+    tiles: tuple[Tile, ...],
+    reps: int,
+    device_name: str,
+    echo: Callable[[str], None],
+    refine: bool,
+    verified: dict[tuple, dict[str, float | None]],
+    spent: Callable[[], bool],
+) -> dict[Tile, dict]:
+    """``search`` at one target: each tile tried, then the fastest one's neighbours; the tile, with
+    the split-K slices that ran -> its row."""
+    arrays = _arrays(b, target.case)
+    tried: dict[Tile, dict] = {}
+
+    def attempt(tile: Tile) -> None:
+        try:
+            timed = _time(b, target, arrays, tile, reps)
+            key = replace(tile, split=timed["splits"])
+            if key not in tried:
+                error, passed = _verify(b, target, tile, verified).get(target.phase, (None, False))
+                tried[key] = _row(target, tile, timed, error, passed, device_name)
+        except Exception as exc:  # noqa: BLE001 (a candidate's failure is a result, not the search's end)
+            why = (str(exc).strip().splitlines() or [""])[0][:200]
+            echo(f"  {target.layer} {target.phase}: {tile.label} failed ({type(exc).__name__}: {why})")
+
+    for tile in tiles if target.tunable else (DEFAULT,):
+        if not spent():
+            attempt(tile)
+    top = fastest(list(tried.values()), target)
+    for tile in Tile.parse(top["tile"]).neighbours() if refine and target.tunable and top else ():
+        if not spent():
+            attempt(tile)
+    return tried
+
+
+def _row(
+    target: Target, tile: Tile, timed: dict[str, Any], error: float | None, passed: bool, device_name: str
+) -> dict:
     """One tuning-table row."""
     from tracker import __version__
 
-    return {"device_name": device_name, "op": target.op, "variant": target.variant, "phase": target.phase,
-            "layer": target.layer, "shape": target.shape, "tile": tile.label,
-            "verified": passed, "error": error, **timed,
-            "tracker_version": __version__, "created_at": datetime.now(timezone.utc)}
+    return {
+        "device_name": device_name,
+        "op": target.op,
+        "variant": target.variant,
+        "phase": target.phase,
+        "layer": target.layer,
+        "shape": target.shape,
+        "tile": tile.label,
+        "verified": passed,
+        "error": error,
+        **timed,
+        "tracker_version": __version__,
+        "created_at": datetime.now(UTC),
+    }
 
 
 def summary(targets: list[Target], rows: list[dict]) -> list[dict]:
     """Per target: its fastest verified tile and time, the default tile's, and how many were tried."""
     out = []
     for target in targets:
-        mine = [r for r in rows if (r["op"], r["variant"], r["phase"], r["shape"]) ==
-                (target.op, target.variant, target.phase, target.shape)]
+        mine = [
+            r
+            for r in rows
+            if (r["op"], r["variant"], r["phase"], r["shape"])
+            == (target.op, target.variant, target.phase, target.shape)
+        ]
         top = fastest(rows, target)
         default = next((r["time_ms"] for r in mine if r["tile"] == DEFAULT.label and r["verified"]), None)
-        out.append({"layer": target.layer, "phase": target.phase, "variant": target.variant, "shape": target.shape,
-                    "best": top["tile"] if top else None, "best_ms": top["time_ms"] if top else None,
-                    "default_ms": default,
-                    "speedup": default / top["time_ms"] if top and default and top["time_ms"] else None,
-                    "tried": len(mine)})
+        out.append(
+            {
+                "layer": target.layer,
+                "phase": target.phase,
+                "variant": target.variant,
+                "shape": target.shape,
+                "best": top["tile"] if top else None,
+                "best_ms": top["time_ms"] if top else None,
+                "default_ms": default,
+                "speedup": default / top["time_ms"] if top and default and top["time_ms"] else None,
+                "tried": len(mine),
+            }
+        )
     return out
 
 
 def fastest(rows: list[dict], target: Target) -> dict | None:
     """The fastest verified row of ``target``'s op, variant, phase and shape."""
-    mine = [r for r in rows if r["verified"] and r["time_ms"] is not None and
-            (r["op"], r["variant"], r["phase"], r["shape"]) == (target.op, target.variant, target.phase, target.shape)]
+    mine = [
+        r
+        for r in rows
+        if r["verified"]
+        and r["time_ms"] is not None
+        and (r["op"], r["variant"], r["phase"], r["shape"]) == (target.op, target.variant, target.phase, target.shape)
+    ]
     return min(mine, key=lambda r: r["time_ms"], default=None)
 
 
@@ -213,6 +279,7 @@ def _time(b: Backend, target: Target, arrays: Arrays, tile: Tile, reps: int) -> 
     """Median time and spread of the phase's launches over ``reps`` (tracker.gpu.timing: L2
     flushed before each, CUDA events where the backend has them, else the host clock), after one
     warm-up launch that compiles and says how many split-K slices ran."""
+
     def launch() -> None:
         OPS[target.op].launch(b, target.variant, target.phase, arrays, **target.case.params, tile=tile)
 
@@ -249,8 +316,14 @@ class Tuned:
         return f"{self.variants.get(key, planned)} {self.tiles.get(key, DEFAULT.label)}"
 
 
-def best(db_store: Store, device_name: str, net: Network, batch: int, chosen: dict[str, str],
-         steps: Sequence[Step] | None = None) -> Tuned:
+def best(
+    db_store: Store,
+    device_name: str,
+    net: Network,
+    batch: int,
+    chosen: dict[str, str],
+    steps: Sequence[Step] | None = None,
+) -> Tuned:
     """For every tunable layer phase of the plan (``steps``: the caller's) tuned on
     ``device_name`` at its shape, the fastest verified variant and tile of those that may run it
     (``variants``). Empty where nothing was tuned."""
@@ -263,12 +336,23 @@ def best(db_store: Store, device_name: str, net: Network, batch: int, chosen: di
         key = f"{target.layer}/{target.phase}"
         if hit is not None and (key not in won or hit[1] < won[key][2]):
             won[key] = (target, *hit)
-    return Tuned({key: tile for key, (_, tile, _) in won.items() if tile != DEFAULT.label},
-                 {key: t.variant for key, (t, _, _) in won.items() if t.variant != t.planned})
+    return Tuned(
+        {key: tile for key, (_, tile, _) in won.items() if tile != DEFAULT.label},
+        {key: t.variant for key, (t, _, _) in won.items() if t.variant != t.planned},
+    )
 
 
-def run(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps: int, verify_batch: int, quick: bool,
-        echo: Callable[[str], None], budget_s: float = 0) -> list[dict]:
+def run(
+    db: str | None,
+    net: Network,
+    batch: int,
+    chosen: dict[str, str],
+    reps: int,
+    verify_batch: int,
+    quick: bool,
+    echo: Callable[[str], None],
+    budget_s: float = 0,
+) -> list[dict]:
     """`tracker tune` on this GPU: search (no candidate starts after ``budget_s`` seconds, if
     set), store every candidate, and summarize per layer phase and variant: this search's
     fastest, and the variant and tile `tracker profile` now runs there (``runs``: the fastest
@@ -283,12 +367,21 @@ def run(db: str | None, net: Network, batch: int, chosen: dict[str, str], reps: 
     found = targets(net, batch, chosen, verify_batch)
     tiles = candidates((DEFAULT,)) if quick else candidates()
     echo(f"device: {device['device_name']}; {len(found)} layer phases x {len(tiles)} candidate tiles")
-    rows = search(backend, found, tiles, reps, device["device_name"], echo,
-                  keep=lambda done: store(db_store, done),  # target by target: Ctrl-C keeps them
-                  deadline=perf_counter() + budget_s if budget_s else None)
+    rows = search(
+        backend,
+        found,
+        tiles,
+        reps,
+        device["device_name"],
+        echo,
+        keep=lambda done: store(db_store, done),  # target by target: Ctrl-C keeps them
+        deadline=perf_counter() + budget_s if budget_s else None,
+    )
     echo(f"stored {len(rows)} candidates in {db_store.where}")
     tuned = best(db_store, device["device_name"], net, batch, chosen)
     db_store.dispose()
     planned = {(t.layer, t.phase): t.planned for t in found}
-    return [row | {"runs": tuned.choice(f"{row['layer']}/{row['phase']}", planned[row["layer"], row["phase"]])}
-            for row in summary(found, rows)]
+    return [
+        row | {"runs": tuned.choice(f"{row['layer']}/{row['phase']}", planned[row["layer"], row["phase"]])}
+        for row in summary(found, rows)
+    ]

@@ -18,8 +18,18 @@ from typing import Any
 
 SHOWN_DIGITS = 3  # significant digits every table and finding shows a number to (stats.best_of's ties too)
 
-_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"),
-             (1e-9, "n"), (1e-12, "p"))
+_PREFIXES = (
+    (1e15, "P"),
+    (1e12, "T"),
+    (1e9, "G"),
+    (1e6, "M"),
+    (1e3, "k"),
+    (1.0, ""),
+    (1e-3, "m"),
+    (1e-6, "µ"),
+    (1e-9, "n"),
+    (1e-12, "p"),
+)
 
 
 def _digits(value: float) -> str:
@@ -118,8 +128,15 @@ def cell(column: str, value: Any, missing: str = "") -> str:
 
 # A name ending in a multiple of a unit: (the quantity, what one of the name's unit is in that
 # quantity's: 'ms' is milliseconds, 'KiB' kibibytes, 'B/s' bytes per second).
-SCALED = {"_ns": ("ms", 1e-6), "_us": ("ms", 1e-3), "_gbps": ("B/s", 1e9), "_gflops": ("FLOP/s", 1e9),
-          "_tflops": ("FLOP/s", 1e12), "_mib": ("KiB", 1024), "_gb": ("bytes", 1e9)}
+SCALED = {
+    "_ns": ("ms", 1e-6),
+    "_us": ("ms", 1e-3),
+    "_gbps": ("B/s", 1e9),
+    "_gflops": ("FLOP/s", 1e9),
+    "_tflops": ("FLOP/s", 1e12),
+    "_mib": ("KiB", 1024),
+    "_gb": ("bytes", 1e9),
+}
 
 
 def _scaled(column: str) -> tuple[str, float] | None:
@@ -159,11 +176,23 @@ def quantity(column: str) -> str:
     return "count"
 
 
-_HEADER_UNITS = {"ms": "time", "pct": "%", "B/s": "B/s", "FLOP/s": "FLOP/s", "/s": "per s", "bytes": "bytes",
-                 "KiB": "bytes", "ratio": "x", "intensity": "FLOP/B"}
+_HEADER_UNITS = {
+    "ms": "time",
+    "pct": "%",
+    "B/s": "B/s",
+    "FLOP/s": "FLOP/s",
+    "/s": "per s",
+    "bytes": "bytes",
+    "KiB": "bytes",
+    "ratio": "x",
+    "intensity": "FLOP/B",
+}
 # A unit in a name, dropped from its header: a word anywhere ('spread_pct_a'), or the name's ending.
-_UNIT_WORD = re.compile(r"(^|_)(ms|ns|us|pct|percent|kib|mib|gb|gbps|gflops|tflops)(?=_|$)"
-                        r"|_(per_s|per_second|bytes|flop_per_byte)$", re.IGNORECASE)
+_UNIT_WORD = re.compile(
+    r"(^|_)(ms|ns|us|pct|percent|kib|mib|gb|gbps|gflops|tflops)(?=_|$)"
+    r"|_(per_s|per_second|bytes|flop_per_byte)$",
+    re.IGNORECASE,
+)
 
 
 def count_of(n: int, noun: str) -> str:

@@ -36,8 +36,11 @@ CACHE = Path(os.environ.get("TRACKER_EMU_CACHE") or Path(tempfile.gettempdir()) 
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([\w, ]+\)\s*)?(\w+)\(')
 _CONSTANT = re.compile(r"__constant__ float (\w+)\[")
 _DYNAMIC = re.compile(r"extern __shared__ float (\w+)\[\];")
-_LAUNCH_FAILURES = {1: "no such kernel", 2: "no memory for the threads' stacks",
-                    3: "deadlock: a barrier that some thread still running never reaches"}
+_LAUNCH_FAILURES = {
+    1: "no such kernel",
+    2: "no memory for the threads' stacks",
+    3: "deadlock: a barrier that some thread still running never reaches",
+}
 
 
 def available() -> bool:
@@ -72,7 +75,7 @@ class DeviceArray:
     def __len__(self) -> int:
         return len(self._host)
 
-    def __getitem__(self, key: Any) -> "DeviceArray":
+    def __getitem__(self, key: Any) -> DeviceArray:
         return DeviceArray(self._host[key][...], _MINT)  # [...]: a 0-d view where CuPy gives a 0-d array
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -80,27 +83,29 @@ class DeviceArray:
             raise TypeError("a host array cannot be assigned into a device array: Emulator.asarray it first")
         self._host[key] = value._host if isinstance(value, DeviceArray) else value
 
-    def reshape(self, *shape: Any) -> "DeviceArray":
+    def reshape(self, *shape: Any) -> DeviceArray:
         return DeviceArray(self._host.reshape(*shape), _MINT)
 
-    def ravel(self) -> "DeviceArray":
+    def ravel(self) -> DeviceArray:
         return DeviceArray(self._host.ravel(), _MINT)
 
     def fill(self, value: float) -> None:
         self._host.fill(value)
 
-    def copy(self) -> "DeviceArray":
+    def copy(self) -> DeviceArray:
         return DeviceArray(self._host.copy(), _MINT)
 
-    def astype(self, dtype: Any) -> "DeviceArray":
+    def astype(self, dtype: Any) -> DeviceArray:
         return DeviceArray(self._host.astype(dtype), _MINT)
 
     def get(self) -> np.ndarray:
         return self._host.copy()
 
     def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        raise TypeError("Implicit conversion to a NumPy array is not allowed. "
-                        "Please use `.get()` to construct a NumPy array explicitly.")
+        raise TypeError(
+            "Implicit conversion to a NumPy array is not allowed. "
+            "Please use `.get()` to construct a NumPy array explicitly."
+        )
 
     def __repr__(self) -> str:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype})"
@@ -123,14 +128,25 @@ class Emulator:
 
     def _lib(self, source: str, defines: tuple = ()) -> ctypes.CDLL:
         if (source, defines) not in self.libs:
-            text = _DYNAMIC.sub(r"float* \1 = reinterpret_cast<float*>(emu_dynamic_shared);",
-                                source_text(source, defines))
+            text = _DYNAMIC.sub(
+                r"float* \1 = reinterpret_cast<float*>(emu_dynamic_shared);", source_text(source, defines)
+            )
             registry = "".join(f'static bool emu_k_{n} = emu_register("{n}", &{n});\n' for n in _KERNEL.findall(text))
-            registry += "".join(f'static bool emu_s_{s} = (emu_symbols()["{s}"] = {{{s}, sizeof {s}}}, true);\n'
-                                for s in _CONSTANT.findall(text))
+            registry += "".join(
+                f'static bool emu_s_{s} = (emu_symbols()["{s}"] = {{{s}, sizeof {s}}}, true);\n'
+                for s in _CONSTANT.findall(text)
+            )
             name = source + "".join(f"-{k}{v}" for k, v in defines) + "".join(f"-{o[2:].lower()}" for o in self.options)
-            options = [*_COMPILE, "-shared", "-Wl,-Bsymbolic", f"-I{_precompiled_header()}", f"-I{HERE}",
-                       f"-I{KERNEL_DIR}", *define_options(defines), *self.options]
+            options = [
+                *_COMPILE,
+                "-shared",
+                "-Wl,-Bsymbolic",
+                f"-I{_precompiled_header()}",
+                f"-I{HERE}",
+                f"-I{KERNEL_DIR}",
+                *define_options(defines),
+                *self.options,
+            ]
             lib = self.build_dir / f"{name}.so"
             shutil.copyfile(_compiled('#include "cuda_emu.h"\n' + text + "\n" + registry, options), lib)  # its own copy
             self.libs[source, defines] = ctypes.CDLL(str(lib))
@@ -143,21 +159,32 @@ class Emulator:
         with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
             list(pool.map(lambda build: self._lib(*build), dict.fromkeys(builds)))
 
-    def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple, shared_bytes: int = 0,
-               defines: Overrides = ()) -> None:
+    def launch(
+        self,
+        source: str,
+        kernel: str,
+        grid: tuple,
+        block: tuple,
+        args: tuple,
+        shared_bytes: int = 0,
+        defines: Overrides = (),
+    ) -> None:
         check_launch(is_device, kernel, grid, block, args, shared_bytes, H100_MAX_SHARED)
-        record = LaunchRecord(source, kernel, grid, block, shared_bytes, None, self.context,
-                              array_bytes=array_bytes(is_device, args))
+        record = LaunchRecord(
+            source, kernel, grid, block, shared_bytes, None, self.context, array_bytes=array_bytes(is_device, args)
+        )
         values = [_c_value(a) for a in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         self.log.append(record)
-        status = self._lib(source, defines).emu_launch(kernel.encode(),
-                                                        *[ctypes.c_uint(v) for v in record.grid + record.block],
-                                                        pointers)
+        status = self._lib(source, defines).emu_launch(
+            kernel.encode(), *[ctypes.c_uint(v) for v in record.grid + record.block], pointers
+        )
         assert status == 0, f"{kernel} in {source}: {_LAUNCH_FAILURES.get(status, status)}"
 
     def empty(self, shape: tuple) -> DeviceArray:
-        return DeviceArray(np.full(shape, np.nan, dtype=np.float32), _MINT)  # scratch starts poisoned, like every output
+        return DeviceArray(
+            np.full(shape, np.nan, dtype=np.float32), _MINT
+        )  # scratch starts poisoned, like every output
 
     def asarray(self, array: Any) -> DeviceArray:
         """A device copy of a host array, its dtype kept as CuPy keeps it (float64 stays float64)."""
@@ -177,11 +204,16 @@ class Emulator:
 
     def to_constant(self, source: str, symbol: str, array: Any) -> None:
         check_constant(is_device, symbol, array, self.symbol_bytes(source, symbol))
-        assert self._lib(source).emu_to_symbol(symbol.encode(), ctypes.c_void_p(array._host.ctypes.data),
-                                               ctypes.c_size_t(array.nbytes)) == 0
+        assert (
+            self._lib(source).emu_to_symbol(
+                symbol.encode(), ctypes.c_void_p(array._host.ctypes.data), ctypes.c_size_t(array.nbytes)
+            )
+            == 0
+        )
 
 
 if TYPE_CHECKING:  # mypy checks that the emulation speaks the protocol every launcher is written against
+
     def _speaks_backend(b: Emulator) -> Backend:
         return b
 
@@ -208,8 +240,11 @@ def _precompiled_header() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not header.exists():
             partial = folder / f"cuda_emu.h.{os.getpid()}.gch"
-            subprocess.run(["g++", *_COMPILE, "-x", "c++-header", str(HERE / "cuda_emu.h"), "-o", str(partial)],
-                           check=True, capture_output=True)
+            subprocess.run(
+                ["g++", *_COMPILE, "-x", "c++-header", str(HERE / "cuda_emu.h"), "-o", str(partial)],
+                check=True,
+                capture_output=True,
+            )
             os.replace(partial, header)
     return folder
 

@@ -56,8 +56,9 @@ def in_layer_order(frame: pd.DataFrame) -> pd.DataFrame:
 def long_form(wide: pd.DataFrame, names: dict[str, str], value: str, kind: str) -> pd.DataFrame:
     """A wide view's ``names`` columns as rows: per layer and phase, one row per column that has a
     value, holding it in ``value`` and the column's label (``names[column]``) in ``kind``."""
-    long = wide.melt(id_vars=["layer_id", "layer", "phase"], value_vars=list(names), var_name="metric",
-                     value_name=value).dropna(subset=[value])
+    long = wide.melt(
+        id_vars=["layer_id", "layer", "phase"], value_vars=list(names), var_name="metric", value_name=value
+    ).dropna(subset=[value])
     return in_layer_order(long.assign(**{kind: long["metric"].map(names)}).drop(columns="metric"))
 
 

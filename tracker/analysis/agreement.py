@@ -23,8 +23,20 @@ TOLERANCE = {"count": 0.05, "rate": 0.10}
 # conflicts in a launch where another has 10^5 (tests/test_agreement.py)
 FLOOR = 0.001
 SKIPPED_FAMILIES = ("profiler",)  # replay passes: each collector's own, nothing to agree on
-COLUMNS = ("metric", "kind", "launches", "tolerance", "within", "median_diff", "worst_diff", "worst_at", "a_at_worst",
-           "b_at_worst", "agrees", "total_diff")
+COLUMNS = (
+    "metric",
+    "kind",
+    "launches",
+    "tolerance",
+    "within",
+    "median_diff",
+    "worst_diff",
+    "worst_at",
+    "a_at_worst",
+    "b_at_worst",
+    "agrees",
+    "total_diff",
+)
 
 
 def kind(metric: str) -> str:
@@ -40,15 +52,24 @@ def agreement(store: Store, run_a: int, run_b: int, store_b: Store | None = None
     a, b = _counted(store, run_a), _counted(store_b or store, run_b)
     both = a.merge(b, on="invocation", suffixes=("_a", "_b"))
     if both.empty:
-        raise TrackerError(f"runs {run_a} and {run_b} have no counted launch in common: profile both with a "
-                           "collector (ncu, nvprof, cupti)")
+        raise TrackerError(
+            f"runs {run_a} and {run_b} have no counted launch in common: profile both with a "
+            "collector (ncu, nvprof, cupti)"
+        )
     differ = both[both["kernel_name_a"] != both["kernel_name_b"]]
     if not differ.empty:
         first = differ.iloc[0]
-        raise TrackerError(f"runs {run_a} and {run_b} launch different kernels at invocation {first['invocation']} "
-                           f"({first['kernel_name_a']} and {first['kernel_name_b']}): their counters cannot be paired")
-    rows = [_metric(both, name) for name in BY_NAME if BY_NAME[name].family not in SKIPPED_FAMILIES
-            and f"{name}_a" in both and both[[f"{name}_a", f"{name}_b"]].notna().all(axis=1).any()]
+        raise TrackerError(
+            f"runs {run_a} and {run_b} launch different kernels at invocation {first['invocation']} "
+            f"({first['kernel_name_a']} and {first['kernel_name_b']}): their counters cannot be paired"
+        )
+    rows = [
+        _metric(both, name)
+        for name in BY_NAME
+        if BY_NAME[name].family not in SKIPPED_FAMILIES
+        and f"{name}_a" in both
+        and both[[f"{name}_a", f"{name}_b"]].notna().all(axis=1).any()
+    ]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -67,11 +88,20 @@ def _metric(both: pd.DataFrame, name: str) -> dict:
     worst = diff.idxmax()
     metric_kind = kind(name)
     tolerance = TOLERANCE[metric_kind]
-    return dict(metric=name, kind=metric_kind, launches=len(pair), tolerance=tolerance,
-                within=float((diff <= tolerance).mean()), median_diff=float(diff.median()),
-                worst_diff=float(diff[worst]), worst_at=pair.loc[worst, "at_a"], a_at_worst=float(x[worst]),
-                b_at_worst=float(y[worst]), agrees=bool((diff <= tolerance).all()),
-                total_diff=_relative(x.sum(), y.sum()) if metric_kind == "count" else None)
+    return dict(
+        metric=name,
+        kind=metric_kind,
+        launches=len(pair),
+        tolerance=tolerance,
+        within=float((diff <= tolerance).mean()),
+        median_diff=float(diff.median()),
+        worst_diff=float(diff[worst]),
+        worst_at=pair.loc[worst, "at_a"],
+        a_at_worst=float(x[worst]),
+        b_at_worst=float(y[worst]),
+        agrees=bool((diff <= tolerance).all()),
+        total_diff=_relative(x.sum(), y.sum()) if metric_kind == "count" else None,
+    )
 
 
 def _relative(a: float, b: float) -> float:

@@ -25,9 +25,15 @@ def per_phase(store, run_id: int) -> pd.DataFrame:
     rows = []
     for (layer_id, phase), group in first.groupby(["layer_id", "phase"], sort=False):
         names = list(dict.fromkeys(zip(group["kernel_name"], group["role"])))
-        rows.append({"layer_id": layer_id, "phase": phase, "algorithm": group["algorithm"].iloc[0],
-                     "tensor_cores": any(classify(name).tensor_cores for name, role in names if role == "math"),
-                     "kernels": "; ".join(f"{kernel_base(name)} ({role})" for name, role in names),
-                     "launches": len(group)})
+        rows.append(
+            {
+                "layer_id": layer_id,
+                "phase": phase,
+                "algorithm": group["algorithm"].iloc[0],
+                "tensor_cores": any(classify(name).tensor_cores for name, role in names if role == "math"),
+                "kernels": "; ".join(f"{kernel_base(name)} ({role})" for name, role in names),
+                "launches": len(group),
+            }
+        )
     times = runtime(store, run_id)[["layer_id", "layer", "kind", "phase", "ms"]]
     return in_layer_order(pd.DataFrame(rows).merge(times, on=["layer_id", "phase"]))[COLUMNS]

@@ -75,18 +75,25 @@ def _pair(store: Store, run_sep: int, run_fused: int, producer: str, relu, sep: 
     judged = len(a) > 1 and len(b) > 1
     separate, fused = (float(t.median()) if len(t) else None for t in (a, b))
     dram = [_dram(store, run, names, phase) for run in (run_sep, run_fused)]
-    return {"layer_id": int(sep.loc[sep.layer == producer, "layer_id"].iloc[0]), "layer": producer,
-            "relu": relu.layer, "phase": phase, "separate_ms": separate, "fused_ms": fused,
-            "speedup": separate / fused if separate and fused else None,
-            "noise": bool(a.min() <= b.max() and b.min() <= a.max()) if judged else None,
-            "dram_bytes_saved": dram[0] - dram[1] if dram[0] is not None and dram[1] is not None else None,
-            "model_relu_bytes": int(sep.loc[(sep.layer == relu.layer) & (sep.phase == phase), "bytes"].iloc[0])}
+    return {
+        "layer_id": int(sep.loc[sep.layer == producer, "layer_id"].iloc[0]),
+        "layer": producer,
+        "relu": relu.layer,
+        "phase": phase,
+        "separate_ms": separate,
+        "fused_ms": fused,
+        "speedup": separate / fused if separate and fused else None,
+        "noise": bool(a.min() <= b.max() and b.min() <= a.max()) if judged else None,
+        "dram_bytes_saved": dram[0] - dram[1] if dram[0] is not None and dram[1] is not None else None,
+        "model_relu_bytes": int(sep.loc[(sep.layer == relu.layer) & (sep.phase == phase), "bytes"].iloc[0]),
+    }
 
 
 def _pair_times(store: Store, run_id: int, names, phase: str) -> pd.Series:
     """The pair's summed time per measured iteration."""
-    times = view(store, "layer_time_repeat", run_id).merge(view(store, "layer", run_id)[["layer_id", "name"]],
-                                                           on="layer_id")
+    times = view(store, "layer_time_repeat", run_id).merge(
+        view(store, "layer", run_id)[["layer_id", "name"]], on="layer_id"
+    )
     return times[times["name"].isin(names) & (times["phase"] == phase)].groupby("repeat")["measured_ms"].sum()
 
 
@@ -103,10 +110,18 @@ def scaling(store: Store, experiment_id: int) -> pd.DataFrame:
     frames = []
     table = runs(store, experiment_id)
     for _, run in table[table["status"] == "complete"].iterrows():
-        frame = runtime(store, int(run.run_id))[["layer_id", "layer", "kind", "phase", "ms", "spread_pct", "source",
-                                                 "ops", "bytes"]]
-        frames.append(frame.assign(batch=int(run.batch), ms_per_image=frame["ms"] / int(run.batch),
-                                   run_id=int(run.run_id), arm=run.arm, gpu=run.gpu))
+        frame = runtime(store, int(run.run_id))[
+            ["layer_id", "layer", "kind", "phase", "ms", "spread_pct", "source", "ops", "bytes"]
+        ]
+        frames.append(
+            frame.assign(
+                batch=int(run.batch),
+                ms_per_image=frame["ms"] / int(run.batch),
+                run_id=int(run.run_id),
+                arm=run.arm,
+                gpu=run.gpu,
+            )
+        )
     return in_layer_order(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
 
 
@@ -116,10 +131,14 @@ def batch_totals(frame: pd.DataFrame, swept: tuple[str, ...] = ()) -> pd.DataFra
     and bytes summed over the layer phases, then ms_per_image and images_per_s."""
     if frame.empty:
         return frame
-    totals = frame.groupby([*swept, "batch"], as_index=False, sort=False, dropna=False)[["ms", "ops", "bytes"]].sum(
-        min_count=1).rename(columns={"ms": "step_ms"})
-    return totals.assign(ms_per_image=totals["step_ms"] / totals["batch"],
-                         images_per_s=totals["batch"] / (totals["step_ms"] / 1e3))
+    totals = (
+        frame.groupby([*swept, "batch"], as_index=False, sort=False, dropna=False)[["ms", "ops", "bytes"]]
+        .sum(min_count=1)
+        .rename(columns={"ms": "step_ms"})
+    )
+    return totals.assign(
+        ms_per_image=totals["step_ms"] / totals["batch"], images_per_s=totals["batch"] / (totals["step_ms"] / 1e3)
+    )
 
 
 def across(store: Store, experiment_id: int, axis: str) -> pd.DataFrame:
@@ -151,8 +170,13 @@ def across(store: Store, experiment_id: int, axis: str) -> pd.DataFrame:
 
 # The algorithm a launch's kernel names say -> the analytic model's (tracker/model/algorithms.py);
 # our non-fused Winograd's output tile is its variant's (modelled).
-MODELLED = {"direct": "direct", "implicit_gemm": "implicit_gemm", "implicit_precomp_gemm": "implicit_gemm",
-            "gemm": "gemm", "fft": "fft"}
+MODELLED = {
+    "direct": "direct",
+    "implicit_gemm": "implicit_gemm",
+    "implicit_precomp_gemm": "implicit_gemm",
+    "gemm": "gemm",
+    "fft": "fft",
+}
 
 
 def modelled(algorithm: str | None, conv_variant: str | None) -> str | None:
@@ -190,7 +214,9 @@ def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
 
     def workspace(r, algorithm: str, arm: str) -> int | None:
         name = modelled(algorithm, _conv_variant(variants.get(arm)))
-        return width * conv_cost(layers[r.layer], r.phase, batch, name).workspace if r.layer in layers and name else None
+        return (
+            width * conv_cost(layers[r.layer], r.phase, batch, name).workspace if r.layer in layers and name else None
+        )
 
     conv["workspace_bytes_a"] = [workspace(r, r.algorithm_a, r.baseline_arm) for r in conv.itertuples()]
     conv["workspace_bytes_b"] = [workspace(r, r.algorithm_b, r.arm) for r in conv.itertuples()]
@@ -199,7 +225,8 @@ def algorithms(store: Store, experiment_id: int) -> pd.DataFrame:
         library = latest_library_run(store, info["network"], batch, info["device_name"], cudnn_benchmark=best)
         if library is not None:
             cudnn = runtime(store, library)[["layer_id", "phase", "algorithm", "ms"]].rename(
-                columns={"algorithm": f"{prefix}_algorithm", "ms": f"{prefix}_ms"})
+                columns={"algorithm": f"{prefix}_algorithm", "ms": f"{prefix}_ms"}
+            )
             conv = conv.merge(cudnn, on=["layer_id", "phase"], how="left").assign(**{f"{prefix}_run": library})
     return conv
 
@@ -212,14 +239,18 @@ def per_algorithm(frame: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     keys = ["layer_id", "layer", "phase"]
-    base = rows.drop_duplicates(keys).assign(arm=rows["baseline_arm"], ms=rows["a_ms"],
-                                             workspace_bytes=rows["workspace_bytes_a"], ran=rows["algorithm_a"])
+    base = rows.drop_duplicates(keys).assign(
+        arm=rows["baseline_arm"], ms=rows["a_ms"], workspace_bytes=rows["workspace_bytes_a"], ran=rows["algorithm_a"]
+    )
     others = rows.assign(ms=rows["b_ms"], workspace_bytes=rows["workspace_bytes_b"], ran=rows["algorithm_b"])
     parts = [base, others]
     for prefix, (_, arm) in CUDNN.items():
         if f"{prefix}_ms" in rows:
-            parts.append(rows.drop_duplicates(keys).assign(arm=arm, ms=rows[f"{prefix}_ms"], workspace_bytes=None,
-                                                           ran=rows[f"{prefix}_algorithm"]))
+            parts.append(
+                rows.drop_duplicates(keys).assign(
+                    arm=arm, ms=rows[f"{prefix}_ms"], workspace_bytes=None, ran=rows[f"{prefix}_algorithm"]
+                )
+            )
     columns = [*keys, "arm", "ran", "ms", "workspace_bytes"]
     long = pd.concat([part[columns] for part in parts], ignore_index=True)
     return in_layer_order(long.assign(workspace_mib=long["workspace_bytes"].astype(float) / 2**20))
@@ -258,15 +289,33 @@ def _stored_convs(store: Store, run_id: int) -> dict:
         if row.kind != "conv":
             continue
         a = decode(row.attributes)
-        op = Conv(a["out_channels"], tuple(a["kernel"]), tuple(a["stride"]), tuple(a["padding"]), a["groups"], a["bias"])
-        layers[row.name] = Layer(int(row.layer_id), row.name, op, tuple(decode(row.inputs)),
-                                 tuple(tuple(s) for s in decode(row.input_shapes)), tuple(decode(row.output_shape)),
-                                 int(row.params), True)
+        op = Conv(
+            a["out_channels"], tuple(a["kernel"]), tuple(a["stride"]), tuple(a["padding"]), a["groups"], a["bias"]
+        )
+        layers[row.name] = Layer(
+            int(row.layer_id),
+            row.name,
+            op,
+            tuple(decode(row.inputs)),
+            tuple(tuple(s) for s in decode(row.input_shapes)),
+            tuple(decode(row.output_shape)),
+            int(row.params),
+            True,
+        )
     return layers
 
 
-MEMORY_COLUMNS = ("arm", "implementation", "options", "batch", "state", "predicted_peak_bytes", "measured_peak_bytes",
-                  "measured_over_predicted", "reason")
+MEMORY_COLUMNS = (
+    "arm",
+    "implementation",
+    "options",
+    "batch",
+    "state",
+    "predicted_peak_bytes",
+    "measured_peak_bytes",
+    "measured_over_predicted",
+    "reason",
+)
 
 
 def memory(store: Store, experiment_id: int) -> pd.DataFrame:
@@ -280,13 +329,23 @@ def memory(store: Store, experiment_id: int) -> pd.DataFrame:
     rows = []
     for arm in arm_rows(store, experiment_id):
         run = find_run(store, str(arm.run_id)) if arm.run_id is not None else None
-        peak = PeakMemory.of(run.predicted_peak_bytes if run is not None else None,
-                             run.measured_peak_bytes if run is not None and run.status == "complete" else None)
-        rows.append(dict(arm=arm.label, implementation=arm.spec["implementation"],
-                         options=" ".join(f"{k}={v}" for k, v in arm.spec.get("options", {}).items()),
-                         batch=arm.spec["batch"], state=arm.state, predicted_peak_bytes=peak.predicted_bytes,
-                         measured_peak_bytes=peak.measured_bytes, measured_over_predicted=peak.ratio,
-                         reason=arm.reason))
+        peak = PeakMemory.of(
+            run.predicted_peak_bytes if run is not None else None,
+            run.measured_peak_bytes if run is not None and run.status == "complete" else None,
+        )
+        rows.append(
+            dict(
+                arm=arm.label,
+                implementation=arm.spec["implementation"],
+                options=" ".join(f"{k}={v}" for k, v in arm.spec.get("options", {}).items()),
+                batch=arm.spec["batch"],
+                state=arm.state,
+                predicted_peak_bytes=peak.predicted_bytes,
+                measured_peak_bytes=peak.measured_bytes,
+                measured_over_predicted=peak.ratio,
+                reason=arm.reason,
+            )
+        )
     return pd.DataFrame(rows, columns=list(MEMORY_COLUMNS))
 
 
@@ -311,8 +370,10 @@ def memory_finding(store: Store, experiment_id: int) -> str:
     peak = memory(net, first["batch"])
     parts = sorted(((getattr(peak, key), name) for key, name in PARTS.items() if getattr(peak, key)), reverse=True)
     shares = ", ".join(f"{name} {units.percent(100 * size / peak.peak_bytes)}" for size, name in parts)
-    return (f"the largest batch of {net.name} whose predicted peak fits: {fits or 'no GPU with a known capacity'}; "
-            f"at batch {first['batch']} the peak of {units.nbytes(peak.peak_bytes)} is {shares}")
+    return (
+        f"the largest batch of {net.name} whose predicted peak fits: {fits or 'no GPU with a known capacity'}; "
+        f"at batch {first['batch']} the peak of {units.nbytes(peak.peak_bytes)} is {shares}"
+    )
 
 
 def results(store: Store, experiment_id: int, kind: str) -> pd.DataFrame:
@@ -329,8 +390,9 @@ def results(store: Store, experiment_id: int, kind: str) -> pd.DataFrame:
     if kind == "fusion":
         pairs = fused_pairs(store, experiment_id)
         iteration = frame[frame["layer"] == "iteration"] if not frame.empty else frame
-        return pd.concat([pairs, iteration.rename(columns={"a_ms": "separate_ms", "b_ms": "fused_ms"})],
-                         ignore_index=True)[[c for c in FUSION_COLUMNS if c in pairs.columns or c in iteration]]
+        return pd.concat(
+            [pairs, iteration.rename(columns={"a_ms": "separate_ms", "b_ms": "fused_ms"})], ignore_index=True
+        )[[c for c in FUSION_COLUMNS if c in pairs.columns or c in iteration]]
     return l1_alone(frame) if kind == "l1-bypass" else frame
 
 
@@ -353,5 +415,14 @@ def l1_alone(frame: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["staged_ms"])
 
 
-FUSION_COLUMNS = ("layer", "relu", "phase", "separate_ms", "fused_ms", "speedup", "noise", "dram_bytes_saved",
-                  "model_relu_bytes")
+FUSION_COLUMNS = (
+    "layer",
+    "relu",
+    "phase",
+    "separate_ms",
+    "fused_ms",
+    "speedup",
+    "noise",
+    "dram_bytes_saved",
+    "model_relu_bytes",
+)

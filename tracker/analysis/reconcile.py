@@ -20,8 +20,21 @@ def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:
 
 def reconcile(store: Store, run_id: int) -> pd.DataFrame:
     s = view(store, "layer_summary", run_id)
-    frame = s[["run_id", "layer_id", "layer", "kind", "phase", "model_ops", "flops", "model_bytes", "dram_bytes",
-               "l2_bytes", "l1_bytes"]].copy()
+    frame = s[
+        [
+            "run_id",
+            "layer_id",
+            "layer",
+            "kind",
+            "phase",
+            "model_ops",
+            "flops",
+            "model_bytes",
+            "dram_bytes",
+            "l2_bytes",
+            "l1_bytes",
+        ]
+    ].copy()
     frame["flops_ratio"] = _ratio(frame["flops"], frame["model_ops"])
     for level in ("dram", "l2", "l1"):
         frame[f"{level}_ratio"] = _ratio(frame[f"{level}_bytes"], frame["model_bytes"])

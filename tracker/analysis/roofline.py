@@ -13,16 +13,21 @@ from tracker.model import lookup
 from tracker.model.roofline import ROOF_LEVELS, Roofs
 from tracker.store import Store
 
-LEVELS = {"L1": ("l1_intensity", "l1_peak_bytes_per_s"), "L2": ("l2_intensity", "l2_peak_bytes_per_s"),
-          "DRAM": ("dram_intensity", "dram_peak_bytes_per_s")}
+LEVELS = {
+    "L1": ("l1_intensity", "l1_peak_bytes_per_s"),
+    "L2": ("l2_intensity", "l2_peak_bytes_per_s"),
+    "DRAM": ("dram_intensity", "dram_peak_bytes_per_s"),
+}
 
 
 def points(store: Store, run_id: int) -> pd.DataFrame:
     """Long form: per layer, phase and level: intensity (FLOP/byte) and flops_per_s; rows without
     an intensity are left out."""
     wide = view(store, "roofline", run_id)
-    parts = [wide[["layer_id", "layer", "phase", "flops_per_s"]].assign(level=level, intensity=wide[column])
-             for level, (column, _) in LEVELS.items()]
+    parts = [
+        wide[["layer_id", "layer", "phase", "flops_per_s"]].assign(level=level, intensity=wide[column])
+        for level, (column, _) in LEVELS.items()
+    ]
     long = pd.concat(parts, ignore_index=True)
     return in_layer_order(long.dropna(subset=["intensity", "flops_per_s"]))
 
@@ -32,8 +37,10 @@ def peaks(store: Store, run_id: int) -> dict:
     run): flops_per_s and bytes_per_s per level; None where not collected."""
     wide = view(store, "roofline", run_id)
     median = lambda column: float(wide[column].median()) if wide[column].notna().any() else None  # noqa: E731
-    return {"flops_per_s": median("peak_flops_per_s"),
-            **{level: median(column) for level, (_, column) in LEVELS.items()}}
+    return {
+        "flops_per_s": median("peak_flops_per_s"),
+        **{level: median(column) for level, (_, column) in LEVELS.items()},
+    }
 
 
 def roofs(store: Store, run_id: int) -> Roofs | None:
@@ -64,12 +71,13 @@ def chart(store: Store, run_id: int) -> tuple[pd.DataFrame, str]:
     if found.empty:
         frame = every[(every["ops"] > 0) & (every["bytes"] > 0) & (every["ms"] > 0)]
         basis = "time" if (frame["source"] == "measured").any() else "predicted"
-        found = frame.assign(level="compulsory", intensity=frame["ops"] / frame["bytes"],
-                             flops_per_s=frame["ops"] / (frame["ms"] / 1e3))[
-            ["layer_id", "layer", "phase", "level", "intensity", "flops_per_s"]].reset_index(drop=True)
+        found = frame.assign(
+            level="compulsory", intensity=frame["ops"] / frame["bytes"], flops_per_s=frame["ops"] / (frame["ms"] / 1e3)
+        )[["layer_id", "layer", "phase", "level", "intensity", "flops_per_s"]].reset_index(drop=True)
     shown = set(zip(found["layer"], found["phase"]))
-    found.attrs["left_out"] = [(layer, phase) for layer, phase in zip(every["layer"], every["phase"])
-                               if (layer, phase) not in shown]
+    found.attrs["left_out"] = [
+        (layer, phase) for layer, phase in zip(every["layer"], every["phase"]) if (layer, phase) not in shown
+    ]
     return found, basis
 
 
@@ -83,7 +91,8 @@ def efficiency(store: Store, run_id: int) -> pd.DataFrame:
     peak = roofs(store, run_id)
     flops = frame["ops"] / (frame["ms"] / 1e3)
     return frame.assign(
-        share_pct=100 * frame["ms"] / frame["ms"].sum(), flops_per_s=flops,
+        share_pct=100 * frame["ms"] / frame["ms"].sum(),
+        flops_per_s=flops,
         peak_pct=100 * flops / peak.flops_per_s if peak else None,
     )[["layer_id", "layer", "phase", "ms", "share_pct", "flops_per_s", "peak_pct", "source"]].reset_index(drop=True)
 
@@ -96,6 +105,7 @@ def moves(store: Store, run_a: int, run_b: int) -> tuple[pd.DataFrame, pd.DataFr
     level = "DRAM" if basis == "counters" else "compulsory"
     a, b = (frame[frame["level"] == level] for frame in (a, b))
     joined = a.merge(b, on=["layer_id", "layer", "phase"], suffixes=("_a", "_b"))
-    arrows = joined.rename(columns={"intensity_a": "x0", "flops_per_s_a": "y0", "intensity_b": "x1",
-                                    "flops_per_s_b": "y1"})[["layer", "phase", "x0", "y0", "x1", "y1"]]
+    arrows = joined.rename(
+        columns={"intensity_a": "x0", "flops_per_s_a": "y0", "intensity_b": "x1", "flops_per_s_b": "y1"}
+    )[["layer", "phase", "x0", "y0", "x1", "y1"]]
     return b, arrows, basis

@@ -16,16 +16,19 @@ def runtime(store: Store, run_id: int) -> pd.DataFrame:
     measured run (0 for a layer phase that launched nothing), the prediction of a model run, with
     ``source`` saying which."""
     layers = view(store, "layer_phase", run_id)[
-        ["run_id", "layer_id", "layer", "kind", "phase", "ops", "bytes", "predicted_ms", "bound"]]
+        ["run_id", "layer_id", "layer", "kind", "phase", "ops", "bytes", "predicted_ms", "bound"]
+    ]
     times = view(store, "layer_time", run_id).rename(columns={"measured_ms": "median_ms"})[
-        ["layer_id", "phase", "median_ms", "min_ms", "max_ms", "repeats", "launches", "spread_pct", "algorithm"]]
+        ["layer_id", "phase", "median_ms", "min_ms", "max_ms", "repeats", "launches", "spread_pct", "algorithm"]
+    ]
     frame = layers.merge(times, on=["layer_id", "phase"], how="left")
     if times["median_ms"].isna().all():  # a model run, or launches never timed: predictions are all there is
         frame["ms"] = frame["predicted_ms"]
         frame["source"] = frame["ms"].notna().map({True: "model", False: None})
     else:  # a layer phase that launched nothing (a ReLU fused into the conv before it) took no time
         frame[["median_ms", "min_ms", "max_ms", "launches"]] = frame[
-            ["median_ms", "min_ms", "max_ms", "launches"]].fillna(0)
+            ["median_ms", "min_ms", "max_ms", "launches"]
+        ].fillna(0)
         frame["ms"], frame["source"] = frame["median_ms"], "measured"
     return in_layer_order(frame)
 
@@ -36,9 +39,21 @@ def iteration(store: Store, run_id: int) -> dict:
     times = view(store, "layer_time_repeat", run_id)
     stats = over_repeats(times.groupby("repeat")["measured_ms"].sum()) if not times.empty else None
     if stats:
-        return {"ms": stats.median, "min_ms": stats.min, "max_ms": stats.max, "spread_pct": stats.spread_pct,
-                "repeats": stats.repeats, "source": "measured"}
+        return {
+            "ms": stats.median,
+            "min_ms": stats.min,
+            "max_ms": stats.max,
+            "spread_pct": stats.spread_pct,
+            "repeats": stats.repeats,
+            "source": "measured",
+        }
     predicted = view(store, "layer_phase", run_id)["predicted_ms"]
     total = float(predicted.sum()) if predicted.notna().any() else None
-    return {"ms": total, "min_ms": total, "max_ms": total, "spread_pct": None, "repeats": 0,
-            "source": "model" if total is not None else None}
+    return {
+        "ms": total,
+        "min_ms": total,
+        "max_ms": total,
+        "spread_pct": None,
+        "repeats": 0,
+        "source": "model" if total is not None else None,
+    }

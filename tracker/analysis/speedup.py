@@ -19,34 +19,48 @@ from tracker.store import Store
 
 KEY = ["layer_id", "layer", "kind", "phase"]
 # (view, column) pairs whose change between two runs compare reports, when both runs have counters.
-DELTAS = (("cache_hit_rate", "l1_hit_rate"), ("cache_hit_rate", "l2_hit_rate"),
-          ("memory_traffic", "dram_read_bytes"), ("memory_traffic", "dram_write_bytes"),
-          ("stall_breakdown", "first_reason"), ("stall_breakdown", "first_share"),
-          ("fp_instructions", "fp32_inst"))
+DELTAS = (
+    ("cache_hit_rate", "l1_hit_rate"),
+    ("cache_hit_rate", "l2_hit_rate"),
+    ("memory_traffic", "dram_read_bytes"),
+    ("memory_traffic", "dram_write_bytes"),
+    ("stall_breakdown", "first_reason"),
+    ("stall_breakdown", "first_share"),
+    ("fp_instructions", "fp32_inst"),
+)
 
 
 def _check_comparable(a: pd.DataFrame, b: pd.DataFrame, run_a: int, run_b: int) -> None:
     layers_a = list(a.drop_duplicates("layer_id")[["layer", "kind"]].itertuples(index=False))
     layers_b = list(b.drop_duplicates("layer_id")[["layer", "kind"]].itertuples(index=False))
     if layers_a != layers_b:
-        first = next((i for i, (x, y) in enumerate(zip(layers_a, layers_b)) if x != y),
-                     min(len(layers_a), len(layers_b)))
+        first = next(
+            (i for i, (x, y) in enumerate(zip(layers_a, layers_b)) if x != y), min(len(layers_a), len(layers_b))
+        )
         at = lambda layers: f"{layers[first][0]} ({layers[first][1]})" if first < len(layers) else "nothing"  # noqa: E731
-        raise Mismatch(f"runs {run_a} and {run_b} have different layers: layer {first + 1} is {at(layers_a)} in run "
-                       f"{run_a} but {at(layers_b)} in run {run_b}")
+        raise Mismatch(
+            f"runs {run_a} and {run_b} have different layers: layer {first + 1} is {at(layers_a)} in run "
+            f"{run_a} but {at(layers_b)} in run {run_b}"
+        )
     phases_a, phases_b = set(zip(a.layer_id, a.phase)), set(zip(b.layer_id, b.phase))
     if phases_a != phases_b:
-        raise Mismatch(f"runs {run_a} and {run_b} ran different phases ({len(phases_a)} and {len(phases_b)} layer "
-                       "phases): profile both with the same --phases")
+        raise Mismatch(
+            f"runs {run_a} and {run_b} ran different phases ({len(phases_a)} and {len(phases_b)} layer "
+            "phases): profile both with the same --phases"
+        )
     sources = {run_a: set(a.source.dropna()), run_b: set(b.source.dropna())}
     for run, found in sources.items():
         if not found:
-            raise Mismatch(f"run {run} has no times: it is a model run without a device "
-                           "(profile it with --device NAME for the roofline's times)")
+            raise Mismatch(
+                f"run {run} has no times: it is a model run without a device "
+                "(profile it with --device NAME for the roofline's times)"
+            )
     if sources[run_a] != sources[run_b]:
         kind = {run: "measured" if "measured" in s else "the model's prediction" for run, s in sources.items()}
-        raise Mismatch(f"run {run_a} is {kind[run_a]} and run {run_b} is {kind[run_b]}: "
-                       "compare two measured runs or two model runs")
+        raise Mismatch(
+            f"run {run_a} is {kind[run_a]} and run {run_b} is {kind[run_b]}: "
+            "compare two measured runs or two model runs"
+        )
 
 
 TIMES = ("ms", "min_ms", "max_ms")
@@ -110,10 +124,20 @@ def compare_iterations(store: Store, run_a: int, run_b: int) -> dict:
     speedup = a["ms"] / b["ms"] if a["ms"] and b["ms"] else None
     judged = a["repeats"] > 1 and b["repeats"] > 1
     overlap = judged and a["min_ms"] <= b["max_ms"] and b["min_ms"] <= a["max_ms"]
-    return {"run_a": run_a, "run_b": run_b, "layer": "iteration", "phase": "all", "a_ms": a["ms"], "b_ms": b["ms"],
-            "spread_pct_a": a["spread_pct"], "spread_pct_b": b["spread_pct"], "speedup": speedup,
-            "change_pct": 100 * (speedup - 1) if speedup else None, "noise": overlap if judged else None,
-            "basis": "per image" if batch_a != batch_b else "per batch"}
+    return {
+        "run_a": run_a,
+        "run_b": run_b,
+        "layer": "iteration",
+        "phase": "all",
+        "a_ms": a["ms"],
+        "b_ms": b["ms"],
+        "spread_pct_a": a["spread_pct"],
+        "spread_pct_b": b["spread_pct"],
+        "speedup": speedup,
+        "change_pct": 100 * (speedup - 1) if speedup else None,
+        "noise": overlap if judged else None,
+        "basis": "per image" if batch_a != batch_b else "per batch",
+    }
 
 
 def metric_deltas(store: Store, run_a: int, run_b: int) -> pd.DataFrame:

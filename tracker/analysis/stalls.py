@@ -24,8 +24,9 @@ def by_category(store: Store, run_id: int) -> pd.DataFrame:
     """Long form: one row per layer, phase and paper-003 category with its share of all stalls."""
     wide = breakdown(store, run_id)
     reasons = [c for c in CATEGORY if c in wide.columns]
-    long = wide.melt(id_vars=["layer_id", "layer", "phase"], value_vars=reasons, var_name="reason",
-                     value_name="share").dropna(subset=["share"])
+    long = wide.melt(
+        id_vars=["layer_id", "layer", "phase"], value_vars=reasons, var_name="reason", value_name="share"
+    ).dropna(subset=["share"])
     long["category"] = long["reason"].map(CATEGORY)
     grouped = long.groupby(["layer_id", "layer", "phase", "category"], as_index=False)["share"].sum()
     return in_layer_order(grouped)
@@ -45,12 +46,24 @@ def bound(store: Store, run_id: int) -> pd.DataFrame:
     stalls = breakdown(store, run_id)
     use = view(store, "utilization", run_id)
     frame = model.rename(columns={"bound": "model_bound"})
-    frame = frame.merge(stalls[["layer_id", "phase", "first_reason", "first_share", "second_reason"]],
-                        on=["layer_id", "phase"], how="left") if not stalls.empty else frame.assign(
-        first_reason=None, first_share=None, second_reason=None)
-    frame = frame.merge(use[["layer_id", "phase", "sm_throughput_pct", "memory_throughput_pct"]],
-                        on=["layer_id", "phase"], how="left") if not use.empty else frame.assign(
-        sm_throughput_pct=None, memory_throughput_pct=None)
+    frame = (
+        frame.merge(
+            stalls[["layer_id", "phase", "first_reason", "first_share", "second_reason"]],
+            on=["layer_id", "phase"],
+            how="left",
+        )
+        if not stalls.empty
+        else frame.assign(first_reason=None, first_share=None, second_reason=None)
+    )
+    frame = (
+        frame.merge(
+            use[["layer_id", "phase", "sm_throughput_pct", "memory_throughput_pct"]],
+            on=["layer_id", "phase"],
+            how="left",
+        )
+        if not use.empty
+        else frame.assign(sm_throughput_pct=None, memory_throughput_pct=None)
+    )
     verdicts = [_verdict(row) for row in frame.itertuples(index=False)]
     frame["bound"] = [v[0] for v in verdicts]
     frame["why"] = [v[1] for v in verdicts]
@@ -59,8 +72,9 @@ def bound(store: Store, run_id: int) -> pd.DataFrame:
 
 def _verdict(row) -> tuple[str | None, str]:
     sm, mem = row.sm_throughput_pct, row.memory_throughput_pct
-    busiest = max(((sm, "compute", "SM"), (mem, "memory", "memory")),
-                  key=lambda t: -1 if t[0] is None or pd.isna(t[0]) else t[0])
+    busiest = max(
+        ((sm, "compute", "SM"), (mem, "memory", "memory")), key=lambda t: -1 if t[0] is None or pd.isna(t[0]) else t[0]
+    )
     if busiest[0] is not None and not pd.isna(busiest[0]) and busiest[0] >= BUSY_PCT:
         return busiest[1], f"{busiest[2]} throughput {busiest[0]:.0f}% of peak"
     verdict = classify(row.first_reason)

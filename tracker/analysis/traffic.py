@@ -30,8 +30,12 @@ def by_level(store: Store, run_id: int) -> pd.DataFrame:
     parts = []
     for level, (transactions, nbytes, rate, pct) in LEVELS.items():
         part = wide[["layer_id", "layer", "phase"]].assign(
-            level=level, transactions=wide[transactions], bytes=wide[nbytes], bytes_per_s=wide[rate],
-            pct_of_peak=wide[pct])
+            level=level,
+            transactions=wide[transactions],
+            bytes=wide[nbytes],
+            bytes_per_s=wide[rate],
+            pct_of_peak=wide[pct],
+        )
         parts.append(part)
     long = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     values = ["transactions", "bytes", "bytes_per_s", "pct_of_peak"]

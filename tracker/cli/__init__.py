@@ -94,11 +94,26 @@ def cli() -> None:
 # Every command, by the module that defines it; the modules know nothing of this group (help lists
 # the commands alphabetically, so this order is the reader's, not the user's).
 COMMANDS = (
-    catalog.networks, catalog.devices, catalog.model, catalog.metrics,
-    gpu.kernels, gpu.selftest, gpu.tune,
-    experiments.experiment, experiments.experiments, experiments.arm,
-    study.compare, study.agree, study.report, study.export,
-    trace.profile, trace.runs, trace.show, trace.sql, trace.reader_role, trace.upgrade,
+    catalog.networks,
+    catalog.devices,
+    catalog.model,
+    catalog.metrics,
+    gpu.kernels,
+    gpu.selftest,
+    gpu.tune,
+    experiments.experiment,
+    experiments.experiments,
+    experiments.arm,
+    study.compare,
+    study.agree,
+    study.report,
+    study.export,
+    trace.profile,
+    trace.runs,
+    trace.show,
+    trace.sql,
+    trace.reader_role,
+    trace.upgrade,
 )
 for command in COMMANDS:
     cli.add_command(command)

@@ -7,16 +7,15 @@ import click
 from tracker.cli.options import WholeNumber, emit, format_option, net_kwargs, network_options
 from tracker.cli.output import cell, record, to_json
 from tracker.errors import TrackerError, unknown
-from tracker.model import CATALOG, DTYPE_BITS, lookup, memory, predict
-from tracker.phases import PHASE_SETS
-from tracker.model.roofline import MAX_BATCH
-from tracker.units import header
-from tracker.nets import NETWORKS, build
 from tracker.metrics import FAMILIES
+from tracker.model import CATALOG, DTYPE_BITS, lookup, memory, predict
+from tracker.model.roofline import MAX_BATCH
+from tracker.nets import NETWORKS, build
+from tracker.phases import PHASE_SETS
+from tracker.units import header
 
 batch_option = click.option(
-    "--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=1, show_default=True,
-    help="Images per mini-batch.",
+    "--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=1, show_default=True, help="Images per mini-batch."
 )
 
 
@@ -29,16 +28,26 @@ def _device(ctx, param, value: str | None) -> str | None:
 
 
 device_option = click.option(
-    "--device", "-d", metavar="NAME", default=None, callback=_device,
+    "--device",
+    "-d",
+    metavar="NAME",
+    default=None,
+    callback=_device,
     help="A catalog GPU for the roofline (h100, a100, gtx1080, 'NVIDIA H100 80GB HBM3', ...; see `tracker devices`). "
-         "profile and experiment on the model backend: h100-sxm where none is named.",
+    "profile and experiment on the model backend: h100-sxm where none is named.",
 )
 dtype_option = click.option(
-    "--dtype-bits", type=click.Choice([str(b) for b in DTYPE_BITS]), default="32", show_default=True,
+    "--dtype-bits",
+    type=click.Choice([str(b) for b in DTYPE_BITS]),
+    default="32",
+    show_default=True,
     help="Bits per value for the byte counts (the roof stays the FP32 peak, as in paper 000).",
 )
 phases_option = click.option(
-    "--phases", type=click.Choice(list(PHASE_SETS)), default="both", show_default=True,
+    "--phases",
+    type=click.Choice(list(PHASE_SETS)),
+    default="both",
+    show_default=True,
     help="fwd, bwd (bwd_data and bwd_weight) or both.",
 )
 
@@ -63,10 +72,18 @@ def networks(network, fmt, **kwargs):
         rows = []
         for name, entry in NETWORKS.items():
             net = entry.build()
-            rows.append({"network": name, "summary": entry.summary, "input_shape": list(net.input_shape),
-                         "layers": len(net.layers), "params": net.params,
-                         "grouped_convolutions": net.grouped_convolutions,
-                         "options": ["--" + o.replace("_", "-") for o in entry.options], "notes": net.notes})
+            rows.append(
+                {
+                    "network": name,
+                    "summary": entry.summary,
+                    "input_shape": list(net.input_shape),
+                    "layers": len(net.layers),
+                    "params": net.params,
+                    "grouped_convolutions": net.grouped_convolutions,
+                    "options": ["--" + o.replace("_", "-") for o in entry.options],
+                    "notes": net.notes,
+                }
+            )
         columns = None if fmt == "json" else ("network", "summary", "input_shape", "layers", "params", "options")
         emit(rows, fmt, columns)
         return
@@ -77,8 +94,10 @@ def networks(network, fmt, **kwargs):
     rows = [layer.to_dict() for layer in net.layers]
     emit(rows, fmt, ("layer_id", "layer", "kind", "inputs", "output_shape", "params", "phases", "attributes"))
     if fmt == "table":
-        click.echo(f"\n{net.name}: input {cell('', list(net.input_shape))}, {len(net.layers)} layers, "
-                   f"{net.params:,} parameters, grouped convolutions: {'yes' if net.grouped_convolutions else 'no'}")
+        click.echo(
+            f"\n{net.name}: input {cell('', list(net.input_shape))}, {len(net.layers)} layers, "
+            f"{net.params:,} parameters, grouped convolutions: {'yes' if net.grouped_convolutions else 'no'}"
+        )
         for note in net.notes:
             click.echo(f"  - {note}")
 
@@ -105,8 +124,21 @@ def devices(name, fmt):
                 click.echo(f"{header(key):>21}: {cell(key, value)}  {_source(device, key)}".rstrip())
         return
     rows = [d.to_dict() for d in CATALOG]
-    columns = None if fmt == "json" else ("device", "name", "compute_capability", "sm_count", "fp32_tflops",
-                                          "dram_gbps", "l2_kib", "shared_kib_per_sm", "ridge_flop_per_byte")
+    columns = (
+        None
+        if fmt == "json"
+        else (
+            "device",
+            "name",
+            "compute_capability",
+            "sm_count",
+            "fp32_tflops",
+            "dram_gbps",
+            "l2_kib",
+            "shared_kib_per_sm",
+            "ridge_flop_per_byte",
+        )
+    )
     emit(rows, fmt, columns)
     if fmt == "table":
         click.echo("\nsources of every figure: tracker devices NAME")
@@ -137,13 +169,18 @@ ROOF_COLUMNS = ("attainable_gflops", "predicted_ms", "bound")
 @phases_option
 @network_options
 @click.option("--memory", "show_memory", is_flag=True, help="Print the peak-memory breakdown instead of the layers.")
-@click.option("--plot", default=None, metavar="FILE",
-              help="Draw the roofline (needs --device) into this PNG, SVG or PDF file.")
-@click.option("--algorithm", default=None, metavar="NAME|all",
-              help="Cost the convolutions by one algorithm (direct, implicit_gemm, gemm, winograd_f2, winograd_f4, "
-              "fft; Winograd and FFT where the stride is 1, direct elsewhere, as each row says): its multiplies, "
-              "transform FLOPs and workspace move the roofline and the memory peak. 'all': every algorithm side by "
-              "side per conv layer phase, the fastest on --device (else the fewest FLOPs) marked best (paper 004).")
+@click.option(
+    "--plot", default=None, metavar="FILE", help="Draw the roofline (needs --device) into this PNG, SVG or PDF file."
+)
+@click.option(
+    "--algorithm",
+    default=None,
+    metavar="NAME|all",
+    help="Cost the convolutions by one algorithm (direct, implicit_gemm, gemm, winograd_f2, winograd_f4, "
+    "fft; Winograd and FFT where the stride is 1, direct elsewhere, as each row says): its multiplies, "
+    "transform FLOPs and workspace move the roofline and the memory peak. 'all': every algorithm side by "
+    "side per conv layer phase, the fastest on --device (else the fewest FLOPs) marked best (paper 004).",
+)
 @format_option
 def model(network, batch, device, dtype_bits, phases, show_memory, plot, algorithm, fmt, **kwargs):
     """Analytic FLOPs, bytes, arithmetic intensity, roofline and memory per layer and phase.
@@ -175,8 +212,9 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, algorit
     bits = int(dtype_bits)
     if algorithm == "all":
         if show_memory or plot is not None:
-            raise TrackerError("--algorithm all compares the algorithms in one table: name one algorithm for --memory "
-                               "or --plot")
+            raise TrackerError(
+                "--algorithm all compares the algorithms in one table: name one algorithm for --memory or --plot"
+            )
         _algorithms(net, batch, gpu, bits, phases, fmt)
         return
     peak = memory(net, batch, bits, algorithm)
@@ -184,9 +222,13 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, algorit
         emit([{"item": k, "bytes": v} for k, v in peak.to_dict().items()], fmt)
         return
     rows = predict(net, batch, gpu, bits, phases, algorithm)
-    emit([r.to_dict(with_device=gpu is not None) for r in rows], fmt,
-         None if fmt == "json" else MODEL_COLUMNS + (ROOF_COLUMNS if gpu else ())
-         + (("algorithm", "workspace_bytes") if algorithm else ()))
+    emit(
+        [r.to_dict(with_device=gpu is not None) for r in rows],
+        fmt,
+        None
+        if fmt == "json"
+        else MODEL_COLUMNS + (ROOF_COLUMNS if gpu else ()) + (("algorithm", "workspace_bytes") if algorithm else ()),
+    )
     if fmt == "table":
         _model_footer(net, batch, gpu, bits, rows, peak)
     if plot is not None and gpu is not None:  # refused above without a device
@@ -200,17 +242,28 @@ def _plot_roofline(net, batch: int, gpu, bits: int, rows, plot) -> None:
     from tracker.figures.roofline import model_points, roofline
     from tracker.model.roofline import Roofs
 
-    figure = roofline(model_points(rows), Roofs.of(gpu),
-                      f"Roofline predicted by the model: {net.name}, batch {batch}, {bits}-bit, on {gpu.name}",
-                      basis="predicted")
+    figure = roofline(
+        model_points(rows),
+        Roofs.of(gpu),
+        f"Roofline predicted by the model: {net.name}, batch {batch}, {bits}-bit, on {gpu.name}",
+        basis="predicted",
+    )
     if figure is None:
         raise TrackerError("nothing to plot: no layer phase does arithmetic")
     save(figure, plot)
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
-ALGORITHM_COLUMNS = ("layer", "phase", "algorithm", "multiplies", "transform_flops", "ops", "workspace_bytes",
-                     "intensity")
+ALGORITHM_COLUMNS = (
+    "layer",
+    "phase",
+    "algorithm",
+    "multiplies",
+    "transform_flops",
+    "ops",
+    "workspace_bytes",
+    "intensity",
+)
 
 
 def _algorithms(net, batch, gpu, bits, phases, fmt) -> None:
@@ -225,8 +278,10 @@ def _algorithms(net, batch, gpu, bits, phases, fmt) -> None:
         basis = f"predicted time on {gpu.name} (roofline)" if gpu else "fewest FLOPs (add --device NAME for time)"
         ties = len({(r["layer"], r["phase"]) for r in rows if r["best"] == "tie"})
         click.echo(f"\nbest: {basis}; tie: several equal to the digits shown ({ties} layer phases)")
-        click.echo("multiplies: of each algorithm's arithmetic stage; transform FLOPs as dense matrix products "
-                   "(an upper bound); --format json gives each row's rule")
+        click.echo(
+            "multiplies: of each algorithm's arithmetic stage; transform FLOPs as dense matrix products "
+            "(an upper bound); --format json gives each row's rule"
+        )
 
 
 def _model_footer(net, batch, gpu, bits, rows, peak) -> None:
@@ -236,9 +291,11 @@ def _model_footer(net, batch, gpu, bits, rows, peak) -> None:
     if gpu:
         line += f", {sum(r.predicted_ms for r in rows):.4g} ms predicted on {gpu.name} (roofline, FP32 peak)"
     click.echo(line)
-    click.echo(f"peak memory of one training step: {cell('bytes', peak.peak_bytes)} "
-               f"(params {cell('bytes', peak.param_bytes)}, activations {cell('bytes', peak.activation_bytes)}; "
-               "details: --memory)")
+    click.echo(
+        f"peak memory of one training step: {cell('bytes', peak.peak_bytes)} "
+        f"(params {cell('bytes', peak.param_bytes)}, activations {cell('bytes', peak.activation_bytes)}; "
+        "details: --memory)"
+    )
     click.echo("ops: paper 003's convention (multiply-add = 2, bias not counted); each row's rule: --format json")
 
 
@@ -264,8 +321,11 @@ def metrics(name, family, fmt):
     from tracker.profilers import COLLECTORS, sources
 
     named = {collector: sources(collector) for collector in COLLECTORS}
-    rows = [r | {collector: getattr(names.by_metric.get(r["name"]), "name", None) for collector, names in named.items()}
-            for r in metric_def_rows() if family in (None, r["family"])]
+    rows = [
+        r | {collector: getattr(names.by_metric.get(r["name"]), "name", None) for collector, names in named.items()}
+        for r in metric_def_rows()
+        if family in (None, r["family"])
+    ]
     if name is not None:
         if name not in BY_NAME:
             raise unknown("metric", name, list(BY_NAME))

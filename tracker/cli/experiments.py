@@ -30,8 +30,10 @@ from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP
 
 BATCH_COLUMNS = ("batch", "layer", "phase", "ms", "spread_pct", "ms_per_image", "ops", "bytes", "source")
 TOTAL_COLUMNS = ("batch", "step_ms", "ms_per_image", "images_per_s", "ops", "bytes")  # a batch's whole training step
-ACROSS = {"gpu": "GPU against GPU (paper 003 Fig. 8): speedup = the first GPU's time / this GPU's time",
-          "batch": "batch against batch, per image: speedup = the first batch's time per image / this one's"}
+ACROSS = {
+    "gpu": "GPU against GPU (paper 003 Fig. 8): speedup = the first GPU's time / this GPU's time",
+    "batch": "batch against batch, per image: speedup = the first batch's time per image / this one's",
+}
 
 
 def _items(param, value: str, example: str) -> list[str]:
@@ -83,49 +85,136 @@ def _axes(ctx, param, values: tuple[str, ...]) -> tuple[tuple[str, tuple], ...]:
 @click.command()
 @click.argument("kind", type=click.Choice(KINDS))
 @click.argument("network")
-@click.option("--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=128, show_default=True,
-              help="Images per mini-batch.")
-@click.option("--batches", callback=_batches, default=None, metavar="B,B,...",
-              help="batch: the batch sizes to run (e.g. 16,64,128; the first is the baseline).")
+@click.option(
+    "--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=128, show_default=True, help="Images per mini-batch."
+)
+@click.option(
+    "--batches",
+    callback=_batches,
+    default=None,
+    metavar="B,B,...",
+    help="batch: the batch sizes to run (e.g. 16,64,128; the first is the baseline).",
+)
 @db_option
-@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
-              help="As for tracker profile; only batch runs on the model backend.")
-@click.option("--repeat", type=WholeNumber(1, MAX_REPEAT), default=5, show_default=True,
-              help="Measured iterations per run: the spread that tells a speedup from noise.")
+@click.option(
+    "--backend",
+    type=click.Choice(BACKENDS),
+    default="auto",
+    show_default=True,
+    help="As for tracker profile; only batch runs on the model backend.",
+)
+@click.option(
+    "--repeat",
+    type=WholeNumber(1, MAX_REPEAT),
+    default=5,
+    show_default=True,
+    help="Measured iterations per run: the spread that tells a speedup from noise.",
+)
 @click.option("--warmup", type=WholeNumber(0, MAX_WARMUP), default=1, show_default=True)
-@click.option("--variants", "variants", callback=_names, default=None, metavar="V,V,...",
-              help="l1-bypass, variants, batch: the kernel variants to run (default: every one; the first is "
-                   "the variants baseline; batch runs each at every batch size).")
-@click.option("--vary", "vary", multiple=True, callback=_axes, metavar="OPTION=V,V,...",
-              help="Run every arm at each value of a network option (repeatable: every combination), e.g. "
-                   "--vary input_size=64,96,128 --vary conv_type=standard,separable.")
-@click.option("--gpus", callback=_names, default=None, metavar="KIND,...",
-              help="Run every arm on each GPU kind and compare GPU against GPU per layer (paper 003 Fig. 8): "
-                   "Slurm GRES types (gpu:KIND) with --executor slurm; catalog devices on --backend model.")
-@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
-              help="local: this process runs the arms one after another. slurm: one job per arm on the "
-                   "cluster (sbatch --array), into one PostgreSQL store (--db postgresql://...).")
-@click.option("--sbatch", "sbatch_args", default="", metavar="OPTIONS",
-              help="slurm: more sbatch options, e.g. '--partition=gpu --time=30 --account=lab' "
-                   "({gpu} becomes the arm's GPU kind: '--partition={gpu}').")
-@click.option("--logs", default="tracker-logs", show_default=True, callback=output_dir,
-              help="slurm: the directory each job writes its output to (one the nodes share).")
-@click.option("--detach", is_flag=True,
-              help="slurm: submit the arms and return; `tracker experiments eN` follows them, and running "
-                   "the same command again waits for them.")
-@click.option("--poll", type=FiniteRange(0.1, 3600), default=5.0, show_default=True, metavar="SECONDS",
-              help="slurm: how often to look at the store and the queue while the arms run.")
-@click.option("--layers", "layer_rows", is_flag=True,
-              help="batch: after each batch size's totals, every layer phase's time (the report draws them too).")
-@click.option("--fresh", is_flag=True,
-              help="Start a new experiment even where an unfinished one was planned the same way "
-                   "(by default it is resumed: complete arms are kept, the rest run again).")
+@click.option(
+    "--variants",
+    "variants",
+    callback=_names,
+    default=None,
+    metavar="V,V,...",
+    help="l1-bypass, variants, batch: the kernel variants to run (default: every one; the first is "
+    "the variants baseline; batch runs each at every batch size).",
+)
+@click.option(
+    "--vary",
+    "vary",
+    multiple=True,
+    callback=_axes,
+    metavar="OPTION=V,V,...",
+    help="Run every arm at each value of a network option (repeatable: every combination), e.g. "
+    "--vary input_size=64,96,128 --vary conv_type=standard,separable.",
+)
+@click.option(
+    "--gpus",
+    callback=_names,
+    default=None,
+    metavar="KIND,...",
+    help="Run every arm on each GPU kind and compare GPU against GPU per layer (paper 003 Fig. 8): "
+    "Slurm GRES types (gpu:KIND) with --executor slurm; catalog devices on --backend model.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="local: this process runs the arms one after another. slurm: one job per arm on the "
+    "cluster (sbatch --array), into one PostgreSQL store (--db postgresql://...).",
+)
+@click.option(
+    "--sbatch",
+    "sbatch_args",
+    default="",
+    metavar="OPTIONS",
+    help="slurm: more sbatch options, e.g. '--partition=gpu --time=30 --account=lab' "
+    "({gpu} becomes the arm's GPU kind: '--partition={gpu}').",
+)
+@click.option(
+    "--logs",
+    default="tracker-logs",
+    show_default=True,
+    callback=output_dir,
+    help="slurm: the directory each job writes its output to (one the nodes share).",
+)
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="slurm: submit the arms and return; `tracker experiments eN` follows them, and running "
+    "the same command again waits for them.",
+)
+@click.option(
+    "--poll",
+    type=FiniteRange(0.1, 3600),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="slurm: how often to look at the store and the queue while the arms run.",
+)
+@click.option(
+    "--layers",
+    "layer_rows",
+    is_flag=True,
+    help="batch: after each batch size's totals, every layer phase's time (the report draws them too).",
+)
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start a new experiment even where an unfinished one was planned the same way "
+    "(by default it is resumed: complete arms are kept, the rest run again).",
+)
 @ncu_options
 @device_option
 @network_options
 @format_option
-def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sbatch_args, logs, detach, poll, layer_rows,
-               fresh, db, backend, repeat, warmup, clock_control, cache_control, device, fmt, **kwargs):
+def experiment(
+    kind,
+    network,
+    batch,
+    batches,
+    variants,
+    vary,
+    gpus,
+    executor,
+    sbatch_args,
+    logs,
+    detach,
+    poll,
+    layer_rows,
+    fresh,
+    db,
+    backend,
+    repeat,
+    warmup,
+    clock_control,
+    cache_control,
+    device,
+    fmt,
+    **kwargs,
+):
     """Run a set of profiles that answers one question, and print per-layer speedups.
 
     \b
@@ -146,7 +235,8 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
 
     \b
     A sweep adds axes: every arm at each of --batches (for any kind but batch, whose axis it
-    is), at each value of each --vary network option, and on each of --gpus; each cell compares its arms, and GPU is compared with GPU per
+    is), at each value of each --vary network option, and on each of --gpus; each cell compares its arms,
+    and GPU is compared with GPU per
     layer. Each arm's state, node and GPU: `tracker experiments eN`. Running an unfinished
     experiment again resumes it: complete arms are kept, the others run again. While a process
     here runs it, the same command stops in one line (exit 1): each arm runs once.
@@ -177,13 +267,29 @@ def experiment(kind, network, batch, batches, variants, vary, gpus, executor, sb
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     runner = _executor(executor, sbatch_args, logs, poll, detach)
     if layer_rows and kind != "batch":
-        raise click.UsageError(f"--layers prints a batch experiment's layer rows after its totals; experiment {kind} "
-                               "prints its rows whole")
-    experiment_id = run_experiment(db, kind, net, batch, batches=batches, variants=variants, gpus=gpus, vary=vary,
-                                   backend=backend, repeat=repeat, warmup=warmup, device=gpu, echo=say,
-                                   ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control),
-                                   executor=runner, fresh=fresh, model_device=lookup(MODEL_DEFAULT),
-                                   started=command_started())  # twins started together share one experiment
+        raise click.UsageError(
+            f"--layers prints a batch experiment's layer rows after its totals; experiment {kind} prints its rows whole"
+        )
+    experiment_id = run_experiment(
+        db,
+        kind,
+        net,
+        batch,
+        batches=batches,
+        variants=variants,
+        gpus=gpus,
+        vary=vary,
+        backend=backend,
+        repeat=repeat,
+        warmup=warmup,
+        device=gpu,
+        echo=say,
+        ncu=NcuSettings(cache_control=cache_control, clock_control=clock_control),
+        executor=runner,
+        fresh=fresh,
+        model_device=lookup(MODEL_DEFAULT),
+        started=command_started(),
+    )  # twins started together share one experiment
     if detach:
         return
     store = open_store(db, write=False)
@@ -218,17 +324,31 @@ def _columns(kind: str, frame, swept: list[str]):
         return (*swept, *BATCH_COLUMNS)
     if kind in ("fusion", "memory"):
         return None
-    return [c for c in SPEEDUP_COLUMNS + ("algorithm_a", "algorithm_b", "workspace_bytes_b", *CUDNN_COLUMNS,
-                                          "l1_hit_rate_change", "l2_hit_rate_change")
-            if c in frame.columns and (kind in ("library", "algorithms", "variants")
-                                       or not c.startswith(("algorithm", "library")))]
+    return [
+        c
+        for c in SPEEDUP_COLUMNS
+        + (
+            "algorithm_a",
+            "algorithm_b",
+            "workspace_bytes_b",
+            *CUDNN_COLUMNS,
+            "l1_hit_rate_change",
+            "l2_hit_rate_change",
+        )
+        if c in frame.columns
+        and (kind in ("library", "algorithms", "variants") or not c.startswith(("algorithm", "library")))
+    ]
 
 
 def _print_tables(store, experiment_id: int, kind: str, result, swept: list[str], columns, layer_rows: bool) -> None:
     """The experiment for a reader: what it measured, its arms' rows, and each sweep's comparison."""
-    measure = ("each arm's peak memory of a training step, the model's beside the measured" if kind == "memory"
-               else "the training step at each batch, in all and per image" if kind == "batch"
-               else "speedup = baseline time / arm time")
+    measure = (
+        "each arm's peak memory of a training step, the model's beside the measured"
+        if kind == "memory"
+        else "the training step at each batch, in all and per image"
+        if kind == "batch"
+        else "speedup = baseline time / arm time"
+    )
     click.echo(f"experiment e{experiment_id} {result.status}; {measure}; next: tracker report e{experiment_id}")
     if kind == "batch":
         _batch_tables(result.frame, swept, columns, layer_rows)
@@ -246,8 +366,11 @@ def _print_tables(store, experiment_id: int, kind: str, result, swept: list[str]
 def _print_rows(result, fmt: str, columns) -> None:
     """The experiment for programs: with sweeps, one table whose rows say which comparison they belong to."""
     if result.sweeps:
-        emit(records(result.frame.assign(table="arms")) + [r for axis, table in result.sweeps
-                                                           for r in records(table.assign(table=axis))], fmt)
+        emit(
+            records(result.frame.assign(table="arms"))
+            + [r for axis, table in result.sweeps for r in records(table.assign(table=axis))],
+            fmt,
+        )
     else:
         emit(records(result.frame), fmt, columns)
 
@@ -291,12 +414,7 @@ def experiments(target, db, fmt):
       tracker experiments e2
       tracker experiments --format json
     """
-    from tracker.store import (
-        experiment_dict,
-        experiment_ids,
-        find_experiment,
-        open_store,
-    )
+    from tracker.store import experiment_dict, experiment_ids, find_experiment, open_store
     from tracker.store.queries import arm_rows, experiment_arm_runs
     from tracker.store.states import arm_state
 
@@ -317,13 +435,20 @@ def experiments(target, db, fmt):
         info = experiment_dict(find_experiment(store, experiment_id), arms)
         linked = experiment_arm_runs(store, experiment_id)
         states = [arm_state(a) for a in arms]
-        rows.append({"experiment": f"e{experiment_id}", "kind": info["kind"], "status": info["status"],
-                     "network": info["network"], "backend": info["settings"].get("backend"),
-                     "executor": info["settings"].get("executor", "local"),
-                     "arms": ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states))
-                     or ", ".join(arm for arm, _ in linked),
-                     "runs": ",".join(str(run) for _, run in linked),
-                     "started_at": info["started_at"].isoformat(timespec="seconds")})
+        rows.append(
+            {
+                "experiment": f"e{experiment_id}",
+                "kind": info["kind"],
+                "status": info["status"],
+                "network": info["network"],
+                "backend": info["settings"].get("backend"),
+                "executor": info["settings"].get("executor", "local"),
+                "arms": ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states))
+                or ", ".join(arm for arm, _ in linked),
+                "runs": ",".join(str(run) for _, run in linked),
+                "started_at": info["started_at"].isoformat(timespec="seconds"),
+            }
+        )
     if not rows and fmt == "table":
         click.echo("no experiments yet: tracker experiment fusion alexnet --batch 128")
         return
@@ -331,9 +456,19 @@ def experiments(target, db, fmt):
 
 
 def _arm_row(arm, state: str) -> dict:
-    return {"position": arm.position, "arm": arm.label, "gpu": arm.gpu, "state": state, "node": arm.node,
-            "device": arm.device_name, "run": arm.run_id, "job": arm.job, "attempts": arm.attempts,
-            "reason": arm.reason, "log": arm.log_path}
+    return {
+        "position": arm.position,
+        "arm": arm.label,
+        "gpu": arm.gpu,
+        "state": state,
+        "node": arm.node,
+        "device": arm.device_name,
+        "run": arm.run_id,
+        "job": arm.job,
+        "attempts": arm.attempts,
+        "reason": arm.reason,
+        "log": arm.log_path,
+    }
 
 
 @click.command()
@@ -357,7 +492,10 @@ def arm(experiment_ref, position, db):
     count = len(arm_rows(store, experiment_id))
     store.dispose()
     if position >= count:  # before the store sees it: 2**64 overflows SQLite's integers
-        raise click.BadParameter(f"e{experiment_id} has no arm {shorten(str(position))}"
-                                 + (f" (its arms are 0 to {count - 1})" if count else ""), param_hint="'POSITION'")
+        raise click.BadParameter(
+            f"e{experiment_id} has no arm {shorten(str(position))}"
+            + (f" (its arms are 0 to {count - 1})" if count else ""),
+            param_hint="'POSITION'",
+        )
     result = run_arm(db, experiment_id, position, echo=click.echo)
     click.echo(f"arm {position} of e{experiment_id} complete: run {result.run_id}")

@@ -9,13 +9,43 @@ from tracker.gpu.workload import IMPLEMENTATIONS
 from tracker.nets import build
 
 # What a reader needs first (whether a variant fits, spills, and can be trusted); --wide adds the rest.
-KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "registers", "occupancy", "shared_bytes", "spill_bytes",
-                  "verified_on", "changed_since")
-WIDE_KERNEL_COLUMNS = ("op", "phase", "variant", "l1", "kernels", "registers", "occupancy", "shared_bytes",
-                       "constant_bytes", "spill_bytes", "stack_bytes", "global_loads", "l1_loads", "ffma_per_lds",
-                       "wide_loads", "cp_async", "verified_on", "changed_since", "note")
-CHANGED_SINCE = ("changed since: what changed in a variant's sources (its .cu files, common.cuh, the -D sizes\n"
-                 "they read) since the GPU in 'verified on' checked it; 'no': that GPU checked the build listed here")
+KERNEL_COLUMNS = (
+    "op",
+    "phase",
+    "variant",
+    "l1",
+    "registers",
+    "occupancy",
+    "shared_bytes",
+    "spill_bytes",
+    "verified_on",
+    "changed_since",
+)
+WIDE_KERNEL_COLUMNS = (
+    "op",
+    "phase",
+    "variant",
+    "l1",
+    "kernels",
+    "registers",
+    "occupancy",
+    "shared_bytes",
+    "constant_bytes",
+    "spill_bytes",
+    "stack_bytes",
+    "global_loads",
+    "l1_loads",
+    "ffma_per_lds",
+    "wide_loads",
+    "cp_async",
+    "verified_on",
+    "changed_since",
+    "note",
+)
+CHANGED_SINCE = (
+    "changed since: what changed in a variant's sources (its .cu files, common.cuh, the -D sizes\n"
+    "they read) since the GPU in 'verified on' checked it; 'no': that GPU checked the build listed here"
+)
 
 
 def _tile(label: str | None):
@@ -37,18 +67,33 @@ def _tile(label: str | None):
 
 def tile_option(what: str):
     """--tile: a GEMM tile, as `tracker tune` names it, for the GEMM-shaped variants."""
-    return click.option("--tile", "tile", default=None, metavar="LABEL",
-                        callback=lambda ctx, param, value: _tile(value),
-                        help=f"{what} the GEMM-shaped variants with this tile, as `tracker tune` names it "
-                             "(e.g. 128x128x8/stages3, 64x64x8/warp8x4); default: the default tile.")
+    return click.option(
+        "--tile",
+        "tile",
+        default=None,
+        metavar="LABEL",
+        callback=lambda ctx, param, value: _tile(value),
+        help=f"{what} the GEMM-shaped variants with this tile, as `tracker tune` names it "
+        "(e.g. 128x128x8/stages3, 64x64x8/warp8x4); default: the default tile.",
+    )
 
 
 @click.command()
-@click.option("--arch", type=click.Choice(["sm_80", "sm_90"]), default="sm_90", show_default=True,
-              help="GPU architecture to compile for.")
-@click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
-              help="L1 policy: ca caches global loads in L1, cg bypasses it (-Xptxas -dlcm=cg, no "
-                   "read-only path).")
+@click.option(
+    "--arch",
+    type=click.Choice(["sm_80", "sm_90"]),
+    default="sm_90",
+    show_default=True,
+    help="GPU architecture to compile for.",
+)
+@click.option(
+    "--l1",
+    "l1",
+    type=click.Choice(["ca", "cg", "both"]),
+    default="both",
+    show_default=True,
+    help="L1 policy: ca caches global loads in L1, cg bypasses it (-Xptxas -dlcm=cg, no read-only path).",
+)
 @tile_option("Build")
 @click.option("--wide", is_flag=True, help="Show every column in the table (csv and json always hold them all).")
 @format_option
@@ -87,13 +132,18 @@ def kernels(arch, l1, tile, wide, fmt):
     rows = variant_rows(arch, policies, tile, _compiled)
     emit(rows, fmt, None if fmt == "json" else KERNEL_COLUMNS if fmt == "table" and not wide else WIDE_KERNEL_COLUMNS)
     if tile is not None and not tile.fits(masked=True):
-        click.echo(f"the fused backward is left out: {tile.label} with its ReLU mask ring needs "
-                   f"{tile.masked_shared_bytes:,} bytes of shared memory, more than a CTA's static share", err=True)
+        click.echo(
+            f"the fused backward is left out: {tile.label} with its ReLU mask ring needs "
+            f"{tile.masked_shared_bytes:,} bytes of shared memory, more than a CTA's static share",
+            err=True,
+        )
     if fmt == "table":
         unverified = sum(row["verified_on"] is None for row in rows)
         changed = sum(row["changed_since"] not in (None, "no") for row in rows)
-        click.echo(f"\n{len(rows)} variant builds, {sum(r['spill_bytes'] > 0 for r in rows)} with spills; "
-                   f"{unverified} never verified on a GPU, {changed} changed since their verification")
+        click.echo(
+            f"\n{len(rows)} variant builds, {sum(r['spill_bytes'] > 0 for r in rows)} with spills; "
+            f"{unverified} never verified on a GPU, {changed} changed since their verification"
+        )
         click.echo(CHANGED_SINCE)
 
 
@@ -105,21 +155,43 @@ def _compiled(job, done: int, total: int, seconds: float) -> None:
 
 
 @click.command()
-@click.option("--batch", "-b", type=WholeNumber(1, 64), default=2, show_default=True,
-              help="Images per batch for the AlexNet layer shapes.")
-@click.option("--l1", "l1", type=click.Choice(["ca", "cg", "both"]), default="both", show_default=True,
-              help="L1 policies to compile and check.")
-@click.option("--shapes", type=click.Choice(["alexnet", "small"]), default="alexnet", show_default=True,
-              help="alexnet: every AlexNet layer's shapes at --batch; small: the CPU emulation's small "
-                   "cases, which reach every code path (fast; for compute-sanitizer).")
-@click.option("--record", is_flag=True,
-              help="Write a verification record under tests/data/verified/ (commit it).")
+@click.option(
+    "--batch",
+    "-b",
+    type=WholeNumber(1, 64),
+    default=2,
+    show_default=True,
+    help="Images per batch for the AlexNet layer shapes.",
+)
+@click.option(
+    "--l1",
+    "l1",
+    type=click.Choice(["ca", "cg", "both"]),
+    default="both",
+    show_default=True,
+    help="L1 policies to compile and check.",
+)
+@click.option(
+    "--shapes",
+    type=click.Choice(["alexnet", "small"]),
+    default="alexnet",
+    show_default=True,
+    help="alexnet: every AlexNet layer's shapes at --batch; small: the CPU emulation's small "
+    "cases, which reach every code path (fast; for compute-sanitizer).",
+)
+@click.option("--record", is_flag=True, help="Write a verification record under tests/data/verified/ (commit it).")
 @tile_option("Check")
-@click.option("--impl", "implementation", type=click.Choice(IMPLEMENTATIONS), default="ours", show_default=True,
-              help="ours: our kernel variants, on this machine's GPU. torch: every layer phase as PyTorch runs it "
-              "in `tracker profile --impl torch` (fp32, TF32 off; backward split into bwd_weight and bwd_data by "
-              "autograd.grad), through the same checks, inputs and bounds; on PyTorch's GPU if it sees one, else "
-              "on the CPU.")
+@click.option(
+    "--impl",
+    "implementation",
+    type=click.Choice(IMPLEMENTATIONS),
+    default="ours",
+    show_default=True,
+    help="ours: our kernel variants, on this machine's GPU. torch: every layer phase as PyTorch runs it "
+    "in `tracker profile --impl torch` (fp32, TF32 off; backward split into bwd_weight and bwd_data by "
+    "autograd.grad), through the same checks, inputs and bounds; on PyTorch's GPU if it sees one, else "
+    "on the CPU.",
+)
 @format_option
 def selftest(batch, l1, shapes, record, tile, implementation, fmt):
     """Check every kernel variant against the NumPy reference on this machine's GPU.
@@ -142,8 +214,8 @@ def selftest(batch, l1, shapes, record, tile, implementation, fmt):
       compute-sanitizer --tool racecheck tracker selftest --shapes small --l1 ca --tile 128x128x8/stages3
     """
     from tracker.gpu.runner import summarize
-    from tracker.ops.selftest import network_cases, small_cases
     from tracker.nets import build
+    from tracker.ops.selftest import network_cases, small_cases
 
     if implementation == "torch":
         _refuse_for_torch(record, tile, l1)
@@ -174,8 +246,10 @@ def _report(rows: list[dict], device: str, fmt: str, echo) -> int:
     emit(rows, fmt)
     failed = [r for r in rows if not r["passed"]]
     for row in failed:
-        echo(f"failed: {row['layer']} {row['phase']} {row['output']} ({row['variant']}{_l1(row)}): error "
-             f"{_error(row['error'])}, bound {row['tolerance']:.0e}")
+        echo(
+            f"failed: {row['layer']} {row['phase']} {row['output']} ({row['variant']}{_l1(row)}): error "
+            f"{_error(row['error'])}, bound {row['tolerance']:.0e}"
+        )
     echo(f"{len(rows) - len(failed)} passed, {len(failed)} failed on {device}")
     return len(failed)
 
@@ -222,22 +296,49 @@ TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "defaul
 
 @click.command()
 @click.argument("network")
-@click.option("--batch", "-b", type=WholeNumber(1, 1024), default=128, show_default=True,
-              help="Images per mini-batch: the shapes timed.")
+@click.option(
+    "--batch",
+    "-b",
+    type=WholeNumber(1, 1024),
+    default=128,
+    show_default=True,
+    help="Images per mini-batch: the shapes timed.",
+)
 @db_option
-@click.option("--variant", default=None, metavar="V|OP=V,...",
-              help="Variants whose GEMM launches to tune (as tracker profile); an op not named races every "
-                   "algorithm that can run each layer phase (conv: implicit and explicit GEMM, direct, Winograd, "
-                   "fused Winograd, FFT).")
-@click.option("--reps", type=WholeNumber(1, 100), default=5, show_default=True,
-              help="Timed repetitions per candidate (median; L2 flushed before each).")
-@click.option("--verify-batch", type=WholeNumber(1, 16), default=2, show_default=True,
-              help="Batch at which each candidate is checked against the NumPy reference.")
-@click.option("--quick", is_flag=True,
-              help="Try the default tile shape with each split-K count (and the fastest's neighbours) only.")
-@click.option("--budget", type=WholeNumber(0, None), default=0, metavar="SECONDS",
-              help="Start no candidate after this many seconds; what was measured is stored and used "
-                   "(0: no limit).")
+@click.option(
+    "--variant",
+    default=None,
+    metavar="V|OP=V,...",
+    help="Variants whose GEMM launches to tune (as tracker profile); an op not named races every "
+    "algorithm that can run each layer phase (conv: implicit and explicit GEMM, direct, Winograd, "
+    "fused Winograd, FFT).",
+)
+@click.option(
+    "--reps",
+    type=WholeNumber(1, 100),
+    default=5,
+    show_default=True,
+    help="Timed repetitions per candidate (median; L2 flushed before each).",
+)
+@click.option(
+    "--verify-batch",
+    type=WholeNumber(1, 16),
+    default=2,
+    show_default=True,
+    help="Batch at which each candidate is checked against the NumPy reference.",
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Try the default tile shape with each split-K count (and the fastest's neighbours) only.",
+)
+@click.option(
+    "--budget",
+    type=WholeNumber(0, None),
+    default=0,
+    metavar="SECONDS",
+    help="Start no candidate after this many seconds; what was measured is stored and used (0: no limit).",
+)
 @network_options
 @format_option
 def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **kwargs):
@@ -273,6 +374,5 @@ def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **
     require_gpu("tracker tune")
     from tracker.tune import run as run_tune
 
-    rows = run_tune(db, net, batch, chosen, reps, verify_batch, quick, lambda line: click.echo(line, err=True),
-                    budget)
+    rows = run_tune(db, net, batch, chosen, reps, verify_batch, quick, lambda line: click.echo(line, err=True), budget)
     emit(rows, fmt, None if fmt == "json" else TUNE_COLUMNS)

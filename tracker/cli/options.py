@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 import click
 
@@ -11,7 +11,6 @@ from tracker.cli.output import FORMATS, render
 from tracker.errors import is_digits, shorten
 from tracker.nets import OPTIONS
 from tracker.profilers.ncu import CACHE_CONTROL, CLOCK_CONTROL
-
 
 PROCESS = "the process's own command"  # the root context's obj where the tracker command is the process
 
@@ -72,27 +71,39 @@ def output_dir(ctx, param, value: str | None) -> str | None:
 
 
 format_option = click.option(
-    "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
     help="Output: an aligned table for people, csv or json for programs.",
 )
 
 db_option = click.option(
-    "--db", metavar="PATH|URL", default=None,
-    help="Trace database: a SQLite file or a SQLAlchemy URL (postgresql://...). "
-         "Default: $TRACKER_DB, else ./trace.db.",
+    "--db",
+    metavar="PATH|URL",
+    default=None,
+    help="Trace database: a SQLite file or a SQLAlchemy URL (postgresql://...). Default: $TRACKER_DB, else ./trace.db.",
 )
 
 
 def ncu_options(command: Callable) -> Callable:
     """--clock-control and --cache-control: how Nsight Compute runs pass 2, recorded on the run."""
     command = click.option(
-        "--cache-control", type=click.Choice(CACHE_CONTROL), default="all", show_default=True,
-        help="ncu: all flushes every cache before each replayed pass (cold-cache hit rates); none keeps "
-             "them warm.")(command)
+        "--cache-control",
+        type=click.Choice(CACHE_CONTROL),
+        default="all",
+        show_default=True,
+        help="ncu: all flushes every cache before each replayed pass (cold-cache hit rates); none keeps them warm.",
+    )(command)
     return click.option(
-        "--clock-control", type=click.Choice(CLOCK_CONTROL), default="base", show_default=True,
+        "--clock-control",
+        type=click.Choice(CLOCK_CONTROL),
+        default="base",
+        show_default=True,
         help="ncu: base locks the GPU's clocks at base for comparable counters (falls back to none, "
-             "saying why, where locking is refused); none leaves them free.")(command)
+        "saying why, where locking is refused); none leaves them free.",
+    )(command)
 
 
 def network_options(command: Callable) -> Callable:
@@ -105,8 +116,13 @@ def network_options(command: Callable) -> Callable:
             kind = WholeNumber(min(opt.choices), max(opt.choices))
         else:
             kind = WholeNumber(min=1) if opt.type is int else str
-        command = click.option("--" + opt.name.replace("_", "-"), opt.name, type=kind, default=None,
-                               help=f"[{', '.join(n for n in _takers(opt.name))}] {opt.help}.")(command)
+        command = click.option(
+            "--" + opt.name.replace("_", "-"),
+            opt.name,
+            type=kind,
+            default=None,
+            help=f"[{', '.join(n for n in _takers(opt.name))}] {opt.help}.",
+        )(command)
     return command
 
 

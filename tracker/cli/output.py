@@ -12,7 +12,8 @@ import io
 import json
 import math
 import textwrap
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from tracker import units
 
@@ -37,7 +38,7 @@ def held(value: Any) -> Any:
     if isinstance(value, (str, bytes)) and len(value) > CELL_CHARS:
         if isinstance(value, str):
             return f"{value[:CELL_CHARS]}... ({len(value):,} characters)"
-        return f"{value[:CELL_CHARS // 4]!s}... ({len(value):,} bytes)"  # a byte shows as up to 4 characters
+        return f"{value[: CELL_CHARS // 4]!s}... ({len(value):,} bytes)"  # a byte shows as up to 4 characters
     return value
 
 
@@ -64,9 +65,17 @@ def record(row: dict) -> str:
     their start; empty values left out."""
     shown = {units.header(k): cell(k, v) for k, v in row.items() if not units.is_missing(v) and v != ""}
     width = max(map(len, shown), default=0)
-    return "\n".join(textwrap.fill(value, WIDTH, initial_indent=f"{key:>{width}}: ",
-                                    subsequent_indent=" " * (width + 2), break_long_words=False, break_on_hyphens=False)
-                     for key, value in shown.items())
+    return "\n".join(
+        textwrap.fill(
+            value,
+            WIDTH,
+            initial_indent=f"{key:>{width}}: ",
+            subsequent_indent=" " * (width + 2),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        for key, value in shown.items()
+    )
 
 
 def _looks_numeric(text: str) -> bool:
@@ -104,7 +113,6 @@ def render(rows: list[dict], fmt: str, columns: Iterable[str] | None = None) -> 
     return table(rows, columns)
 
 
-
 def stream(columns: list[str], rows: Iterable[tuple], fmt: str, write: Callable[[str], Any]) -> None:
     """Rows as CSV or JSON, as ``render`` writes them plus a last newline, written as they come
     (64 KiB at a time): what a query returns need not fit in memory."""
@@ -134,5 +142,7 @@ def stream(columns: list[str], rows: Iterable[tuple], fmt: str, write: Callable[
 
 def records(frame: Any) -> list[dict]:
     """DataFrame rows as plain dicts (NaN -> None) for the renderers."""
-    return [{k: (None if v is None or (isinstance(v, float) and math.isnan(v)) else v) for k, v in row.items()}
-            for row in frame.to_dict("records")]
+    return [
+        {k: (None if v is None or (isinstance(v, float) and math.isnan(v)) else v) for k, v in row.items()}
+        for row in frame.to_dict("records")
+    ]

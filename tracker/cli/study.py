@@ -8,8 +8,19 @@ from tracker.cli.options import db_option, emit, format_option
 from tracker.cli.output import records
 from tracker.export import FORMATS as EXPORT_FORMATS
 
-SPEEDUP_COLUMNS = ("comparison", "arm", "layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup",
-                   "change_pct", "noise")
+SPEEDUP_COLUMNS = (
+    "comparison",
+    "arm",
+    "layer",
+    "phase",
+    "a_ms",
+    "b_ms",
+    "spread_pct_a",
+    "spread_pct_b",
+    "speedup",
+    "change_pct",
+    "noise",
+)
 
 
 @click.command()
@@ -40,13 +51,29 @@ def compare(run_a, run_b, db, fmt):
         per = basis(store, a, b)
         by = {run: find_run(store, run).implementation for run in (a, b)}
         who = f" ({by[b]} against {by[a]})" if by[a] != by[b] else ""
-        click.echo(f"run {b} against run {a}{who}: speedup = run {a} time / run {b} time, {per}"
-                   f"{' (the batch sizes differ)' if per == 'per image' else ''}; "
-                   "noise: the runs' ranges over their iterations overlap")
-        emit(rows, fmt, [c for c in SPEEDUP_COLUMNS[2:] + ("algorithm_a", "algorithm_b", "first_reason_a",
-                                                           "first_reason_b", "l1_hit_rate_change",
-                                                           "l2_hit_rate_change", "fp32_inst_change")
-                         if any(r.get(c) is not None for r in rows)])
+        click.echo(
+            f"run {b} against run {a}{who}: speedup = run {a} time / run {b} time, {per}"
+            f"{' (the batch sizes differ)' if per == 'per image' else ''}; "
+            "noise: the runs' ranges over their iterations overlap"
+        )
+        emit(
+            rows,
+            fmt,
+            [
+                c
+                for c in SPEEDUP_COLUMNS[2:]
+                + (
+                    "algorithm_a",
+                    "algorithm_b",
+                    "first_reason_a",
+                    "first_reason_b",
+                    "l1_hit_rate_change",
+                    "l2_hit_rate_change",
+                    "fp32_inst_change",
+                )
+                if any(r.get(c) is not None for r in rows)
+            ],
+        )
         return
     emit(rows, fmt)
 
@@ -55,8 +82,12 @@ def compare(run_a, run_b, db, fmt):
 @click.argument("run_a")
 @click.argument("run_b")
 @db_option
-@click.option("--db-b", metavar="PATH|URL", default=None,
-              help="RUN_B's trace database, where it is not --db's (two machines, two files).")
+@click.option(
+    "--db-b",
+    metavar="PATH|URL",
+    default=None,
+    help="RUN_B's trace database, where it is not --db's (two machines, two files).",
+)
 @format_option
 def agree(run_a, run_b, db, db_b, fmt):
     """Whether two runs' counters agree, launch by launch and metric by metric.
@@ -84,13 +115,30 @@ def agree(run_a, run_b, db, db_b, fmt):
     rows = records(table)
     if fmt == "table":
         agreed = int(table["agrees"].sum())
-        click.echo(f"run {b} against run {a}: {agreed} of {len(table)} metrics agree at every launch "
-                   "(counts within 5 %, rates within 10 %)")
+        click.echo(
+            f"run {b} against run {a}: {agreed} of {len(table)} metrics agree at every launch "
+            "(counts within 5 %, rates within 10 %)"
+        )
         for row in rows:
             for column in ("within", "median_diff", "worst_diff", "total_diff"):
                 row[column] = None if row[column] is None else f"{100 * row[column]:.1f} %"
-        emit(rows, fmt, ["metric", "kind", "launches", "within", "median_diff", "worst_diff", "worst_at", "a_at_worst",
-                         "b_at_worst", "total_diff", "agrees"])
+        emit(
+            rows,
+            fmt,
+            [
+                "metric",
+                "kind",
+                "launches",
+                "within",
+                "median_diff",
+                "worst_diff",
+                "worst_at",
+                "a_at_worst",
+                "b_at_worst",
+                "total_diff",
+                "agrees",
+            ],
+        )
         return
     emit(rows, fmt)
 
@@ -100,11 +148,19 @@ FORCE_HELP = "Write into --out even where it holds another run's output or files
 
 @click.command()
 @click.argument("target", default="last", metavar="RUN|EXPERIMENT")
-@click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Directory for the figures and pages. Default: the report's own, in the current directory: "
-                   "report-1 for run 1, report-e2 for experiment e2, report-4-vs-3 with --against 3.")
-@click.option("--against", default=None, metavar="RUN",
-              help="Also draw TARGET's speedup over this run (paper 003 Figure 8: two GPUs, two batch sizes).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory for the figures and pages. Default: the report's own, in the current directory: "
+    "report-1 for run 1, report-e2 for experiment e2, report-4-vs-3 with --against 3.",
+)
+@click.option(
+    "--against",
+    default=None,
+    metavar="RUN",
+    help="Also draw TARGET's speedup over this run (paper 003 Figure 8: two GPUs, two batch sizes).",
+)
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @db_option
 def report(target, out, against, force, db):
@@ -137,8 +193,10 @@ def report(target, out, against, force, db):
     drawn = sum(s.figure is not None for s in built.sections)
     if removed:
         click.echo(f"  removed {units.count_of(len(removed), 'figure file')} an earlier report left in {out}", err=True)
-    click.echo(f"{units.count_of(drawn, 'figure')} of {units.count_of(len(built.sections), 'section')} in {out}; "
-               f"open {Path(out) / 'index.html'}")
+    click.echo(
+        f"{units.count_of(drawn, 'figure')} of {units.count_of(len(built.sections), 'section')} in {out}; "
+        f"open {Path(out) / 'index.html'}"
+    )
     if built.unfinished:
         click.echo(f"  {built.unfinished}")
     for s in built.sections:
@@ -148,13 +206,19 @@ def report(target, out, against, force, db):
             click.echo(f"  {s.title}: {s.finding}" + (f" [not drawn: {s.missing}]" if s.missing else ""))
     folded = [s.title for s in built.sections if s.folded]
     if folded:
-        click.echo(f"  not collected (no counters): {', '.join(folded)}; fill them with `{built.fill_command}` on a GPU")
+        click.echo(
+            f"  not collected (no counters): {', '.join(folded)}; fill them with `{built.fill_command}` on a GPU"
+        )
 
 
 @click.command()
 @click.argument("run", default="last")
-@click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Directory for the files. Default: the run's own, in the current directory: export-1 for run 1.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory for the files. Default: the run's own, in the current directory: export-1 for run 1.",
+)
 @click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="csv", show_default=True)
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @db_option

@@ -5,76 +5,170 @@ from __future__ import annotations
 import click
 
 from tracker.cli.catalog import MODEL_COLUMNS, ROOF_COLUMNS, device_option, dtype_option, phases_option
-from tracker.cli.options import (WholeNumber, db_option, emit, format_option, ncu_options, net_kwargs,
-                                 network_options, output_file)
+from tracker.cli.options import (
+    WholeNumber,
+    db_option,
+    emit,
+    format_option,
+    ncu_options,
+    net_kwargs,
+    network_options,
+    output_file,
+)
 from tracker.cli.output import cell, held, stream, to_json
 from tracker.errors import TrackerError
 from tracker.extras import install
+from tracker.gpu.workload import IMPLEMENTATIONS, Workload
 from tracker.model import lookup
 from tracker.model.devices import MODEL_DEFAULT
 from tracker.model.roofline import MAX_BATCH
 from tracker.nets import build
-from tracker.gpu.workload import IMPLEMENTATIONS, Workload
 from tracker.profile import BACKENDS, MAX_REPEAT, MAX_WARMUP, profile_workload
 from tracker.profilers import COLLECTORS
 
 
 @click.command()
 @click.argument("network", required=False)
-@click.option("--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=128, show_default=True,
-              help="Images per mini-batch (paper 003 used 16, 64 and 128).")
-@click.option("--torch", "torch_model", default=None, metavar="MODULE:FUNCTION",
-              help="Profile your own PyTorch model instead of NETWORK: FUNCTION (no arguments) returns an nn.Module "
-              "and an example input, whose first dimension is the batch (--batch resizes it, repeating the "
-              "example's samples). Every call of a leaf module is a layer, named by its module path (path#k for "
-              "the k-th of several calls), forward and backward, with the FLOPs torch.utils.flop_counter counts "
-              "(batch norm, ReLU and max-pool ops as our networks count them) beside the measurement. Implies "
-              "--impl torch.")
+@click.option(
+    "--batch",
+    "-b",
+    type=WholeNumber(1, MAX_BATCH),
+    default=128,
+    show_default=True,
+    help="Images per mini-batch (paper 003 used 16, 64 and 128).",
+)
+@click.option(
+    "--torch",
+    "torch_model",
+    default=None,
+    metavar="MODULE:FUNCTION",
+    help="Profile your own PyTorch model instead of NETWORK: FUNCTION (no arguments) returns an nn.Module "
+    "and an example input, whose first dimension is the batch (--batch resizes it, repeating the "
+    "example's samples). Every call of a leaf module is a layer, named by its module path (path#k for "
+    "the k-th of several calls), forward and backward, with the FLOPs torch.utils.flop_counter counts "
+    "(batch norm, ReLU and max-pool ops as our networks count them) beside the measurement. Implies "
+    "--impl torch.",
+)
 @db_option
-@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
-              help="auto: ncu with a GPU and Nsight Compute (nvprof on a GPU before Volta, which ncu does not "
-              "support), events with a GPU only, model without a GPU. cupti: CUPTI's range profiler in this "
-              "process, each layer phase replayed per counter pass (its GPU tests pass on an H200; its speed against ncu "
-              "is not yet measured).")
+@click.option(
+    "--backend",
+    type=click.Choice(BACKENDS),
+    default="auto",
+    show_default=True,
+    help="auto: ncu with a GPU and Nsight Compute (nvprof on a GPU before Volta, which ncu does not "
+    "support), events with a GPU only, model without a GPU. cupti: CUPTI's range profiler in this "
+    "process, each layer phase replayed per counter pass (its GPU tests pass on an H200; its speed against ncu "
+    "is not yet measured).",
+)
 @phases_option
-@click.option("--variant", default=None, metavar="V|OP=V,...",
-              help="Kernel variant: one name for every op that has it (shared), or per op (conv=fused,lrn=shared).")
-@click.option("--l1-bypass", is_flag=True, help="Compile the kernels to bypass L1: -Xptxas -dlcm=cg and no read-only path, so "
-              "every global load goes around L1 (tracker kernels shows the load mix).")
-@click.option("--staged", is_flag=True,
-              help="Run the L1-bypass build's code with L1 cached: the GEMM operands staged through registers, "
-              "no cp.async (a 4-byte cp.async always fills L1). Against --l1-bypass it isolates what L1 does; "
-              "`tracker experiment l1-bypass` runs both.")
-@click.option("--repeat", type=WholeNumber(1, MAX_REPEAT), default=5, show_default=True,
-              help="Measured iterations (GPU backends); every launch is timed in each.")
-@click.option("--counter-iterations", type=WholeNumber(1, MAX_REPEAT), default=1, show_default=True, metavar="N",
-              help="ncu and nvprof: collect counters from the first N measured iterations (at most --repeat). Pass "
-              "2 replays every launch once per counter pass (18 on an H100), so each iteration costs minutes; the "
-              "other iterations keep their times and carry no counters.")
-@click.option("--warmup", type=WholeNumber(0, MAX_WARMUP), default=1, show_default=True,
-              help="Unmeasured iterations first (the first one compiles the kernels).")
-@click.option("--impl", "implementation", type=click.Choice(IMPLEMENTATIONS), default="ours", show_default=True,
-              help="Who runs the network: ours (tracker's kernels) or torch (the same network built in PyTorch from "
-              "tracker's definition, run by cuDNN and cuBLAS layer phase by layer phase under the same ranges; "
-              f"{install('torch')}). The run records torch, cuDNN and cuBLAS versions and, per layer phase, the "
-              "algorithm the library's kernels ran.")
-@click.option("--tf32", is_flag=True, help="--impl torch: let cuDNN and cuBLAS use TF32 tensor cores (off: fp32, "
-              "as our kernels compute).")
-@click.option("--cudnn-benchmark", is_flag=True, help="--impl torch: let cuDNN time its algorithms during warm-up "
-              "and keep the fastest (off: its heuristics choose).")
-@click.option("--untuned", is_flag=True,
-              help="Run every GEMM launch with the default tile, not the fastest `tracker tune` stored for this GPU.")
-@click.option("--ncu-report", default=None, metavar="FILE", callback=output_file,
-              help="Keep pass 2's report here: Nsight Compute's .ncu-rep, to open in ncu-ui (backend ncu), or "
-              "nvprof's CSV log (backend nvprof).")
+@click.option(
+    "--variant",
+    default=None,
+    metavar="V|OP=V,...",
+    help="Kernel variant: one name for every op that has it (shared), or per op (conv=fused,lrn=shared).",
+)
+@click.option(
+    "--l1-bypass",
+    is_flag=True,
+    help="Compile the kernels to bypass L1: -Xptxas -dlcm=cg and no read-only path, so "
+    "every global load goes around L1 (tracker kernels shows the load mix).",
+)
+@click.option(
+    "--staged",
+    is_flag=True,
+    help="Run the L1-bypass build's code with L1 cached: the GEMM operands staged through registers, "
+    "no cp.async (a 4-byte cp.async always fills L1). Against --l1-bypass it isolates what L1 does; "
+    "`tracker experiment l1-bypass` runs both.",
+)
+@click.option(
+    "--repeat",
+    type=WholeNumber(1, MAX_REPEAT),
+    default=5,
+    show_default=True,
+    help="Measured iterations (GPU backends); every launch is timed in each.",
+)
+@click.option(
+    "--counter-iterations",
+    type=WholeNumber(1, MAX_REPEAT),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="ncu and nvprof: collect counters from the first N measured iterations (at most --repeat). Pass "
+    "2 replays every launch once per counter pass (18 on an H100), so each iteration costs minutes; the "
+    "other iterations keep their times and carry no counters.",
+)
+@click.option(
+    "--warmup",
+    type=WholeNumber(0, MAX_WARMUP),
+    default=1,
+    show_default=True,
+    help="Unmeasured iterations first (the first one compiles the kernels).",
+)
+@click.option(
+    "--impl",
+    "implementation",
+    type=click.Choice(IMPLEMENTATIONS),
+    default="ours",
+    show_default=True,
+    help="Who runs the network: ours (tracker's kernels) or torch (the same network built in PyTorch from "
+    "tracker's definition, run by cuDNN and cuBLAS layer phase by layer phase under the same ranges; "
+    f"{install('torch')}). The run records torch, cuDNN and cuBLAS versions and, per layer phase, the "
+    "algorithm the library's kernels ran.",
+)
+@click.option(
+    "--tf32",
+    is_flag=True,
+    help="--impl torch: let cuDNN and cuBLAS use TF32 tensor cores (off: fp32, as our kernels compute).",
+)
+@click.option(
+    "--cudnn-benchmark",
+    is_flag=True,
+    help="--impl torch: let cuDNN time its algorithms during warm-up "
+    "and keep the fastest (off: its heuristics choose).",
+)
+@click.option(
+    "--untuned",
+    is_flag=True,
+    help="Run every GEMM launch with the default tile, not the fastest `tracker tune` stored for this GPU.",
+)
+@click.option(
+    "--ncu-report",
+    default=None,
+    metavar="FILE",
+    callback=output_file,
+    help="Keep pass 2's report here: Nsight Compute's .ncu-rep, to open in ncu-ui (backend ncu), or "
+    "nvprof's CSV log (backend nvprof).",
+)
 @ncu_options
 @device_option
 @dtype_option
 @network_options
 @format_option
-def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass, staged, repeat, counter_iterations,
-            warmup, implementation, tf32, cudnn_benchmark, untuned, ncu_report, clock_control, cache_control, device,
-            dtype_bits, fmt, **kwargs):
+def profile(
+    network,
+    batch,
+    torch_model,
+    db,
+    backend,
+    phases,
+    variant,
+    l1_bypass,
+    staged,
+    repeat,
+    counter_iterations,
+    warmup,
+    implementation,
+    tf32,
+    cudnn_benchmark,
+    untuned,
+    ncu_report,
+    clock_control,
+    cache_control,
+    device,
+    dtype_bits,
+    fmt,
+    **kwargs,
+):
     """Profile a network forward and backward, layer by layer, into the trace database.
 
     NETWORK is one of tracker's (`tracker networks`), run by our kernels or, with --impl torch,
@@ -101,39 +195,78 @@ def profile(network, batch, torch_model, db, backend, phases, variant, l1_bypass
     if torch_model:
         net, batch, implementation = _torch_model(torch_model, network, implementation, batch, net_kwargs(kwargs))
     elif network is None:
-        raise TrackerError("name a NETWORK (tracker networks lists them) or your own model with --torch MODULE:FUNCTION")
+        raise TrackerError(
+            "name a NETWORK (tracker networks lists them) or your own model with --torch MODULE:FUNCTION"
+        )
     else:
         net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
     gpu = lookup(device) if device else None
     variants = OPS.parse_variants(variant)
-    workload = Workload.of(net, batch, variants=variants, phases=phases, l1_bypass=l1_bypass, staged=staged,
-                           repeat=repeat, warmup=warmup, implementation=implementation, tf32=tf32,
-                           cudnn_benchmark=cudnn_benchmark)  # the one value that reaches pass 2's child process
-    options = Options(NcuSettings(cache_control=cache_control, clock_control=clock_control), ncu_report,
-                      counter_iterations)
+    workload = Workload.of(
+        net,
+        batch,
+        variants=variants,
+        phases=phases,
+        l1_bypass=l1_bypass,
+        staged=staged,
+        repeat=repeat,
+        warmup=warmup,
+        implementation=implementation,
+        tf32=tf32,
+        cudnn_benchmark=cudnn_benchmark,
+    )  # the one value that reaches pass 2's child process
+    options = Options(
+        NcuSettings(cache_control=cache_control, clock_control=clock_control), ncu_report, counter_iterations
+    )
     say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
-    result = profile_workload(db, workload, backend=backend, device=gpu, dtype_bits=int(dtype_bits), options=options,
-                              echo=say, untuned=untuned, model_device=lookup(MODEL_DEFAULT))
+    result = profile_workload(
+        db,
+        workload,
+        backend=backend,
+        device=gpu,
+        dtype_bits=int(dtype_bits),
+        options=options,
+        echo=say,
+        untuned=untuned,
+        model_device=lookup(MODEL_DEFAULT),
+    )
     ops = sum(p.ops for p in result.predictions)
     nbytes = sum(p.bytes for p in result.predictions)
-    summary = {"run_id": result.run_id, "db": result.db, "backend": result.backend, "reason": result.reason,
-               "network": net.name, "implementation": implementation, "batch": batch, "layers": len(net.layers),
-               "predictions": len(result.predictions), "ops": ops, "bytes": nbytes,
-               "predicted_ms": sum(p.predicted_ms or 0.0 for p in result.predictions) if result.device else None,
-               "predicted_peak_bytes": result.memory.peak_bytes, "measured": result.backend != "model",
-               "counter_iterations": counter_iterations if result.backend in COLLECTORS else None}
+    summary = {
+        "run_id": result.run_id,
+        "db": result.db,
+        "backend": result.backend,
+        "reason": result.reason,
+        "network": net.name,
+        "implementation": implementation,
+        "batch": batch,
+        "layers": len(net.layers),
+        "predictions": len(result.predictions),
+        "ops": ops,
+        "bytes": nbytes,
+        "predicted_ms": sum(p.predicted_ms or 0.0 for p in result.predictions) if result.device else None,
+        "predicted_peak_bytes": result.memory.peak_bytes,
+        "measured": result.backend != "model",
+        "counter_iterations": counter_iterations if result.backend in COLLECTORS else None,
+    }
     if fmt != "table":
         emit([summary], fmt)
         return
     by = "" if implementation == "ours" else f" run by {implementation}"
-    click.echo(f"run {result.run_id} complete: {net.name}{by}, batch {batch}, {cell('', ops)} ops, "
-               f"{cell('bytes', nbytes)} compulsory traffic, peak memory {cell('bytes', result.memory.peak_bytes)}")
+    click.echo(
+        f"run {result.run_id} complete: {net.name}{by}, batch {batch}, {cell('', ops)} ops, "
+        f"{cell('bytes', nbytes)} compulsory traffic, peak memory {cell('bytes', result.memory.peak_bytes)}"
+    )
     if result.backend == "model":
-        click.echo("  these are analytic predictions: nothing was measured" +
-                   (f", times for the {result.device.name}" if result.device else ""))
+        click.echo(
+            "  these are analytic predictions: nothing was measured"
+            + (f", times for the {result.device.name}" if result.device else "")
+        )
     if result.backend == "model" and (variants or l1_bypass or staged):
-        click.echo("  --variant, --l1-bypass and --staged are recorded on the run; "
-                   "the model's compulsory bytes do not depend on them")
+        click.echo(
+            "  --variant, --l1-bypass and --staged are recorded on the run; "
+            "the model's compulsory bytes do not depend on them"
+        )
     for option, given in (("--ncu-report", ncu_report), ("--counter-iterations", _given("counter_iterations"))):
         if given and result.backend not in COLLECTORS:
             click.echo(f"  {option} ignored: the {result.backend} backend runs no counter profiler")
@@ -158,7 +291,8 @@ def _torch_model(spec: str, network: str | None, implementation: str, batch: int
     from tracker.library import require_torch
 
     require_torch("--torch")
-    from tracker.library.torch_module import check_spec, network as torch_network
+    from tracker.library.torch_module import check_spec
+    from tracker.library.torch_module import network as torch_network
 
     net = torch_network(check_spec(spec), batch if _given("batch") else None)
     return net, int(net.options["example_batch"]), "torch"
@@ -211,15 +345,45 @@ def show(run, db, fmt):
     info = run_dict(find_run(store, run))
     rows = layer_rows(store, info["id"])
     if fmt == "json":
-        click.echo(to_json({"run": info, "layers": rows, "launches": launch_rows(store, info["id"]),
-                            "metrics": metric_rows(store, info["id"])}))
+        click.echo(
+            to_json(
+                {
+                    "run": info,
+                    "layers": rows,
+                    "launches": launch_rows(store, info["id"]),
+                    "metrics": metric_rows(store, info["id"]),
+                }
+            )
+        )
         return
     if fmt == "csv":
         emit(rows, fmt)
         return
-    keys = ("id", "status", "network", "network_options", "implementation", "library", "batch", "phases", "dtype_bits", "backend",
-            "backend_reason", "device_name", "variants", "tuned_variants", "tiles", "l1_bypass", "repeat",
-            "counter_iterations", "peak_memory", "started_at", "finished_at", "error", "command_line")
+    keys = (
+        "id",
+        "status",
+        "network",
+        "network_options",
+        "implementation",
+        "library",
+        "batch",
+        "phases",
+        "dtype_bits",
+        "backend",
+        "backend_reason",
+        "device_name",
+        "variants",
+        "tuned_variants",
+        "tiles",
+        "l1_bypass",
+        "repeat",
+        "counter_iterations",
+        "peak_memory",
+        "started_at",
+        "finished_at",
+        "error",
+        "command_line",
+    )
     info["peak_memory"] = PeakMemory.of(info["predicted_peak_bytes"], info["measured_peak_bytes"]).line()
     for key in keys:
         if info[key] not in (None, {}, "") and not (key == "repeat" and info[key] == 0):  # 0: a model run's
@@ -239,6 +403,7 @@ TABLE_ROWS = 1000  # a table aligns its columns, so it holds its rows: this many
 def _bounded(check: str):
     """A click callback holding a value to the library's own check (tracker.store.sql ``check``),
     imported when the command runs: the store needs SQLAlchemy, which ``tracker --help`` does not."""
+
     def callback(ctx, param, value):
         from tracker.store import sql as user_sql
 
@@ -246,22 +411,40 @@ def _bounded(check: str):
             return None if value is None else getattr(user_sql, check)(value)
         except TrackerError as exc:
             raise click.BadParameter(str(exc)) from None
+
     return callback
 
 
 @click.command()
 @click.argument("statement")
 @db_option
-@click.option("--limit", type=WholeNumber(), default=None, metavar="N", callback=_bounded("row_limit"),
-              help=f"At most N rows. Default: every row for csv and json, which stream as they are fetched; "
-                   f"{TABLE_ROWS:,} for the table, which holds its rows to align them.")
-@click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS", callback=_bounded("time_limit"),
-              help="End the query after this long (default 60; tracker.store.sql.DEFAULT_TIMEOUT_S). On PostgreSQL "
-                   "the server ends it, and Ctrl-C or a killed tracker cancels it there too.")
-@click.option("--reader-url", metavar="URL", default=None,
-              help="PostgreSQL: the store as a role that can only read, which runs the statement (default: "
-                   "$TRACKER_READER_URL). Needed when --db's role is a superuser, writes the store, or reaches "
-                   "files, programs or other connections; `tracker reader-role` makes one.")
+@click.option(
+    "--limit",
+    type=WholeNumber(),
+    default=None,
+    metavar="N",
+    callback=_bounded("row_limit"),
+    help=f"At most N rows. Default: every row for csv and json, which stream as they are fetched; "
+    f"{TABLE_ROWS:,} for the table, which holds its rows to align them.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    callback=_bounded("time_limit"),
+    help="End the query after this long (default 60; tracker.store.sql.DEFAULT_TIMEOUT_S). On PostgreSQL "
+    "the server ends it, and Ctrl-C or a killed tracker cancels it there too.",
+)
+@click.option(
+    "--reader-url",
+    metavar="URL",
+    default=None,
+    help="PostgreSQL: the store as a role that can only read, which runs the statement (default: "
+    "$TRACKER_READER_URL). Needed when --db's role is a superuser, writes the store, or reaches "
+    "files, programs or other connections; `tracker reader-role` makes one.",
+)
 @format_option
 def sql(statement, db, limit, timeout_s, reader_url, fmt):
     """Run one read-only SQL query on the trace database and print its rows.
@@ -313,10 +496,19 @@ def sql(statement, db, limit, timeout_s, reader_url, fmt):
 
 @click.command("reader-role")
 @db_option
-@click.option("--name", default="tracker_reader", show_default=True, metavar="ROLE",
-              help="The role to make: lower-case letters, digits and _.")
-@click.option("--apply", "apply_", is_flag=True,
-              help="Run the SQL on --db as its role (a superuser: it sets temp_file_limit) instead of printing it.")
+@click.option(
+    "--name",
+    default="tracker_reader",
+    show_default=True,
+    metavar="ROLE",
+    help="The role to make: lower-case letters, digits and _.",
+)
+@click.option(
+    "--apply",
+    "apply_",
+    is_flag=True,
+    help="Run the SQL on --db as its role (a superuser: it sets temp_file_limit) instead of printing it.",
+)
 def reader_role(db, name, apply_):
     """Print (or, with --apply, run) the SQL that makes a PostgreSQL role that can only read the store.
 

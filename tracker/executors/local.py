@@ -3,7 +3,8 @@ default, as it always ran)."""
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
 from tracker.errors import ArmTaken, OutOfMemory, TrackerError
 from tracker.executors.base import Sweep
@@ -26,10 +27,18 @@ class Local:
             if arm.state != "running":
                 continue
             if arm_state(arm) == "running":
-                raise TrackerError(f"experiment e{experiment_id} is still running: arm '{arm.label}' runs in pid "
-                                   f"{arm.pid} on {arm.node}; wait for it, or give --fresh for a new experiment")
-            end_arm(store, experiment_id, arm.position, "interrupted", "its process ended without reporting",
-                    only_if=("running",))
+                raise TrackerError(
+                    f"experiment e{experiment_id} is still running: arm '{arm.label}' runs in pid "
+                    f"{arm.pid} on {arm.node}; wait for it, or give --fresh for a new experiment"
+                )
+            end_arm(
+                store,
+                experiment_id,
+                arm.position,
+                "interrupted",
+                "its process ended without reporting",
+                only_if=("running",),
+            )
             echo(f"arm {arm.label}: its process ended without reporting; marked interrupted")
 
     def run(self, sweep: Sweep) -> None:
@@ -40,8 +49,14 @@ class Local:
         for i, arm in enumerate(queued, 1):
             sweep.echo(f"[{i}/{len(queued)}] {arm.label}")
             try:
-                result = sweep.run_arm(sweep.db, sweep.experiment_id, arm.position, net=sweep.net, backend=runs_on,
-                                 echo=lambda line: sweep.echo(f"    {line}"))
+                result = sweep.run_arm(
+                    sweep.db,
+                    sweep.experiment_id,
+                    arm.position,
+                    net=sweep.net,
+                    backend=runs_on,
+                    echo=lambda line: sweep.echo(f"    {line}"),
+                )
             except ArmTaken as taken:  # a process that joined from another host claimed it first: it runs it
                 sweep.echo(f"    {taken}")
                 continue

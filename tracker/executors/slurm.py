@@ -18,9 +18,10 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 from tracker.errors import TrackerError
 from tracker.executors.base import Sweep
@@ -29,8 +30,19 @@ from tracker.nets import Network
 # How a job that left the queue without reporting ended, in Slurm's words (squeue %T), and the arm
 # state it leaves: killed from outside is interrupted, anything else failed.
 KILLED = ("CANCELLED", "PREEMPTED", "DEADLINE", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "REVOKED")
-QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED",
-          "STOPPED", "SIGNALING", "SPECIAL_EXIT", "RESIZING")
+QUEUED = (
+    "PENDING",
+    "CONFIGURING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESV_DEL_HOLD",
+    "SUSPENDED",
+    "STOPPED",
+    "SIGNALING",
+    "SPECIAL_EXIT",
+    "RESIZING",
+)
 RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT")
 COMMANDS = ("sbatch", "squeue", "scancel")
 
@@ -54,19 +66,25 @@ class Slurm:
 
         target = resolve(db)
         if "://" not in target or target.startswith("sqlite"):
-            raise TrackerError(f"--executor slurm needs a store every node can write: a PostgreSQL URL "
-                               f"(--db postgresql://user@host/db), not the SQLite file {target}")
+            raise TrackerError(
+                f"--executor slurm needs a store every node can write: a PostgreSQL URL "
+                f"(--db postgresql://user@host/db), not the SQLite file {target}"
+            )
         missing = [c for c in COMMANDS if shutil.which(c) is None]
         if missing:
-            raise TrackerError(f"--executor slurm needs Slurm's {', '.join(missing)} on PATH: run on a node "
-                               "that submits jobs (a login node)")
+            raise TrackerError(
+                f"--executor slurm needs Slurm's {', '.join(missing)} on PATH: run on a node "
+                "that submits jobs (a login node)"
+            )
         try:
             same = build(net.name, **net.options).layers == net.layers
         except TrackerError:
             same = False
         if not same:
-            raise TrackerError(f"network '{net.name}' is not one tracker builds by name with these options; "
-                               "a cluster's nodes rebuild it from its name")
+            raise TrackerError(
+                f"network '{net.name}' is not one tracker builds by name with these options; "
+                "a cluster's nodes rebuild it from its name"
+            )
         try:
             Path(self.logs).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -91,8 +109,10 @@ class Slurm:
         arms = arm_rows(sweep.store, sweep.experiment_id)
         self._submit(sweep, [a for a in arms if a.state == "queued" and a.job is None])
         if self.detach:
-            sweep.echo(f"detached: follow with `tracker experiments e{sweep.experiment_id}`; run the same "
-                       "command again to wait for the arms (and to rerun any that failed)")
+            sweep.echo(
+                f"detached: follow with `tracker experiments e{sweep.experiment_id}`; run the same "
+                "command again to wait for the arms (and to rerun any that failed)"
+            )
             return
         try:
             self._wait(sweep)
@@ -108,10 +128,18 @@ class Slurm:
             group = [a for a in arms if a.gpu == gpu]
             job = self._sbatch(sweep, [a.position for a in group], gpu)
             for arm in group:
-                update_arm(sweep.store, sweep.experiment_id, arm.position, job=f"{job}_{arm.position}",
-                           log_path=str(self._log(sweep.experiment_id, arm.position, job)))
-            sweep.echo(f"submitted {len(group)} arms as Slurm job array {job}"
-                       + (f" on GPU kind {gpu}" if gpu else "") + f"; logs in {Path(self.logs).resolve()}")
+                update_arm(
+                    sweep.store,
+                    sweep.experiment_id,
+                    arm.position,
+                    job=f"{job}_{arm.position}",
+                    log_path=str(self._log(sweep.experiment_id, arm.position, job)),
+                )
+            sweep.echo(
+                f"submitted {len(group)} arms as Slurm job array {job}"
+                + (f" on GPU kind {gpu}" if gpu else "")
+                + f"; logs in {Path(self.logs).resolve()}"
+            )
 
     def _sbatch(self, sweep: Sweep, positions: list[int], gpu: str | None) -> str:
         from tracker.store import resolve
@@ -119,11 +147,18 @@ class Slurm:
         gres = [] if sweep.backend == "model" else [f"--gres=gpu:{gpu}:1" if gpu else "--gres=gpu:1"]
         extra = [arg.replace("{gpu}", gpu or "") for arg in self.sbatch]
         command = [
-            "sbatch", "--parsable", f"--array={','.join(map(str, positions))}",
+            "sbatch",
+            "--parsable",
+            f"--array={','.join(map(str, positions))}",
             f"--job-name=tracker-e{sweep.experiment_id}",
-            f"--output={self._log(sweep.experiment_id, '%a', '%A')}", *gres, *extra]
-        script = ("#!/bin/sh\n"
-                  f"exec {shlex.quote(sys.executable)} -m tracker arm e{sweep.experiment_id} \"$SLURM_ARRAY_TASK_ID\"\n")
+            f"--output={self._log(sweep.experiment_id, '%a', '%A')}",
+            *gres,
+            *extra,
+        ]
+        script = (
+            "#!/bin/sh\n"
+            f'exec {shlex.quote(sys.executable)} -m tracker arm e{sweep.experiment_id} "$SLURM_ARRAY_TASK_ID"\n'
+        )
         env = dict(os.environ, TRACKER_DB=_url(resolve(sweep.db)))
         done = subprocess.run(command, input=script, capture_output=True, text=True, env=env)
         if done.returncode != 0:
@@ -163,8 +198,11 @@ class Slurm:
         if arm.state not in OPEN:
             return
         log = _tail(arm.log_path)
-        how = f"Slurm job {arm.job} ended {state}" if state else (
-            f"Slurm job {arm.job} left the queue" if arm.job else "it was never submitted")
+        how = (
+            f"Slurm job {arm.job} ended {state}"
+            if state
+            else (f"Slurm job {arm.job} left the queue" if arm.job else "it was never submitted")
+        )
         last = _last_line(log)
         reason = f"{how} without reporting" + (f": {last}" if last else "")
         ended = "interrupted" if state in KILLED else "failed"
@@ -181,8 +219,13 @@ class Slurm:
         if arms:
             subprocess.run(["scancel", *sorted({a.job for a in arms if a.job})], capture_output=True)
             for arm in arms:
-                end_arm(sweep.store, sweep.experiment_id, arm.position, "interrupted",
-                        f"the experiment was interrupted: Slurm job {arm.job} cancelled")
+                end_arm(
+                    sweep.store,
+                    sweep.experiment_id,
+                    arm.position,
+                    "interrupted",
+                    f"the experiment was interrupted: Slurm job {arm.job} cancelled",
+                )
             sweep.echo(f"cancelled {len(arms)} Slurm jobs")
 
 
@@ -190,8 +233,11 @@ def _squeue(arrays: set[str]) -> dict[str, str]:
     """'array_task' -> Slurm's state for the tasks of these job arrays still known to Slurm."""
     if not arrays:
         return {}
-    done = subprocess.run(["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(sorted(arrays))}",
-                           "--format=%i %T"], capture_output=True, text=True)
+    done = subprocess.run(
+        ["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(sorted(arrays))}", "--format=%i %T"],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0 and "Invalid job id" not in done.stderr:
         raise TrackerError(f"squeue failed: {_last_line(done.stderr) or f'exit {done.returncode}'}")
     return dict(line.split(None, 1) for line in done.stdout.splitlines() if " " in line.strip())

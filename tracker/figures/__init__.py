@@ -25,16 +25,19 @@ def style() -> contextlib.AbstractContextManager:
     import matplotlib
     import seaborn as sns
 
-    return matplotlib.rc_context({**sns.axes_style("whitegrid"), **sns.plotting_context("notebook"),
-                                  "svg.fonttype": "none", "savefig.dpi": 110})
+    return matplotlib.rc_context(
+        {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook"), "svg.fonttype": "none", "savefig.dpi": 110}
+    )
 
 
 def drawing(function):
     """Run a figure function inside :func:`style`."""
+
     @functools.wraps(function)
     def inside(*args, **kwargs):
         with style():
             return function(*args, **kwargs)
+
     return inside
 
 

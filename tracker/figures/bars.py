@@ -94,8 +94,16 @@ def _ordered(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:
 
 
 @drawing
-def by_phase(frame: pd.DataFrame, value: str, title: str, subtitle: str, xlabel: str, log: bool = False,
-             pale: pd.Series | None = None, zero_line: bool = False):
+def by_phase(
+    frame: pd.DataFrame,
+    value: str,
+    title: str,
+    subtitle: str,
+    xlabel: str,
+    log: bool = False,
+    pale: pd.Series | None = None,
+    zero_line: bool = False,
+):
     """One bar per layer phase, in its phase's colour; ``pale`` marks bars drawn faint (noise)."""
     frame = frame[frame[value].notna()]
     if frame.empty:
@@ -104,8 +112,12 @@ def by_phase(frame: pd.DataFrame, value: str, title: str, subtitle: str, xlabel:
     fig, ax = _canvas(len(order))
     base = _log_base(frame[value]) if log else 0.0
     colors = [PHASE_COLORS.get(p, "#555555") for p in frame["phase"]]
-    alphas = [0.35 if is_pale else 1.0 for is_pale in (pale.reindex(frame.index).fillna(False).astype(bool)
-                                                      if pale is not None else [False] * len(frame))]
+    alphas = [
+        0.35 if is_pale else 1.0
+        for is_pale in (
+            pale.reindex(frame.index).fillna(False).astype(bool) if pale is not None else [False] * len(frame)
+        )
+    ]
     positions = [order.index(n) for n in frame["name"]]
     bars = ax.barh(positions, frame[value] - base, left=base, color=colors, height=0.75)
     for bar, alpha in zip(bars, alphas):
@@ -118,6 +130,7 @@ def by_phase(frame: pd.DataFrame, value: str, title: str, subtitle: str, xlabel:
     handles = _patches({p: PHASE_COLORS[p] for p in present})
     if pale is not None and any(a < 1 for a in alphas):
         from matplotlib.patches import Patch
+
         handles.append(Patch(color="#999999", alpha=0.35, label="within run-to-run spread"))
     _legend(ax, handles, "phase")
     _title(fig, ax, title, subtitle)
@@ -125,8 +138,16 @@ def by_phase(frame: pd.DataFrame, value: str, title: str, subtitle: str, xlabel:
 
 
 @drawing
-def grouped(frame: pd.DataFrame, value: str, hue: str, title: str, subtitle: str, xlabel: str,
-            log: bool = False, panels: list[tuple[str, str]] | None = None):
+def grouped(
+    frame: pd.DataFrame,
+    value: str,
+    hue: str,
+    title: str,
+    subtitle: str,
+    xlabel: str,
+    log: bool = False,
+    panels: list[tuple[str, str]] | None = None,
+):
     """Per layer phase, one bar per ``hue`` value (memory level, pipe, batch) side by side; with
     ``panels`` [(column, xlabel)], one panel per column sharing the rows."""
     panels = panels or [(value, xlabel)]
@@ -193,8 +214,12 @@ def speedup(frame: pd.DataFrame, title: str, subtitle: str):
     for ax, arm in zip(axes, arms):
         part = frame if arm is None else frame[frame["arm"] == arm]
         noisy = part["noise"].fillna(False).astype(bool) if "noise" in part.columns else pd.Series(False, part.index)
-        bars = ax.barh([order.index(n) for n in part["name"]], part["change_pct"], height=0.75,
-                       color=[PHASE_COLORS.get(p, "#555555") for p in part["phase"]])
+        bars = ax.barh(
+            [order.index(n) for n in part["name"]],
+            part["change_pct"],
+            height=0.75,
+            color=[PHASE_COLORS.get(p, "#555555") for p in part["phase"]],
+        )
         for bar, is_noise in zip(bars, noisy):
             bar.set_alpha(0.35 if is_noise else 1.0)
         ax.axvline(0, color="black", lw=0.8)
@@ -203,6 +228,7 @@ def speedup(frame: pd.DataFrame, title: str, subtitle: str):
         if arm is not None and len(arms) > 1:
             ax.set_title(str(arm), fontsize=10)
     from matplotlib.patches import Patch
+
     handles = _patches({p: PHASE_COLORS[p] for p in PHASE_COLORS if p in set(frame["phase"])})
     handles.append(Patch(color="#999999", alpha=0.35, label="within run-to-run spread"))
     _legend(axes[-1], handles, "phase")
@@ -230,21 +256,35 @@ def batch(frame: pd.DataFrame, totals: pd.DataFrame, title: str, subtitle: str):
     base = _log_base(frame["ms_per_image"])
     for i, b in enumerate(batches):
         part = frame[frame["batch"] == b]
-        ax.barh([order.index(n) - 0.4 + height * (i + 0.5) for n in part["name"]], part["ms_per_image"] - base,
-                left=base, height=height, color=palette[b])
+        ax.barh(
+            [order.index(n) - 0.4 + height * (i + 0.5) for n in part["name"]],
+            part["ms_per_image"] - base,
+            left=base,
+            height=height,
+            color=palette[b],
+        )
     _rows_axis(ax, order, phases)
     _axis(ax, "ms_per_image", "time per image", log=True, base=base)
     spare = fig.add_subplot(grid[2, 1])  # under the totals: the legend's own cell, clear of every bar
     spare.axis("off")
-    spare.legend(handles=_patches({f"batch {b}": palette[b] for b in batches}), title="batch", fontsize=8,
-                 title_fontsize=8, loc="upper left")
+    spare.legend(
+        handles=_patches({f"batch {b}": palette[b] for b in batches}),
+        title="batch",
+        fontsize=8,
+        title_fontsize=8,
+        loc="upper left",
+    )
     ax.set_title(f"{title}\n{subtitle}", fontsize=11, loc="left")
-    for row, (column, xlabel) in enumerate((("ms_per_image", "iteration time per image"),
-                                            ("images_per_s", "throughput (images/s)"))):
+    for row, (column, xlabel) in enumerate(
+        (("ms_per_image", "iteration time per image"), ("images_per_s", "throughput (images/s)"))
+    ):
         side = fig.add_subplot(grid[row, 1])
         _axis(side, column, xlabel, log=False)
-        side.barh([f"batch {b}" for b in totals["batch"]], totals[column],
-                  color=[palette.get(b, "#555555") for b in totals["batch"]])
+        side.barh(
+            [f"batch {b}" for b in totals["batch"]],
+            totals[column],
+            color=[palette.get(b, "#555555") for b in totals["batch"]],
+        )
         side.invert_yaxis()
         side.tick_params(labelsize=8, labeltop=False, top=False)
         for i, v in enumerate(totals[column]):
@@ -266,8 +306,14 @@ def memory(parts: pd.DataFrame, peak: float, measured: float | None, title: str,
         ax.text(v, i, " " + units.nbytes(v), va="center", fontsize=8)
     if measured:
         ax.axvline(measured, color="#C44E52", lw=1.5, ls="--")
-        ax.text(measured, len(names) - 0.5, f" measured peak {units.nbytes(measured)}", color="#C44E52",
-                fontsize=8, va="bottom")
+        ax.text(
+            measured,
+            len(names) - 0.5,
+            f" measured peak {units.nbytes(measured)}",
+            color="#C44E52",
+            fontsize=8,
+            va="bottom",
+        )
     ax.set_yticks(range(len(names)), names, fontsize=9)
     ax.set_ylim(len(names) - 0.4, -0.6)
     ax.margins(x=0.2)

@@ -12,8 +12,9 @@ or 'predicted' (the model's attainable FLOP/s; drawn hollow, and said so).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -21,8 +22,11 @@ from tracker import units
 from tracker.figures import PHASE_COLORS, PHASE_MARKERS, PHASE_SHORT, drawing, new_figure
 from tracker.model.roofline import ROOF_LEVELS, Roofs
 
-BASIS = {"counters": "measured by ncu", "time": "model FLOPs and bytes over measured time",
-         "predicted": "predicted by the model (hollow)"}
+BASIS = {
+    "counters": "measured by ncu",
+    "time": "model FLOPs and bytes over measured time",
+    "predicted": "predicted by the model (hollow)",
+}
 ROOF_STYLE = {"L1": ("#8172B3", ":"), "L2": ("#937860", "--"), "DRAM": ("#222222", "-")}
 LEVEL_FILL = {"DRAM": "full", "compulsory": "full", "L2": "none", "L1": "left"}
 LEFT_OUT = "launched nothing, or no FLOPs or bytes counted"  # why a layer phase has no point
@@ -42,8 +46,9 @@ class _Label:
 
 
 @drawing
-def roofline(points: pd.DataFrame, roofs: Roofs | None, title: str, basis: str = "counters",
-             arrows: pd.DataFrame | None = None):
+def roofline(
+    points: pd.DataFrame, roofs: Roofs | None, title: str, basis: str = "counters", arrows: pd.DataFrame | None = None
+):
     """The figure, or None when no point has both an intensity and a rate (nothing to place on log
     axes). ``arrows`` (layer, phase, x0, y0, x1, y1) draws a move per layer phase; its points are
     then the variant's and the baseline is drawn faint at each arrow's tail."""
@@ -56,8 +61,14 @@ def roofline(points: pd.DataFrame, roofs: Roofs | None, title: str, basis: str =
     fig, ax = new_figure(12, 8)
     fig.subplots_adjust(left=0.11, right=0.98, top=0.91, bottom=0.09)
     xlo, xhi, ylo, yhi = _limits(points, roofs, arrows)
-    ax.set(xscale="log", yscale="log", xlim=(xlo, xhi), ylim=(ylo, yhi),
-           xlabel="arithmetic intensity (FLOP per byte moved at the level)", ylabel="FLOP/s")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=(xlo, xhi),
+        ylim=(ylo, yhi),
+        xlabel="arithmetic intensity (FLOP per byte moved at the level)",
+        ylabel="FLOP/s",
+    )
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: units.axis_tick("flops_per_s", value)))
     ax.set_title(title, fontsize=11, loc="left")
     obstacles, ridges, segments = _draw_roofs(ax, roofs, xlo, xhi) if roofs else ([], [], [])
@@ -84,7 +95,9 @@ def _placeable(points: pd.DataFrame) -> pd.DataFrame:
     x, y = points["intensity"].astype(float), points["flops_per_s"].astype(float)
     ok = x.map(math.isfinite) & y.map(math.isfinite) & (x > 0) & (y > 0)
     kept = points[ok].reset_index(drop=True)
-    kept.attrs["skipped"] = [_short(r.layer, r.phase) for r in points[~ok].drop_duplicates(["layer", "phase"]).itertuples()]
+    kept.attrs["skipped"] = [
+        _short(r.layer, r.phase) for r in points[~ok].drop_duplicates(["layer", "phase"]).itertuples()
+    ]
     return kept
 
 
@@ -114,24 +127,52 @@ def _draw_roofs(ax, roofs: Roofs, xlo: float, xhi: float) -> tuple[list[tuple], 
     labels = []
     ax.axhline(roofs.flops_per_s, color="black", lw=2, zorder=2, gid="roof")
     segments = [(ax.transData.transform((xlo, roofs.flops_per_s)), ax.transData.transform((xhi, roofs.flops_per_s)))]
-    labels.append(ax.text(xhi / 1.15, roofs.flops_per_s * 1.12,
-                          f"FP32 {units.si(roofs.flops_per_s, 'FLOP/s')} ({roofs.source['FP32']})",
-                          ha="right", va="bottom", fontsize=8.5, weight="bold"))
+    labels.append(
+        ax.text(
+            xhi / 1.15,
+            roofs.flops_per_s * 1.12,
+            f"FP32 {units.si(roofs.flops_per_s, 'FLOP/s')} ({roofs.source['FP32']})",
+            ha="right",
+            va="bottom",
+            fontsize=8.5,
+            weight="bold",
+        )
+    )
     ridges = []
     for i, level in enumerate(lv for lv in ROOF_LEVELS if lv in roofs.bandwidth):
         color, dash = ROOF_STYLE[level]
         bandwidth, ridge = roofs.bandwidth[level], roofs.ridge(level)
         slope = x[x <= ridge]
         ax.plot(slope, slope * bandwidth, color=color, ls=dash, lw=1.6, zorder=2, gid="roof")
-        segments.append((ax.transData.transform((slope[0], slope[0] * bandwidth)),
-                         ax.transData.transform((ridge, ridge * bandwidth))))
+        segments.append(
+            (
+                ax.transData.transform((slope[0], slope[0] * bandwidth)),
+                ax.transData.transform((ridge, ridge * bandwidth)),
+            )
+        )
         ax.plot([ridge], [roofs.flops_per_s], marker="|", markersize=14, color=color, zorder=2)
-        start = max(xlo * 1.6 * 8 ** i, ridge / 1e3)  # staggered along x: parallel roofs can lie close
-        labels.append(ax.text(start, start * bandwidth * 1.25, f"{level} {units.si(bandwidth, 'B/s')} "
-                              f"({roofs.source[level]})", color=color, fontsize=8, rotation=_slope_angle(ax),
-                              rotation_mode="anchor", ha="left", va="bottom"))
-        ridges.append(_Label(f"ridge {units.number('intensity', ridge)}", color, (ridge, roofs.flops_per_s),
-                             *ax.transData.transform((ridge, roofs.flops_per_s))))
+        start = max(xlo * 1.6 * 8**i, ridge / 1e3)  # staggered along x: parallel roofs can lie close
+        labels.append(
+            ax.text(
+                start,
+                start * bandwidth * 1.25,
+                f"{level} {units.si(bandwidth, 'B/s')} ({roofs.source[level]})",
+                color=color,
+                fontsize=8,
+                rotation=_slope_angle(ax),
+                rotation_mode="anchor",
+                ha="left",
+                va="bottom",
+            )
+        )
+        ridges.append(
+            _Label(
+                f"ridge {units.number('intensity', ridge)}",
+                color,
+                (ridge, roofs.flops_per_s),
+                *ax.transData.transform((ridge, roofs.flops_per_s)),
+            )
+        )
     renderer = ax.figure.canvas.get_renderer()
     return [_box(t.get_window_extent(renderer)) for t in labels], ridges, segments
 
@@ -145,17 +186,30 @@ def _slope_angle(ax) -> float:
 def _marker(phase: str, level: str, basis: str) -> dict:
     color = PHASE_COLORS.get(phase, "#555555")
     hollow = basis == "predicted" or LEVEL_FILL.get(level) == "none"
-    return dict(marker=PHASE_MARKERS.get(phase, "D"), color=color, markersize=6.5, linestyle="none",
-                markerfacecolor="white" if hollow else color, markeredgecolor=color,
-                fillstyle=LEVEL_FILL.get(level, "full") if not hollow else "full", markeredgewidth=1.2)
+    return dict(
+        marker=PHASE_MARKERS.get(phase, "D"),
+        color=color,
+        markersize=6.5,
+        linestyle="none",
+        markerfacecolor="white" if hollow else color,
+        markeredgecolor=color,
+        fillstyle=LEVEL_FILL.get(level, "full") if not hollow else "full",
+        markeredgewidth=1.2,
+    )
 
 
 def _draw_points(ax, points: pd.DataFrame, basis: str) -> None:
-    for (layer, phase), rows in points.groupby(["layer", "phase"], sort=False):
+    for (_, phase), rows in points.groupby(["layer", "phase"], sort=False):
         if len(rows) > 1:  # one layer phase at several levels: joined, as in ncu's hierarchical chart
             ordered = rows.sort_values("intensity")
-            ax.plot(ordered["intensity"], ordered["flops_per_s"], color=PHASE_COLORS.get(phase, "#555555"),
-                    lw=0.6, alpha=0.5, zorder=3)
+            ax.plot(
+                ordered["intensity"],
+                ordered["flops_per_s"],
+                color=PHASE_COLORS.get(phase, "#555555"),
+                lw=0.6,
+                alpha=0.5,
+                zorder=3,
+            )
         for row in rows.itertuples():
             ax.plot([row.intensity], [row.flops_per_s], zorder=4, **_marker(phase, row.level, basis))
 
@@ -163,10 +217,23 @@ def _draw_points(ax, points: pd.DataFrame, basis: str) -> None:
 def _draw_arrows(ax, arrows: pd.DataFrame) -> None:
     for row in arrows.itertuples():
         color = PHASE_COLORS.get(row.phase, "#555555")
-        ax.plot([row.x0], [row.y0], marker=PHASE_MARKERS.get(row.phase, "D"), color=color, alpha=0.3,
-                markersize=5.5, linestyle="none", zorder=3)
-        ax.annotate("", xy=(row.x1, row.y1), xytext=(row.x0, row.y0), zorder=3,
-                    arrowprops=dict(arrowstyle="-|>", color=color, lw=1.0, alpha=0.8, shrinkA=2, shrinkB=4))
+        ax.plot(
+            [row.x0],
+            [row.y0],
+            marker=PHASE_MARKERS.get(row.phase, "D"),
+            color=color,
+            alpha=0.3,
+            markersize=5.5,
+            linestyle="none",
+            zorder=3,
+        )
+        ax.annotate(
+            "",
+            xy=(row.x1, row.y1),
+            xytext=(row.x0, row.y0),
+            zorder=3,
+            arrowprops=dict(arrowstyle="-|>", color=color, lw=1.0, alpha=0.8, shrinkA=2, shrinkB=4),
+        )
 
 
 def _primary(rows: pd.DataFrame) -> pd.Series:
@@ -260,11 +327,21 @@ def place_labels(ax, labels: list[_Label], obstacles: list[tuple], segments: Seq
             continue
         box, (dx, dy), ha, va, radius = spot
         taken.append(box)
-        ax.annotate(lb.text, lb.at, xytext=(dx * scale, dy * scale),
-                    textcoords="offset points", ha=ha, va=va, fontsize=FONT, color=lb.color, zorder=5,
-                    bbox=dict(boxstyle="square,pad=0.05", facecolor="white", edgecolor="none", alpha=0.75),
-                    arrowprops=dict(arrowstyle="-", color="#999999", lw=0.5, shrinkA=0, shrinkB=3)
-                    if radius > _RADII[1] else None)
+        ax.annotate(
+            lb.text,
+            lb.at,
+            xytext=(dx * scale, dy * scale),
+            textcoords="offset points",
+            ha=ha,
+            va=va,
+            fontsize=FONT,
+            color=lb.color,
+            zorder=5,
+            bbox=dict(boxstyle="square,pad=0.05", facecolor="white", edgecolor="none", alpha=0.75),
+            arrowprops=dict(arrowstyle="-", color="#999999", lw=0.5, shrinkA=0, shrinkB=3)
+            if radius > _RADII[1]
+            else None,
+        )
     return unplaced
 
 
@@ -279,8 +356,11 @@ def _find_spot(lb: _Label, taken: list[tuple], frame: tuple, segments=()):
             y0 = lb.y + dy - (0 if va == "bottom" else lb.height if va == "top" else lb.height / 2)
             box = (x0, y0, x0 + lb.width, y0 + lb.height)
             inside = frame[0] <= box[0] and box[2] <= frame[2] and frame[1] <= box[1] and box[3] <= frame[3]
-            if inside and not any(_overlaps(box, other) for other in taken) \
-                    and not any(_crosses(box, segment) for segment in segments):
+            if (
+                inside
+                and not any(_overlaps(box, other) for other in taken)
+                and not any(_crosses(box, segment) for segment in segments)
+            ):
                 return box, (dx, dy), ha, va, radius
     return None
 
@@ -288,8 +368,11 @@ def _find_spot(lb: _Label, taken: list[tuple], frame: tuple, segments=()):
 def _legend(ax, points: pd.DataFrame, roofs: Roofs | None, basis: str, moves: bool) -> Any:
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], label=f"{phase} ({PHASE_SHORT[phase]})", **_marker(phase, "DRAM", basis))
-               for phase in PHASE_COLORS if phase in set(points["phase"])]
+    handles = [
+        Line2D([], [], label=f"{phase} ({PHASE_SHORT[phase]})", **_marker(phase, "DRAM", basis))
+        for phase in PHASE_COLORS
+        if phase in set(points["phase"])
+    ]
     levels = [level for level in ("L1", "L2", "DRAM") if level in set(points["level"])]
     if len(levels) > 1:
         handles += [Line2D([], [], label=f"at {level}", **_marker("all", level, basis)) for level in levels]
@@ -303,5 +386,15 @@ def _legend(ax, points: pd.DataFrame, roofs: Roofs | None, basis: str, moves: bo
 
 def model_points(rows) -> pd.DataFrame:
     """Points from the model's predictions (tracker.model.Prediction): compulsory intensity, attainable FLOP/s."""
-    return pd.DataFrame([{"layer": r.layer, "phase": r.phase, "level": "compulsory", "intensity": r.intensity,
-                          "flops_per_s": (r.attainable_gflops or 0) * 1e9 if r.ops else 0.0} for r in rows])
+    return pd.DataFrame(
+        [
+            {
+                "layer": r.layer,
+                "phase": r.phase,
+                "level": "compulsory",
+                "intensity": r.intensity,
+                "flops_per_s": (r.attainable_gflops or 0) * 1e9 if r.ops else 0.0,
+            }
+            for r in rows
+        ]
+    )

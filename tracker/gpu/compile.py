@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from tracker.errors import TrackerError
@@ -89,7 +89,7 @@ def build(source: str, arch: str, l1_policy: str, overrides: Overrides = ()) -> 
     return _build(source, arch, l1_policy, overrides)  # one cache key however the call is spelled
 
 
-@lru_cache(maxsize=None)
+@cache
 def _build(source: str, arch: str, l1_policy: str, overrides: Overrides) -> Build:
     nvrtc = _nvrtc()
     options = _options(arch, l1_policy, overrides)
@@ -126,8 +126,9 @@ def _options(arch: str, l1_policy: str, overrides: Overrides) -> list[bytes]:
 
 def _cache_key(nvrtc, text: str, options: list[bytes]) -> str:
     """A build's name in the cache: the hash of everything it depends on."""
-    return hashlib.sha256(b"\0".join([text.encode(), *options, repr(nvrtc.nvrtcVersion()[1:]).encode(),
-                                        Path(__file__).read_bytes()])).hexdigest()[:32]
+    return hashlib.sha256(
+        b"\0".join([text.encode(), *options, repr(nvrtc.nvrtcVersion()[1:]).encode(), Path(__file__).read_bytes()])
+    ).hexdigest()[:32]
 
 
 def is_kept(job: Job) -> bool:
@@ -145,15 +146,23 @@ def cache_dir() -> Path | None:
     value = os.environ.get("TRACKER_BUILD_CACHE")
     if value == "off":
         return None
-    return Path(value) if value else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracker" / "builds"
+    return (
+        Path(value)
+        if value
+        else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracker" / "builds"
+    )
 
 
 def _kept(path: Path) -> Build | None:
     """The build kept at ``path``; None where there is none, or it cannot be read as one."""
     try:
         data = json.loads(path.read_text())
-        return Build(data["source"], data["arch"], data["l1_policy"],
-                     {name: Resources(**r) for name, r in data["kernels"].items()})
+        return Build(
+            data["source"],
+            data["arch"],
+            data["l1_policy"],
+            {name: Resources(**r) for name, r in data["kernels"].items()},
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -163,8 +172,14 @@ def front_end(source: str, arch: str, l1_policy: str, overrides: Overrides = ())
     architecture (compute_90 for sm_90): NVRTC's front end and optimizer, without ptxas and the SASS,
     most of a build's time. What the oldest NVRTC allowed must accept (tests/test_nvrtc_floor.py)."""
     nvrtc = _nvrtc()
-    options = [o.encode() for o in (*compile_options(l1_policy, None, overrides), *CUPY_ADDS,
-                                    f"--gpu-architecture=compute_{arch.removeprefix('sm_')}")]
+    options = [
+        o.encode()
+        for o in (
+            *compile_options(l1_policy, None, overrides),
+            *CUPY_ADDS,
+            f"--gpu-architecture=compute_{arch.removeprefix('sm_')}",
+        )
+    ]
     with _compiled(nvrtc, source, arch, l1_policy, source_text(source, overrides), options):
         pass
 
@@ -189,11 +204,22 @@ def _compile(nvrtc, source: str, arch: str, l1_policy: str, text: str, options: 
         cubin = _read(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, program, "cubin")
         ptx = _read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, program, "PTX").rstrip(b"\0").decode()
     machine_code = sass(cubin)
-    constants, loads, mix, bounds = constant_use(ptx), global_loads(machine_code), instruction_mix(machine_code), \
-        block_bounds(ptx)
-    kernels = {name: replace(r, constant_bytes=constants.get(name, 0), block_threads=bounds.get(name, THREADS),
-                             **loads.get(name, {}), **mix.get(name, {}))
-               for name, r in parse_ptxas(log).items()}
+    constants, loads, mix, bounds = (
+        constant_use(ptx),
+        global_loads(machine_code),
+        instruction_mix(machine_code),
+        block_bounds(ptx),
+    )
+    kernels = {
+        name: replace(
+            r,
+            constant_bytes=constants.get(name, 0),
+            block_threads=bounds.get(name, THREADS),
+            **loads.get(name, {}),
+            **mix.get(name, {}),
+        )
+        for name, r in parse_ptxas(log).items()
+    }
     return Build(source, arch, l1_policy, kernels)
 
 
@@ -289,15 +315,16 @@ def instruction_mix(sass_text: str) -> dict[str, dict]:
     mix: dict[str, dict] = {}
     parts = _FUNCTION.split(sass_text)
     for name, body in zip(parts[1::2], parts[2::2]):
-        code = [(int(a, 16), op, rest) for a, guard, op, rest in _INSTRUCTION.findall(body)
-                if guard.strip() != "@!PT"]
+        code = [(int(a, 16), op, rest) for a, guard, op, rest in _INSTRUCTION.findall(body) if guard.strip() != "@!PT"]
         loads = [op for _, op, _ in code if op.startswith(("LDG.", "LDS")) or op == "LDG"]
         loop = max(_loops(code), key=lambda ops: sum(op.startswith("FFMA") for op in ops), default=[])
         ffma = sum(op.startswith("FFMA") for op in loop)
         lds = sum(op == "LDS" or op.startswith("LDS.") for op in loop)
-        mix[name] = {"ffma_per_lds": round(ffma / lds, 2) if lds else None,
-                     "wide_loads": round(sum(".128" in op for op in loads) / len(loads), 3) if loads else 0.0,
-                     "cp_async": sum(op.startswith("LDGSTS") for _, op, _ in code)}
+        mix[name] = {
+            "ffma_per_lds": round(ffma / lds, 2) if lds else None,
+            "wide_loads": round(sum(".128" in op for op in loads) / len(loads), 3) if loads else 0.0,
+            "cp_async": sum(op.startswith("LDGSTS") for _, op, _ in code),
+        }
     return mix
 
 
@@ -330,8 +357,12 @@ def occupancy(r: Resources, arch: str) -> float:
     registers, shared, threads, most_blocks = SM_LIMITS[arch]
     warps = -(-r.block_threads // 32)
     per_warp = -(-max(r.registers, 1) * 32 // 256) * 256
-    blocks = min(most_blocks, threads // (warps * 32), registers // (per_warp * warps),
-                 shared // r.shared_bytes if r.shared_bytes else most_blocks)
+    blocks = min(
+        most_blocks,
+        threads // (warps * 32),
+        registers // (per_warp * warps),
+        shared // r.shared_bytes if r.shared_bytes else most_blocks,
+    )
     return blocks * warps / (threads // 32)
 
 
@@ -363,8 +394,10 @@ _BODY = re.compile(r"\.entry (\w+)\((.*?)(?=\.entry |\Z)", re.S)
 def constant_use(ptx: str) -> dict[str, int]:
     """Per entry: bytes of the module's ``.const`` arrays its body refers to."""
     arrays = {name: int(size) for name, size in _CONST.findall(ptx)}
-    return {entry: sum(size for name, size in arrays.items() if re.search(rf"\b{name}\b", body))
-            for entry, body in _BODY.findall(ptx)}
+    return {
+        entry: sum(size for name, size in arrays.items() if re.search(rf"\b{name}\b", body))
+        for entry, body in _BODY.findall(ptx)
+    }
 
 
 def variant_main(used: list[Resources]) -> Resources:
@@ -373,8 +406,9 @@ def variant_main(used: list[Resources]) -> Resources:
     return max(used, key=lambda r: (r.ffma_per_lds or 0.0, -used.index(r)))
 
 
-def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = None,
-                 progress: Progress | None = None) -> list[dict]:
+def variant_rows(
+    arch: str, l1_policies: tuple[str, ...], tile: Tile | None = None, progress: Progress | None = None
+) -> list[dict]:
     """One row per (op, phase, variant, L1 policy): its kernels' worst-case resources, where it
     was last verified and what changed since. ``tile``: the GEMM-shaped variants' build, which no
     verification record vouches for (a fused backward whose ReLU mask ring does not fit beside it
@@ -388,28 +422,39 @@ def variant_rows(arch: str, l1_policies: tuple[str, ...], tile: Tile | None = No
 
     history = records()
     launches = [v for v in OPS.launches() if not leaves_out(v, tile)]
-    builds = build_all(((source, arch, policy, defines) for source, defines in modules(tile) for policy in l1_policies),
-                       progress)
+    builds = build_all(
+        ((source, arch, policy, defines) for source, defines in modules(tile) for policy in l1_policies), progress
+    )
     rows = []
     for variant in launches:
         tuned = tile is not None and variant.tunable
         verification = status(variant, history) if not tuned else None
         for policy in l1_policies:
-            used = [builds[k.source, arch, policy, launch_defines(variant, tile)].kernels[k.name] for k in variant.kernels]
+            used = [
+                builds[k.source, arch, policy, launch_defines(variant, tile)].kernels[k.name] for k in variant.kernels
+            ]
             main = variant_main(used)
-            rows.append({
-                "op": variant.op, "phase": variant.phase, "variant": variant.variant, "l1": policy,
-                "kernels": [k.name for k in variant.kernels],
-                "registers": max(r.registers for r in used),
-                "shared_bytes": max(r.shared_bytes for r in used),
-                "constant_bytes": max(r.constant_bytes for r in used),
-                "spill_bytes": sum(r.spill_stores + r.spill_loads for r in used),
-                "stack_bytes": max(r.stack_bytes for r in used),
-                "global_loads": sum(r.global_loads for r in used),
-                "l1_loads": sum(r.l1_loads for r in used),
-                "ffma_per_lds": main.ffma_per_lds, "wide_loads": main.wide_loads,
-                "cp_async": sum(r.cp_async for r in used), "occupancy": round(occupancy(main, arch), 3),
-                "verified_on": verification.gpu if verification else None,
-                "changed_since": verification.changes() if verification else None, "note": variant.note,
-            })
+            rows.append(
+                {
+                    "op": variant.op,
+                    "phase": variant.phase,
+                    "variant": variant.variant,
+                    "l1": policy,
+                    "kernels": [k.name for k in variant.kernels],
+                    "registers": max(r.registers for r in used),
+                    "shared_bytes": max(r.shared_bytes for r in used),
+                    "constant_bytes": max(r.constant_bytes for r in used),
+                    "spill_bytes": sum(r.spill_stores + r.spill_loads for r in used),
+                    "stack_bytes": max(r.stack_bytes for r in used),
+                    "global_loads": sum(r.global_loads for r in used),
+                    "l1_loads": sum(r.l1_loads for r in used),
+                    "ffma_per_lds": main.ffma_per_lds,
+                    "wide_loads": main.wide_loads,
+                    "cp_async": sum(r.cp_async for r in used),
+                    "occupancy": round(occupancy(main, arch), 3),
+                    "verified_on": verification.gpu if verification else None,
+                    "changed_since": verification.changes() if verification else None,
+                    "note": variant.note,
+                }
+            )
     return rows

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import cupy as cp
 import numpy as np
@@ -44,14 +45,30 @@ class CupyBackend:
             self.modules[key] = raw_module(source, defines, self.l1_policy)
         return self.modules[key]
 
-    def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple, shared_bytes: int = 0,
-               defines: Overrides = ()) -> None:
+    def launch(
+        self,
+        source: str,
+        kernel: str,
+        grid: tuple,
+        block: tuple,
+        args: tuple,
+        shared_bytes: int = 0,
+        defines: Overrides = (),
+    ) -> None:
         check_launch(_is_device, kernel, grid, block, args, shared_bytes, self.max_shared)
         function = self.module(source, defines).get_function(kernel)
         if shared_bytes > DEFAULT_SHARED:
             function.max_dynamic_shared_size_bytes = shared_bytes
-        record = LaunchRecord(source, kernel, tuple(grid), tuple(block), shared_bytes, function.num_regs,
-                              context=self.context, array_bytes=array_bytes(_is_device, args))
+        record = LaunchRecord(
+            source,
+            kernel,
+            tuple(grid),
+            tuple(block),
+            shared_bytes,
+            function.num_regs,
+            context=self.context,
+            array_bytes=array_bytes(_is_device, args),
+        )
         if self.timed:
             record.start, record.end = cp.cuda.Event(), cp.cuda.Event()
             record.start.record()
@@ -139,6 +156,7 @@ def bracketed(fn: Callable[[], object]) -> tuple[Callable[[], None], Callable[[]
         start, end = pair
         end.synchronize()
         return cp.cuda.get_elapsed_time(start, end)
+
     return body, elapsed
 
 
@@ -152,6 +170,7 @@ def _is_device(array: Any) -> bool:
 
 
 if TYPE_CHECKING:  # mypy checks that this backend speaks the protocol every launcher is written against
+
     def _speaks_backend(b: CupyBackend) -> Backend:
         return b
 

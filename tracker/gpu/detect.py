@@ -69,8 +69,12 @@ def driver_version() -> str | None:
     except OSError:
         pass
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return done.stdout.split()[0] if done.returncode == 0 and done.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired):
         return None

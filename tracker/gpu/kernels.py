@@ -48,8 +48,14 @@ def modules(tile: Tile | None = None) -> tuple[tuple[str, Overrides], ...]:
     """Every (kernel module, -D sizes) a run can compile under ``tile``, in registry order: what
     the compile check builds and what ``cupy_backend.compile_ahead`` fills CuPy's cache with.
     A fused backward whose mask ring does not fit beside ``tile``'s rings has none."""
-    return tuple(dict.fromkeys((kernel.source, launch_defines(launch, tile)) for launch in OPS.launches()
-                               if not leaves_out(launch, tile) for kernel in launch.kernels))
+    return tuple(
+        dict.fromkeys(
+            (kernel.source, launch_defines(launch, tile))
+            for launch in OPS.launches()
+            if not leaves_out(launch, tile)
+            for kernel in launch.kernels
+        )
+    )
 
 
 def define_options(overrides: Overrides = ()) -> tuple[str, ...]:
@@ -66,8 +72,14 @@ def compile_options(l1_policy: str, arch: str | None = None, overrides: Override
     and CUPY_ADDS."""
     if l1_policy not in BUILDS:
         raise ValueError(f"L1 policy {l1_policy!r} is not one of {BUILDS}")
-    options = ("--std=c++17", f"--include-path={KERNEL_DIR}", "-lineinfo", "-Xptxas", f"-dlcm={l1_policy[:2]}",
-               *define_options(overrides))
+    options = (
+        "--std=c++17",
+        f"--include-path={KERNEL_DIR}",
+        "-lineinfo",
+        "-Xptxas",
+        f"-dlcm={l1_policy[:2]}",
+        *define_options(overrides),
+    )
     if l1_policy == "cg":  # and no read-only path either (kernels/common.cuh, RESTRICT)
         options += ("-DTRACKER_L1_BYPASS",)
     if l1_policy == STAGED:
@@ -115,8 +127,9 @@ def _inputs(sources: tuple[str, ...]) -> dict[str, bytes]:
 def _defines_read(sources: tuple[str, ...]) -> list[str]:
     """The -D options (-DTILE_M=128) whose names the files of ``sources`` mention, sorted."""
     texts = b"".join(_inputs(sources).values())
-    return [f"-D{name}={value}" for name, value in sorted(defines().items())
-            if re.search(rf"\b{name}\b".encode(), texts)]
+    return [
+        f"-D{name}={value}" for name, value in sorted(defines().items()) if re.search(rf"\b{name}\b".encode(), texts)
+    ]
 
 
 _CONSTANT = re.compile(r"__constant__\s+float\s+(\w+)\s*\[([^\]]+)\]")

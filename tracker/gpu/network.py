@@ -33,11 +33,15 @@ INDEX_LIMIT = 2**31 - 1  # the kernels index an array with 32-bit ints (cheaper 
 
 def check_indexing(net: Network, batch: int) -> None:
     """Refuses a batch whose largest activation the kernels' 32-bit indices cannot reach."""
-    name, per_image = max([("input", math.prod(net.input_shape))] +
-                          [(layer.name, math.prod(layer.output_shape)) for layer in net.layers], key=lambda e: e[1])
+    name, per_image = max(
+        [("input", math.prod(net.input_shape))] + [(layer.name, math.prod(layer.output_shape)) for layer in net.layers],
+        key=lambda e: e[1],
+    )
     if batch * per_image > INDEX_LIMIT:
-        raise TrackerError(f"batch {batch} gives {name} {batch * per_image:,} elements; the kernels index arrays "
-                           f"with 32-bit ints, so {net.name} runs at batch {INDEX_LIMIT // per_image} at most")
+        raise TrackerError(
+            f"batch {batch} gives {name} {batch * per_image:,} elements; the kernels index arrays "
+            f"with 32-bit ints, so {net.name} runs at batch {INDEX_LIMIT // per_image} at most"
+        )
 
 
 def readers(net: Network) -> dict[str, list[Layer]]:
@@ -63,10 +67,18 @@ def resolve(net: Network, chosen: dict[str, str], batch: int | None = None) -> d
     summed from several readers has no phase of its own to be summed in), else its fallback runs
     (fc8 feeds softmax: it runs shared); the absorbed layer launches nothing. An in-place variant
     (the concatenation's) is IN_PLACE where ``placeable`` says so at ``batch``, else its fallback."""
-    missing = {f"{layer.kind} ({len(layer.output_shape) - 1}-D)" if any(op.kind == layer.kind for op in OPS)
-               else layer.kind: None for layer in net.layers if OPS.find(layer) is None}
-    missing |= {f"{layer.kind} ({why})": None for layer in net.layers
-                if (op := OPS.find(layer)) and (why := op.unsupported(layer))}
+    missing = {
+        f"{layer.kind} ({len(layer.output_shape) - 1}-D)"
+        if any(op.kind == layer.kind for op in OPS)
+        else layer.kind: None
+        for layer in net.layers
+        if OPS.find(layer) is None
+    }
+    missing |= {
+        f"{layer.kind} ({why})": None
+        for layer in net.layers
+        if (op := OPS.find(layer)) and (why := op.unsupported(layer))
+    }
     if missing:
         raise TrackerError(f"{net.name} has layers with no kernels yet: {', '.join(sorted(missing))}")
     OPS.check_chosen(chosen)  # an API or workload caller skips parse_variants: check here too
@@ -80,8 +92,12 @@ def resolve(net: Network, chosen: dict[str, str], batch: int | None = None) -> d
         variant = op.variant(chosen.get(op.kind, op.default))
         if variant.absorbs:
             after = net.layers[i + 1] if i + 1 < len(net.layers) else None
-            if (after is not None and after.kind == variant.absorbs and read_by[layer.name] == [after]
-                    and len(read_by[after.name]) <= 1):
+            if (
+                after is not None
+                and after.kind == variant.absorbs
+                and read_by[layer.name] == [after]
+                and len(read_by[after.name]) <= 1
+            ):
                 variants[after.name] = FUSED_INTO
             elif variant.fallback:
                 variant = op.variant(variant.fallback)
@@ -148,9 +164,24 @@ class Tensors:
         x, x2 = (self.act[name] if name else None for name in sources)
         dx, dx2 = (self.gradient(name, layer.name) if name else None for name in sources)
         mean, invstd, running_mean, running_var = self.statistics.get(layer.name, (None,) * 4)
-        return Arrays(x=x, y=self.act[layer.name], dy=self.grad[layer.name], dx=dx, w=w, bias=bias, dw=dw, db=db,
-                      labels=self.labels, loss=self.loss, x2=x2, dx2=dx2, mean=mean, invstd=invstd,
-                      running_mean=running_mean, running_var=running_var)
+        return Arrays(
+            x=x,
+            y=self.act[layer.name],
+            dy=self.grad[layer.name],
+            dx=dx,
+            w=w,
+            bias=bias,
+            dw=dw,
+            db=db,
+            labels=self.labels,
+            loss=self.loss,
+            x2=x2,
+            dx2=dx2,
+            mean=mean,
+            invstd=invstd,
+            running_mean=running_mean,
+            running_var=running_var,
+        )
 
     def gradient(self, source: str, reader: str) -> Any:
         """Where ``reader`` writes its share of ``source``'s gradient (None: "input" has none)."""
@@ -203,8 +234,17 @@ def initial_parameters(net: Network, seed: int) -> dict[str, tuple[np.ndarray, n
 class PlanRunner:
     """Runs ``plan`` on a backend. ``step(s)`` launches one layer phase; ``iteration()`` all."""
 
-    def __init__(self, backend: Backend, net: Network, batch: int, chosen: dict[str, str], phases: str = "both",
-                 seed: int = 0, tiles: dict[str, str] | None = None, steps: list[Step] | None = None):
+    def __init__(
+        self,
+        backend: Backend,
+        net: Network,
+        batch: int,
+        chosen: dict[str, str],
+        phases: str = "both",
+        seed: int = 0,
+        tiles: dict[str, str] | None = None,
+        steps: list[Step] | None = None,
+    ):
         check_indexing(net, batch)
         self.b, self.net, self.batch = backend, net, batch
         self.tiles = {key: Tile.parse(label) for key, label in (tiles or {}).items()}  # 'layer/phase' -> tuned
@@ -243,8 +283,12 @@ class PlanRunner:
         for layer in net.layers:  # PyTorch's running statistics start at 0 and 1
             if layer.kind == "batchnorm":
                 c = layer.output_shape[0]
-                t.statistics[layer.name] = (backend.empty((c,)), backend.empty((c,)),
-                                            backend.asarray(np.zeros(c, np.float32)), backend.asarray(np.ones(c, np.float32)))
+                t.statistics[layer.name] = (
+                    backend.empty((c,)),
+                    backend.empty((c,)),
+                    backend.asarray(np.zeros(c, np.float32)),
+                    backend.asarray(np.ones(c, np.float32)),
+                )
         t.labels = backend.asarray(labels(net, batch, rng))
         t.loss = backend.empty(loss_shape(net, batch))
 

@@ -20,7 +20,8 @@ build) with a stand-in for the profiler; nothing here has run on a GPU yet.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from tracker.errors import ProfilerFailed
 

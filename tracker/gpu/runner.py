@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from tracker.errors import BackendUnavailable, OutOfMemory
 from tracker.extras import install
@@ -48,8 +49,14 @@ def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
     backend, device = open_cupy_backend(workload.l1_policy)
     echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs)")
     try:
-        launches, _ = measure(PlanRunner.of(backend, workload), workload.repeat, workload.warmup, workload.l1_policy,
-                              echo, around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
+        launches, _ = measure(
+            PlanRunner.of(backend, workload),
+            workload.repeat,
+            workload.warmup,
+            workload.l1_policy,
+            echo,
+            around=(cp.cuda.profiler.start, cp.cuda.profiler.stop),
+        )
     except cp.cuda.memory.OutOfMemoryError as exc:
         raise OutOfMemory(f"out of memory: {workload.network} at batch {workload.batch} ({exc})") from None
     return Measured(launches, device, backend.peak_bytes)
@@ -63,12 +70,24 @@ def run_child(workload: Workload) -> None:
     from tracker.gpu.cupy_backend import CupyBackend
 
     run = PlanRunner.of(CupyBackend(workload.l1_policy, timed=False), workload)
-    measure(run, workload.repeat, workload.warmup, workload.l1_policy, lambda line: print(line, file=sys.stderr),
-            around=(cp.cuda.profiler.start, cp.cuda.profiler.stop))
+    measure(
+        run,
+        workload.repeat,
+        workload.warmup,
+        workload.l1_policy,
+        lambda line: print(line, file=sys.stderr),
+        around=(cp.cuda.profiler.start, cp.cuda.profiler.stop),
+    )
 
 
-def measure(run: PlanRunner, repeat: int, warmup: int, policy: str, echo: Callable[[str], None],
-            around: tuple[Callable, Callable] = (lambda: None, lambda: None)) -> tuple[list[LoggedLaunch], list[float]]:
+def measure(
+    run: PlanRunner,
+    repeat: int,
+    warmup: int,
+    policy: str,
+    echo: Callable[[str], None],
+    around: tuple[Callable, Callable] = (lambda: None, lambda: None),
+) -> tuple[list[LoggedLaunch], list[float]]:
     """Warm up, then run ``repeat`` measured iterations between ``around`` (cudaProfilerStart/Stop):
     (the launches in invocation order, kernel time per iteration)."""
     backend = run.b
@@ -89,8 +108,11 @@ def measure(run: PlanRunner, repeat: int, warmup: int, policy: str, echo: Callab
             launches = backend.log[first:]
             totals.append(launch_ms(launches) or 0.0)  # 0: untimed (under the profiler)
             rows += [_row(len(rows) + i, r, k, policy) for i, k in enumerate(launches)]
-            timed = (f", {totals[-1]:.3f} ms of kernel time" if getattr(backend, "timed", True)
-                     else " (untimed: under the profiler)")
+            timed = (
+                f", {totals[-1]:.3f} ms of kernel time"
+                if getattr(backend, "timed", True)
+                else " (untimed: under the profiler)"
+            )
             echo(f"iteration {r + 1}/{repeat}: {len(launches)} launches{timed}")
     finally:
         stop()
@@ -100,8 +122,21 @@ def measure(run: PlanRunner, repeat: int, warmup: int, policy: str, echo: Callab
 def _row(invocation: int, repeat: int, k: LaunchRecord, policy: str) -> LoggedLaunch:
     """The LoggedLaunch of a LaunchRecord tagged with its Step."""
     step = k.context
-    return LoggedLaunch(invocation, step.layer.id, step.layer.name, step.phase, repeat, k.kernel, step.variant, policy,
-                  k.grid, k.block, k.shared_bytes, k.registers, k.time_ms)
+    return LoggedLaunch(
+        invocation,
+        step.layer.id,
+        step.layer.name,
+        step.phase,
+        repeat,
+        k.kernel,
+        step.variant,
+        policy,
+        k.grid,
+        k.block,
+        k.shared_bytes,
+        k.registers,
+        k.time_ms,
+    )
 
 
 def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile: Tile | None = None):
@@ -118,7 +153,10 @@ def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile
         for case in cases:
             for variant, v in OPS[case.op].variants.items():
                 if tile is not None and any(leaves_out(launch, tile) for launch in v.launches.values()):
-                    echo(f"{policy} {case.layer} {variant}: skipped, {tile.label} leaves no room for the ReLU mask's ring")
+                    echo(
+                        f"{policy} {case.layer} {variant}: skipped, {tile.label} "
+                        "leaves no room for the ReLU mask's ring"
+                    )
                     continue
                 echo(f"{policy} {case.layer} {variant}")
                 results += [(policy, r) for r in run_case(backend, case, variant, tile=tile)]
@@ -127,7 +165,19 @@ def selftest(cases, policies: tuple[str, ...], echo: Callable[[str], None], tile
 
 def summarize(results) -> list[dict]:
     finite = lambda value: value if math.isfinite(value) else None  # noqa: E731  (never written: JSON null)
-    return [{"l1": policy, "layer": r.layer, "op": r.op, "variant": r.variant, "phase": r.phase,
-             "output": r.output, "error": finite(r.error), "max_error": finite(r.max_error),
-             "mean_error": finite(r.mean_error), "tolerance": r.tolerance, "passed": r.passed}
-            for policy, r in results]
+    return [
+        {
+            "l1": policy,
+            "layer": r.layer,
+            "op": r.op,
+            "variant": r.variant,
+            "phase": r.phase,
+            "output": r.output,
+            "error": finite(r.error),
+            "max_error": finite(r.max_error),
+            "mean_error": finite(r.mean_error),
+            "tolerance": r.tolerance,
+            "passed": r.passed,
+        }
+        for policy, r in results
+    ]

@@ -14,9 +14,10 @@ Backend-neutral and free of CuPy, like the executor.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from tracker.stats import Stats, over_repeats
 
@@ -44,9 +45,14 @@ class Timing:
         return self.stats.spread_pct
 
 
-def repeat(body: Callable[[], object], reps: int, synchronize: Callable[[], None],
-           events: Callable[[], float | None] = lambda: None, flush: Callable[[], None] | None = None,
-           warmup: int = 0) -> Timing:
+def repeat(
+    body: Callable[[], object],
+    reps: int,
+    synchronize: Callable[[], None],
+    events: Callable[[], float | None] = lambda: None,
+    flush: Callable[[], None] | None = None,
+    warmup: int = 0,
+) -> Timing:
     """Time ``body`` over ``reps`` repetitions after ``warmup`` untimed ones: ``flush`` (if given)
     before each repetition, ``synchronize`` after it, then ``events()``, the repetition's event
     time (None: untimed). Event times where every repetition has one, else the host clock's."""
@@ -82,8 +88,10 @@ def launch_ms(launches: Iterable[LaunchRecord]) -> float | None:
 def drain(log: list[LaunchRecord]) -> Callable[[], float | None]:
     """``repeat``'s ``events`` for a backend's launch log: the summed event time of what was
     launched since the last call (``launch_ms``), clearing the log."""
+
     def events() -> float | None:
         ms = launch_ms(log)
         log.clear()
         return ms
+
     return events

@@ -36,6 +36,7 @@ def records(directory: Path = RECORD_DIR) -> list[dict]:
 @dataclass(frozen=True)
 class Verification:
     """The newest record that passed a variant, set against its sources today."""
+
     gpu: str
     then: str  # the source digest the record vouches for
     now: str  # the variant's source digest today
@@ -57,8 +58,12 @@ def status(variant: PhaseLaunch, history: list[dict]) -> Verification | None:
     for record in reversed(history):
         entry = record.get("variants", {}).get(variant.key)
         if entry and entry.get("passed"):
-            return Verification(record["gpu"], entry.get("source_hash", ""), source_hash(variant.sources),
-                                _changed(entry.get("sources"), source_digests(variant.sources)))
+            return Verification(
+                record["gpu"],
+                entry.get("source_hash", ""),
+                source_hash(variant.sources),
+                _changed(entry.get("sources"), source_digests(variant.sources)),
+            )
     return None
 
 
@@ -96,20 +101,31 @@ def write_record(results: list[dict], device: dict, directory: Path = RECORD_DIR
     """Write a record of one selftest (rows of ``runner.summarize``); returns its path."""
     variants: dict[str, dict] = {}
     for variant in OPS.launches():
-        rows = [r for r in results if (r["op"], r["variant"]) == (variant.op, variant.variant)
-                and r["phase"] == variant.phase]
+        rows = [
+            r
+            for r in results
+            if (r["op"], r["variant"]) == (variant.op, variant.variant) and r["phase"] == variant.phase
+        ]
         if rows:
             errors: dict[str, float | None] = {}
             for row in rows:
                 worst = errors.get(row["l1"], 0.0)
                 errors[row["l1"]] = None if row["error"] is None or worst is None else max(worst, row["error"])
-            variants[variant.key] = {"source_hash": source_hash(variant.sources),
-                                     "sources": source_digests(variant.sources),
-                                     "passed": all(r["passed"] for r in rows), "errors": errors,
-                                     "layers": _per_layer(rows)}
+            variants[variant.key] = {
+                "source_hash": source_hash(variant.sources),
+                "sources": source_digests(variant.sources),
+                "passed": all(r["passed"] for r in rows),
+                "errors": errors,
+                "layers": _per_layer(rows),
+            }
     today = date.today().isoformat()
-    record = {"gpu": device["device_name"], "driver": device["driver_version"], "cuda": device["cuda_version"],
-              "date": today, "variants": variants}
+    record = {
+        "gpu": device["device_name"],
+        "driver": device["driver_version"],
+        "cuda": device["cuda_version"],
+        "date": today,
+        "variants": variants,
+    }
     slug = re.sub(r"[^a-z0-9]+", "-", device["device_name"].lower()).strip("-")
     path = directory / f"{today}-{slug}.json"
     directory.mkdir(parents=True, exist_ok=True)

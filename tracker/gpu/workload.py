@@ -1,7 +1,8 @@
 """What a GPU profile runs, and what it launched.
 
 ``Workload`` is one value from where a profile enters (the CLI, or ``tracker.profile.profile``
-for a library caller) through ``profile_workload`` to the child process a collector profiles: the network, batch, variants, phases, L1
+for a library caller) through ``profile_workload`` to the child process a collector profiles: the network, batch,
+variants, phases, L1
 policy, iterations, tuned tiles and the plan (``steps``: which variant runs each layer phase, in
 which order), planned once in the parent. Pass 1 and pass 2 run the same steps, so the profiled
 launches line up with pass 1's log one for one. Its values are checked where it is made.
@@ -15,9 +16,10 @@ The child a collector profiles runs ``Workload.to_json()`` (tracker/profilers/ch
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from tracker.errors import TrackerError, whole_number
 
@@ -60,8 +62,10 @@ class Workload:
         check(self.batch, self.phases, self.variants, self.repeat, self.warmup)
         check_implementation(self.implementation, self.variants, self.l1_bypass, self.tf32, self.cudnn_benchmark)
         if self.staged and (self.l1_bypass or self.library):
-            raise TrackerError("--staged runs our kernels with the L1-bypass build's loaders and L1 cached: "
-                               f"not with {'--l1-bypass (staged already)' if self.l1_bypass else '--impl torch'}")
+            raise TrackerError(
+                "--staged runs our kernels with the L1-bypass build's loaders and L1 cached: "
+                f"not with {'--l1-bypass (staged already)' if self.l1_bypass else '--impl torch'}"
+            )
         if is_module_spec(self.network) and self.implementation != "torch":
             raise TrackerError(f"{self.network} is a PyTorch model: only --impl torch runs it")
         object.__setattr__(self, "steps", tuple(PlannedStep(*s) for s in self.steps))  # JSON gives lists
@@ -76,8 +80,10 @@ class Workload:
     @cached_property
     def net(self) -> Network:
         if is_module_spec(self.network):  # a user's PyTorch model: only the library arm, above, can trace it
-            raise TrackerError(f"{self.network} is a PyTorch model: its network comes from "
-                               "tracker.library.torch_module.network, handed to Workload.of")
+            raise TrackerError(
+                f"{self.network} is a PyTorch model: its network comes from "
+                "tracker.library.torch_module.network, handed to Workload.of"
+            )
         from tracker.nets import build
 
         return build(self.network, **self.options)
@@ -95,13 +101,17 @@ class Workload:
 
         return "cg" if self.l1_bypass else STAGED if self.staged else "ca"
 
-    def planned(self, steps: Sequence[Step], tiles: dict[str, str], tuned_variants: dict[str, str] | None = None
-                ) -> Workload:
+    def planned(
+        self, steps: Sequence[Step], tiles: dict[str, str], tuned_variants: dict[str, str] | None = None
+    ) -> Workload:
         """This workload with its plan (``tracker.gpu.network.plan``'s steps, planned once by the
         caller, with the variants `tracker tune` chose where ``tuned_variants`` says) and the
         tuned tiles its GEMM-shaped steps run."""
-        return self._with(steps=tuple(PlannedStep(s.layer.name, s.phase, s.variant) for s in steps),
-                          tiles=dict(tiles), tuned_variants=dict(tuned_variants or {}))
+        return self._with(
+            steps=tuple(PlannedStep(s.layer.name, s.phase, s.variant) for s in steps),
+            tiles=dict(tiles),
+            tuned_variants=dict(tuned_variants or {}),
+        )
 
     def measuring(self, repeat: int) -> Workload:
         """This workload with ``repeat`` measured iterations: what pass 2's child runs when it
@@ -122,8 +132,9 @@ class Workload:
     def planned_in_training_order(self) -> Workload:
         """The library arm's plan: every layer phase in ``Network.training_order``, run by the
         library (it has no variants and no tiles to choose)."""
-        steps = tuple(PlannedStep(layer.name, phase, self.implementation)
-                      for layer, phase in self.net.training_order(self.phases))
+        steps = tuple(
+            PlannedStep(layer.name, phase, self.implementation) for layer, phase in self.net.training_order(self.phases)
+        )
         done = replace(self, steps=steps, tiles={})
         vars(done)["net"] = self.net
         return done
@@ -134,7 +145,6 @@ class Workload:
     @classmethod
     def from_json(cls, spec: str) -> Workload:
         return cls(**json.loads(spec))
-
 
 
 def is_module_spec(network: str) -> bool:
@@ -155,8 +165,9 @@ def check(batch: int, phases: str, variants: dict[str, str], repeat: int, warmup
     whole_number(warmup, "warmup", 0, MAX_WARMUP)
 
 
-def check_implementation(implementation: str, variants: dict, l1_bypass: bool, tf32: bool,
-                         cudnn_benchmark: bool) -> None:
+def check_implementation(
+    implementation: str, variants: dict, l1_bypass: bool, tf32: bool, cudnn_benchmark: bool
+) -> None:
     """Our kernels take variants and the L1 build; a library takes TF32 and cuDNN's benchmark
     mode. Either given to the other is refused rather than ignored."""
     from tracker.errors import unknown
@@ -170,8 +181,10 @@ def check_implementation(implementation: str, variants: dict, l1_bypass: bool, t
         return
     given = [name for name, on in (("--variant", bool(variants)), ("--l1-bypass", l1_bypass)) if on]
     if given:
-        raise TrackerError(f"{' and '.join(given)} {_verb(given, 'chooses')} among our kernels; --impl "
-                           f"{implementation} runs the library's")
+        raise TrackerError(
+            f"{' and '.join(given)} {_verb(given, 'chooses')} among our kernels; --impl "
+            f"{implementation} runs the library's"
+        )
 
 
 def _verb(subjects: list[str], singular: str) -> str:
@@ -207,11 +220,26 @@ class LoggedLaunch:
     def row(self) -> dict:
         """The launch table's row (without run_id)."""
         (grid_x, grid_y, grid_z), (block_x, block_y, block_z) = self.grid, self.block
-        return dict(invocation=self.invocation, layer_id=self.layer_id, phase=self.phase, repeat=self.repeat,
-                    kernel_name=self.kernel_name, variant=self.variant, l1_policy=self.l1_policy,
-                    grid_x=grid_x, grid_y=grid_y, grid_z=grid_z, block_x=block_x, block_y=block_y, block_z=block_z,
-                    shared_bytes=self.shared_bytes, registers=self.registers, time_ms=self.time_ms,
-                    algorithm=self.algorithm, role=self.role)
+        return dict(
+            invocation=self.invocation,
+            layer_id=self.layer_id,
+            phase=self.phase,
+            repeat=self.repeat,
+            kernel_name=self.kernel_name,
+            variant=self.variant,
+            l1_policy=self.l1_policy,
+            grid_x=grid_x,
+            grid_y=grid_y,
+            grid_z=grid_z,
+            block_x=block_x,
+            block_y=block_y,
+            block_z=block_z,
+            shared_bytes=self.shared_bytes,
+            registers=self.registers,
+            time_ms=self.time_ms,
+            algorithm=self.algorithm,
+            role=self.role,
+        )
 
 
 def tagged(launches: Sequence[LoggedLaunch]) -> list[LoggedLaunch]:

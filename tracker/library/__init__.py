@@ -30,8 +30,9 @@ def require_torch_cuda(what: str) -> str:
     import torch
 
     if not torch.cuda.is_available():
-        raise BackendUnavailable(f"{what} needs a CUDA build of PyTorch that sees a GPU, and torch "
-                                 f"{torch.__version__} here does not")
+        raise BackendUnavailable(
+            f"{what} needs a CUDA build of PyTorch that sees a GPU, and torch {torch.__version__} here does not"
+        )
     return f"torch {torch.__version__} with CUDA {torch.version.cuda}"
 
 
@@ -40,8 +41,14 @@ def versions(tf32: bool, cudnn_benchmark: bool) -> dict:
     versions (None where this build has none) and the two choices that change which kernels run."""
     import torch
 
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-            "cublas": _cublas(), "tf32": tf32, "cudnn_benchmark": cudnn_benchmark}
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "cublas": _cublas(),
+        "tf32": tf32,
+        "cudnn_benchmark": cudnn_benchmark,
+    }
 
 
 def _cublas() -> str | None:

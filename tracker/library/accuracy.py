@@ -19,8 +19,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,8 +44,10 @@ def device() -> str:
 def describe(where: str) -> str:
     """The device in words, with the libraries that computed on it."""
     if where == "cuda":
-        return (f"{torch.cuda.get_device_name()} (torch {torch.__version__}, CUDA {torch.version.cuda}, "
-                f"cuDNN {torch.backends.cudnn.version()})")
+        return (
+            f"{torch.cuda.get_device_name()} (torch {torch.__version__}, CUDA {torch.version.cuda}, "
+            f"cuDNN {torch.backends.cudnn.version()})"
+        )
     return f"the CPU (torch {torch.__version__}; no GPU seen)"
 
 
@@ -81,8 +84,16 @@ class Tensors:
         if self.where.type == "cuda":
             torch.cuda.synchronize(self.where)
 
-    def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple,
-               shared_bytes: int = 0, defines: tuple[tuple[str, int], ...] = ()) -> None:
+    def launch(
+        self,
+        source: str,
+        kernel: str,
+        grid: tuple,
+        block: tuple,
+        args: tuple,
+        shared_bytes: int = 0,
+        defines: tuple[tuple[str, int], ...] = (),
+    ) -> None:
         raise TrackerError(f"{kernel}: PyTorch's selftest launches none of our kernels")
 
     def to_constant(self, source: str, symbol: str, array: Any) -> None:
@@ -236,13 +247,17 @@ def step_errors(net: Any, batch: int, where: str | None = None) -> list[dict]:
 
     step = TorchStep(net, batch, where or device())
     step.iteration()
-    loss, grads = reference.network_step(net, initial_parameters(net, 0), step.x.cpu().numpy().astype(np.float64),
-                                         step.labels.cpu().numpy())
+    loss, grads = reference.network_step(
+        net, initial_parameters(net, 0), step.x.cpu().numpy().astype(np.float64), step.labels.cpu().numpy()
+    )
     assert step.loss is not None  # the step's last layer is softmax (TorchStep checks)
     rows = [_step_row("loss", "loss", np.array([float(step.loss.detach())]), np.array([loss]))]
     for name, expected in grads.items():
-        rows += [_step_row(name, output, got.detach().cpu().numpy(), want)
-                 for output, got, want in zip(("dw", "db"), step.grads[name], expected) if want is not None]
+        rows += [
+            _step_row(name, output, got.detach().cpu().numpy(), want)
+            for output, got, want in zip(("dw", "db"), step.grads[name], expected)
+            if want is not None
+        ]
     return rows + _moved_routes(net, step)
 
 
@@ -268,15 +283,22 @@ def _moved_routes(net: Any, step: Any) -> list[dict]:
             ours, exact = reference.maxpool_argmax(ours, size, stride), reference.maxpool_argmax(exact, size, stride)
             rows.append(row | {"output": f"windows of {exact.size}", "moved_maxima": int((ours != exact).sum())})
         else:
-            rows.append(row | {"output": f"elements of {exact.size}", "flipped_signs": int(((ours > 0) != (exact > 0)).sum())})
+            rows.append(
+                row | {"output": f"elements of {exact.size}", "flipped_signs": int(((ours > 0) != (exact > 0)).sum())}
+            )
     return rows
 
 
 def _step_row(layer: str, output: str, got: np.ndarray, expected: np.ndarray) -> dict:
     error, largest, mean = relative_errors(got, expected)
     finite = lambda value: value if math.isfinite(value) else None  # noqa: E731
-    return {"layer": layer, "output": output, "error": finite(error), "max_error": finite(largest),
-            "mean_error": finite(mean)}
+    return {
+        "layer": layer,
+        "output": output,
+        "error": finite(error),
+        "max_error": finite(largest),
+        "mean_error": finite(mean),
+    }
 
 
 def step_report(network: str = "alexnet", batch: int = 2) -> str:
@@ -288,10 +310,12 @@ def step_report(network: str = "alexnet", batch: int = 2) -> str:
     with fp32():
         rows = step_errors(build(network), batch, where)
     out = io.StringIO()
-    out.write(f"# {network} batch {batch}, PyTorch's whole step on {describe(where)} against the float64 "
-              f"reference (information only: errors compound along the chain, and a max-pool window whose "
-              f"maximum fp32 rounding moved, moved_maxima, or a ReLU input whose sign it flipped, "
-              f"flipped_signs, sends a gradient elsewhere)\n")
+    out.write(
+        f"# {network} batch {batch}, PyTorch's whole step on {describe(where)} against the float64 "
+        f"reference (information only: errors compound along the chain, and a max-pool window whose "
+        f"maximum fp32 rounding moved, moved_maxima, or a ReLU input whose sign it flipped, "
+        f"flipped_signs, sends a gradient elsewhere)\n"
+    )
     writer = csv.DictWriter(out, STEP_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows({k: f"{v:.3e}" if isinstance(v, float) else v for k, v in row.items()} for row in rows)

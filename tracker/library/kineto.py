@@ -106,7 +106,8 @@ def _device_events(trace: dict, categories: tuple[str, ...]) -> list[TraceKernel
             launches[args["correlation"]] = event
         elif category == "user_annotation":
             spans[(event.get("pid"), event.get("tid"))].append(
-                Annotation(event["name"], float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0))))
+                Annotation(event["name"], float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0)))
+            )
         elif category in categories:
             found.append(event)
     numbered = _numbered(spans)
@@ -117,10 +118,22 @@ def _device_events(trace: dict, categories: tuple[str, ...]) -> list[TraceKernel
         at = float(launch["ts"]) if launch else float(event["ts"])
         where = numbered.get((launch.get("pid"), launch.get("tid"))) if launch else None
         annotation = _innermost(where or [], at)
-        out.append((at, args.get("correlation", 0), TraceKernel(
-            event["name"], annotation, *_geometry(args),
-            args.get("registers per thread"), int(args.get("shared memory") or 0), float(event.get("dur", 0)) / 1e3,
-            args.get("correlation", 0), None if annotation else _caller(numbered, at))))
+        out.append(
+            (
+                at,
+                args.get("correlation", 0),
+                TraceKernel(
+                    event["name"],
+                    annotation,
+                    *_geometry(args),
+                    args.get("registers per thread"),
+                    int(args.get("shared memory") or 0),
+                    float(event.get("dur", 0)) / 1e3,
+                    args.get("correlation", 0),
+                    None if annotation else _caller(numbered, at),
+                ),
+            )
+        )
     return [kernel for _, _, kernel in sorted(out, key=lambda item: item[:2])]
 
 
@@ -140,15 +153,17 @@ def _numbered(spans: dict[tuple, list[Annotation]]) -> dict[tuple, list[Annotati
                 count += 1
             end = max(end, annotation.end_us)
             occurrence[annotation] = count
-    return {where: sorted((a._replace(occurrence=occurrence[a]) for a in on_thread), key=lambda a: a.start_us)
-            for where, on_thread in spans.items()}
+    return {
+        where: sorted((a._replace(occurrence=occurrence[a]) for a in on_thread), key=lambda a: a.start_us)
+        for where, on_thread in spans.items()
+    }
 
 
 def _innermost(annotations: list[Annotation], at: float) -> Annotation | None:
     """The latest-starting annotation whose span holds ``at``: nested spans start inside their
     parents, so the first one found walking back from ``at`` is the innermost."""
     starts = [a.start_us for a in annotations]
-    for annotation in reversed(annotations[:bisect.bisect_right(starts, at)]):
+    for annotation in reversed(annotations[: bisect.bisect_right(starts, at)]):
         if annotation.end_us >= at:
             return annotation
     return None
@@ -189,9 +204,24 @@ def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[l
             outside.append(k)
             continue
         layer, phase = where
-        launches.append(LoggedLaunch(len(launches), layer.id, layer.name, phase, annotation.occurrence, k.name, variant,
-                               "ca", k.grid, k.block, k.shared_bytes, k.registers, k.time_ms,
-                               in_range=k.annotation is not None))
+        launches.append(
+            LoggedLaunch(
+                len(launches),
+                layer.id,
+                layer.name,
+                phase,
+                annotation.occurrence,
+                k.name,
+                variant,
+                "ca",
+                k.grid,
+                k.block,
+                k.shared_bytes,
+                k.registers,
+                k.time_ms,
+                in_range=k.annotation is not None,
+            )
+        )
     return tagged(launches), outside
 
 

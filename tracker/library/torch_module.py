@@ -6,7 +6,8 @@ records every call of a leaf module (a module without children): each call is a 
 its module path (a module called k times gives ``path#1`` ... ``path#k``), with the shapes it
 saw, its parameters and the FLOPs ``torch.utils.flop_counter`` counts for its forward, weight
 gradient and data gradient; flop_counter counts no element-wise op, so a batch norm, ReLU or
-max-pool call is counted as our own networks count that layer (``OUR_LAYERS``). Kernels that several modules share are told apart by the range each runs in, and a
+max-pool call is counted as our own networks count that layer (``OUR_LAYERS``).
+Kernels that several modules share are told apart by the range each runs in, and a
 module called more than once by its call's name and invocation order.
 
 ``ModuleStep`` replays the calls as a training step, layer phase by layer phase in
@@ -24,10 +25,11 @@ import importlib
 import os
 import re
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -83,13 +85,14 @@ def load(spec: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     except BaseException as exc:
         raise TrackerError(f"--torch {spec}: {function}() raised {_said(exc)}") from None
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
-        raise TrackerError(f"--torch {spec}: {function}() returned {_kind(made)}, not (an nn.Module, an example "
-                           "input)")
+        raise TrackerError(f"--torch {spec}: {function}() returned {_kind(made)}, not (an nn.Module, an example input)")
     model, example = made
     inputs = example if isinstance(example, tuple) else (example,)
     if not inputs or not all(isinstance(x, torch.Tensor) and x.dim() >= 1 for x in inputs):
-        raise TrackerError(f"--torch {spec}: the example input must be a tensor or a tuple of tensors, each with a "
-                           f"batch dimension, not {_kind(example)}")
+        raise TrackerError(
+            f"--torch {spec}: the example input must be a tensor or a tuple of tensors, each with a "
+            f"batch dimension, not {_kind(example)}"
+        )
     if len({x.shape[0] for x in inputs}) != 1:
         raise TrackerError(f"--torch {spec}: the example inputs differ in batch size (first dimension)")
     return model, inputs
@@ -105,8 +108,9 @@ def at_batch(inputs: tuple[torch.Tensor, ...], batch: int | None) -> tuple[torch
     return tuple(x.repeat(copies, *[1] * (x.dim() - 1))[:batch].contiguous() for x in inputs)
 
 
-def record_at(spec: str, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], batch: int | None) -> tuple[
-        list[Call], tuple[torch.Tensor, ...]]:
+def record_at(
+    spec: str, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], batch: int | None
+) -> tuple[list[Call], tuple[torch.Tensor, ...]]:
     """``record`` of the model on its example resized to ``batch``: (the calls, the inputs it ran).
     A model that cannot take another batch (a reshape to a fixed size, say) says so in one line."""
     resized = at_batch(inputs, batch)
@@ -115,8 +119,10 @@ def record_at(spec: str, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...
     except TrackerError as exc:
         if resized is inputs:
             raise
-        raise TrackerError(f"{exc} (at --batch {batch}; {spec}'s example input has batch {inputs[0].shape[0]}, "
-                           "which runs without --batch)") from None
+        raise TrackerError(
+            f"{exc} (at --batch {batch}; {spec}'s example input has batch {inputs[0].shape[0]}, "
+            "which runs without --batch)"
+        ) from None
 
 
 def _said(exc: BaseException) -> str:
@@ -137,11 +143,16 @@ def record(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[Cal
         if getattr(m, "inplace", False) is True:
             m.inplace = False
     # next(), not any(): an empty nn.Sequential is falsy. A container is never a layer.
-    leaves = [(path or type(m).__name__, m) for path, m in model.named_modules()
-              if next(m.children(), None) is None and not isinstance(m, CONTAINERS)]
+    leaves = [
+        (path or type(m).__name__, m)
+        for path, m in model.named_modules()
+        if next(m.children(), None) is None and not isinstance(m, CONTAINERS)
+    ]
     if not leaves:
-        raise TrackerError(f"--torch: {type(model).__name__} has no leaf modules (nn.Conv2d, nn.Linear, ...): "
-                           "each call of one is a layer, so there is nothing to profile")
+        raise TrackerError(
+            f"--torch: {type(model).__name__} has no leaf modules (nn.Conv2d, nn.Linear, ...): "
+            "each call of one is a layer, so there is nothing to profile"
+        )
     produced: dict[int, str] = {id(x): "input" for x in inputs}
     calls: list[Call] = []
     keep: list[torch.Tensor] = []  # outputs alive until the pass ends, so that their ids stay theirs
@@ -149,15 +160,29 @@ def record(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[Cal
     def hook(path: str):
         def after(module, args, output):
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            out = output if isinstance(output, torch.Tensor) else next(
-                (o for o in (output if isinstance(output, (tuple, list)) else ()) if isinstance(o, torch.Tensor)), None)
+            out = (
+                output
+                if isinstance(output, torch.Tensor)
+                else next(
+                    (o for o in (output if isinstance(output, (tuple, list)) else ()) if isinstance(o, torch.Tensor)),
+                    None,
+                )
+            )
             if out is None:
                 raise TrackerError(f"--torch: module {path} ({type(module).__name__}) returned no tensor")
-            calls.append(Call(path, module, [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args],
-                              any(t.requires_grad for t in tensors), out.detach(),
-                              tuple(produced.get(id(t), "(functional)") for t in tensors)))
+            calls.append(
+                Call(
+                    path,
+                    module,
+                    [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args],
+                    any(t.requires_grad for t in tensors),
+                    out.detach(),
+                    tuple(produced.get(id(t), "(functional)") for t in tensors),
+                )
+            )
             produced[id(out)] = path
             keep.append(out)
+
         return after
 
     handles = [m.register_forward_hook(hook(path)) for path, m in leaves]
@@ -197,26 +222,37 @@ class Replay:
         generator = torch.Generator(device=call.output.device).manual_seed(seed)
         self.call = call
         self.params = [p for p in call.module.parameters(recurse=False) if p.requires_grad]
-        self.dy = torch.randn(call.output.shape, generator=generator, device=call.output.device,
-                              dtype=call.output.dtype)
+        self.dy = torch.randn(
+            call.output.shape, generator=generator, device=call.output.device, dtype=call.output.dtype
+        )
         self.xs: list = []
         self.out: torch.Tensor | None = None
 
     def forward(self) -> None:
         """The call on its recorded inputs (a view of each: no copy, so no kernel)."""
-        self.xs = [a.detach().requires_grad_(self.call.needs_input_grad and a.is_floating_point())
-                   if isinstance(a, torch.Tensor) else a for a in self.call.args]
+        self.xs = [
+            a.detach().requires_grad_(self.call.needs_input_grad and a.is_floating_point())
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in self.call.args
+        ]
         output = self.call.module(*self.xs)
-        self.out = output if isinstance(output, torch.Tensor) else next(o for o in output if isinstance(o, torch.Tensor))
+        self.out = (
+            output if isinstance(output, torch.Tensor) else next(o for o in output if isinstance(o, torch.Tensor))
+        )
 
     def grad(self, phase: str, keep_graph: bool = False) -> tuple:
         """bwd_weight: the gradients of its parameters; bwd_data: of its inputs (the graph kept
         for another pass with ``keep_graph``)."""
         assert self.out is not None
-        wrt = self.params if phase == "bwd_weight" else [x for x in self.xs if isinstance(x, torch.Tensor)
-                                                          and x.requires_grad]
-        return torch.autograd.grad(self.out, wrt, self.dy, retain_graph=keep_graph or phase == "bwd_weight",
-                                   allow_unused=True)
+        wrt = (
+            self.params
+            if phase == "bwd_weight"
+            else [x for x in self.xs if isinstance(x, torch.Tensor) and x.requires_grad]
+        )
+        return torch.autograd.grad(
+            self.out, wrt, self.dy, retain_graph=keep_graph or phase == "bwd_weight", allow_unused=True
+        )
 
     def restorer(self, phase: str) -> Callable[[], None]:
         """What puts back the buffers the forward updates in place (a batch norm's running
@@ -227,6 +263,7 @@ class Replay:
         def restore() -> None:
             for b, copy in zip(buffers, saved):
                 b.copy_(copy)
+
         return restore
 
 
@@ -264,8 +301,16 @@ def our_layer(call: Call) -> Layer | None:
     if op is None:
         return None
     shapes = tuple(tuple(a.shape[1:]) for a in call.args if isinstance(a, torch.Tensor))
-    return Layer(0, call.name, op, ("input",), shapes, tuple(call.output.shape[1:]), op.params(list(shapes)),
-                 call.needs_input_grad)
+    return Layer(
+        0,
+        call.name,
+        op,
+        ("input",),
+        shapes,
+        tuple(call.output.shape[1:]),
+        op.params(list(shapes)),
+        call.needs_input_grad,
+    )
 
 
 def _our_op(module: torch.nn.Module) -> LayerOp | None:
@@ -300,20 +345,36 @@ def as_network(spec: str, calls: list[Call], inputs: tuple[torch.Tensor, ...]) -
     for i, call in enumerate(calls, 1):
         shapes = tuple(tuple(a.shape[1:]) for a in call.args if isinstance(a, torch.Tensor))
         weights = sum(p.numel() for p in call.module.parameters(recurse=False) if p.requires_grad)
-        op = Module(type(call.module).__name__, tuple(call.output.shape[1:]), weights,
-                    tuple(sorted(call.flops.items())), batch, call.ours)
-        net.layers.append(Layer(i, call.name, op, call.sources or ("input",), shapes, op.output, weights,
-                                call.needs_input_grad))
-    net.notes.append(f"{spec}: {len(calls)} leaf-module calls; FLOPs from torch.utils.flop_counter at batch {batch}, "
-                     "batch norm, ReLU and max-pool ops as our networks count them")
+        op = Module(
+            type(call.module).__name__,
+            tuple(call.output.shape[1:]),
+            weights,
+            tuple(sorted(call.flops.items())),
+            batch,
+            call.ours,
+        )
+        net.layers.append(
+            Layer(i, call.name, op, call.sources or ("input",), shapes, op.output, weights, call.needs_input_grad)
+        )
+    net.notes.append(
+        f"{spec}: {len(calls)} leaf-module calls; FLOPs from torch.utils.flop_counter at batch {batch}, "
+        "batch norm, ReLU and max-pool ops as our networks count them"
+    )
     return net
 
 
 class ModuleStep:
     """One training step of the user's model, replayed call by call (``TorchStep``'s interface)."""
 
-    def __init__(self, spec: str, device: str = "cpu", phases: str = "both", region: Region | None = None,
-                 allow_tf32: bool = False, batch: int | None = None):
+    def __init__(
+        self,
+        spec: str,
+        device: str = "cpu",
+        phases: str = "both",
+        region: Region | None = None,
+        allow_tf32: bool = False,
+        batch: int | None = None,
+    ):
         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
         torch.backends.cudnn.allow_tf32 = allow_tf32
         model, example = load(spec)

@@ -28,9 +28,9 @@ PyTorch's profiler see every backward kernel inside ``layer/phase``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
-from typing import Callable
 
 import numpy as np
 import torch
@@ -42,8 +42,19 @@ from tracker.nets import Layer, Network
 from tracker.nets.layers import LRN, BatchNorm, Concat, Conv, ConvTranspose, Linear, MaxPool, ReLU, Sigmoid, Upsample
 
 Region = Callable[[str], AbstractContextManager]
-KINDS = ("conv", "convtranspose", "linear", "relu", "maxpool", "lrn", "batchnorm", "upsample", "concat",
-         "sigmoid", "softmax")  # what _forward knows
+KINDS = (
+    "conv",
+    "convtranspose",
+    "linear",
+    "relu",
+    "maxpool",
+    "lrn",
+    "batchnorm",
+    "upsample",
+    "concat",
+    "sigmoid",
+    "softmax",
+)  # what _forward knows
 LOSSES = ("softmax", "sigmoid")
 
 
@@ -81,8 +92,17 @@ class TorchStep:
     """One training step of ``net`` at ``batch`` in PyTorch. ``region``: the range opened around
     each layer phase (default: NVTX on a CUDA device, none on the CPU)."""
 
-    def __init__(self, net: Network, batch: int, device: str = "cpu", dtype: torch.dtype = torch.float32,
-                 seed: int = 0, phases: str = "both", region: Region | None = None, allow_tf32: bool = False):
+    def __init__(
+        self,
+        net: Network,
+        batch: int,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+        phases: str = "both",
+        region: Region | None = None,
+        allow_tf32: bool = False,
+    ):
         from tracker.gpu.network import initial_parameters, labels
 
         missing = sorted({layer.kind for layer in net.layers if layer.kind not in KINDS})
@@ -100,13 +120,23 @@ class TorchStep:
         as_tensor = lambda a: torch.as_tensor(a, dtype=dtype, device=device)  # noqa: E731
         self.x = as_tensor(rng.normal(size=(batch, *net.input_shape)))
         drawn = labels(net, batch, rng)  # as our executor draws them
-        self.labels = (as_tensor(drawn) if net.layers[-1].kind == "sigmoid"
-                       else torch.as_tensor(drawn, dtype=torch.long, device=device))
-        self.params = {name: (as_tensor(w).requires_grad_(), None if b is None else as_tensor(b).requires_grad_())
-                       for name, (w, b) in initial_parameters(net, seed).items()}
-        self.running = {layer.name: (torch.zeros(layer.output_shape[0], dtype=dtype, device=device),
-                                     torch.ones(layer.output_shape[0], dtype=dtype, device=device))
-                        for layer in net.layers if layer.kind == "batchnorm"}  # batch norm's running statistics
+        self.labels = (
+            as_tensor(drawn)
+            if net.layers[-1].kind == "sigmoid"
+            else torch.as_tensor(drawn, dtype=torch.long, device=device)
+        )
+        self.params = {
+            name: (as_tensor(w).requires_grad_(), None if b is None else as_tensor(b).requires_grad_())
+            for name, (w, b) in initial_parameters(net, seed).items()
+        }
+        self.running = {
+            layer.name: (
+                torch.zeros(layer.output_shape[0], dtype=dtype, device=device),
+                torch.ones(layer.output_shape[0], dtype=dtype, device=device),
+            )
+            for layer in net.layers
+            if layer.kind == "batchnorm"
+        }  # batch norm's running statistics
         self.grads: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}  # (dw, db), db None without a bias
         self.inputs: dict[str, torch.Tensor] = {}  # each layer's (first) input, as the last iteration saw it
         self.operands: dict[str, tuple[torch.Tensor, ...]] = {}  # all of them (concat reads two)
@@ -128,12 +158,14 @@ class TorchStep:
             else:
                 replay_phase(self.phase, run, self._restorer(layer, phase, dy), passes)
 
-    def _phase(self, layer: Layer, phase: str, outputs: dict[str, torch.Tensor], dy: dict[str, torch.Tensor],
-               keep_graph: bool) -> None:
+    def _phase(
+        self, layer: Layer, phase: str, outputs: dict[str, torch.Tensor], dy: dict[str, torch.Tensor], keep_graph: bool
+    ) -> None:
         with self.region(self.phase):
             if phase == "fwd":
-                xs = self.operands[layer.name] = tuple(outputs[source].detach().requires_grad_(layer.needs_input_grad)
-                                                       for source in layer.inputs)
+                xs = self.operands[layer.name] = tuple(
+                    outputs[source].detach().requires_grad_(layer.needs_input_grad) for source in layer.inputs
+                )
                 self.inputs[layer.name] = xs[0]
                 outputs[layer.name] = self._forward(layer, xs)
                 if self.on_engine_threads and outputs[layer.name].grad_fn is not None:
@@ -144,8 +176,9 @@ class TorchStep:
                 got = torch.autograd.grad(outputs[layer.name], learned, dy.get(layer.name), retain_graph=True)
                 self.grads[layer.name] = (got[0], got[1] if b is not None else None)
             else:
-                dxs = torch.autograd.grad(outputs[layer.name], self.operands[layer.name], dy.get(layer.name),
-                                          retain_graph=keep_graph)
+                dxs = torch.autograd.grad(
+                    outputs[layer.name], self.operands[layer.name], dy.get(layer.name), retain_graph=keep_graph
+                )
                 for source, dx in zip(layer.inputs, dxs):
                     dy[source] = dy[source] + dx if source in dy else dx
 
@@ -161,6 +194,7 @@ class TorchStep:
             dy.update(summed)
             for t, copy in zip(running, saved):
                 t.copy_(copy)
+
         return restore
 
     def _forward(self, layer: Layer, xs: tuple[torch.Tensor, ...]) -> torch.Tensor:

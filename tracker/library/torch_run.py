@@ -21,9 +21,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -48,8 +48,9 @@ def step_of(workload: Workload) -> TorchStep | ModuleStep:
     torch.backends.cudnn.benchmark = workload.cudnn_benchmark
     if is_module_spec(workload.network):
         return ModuleStep(workload.network, "cuda", workload.phases, annotated, workload.tf32, workload.batch)
-    return TorchStep(workload.net, workload.batch, "cuda", phases=workload.phases, region=annotated,
-                     allow_tf32=workload.tf32)
+    return TorchStep(
+        workload.net, workload.batch, "cuda", phases=workload.phases, region=annotated, allow_tf32=workload.tf32
+    )
 
 
 def warm_up(step: TorchStep | ModuleStep, warmup: int, echo: Callable[[str], None]) -> None:
@@ -69,21 +70,28 @@ def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
     from tracker.gpu.cupy_backend import device_info
 
     device = device_info()
-    echo(f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs), "
-         f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
+    echo(
+        f"device: {device['device_name']} (CC {device['compute_capability']}, {device['sm_count']} SMs), "
+        f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
+    )
     with tempfile.TemporaryDirectory(prefix="tracker-torch-") as tmp:
         run_child_process([sys.executable, "-m", __name__, workload.to_json(), tmp], echo)
         peak = int((Path(tmp) / PEAK).read_text())
-        launches, outside = kineto.launch_log(kineto.device_work(kineto.load(Path(tmp) / TRACE)), workload.net,
-                                              workload.implementation)
+        launches, outside = kineto.launch_log(
+            kineto.device_work(kineto.load(Path(tmp) / TRACE)), workload.net, workload.implementation
+        )
     if outside:
         names = sorted({k.name[:60] for k in outside})
-        echo(f"{len(outside)} kernels or copies ran outside every layer phase's range and are not stored: "
-             f"{', '.join(names)}")
+        echo(
+            f"{len(outside)} kernels or copies ran outside every layer phase's range and are not stored: "
+            f"{', '.join(names)}"
+        )
     idle = kineto.without_kernels(launches, workload.net, workload.phases, workload.repeat)
     if idle:
-        echo(f"{len(idle)} layer phases launched no kernel and no copy (PyTorch ran them as views, or not at "
-             f"all): they take no time: {', '.join(idle)}")
+        echo(
+            f"{len(idle)} layer phases launched no kernel and no copy (PyTorch ran them as views, or not at "
+            f"all): they take no time: {', '.join(idle)}"
+        )
     echo(f"{len(launches)} launches in {workload.repeat} iterations")
     return Measured(launches, device, peak)
 
@@ -147,9 +155,11 @@ def run_child(workload: Workload) -> None:
 
 def _pass1_child(spec: str, folder: str) -> None:
     """Pass 1's child: the trace and the peak memory written into ``folder``."""
+
     def work() -> None:
         peak = trace(Workload.from_json(spec), Path(folder) / TRACE, lambda line: print(line, flush=True))
         (Path(folder) / PEAK).write_text(str(peak))
+
     child_main(work)
 
 

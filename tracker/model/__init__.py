@@ -14,6 +14,16 @@ from tracker.model.memory import Memory, memory
 from tracker.model.roofline import DTYPE_BITS, Prediction, predict, roofline
 
 __all__ = [
-    "CATALOG", "CONVENTIONS", "DTYPE_BITS", "Cost", "Device", "Memory",
-    "Prediction", "costs", "lookup", "memory", "predict", "roofline",
+    "CATALOG",
+    "CONVENTIONS",
+    "DTYPE_BITS",
+    "Cost",
+    "Device",
+    "Memory",
+    "Prediction",
+    "costs",
+    "lookup",
+    "memory",
+    "predict",
+    "roofline",
 ]

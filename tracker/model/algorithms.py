@@ -105,9 +105,11 @@ def _direct(layer: Layer, batch: int, algorithm: str, note: str) -> AlgorithmCos
     if algorithm == "gemm":
         col = math.prod(layer.output_shape[1:]) * (c // op.groups) * math.prod(op.kernel)
         workspace = col_images(batch, col) * col
-    rule = {"direct": "K x C/groups x R x S multiplies per output",
-            "implicit_gemm": "the direct multiplies as one GEMM, operands gathered on the fly",
-            "gemm": "the direct multiplies after an explicit im2col (its buffer: a chunk of images)"}[algorithm]
+    rule = {
+        "direct": "K x C/groups x R x S multiplies per output",
+        "implicit_gemm": "the direct multiplies as one GEMM, operands gathered on the fly",
+        "gemm": "the direct multiplies after an explicit im2col (its buffer: a chunk of images)",
+    }[algorithm]
     return AlgorithmCost(algorithm, batch * per_image, 0, workspace, note or rule)
 
 
@@ -123,9 +125,13 @@ def _winograd(layer: Layer, phase: str, batch: int, algorithm: str) -> Algorithm
     filters = pairs * (2 * a * r * r + 2 * a * a * r)  # G g G^T
     outputs = tiles * cout * (2 * m * a * a + 2 * m * m * a)  # A^T m A
     workspace = a * a * (tiles * cin + pairs + tiles * cout)
-    return AlgorithmCost(algorithm, multiplies, data + filters + outputs, workspace,
-                         f"Winograd F({m}x{m},{r}x{r}): {a}x{a} products per {m}x{m} output tile; transforms as "
-                         "dense matrix products")
+    return AlgorithmCost(
+        algorithm,
+        multiplies,
+        data + filters + outputs,
+        workspace,
+        f"Winograd F({m}x{m},{r}x{r}): {a}x{a} products per {m}x{m} output tile; transforms as dense matrix products",
+    )
 
 
 def fft_side(p: int, q: int, r: int) -> int:
@@ -146,6 +152,11 @@ def _fft(layer: Layer, phase: str, batch: int) -> AlgorithmCost:
     multiplies = 4 * tiles * pairs * spectrum
     transforms = (tiles * cin + pairs + tiles * cout) * round(5 * n * n * math.log2(n))
     workspace = 2 * spectrum * (tiles * cin + pairs + tiles * cout)
-    return AlgorithmCost("fft", multiplies, transforms, workspace,
-                         f"{n}x{n} FFT{' tiles' if tiles > batch else ''}: 4 real multiplies per complex product "
-                         "over the half spectrum; an FFT 5 n^2 log2 n FLOPs")
+    return AlgorithmCost(
+        "fft",
+        multiplies,
+        transforms,
+        workspace,
+        f"{n}x{n} FFT{' tiles' if tiles > batch else ''}: 4 real multiplies per complex product "
+        "over the half spectrum; an FFT 5 n^2 log2 n FLOPs",
+    )

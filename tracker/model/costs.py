@@ -20,37 +20,32 @@ from tracker.nets.layers import Layer, numel
 
 CONVENTIONS = {
     "conv": "2 per multiply-add (C_in/groups x kernel MACs per output); bias not counted; "
-            "bwd_data and bwd_weight each repeat the forward's MACs",
+    "bwd_data and bwd_weight each repeat the forward's MACs",
     "convtranspose": "2 per multiply-add (C_out x kernel MACs per input); bias not counted; "
-                     "bwd_data and bwd_weight each repeat the forward's MACs",
+    "bwd_data and bwd_weight each repeat the forward's MACs",
     "linear": "2 per multiply-add (in x out MACs per sample); bias not counted; "
-              "bwd_data and bwd_weight each repeat the forward's MACs",
+    "bwd_data and bwd_weight each repeat the forward's MACs",
     "relu": "1 per element (max); backward 1 per element (mask select)",
     "maxpool": "window size per output (comparisons); backward window + 1 per output "
-               "(re-find the max, accumulate its gradient)",
+    "(re-find the max, accumulate its gradient)",
     "lrn": "2n+4 per element, n = window (n squares, n adds, x alpha, + k, pow beta, divide); "
-           "backward 3n+9 per element (normalizer recomputed 2n+2, g*y/s 2, window sum n, "
-           "s^-beta and g*s^-beta 2, x*2ab/n*sum 2, subtract 1)",
+    "backward 3n+9 per element (normalizer recomputed 2n+2, g*y/s 2, window sum n, "
+    "s^-beta and g*s^-beta 2, x*2ab/n*sum 2, subtract 1)",
     "softmax": "5 per element (max, subtract, exp, sum, divide); backward fused with cross-entropy "
-               "loss: 2 per element (subtract one-hot, scale by 1/batch)",
+    "loss: 2 per element (subtract one-hot, scale by 1/batch)",
     "sigmoid": "4 per element (negate, exp, add, divide); backward fused with binary cross-entropy "
-               "loss: 2 per element (subtract target, scale)",
+    "loss: 2 per element (subtract target, scale)",
     "batchnorm": "7 per element (sum, sum of squares 2, subtract mean, scale by 1/sigma, "
-                 "gamma*x+beta 2); bwd_data 6 per element; bwd_weight 5 per element",
+    "gamma*x+beta 2); bwd_data 6 per element; bwd_weight 5 per element",
     "upsample": "0 (copies); backward (scale^dims - 1) adds per input element",
     "concat": "0 (copies), forward and backward",
     "module": "torch.utils.flop_counter's FLOPs of the call (a multiply-add is 2; it counts convolutions, "
-              "matrix products and attention, not element-wise ops), MACs = FLOPs / 2; traffic: its inputs, "
-              "output and parameters once (a batch norm, ReLU or max-pool call: as our layer of that kind)",
+    "matrix products and attention, not element-wise ops), MACs = FLOPs / 2; traffic: its inputs, "
+    "output and parameters once (a batch norm, ReLU or max-pool call: as our layer of that kind)",
 }
 
 # Per-element op counts of the element-wise kinds: (forward, backward data, backward weight).
-_PER_ELEMENT = {
-    "relu": (1, 1, 0),
-    "softmax": (5, 2, 0),
-    "sigmoid": (4, 2, 0),
-    "batchnorm": (7, 6, 5),
-}
+_PER_ELEMENT = {"relu": (1, 1, 0), "softmax": (5, 2, 0), "sigmoid": (4, 2, 0), "batchnorm": (7, 6, 5)}
 
 
 @dataclass(frozen=True)
@@ -123,8 +118,15 @@ def _by_algorithm(layer: Layer, phase: str, batch: int, algorithm: str, x: int, 
     plus its workspace written and read once."""
     cost = conv_cost(layer, phase, batch, algorithm)
     read, written = {"fwd": (x + p, y), "bwd_data": (y + p - layer.op.biases(), x), "bwd_weight": (y + x, p)}[phase]
-    return Cost(cost.multiplies, cost.flops, read + cost.workspace, written + cost.workspace, cost.algorithm,
-                cost.workspace, cost.note)
+    return Cost(
+        cost.multiplies,
+        cost.flops,
+        read + cost.workspace,
+        written + cost.workspace,
+        cost.algorithm,
+        cost.workspace,
+        cost.note,
+    )
 
 
 def _elementwise(layer: Layer, x: int, y: int, p: int) -> dict[str, Cost]:

@@ -42,29 +42,47 @@ def memory(net: Network, batch: int, dtype_bits: int = 32, algorithm: str | None
     params = net.params * width
     layers = net.layers
     activations = batch * (numel(net.input_shape) + sum(numel(layer.output_shape) for layer in layers)) * width
-    act_grads = max(
-        batch * (numel(layer.output_shape) + (sum(map(numel, layer.input_shapes)) if layer.needs_input_grad else 0))
-        for layer in layers
+    act_grads = (
+        max(
+            batch * (numel(layer.output_shape) + (sum(map(numel, layer.input_shapes)) if layer.needs_input_grad else 0))
+            for layer in layers
+        )
+        * width
+    )
+    workspace = (
+        _algorithm_workspace(net, batch, algorithm)
+        if algorithm is not None
+        else max(
+            (
+                col_images(batch, per_image) * per_image
+                for layer in layers
+                if _im2col(layer)
+                for conv in [cast(Any, layer.op)]
+                for per_image in [
+                    numel(layer.output_shape[1:]) * (layer.input_shapes[0][0] // conv.groups) * math.prod(conv.kernel)
+                ]
+            ),
+            default=0,
+        )
     ) * width
-    workspace = (_algorithm_workspace(net, batch, algorithm) if algorithm is not None else max(
-        (col_images(batch, per_image) * per_image for layer in layers if _im2col(layer)
-         for conv in [cast(Any, layer.op)]
-         for per_image in [numel(layer.output_shape[1:]) * (layer.input_shapes[0][0] // conv.groups)
-                           * math.prod(conv.kernel)]),
-        default=0,
-    )) * width
     peak = params + activations + params + act_grads + workspace
     return Memory(params, activations, params, act_grads, workspace, peak)
 
 
-PARTS = {"param_bytes": "weights", "activation_bytes": "activations", "weight_grad_bytes": "weight gradients",
-         "activation_grad_bytes": "activation gradients", "workspace_bytes": "workspace"}  # Memory's parts, named
+PARTS = {
+    "param_bytes": "weights",
+    "activation_bytes": "activations",
+    "weight_grad_bytes": "weight gradients",
+    "activation_grad_bytes": "activation gradients",
+    "workspace_bytes": "workspace",
+}  # Memory's parts, named
 
 
 def largest_batch(net: Network, capacity_bytes: float, dtype_bits: int = 32) -> int:
     """The largest batch (up to MAX_BATCH) whose predicted peak fits in ``capacity_bytes``; 0 where
     not even one image does. The peak grows with the batch (the im2col chunk can shrink a little
     as chunks are added, never by a whole image's activations), so a bisection finds it."""
+
     def fits(batch: int) -> bool:
         return memory(net, batch, dtype_bits).peak_bytes <= capacity_bytes
 
@@ -87,8 +105,15 @@ def _im2col(layer) -> bool:
 def _algorithm_workspace(net: Network, batch: int, algorithm: str) -> int:
     """The largest workspace, in elements, of any conv phase run by ``algorithm``."""
     check_algorithm(algorithm)
-    return max((conv_cost(layer, phase, batch, algorithm).workspace for layer in net.layers
-                if layer.op.kind == "conv" for phase in layer.phases), default=0)
+    return max(
+        (
+            conv_cost(layer, phase, batch, algorithm).workspace
+            for layer in net.layers
+            if layer.op.kind == "conv"
+            for phase in layer.phases
+        ),
+        default=0,
+    )
 
 
 @dataclass(frozen=True)
@@ -103,8 +128,10 @@ class PeakMemory:
     @classmethod
     def of(cls, predicted, measured) -> PeakMemory:
         """From the run's two stored columns (None or NaN where absent)."""
-        return cls(None if units.is_missing(predicted) else int(predicted),
-                   None if units.is_missing(measured) or not measured else int(measured))
+        return cls(
+            None if units.is_missing(predicted) else int(predicted),
+            None if units.is_missing(measured) or not measured else int(measured),
+        )
 
     @property
     def ratio(self) -> float | None:

@@ -103,11 +103,26 @@ def predict(
             nbytes = cost.elements * width
             attainable, ms, bound = roofline(cost.ops, nbytes, device) if device else (None, None, None)
             convention = f"{cost.algorithm}: {cost.note}" if cost.algorithm else CONVENTIONS[layer.op.counted_as()]
-            rows.append(Prediction(
-                layer.id, layer.name, layer.kind, phase, list(layer.output_shape), layer.params,
-                cost.macs, cost.ops, nbytes, cost.ops / nbytes, attainable, ms, bound, convention,
-                cost.algorithm, cost.workspace * width if cost.algorithm else None,
-            ))
+            rows.append(
+                Prediction(
+                    layer.id,
+                    layer.name,
+                    layer.kind,
+                    phase,
+                    list(layer.output_shape),
+                    layer.params,
+                    cost.macs,
+                    cost.ops,
+                    nbytes,
+                    cost.ops / nbytes,
+                    attainable,
+                    ms,
+                    bound,
+                    convention,
+                    cost.algorithm,
+                    cost.workspace * width if cost.algorithm else None,
+                )
+            )
     return rows
 
 
@@ -116,10 +131,17 @@ def compare(net, batch: int, device=None, dtype_bits: int = 32, phases: str = "b
     workspace and (with a device) roofline time; ``best`` says of each layer phase's fastest (the
     fewest FLOPs without a device) among the algorithms that apply to it 'yes', or 'tie' where
     several are equal to the digits shown (tracker.stats.best_of), and 'no' of the others."""
-    rows = [dict(p.to_dict(with_device=device is not None, with_convention=False), note=p.convention,
-                 multiplies=p.macs, transform_flops=p.ops - 2 * p.macs)
-            for name in ALGORITHMS for p in predict(net, batch, device, dtype_bits, phases, name)
-            if p.algorithm is not None and p.algorithm == name]  # a fallback to direct is direct's row
+    rows = [
+        dict(
+            p.to_dict(with_device=device is not None, with_convention=False),
+            note=p.convention,
+            multiplies=p.macs,
+            transform_flops=p.ops - 2 * p.macs,
+        )
+        for name in ALGORITHMS
+        for p in predict(net, batch, device, dtype_bits, phases, name)
+        if p.algorithm is not None and p.algorithm == name
+    ]  # a fallback to direct is direct's row
     key = "predicted_ms" if device is not None else "ops"
     for layer_phase in {(r["layer_id"], r["phase"]) for r in rows}:
         mine = [r for r in rows if (r["layer_id"], r["phase"]) == layer_phase]
@@ -157,6 +179,9 @@ class Roofs:
         """These roofs, with ``fallback``'s for the levels these lack (in ROOF_LEVELS order)."""
         levels = [level for level in ROOF_LEVELS if level in self.bandwidth or level in fallback.bandwidth]
         pick = {level: self if level in self.bandwidth else fallback for level in levels}
-        return Roofs(self.flops_per_s, {level: pick[level].bandwidth[level] for level in levels},
-                     {"FP32": self.source["FP32"], **{level: pick[level].source[level] for level in levels}},
-                     self.device or fallback.device)
+        return Roofs(
+            self.flops_per_s,
+            {level: pick[level].bandwidth[level] for level in levels},
+            {"FP32": self.source["FP32"], **{level: pick[level].source[level] for level in levels}},
+            self.device or fallback.device,
+        )

@@ -7,8 +7,8 @@ from it, and ``build`` refuses an option the network does not take.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from tracker.errors import TrackerError, unknown
 from tracker.nets.alexnet import alexnet
@@ -47,11 +47,13 @@ class NetworkEntry:
 NETWORKS: dict[str, NetworkEntry] = {
     "alexnet": NetworkEntry(alexnet, "AlexNet, one tower, 227x227 (paper 003)", ()),
     "unet2d": NetworkEntry(
-        unet2d, "2-D U-Net, 128x128, 32 base filters (paper 000)",
+        unet2d,
+        "2-D U-Net, 128x128, 32 base filters (paper 000)",
         ("input_size", "in_channels", "base_filters", "depth", "classes", "conv_type", "second_stride"),
     ),
     "unet3d": NetworkEntry(
-        unet3d, "3-D U-Net with batch norm, 128^3 (papers 001/002)",
+        unet3d,
+        "3-D U-Net with batch norm, 128^3 (papers 001/002)",
         ("input_size", "in_channels", "base_filters", "depth", "classes"),
     ),
 }

@@ -353,8 +353,9 @@ class Network:
         if phases in ("fwd", "both"):
             order += [(layer, "fwd") for layer in self.layers]
         if phases in ("bwd", "both"):
-            order += [(layer, phase) for layer in reversed(self.layers) for phase in BACKWARD_ORDER
-                      if phase in layer.phases]
+            order += [
+                (layer, phase) for layer in reversed(self.layers) for phase in BACKWARD_ORDER if phase in layer.phases
+            ]
         return order
 
     @property

@@ -7,7 +7,7 @@ a block). Filters start at ``base_filters`` and double per level.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tracker.errors import TrackerError, shorten
 from tracker.nets.layers import (
@@ -85,16 +85,25 @@ def unet2d(
         raise TrackerError(f"conv type '{conv_type}' is not one of {', '.join(CONV_TYPES)}")
     if second_stride not in (1, 2):
         raise TrackerError(f"second-conv stride {second_stride} is not 1 or 2")
-    options = dict(input_size="x".join(map(str, size)), in_channels=in_channels, base_filters=base_filters,
-                   depth=depth, classes=classes, conv_type=conv_type, second_stride=second_stride)
+    options = dict(
+        input_size="x".join(map(str, size)),
+        in_channels=in_channels,
+        base_filters=base_filters,
+        depth=depth,
+        classes=classes,
+        conv_type=conv_type,
+        second_stride=second_stride,
+    )
     notes = [
         "paper 000's U-Net: two 3x3 same convolutions + ReLU per block, 2x2 max-pool down, nearest 2x "
         "up-sampling, skip concatenation, 1x1 convolution to the classes, sigmoid",
         "conv type: standard (3x3), separable (3x3 depthwise then 1x1 pointwise), pointwise (1x1)",
     ]
     if second_stride == 2:
-        notes.append("lightweight variant: each encoder block's second convolution has stride 2 and does "
-                     "the down-sampling in place of the max-pool; the skip is taken after the first convolution")
+        notes.append(
+            "lightweight variant: each encoder block's second convolution has stride 2 and does "
+            "the down-sampling in place of the max-pool; the skip is taken after the first convolution"
+        )
     net = Network("unet2d", (in_channels, *size), options, notes)
 
     def convolve(name: str, src: str, filters: int, stride: int) -> str:
@@ -114,24 +123,31 @@ def unet2d(
         out = net.add(f"{prefix}_relu2", ReLU())
         return (first if stride == 2 else out), out
 
-    x = _unet(net, depth, base_filters, block,
-              down=lambda: maxpool(2, 2), up=lambda net, name, src, f: net.add(name, Upsample(2), src))
+    x = _unet(
+        net,
+        depth,
+        base_filters,
+        block,
+        down=lambda: maxpool(2, 2),
+        up=lambda net, name, src, f: net.add(name, Upsample(2), src),
+    )
     net.add("out_conv", conv(classes, 1), x)
     net.add("sigmoid", Sigmoid())
     return net
 
 
 def unet3d(
-    input_size: str = "128",
-    in_channels: int = 1,
-    base_filters: int = 32,
-    depth: int = 4,
-    classes: int = 3,
+    input_size: str = "128", in_channels: int = 1, base_filters: int = 32, depth: int = 4, classes: int = 3
 ) -> Network:
     size = parse_size(input_size, 3)
     _check(size, depth, base_filters, classes, in_channels)
-    options = dict(input_size="x".join(map(str, size)), in_channels=in_channels, base_filters=base_filters,
-                   depth=depth, classes=classes)
+    options = dict(
+        input_size="x".join(map(str, size)),
+        in_channels=in_channels,
+        base_filters=base_filters,
+        depth=depth,
+        classes=classes,
+    )
     notes = [
         "3-D U-Net (papers 001/002): two 3x3x3 convolutions + batch norm + ReLU per block, 2x2x2 max-pool "
         "down, 2x2x2 stride-2 transposed convolution up, skip concatenation, 1x1x1 convolution, softmax",
@@ -147,9 +163,14 @@ def unet3d(
             x = net.add(f"{prefix}_relu{i}", ReLU())
         return x, x
 
-    x = _unet(net, depth, base_filters, block,
-              down=lambda: maxpool(2, 2, dims=3),
-              up=lambda net, name, src, f: net.add(name, ConvTranspose(f, (2, 2, 2), (2, 2, 2)), src))
+    x = _unet(
+        net,
+        depth,
+        base_filters,
+        block,
+        down=lambda: maxpool(2, 2, dims=3),
+        up=lambda net, name, src, f: net.add(name, ConvTranspose(f, (2, 2, 2), (2, 2, 2)), src),
+    )
     net.add("out_conv", conv(classes, 1, dims=3), x)
     net.add("softmax", Softmax())
     return net

@@ -10,7 +10,7 @@ Pure Python and NumPy (no CuPy): launches go to whatever ``Backend`` is handed i
 from __future__ import annotations
 
 from tracker.ops import gemm
-from tracker.ops.registry import OPS, Case, Kernel, PhaseLaunch, Op, Variant
+from tracker.ops.registry import OPS, Case, Kernel, Op, PhaseLaunch, Variant
 
 # The op modules register themselves, in this order (the order of `tracker kernels` and --variant).
 from tracker.ops import conv2d, winograd, fft, linear, relu, maxpool, lrn, softmax  # noqa: E402,F401  isort: skip

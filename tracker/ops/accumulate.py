@@ -26,9 +26,15 @@ def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     c.compare("bwd_data", "dy", a.dy, expected, ELEMENTWISE)
 
 
-ACCUMULATE = OPS.register(Op(
-    "accumulate", ("bwd_data",), default="global", params=lambda layer: {},
-    arrays=lambda case: {role: case.shapes["x"] for role in ("dy", "dx2")}, check=_check,
-    small_cases=(Case("accumulate", "acc-odd", {"x": (2, 3, 5, 7)}),),  # 210 elements: the float4 loop and its tail
-))
+ACCUMULATE = OPS.register(
+    Op(
+        "accumulate",
+        ("bwd_data",),
+        default="global",
+        params=lambda layer: {},
+        arrays=lambda case: {role: case.shapes["x"] for role in ("dy", "dx2")},
+        check=_check,
+        small_cases=(Case("accumulate", "acc-odd", {"x": (2, 3, 5, 7)}),),  # 210 elements: the float4 loop and its tail
+    )
+)
 ACCUMULATE.add("global", bwd_data=launch(_add, "accumulate.cu:grad_accumulate"))

@@ -42,8 +42,10 @@ def bn_shape(x_shape: tuple, eps: float, momentum: float) -> Struct:
         raise TrackerError(f"batch norm runs 2-D and 3-D inputs (N, C, *spatial); got shape {tuple(x_shape)}")
     S = math.prod(spatial)
     if N * S < 2:
-        raise TrackerError(f"batch norm in training mode needs more than one value a channel; shape {tuple(x_shape)} "
-                           "has one (a batch of at least 2)")
+        raise TrackerError(
+            f"batch norm in training mode needs more than one value a channel; shape {tuple(x_shape)} "
+            "has one (a batch of at least 2)"
+        )
     fields = (("N", "i"), ("C", "i"), ("S", "i"), ("eps", "f"), ("momentum", "f"))
     return Struct("BnShape", fields, (N, C, S, eps, momentum))
 
@@ -74,8 +76,13 @@ def _fwd_global(b: Backend, a: Arrays, eps: float, momentum: float) -> None:
     p = parts(N * S, C)
     partial = b.empty((C, p * WARPS, 3))
     b.launch(SOURCE, "batchnorm_moments_global", (p, C), (THREADS,), (a.x, partial, s))
-    b.launch(SOURCE, "batchnorm_stats_global", (tiles(C, THREADS),), (THREADS,),
-             (partial, mean, invstd, running_mean, running_var, p * WARPS, s))
+    b.launch(
+        SOURCE,
+        "batchnorm_stats_global",
+        (tiles(C, THREADS),),
+        (THREADS,),
+        (partial, mean, invstd, running_mean, running_var, p * WARPS, s),
+    )
     b.launch(SOURCE, "batchnorm_fwd_global", (blocks(a.x.size),), (THREADS,), (a.x, mean, invstd, a.w, a.bias, a.y, s))
 
 
@@ -85,8 +92,13 @@ def _sums_global(b: Backend, a: Arrays, s: Struct, mean: Any, invstd: Any, dw: A
     p = parts(N * S, C)
     partial = b.empty((C, p * WARPS, 2))
     b.launch(SOURCE, "batchnorm_sums_global", (p, C), (THREADS,), (a.dy, a.x, mean, partial, s))
-    b.launch(SOURCE, "batchnorm_sums_finish_global", (tiles(C, THREADS),), (THREADS,),
-             (partial, invstd, dw, db, p * WARPS, C))
+    b.launch(
+        SOURCE,
+        "batchnorm_sums_finish_global",
+        (tiles(C, THREADS),),
+        (THREADS,),
+        (partial, invstd, dw, db, p * WARPS, C),
+    )
 
 
 def _bwd_weight_global(b: Backend, a: Arrays, eps: float, momentum: float) -> None:
@@ -101,8 +113,13 @@ def _bwd_data_global(b: Backend, a: Arrays, eps: float, momentum: float) -> None
     mean, invstd = _stats(a, "mean", "invstd")
     sums = b.empty((2, s.values[1]))
     _sums_global(b, a, s, mean, invstd, sums[0], sums[1])
-    b.launch(SOURCE, "batchnorm_bwd_data_global", (blocks(a.x.size),), (THREADS,),
-             (a.dy, a.x, mean, invstd, a.w, sums[0], sums[1], a.dx, s))
+    b.launch(
+        SOURCE,
+        "batchnorm_bwd_data_global",
+        (blocks(a.x.size),),
+        (THREADS,),
+        (a.dy, a.x, mean, invstd, a.w, sums[0], sums[1], a.dx, s),
+    )
 
 
 def _fwd_shared(b: Backend, a: Arrays, eps: float, momentum: float) -> None:
@@ -110,24 +127,31 @@ def _fwd_shared(b: Backend, a: Arrays, eps: float, momentum: float) -> None:
     N, C, S, *_ = s.values
     mean, invstd = _stats(a, "mean", "invstd")
     running_mean, running_var = getattr(a, "running_mean", None), getattr(a, "running_var", None)
-    b.launch(SOURCE, "batchnorm_fwd_shared", (C,), (_channel_block(N * S),),
-             (a.x, a.w, a.bias, a.y, mean, invstd, running_mean, running_var, s))
+    b.launch(
+        SOURCE,
+        "batchnorm_fwd_shared",
+        (C,),
+        (_channel_block(N * S),),
+        (a.x, a.w, a.bias, a.y, mean, invstd, running_mean, running_var, s),
+    )
 
 
 def _bwd_weight_shared(b: Backend, a: Arrays, eps: float, momentum: float) -> None:
     s = bn_shape(a.x.shape, eps, momentum)
     N, C, S, *_ = s.values
     mean, invstd = _stats(a, "mean", "invstd")
-    b.launch(SOURCE, "batchnorm_bwd_weight_shared", (C,), (_channel_block(N * S),),
-             (a.dy, a.x, mean, invstd, a.dw, a.db, s))
+    b.launch(
+        SOURCE, "batchnorm_bwd_weight_shared", (C,), (_channel_block(N * S),), (a.dy, a.x, mean, invstd, a.dw, a.db, s)
+    )
 
 
 def _bwd_data_shared(b: Backend, a: Arrays, eps: float, momentum: float) -> None:
     s = bn_shape(a.x.shape, eps, momentum)
     N, C, S, *_ = s.values
     mean, invstd = _stats(a, "mean", "invstd")
-    b.launch(SOURCE, "batchnorm_bwd_data_shared", (C,), (_channel_block(N * S),),
-             (a.dy, a.x, mean, invstd, a.w, a.dx, s))
+    b.launch(
+        SOURCE, "batchnorm_bwd_data_shared", (C,), (_channel_block(N * S),), (a.dy, a.x, mean, invstd, a.w, a.dx, s)
+    )
 
 
 def inputs(rng: np.random.Generator, x: tuple) -> tuple[np.ndarray, ...]:
@@ -146,8 +170,16 @@ def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     xh, wh, bh, rm, rv, dyh = inputs(rng, x)
     x64, w64 = xh.astype(np.float64), wh.astype(np.float64)
     y, mean, var = ref.batchnorm_fwd(x64, w64, bh.astype(np.float64), p["eps"])
-    a = Arrays(x=c.put(xh), y=c.out(x), w=c.put(wh), bias=c.put(bh), mean=c.out((C,)), invstd=c.out((C,)),
-                        running_mean=c.put(rm), running_var=c.put(rv))
+    a = Arrays(
+        x=c.put(xh),
+        y=c.out(x),
+        w=c.put(wh),
+        bias=c.put(bh),
+        mean=c.out((C,)),
+        invstd=c.out((C,)),
+        running_mean=c.put(rm),
+        running_var=c.put(rv),
+    )
     c.run("fwd", a, **p)
     c.compare("fwd", "y", a.y, y, REDUCTION)
     # PyTorch's phases (tracker/library/accuracy.py) keep their statistics inside F.batch_norm,
@@ -191,21 +223,43 @@ def _case(name: str, x: tuple) -> Case:
 
 
 # The default is `global`: it keeps every SM busy at any channel count; no GPU has timed either yet.
-BATCHNORM = OPS.register(Op(
-    "batchnorm", ("fwd", "bwd_data", "bwd_weight"), default="global",
-    params=lambda layer: {"eps": EPS, "momentum": MOMENTUM},
-    arrays=_arrays, check=_check, torch_forward=_torch_forward,
-    small_cases=(_case("2d-odd", (3, 7, 11, 13)),  # 429 a channel: one part, a short block
-                 _case("3d-parts", (2, 5, 7, 9, 11)),  # 1,386 a channel: two parts, a walk wrapping images
-                 _case("2d-small-planes", (40, 3, 5, 7))),  # 35 positions: a stride over several images
-))
-BATCHNORM.add("global",
-              fwd=launch(_fwd_global, "batchnorm.cu:batchnorm_moments_global", "batchnorm.cu:batchnorm_stats_global",
-                         "batchnorm.cu:batchnorm_fwd_global"),
-              bwd_data=launch(_bwd_data_global, "batchnorm.cu:batchnorm_sums_global",
-                              "batchnorm.cu:batchnorm_sums_finish_global", "batchnorm.cu:batchnorm_bwd_data_global"),
-              bwd_weight=launch(_bwd_weight_global, "batchnorm.cu:batchnorm_sums_global",
-                                "batchnorm.cu:batchnorm_sums_finish_global"))
-BATCHNORM.add("shared", fwd=launch(_fwd_shared, "batchnorm.cu:batchnorm_fwd_shared"),
-              bwd_data=launch(_bwd_data_shared, "batchnorm.cu:batchnorm_bwd_data_shared"),
-              bwd_weight=launch(_bwd_weight_shared, "batchnorm.cu:batchnorm_bwd_weight_shared"))
+BATCHNORM = OPS.register(
+    Op(
+        "batchnorm",
+        ("fwd", "bwd_data", "bwd_weight"),
+        default="global",
+        params=lambda layer: {"eps": EPS, "momentum": MOMENTUM},
+        arrays=_arrays,
+        check=_check,
+        torch_forward=_torch_forward,
+        small_cases=(
+            _case("2d-odd", (3, 7, 11, 13)),  # 429 a channel: one part, a short block
+            _case("3d-parts", (2, 5, 7, 9, 11)),  # 1,386 a channel: two parts, a walk wrapping images
+            _case("2d-small-planes", (40, 3, 5, 7)),
+        ),  # 35 positions: a stride over several images
+    )
+)
+BATCHNORM.add(
+    "global",
+    fwd=launch(
+        _fwd_global,
+        "batchnorm.cu:batchnorm_moments_global",
+        "batchnorm.cu:batchnorm_stats_global",
+        "batchnorm.cu:batchnorm_fwd_global",
+    ),
+    bwd_data=launch(
+        _bwd_data_global,
+        "batchnorm.cu:batchnorm_sums_global",
+        "batchnorm.cu:batchnorm_sums_finish_global",
+        "batchnorm.cu:batchnorm_bwd_data_global",
+    ),
+    bwd_weight=launch(
+        _bwd_weight_global, "batchnorm.cu:batchnorm_sums_global", "batchnorm.cu:batchnorm_sums_finish_global"
+    ),
+)
+BATCHNORM.add(
+    "shared",
+    fwd=launch(_fwd_shared, "batchnorm.cu:batchnorm_fwd_shared"),
+    bwd_data=launch(_bwd_data_shared, "batchnorm.cu:batchnorm_bwd_data_shared"),
+    bwd_weight=launch(_bwd_weight_shared, "batchnorm.cu:batchnorm_bwd_weight_shared"),
+)

@@ -57,20 +57,33 @@ def _fwd_global(b: Backend, a: Arrays, c2: int) -> None:
 
 def _fwd_shared(b: Backend, a: Arrays, c2: int) -> None:
     N, A, B = _inputs(a, c2)
-    b.launch(SOURCE, "concat_fwd_shared", (blocks(a.y.size, TILE),), (THREADS,), (a.x, a.x2, a.y, N, A, B, TILE),
-             shared_bytes=4 * TILE)
+    b.launch(
+        SOURCE,
+        "concat_fwd_shared",
+        (blocks(a.y.size, TILE),),
+        (THREADS,),
+        (a.x, a.x2, a.y, N, A, B, TILE),
+        shared_bytes=4 * TILE,
+    )
 
 
 def _bwd_global(b: Backend, a: Arrays, c2: int) -> None:
     N, A, B = seam(a.dy.shape, c2)
-    b.launch(SOURCE, "concat_bwd_global", (blocks(a.dy.size // _vector(A, B)),), (THREADS,),
-             (a.dy, a.dx, a.dx2, N, A, B))
+    b.launch(
+        SOURCE, "concat_bwd_global", (blocks(a.dy.size // _vector(A, B)),), (THREADS,), (a.dy, a.dx, a.dx2, N, A, B)
+    )
 
 
 def _bwd_shared(b: Backend, a: Arrays, c2: int) -> None:
     N, A, B = seam(a.dy.shape, c2)
-    b.launch(SOURCE, "concat_bwd_shared", (blocks(a.dy.size, TILE),), (THREADS,), (a.dy, a.dx, a.dx2, N, A, B, TILE),
-             shared_bytes=4 * TILE)
+    b.launch(
+        SOURCE,
+        "concat_bwd_shared",
+        (blocks(a.dy.size, TILE),),
+        (THREADS,),
+        (a.dy, a.dx, a.dx2, N, A, B, TILE),
+        shared_bytes=4 * TILE,
+    )
 
 
 def _shapes(case: Case) -> tuple[tuple, tuple, tuple]:
@@ -104,24 +117,40 @@ def _case(name: str, x: tuple, c2: int) -> Case:
 
 
 # No torch_forward: its hook takes one input (h, params, labels), and concat needs two.
-CONCAT = OPS.register(Op(
-    "concat", ("fwd", "bwd_data"), default="global", params=lambda layer: {"c2": _second(layer)},
-    arrays=_arrays, check=_check,
-    unsupported=lambda layer: None if len(layer.inputs) == 2 else f"{len(layer.inputs)} inputs",
-    small_cases=(_case("cat-2d-odd", (2, 3, 5, 7), 2),  # images of 105 + 70 floats: no float4s
-                 _case("cat-2d-tiles", (3, 5, 9, 11), 3),  # 2,376 floats: 3 tiles, the last short
-                 _case("cat-2d-vec", (2, 4, 3, 4), 2),  # 48 + 24: float4s
-                 _case("cat-3d", (2, 2, 3, 4, 5), 3),  # 120 + 180: float4s
-                 _case("cat-3d-odd", (1, 1, 3, 3, 3), 2)),  # 27 + 54
-))
-CONCAT.add("global", fwd=launch(_fwd_global, "concat.cu:concat_fwd_global"),
-           bwd_data=launch(_bwd_global, "concat.cu:concat_bwd_global"))
-CONCAT.add("shared", fwd=launch(_fwd_shared, "concat.cu:concat_fwd_shared"),
-           bwd_data=launch(_bwd_shared, "concat.cu:concat_bwd_shared"))
+CONCAT = OPS.register(
+    Op(
+        "concat",
+        ("fwd", "bwd_data"),
+        default="global",
+        params=lambda layer: {"c2": _second(layer)},
+        arrays=_arrays,
+        check=_check,
+        unsupported=lambda layer: None if len(layer.inputs) == 2 else f"{len(layer.inputs)} inputs",
+        small_cases=(
+            _case("cat-2d-odd", (2, 3, 5, 7), 2),  # images of 105 + 70 floats: no float4s
+            _case("cat-2d-tiles", (3, 5, 9, 11), 3),  # 2,376 floats: 3 tiles, the last short
+            _case("cat-2d-vec", (2, 4, 3, 4), 2),  # 48 + 24: float4s
+            _case("cat-3d", (2, 2, 3, 4, 5), 3),  # 120 + 180: float4s
+            _case("cat-3d-odd", (1, 1, 3, 3, 3), 2),
+        ),  # 27 + 54
+    )
+)
+CONCAT.add(
+    "global",
+    fwd=launch(_fwd_global, "concat.cu:concat_fwd_global"),
+    bwd_data=launch(_bwd_global, "concat.cu:concat_bwd_global"),
+)
+CONCAT.add(
+    "shared",
+    fwd=launch(_fwd_shared, "concat.cu:concat_fwd_shared"),
+    bwd_data=launch(_bwd_shared, "concat.cu:concat_bwd_shared"),
+)
 # No copy: the producers write straight into their slice of the joined tensor, and the readers of
 # its gradient read theirs (tracker/gpu/network.py, in_place). A channel slice is contiguous only at
 # batch 1 (an image stride in every kernel that writes or reads a slice would lift that); elsewhere
 # the global copy runs. Not the default: it applies at batch 1 alone, and it is not measured yet.
-_COPY = {phase: replace(run, note="in place at batch 1 (nothing launches); elsewhere global's copy")
-         for phase, run in CONCAT.variants["global"].launches.items()}
+_COPY = {
+    phase: replace(run, note="in place at batch 1 (nothing launches); elsewhere global's copy")
+    for phase, run in CONCAT.variants["global"].launches.items()
+}
 CONCAT.add("inplace", in_place=True, fallback="global", fwd=_COPY["fwd"], bwd_data=_COPY["bwd_data"])

@@ -11,7 +11,8 @@ Pure Python: each backend passes its own test of what a device array is (``is_de
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -21,9 +22,9 @@ from tracker.ops.launch import Struct, dim3
 RULES: dict[str, str] = {
     "host-array": "CuPy refuses a host (NumPy) array where a device array belongs with a TypeError",
     "dtype": "kernels read float32 and int32 arrays; CuPy keeps float64 and int64 at 64 bits, which a kernel "
-             "reads as garbage",
+    "reads as garbage",
     "contiguous": "CuPy passes a view's data pointer, so a kernel would read a non-contiguous view as if it "
-                  "were contiguous",
+    "were contiguous",
     "int32": "an int argument is passed as a C int: outside int32 NumPy raises OverflowError",
     "argument": "a kernel takes device arrays, ints, floats, structs and None (a null pointer), nothing else",
     "grid": "CUDA launches at most (2**31 - 1, 65535, 65535) blocks, at least 1 along each side",
@@ -52,8 +53,9 @@ class Refused(TypeError):
         self.rule = rule
 
 
-def check_launch(is_device: IsDevice, kernel: str, grid: tuple, block: tuple, args: tuple,
-                 shared_bytes: int, max_shared: int) -> None:
+def check_launch(
+    is_device: IsDevice, kernel: str, grid: tuple, block: tuple, args: tuple, shared_bytes: int, max_shared: int
+) -> None:
     """Raise Refused where CUDA or CuPy would refuse this launch or pass it wrongly."""
     _check_sizes("grid", kernel, dim3(grid), MAX_GRID)
     _check_sizes("block", kernel, dim3(block), MAX_BLOCK)

@@ -4,8 +4,9 @@ GEMM through shared memory (and fused with bias + ReLU), and explicit im2col + G
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -31,8 +32,9 @@ def conv_shape(x_shape: tuple, w_shape: tuple, stride: int, pad: int) -> Struct:
     return Struct("ConvShape", tuple((n, "i") for n in names), (N, C, H, W, K, R, S, P, Q, stride, pad))
 
 
-def where(rule: Callable[[tuple, int, int], bool], phases: tuple[str, ...] = ("fwd", "bwd_data", "bwd_weight")
-          ) -> Callable[[Case, str], bool]:
+def where(
+    rule: Callable[[tuple, int, int], bool], phases: tuple[str, ...] = ("fwd", "bwd_data", "bwd_weight")
+) -> Callable[[Case, str], bool]:
     """A variant's ``applies`` from a rule on the filter's shape, stride and padding (a fast
     algorithm's: Winograd's, FFT's), at ``phases``."""
     return lambda case, phase: phase in phases and rule(case.shapes["w"], case.params["stride"], case.params["pad"])
@@ -50,6 +52,7 @@ def _chunks(s: Struct):
 
 # forward --------------------------------------------------------------------------------------
 
+
 def _fwd_global(b: Backend, a: Arrays, stride: int, pad: int) -> None:
     s = conv_shape(a.x.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
@@ -60,7 +63,7 @@ def _fwd_constant(b: Backend, a: Arrays, stride: int, pad: int) -> None:
     s = conv_shape(a.x.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
     for k0, kc in _chunks(s):
-        b.to_constant(SOURCE, "c_filters", a.w[k0:k0 + kc])
+        b.to_constant(SOURCE, "c_filters", a.w[k0 : k0 + kc])
         b.launch(SOURCE, "conv2d_fwd_constant", (tiles(P * Q, THREADS), kc, N), (THREADS,), (a.x, a.bias, a.y, s, k0))
 
 
@@ -68,9 +71,17 @@ def fwd_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = Fals
     """One GEMM over the batch: M = K, N = images x P*Q, K = C*R*S."""
     s = conv_shape(a.x.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
-    gemm.run(b, SOURCE, "conv2d_fwd_implicit", tile, K, N * P * Q, C * R * S,
-             lambda partial, chunk: (a.x, a.w, a.bias, a.y, partial, s, chunk, int(relu)),
-             Out(a.y, P * Q, a.bias, bias_per_row=True, relu=relu))
+    gemm.run(
+        b,
+        SOURCE,
+        "conv2d_fwd_implicit",
+        tile,
+        K,
+        N * P * Q,
+        C * R * S,
+        lambda partial, chunk: (a.x, a.w, a.bias, a.y, partial, s, chunk, int(relu)),
+        Out(a.y, P * Q, a.bias, bias_per_row=True, relu=relu),
+    )
 
 
 def _col_chunks(b: Backend, s: Struct) -> tuple[Any, list[tuple[int, int]]]:
@@ -82,7 +93,7 @@ def _col_chunks(b: Backend, s: Struct) -> tuple[Any, list[tuple[int, int]]]:
 
 def _im2col(b: Backend, x: Any, col: Any, s: Struct, n0: int, images: int) -> None:
     N, C, H, W, K, R, S, P, Q, *_ = s.values
-    b.launch(SOURCE, "im2col", (blocks(C * R * S * images * P * Q),), (THREADS,), (x[n0:n0 + images], col, s, images))
+    b.launch(SOURCE, "im2col", (blocks(C * R * S * images * P * Q),), (THREADS,), (x[n0 : n0 + images], col, s, images))
 
 
 def _fwd_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
@@ -92,11 +103,20 @@ def _fwd_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT
     col, chunks = _col_chunks(b, s)
     for n0, images in chunks:
         _im2col(b, a.x, col, s, n0, images)
-        Gemm("gemm_nn", M=K, N=images * P * Q, K=C * R * S, lda=C * R * S, ldb=images * P * Q, bias_per_row=True,
-             per_image=P * Q).launch(b, a.w, col, a.y[n0:n0 + images], bias=a.bias, tile=tile)
+        Gemm(
+            "gemm_nn",
+            M=K,
+            N=images * P * Q,
+            K=C * R * S,
+            lda=C * R * S,
+            ldb=images * P * Q,
+            bias_per_row=True,
+            per_image=P * Q,
+        ).launch(b, a.w, col, a.y[n0 : n0 + images], bias=a.bias, tile=tile)
 
 
 # data gradient --------------------------------------------------------------------------------
+
 
 def _bwd_data_global(b: Backend, a: Arrays, stride: int, pad: int, bias: Any = None) -> None:
     """``bias``: added per input channel (the transposed convolution's forward; a convolution's
@@ -110,19 +130,34 @@ def _bwd_data_constant(b: Backend, a: Arrays, stride: int, pad: int) -> None:
     s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
     N, C, H, W, *_ = s.values
     for k0, kc in _chunks(s):  # the first chunk writes dx, later chunks add to it
-        b.to_constant(SOURCE, "c_filters", a.w[k0:k0 + kc])
-        b.launch(SOURCE, "conv2d_bwd_data_constant", (tiles(H * W, THREADS), C, N), (THREADS,),
-                 (a.dy, a.dx, s, k0, kc, int(k0 > 0)))
+        b.to_constant(SOURCE, "c_filters", a.w[k0 : k0 + kc])
+        b.launch(
+            SOURCE,
+            "conv2d_bwd_data_constant",
+            (tiles(H * W, THREADS), C, N),
+            (THREADS,),
+            (a.dy, a.dx, s, k0, kc, int(k0 > 0)),
+        )
 
 
-def bwd_data_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False,
-                       tile: Tile = DEFAULT, bias: Any = None) -> None:
+def bwd_data_implicit(
+    b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False, tile: Tile = DEFAULT, bias: Any = None
+) -> None:
     """One GEMM over the batch: M = C, N = images x H*W, K = K*R*S; ``bias`` as in _bwd_data_global."""
     s = conv_shape(a.dx.shape, a.w.shape, stride, pad)
     N, C, H, W, K, R, S, *_ = s.values
-    gemm.run(b, SOURCE, "conv2d_bwd_data_implicit", tile, C, N * H * W, K * R * S,
-             lambda partial, chunk: (a.dy, a.w, a.y if relu else None, bias, a.dx, partial, s, chunk),
-             Out(a.dx, H * W, bias, bias_per_row=True), masked=relu)
+    gemm.run(
+        b,
+        SOURCE,
+        "conv2d_bwd_data_implicit",
+        tile,
+        C,
+        N * H * W,
+        K * R * S,
+        lambda partial, chunk: (a.dy, a.w, a.y if relu else None, bias, a.dx, partial, s, chunk),
+        Out(a.dx, H * W, bias, bias_per_row=True),
+        masked=relu,
+    )
 
 
 def _bwd_data_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
@@ -132,11 +167,13 @@ def _bwd_data_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DE
     col, chunks = _col_chunks(b, s)
     for n0, images in chunks:
         Gemm("gemm_tn_images", M=C * R * S, N=images * P * Q, K=K, lda=C * R * S, ldb=P * Q).launch(
-            b, a.w, a.dy[n0:n0 + images], col, tile=tile)
-        b.launch(SOURCE, "col2im", (blocks(images * C * H * W),), (THREADS,), (col, a.dx[n0:n0 + images], s, images))
+            b, a.w, a.dy[n0 : n0 + images], col, tile=tile
+        )
+        b.launch(SOURCE, "col2im", (blocks(images * C * H * W),), (THREADS,), (col, a.dx[n0 : n0 + images], s, images))
 
 
 # weight gradient ------------------------------------------------------------------------------
+
 
 def _bias(b: Backend, a: Arrays, s: Struct, mask: Any) -> None:
     N, C, H, W, K, R, S, P, Q, *_ = s.values
@@ -151,14 +188,23 @@ def _bwd_weight_global(b: Backend, a: Arrays, stride: int, pad: int) -> None:
     _bias(b, a, s, None)
 
 
-def bwd_weight_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False,
-                         tile: Tile = DEFAULT) -> None:
+def bwd_weight_implicit(b: Backend, a: Arrays, stride: int, pad: int, relu: bool = False, tile: Tile = DEFAULT) -> None:
     """One GEMM over the batch: M = K, N = C*R*S, K = images x P*Q (split-K fills the GPU)."""
     s = conv_shape(a.x.shape, a.dw.shape, stride, pad)
     N, C, H, W, K, R, S, P, Q, *_ = s.values
     mask = a.y if relu else None
-    gemm.run(b, SOURCE, "conv2d_bwd_weight_implicit", tile, K, C * R * S, N * P * Q,
-             lambda partial, chunk: (a.dy, a.x, mask, a.dw, partial, s, chunk), Out(a.dw, C * R * S), masked=relu)
+    gemm.run(
+        b,
+        SOURCE,
+        "conv2d_bwd_weight_implicit",
+        tile,
+        K,
+        C * R * S,
+        N * P * Q,
+        lambda partial, chunk: (a.dy, a.x, mask, a.dw, partial, s, chunk),
+        Out(a.dw, C * R * S),
+        masked=relu,
+    )
     _bias(b, a, s, mask)
 
 
@@ -170,12 +216,14 @@ def _bwd_weight_gemm(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = 
     col, chunks = _col_chunks(b, s)
     for n0, images in chunks:
         _im2col(b, a.x, col, s, n0, images)
-        Gemm("gemm_nt_images", M=K, N=C * R * S, K=images * P * Q, lda=P * Q, ldb=images * P * Q,
-             accumulate=n0 > 0).launch(b, a.dy[n0:n0 + images], col, a.dw, tile=tile)
+        Gemm(
+            "gemm_nt_images", M=K, N=C * R * S, K=images * P * Q, lda=P * Q, ldb=images * P * Q, accumulate=n0 > 0
+        ).launch(b, a.dy[n0 : n0 + images], col, a.dw, tile=tile)
     _bias(b, a, s, None)
 
 
 # the selftest, the benchmark, the network ------------------------------------------------------
+
 
 def check_conv(c: Check, rng: np.random.Generator, case: Case) -> None:
     x, w, stride, pad = case.shapes["x"], case.shapes["w"], case.params["stride"], case.params["pad"]
@@ -217,9 +265,11 @@ def library(case: Case, phase: str):
     dims = x.dim() - 2
     conv = getattr(F, f"conv{dims}d")
     dy = torch.ones_like(conv(x, w, stride=stride, padding=pad))
-    return {"fwd": lambda: conv(x, w, stride=stride, padding=pad),
-            "bwd_data": lambda: getattr(torch.nn.grad, f"conv{dims}d_input")(x.shape, w, dy, stride, pad),
-            "bwd_weight": lambda: getattr(torch.nn.grad, f"conv{dims}d_weight")(x, w.shape, dy, stride, pad)}[phase]
+    return {
+        "fwd": lambda: conv(x, w, stride=stride, padding=pad),
+        "bwd_data": lambda: getattr(torch.nn.grad, f"conv{dims}d_input")(x.shape, w, dy, stride, pad),
+        "bwd_weight": lambda: getattr(torch.nn.grad, f"conv{dims}d_weight")(x, w.shape, dy, stride, pad),
+    }[phase]
 
 
 def torch_forward(h, wb, labels, stride: int, pad: int):
@@ -242,38 +292,73 @@ def _params(layer) -> dict[str, Any]:
     return {"stride": layer.op.stride[0], "pad": layer.op.padding[0]}
 
 
-CONV = OPS.register(Op(
-    "conv", ("fwd", "bwd_data", "bwd_weight"), default="shared", params=_params, arrays=_arrays, check=check_conv,
-    library=library, torch_forward=torch_forward, defines=DEFINES, unsupported=unsupported, dims=2,
-    small_cases=(
-        Case("conv", "k70-s1-p1", {"x": (2, 3, 9, 9), "w": (70, 3, 3, 3)}, {"stride": 1, "pad": 1}),  # 2 tiles of K
-        Case("conv", "big-filters", {"x": (1, 64, 13, 13), "w": (5, 64, 11, 11)}, {"stride": 2, "pad": 0}),  # 3 chunks
-        Case("conv", "conv1-like", {"x": (1, 3, 27, 27), "w": (4, 3, 11, 11)}, {"stride": 4, "pad": 0}),
-        Case("conv", "k6-s1-p0", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 0}),  # bwd pads by 2
-        Case("conv", "k4-5x5-s1-p2", {"x": (1, 3, 8, 9), "w": (4, 3, 5, 5)}, {"stride": 1, "pad": 2}),  # Winograd 6x6
-    ),
-))
+CONV = OPS.register(
+    Op(
+        "conv",
+        ("fwd", "bwd_data", "bwd_weight"),
+        default="shared",
+        params=_params,
+        arrays=_arrays,
+        check=check_conv,
+        library=library,
+        torch_forward=torch_forward,
+        defines=DEFINES,
+        unsupported=unsupported,
+        dims=2,
+        small_cases=(
+            Case("conv", "k70-s1-p1", {"x": (2, 3, 9, 9), "w": (70, 3, 3, 3)}, {"stride": 1, "pad": 1}),  # 2 tiles of K
+            Case(
+                "conv", "big-filters", {"x": (1, 64, 13, 13), "w": (5, 64, 11, 11)}, {"stride": 2, "pad": 0}
+            ),  # 3 chunks
+            Case("conv", "conv1-like", {"x": (1, 3, 27, 27), "w": (4, 3, 11, 11)}, {"stride": 4, "pad": 0}),
+            Case("conv", "k6-s1-p0", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 0}),  # bwd pads by 2
+            Case(
+                "conv", "k4-5x5-s1-p2", {"x": (1, 3, 8, 9), "w": (4, 3, 5, 5)}, {"stride": 1, "pad": 2}
+            ),  # Winograd 6x6
+        ),
+    )
+)
 IMPLICIT_KERNELS = (
-    "conv2d.cu:conv2d_fwd_implicit", "conv2d.cu:conv2d_bwd_data_implicit", "conv2d.cu:conv2d_bwd_weight_implicit")
-CONV.add("global",
-         fwd=launch(_fwd_global, "conv2d.cu:conv2d_fwd_global"),
-         bwd_data=launch(_bwd_data_global, "conv2d.cu:conv2d_bwd_data_global"),
-         bwd_weight=launch(_bwd_weight_global, "conv2d.cu:conv2d_bwd_weight_global", BIAS_GRAD))
-CONV.add("constant",
-         fwd=launch(_fwd_constant, "conv2d.cu:conv2d_fwd_constant"),
-         bwd_data=launch(_bwd_data_constant, "conv2d.cu:conv2d_bwd_data_constant"),
-         bwd_weight=launch(_bwd_weight_global, "conv2d.cu:conv2d_bwd_weight_global", BIAS_GRAD,
-                           note="writes the filters, so nothing to hold in constant memory: runs global"))
-CONV.add("shared",
-         fwd=tiled(fwd_implicit, IMPLICIT_KERNELS[0]),
-         bwd_data=tiled(bwd_data_implicit, IMPLICIT_KERNELS[1]),
-         bwd_weight=tiled(bwd_weight_implicit, IMPLICIT_KERNELS[2], BIAS_GRAD))
-CONV.add("gemm",
-         fwd=tiled(_fwd_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nn"),
-         bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_tn_images", "conv2d.cu:col2im"),
-         bwd_weight=tiled(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt_images", BIAS_GRAD))
-CONV.add("fused", absorbs="relu", fallback="shared",
-         fwd=tiled(partial(fwd_implicit, relu=True), IMPLICIT_KERNELS[0], note=FUSED_FWD),
-         bwd_data=tiled(partial(bwd_data_implicit, relu=True), IMPLICIT_KERNELS[1], note=FUSED_BWD, masked=True),
-         bwd_weight=tiled(partial(bwd_weight_implicit, relu=True), IMPLICIT_KERNELS[2], BIAS_GRAD, note=FUSED_BWD,
-                          masked=True))
+    "conv2d.cu:conv2d_fwd_implicit",
+    "conv2d.cu:conv2d_bwd_data_implicit",
+    "conv2d.cu:conv2d_bwd_weight_implicit",
+)
+CONV.add(
+    "global",
+    fwd=launch(_fwd_global, "conv2d.cu:conv2d_fwd_global"),
+    bwd_data=launch(_bwd_data_global, "conv2d.cu:conv2d_bwd_data_global"),
+    bwd_weight=launch(_bwd_weight_global, "conv2d.cu:conv2d_bwd_weight_global", BIAS_GRAD),
+)
+CONV.add(
+    "constant",
+    fwd=launch(_fwd_constant, "conv2d.cu:conv2d_fwd_constant"),
+    bwd_data=launch(_bwd_data_constant, "conv2d.cu:conv2d_bwd_data_constant"),
+    bwd_weight=launch(
+        _bwd_weight_global,
+        "conv2d.cu:conv2d_bwd_weight_global",
+        BIAS_GRAD,
+        note="writes the filters, so nothing to hold in constant memory: runs global",
+    ),
+)
+CONV.add(
+    "shared",
+    fwd=tiled(fwd_implicit, IMPLICIT_KERNELS[0]),
+    bwd_data=tiled(bwd_data_implicit, IMPLICIT_KERNELS[1]),
+    bwd_weight=tiled(bwd_weight_implicit, IMPLICIT_KERNELS[2], BIAS_GRAD),
+)
+CONV.add(
+    "gemm",
+    fwd=tiled(_fwd_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nn"),
+    bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_tn_images", "conv2d.cu:col2im"),
+    bwd_weight=tiled(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt_images", BIAS_GRAD),
+)
+CONV.add(
+    "fused",
+    absorbs="relu",
+    fallback="shared",
+    fwd=tiled(partial(fwd_implicit, relu=True), IMPLICIT_KERNELS[0], note=FUSED_FWD),
+    bwd_data=tiled(partial(bwd_data_implicit, relu=True), IMPLICIT_KERNELS[1], note=FUSED_BWD, masked=True),
+    bwd_weight=tiled(
+        partial(bwd_weight_implicit, relu=True), IMPLICIT_KERNELS[2], BIAS_GRAD, note=FUSED_BWD, masked=True
+    ),
+)

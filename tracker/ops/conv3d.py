@@ -30,6 +30,7 @@ def conv3_shape(x_shape: tuple, w_shape: tuple, stride: int, pad: int) -> Struct
 
 # direct (global) ------------------------------------------------------------------------------
 
+
 def _fwd_global(b: Backend, a: Arrays, stride: int, pad: int) -> None:
     s = conv3_shape(a.x.shape, a.w.shape, stride, pad)
     b.launch(SOURCE, "conv3d_fwd_global", (blocks(a.y.size),), (THREADS,), (a.x, a.w, a.bias, a.y, s))
@@ -55,34 +56,61 @@ def _bwd_weight_global(b: Backend, a: Arrays, stride: int, pad: int) -> None:
 
 # implicit GEMM (shared) -----------------------------------------------------------------------
 
+
 def _fwd_implicit(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     """One GEMM over the batch: M = K, N = images x O*P*Q, K = C*T*R*S."""
     s = conv3_shape(a.x.shape, a.w.shape, stride, pad)
     N, C, D, H, W, K, T, R, S, O, P, Q, *_ = s.values
-    gemm.run(b, SOURCE, "conv3d_fwd_implicit", tile, K, N * O * P * Q, C * T * R * S,
-             lambda partial, chunk: (a.x, a.w, a.bias, a.y, partial, s, chunk),
-             Out(a.y, O * P * Q, a.bias, bias_per_row=True))
+    gemm.run(
+        b,
+        SOURCE,
+        "conv3d_fwd_implicit",
+        tile,
+        K,
+        N * O * P * Q,
+        C * T * R * S,
+        lambda partial, chunk: (a.x, a.w, a.bias, a.y, partial, s, chunk),
+        Out(a.y, O * P * Q, a.bias, bias_per_row=True),
+    )
 
 
 def _bwd_data_implicit(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT, bias: Any = None) -> None:
     """One GEMM over the batch: M = C, N = images x D*H*W, K = K*T*R*S; ``bias`` as in _bwd_data_global."""
     s = conv3_shape(a.dx.shape, a.w.shape, stride, pad)
     N, C, D, H, W, K, T, R, S, *_ = s.values
-    gemm.run(b, SOURCE, "conv3d_bwd_data_implicit", tile, C, N * D * H * W, K * T * R * S,
-             lambda partial, chunk: (a.dy, a.w, bias, a.dx, partial, s, chunk),
-             Out(a.dx, D * H * W, bias, bias_per_row=True))
+    gemm.run(
+        b,
+        SOURCE,
+        "conv3d_bwd_data_implicit",
+        tile,
+        C,
+        N * D * H * W,
+        K * T * R * S,
+        lambda partial, chunk: (a.dy, a.w, bias, a.dx, partial, s, chunk),
+        Out(a.dx, D * H * W, bias, bias_per_row=True),
+    )
 
 
 def _bwd_weight_implicit(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
     """One GEMM over the batch: M = K, N = C*T*R*S, K = images x O*P*Q (split-K fills the GPU)."""
     s = conv3_shape(a.x.shape, a.dw.shape, stride, pad)
     N, C, D, H, W, K, T, R, S, O, P, Q, *_ = s.values
-    gemm.run(b, SOURCE, "conv3d_bwd_weight_implicit", tile, K, C * T * R * S, N * O * P * Q,
-             lambda partial, chunk: (a.dy, a.x, a.dw, partial, s, chunk), Out(a.dw, C * T * R * S))
+    gemm.run(
+        b,
+        SOURCE,
+        "conv3d_bwd_weight_implicit",
+        tile,
+        K,
+        C * T * R * S,
+        N * O * P * Q,
+        lambda partial, chunk: (a.dy, a.x, a.dw, partial, s, chunk),
+        Out(a.dw, C * T * R * S),
+    )
     _bias(b, a, s)
 
 
 # the selftest, the benchmark, the network ------------------------------------------------------
+
 
 def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
     x, w = case.shapes["x"], case.shapes["w"]
@@ -91,21 +119,41 @@ def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
     return {"x": x, "w": w, "bias": (K,), "y": y, "dy": y, "dx": x, "dw": w, "db": (K,)}
 
 
-CONV3D = OPS.register(Op(
-    "conv3d", ("fwd", "bwd_data", "bwd_weight"), default="shared", layer_kind="conv", dims=3,
-    params=lambda layer: {"stride": layer.op.stride[0], "pad": layer.op.padding[0]},
-    arrays=_arrays, check=check_conv, library=library, torch_forward=torch_forward, unsupported=unsupported,
-    small_cases=(
-        Case("conv3d", "3x3x3-p1", {"x": (2, 3, 5, 6, 7), "w": (4, 3, 3, 3, 3)}, {"stride": 1, "pad": 1}),  # the U-Net's
-        Case("conv3d", "k70-1x1x1", {"x": (1, 5, 3, 4, 4), "w": (70, 5, 1, 1, 1)}, {"stride": 1, "pad": 0}),  # 2 tiles of K
-        Case("conv3d", "s2-p0", {"x": (2, 2, 7, 5, 6), "w": (3, 2, 3, 2, 2)}, {"stride": 2, "pad": 0}),  # taps differ
-    ),
-))
-CONV3D.add("global",
-           fwd=launch(_fwd_global, "conv3d.cu:conv3d_fwd_global"),
-           bwd_data=launch(_bwd_data_global, "conv3d.cu:conv3d_bwd_data_global"),
-           bwd_weight=launch(_bwd_weight_global, "conv3d.cu:conv3d_bwd_weight_global", BIAS_GRAD))
-CONV3D.add("shared",
-           fwd=tiled(_fwd_implicit, "conv3d.cu:conv3d_fwd_implicit"),
-           bwd_data=tiled(_bwd_data_implicit, "conv3d.cu:conv3d_bwd_data_implicit"),
-           bwd_weight=tiled(_bwd_weight_implicit, "conv3d.cu:conv3d_bwd_weight_implicit", BIAS_GRAD))
+CONV3D = OPS.register(
+    Op(
+        "conv3d",
+        ("fwd", "bwd_data", "bwd_weight"),
+        default="shared",
+        layer_kind="conv",
+        dims=3,
+        params=lambda layer: {"stride": layer.op.stride[0], "pad": layer.op.padding[0]},
+        arrays=_arrays,
+        check=check_conv,
+        library=library,
+        torch_forward=torch_forward,
+        unsupported=unsupported,
+        small_cases=(
+            Case(
+                "conv3d", "3x3x3-p1", {"x": (2, 3, 5, 6, 7), "w": (4, 3, 3, 3, 3)}, {"stride": 1, "pad": 1}
+            ),  # the U-Net's
+            Case(
+                "conv3d", "k70-1x1x1", {"x": (1, 5, 3, 4, 4), "w": (70, 5, 1, 1, 1)}, {"stride": 1, "pad": 0}
+            ),  # 2 tiles of K
+            Case(
+                "conv3d", "s2-p0", {"x": (2, 2, 7, 5, 6), "w": (3, 2, 3, 2, 2)}, {"stride": 2, "pad": 0}
+            ),  # taps differ
+        ),
+    )
+)
+CONV3D.add(
+    "global",
+    fwd=launch(_fwd_global, "conv3d.cu:conv3d_fwd_global"),
+    bwd_data=launch(_bwd_data_global, "conv3d.cu:conv3d_bwd_data_global"),
+    bwd_weight=launch(_bwd_weight_global, "conv3d.cu:conv3d_bwd_weight_global", BIAS_GRAD),
+)
+CONV3D.add(
+    "shared",
+    fwd=tiled(_fwd_implicit, "conv3d.cu:conv3d_fwd_implicit"),
+    bwd_data=tiled(_bwd_data_implicit, "conv3d.cu:conv3d_bwd_data_implicit"),
+    bwd_weight=tiled(_bwd_weight_implicit, "conv3d.cu:conv3d_bwd_weight_implicit", BIAS_GRAD),
+)

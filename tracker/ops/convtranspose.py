@@ -28,7 +28,7 @@ import numpy as np
 from tracker import reference as ref
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, SPLITK_REDUCE, Gemm, Tile, bias_grad
 from tracker.ops.launch import THREADS, Arrays, Backend, blocks
-from tracker.ops.registry import OPS, Case, Kernel, PhaseLaunch, Op
+from tracker.ops.registry import OPS, Case, Kernel, Op, PhaseLaunch
 from tracker.ops.selftest import REDUCTION, Check, f32
 
 CONV_OF = {2: "conv", 3: "conv3d"}  # the convolution op each dimensionality transposes
@@ -39,12 +39,14 @@ _BIAS_GRAD = Kernel.parse(BIAS_GRAD)
 def _forward(data: PhaseLaunch):
     def run(b: Backend, a: Arrays, stride: int, **tile: Any) -> None:
         data.run(b, Arrays(dy=a.x, w=a.w, dx=a.y), stride=stride, pad=0, bias=a.bias, **tile)
+
     return run
 
 
 def _data_gradient(fwd: PhaseLaunch):
     def run(b: Backend, a: Arrays, stride: int, **tile: Any) -> None:
         fwd.run(b, Arrays(x=a.dy, w=a.w, bias=None, y=a.dx), stride=stride, pad=0, **tile)
+
     return run
 
 
@@ -54,6 +56,7 @@ def _weight_gradient(weight: PhaseLaunch):
         if a.db is not None:
             N, C, *spatial = a.dy.shape
             bias_grad(b, a.dy, None, a.db, N, C, math.prod(spatial))
+
     return run
 
 
@@ -62,11 +65,17 @@ def _swapped(conv: Op, variant: str) -> dict[str, PhaseLaunch]:
     launches = conv.variant(variant).launches
     data, fwd, weight = launches["bwd_data"], launches["fwd"], launches["bwd_weight"]
     note = f"{conv.kind} {variant}'s kernels, roles swapped"
-    return {"fwd": PhaseLaunch(_forward(data), data.kernels, note, data.tunable),
-            "bwd_data": PhaseLaunch(_data_gradient(fwd), fwd.kernels, note, fwd.tunable),
-            # the conv's own bias gradient is skipped (db=None): this one's follows, the same kernel
-            "bwd_weight": PhaseLaunch(_weight_gradient(weight), (*(k for k in weight.kernels if k != _BIAS_GRAD), _BIAS_GRAD),
-                                 note, weight.tunable)}
+    return {
+        "fwd": PhaseLaunch(_forward(data), data.kernels, note, data.tunable),
+        "bwd_data": PhaseLaunch(_data_gradient(fwd), fwd.kernels, note, fwd.tunable),
+        # the conv's own bias gradient is skipped (db=None): this one's follows, the same kernel
+        "bwd_weight": PhaseLaunch(
+            _weight_gradient(weight),
+            (*(k for k in weight.kernels if k != _BIAS_GRAD), _BIAS_GRAD),
+            note,
+            weight.tunable,
+        ),
+    }
 
 
 def scatters(w_shape: tuple[int, ...], stride: int) -> bool:
@@ -76,6 +85,7 @@ def scatters(w_shape: tuple[int, ...], stride: int) -> bool:
 
 def _gemm_forward(shared: PhaseLaunch):
     """y = the scatter of col = W^T x, plus the bias; shared's forward where windows overlap."""
+
     def run(b: Backend, a: Arrays, stride: int, tile: Tile = DEFAULT) -> None:
         if not scatters(a.w.shape, stride):
             return shared.run(b, a, stride=stride, tile=tile)
@@ -84,10 +94,17 @@ def _gemm_forward(shared: PhaseLaunch):
         taps, columns = math.prod(kernel), math.prod(positions)
         col = b.empty((N, C * taps, columns))
         Gemm("gemm_tn_images", M=C * taps, N=N * columns, K=C_in, lda=C * taps, ldb=columns, per_image=columns).launch(
-            b, a.w, a.x, col, tile=tile)
+            b, a.w, a.x, col, tile=tile
+        )
         D, H, W = [1] * (3 - len(positions)) + positions
-        b.launch(SOURCE, "convtranspose_scatter", (blocks(math.prod(a.y.shape)),), (THREADS,),
-                 (col, a.bias, a.y, N, C, D, H, W, kernel[0] if len(kernel) == 3 else 1, kernel[-1]))
+        b.launch(
+            SOURCE,
+            "convtranspose_scatter",
+            (blocks(math.prod(a.y.shape)),),
+            (THREADS,),
+            (col, a.bias, a.y, N, C, D, H, W, kernel[0] if len(kernel) == 3 else 1, kernel[-1]),
+        )
+
     return run
 
 
@@ -143,10 +160,21 @@ def _unsupported(layer) -> str | None:
 
 def _register(dims: int, kind: str, cases: tuple[Case, ...]) -> Op:
     conv = OPS[CONV_OF[dims]]
-    op = OPS.register(Op(
-        kind, ("fwd", "bwd_data", "bwd_weight"), default="shared", layer_kind="convtranspose", dims=dims,
-        params=lambda layer: {"stride": layer.op.stride[0]}, arrays=_arrays, check=_check,
-        torch_forward=_torch_forward, unsupported=_unsupported, small_cases=cases))
+    op = OPS.register(
+        Op(
+            kind,
+            ("fwd", "bwd_data", "bwd_weight"),
+            default="shared",
+            layer_kind="convtranspose",
+            dims=dims,
+            params=lambda layer: {"stride": layer.op.stride[0]},
+            arrays=_arrays,
+            check=_check,
+            torch_forward=_torch_forward,
+            unsupported=_unsupported,
+            small_cases=cases,
+        )
+    )
     for variant in ("global", "shared"):
         launches = _swapped(conv, variant)
         op.add(variant, fwd=launches["fwd"], bwd_data=launches["bwd_data"], bwd_weight=launches["bwd_weight"])
@@ -155,11 +183,21 @@ def _register(dims: int, kind: str, cases: tuple[Case, ...]) -> Op:
     return op
 
 
-CONVTRANSPOSE = _register(2, "convtranspose", (
-    Case("convtranspose", "2x2-s2", {"x": (2, 3, 4, 5), "w": (3, 5, 2, 2)}, {"stride": 2}),  # the U-Net's up-conv
-    Case("convtranspose", "3x3-s2", {"x": (1, 4, 3, 3), "w": (4, 70, 3, 3)}, {"stride": 2}),  # overlaps; 2 tiles of C
-))
-CONVTRANSPOSE3D = _register(3, "convtranspose3d", (
-    Case("convtranspose3d", "2x2x2-s2", {"x": (2, 3, 2, 3, 2), "w": (3, 4, 2, 2, 2)}, {"stride": 2}),
-    Case("convtranspose3d", "3x3x3-s1", {"x": (1, 2, 3, 3, 4), "w": (2, 3, 3, 3, 3)}, {"stride": 1}),
-))
+CONVTRANSPOSE = _register(
+    2,
+    "convtranspose",
+    (
+        Case("convtranspose", "2x2-s2", {"x": (2, 3, 4, 5), "w": (3, 5, 2, 2)}, {"stride": 2}),  # the U-Net's up-conv
+        Case(
+            "convtranspose", "3x3-s2", {"x": (1, 4, 3, 3), "w": (4, 70, 3, 3)}, {"stride": 2}
+        ),  # overlaps; 2 tiles of C
+    ),
+)
+CONVTRANSPOSE3D = _register(
+    3,
+    "convtranspose3d",
+    (
+        Case("convtranspose3d", "2x2x2-s2", {"x": (2, 3, 2, 3, 2), "w": (3, 4, 2, 2, 2)}, {"stride": 2}),
+        Case("convtranspose3d", "3x3x3-s1", {"x": (1, 2, 3, 3, 4), "w": (2, 3, 3, 3, 3)}, {"stride": 1}),
+    ),
+)

@@ -5,11 +5,11 @@ Each phase transforms the filters and N x N tiles of the input (N the power of t
 whole output row plus the filter's overhang, as tracker/model/algorithms.py's ``fft_side``
 chooses and prices it; past 32, tiles that overlap by r - 1), multiplies per frequency on the tuned
 GEMM core (``gemm_nn_batched``: one real GEMM a frequency, the complex product in its real 2 x 2
-block form, over the N (N/2 + 1) frequencies a real tile's half spectrum holds, all in one launch:
-issue 48), and transforms each tile's products back. The data gradient is a stride-1 convolution of dy padded by r - 1 - pad with the
-filters turned and their channels swapped; the weight gradient correlates the input with dy,
-whose tiles play the filter (``_weight_gradient``). Where it does not apply (a stride above 1:
-conv1), the launch runs the shared variant's implicit GEMM, as its note says.
+block form, over the N (N/2 + 1) frequencies a real tile's half spectrum holds, all in one
+launch), and transforms each tile's products back. The data gradient is a stride-1 convolution
+of dy padded by r - 1 - pad with the filters turned and their channels swapped; the weight
+gradient correlates the input with dy, whose tiles play the filter (``_weight_gradient``). Where
+it does not apply (a stride above 1: conv1), the launch runs the shared variant's implicit GEMM, as its note says.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from typing import Any
 import numpy as np
 
 from tracker.model.algorithms import FFT_TILE, fft_side
-from tracker.ops.conv2d import (CONV, IMPLICIT_KERNELS, bwd_data_implicit, bwd_weight_implicit, fwd_implicit,
-                                  where)
+from tracker.ops.conv2d import CONV, IMPLICIT_KERNELS, bwd_data_implicit, bwd_weight_implicit, fwd_implicit, where
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import Arrays, Backend, Struct
 
 SOURCE = "fft.cu"
 SIZES = (2, 4, 8, 16, FFT_TILE)  # every tile side fft_side chooses (fft_*_n2 .. fft_*_n32)
 TWIDDLE_N = 32  # kernels/fft.cu's table: cos and -sin of 2 pi k / 32, k < 16
-TWIDDLES = np.concatenate([np.cos(2 * np.pi * np.arange(16) / TWIDDLE_N),
-                           -np.sin(2 * np.pi * np.arange(16) / TWIDDLE_N)]).astype(np.float32)
+TWIDDLES = np.concatenate(
+    [np.cos(2 * np.pi * np.arange(16) / TWIDDLE_N), -np.sin(2 * np.pi * np.arange(16) / TWIDDLE_N)]
+).astype(np.float32)
 KERNELS = tuple(f"{SOURCE}:fft_{part}_n{n}" for n in SIZES for part in ("filter", "input", "output"))
 
 
@@ -70,8 +70,17 @@ def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, 
     b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))  # a device array, as CuPy needs
     b.launch(SOURCE, f"fft_filter_n{n}", (M * Kc,), (n,), (w, Wb, M, Kc, r, int(flip)))
     b.launch(SOURCE, f"fft_input_n{n}", (cols, Kc), (n,), (x, X, shape))
-    Gemm("gemm_nn_batched", M=2 * M, N=cols, K=2 * Kc, lda=2 * Kc, ldb=cols, batch=freqs, stride_a=4 * M * Kc,
-         stride_b=2 * Kc * cols).launch(b, Wb, X, Y, tile=tile)
+    Gemm(
+        "gemm_nn_batched",
+        M=2 * M,
+        N=cols,
+        K=2 * Kc,
+        lda=2 * Kc,
+        ldb=cols,
+        batch=freqs,
+        stride_a=4 * M * Kc,
+        stride_b=2 * Kc * cols,
+    ).launch(b, Wb, X, Y, tile=tile)
     b.launch(SOURCE, f"fft_output_n{n}", (cols, M), (n,), (Y, bias, out, shape, M))
 
 
@@ -86,11 +95,23 @@ def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile)
     n, step, TH, TW, cols, freqs = _tiling(images, P, Q, r)
     X, D, Z = b.empty((freqs, C, 2 * cols)), b.empty((freqs, 2 * K, 2 * cols)), b.empty((freqs, C, 2 * K))
     b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))
-    b.launch(SOURCE, f"fft_input_n{n}", (cols, C), (n,), (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE)))
-    b.launch(SOURCE, f"fft_input_n{n}", (cols, K), (n,),
-             (dy, D, _shape(images, K, P, Q, P, Q, 0, TH, TW, step, step, BLOCK)))
-    Gemm("gemm_nt_batched", M=C, N=2 * K, K=2 * cols, lda=2 * cols, ldb=2 * cols, batch=freqs, stride_a=2 * C * cols,
-         stride_b=4 * K * cols).launch(b, X, D, Z, tile=tile)
+    b.launch(
+        SOURCE, f"fft_input_n{n}", (cols, C), (n,), (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE))
+    )
+    b.launch(
+        SOURCE, f"fft_input_n{n}", (cols, K), (n,), (dy, D, _shape(images, K, P, Q, P, Q, 0, TH, TW, step, step, BLOCK))
+    )
+    Gemm(
+        "gemm_nt_batched",
+        M=C,
+        N=2 * K,
+        K=2 * cols,
+        lda=2 * cols,
+        ldb=2 * cols,
+        batch=freqs,
+        stride_a=2 * C * cols,
+        stride_b=4 * K * cols,
+    ).launch(b, X, D, Z, tile=tile)
     # each (channel, output) pair an 'image' of one r x r tile: written at dw[k][c]
     b.launch(SOURCE, f"fft_output_n{n}", (K, C), (n,), (Z, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, n, SIDE), C))
 
@@ -117,8 +138,10 @@ def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAU
 
 
 ELSEWHERE = "NxN FFT tiles (N up to 32) for stride-1 filters; any other layer runs the shared variant's implicit GEMM"
-CONV.add("fft", applies=where(applies),
-         fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[0], note=ELSEWHERE),
-         bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[1], note=ELSEWHERE),
-         bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt_batched", IMPLICIT_KERNELS[2], BIAS_GRAD,
-                          note=ELSEWHERE))
+CONV.add(
+    "fft",
+    applies=where(applies),
+    fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[0], note=ELSEWHERE),
+    bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[1], note=ELSEWHERE),
+    bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt_batched", IMPLICIT_KERNELS[2], BIAS_GRAD, note=ELSEWHERE),
+)

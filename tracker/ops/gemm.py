@@ -13,12 +13,13 @@ runs, splitting K by ``Tile.splits``' rule.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from tracker.errors import TrackerError
 from tracker.ops.launch import DEFAULT_SHARED, SM_REGISTERS, THREADS, Backend, LaunchRecord, blocks, tiles
-from tracker.ops.registry import PhaseLaunch, Launcher, launch
+from tracker.ops.registry import Launcher, PhaseLaunch, launch
 
 THREAD = 8  # THREAD_M = THREAD_N: outputs per thread along each side (common.cuh's register block)
 PAD = 4  # floats after each k-row of a shared tile (common.cuh's TILE_PAD: no bank conflicts, rows 16-byte aligned)
@@ -75,15 +76,23 @@ class Tile:
         if not (warps_tile and self.threads % self.k == 0):  # so lanes >= 1
             return False
         lanes = self.threads // self.k  # common.cuh's LANES
-        return (self.m % lanes == 0 and self.n % lanes == 0 and self.stages >= 2 and self.min_ctas >= 0
-                and self.split >= 0 and self.fits())
+        return (
+            self.m % lanes == 0
+            and self.n % lanes == 0
+            and self.stages >= 2
+            and self.min_ctas >= 0
+            and self.split >= 0
+            and self.fits()
+        )
 
-    def check(self) -> "Tile":
+    def check(self) -> Tile:
         """This tile, if common.cuh builds it; else a one-line error saying why not."""
         if not self.valid:
-            raise TrackerError(f"{self.label}: the GEMM core cannot build it (sizes are positive, warps must tile "
-                               f"the CTA, the rings fit {self.shared_bytes:,} of at most {DEFAULT_SHARED:,} bytes of "
-                               "shared memory)")
+            raise TrackerError(
+                f"{self.label}: the GEMM core cannot build it (sizes are positive, warps must tile "
+                f"the CTA, the rings fit {self.shared_bytes:,} of at most {DEFAULT_SHARED:,} bytes of "
+                "shared memory)"
+            )
         return self
 
     def fits(self, masked: bool = False) -> bool:
@@ -96,21 +105,36 @@ class Tile:
         """Whether min_ctas caps registers below what a thread may have anyway."""
         return self.min_ctas > 0 and SM_REGISTERS // (self.min_ctas * self.threads) < MAX_REGISTERS
 
-    def neighbours(self) -> tuple["Tile", ...]:
+    def neighbours(self) -> tuple[Tile, ...]:
         """The valid tiles that differ from this one in pipeline stages, warp layout or CTAs per
         SM alone (a register cap that binds nothing is no neighbour): what `tracker tune` tries
         around the fastest tile shape."""
         capped = (replace(self, min_ctas=c) for c in MIN_CTAS if c != self.min_ctas)
         binding = (t for t in capped if t.min_ctas <= 1 or t.caps_registers)  # a cap that binds nothing: no news
-        return tuple(t for t in (*(replace(self, stages=s) for s in STAGES if s != self.stages),
-                                 *(replace(self, warp_rows=w) for w in WARP_ROWS if w != self.warp_rows),
-                                 *binding) if t.valid)
+        return tuple(
+            t
+            for t in (
+                *(replace(self, stages=s) for s in STAGES if s != self.stages),
+                *(replace(self, warp_rows=w) for w in WARP_ROWS if w != self.warp_rows),
+                *binding,
+            )
+            if t.valid
+        )
 
     def defines(self) -> dict[str, int]:
         """The -D sizes kernels/common.cuh compiles this tile with."""
-        return {"TILE_M": self.m, "TILE_N": self.n, "TILE_K": self.k, "THREAD_M": THREAD, "THREAD_N": THREAD,
-                "GEMM_THREADS": self.threads, "STAGES": self.stages, "WARP_ROWS": self.warp_rows, "TILE_PAD": PAD,
-                "MIN_CTAS": self.min_ctas}
+        return {
+            "TILE_M": self.m,
+            "TILE_N": self.n,
+            "TILE_K": self.k,
+            "THREAD_M": THREAD,
+            "THREAD_N": THREAD,
+            "GEMM_THREADS": self.threads,
+            "STAGES": self.stages,
+            "WARP_ROWS": self.warp_rows,
+            "TILE_PAD": PAD,
+            "MIN_CTAS": self.min_ctas,
+        }
 
     @property
     def overrides(self) -> tuple[tuple[str, int], ...]:
@@ -146,14 +170,16 @@ class Tile:
     def label(self) -> str:
         """'128x64x8', then what differs from the defaults: '/stages3', '/warp8x4', '/ctas2', '/split4'."""
         cols = 32 // self.warp_rows if self.warp_rows > 0 else 0  # warp0x0 is shown, then refused by ``check``
-        extra = ((f"/stages{self.stages}" if self.stages != Tile.stages else "")
-                 + (f"/warp{self.warp_rows}x{cols}" if self.warp_rows != Tile.warp_rows else "")
-                 + (f"/ctas{self.min_ctas}" if self.min_ctas != Tile.min_ctas else "")
-                 + (f"/split{self.split}" if self.split else ""))
+        extra = (
+            (f"/stages{self.stages}" if self.stages != Tile.stages else "")
+            + (f"/warp{self.warp_rows}x{cols}" if self.warp_rows != Tile.warp_rows else "")
+            + (f"/ctas{self.min_ctas}" if self.min_ctas != Tile.min_ctas else "")
+            + (f"/split{self.split}" if self.split else "")
+        )
         return f"{self.m}x{self.n}x{self.k}{extra}"
 
     @classmethod
-    def parse(cls, label: str) -> "Tile":
+    def parse(cls, label: str) -> Tile:
         """'128x64x8/stages3/split4' -> Tile(128, 64, 8, split=4, stages=3); the inverse of ``label``."""
         shape, *extras = label.split("/")
         sizes = shape.split("x")
@@ -162,7 +188,7 @@ class Tile:
         tile = cls(*(int(v) for v in sizes))
         for extra in extras:
             name = extra.rstrip("0123456789x")
-            value = extra[len(name):]
+            value = extra[len(name) :]
             if name not in ("split", "stages", "warp", "ctas"):
                 raise ValueError(f"{label!r}: {extra!r} is not stagesN, warpRxC, ctasN or splitN")
             if not re.fullmatch(r"\d+" + (r"(x\d+)?" if name == "warp" else ""), value):
@@ -181,8 +207,15 @@ class Tile:
 DEFAULT = Tile()
 # The tile shapes `tracker tune` tries (each also with split-K slices, see tune.candidates): big
 # tiles for big layers, small ones where the output has few tiles.
-SHAPES = (Tile(128, 128, 8), Tile(128, 128, 16), Tile(128, 64, 8), Tile(64, 128, 8), Tile(64, 64, 8),
-          Tile(64, 64, 16), Tile(32, 64, 8))
+SHAPES = (
+    Tile(128, 128, 8),
+    Tile(128, 128, 16),
+    Tile(128, 64, 8),
+    Tile(64, 128, 8),
+    Tile(64, 64, 8),
+    Tile(64, 64, 16),
+    Tile(32, 64, 8),
+)
 # The fused variants' backward reads the output gradient through the ReLU mask: their GEMMs are
 # built with RELU_MASK 1 (common.cuh), every other build with 0.
 RELU_MASK = "RELU_MASK"
@@ -208,27 +241,65 @@ class Out:
 def leaves_out(launch: PhaseLaunch, tile: Tile | None) -> bool:
     """Whether ``tile`` cannot build ``launch``: a fused backward (the RELU_MASK build) whose mask
     ring does not fit beside the tile's rings (``run`` refuses it)."""
-    return tile is not None and launch.tunable and dict(launch.defines).get(RELU_MASK) == 1 and not tile.fits(masked=True)
+    return (
+        tile is not None and launch.tunable and dict(launch.defines).get(RELU_MASK) == 1 and not tile.fits(masked=True)
+    )
 
 
-def run(b: Backend, source: str, kernel: str, tile: Tile, M: int, N: int, K: int,
-        args: Callable[[Any, int], tuple], out: Out, masked: bool = False, batch: int = 1) -> None:
+def run(
+    b: Backend,
+    source: str,
+    kernel: str,
+    tile: Tile,
+    M: int,
+    N: int,
+    K: int,
+    args: Callable[[Any, int], tuple],
+    out: Out,
+    masked: bool = False,
+    batch: int = 1,
+) -> None:
     """Launch a GEMM-shaped kernel of ``tile`` over C (M x N) with reduction K, ``batch`` of them
     (``Gemm.batch``); ``args(partial, k_chunk)`` are its arguments, which pass a ReLU mask exactly
     when ``masked`` (the RELU_MASK build). With more than one split, the splits' partial products
     go to a scratch array and splitk_reduce sums them into ``out``."""
     if masked and not tile.fits(masked=True):
-        raise ValueError(f"tile {tile.label} with the ReLU mask's ring needs {tile.masked_shared_bytes:,} of at "
-                         f"most {DEFAULT_SHARED:,} bytes of shared memory")
+        raise ValueError(
+            f"tile {tile.label} with the ReLU mask's ring needs {tile.masked_shared_bytes:,} of at "
+            f"most {DEFAULT_SHARED:,} bytes of shared memory"
+        )
     splits = tile.splits(M, N, K, batch)
     chunk = tile.k_chunk(K, splits)
     partial = b.empty((batch * splits, M, N)) if splits > 1 else None
-    b.launch(source, kernel, tile.grid(M, N, splits, batch), (tile.threads,), args(partial, chunk),
-             defines=tile.overrides + (MASKED if masked else ()))
+    b.launch(
+        source,
+        kernel,
+        tile.grid(M, N, splits, batch),
+        (tile.threads,),
+        args(partial, chunk),
+        defines=tile.overrides + (MASKED if masked else ()),
+    )
     if splits > 1:
-        b.launch("gemm.cu", "splitk_reduce", (blocks(batch * M * N),), (THREADS,),
-                 (partial, splits, out.c, M, N, out.per_image, out.bias, int(out.bias_per_row), int(out.relu),
-                  int(out.accumulate), batch, out.stride))
+        b.launch(
+            "gemm.cu",
+            "splitk_reduce",
+            (blocks(batch * M * N),),
+            (THREADS,),
+            (
+                partial,
+                splits,
+                out.c,
+                M,
+                N,
+                out.per_image,
+                out.bias,
+                int(out.bias_per_row),
+                int(out.relu),
+                int(out.accumulate),
+                batch,
+                out.stride,
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -266,16 +337,50 @@ class Gemm:
         if self.batch > 1 and not self.batched:
             raise ValueError(f"{self.kernel} runs one GEMM, not a batch of {self.batch}: use a _batched kernel")
 
-    def launch(self, b: Backend, a: Any, bmat: Any, c: Any, a_mask: Any = None, bias: Any = None,
-               tile: Tile = DEFAULT) -> None:
-        out = Out(c, self.per_image or self.N, bias, self.bias_per_row, self.relu, self.accumulate,
-                  stride=self.M * self.N if self.batched else 0)
+    def launch(
+        self, b: Backend, a: Any, bmat: Any, c: Any, a_mask: Any = None, bias: Any = None, tile: Tile = DEFAULT
+    ) -> None:
+        out = Out(
+            c,
+            self.per_image or self.N,
+            bias,
+            self.bias_per_row,
+            self.relu,
+            self.accumulate,
+            stride=self.M * self.N if self.batched else 0,
+        )
         strides = (self.stride_a, self.stride_b, out.stride) if self.batched else ()
-        run(b, "gemm.cu", self.kernel, tile, self.M, self.N, self.K,
-            lambda partial, chunk: (a, a_mask, bmat, c, partial, self.M, self.N, self.K, self.lda, self.ldb, chunk,
-                                    out.per_image, bias, int(self.bias_per_row), int(self.relu),
-                                    int(self.accumulate), *strides),
-            out, masked=a_mask is not None, batch=self.batch)
+        run(
+            b,
+            "gemm.cu",
+            self.kernel,
+            tile,
+            self.M,
+            self.N,
+            self.K,
+            lambda partial, chunk: (
+                a,
+                a_mask,
+                bmat,
+                c,
+                partial,
+                self.M,
+                self.N,
+                self.K,
+                self.lda,
+                self.ldb,
+                chunk,
+                out.per_image,
+                bias,
+                int(self.bias_per_row),
+                int(self.relu),
+                int(self.accumulate),
+                *strides,
+            ),
+            out,
+            masked=a_mask is not None,
+            batch=self.batch,
+        )
 
 
 BIAS_GRAD = "gemm.cu:bias_grad"
@@ -287,6 +392,8 @@ def tiled(run: Launcher, *kernels: str, note: str = "", masked: bool = False) ->
     it may end in the split-K reduction. ``masked``: its GEMM reads an operand through the ReLU
     mask (``run(masked=True)``), so it runs the RELU_MASK build."""
     return launch(run, *kernels, SPLITK_REDUCE, note=note, tunable=True, defines=MASKED if masked else ())
+
+
 # What the fused variants (conv and linear) do with the GEMM's epilogue and loaders.
 FUSED_FWD = "bias + ReLU in the GEMM epilogue; the ReLU layer launches nothing"
 FUSED_BWD = "reads dy through the ReLU mask, applied in shared memory (dy and y both copied with cp.async)"
@@ -295,4 +402,3 @@ FUSED_BWD = "reads dy through the ReLU mask, applied in shared memory (dy and y 
 def bias_grad(b: Backend, dy: Any, relu_y: Any, db: Any, N: int, K: int, L: int) -> None:
     """db[k] = sum over images and positions of dy (through the ReLU mask where given)."""
     b.launch("gemm.cu", "bias_grad", (K,), (THREADS,), (dy, relu_y, db, N, K, L))
-

@@ -113,8 +113,16 @@ class Backend(Protocol):
     log: list[LaunchRecord]
     context: Any
 
-    def launch(self, source: str, kernel: str, grid: tuple, block: tuple, args: tuple,
-               shared_bytes: int = 0, defines: tuple[tuple[str, int], ...] = ()) -> None: ...
+    def launch(
+        self,
+        source: str,
+        kernel: str,
+        grid: tuple,
+        block: tuple,
+        args: tuple,
+        shared_bytes: int = 0,
+        defines: tuple[tuple[str, int], ...] = (),
+    ) -> None: ...
 
     def empty(self, shape: tuple) -> Any: ...
 

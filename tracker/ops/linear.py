@@ -24,34 +24,43 @@ def _flat(a: Any, batch: int) -> Any:
 
 def _fwd_global(b: Backend, a: Arrays) -> None:
     (N, n_out), n_in = a.y.shape, a.w.shape[1]
-    b.launch(SOURCE, "linear_fwd_global", (blocks(N * n_out),), (THREADS,),
-             (_flat(a.x, N), a.w, a.bias, a.y, N, n_in, n_out))
+    b.launch(
+        SOURCE, "linear_fwd_global", (blocks(N * n_out),), (THREADS,), (_flat(a.x, N), a.w, a.bias, a.y, N, n_in, n_out)
+    )
 
 
 def _fwd_gemm(b: Backend, a: Arrays, relu: bool = False, tile: Tile = DEFAULT) -> None:
     """y = x w^T + bias (ReLU)."""
     (N, n_out), n_in = a.y.shape, a.w.shape[1]
-    Gemm("gemm_nt", M=N, N=n_out, K=n_in, lda=n_in, ldb=n_in, relu=relu).launch(b, _flat(a.x, N), a.w, a.y,
-                                                                                 bias=a.bias, tile=tile)
+    Gemm("gemm_nt", M=N, N=n_out, K=n_in, lda=n_in, ldb=n_in, relu=relu).launch(
+        b, _flat(a.x, N), a.w, a.y, bias=a.bias, tile=tile
+    )
 
 
 def _bwd_data_global(b: Backend, a: Arrays) -> None:
     (N, n_out), n_in = a.dy.shape, a.w.shape[1]
-    b.launch(SOURCE, "linear_bwd_data_global", (blocks(N * n_in),), (THREADS,),
-             (a.dy, a.w, _flat(a.dx, N), N, n_in, n_out))
+    b.launch(
+        SOURCE, "linear_bwd_data_global", (blocks(N * n_in),), (THREADS,), (a.dy, a.w, _flat(a.dx, N), N, n_in, n_out)
+    )
 
 
 def _bwd_data_gemm(b: Backend, a: Arrays, relu: bool = False, tile: Tile = DEFAULT) -> None:
     """dx = dy w (dy through the ReLU mask when fused)."""
     (N, n_out), n_in = a.dy.shape, a.w.shape[1]
-    Gemm("gemm_nn", M=N, N=n_in, K=n_out, lda=n_out, ldb=n_in).launch(b, a.dy, a.w, _flat(a.dx, N),
-                                                                      a_mask=a.y if relu else None, tile=tile)
+    Gemm("gemm_nn", M=N, N=n_in, K=n_out, lda=n_out, ldb=n_in).launch(
+        b, a.dy, a.w, _flat(a.dx, N), a_mask=a.y if relu else None, tile=tile
+    )
 
 
 def _bwd_weight_global(b: Backend, a: Arrays) -> None:
     (N, n_out), n_in = a.dy.shape, a.dw.shape[1]
-    b.launch(SOURCE, "linear_bwd_weight_global", (blocks(n_out * n_in),), (THREADS,),
-             (a.dy, _flat(a.x, N), a.dw, N, n_in, n_out))
+    b.launch(
+        SOURCE,
+        "linear_bwd_weight_global",
+        (blocks(n_out * n_in),),
+        (THREADS,),
+        (a.dy, _flat(a.x, N), a.dw, N, n_in, n_out),
+    )
     if a.db is not None:
         bias_grad(b, a.dy, None, a.db, N, n_out, 1)
 
@@ -60,8 +69,9 @@ def _bwd_weight_gemm(b: Backend, a: Arrays, relu: bool = False, tile: Tile = DEF
     """dw = dy^T x."""
     (N, n_out), n_in = a.dy.shape, a.dw.shape[1]
     mask = a.y if relu else None
-    Gemm("gemm_tn", M=n_out, N=n_in, K=N, lda=n_out, ldb=n_in).launch(b, a.dy, _flat(a.x, N), a.dw, a_mask=mask,
-                                                                       tile=tile)
+    Gemm("gemm_tn", M=n_out, N=n_in, K=N, lda=n_out, ldb=n_in).launch(
+        b, a.dy, _flat(a.x, N), a.dw, a_mask=mask, tile=tile
+    )
     if a.db is not None:
         bias_grad(b, a.dy, mask, a.db, N, n_out, 1)
 
@@ -110,22 +120,37 @@ def _torch_forward(h, wb, labels):
     return F.linear(h.flatten(1), *wb)
 
 
-LINEAR = OPS.register(Op(
-    "linear", ("fwd", "bwd_data", "bwd_weight"), default="shared", params=lambda layer: {}, arrays=_arrays,
-    check=_check, flat_input=True,
-    library=_library, torch_forward=_torch_forward,
-    small_cases=(Case("linear", "fc", {"x": (3, 70), "w": (66, 70)}),),  # two GEMM tiles of N, five of K
-))
-LINEAR.add("global",
-           fwd=launch(_fwd_global, "linear.cu:linear_fwd_global"),
-           bwd_data=launch(_bwd_data_global, "linear.cu:linear_bwd_data_global"),
-           bwd_weight=launch(_bwd_weight_global, "linear.cu:linear_bwd_weight_global", BIAS_GRAD))
-LINEAR.add("shared",
-           fwd=tiled(_fwd_gemm, "gemm.cu:gemm_nt"),
-           bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_nn"),
-           bwd_weight=tiled(_bwd_weight_gemm, "gemm.cu:gemm_tn", BIAS_GRAD))
-LINEAR.add("fused", absorbs="relu", fallback="shared",
-           fwd=tiled(partial(_fwd_gemm, relu=True), "gemm.cu:gemm_nt", note=FUSED_FWD),
-           bwd_data=tiled(partial(_bwd_data_gemm, relu=True), "gemm.cu:gemm_nn", note=FUSED_BWD, masked=True),
-           bwd_weight=tiled(partial(_bwd_weight_gemm, relu=True), "gemm.cu:gemm_tn", BIAS_GRAD, note=FUSED_BWD,
-                            masked=True))
+LINEAR = OPS.register(
+    Op(
+        "linear",
+        ("fwd", "bwd_data", "bwd_weight"),
+        default="shared",
+        params=lambda layer: {},
+        arrays=_arrays,
+        check=_check,
+        flat_input=True,
+        library=_library,
+        torch_forward=_torch_forward,
+        small_cases=(Case("linear", "fc", {"x": (3, 70), "w": (66, 70)}),),  # two GEMM tiles of N, five of K
+    )
+)
+LINEAR.add(
+    "global",
+    fwd=launch(_fwd_global, "linear.cu:linear_fwd_global"),
+    bwd_data=launch(_bwd_data_global, "linear.cu:linear_bwd_data_global"),
+    bwd_weight=launch(_bwd_weight_global, "linear.cu:linear_bwd_weight_global", BIAS_GRAD),
+)
+LINEAR.add(
+    "shared",
+    fwd=tiled(_fwd_gemm, "gemm.cu:gemm_nt"),
+    bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_nn"),
+    bwd_weight=tiled(_bwd_weight_gemm, "gemm.cu:gemm_tn", BIAS_GRAD),
+)
+LINEAR.add(
+    "fused",
+    absorbs="relu",
+    fallback="shared",
+    fwd=tiled(partial(_fwd_gemm, relu=True), "gemm.cu:gemm_nt", note=FUSED_FWD),
+    bwd_data=tiled(partial(_bwd_data_gemm, relu=True), "gemm.cu:gemm_nn", note=FUSED_BWD, masked=True),
+    bwd_weight=tiled(partial(_bwd_weight_gemm, relu=True), "gemm.cu:gemm_tn", BIAS_GRAD, note=FUSED_BWD, masked=True),
+)

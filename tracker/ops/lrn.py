@@ -32,20 +32,33 @@ def _fwd_global(b: Backend, a: Arrays, **p: Any) -> None:
 def _fwd_shared(b: Backend, a: Arrays, **p: Any) -> None:
     N, C, H, W = a.x.shape
     strip = STRIPS["fwd"]
-    b.launch(SOURCE, "lrn_fwd_shared", (tiles(H * W, strip), N), (strip, THREADS // strip),
-             (a.x, a.y, lrn_shape(a.x.shape, **p)), shared_bytes=4 * C * strip)
+    b.launch(
+        SOURCE,
+        "lrn_fwd_shared",
+        (tiles(H * W, strip), N),
+        (strip, THREADS // strip),
+        (a.x, a.y, lrn_shape(a.x.shape, **p)),
+        shared_bytes=4 * C * strip,
+    )
 
 
 def _bwd_global(b: Backend, a: Arrays, **p: Any) -> None:
-    b.launch(SOURCE, "lrn_bwd_global", (blocks(a.x.size),), (THREADS,),
-             (a.dy, a.x, a.y, a.dx, lrn_shape(a.x.shape, **p)))
+    b.launch(
+        SOURCE, "lrn_bwd_global", (blocks(a.x.size),), (THREADS,), (a.dy, a.x, a.y, a.dx, lrn_shape(a.x.shape, **p))
+    )
 
 
 def _bwd_shared(b: Backend, a: Arrays, **p: Any) -> None:
     N, C, H, W = a.x.shape
     strip = STRIPS["bwd_data"]
-    b.launch(SOURCE, "lrn_bwd_shared", (tiles(H * W, strip), N), (strip, THREADS // strip),
-             (a.dy, a.x, a.y, a.dx, lrn_shape(a.x.shape, **p)), shared_bytes=3 * 4 * C * strip)
+    b.launch(
+        SOURCE,
+        "lrn_bwd_shared",
+        (tiles(H * W, strip), N),
+        (strip, THREADS // strip),
+        (a.dy, a.x, a.y, a.dx, lrn_shape(a.x.shape, **p)),
+        shared_bytes=3 * 4 * C * strip,
+    )
 
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
@@ -66,13 +79,28 @@ def _torch_forward(h, wb, labels, size: int, alpha: float, beta: float, k: float
     return F.local_response_norm(h, size, alpha, beta, k)
 
 
-LRN = OPS.register(Op(
-    "lrn", ("fwd", "bwd_data"), default="shared",
-    params=lambda layer: {"size": layer.op.size, "alpha": layer.op.alpha, "beta": layer.op.beta, "k": layer.op.k},
-    arrays=lambda case: {role: case.shapes["x"] for role in ("x", "y", "dy", "dx")}, check=_check,
-    torch_forward=_torch_forward,
-    small_cases=(Case("lrn", "strips", {"x": (2, 7, 5, 8)},  # 40 positions: a strip and a part
-                      {"size": 5, "alpha": 0.5, "beta": 0.75, "k": 2.0}),),
-))
-LRN.add("global", fwd=launch(_fwd_global, "lrn.cu:lrn_fwd_global"), bwd_data=launch(_bwd_global, "lrn.cu:lrn_bwd_global"))
-LRN.add("shared", fwd=launch(_fwd_shared, "lrn.cu:lrn_fwd_shared"), bwd_data=launch(_bwd_shared, "lrn.cu:lrn_bwd_shared"))
+LRN = OPS.register(
+    Op(
+        "lrn",
+        ("fwd", "bwd_data"),
+        default="shared",
+        params=lambda layer: {"size": layer.op.size, "alpha": layer.op.alpha, "beta": layer.op.beta, "k": layer.op.k},
+        arrays=lambda case: {role: case.shapes["x"] for role in ("x", "y", "dy", "dx")},
+        check=_check,
+        torch_forward=_torch_forward,
+        small_cases=(
+            Case(
+                "lrn",
+                "strips",
+                {"x": (2, 7, 5, 8)},  # 40 positions: a strip and a part
+                {"size": 5, "alpha": 0.5, "beta": 0.75, "k": 2.0},
+            ),
+        ),
+    )
+)
+LRN.add(
+    "global", fwd=launch(_fwd_global, "lrn.cu:lrn_fwd_global"), bwd_data=launch(_bwd_global, "lrn.cu:lrn_bwd_global")
+)
+LRN.add(
+    "shared", fwd=launch(_fwd_shared, "lrn.cu:lrn_fwd_shared"), bwd_data=launch(_bwd_shared, "lrn.cu:lrn_bwd_shared")
+)

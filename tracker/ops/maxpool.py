@@ -5,7 +5,7 @@ backward finds each window's maximum once). ``maxpool3d`` is the same in 3-D (th
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -26,8 +26,10 @@ def band_rows(rows: int, planes: int, bytes_for: Callable[[int], int]) -> int:
     alone would not make WAVE blocks."""
     fit = max((n for n in range(1, rows + 1) if bytes_for(n) <= BAND_BYTES), default=1)
     if bytes_for(fit) > DEFAULT_SHARED:
-        raise TrackerError(f"a band of this pooling layer needs {bytes_for(fit)} bytes of shared memory, over "
-                           f"{DEFAULT_SHARED}; use the global variant")
+        raise TrackerError(
+            f"a band of this pooling layer needs {bytes_for(fit)} bytes of shared memory, over "
+            f"{DEFAULT_SHARED}; use the global variant"
+        )
     return tiles(rows, min(rows, max(tiles(rows, fit), tiles(WAVE, planes))))
 
 
@@ -57,8 +59,14 @@ def _fwd_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
         return 4 * ((rows - 1) * stride + size) * W
 
     band = band_rows(P, N * C, input_bytes)
-    b.launch(SOURCE, "maxpool_fwd_shared", (tiles(P, band), N * C), (_block(band * Q),), (a.x, a.y, s, band),
-             shared_bytes=input_bytes(band))
+    b.launch(
+        SOURCE,
+        "maxpool_fwd_shared",
+        (tiles(P, band), N * C),
+        (_block(band * Q),),
+        (a.x, a.y, s, band),
+        shared_bytes=input_bytes(band),
+    )
 
 
 def _bwd_global(b: Backend, a: Arrays, size: int, stride: int) -> None:
@@ -78,8 +86,14 @@ def _bwd_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
     s = pool_shape(a.x.shape, size, stride)
     N, C, H, W, P, Q, *_ = s.values
     band = band_rows(H, N * C, lambda rows: bwd_band_bytes(rows, size, stride, P, W, Q))
-    b.launch(SOURCE, "maxpool_bwd_shared", (tiles(H, band), N * C), (_block(band * W),),
-             (a.dy, a.x, a.dx, s, band), shared_bytes=bwd_band_bytes(band, size, stride, P, W, Q))
+    b.launch(
+        SOURCE,
+        "maxpool_bwd_shared",
+        (tiles(H, band), N * C),
+        (_block(band * W),),
+        (a.dy, a.x, a.dx, s, band),
+        shared_bytes=bwd_band_bytes(band, size, stride, P, W, Q),
+    )
 
 
 def pool3_shape(x_shape: tuple, size: int, stride: int) -> Struct:
@@ -107,8 +121,14 @@ def _fwd3_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
         return 4 * size * ((rows - 1) * stride + size) * W
 
     band = band_rows(P, N * C * O, input_bytes)
-    b.launch(SOURCE, "maxpool3d_fwd_shared", (tiles(P, band) * O, N * C), (_block(band * Q),), (a.x, a.y, s, band),
-             shared_bytes=input_bytes(band))
+    b.launch(
+        SOURCE,
+        "maxpool3d_fwd_shared",
+        (tiles(P, band) * O, N * C),
+        (_block(band * Q),),
+        (a.x, a.y, s, band),
+        shared_bytes=input_bytes(band),
+    )
 
 
 def bwd3_band_bytes(rows: int, size: int, stride: int, O: int, P: int, W: int, Q: int) -> int:
@@ -124,8 +144,14 @@ def _bwd3_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
     s = pool3_shape(a.x.shape, size, stride)
     N, C, D, H, W, O, P, Q, *_ = s.values
     band = band_rows(H, N * C * D, lambda rows: bwd3_band_bytes(rows, size, stride, O, P, W, Q))
-    b.launch(SOURCE, "maxpool3d_bwd_shared", (tiles(H, band) * D, N * C), (_block(band * W),),
-             (a.dy, a.x, a.dx, s, band), shared_bytes=bwd3_band_bytes(band, size, stride, O, P, W, Q))
+    b.launch(
+        SOURCE,
+        "maxpool3d_bwd_shared",
+        (tiles(H, band) * D, N * C),
+        (_block(band * W),),
+        (a.dy, a.x, a.dx, s, band),
+        shared_bytes=bwd3_band_bytes(band, size, stride, O, P, W, Q),
+    )
 
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
@@ -138,8 +164,13 @@ def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
     dyh = f32(rng, expected.shape)
     a.dy, a.dx = c.put(dyh), c.out(x)
     c.run("bwd_data", a, size=size, stride=stride)
-    c.compare("bwd_data", "dx", a.dx, ref.maxpool_bwd(dyh.astype(np.float64), xh.astype(np.float64), size, stride),
-              ELEMENTWISE)
+    c.compare(
+        "bwd_data",
+        "dx",
+        a.dx,
+        ref.maxpool_bwd(dyh.astype(np.float64), xh.astype(np.float64), size, stride),
+        ELEMENTWISE,
+    )
 
 
 def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
@@ -169,27 +200,62 @@ def _unsupported(layer) -> str | None:
 # The default is `shared`: on the H100 at batch 128 (three benchmark runs, benchmarks/RESULTS.md)
 # its bands run each backward 1.35-3.7x faster than `global` (pool1: 0.22-0.29 against 0.83-0.87
 # ms), each forward within 14 us of it: AlexNet's three pools take 0.66-0.84 ms an iteration, not 1.69-1.78.
-MAXPOOL = OPS.register(Op(
-    "maxpool", ("fwd", "bwd_data"), default="shared",
-    params=_params, arrays=_arrays, check=_check, torch_forward=_torch_forward, unsupported=_unsupported, dims=2,
-    small_cases=(_case("3s2", (2, 3, 13, 13), 3, 2),
-                 _case("3s2-edge", (1, 2, 14, 14), 3, 2),  # the last row meets no window
-                 _case("2s2", (1, 2, 20, 20), 2, 2),
-                 _case("2s3-bands", (1, 512, 9, 9), 2, 3)),  # a run-time window with gaps; bands of 2 and 5 rows
-))
-MAXPOOL.add("global", fwd=launch(_fwd_global, "maxpool.cu:maxpool_fwd_global"),
-            bwd_data=launch(_bwd_global, "maxpool.cu:maxpool_bwd_global"))
-MAXPOOL.add("shared", fwd=launch(_fwd_shared, "maxpool.cu:maxpool_fwd_shared"),
-            bwd_data=launch(_bwd_shared, "maxpool.cu:maxpool_bwd_shared"))
+MAXPOOL = OPS.register(
+    Op(
+        "maxpool",
+        ("fwd", "bwd_data"),
+        default="shared",
+        params=_params,
+        arrays=_arrays,
+        check=_check,
+        torch_forward=_torch_forward,
+        unsupported=_unsupported,
+        dims=2,
+        small_cases=(
+            _case("3s2", (2, 3, 13, 13), 3, 2),
+            _case("3s2-edge", (1, 2, 14, 14), 3, 2),  # the last row meets no window
+            _case("2s2", (1, 2, 20, 20), 2, 2),
+            _case("2s3-bands", (1, 512, 9, 9), 2, 3),
+        ),  # a run-time window with gaps; bands of 2 and 5 rows
+    )
+)
+MAXPOOL.add(
+    "global",
+    fwd=launch(_fwd_global, "maxpool.cu:maxpool_fwd_global"),
+    bwd_data=launch(_bwd_global, "maxpool.cu:maxpool_bwd_global"),
+)
+MAXPOOL.add(
+    "shared",
+    fwd=launch(_fwd_shared, "maxpool.cu:maxpool_fwd_shared"),
+    bwd_data=launch(_bwd_shared, "maxpool.cu:maxpool_bwd_shared"),
+)
 
-MAXPOOL3D = OPS.register(Op(
-    "maxpool3d", ("fwd", "bwd_data"), default="shared", layer_kind="maxpool", dims=3,
-    params=_params, arrays=_arrays, check=_check, torch_forward=_torch_forward, unsupported=_unsupported,
-    small_cases=(_case("3d-2s2", (2, 3, 4, 6, 8), 2, 2),  # the U-Net's
-                 _case("3d-3s2-edge", (1, 2, 6, 7, 7), 3, 2),  # overlapping in depth too; the last slice meets none
-                 _case("3d-2s2-bands", (1, 2, 4, 64, 60), 2, 2)),  # rows cut into bands
-))
-MAXPOOL3D.add("global", fwd=launch(_fwd3_global, "maxpool.cu:maxpool3d_fwd_global"),
-              bwd_data=launch(_bwd3_global, "maxpool.cu:maxpool3d_bwd_global"))
-MAXPOOL3D.add("shared", fwd=launch(_fwd3_shared, "maxpool.cu:maxpool3d_fwd_shared"),
-              bwd_data=launch(_bwd3_shared, "maxpool.cu:maxpool3d_bwd_shared"))
+MAXPOOL3D = OPS.register(
+    Op(
+        "maxpool3d",
+        ("fwd", "bwd_data"),
+        default="shared",
+        layer_kind="maxpool",
+        dims=3,
+        params=_params,
+        arrays=_arrays,
+        check=_check,
+        torch_forward=_torch_forward,
+        unsupported=_unsupported,
+        small_cases=(
+            _case("3d-2s2", (2, 3, 4, 6, 8), 2, 2),  # the U-Net's
+            _case("3d-3s2-edge", (1, 2, 6, 7, 7), 3, 2),  # overlapping in depth too; the last slice meets none
+            _case("3d-2s2-bands", (1, 2, 4, 64, 60), 2, 2),
+        ),  # rows cut into bands
+    )
+)
+MAXPOOL3D.add(
+    "global",
+    fwd=launch(_fwd3_global, "maxpool.cu:maxpool3d_fwd_global"),
+    bwd_data=launch(_bwd3_global, "maxpool.cu:maxpool3d_bwd_global"),
+)
+MAXPOOL3D.add(
+    "shared",
+    fwd=launch(_fwd3_shared, "maxpool.cu:maxpool3d_fwd_shared"),
+    bwd_data=launch(_bwd3_shared, "maxpool.cu:maxpool3d_bwd_shared"),
+)

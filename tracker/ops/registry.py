@@ -11,8 +11,9 @@ know raises before anything launches.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from tracker.errors import TrackerError, comma_list, unknown
 from tracker.ops.launch import Arrays, Backend
@@ -29,7 +30,7 @@ class Kernel:
     name: str
 
     @classmethod
-    def parse(cls, text: str) -> "Kernel":
+    def parse(cls, text: str) -> Kernel:
         """'conv2d.cu:im2col' -> Kernel('conv2d.cu', 'im2col')."""
         source, _, name = text.partition(":")
         return cls(source, name)
@@ -58,8 +59,9 @@ class PhaseLaunch:
         return tuple(dict.fromkeys(k.source for k in self.kernels))
 
 
-def launch(run: Launcher, *kernels: str, note: str = "", tunable: bool = False,
-           defines: tuple[tuple[str, int], ...] = ()) -> PhaseLaunch:
+def launch(
+    run: Launcher, *kernels: str, note: str = "", tunable: bool = False, defines: tuple[tuple[str, int], ...] = ()
+) -> PhaseLaunch:
     """``launch(fn, 'conv2d.cu:im2col', 'gemm.cu:gemm_nn')``: a PhaseLaunch from 'source:kernel' names."""
     return PhaseLaunch(run, tuple(Kernel.parse(k) for k in kernels), note, tunable, defines)
 
@@ -127,17 +129,28 @@ class Op:
         """Whether this op runs ``layer`` (a network Layer)."""
         return (self.layer_kind or self.kind) == layer.kind and self.dims in (0, len(layer.output_shape) - 1)
 
-    def add(self, name: str, absorbs: str | None = None, fallback: str | None = None, error_scale: float = 1.0,
-            in_place: bool = False, applies: Callable[[Case, str], bool] | None = None, **launches: PhaseLaunch) -> Variant:
+    def add(
+        self,
+        name: str,
+        absorbs: str | None = None,
+        fallback: str | None = None,
+        error_scale: float = 1.0,
+        in_place: bool = False,
+        applies: Callable[[Case, str], bool] | None = None,
+        **launches: PhaseLaunch,
+    ) -> Variant:
         """Register variant ``name`` with a PhaseLaunch for each of the op's phases."""
         if set(launches) != set(self.phases):
-            raise TrackerError(f"{self.kind} variant {name!r} must launch {', '.join(self.phases)}; "
-                               f"got {', '.join(launches) or 'nothing'}")
+            raise TrackerError(
+                f"{self.kind} variant {name!r} must launch {', '.join(self.phases)}; "
+                f"got {', '.join(launches) or 'nothing'}"
+            )
         if name in self.variants:
             raise TrackerError(f"{self.kind} already has a variant {name!r}")
         filled = {phase: replace(launches[phase], op=self.kind, phase=phase, variant=name) for phase in self.phases}
-        self.variants[name] = Variant(name, filled, absorbs, fallback, in_place=in_place, error_scale=error_scale,
-                                      applies=applies)
+        self.variants[name] = Variant(
+            name, filled, absorbs, fallback, in_place=in_place, error_scale=error_scale, applies=applies
+        )
         return self.variants[name]
 
     def applying(self, case: Case, phase: str) -> tuple[str, ...]:
@@ -149,16 +162,20 @@ class Op:
         """The variants that run ``case``'s ``phase`` each by an algorithm of its own (what
         `tracker tune` races there): applying there, and neither absorbing a layer (that changes
         the plan) nor in place."""
-        return tuple(name for name in self.applying(case, phase)
-                     if self.variants[name].absorbs is None and not self.variants[name].in_place)
+        return tuple(
+            name
+            for name in self.applying(case, phase)
+            if self.variants[name].absorbs is None and not self.variants[name].in_place
+        )
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
             raise unknown(f"{self.kind} variant", name, list(self.variants))
         return self.variants[name]
 
-    def launch(self, backend: Backend, variant: str, phase: str, arrays: Arrays, tile: Tile | None = None,
-               **params: Any) -> None:
+    def launch(
+        self, backend: Backend, variant: str, phase: str, arrays: Arrays, tile: Tile | None = None, **params: Any
+    ) -> None:
         """Launch ``variant``'s kernels of ``phase`` on ``backend``. ``tile``: a GEMM schedule
         for a launch built on the GEMM; other launches ignore it."""
         run = self.variant(variant).launches[phase]

@@ -36,10 +36,16 @@ def _torch_forward(h, wb, labels):
     return F.relu(h)
 
 
-RELU = OPS.register(Op(
-    "relu", ("fwd", "bwd_data"), default="global", params=lambda layer: {},
-    arrays=lambda case: {role: case.shapes["x"] for role in ("x", "y", "dy", "dx")}, check=_check,
-    torch_forward=_torch_forward,
-    small_cases=(Case("relu", "odd", {"x": (2, 3, 5, 7)}),),  # 210 elements: the float4 loop and its tail
-))
+RELU = OPS.register(
+    Op(
+        "relu",
+        ("fwd", "bwd_data"),
+        default="global",
+        params=lambda layer: {},
+        arrays=lambda case: {role: case.shapes["x"] for role in ("x", "y", "dy", "dx")},
+        check=_check,
+        torch_forward=_torch_forward,
+        small_cases=(Case("relu", "odd", {"x": (2, 3, 5, 7)}),),  # 210 elements: the float4 loop and its tail
+    )
+)
 RELU.add("global", fwd=launch(_fwd, "relu.cu:relu_fwd_global"), bwd_data=launch(_bwd, "relu.cu:relu_bwd_global"))

@@ -13,8 +13,9 @@ algorithm's error (paper 004; Lavin & Gray's 4e-5 for F(2x2,3x3)) is data, not j
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -59,9 +60,11 @@ def relative_errors(out: np.ndarray, expected: np.ndarray) -> tuple[float, float
     if np.isnan(out).any():
         return math.inf, math.inf, math.inf
     diff, size = np.abs(out.astype(np.float64) - expected), np.abs(expected)
-    return (float(np.linalg.norm(diff)) / max(float(np.linalg.norm(expected)), 1e-30),
-            float(diff.max(initial=0.0)) / max(float(size.max(initial=0.0)), 1e-30),
-            float(diff.mean()) / max(float(size.mean()), 1e-30) if diff.size else 0.0)
+    return (
+        float(np.linalg.norm(diff)) / max(float(np.linalg.norm(expected)), 1e-30),
+        float(diff.max(initial=0.0)) / max(float(size.max(initial=0.0)), 1e-30),
+        float(diff.mean()) / max(float(size.mean()), 1e-30) if diff.size else 0.0,
+    )
 
 
 class Check:
@@ -89,8 +92,7 @@ class Check:
         host = self.b.asnumpy(device_out)
         error, largest, mean = relative_errors(host, expected)
         tol *= self.error_scale()
-        self.results.append(Result(self.case.op, self.variant, self.case.layer, phase, name, error, tol, largest,
-                                   mean))
+        self.results.append(Result(self.case.op, self.variant, self.case.layer, phase, name, error, tol, largest, mean))
         return host
 
 

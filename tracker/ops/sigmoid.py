@@ -28,8 +28,10 @@ def _images(a: Arrays) -> tuple[int, int]:
     softmax's int32 class per image would be read out of bounds)."""
     if a.labels is None or tuple(a.labels.shape) != tuple(a.y.shape) or str(a.labels.dtype) != "float32":
         got = "none" if a.labels is None else f"{a.labels.dtype} {tuple(a.labels.shape)}"
-        raise TrackerError(f"sigmoid's backward needs float32 targets of its output's shape {tuple(a.y.shape)} "
-                           f"(Arrays.labels), got {got}")
+        raise TrackerError(
+            f"sigmoid's backward needs float32 targets of its output's shape {tuple(a.y.shape)} "
+            f"(Arrays.labels), got {got}"
+        )
     N = a.y.shape[0]
     return N, a.y.size // N
 
@@ -39,8 +41,14 @@ def _fwd_global(b: Backend, a: Arrays) -> None:
 
 
 def _fwd_shared(b: Backend, a: Arrays) -> None:
-    b.launch(SOURCE, "sigmoid_fwd_shared", (blocks(a.x.size, TILE),), (THREADS,), (a.x, a.y, a.x.size, TILE),
-             shared_bytes=4 * TILE)
+    b.launch(
+        SOURCE,
+        "sigmoid_fwd_shared",
+        (blocks(a.x.size, TILE),),
+        (THREADS,),
+        (a.x, a.y, a.x.size, TILE),
+        shared_bytes=4 * TILE,
+    )
 
 
 def _bwd_global(b: Backend, a: Arrays) -> None:
@@ -94,13 +102,28 @@ def _case(name: str, x: tuple) -> Case:
     return Case("sigmoid", name, {"x": x})
 
 
-SIGMOID = OPS.register(Op(
-    "sigmoid", ("fwd", "bwd_data"), default="global", params=lambda layer: {}, arrays=_arrays, check=_check,
-    torch_forward=_torch_forward,
-    small_cases=(_case("sig-2d", (2, 1, 25, 85)),  # 4,250 elements: 5 tiles, the float4 tail; 3 blocks an image
-                 _case("sig-3d", (3, 2, 3, 5, 7))),  # 630: one short block an image, warps with nothing to add
-))
-SIGMOID.add("global", fwd=launch(_fwd_global, "sigmoid.cu:sigmoid_fwd_global"),
-            bwd_data=launch(_bwd_global, "sigmoid.cu:sigmoid_bce_bwd_global", "sigmoid.cu:sigmoid_bce_loss_global"))
-SIGMOID.add("shared", fwd=launch(_fwd_shared, "sigmoid.cu:sigmoid_fwd_shared"),
-            bwd_data=launch(_bwd_shared, "sigmoid.cu:sigmoid_bce_bwd_shared"))
+SIGMOID = OPS.register(
+    Op(
+        "sigmoid",
+        ("fwd", "bwd_data"),
+        default="global",
+        params=lambda layer: {},
+        arrays=_arrays,
+        check=_check,
+        torch_forward=_torch_forward,
+        small_cases=(
+            _case("sig-2d", (2, 1, 25, 85)),  # 4,250 elements: 5 tiles, the float4 tail; 3 blocks an image
+            _case("sig-3d", (3, 2, 3, 5, 7)),
+        ),  # 630: one short block an image, warps with nothing to add
+    )
+)
+SIGMOID.add(
+    "global",
+    fwd=launch(_fwd_global, "sigmoid.cu:sigmoid_fwd_global"),
+    bwd_data=launch(_bwd_global, "sigmoid.cu:sigmoid_bce_bwd_global", "sigmoid.cu:sigmoid_bce_loss_global"),
+)
+SIGMOID.add(
+    "shared",
+    fwd=launch(_fwd_shared, "sigmoid.cu:sigmoid_fwd_shared"),
+    bwd_data=launch(_bwd_shared, "sigmoid.cu:sigmoid_bce_bwd_shared"),
+)

@@ -44,8 +44,9 @@ def _fwd_shared(b: Backend, a: Arrays) -> None:
 def _bwd_global(b: Backend, a: Arrays) -> None:
     """dx = (p - onehot(labels)) / (N S), and each position's loss."""
     N, C, S = _shape(a)
-    b.launch(SOURCE, "softmax_xent_bwd_global", (blocks(N * C * S),), (THREADS,),
-             (a.y, a.labels, a.dx, a.loss, N, C, S))
+    b.launch(
+        SOURCE, "softmax_xent_bwd_global", (blocks(N * C * S),), (THREADS,), (a.y, a.labels, a.dx, a.loss, N, C, S)
+    )
 
 
 def _bwd_shared(b: Backend, a: Arrays) -> None:
@@ -90,16 +91,32 @@ def _torch_forward(h, wb, labels):
     return F.cross_entropy(h, labels)
 
 
-SOFTMAX = OPS.register(Op(
-    "softmax", ("fwd", "bwd_data"), default="shared", params=lambda layer: {}, arrays=_arrays, check=_check,
-    torch_forward=_torch_forward,
-    small_cases=(Case("softmax", "1000", {"x": (3, 1000)}),
-                 Case("softmax", "per-voxel", {"x": (2, 3, 3, 4, 5)})),  # a 3-D U-Net's output, small
-))
-SOFTMAX.add("global", fwd=launch(_fwd_global, "softmax.cu:softmax_fwd_global"),
-            bwd_data=launch(_bwd_global, "softmax.cu:softmax_xent_bwd_global"))
+SOFTMAX = OPS.register(
+    Op(
+        "softmax",
+        ("fwd", "bwd_data"),
+        default="shared",
+        params=lambda layer: {},
+        arrays=_arrays,
+        check=_check,
+        torch_forward=_torch_forward,
+        small_cases=(
+            Case("softmax", "1000", {"x": (3, 1000)}),
+            Case("softmax", "per-voxel", {"x": (2, 3, 3, 4, 5)}),
+        ),  # a 3-D U-Net's output, small
+    )
+)
+SOFTMAX.add(
+    "global",
+    fwd=launch(_fwd_global, "softmax.cu:softmax_fwd_global"),
+    bwd_data=launch(_bwd_global, "softmax.cu:softmax_xent_bwd_global"),
+)
 _ROWS = "a block per image's row of classes; with more than one position per image, global's kernels"
-SOFTMAX.add("shared", applies=_classifier,
-            fwd=launch(_fwd_shared, "softmax.cu:softmax_fwd_shared", "softmax.cu:softmax_fwd_global", note=_ROWS),
-            bwd_data=launch(_bwd_shared, "softmax.cu:softmax_xent_bwd_shared", "softmax.cu:softmax_xent_bwd_global",
-                            note=_ROWS))
+SOFTMAX.add(
+    "shared",
+    applies=_classifier,
+    fwd=launch(_fwd_shared, "softmax.cu:softmax_fwd_shared", "softmax.cu:softmax_fwd_global", note=_ROWS),
+    bwd_data=launch(
+        _bwd_shared, "softmax.cu:softmax_xent_bwd_shared", "softmax.cu:softmax_xent_bwd_global", note=_ROWS
+    ),
+)

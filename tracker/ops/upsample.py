@@ -33,8 +33,10 @@ def band_rows(H: int, slabs: int, row_bytes: int) -> int:
     BAND_BYTES each (``row_bytes``: the shared memory one input row's band takes), more where the
     planes alone would not make WAVE blocks."""
     if row_bytes > DEFAULT_SHARED:
-        raise TrackerError(f"one row of this upsample layer needs {row_bytes} bytes of shared memory, over "
-                           f"{DEFAULT_SHARED}; use the global variant")
+        raise TrackerError(
+            f"one row of this upsample layer needs {row_bytes} bytes of shared memory, over "
+            f"{DEFAULT_SHARED}; use the global variant"
+        )
     fit = max(1, min(H, BAND_BYTES // row_bytes))
     return tiles(H, min(H, max(tiles(H, fit), tiles(WAVE, slabs))))
 
@@ -54,8 +56,14 @@ def _fwd_shared(b: Backend, a: Arrays, scale: int) -> None:
     s = up_shape(a.x.shape, scale)
     slabs, H, W, depth, _ = s.values
     band = band_rows(H, slabs, 4 * W)
-    b.launch(SOURCE, "upsample_fwd_shared", (tiles(H, band) * slabs,), (_block(depth * band * scale * scale * W),),
-             (a.x, a.y, s, band), shared_bytes=4 * band * W)
+    b.launch(
+        SOURCE,
+        "upsample_fwd_shared",
+        (tiles(H, band) * slabs,),
+        (_block(depth * band * scale * scale * W),),
+        (a.x, a.y, s, band),
+        shared_bytes=4 * band * W,
+    )
 
 
 def _bwd_global(b: Backend, a: Arrays, scale: int) -> None:
@@ -68,8 +76,14 @@ def _bwd_shared(b: Backend, a: Arrays, scale: int) -> None:
     slabs, H, W, depth, _ = s.values
     row_bytes = 4 * depth * scale * scale * W  # one input row's output gradients
     band = band_rows(H, slabs, row_bytes)
-    b.launch(SOURCE, "upsample_bwd_shared", (tiles(H, band) * slabs,), (_block(band * W),), (a.dy, a.dx, s, band),
-             shared_bytes=band * row_bytes)
+    b.launch(
+        SOURCE,
+        "upsample_bwd_shared",
+        (tiles(H, band) * slabs,),
+        (_block(band * W),),
+        (a.dy, a.dx, s, band),
+        shared_bytes=band * row_bytes,
+    )
 
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
@@ -101,16 +115,31 @@ def _case(name: str, x: tuple, scale: int) -> Case:
     return Case("upsample", name, {"x": x}, {"scale": scale})
 
 
-UPSAMPLE = OPS.register(Op(
-    "upsample", ("fwd", "bwd_data"), default="global", params=lambda layer: {"scale": layer.op.scale},
-    arrays=_arrays, check=_check, torch_forward=_torch_forward,
-    small_cases=(_case("up-2d-odd", (2, 3, 5, 7), 2),  # rows of 14 outputs: no float4s
-                 _case("up-2d-x3", (1, 2, 3, 5), 3),  # a run-time scale; rows of 15
-                 _case("up-2d-bands", (1, 256, 10, 4), 2),  # bands of 3 rows, the last of 1; float4 rows
-                 _case("up-3d", (1, 2, 3, 5, 6), 2),  # depth 2 planes a slab; rows of 12: float4s
-                 _case("up-3d-x3", (2, 1, 2, 3, 3), 3)),  # s^3 = 27 gradients an input, rows of 9
-))
-UPSAMPLE.add("global", fwd=launch(_fwd_global, "upsample.cu:upsample_fwd_global"),
-             bwd_data=launch(_bwd_global, "upsample.cu:upsample_bwd_global"))
-UPSAMPLE.add("shared", fwd=launch(_fwd_shared, "upsample.cu:upsample_fwd_shared"),
-             bwd_data=launch(_bwd_shared, "upsample.cu:upsample_bwd_shared"))
+UPSAMPLE = OPS.register(
+    Op(
+        "upsample",
+        ("fwd", "bwd_data"),
+        default="global",
+        params=lambda layer: {"scale": layer.op.scale},
+        arrays=_arrays,
+        check=_check,
+        torch_forward=_torch_forward,
+        small_cases=(
+            _case("up-2d-odd", (2, 3, 5, 7), 2),  # rows of 14 outputs: no float4s
+            _case("up-2d-x3", (1, 2, 3, 5), 3),  # a run-time scale; rows of 15
+            _case("up-2d-bands", (1, 256, 10, 4), 2),  # bands of 3 rows, the last of 1; float4 rows
+            _case("up-3d", (1, 2, 3, 5, 6), 2),  # depth 2 planes a slab; rows of 12: float4s
+            _case("up-3d-x3", (2, 1, 2, 3, 3), 3),
+        ),  # s^3 = 27 gradients an input, rows of 9
+    )
+)
+UPSAMPLE.add(
+    "global",
+    fwd=launch(_fwd_global, "upsample.cu:upsample_fwd_global"),
+    bwd_data=launch(_bwd_global, "upsample.cu:upsample_bwd_global"),
+)
+UPSAMPLE.add(
+    "shared",
+    fwd=launch(_fwd_shared, "upsample.cu:upsample_fwd_shared"),
+    bwd_data=launch(_bwd_shared, "upsample.cu:upsample_bwd_shared"),
+)

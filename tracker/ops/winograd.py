@@ -26,13 +26,12 @@ transformed input nor the products pass through global memory; its weight gradie
 from __future__ import annotations
 
 import math
-from functools import lru_cache, partial
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
 
-from tracker.ops.conv2d import (CONV, IMPLICIT_KERNELS, bwd_data_implicit, bwd_weight_implicit, fwd_implicit,
-                                  where)
+from tracker.ops.conv2d import CONV, IMPLICIT_KERNELS, bwd_data_implicit, bwd_weight_implicit, fwd_implicit, where
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, SPLITK_REDUCE, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
 from tracker.ops.registry import launch
@@ -71,13 +70,13 @@ def applies(w_shape: tuple[int, ...], stride: int, pad: int) -> bool:
     return stride == 1 and tuple(w_shape[2:]) == (r, r) and r in FILTERS and 0 <= pad <= r - 1
 
 
-@lru_cache(maxsize=None)
+@cache
 def matrices(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(A^T: m x alpha, G: alpha x r, B^T: alpha x alpha) of F(m, r) by Cook-Toom, float64: A^T and
     G from the points, B^T solved so that A^T ((G g) * (B^T d)) is the correlation of d and g for
     every d and g (it is exact: checked)."""
     alpha = m + r - 1
-    points = np.array(POINTS[:alpha - 1])
+    points = np.array(POINTS[: alpha - 1])
     at, g = np.zeros((m, alpha)), np.zeros((alpha, r))
     for j, p in enumerate(points):
         at[:, j] = p ** np.arange(m)
@@ -99,8 +98,21 @@ def _constants(m: int, r: int) -> np.ndarray:
     return np.concatenate([mat.ravel() for mat in padded]).astype(np.float32)
 
 
-def _shape(N: int, C: int, H: int, W: int, P: int, Q: int, pad: int, TH: int, TW: int, m: int, r: int,
-           extent: int, matrix: int = 0) -> Struct:
+def _shape(
+    N: int,
+    C: int,
+    H: int,
+    W: int,
+    P: int,
+    Q: int,
+    pad: int,
+    TH: int,
+    TW: int,
+    m: int,
+    r: int,
+    extent: int,
+    matrix: int = 0,
+) -> Struct:
     """The kernels' WinoShape (kernels/winograd.cu)."""
     names = ("N", "C", "H", "W", "P", "Q", "pad", "TH", "TW", "m", "r", "extent", "matrix")
     return Struct("WinoShape", tuple((n, "i") for n in names), (N, C, H, W, P, Q, pad, TH, TW, m, r, extent, matrix))
@@ -120,8 +132,9 @@ def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: An
     b.to_constant(SOURCE, "c_wino", b.asarray(_constants(m, r)))  # a device array, as CuPy needs
     b.launch(SOURCE, f"winograd_filter_a{side}", (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
     b.launch(SOURCE, f"winograd_input_a{side}", (blocks(Kc * cols),), (THREADS,), (x, V, shape))
-    Gemm("gemm_nn_batched", M=M, N=cols, K=Kc, lda=Kc, ldb=cols, batch=points, stride_a=M * Kc,
-         stride_b=Kc * cols).launch(b, U, V, products, tile=tile)
+    Gemm(
+        "gemm_nn_batched", M=M, N=cols, K=Kc, lda=Kc, ldb=cols, batch=points, stride_a=M * Kc, stride_b=Kc * cols
+    ).launch(b, U, V, products, tile=tile)
     b.launch(SOURCE, f"winograd_output_a{side}", (blocks(M * cols),), (THREADS,), (products, bias, out, shape, M))
 
 
@@ -137,15 +150,31 @@ def _weight_gradient(b: Backend, m: int, x: Any, dy: Any, dw: Any, pad: int, til
     cols, points = N * TH * TW, side * side
     V, U, products = b.empty((points, C, cols)), b.empty((points, K, cols)), b.empty((points, C, K))
     b.to_constant(SOURCE, "c_wino", b.asarray(_constants(r, m)))
-    b.launch(SOURCE, f"winograd_input_a{side}", (blocks(C * cols),), (THREADS,),
-             (x, V, _shape(N, C, H, W, P, Q, pad, TH, TW, m, r, extent=side)))  # B^T d B
-    b.launch(SOURCE, f"winograd_input_a{side}", (blocks(K * cols),), (THREADS,),
-             (dy, U, _shape(N, K, P, Q, P, Q, 0, TH, TW, m, r, extent=m, matrix=points)))  # G t G^T
-    Gemm("gemm_nt_batched", M=C, N=K, K=cols, lda=cols, ldb=cols, batch=points, stride_a=C * cols,
-         stride_b=K * cols).launch(b, V, U, products, tile=tile)
+    b.launch(
+        SOURCE,
+        f"winograd_input_a{side}",
+        (blocks(C * cols),),
+        (THREADS,),
+        (x, V, _shape(N, C, H, W, P, Q, pad, TH, TW, m, r, extent=side)),
+    )  # B^T d B
+    b.launch(
+        SOURCE,
+        f"winograd_input_a{side}",
+        (blocks(K * cols),),
+        (THREADS,),
+        (dy, U, _shape(N, K, P, Q, P, Q, 0, TH, TW, m, r, extent=m, matrix=points)),
+    )  # G t G^T
+    Gemm(
+        "gemm_nt_batched", M=C, N=K, K=cols, lda=cols, ldb=cols, batch=points, stride_a=C * cols, stride_b=K * cols
+    ).launch(b, V, U, products, tile=tile)
     # each (channel, output) pair an 'image' of one r x r tile: written at dw[k][c]
-    b.launch(SOURCE, f"winograd_output_a{side}", (blocks(C * K),), (THREADS,),
-             (products, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, m, extent=side), C))
+    b.launch(
+        SOURCE,
+        f"winograd_output_a{side}",
+        (blocks(C * K),),
+        (THREADS,),
+        (products, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, m, extent=side), C),
+    )
 
 
 def _fwd(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile = DEFAULT) -> None:
@@ -175,17 +204,28 @@ def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile
 ERROR_SCALE = 10.0
 
 for _name, _m in OUTPUT_TILES.items():
-    _elsewhere = (f"F({_m}x{_m},3x3) and F({_m}x{_m},5x5) for stride-1 filters; any other layer runs the shared "
-                  "variant's implicit GEMM")
-    CONV.add(_name, error_scale=ERROR_SCALE, applies=where(applies),
-             fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[0],
-                       note=_elsewhere),
-             bwd_data=tiled(partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[1],
-                            note=_elsewhere),
-             bwd_weight=tiled(partial(_bwd_weight, m=_m), *kernels(_m), "gemm.cu:gemm_nt_batched", IMPLICIT_KERNELS[2],
-                              BIAS_GRAD,
-                              note=f"F(3x3,{_m}x{_m}) and F(5x5,{_m}x{_m}) on dy's tiles for stride-1 filters; any "
-                                   "other layer runs the shared variant's implicit GEMM"))
+    _elsewhere = (
+        f"F({_m}x{_m},3x3) and F({_m}x{_m},5x5) for stride-1 filters; any other layer runs the shared "
+        "variant's implicit GEMM"
+    )
+    CONV.add(
+        _name,
+        error_scale=ERROR_SCALE,
+        applies=where(applies),
+        fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[0], note=_elsewhere),
+        bwd_data=tiled(
+            partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[1], note=_elsewhere
+        ),
+        bwd_weight=tiled(
+            partial(_bwd_weight, m=_m),
+            *kernels(_m),
+            "gemm.cu:gemm_nt_batched",
+            IMPLICIT_KERNELS[2],
+            BIAS_GRAD,
+            note=f"F(3x3,{_m}x{_m}) and F(5x5,{_m}x{_m}) on dy's tiles for stride-1 filters; any "
+            "other layer runs the shared variant's implicit GEMM",
+        ),
+    )
 
 
 # The fused F(2x2,3x3)'s CTA: its outputs, tiles and threads, as kernels/winograd.cu's WF_M, WF_N, WF_THREADS
@@ -211,8 +251,13 @@ def _fused(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int
     U = b.empty((a * a, M, Kc))
     b.to_constant(SOURCE, "c_wino", b.asarray(_constants(m, r)))
     b.launch(SOURCE, _FUSED_KERNELS[0], (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
-    b.launch(SOURCE, _FUSED_KERNELS[1], (math.ceil(N * TH * TW / FUSED_N), math.ceil(M / FUSED_M)),
-             (FUSED_THREADS,), (x, U, bias, out, _shape(N, Kc, H, W, P, Q, pad, TH, TW, m, r, extent=a), M))
+    b.launch(
+        SOURCE,
+        _FUSED_KERNELS[1],
+        (math.ceil(N * TH * TW / FUSED_N), math.ceil(M / FUSED_M)),
+        (FUSED_THREADS,),
+        (x, U, bias, out, _shape(N, Kc, H, W, P, Q, pad, TH, TW, m, r, extent=a), M),
+    )
 
 
 def _fused_fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
@@ -227,13 +272,23 @@ def _fused_bwd_data(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = D
     _fused(b, a.dy, a.w, True, None, a.dx, FUSED_FILTER - 1 - pad)
 
 
-_FUSED = (f"F(2x2,3x3) in one kernel for stride-1 3x3 filters (the input transform in its load stage, the output "
-          "transform in its epilogue); any other layer runs the shared variant's implicit GEMM")
-CONV.add("winograd_fused", error_scale=ERROR_SCALE,
-         applies=where(fused_applies, ("fwd", "bwd_data")),  # its weight gradient is winograd's
-         fwd=launch(_fused_fwd, *_FUSED_SOURCES, IMPLICIT_KERNELS[0], SPLITK_REDUCE, note=_FUSED),
-         bwd_data=launch(_fused_bwd_data, *_FUSED_SOURCES, IMPLICIT_KERNELS[1], SPLITK_REDUCE, note=_FUSED),
-         bwd_weight=tiled(partial(_bwd_weight, m=FUSED_TILE), *kernels(FUSED_TILE), "gemm.cu:gemm_nt_batched",
-                          IMPLICIT_KERNELS[2], BIAS_GRAD,
-                          note="winograd's: F(3x3,2x2) and F(5x5,2x2) on dy's tiles for stride-1 filters; any other "
-                               "layer runs the shared variant's implicit GEMM"))
+_FUSED = (
+    "F(2x2,3x3) in one kernel for stride-1 3x3 filters (the input transform in its load stage, the output "
+    "transform in its epilogue); any other layer runs the shared variant's implicit GEMM"
+)
+CONV.add(
+    "winograd_fused",
+    error_scale=ERROR_SCALE,
+    applies=where(fused_applies, ("fwd", "bwd_data")),  # its weight gradient is winograd's
+    fwd=launch(_fused_fwd, *_FUSED_SOURCES, IMPLICIT_KERNELS[0], SPLITK_REDUCE, note=_FUSED),
+    bwd_data=launch(_fused_bwd_data, *_FUSED_SOURCES, IMPLICIT_KERNELS[1], SPLITK_REDUCE, note=_FUSED),
+    bwd_weight=tiled(
+        partial(_bwd_weight, m=FUSED_TILE),
+        *kernels(FUSED_TILE),
+        "gemm.cu:gemm_nt_batched",
+        IMPLICIT_KERNELS[2],
+        BIAS_GRAD,
+        note="winograd's: F(3x3,2x2) and F(5x5,2x2) on dy's tiles for stride-1 filters; any other "
+        "layer runs the shared variant's implicit GEMM",
+    ),
+)

@@ -19,8 +19,9 @@ here. Modules are imported when asked for, so the CLI starts fast.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from tracker.errors import BackendUnavailable, TrackerError
 from tracker.gpu.workload import MAX_REPEAT
@@ -49,15 +50,20 @@ class Options:
     iterations: int = 1  # --counter-iterations
 
     def __post_init__(self) -> None:
-        if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) \
-                or not 1 <= self.iterations <= MAX_REPEAT:
+        if (
+            isinstance(self.iterations, bool)
+            or not isinstance(self.iterations, int)
+            or not 1 <= self.iterations <= MAX_REPEAT
+        ):
             raise TrackerError(f"counter iterations {self.iterations!r} is out of range 1..{MAX_REPEAT}")
 
     def check_iterations(self, repeat: int) -> None:
         """Pass 2 profiles measured iterations of pass 1, so no more than it runs."""
         if self.iterations > repeat:
-            raise TrackerError(f"--counter-iterations {self.iterations} exceeds --repeat {repeat}: pass 2 collects "
-                               "counters from measured iterations of pass 1")
+            raise TrackerError(
+                f"--counter-iterations {self.iterations} exceeds --repeat {repeat}: pass 2 collects "
+                "counters from measured iterations of pass 1"
+            )
 
 
 @dataclass(frozen=True)
@@ -77,19 +83,26 @@ class Collector(Protocol):
         """'ncu 2025.3.1.0 at /usr/local/cuda/bin/ncu': why this collector, in the run's reason."""
         ...
 
-    def collect(self, workload: Workload, launches: Sequence[LoggedLaunch], compute_capability: float,
-                echo: Callable[[str], None]) -> Counters:
-        ...
+    def collect(
+        self,
+        workload: Workload,
+        launches: Sequence[LoggedLaunch],
+        compute_capability: float,
+        echo: Callable[[str], None],
+    ) -> Counters: ...
 
 
-def counted(workload: Workload, launches: Sequence[LoggedLaunch], iterations: int) -> tuple[Workload, list[LoggedLaunch]]:
+def counted(
+    workload: Workload, launches: Sequence[LoggedLaunch], iterations: int
+) -> tuple[Workload, list[LoggedLaunch]]:
     """What pass 2 runs and joins onto: the workload with only its first ``iterations`` measured
     iterations, and pass 1's kernels of those iterations (the first in invocation order, so the
     join's order and invocations are pass 1's own). The other iterations' launches, and the copies
     and fills a library's trace logs (no kernel profiler counts them), keep their times and carry
     no counters."""
-    return workload.measuring(iterations), [launch for launch in launches
-                                            if launch.repeat < iterations and not is_transfer(launch.kernel_name)]
+    return workload.measuring(iterations), [
+        launch for launch in launches if launch.repeat < iterations and not is_transfer(launch.kernel_name)
+    ]
 
 
 def iterations_profiled(iterations: int, repeat: int) -> str:
@@ -111,14 +124,17 @@ def unfinished(run: Mapping, launches: int) -> str | None:
         return None
     detail = (run.get("error") or "").removeprefix(status).strip()  # 'interrupted (Ctrl-C or SIGTERM)'
     ended = ("this run failed" if status == "failed" else f"this run was {status}") + (
-        "" if not detail else f" {detail}" if detail.startswith("(") else f" ({detail})")
+        "" if not detail else f" {detail}" if detail.startswith("(") else f" ({detail})"
+    )
     if run["backend"] == "model":
         return ended
     if not launches:
         return f"{ended} before pass 1 stored any launch: it holds no measurement"
     if run["backend"] in COLLECTORS and run.get("counter_iterations") is None:
-        return (f"{ended} before pass 2 ({run['backend']}) stored its counters: pass 1's {launches} launches and "
-                "their event times are kept, and it has no counters")
+        return (
+            f"{ended} before pass 2 ({run['backend']}) stored its counters: pass 1's {launches} launches and "
+            "their event times are kept, and it has no counters"
+        )
     return f"{ended} after storing its {launches} launches"
 
 

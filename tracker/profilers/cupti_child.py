@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tracker.gpu.workload import Workload
 
@@ -51,6 +51,7 @@ def _child(spec: str, metrics: str, most: str, folder: str) -> None:
     def work() -> None:
         found = count(Workload.from_json(spec), json.loads(metrics), int(most), lambda line: print(line, flush=True))
         (Path(folder) / RANGES).write_text(json.dumps(found))
+
     child_main(work)
 
 

@@ -18,11 +18,12 @@ engine's gradient sums inside them joined as pass 1 gives them to their layer ph
 from __future__ import annotations
 
 from collections import Counter
-from itertools import groupby
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from itertools import groupby
+from typing import TYPE_CHECKING, Any
 
-from tracker.errors import BackendUnavailable, JoinError
+from tracker.errors import JoinError
 from tracker.profilers import Counters, Options, ncu
 from tracker.profilers.join import join
 
@@ -74,8 +75,18 @@ def _library_child(workload: Workload, metrics: list[str], most: int, echo: Call
     from tracker.profilers.cupti_child import RANGES
 
     with tempfile.TemporaryDirectory(prefix="tracker-cupti-") as tmp:
-        run_child_process([sys.executable, "-m", "tracker.profilers.cupti_child", workload.to_json(),
-                           json.dumps(metrics), str(most), tmp], echo)
+        run_child_process(
+            [
+                sys.executable,
+                "-m",
+                "tracker.profilers.cupti_child",
+                workload.to_json(),
+                json.dumps(metrics),
+                str(most),
+                tmp,
+            ],
+            echo,
+        )
         found = json.loads((Path(tmp) / RANGES).read_text())
     phases = [(phase, [(name, values) for name, values in ranges]) for phase, ranges in found["phases"]]
     return phases, found["skipped"], found["settings"]
@@ -89,30 +100,44 @@ class CuptiCollector:
     # (tests: the emulation, stand-ins)
     backend: Callable[[str], Any] = field(default=_cupy, compare=False)
     session: Callable[[list[str], int], Any] = field(default=_session, compare=False)
-    library: Callable[[Workload, list[str], int, Callable[[str], None]], Ranges] = field(default=_library_child,
-                                                                                          compare=False)
+    library: Callable[[Workload, list[str], int, Callable[[str], None]], Ranges] = field(
+        default=_library_child, compare=False
+    )
 
     def describe(self) -> str:
         return f"CUPTI's range profiler, each layer phase replayed per pass ({self.version})"
 
-    def collect(self, workload: Workload, launches: Sequence[LoggedLaunch], compute_capability: float,
-                echo: Callable[[str], None]) -> Counters:
+    def collect(
+        self,
+        workload: Workload,
+        launches: Sequence[LoggedLaunch],
+        compute_capability: float,
+        echo: Callable[[str], None],
+    ) -> Counters:
         """Counters for ``launches`` (pass 1's of the iterations ``workload`` measures), every
         layer phase replayed until the profiler has all its passes."""
         from tracker.profilers.ncu_csv import ProfiledLaunch
 
         metrics = SOURCES.requested(compute_capability)
         most = max(Counter((k.range, k.repeat) for k in launches).values(), default=1)  # the ranges of one pass
-        echo(f"pass 2: CUPTI's range profiler, {len(metrics)} metrics, {len(launches)} launches, "
-             f"each layer phase replayed per pass")
+        echo(
+            f"pass 2: CUPTI's range profiler, {len(metrics)} metrics, {len(launches)} launches, "
+            f"each layer phase replayed per pass"
+        )
         phases, skipped, settings = (self.library if workload.library else self._ours)(workload, metrics, most, echo)
         if skipped:
             echo(f"CUPTI does not know {len(skipped)} catalog metrics on this GPU: {', '.join(skipped)}")
-        profiled = [ProfiledLaunch(i, launch.kernel_name, metrics=SOURCES.translate(values))
-                    for i, (launch, values) in enumerate(_counted(launches, phases))]
+        profiled = [
+            ProfiledLaunch(i, launch.kernel_name, metrics=SOURCES.translate(values))
+            for i, (launch, values) in enumerate(_counted(launches, phases))
+        ]
         rows = join(launches, profiled, None)
-        return Counters(rows, dict(collector_version=self.version, collector_settings=settings),
-                        SOURCES.names({row["name"] for row in rows}), skipped)
+        return Counters(
+            rows,
+            dict(collector_version=self.version, collector_settings=settings),
+            SOURCES.names({row["name"] for row in rows}),
+            skipped,
+        )
 
     def _ours(self, workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> Ranges:
         from tracker.gpu.network import PlanRunner
@@ -156,10 +181,14 @@ def _counted(launches: Sequence[LoggedLaunch], phases: list[Phase]) -> list[tupl
         if not _in_launch_order(names):
             raise JoinError(f"{phase}: CUPTI named its ranges {names[:4]}, not by launch order (auto range)")
         if len(ranges) != len(group):
-            raise JoinError(f"{phase} (iteration {group[0].repeat + 1}): pass 1 launched {len(group)} kernels, "
-                            f"CUPTI counted {len(ranges)} ranges")
+            raise JoinError(
+                f"{phase} (iteration {group[0].repeat + 1}): pass 1 launched {len(group)} kernels, "
+                f"CUPTI counted {len(ranges)} ranges"
+            )
         pairs += [(launch, values) for launch, (_, values) in zip(group, ranges)]
     if logged:
-        raise JoinError(f"{logged[0][0].range} (iteration {logged[0][0].repeat + 1}): pass 1 launched "
-                        f"{len(logged[0])} kernels, CUPTI counted none")
+        raise JoinError(
+            f"{logged[0][0].range} (iteration {logged[0][0].repeat + 1}): pass 1 launched "
+            f"{len(logged[0])} kernels, CUPTI counted none"
+        )
     return pairs

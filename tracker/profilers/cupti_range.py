@@ -35,6 +35,7 @@ CACHE_CONTROL_NONE, CACHE_CONTROL_ALL = 0, 1
 class _Params(ctypes.Structure):
     """A CUPTI profiler parameter struct: ``structSize`` first, as CUPTI_PROFILER_STRUCT_SIZE counts
     it (up to the end of the last field, without the tail padding), then ``pPriv``, NULL."""
+
     function: str  # the CUPTI call that takes it
 
     @classmethod
@@ -67,52 +68,139 @@ _NAMES = (("ppMetricNames", POINTER(c_char_p)), ("numMetrics", c_size_t))
 CACHE_CONTROL_SINCE = 130401  # cuptiGetVersion of nvidia-cuda-cupti 13.4.92, the first with cacheControlMode
 RANGE_PROFILER, COUNTER, RATIO, THROUGHPUT = 0, 0, 1, 2  # CUpti_ProfilerType, CUpti_MetricType
 
-STRUCTS: dict[str, type[_Params]] = {s.__name__: s for s in (
-    _params("CUpti_Profiler_Initialize_Params", "cuptiProfilerInitialize"),
-    _params("CUpti_Profiler_DeInitialize_Params", "cuptiProfilerDeInitialize"),
-    _params("CUpti_Device_GetChipName_Params", "cuptiDeviceGetChipName", ("deviceIndex", c_size_t),
-            ("pChipName", c_char_p)),
-    _params("CUpti_RangeProfiler_Enable_Params", "cuptiRangeProfilerEnable",
-            ("ctx", c_void_p), _OBJECT, ("cacheControlMode", c_int)),
-    _params("CUpti_RangeProfiler_Disable_Params", "cuptiRangeProfilerDisable", _OBJECT),
-    _params("CUpti_RangeProfiler_SetConfig_Params", "cuptiRangeProfilerSetConfig",
-            _OBJECT, ("configSize", c_size_t), ("pConfig", c_void_p), ("counterDataImageSize", c_size_t),
-            ("pCounterDataImage", c_void_p), ("range", c_int), ("replayMode", c_int),
-            ("maxRangesPerPass", c_size_t), ("numNestingLevels", c_uint16), ("minNestingLevel", c_uint16),
-            ("passIndex", c_size_t), ("targetNestingLevel", c_uint16)),
-    _params("CUpti_RangeProfiler_Start_Params", "cuptiRangeProfilerStart", _OBJECT),
-    _params("CUpti_RangeProfiler_Stop_Params", "cuptiRangeProfilerStop",
-            _OBJECT, ("passIndex", c_size_t), ("targetNestingLevel", c_size_t), ("isAllPassSubmitted", c_uint8)),
-    _params("CUpti_RangeProfiler_DecodeData_Params", "cuptiRangeProfilerDecodeData",
-            _OBJECT, ("numOfRangeDropped", c_size_t)),
-    _params("CUpti_RangeProfiler_GetCounterDataSize_Params", "cuptiRangeProfilerGetCounterDataSize",
-            _OBJECT, ("pMetricNames", POINTER(c_char_p)), ("numMetrics", c_size_t), ("maxNumOfRanges", c_size_t),
-            ("maxNumRangeTreeNodes", c_uint32), ("counterDataSize", c_size_t)),
-    _params("CUpti_RangeProfiler_CounterDataImage_Initialize_Params",
+STRUCTS: dict[str, type[_Params]] = {
+    s.__name__: s
+    for s in (
+        _params("CUpti_Profiler_Initialize_Params", "cuptiProfilerInitialize"),
+        _params("CUpti_Profiler_DeInitialize_Params", "cuptiProfilerDeInitialize"),
+        _params(
+            "CUpti_Device_GetChipName_Params",
+            "cuptiDeviceGetChipName",
+            ("deviceIndex", c_size_t),
+            ("pChipName", c_char_p),
+        ),
+        _params(
+            "CUpti_RangeProfiler_Enable_Params",
+            "cuptiRangeProfilerEnable",
+            ("ctx", c_void_p),
+            _OBJECT,
+            ("cacheControlMode", c_int),
+        ),
+        _params("CUpti_RangeProfiler_Disable_Params", "cuptiRangeProfilerDisable", _OBJECT),
+        _params(
+            "CUpti_RangeProfiler_SetConfig_Params",
+            "cuptiRangeProfilerSetConfig",
+            _OBJECT,
+            ("configSize", c_size_t),
+            ("pConfig", c_void_p),
+            ("counterDataImageSize", c_size_t),
+            ("pCounterDataImage", c_void_p),
+            ("range", c_int),
+            ("replayMode", c_int),
+            ("maxRangesPerPass", c_size_t),
+            ("numNestingLevels", c_uint16),
+            ("minNestingLevel", c_uint16),
+            ("passIndex", c_size_t),
+            ("targetNestingLevel", c_uint16),
+        ),
+        _params("CUpti_RangeProfiler_Start_Params", "cuptiRangeProfilerStart", _OBJECT),
+        _params(
+            "CUpti_RangeProfiler_Stop_Params",
+            "cuptiRangeProfilerStop",
+            _OBJECT,
+            ("passIndex", c_size_t),
+            ("targetNestingLevel", c_size_t),
+            ("isAllPassSubmitted", c_uint8),
+        ),
+        _params(
+            "CUpti_RangeProfiler_DecodeData_Params",
+            "cuptiRangeProfilerDecodeData",
+            _OBJECT,
+            ("numOfRangeDropped", c_size_t),
+        ),
+        _params(
+            "CUpti_RangeProfiler_GetCounterDataSize_Params",
+            "cuptiRangeProfilerGetCounterDataSize",
+            _OBJECT,
+            ("pMetricNames", POINTER(c_char_p)),
+            ("numMetrics", c_size_t),
+            ("maxNumOfRanges", c_size_t),
+            ("maxNumRangeTreeNodes", c_uint32),
+            ("counterDataSize", c_size_t),
+        ),
+        _params(
+            "CUpti_RangeProfiler_CounterDataImage_Initialize_Params",
             "cuptiRangeProfilerCounterDataImageInitialize",
-            _OBJECT, ("counterDataSize", c_size_t), ("pCounterData", c_void_p)),
-    _params("CUpti_RangeProfiler_GetCounterDataInfo_Params", "cuptiRangeProfilerGetCounterDataInfo",
-            ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t), ("numTotalRanges", c_size_t)),
-    _params("CUpti_RangeProfiler_CounterData_GetRangeInfo_Params", "cuptiRangeProfilerCounterDataGetRangeInfo",
-            ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t), ("rangeIndex", c_size_t),
-            ("rangeDelimiter", c_char_p), ("rangeName", c_char_p)),
-    # the host side: config images from metric names, values from counter data (cupti_profiler_host.h)
-    _params("CUpti_Profiler_Host_Initialize_Params", "cuptiProfilerHostInitialize",
-            ("profilerType", c_int), ("pChipName", c_char_p), ("pCounterAvailabilityImage", c_void_p), _HOST),
-    _params("CUpti_Profiler_Host_Deinitialize_Params", "cuptiProfilerHostDeinitialize", _HOST),
-    _params("CUpti_Profiler_Host_GetBaseMetrics_Params", "cuptiProfilerHostGetBaseMetrics",
-            _HOST, ("metricType", c_int), *_NAMES),
-    _params("CUpti_Profiler_Host_ConfigAddMetrics_Params", "cuptiProfilerHostConfigAddMetrics", _HOST, *_NAMES),
-    _params("CUpti_Profiler_Host_GetConfigImageSize_Params", "cuptiProfilerHostGetConfigImageSize",
-            _HOST, ("configImageSize", c_size_t)),
-    _params("CUpti_Profiler_Host_GetConfigImage_Params", "cuptiProfilerHostGetConfigImage",
-            _HOST, ("configImageSize", c_size_t), ("pConfigImage", c_void_p)),
-    _params("CUpti_Profiler_Host_GetNumOfPasses_Params", "cuptiProfilerHostGetNumOfPasses",
-            ("configImageSize", c_size_t), ("pConfigImage", c_void_p), ("numOfPasses", c_size_t)),
-    _params("CUpti_Profiler_Host_EvaluateToGpuValues_Params", "cuptiProfilerHostEvaluateToGpuValues",
-            _HOST, ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t), ("rangeIndex", c_size_t),
-            *_NAMES, ("pMetricValues", POINTER(c_double))),
-)}
+            _OBJECT,
+            ("counterDataSize", c_size_t),
+            ("pCounterData", c_void_p),
+        ),
+        _params(
+            "CUpti_RangeProfiler_GetCounterDataInfo_Params",
+            "cuptiRangeProfilerGetCounterDataInfo",
+            ("pCounterDataImage", c_void_p),
+            ("counterDataImageSize", c_size_t),
+            ("numTotalRanges", c_size_t),
+        ),
+        _params(
+            "CUpti_RangeProfiler_CounterData_GetRangeInfo_Params",
+            "cuptiRangeProfilerCounterDataGetRangeInfo",
+            ("pCounterDataImage", c_void_p),
+            ("counterDataImageSize", c_size_t),
+            ("rangeIndex", c_size_t),
+            ("rangeDelimiter", c_char_p),
+            ("rangeName", c_char_p),
+        ),
+        # the host side: config images from metric names, values from counter data (cupti_profiler_host.h)
+        _params(
+            "CUpti_Profiler_Host_Initialize_Params",
+            "cuptiProfilerHostInitialize",
+            ("profilerType", c_int),
+            ("pChipName", c_char_p),
+            ("pCounterAvailabilityImage", c_void_p),
+            _HOST,
+        ),
+        _params("CUpti_Profiler_Host_Deinitialize_Params", "cuptiProfilerHostDeinitialize", _HOST),
+        _params(
+            "CUpti_Profiler_Host_GetBaseMetrics_Params",
+            "cuptiProfilerHostGetBaseMetrics",
+            _HOST,
+            ("metricType", c_int),
+            *_NAMES,
+        ),
+        _params("CUpti_Profiler_Host_ConfigAddMetrics_Params", "cuptiProfilerHostConfigAddMetrics", _HOST, *_NAMES),
+        _params(
+            "CUpti_Profiler_Host_GetConfigImageSize_Params",
+            "cuptiProfilerHostGetConfigImageSize",
+            _HOST,
+            ("configImageSize", c_size_t),
+        ),
+        _params(
+            "CUpti_Profiler_Host_GetConfigImage_Params",
+            "cuptiProfilerHostGetConfigImage",
+            _HOST,
+            ("configImageSize", c_size_t),
+            ("pConfigImage", c_void_p),
+        ),
+        _params(
+            "CUpti_Profiler_Host_GetNumOfPasses_Params",
+            "cuptiProfilerHostGetNumOfPasses",
+            ("configImageSize", c_size_t),
+            ("pConfigImage", c_void_p),
+            ("numOfPasses", c_size_t),
+        ),
+        _params(
+            "CUpti_Profiler_Host_EvaluateToGpuValues_Params",
+            "cuptiProfilerHostEvaluateToGpuValues",
+            _HOST,
+            ("pCounterDataImage", c_void_p),
+            ("counterDataImageSize", c_size_t),
+            ("rangeIndex", c_size_t),
+            *_NAMES,
+            ("pMetricValues", POINTER(c_double)),
+        ),
+    )
+}
 
 
 # What libcupti dlopens by bare name, loaded first from libcupti's own folder: otherwise another
@@ -132,8 +220,9 @@ def library() -> ctypes.CDLL:
                 ctypes.CDLL(str(path.parent / companion), mode=ctypes.RTLD_GLOBAL)
         return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     except Exception as exc:  # ImportError, cuda.pathfinder's not-found errors, OSError
-        raise BackendUnavailable(f"no usable libcupti ({type(exc).__name__}: {str(exc).strip()[:160]}): "
-                                 f"{install('cupti')}") from None
+        raise BackendUnavailable(
+            f"no usable libcupti ({type(exc).__name__}: {str(exc).strip()[:160]}): {install('cupti')}"
+        ) from None
 
 
 def wheel_libcupti() -> Path | None:
@@ -165,7 +254,7 @@ def _pathfinder_libcupti() -> str:
 _NCU = "; use --backend ncu"
 NOT_HERE = {
     14: "this libcupti is not compatible with the installed driver (a driver older than it needs): install a newer "
-        "driver, or an nvidia-cuda-cupti as old as the driver" + _NCU,
+    "driver, or an nvidia-cuda-cupti as old as the driver" + _NCU,
     35: PERMISSION_HELP,
     40: "the virtual GPU gives this VM no performance counters" + _NCU,
     27: "CUPTI's range profiler does not support this GPU" + _NCU,

@@ -21,7 +21,8 @@ Auto range names each range by its place in the step ('0', '1', ...; tests/data/
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from tracker.errors import BackendUnavailable
 from tracker.profilers import cupti_range as api
@@ -46,8 +47,9 @@ class Host:
     """CUPTI's profiler host object for ``chip``'s range profiler (cupti_profiler_host.h)."""
 
     def __init__(self, chip: str):
-        self.object = _struct("CUpti_Profiler_Host_Initialize_Params", profilerType=api.RANGE_PROFILER,
-                              pChipName=chip.encode()).pHostObject
+        self.object = _struct(
+            "CUpti_Profiler_Host_Initialize_Params", profilerType=api.RANGE_PROFILER, pChipName=chip.encode()
+        ).pHostObject
 
     def close(self) -> None:
         if self.object:
@@ -65,25 +67,43 @@ class Host:
     def config_image(self, metrics: Sequence[str]) -> Any:
         """The config image that collects ``metrics`` (a ctypes byte array)."""
         names = _names(metrics)
-        _struct("CUpti_Profiler_Host_ConfigAddMetrics_Params", pHostObject=self.object, ppMetricNames=names,
-                numMetrics=len(metrics))
+        _struct(
+            "CUpti_Profiler_Host_ConfigAddMetrics_Params",
+            pHostObject=self.object,
+            ppMetricNames=names,
+            numMetrics=len(metrics),
+        )
         size = _struct("CUpti_Profiler_Host_GetConfigImageSize_Params", pHostObject=self.object).configImageSize
         image = (ctypes.c_uint8 * size)()
-        _struct("CUpti_Profiler_Host_GetConfigImage_Params", pHostObject=self.object, configImageSize=size,
-                pConfigImage=ctypes.addressof(image))
+        _struct(
+            "CUpti_Profiler_Host_GetConfigImage_Params",
+            pHostObject=self.object,
+            configImageSize=size,
+            pConfigImage=ctypes.addressof(image),
+        )
         return image
 
     def passes(self, image: Any) -> int:
         """How many passes ``image`` takes: each layer phase runs that many times."""
-        return _struct("CUpti_Profiler_Host_GetNumOfPasses_Params", configImageSize=len(image),
-                       pConfigImage=ctypes.addressof(image)).numOfPasses
+        return _struct(
+            "CUpti_Profiler_Host_GetNumOfPasses_Params",
+            configImageSize=len(image),
+            pConfigImage=ctypes.addressof(image),
+        ).numOfPasses
 
     def evaluate(self, counter_data: Any, index: int, metrics: Sequence[str]) -> list[float]:
         """``metrics``' values in range ``index`` of the decoded ``counter_data``."""
         values = (ctypes.c_double * len(metrics))()
-        _struct("CUpti_Profiler_Host_EvaluateToGpuValues_Params", pHostObject=self.object,
-                pCounterDataImage=ctypes.addressof(counter_data), counterDataImageSize=len(counter_data),
-                rangeIndex=index, ppMetricNames=_names(metrics), numMetrics=len(metrics), pMetricValues=values)
+        _struct(
+            "CUpti_Profiler_Host_EvaluateToGpuValues_Params",
+            pHostObject=self.object,
+            pCounterDataImage=ctypes.addressof(counter_data),
+            counterDataImageSize=len(counter_data),
+            rangeIndex=index,
+            ppMetricNames=_names(metrics),
+            numMetrics=len(metrics),
+            pMetricValues=values,
+        )
         return list(values)
 
 
@@ -115,14 +135,26 @@ class RangeSession:
         self.config = self.host.config_image(self.metrics)
         version = api.version()
         cache = version >= api.CACHE_CONTROL_SINCE  # else the libcupti cannot be told
-        self.object = _struct("CUpti_RangeProfiler_Enable_Params", ctx=_current_context(),
-                              **(dict(cacheControlMode=api.CACHE_CONTROL_ALL) if cache
-                                 else dict(through="pRangeProfilerObject"))).pRangeProfilerObject
-        self.settings = {"range": "auto", "replay": "user", "cache_control": "all" if cache else "libcupti's default",
-                         "passes": self.host.passes(self.config), "libcupti": version}
-        size = _struct("CUpti_RangeProfiler_GetCounterDataSize_Params", pRangeProfilerObject=self.object,
-                       pMetricNames=_names(self.metrics), numMetrics=len(self.metrics), maxNumOfRanges=self.max_ranges,
-                       maxNumRangeTreeNodes=self.max_ranges).counterDataSize
+        self.object = _struct(
+            "CUpti_RangeProfiler_Enable_Params",
+            ctx=_current_context(),
+            **(dict(cacheControlMode=api.CACHE_CONTROL_ALL) if cache else dict(through="pRangeProfilerObject")),
+        ).pRangeProfilerObject
+        self.settings = {
+            "range": "auto",
+            "replay": "user",
+            "cache_control": "all" if cache else "libcupti's default",
+            "passes": self.host.passes(self.config),
+            "libcupti": version,
+        }
+        size = _struct(
+            "CUpti_RangeProfiler_GetCounterDataSize_Params",
+            pRangeProfilerObject=self.object,
+            pMetricNames=_names(self.metrics),
+            numMetrics=len(self.metrics),
+            maxNumOfRanges=self.max_ranges,
+            maxNumRangeTreeNodes=self.max_ranges,
+        ).counterDataSize
         self.counter_data = (ctypes.c_uint8 * size)()
 
     def __exit__(self, *exc: Any) -> None:
@@ -138,13 +170,27 @@ class RangeSession:
 
     def begin(self) -> None:
         """A fresh counter data image, and the config for one step's passes (pass 0 first)."""
-        _struct("CUpti_RangeProfiler_CounterDataImage_Initialize_Params", pRangeProfilerObject=self.object,
-                counterDataSize=len(self.counter_data), pCounterData=ctypes.addressof(self.counter_data))
-        _struct("CUpti_RangeProfiler_SetConfig_Params", pRangeProfilerObject=self.object, configSize=len(self.config),
-                pConfig=ctypes.addressof(self.config), counterDataImageSize=len(self.counter_data),
-                pCounterDataImage=ctypes.addressof(self.counter_data), range=api.AUTO_RANGE,
-                replayMode=api.USER_REPLAY, maxRangesPerPass=self.max_ranges, numNestingLevels=1, minNestingLevel=1,
-                passIndex=0, targetNestingLevel=1)
+        _struct(
+            "CUpti_RangeProfiler_CounterDataImage_Initialize_Params",
+            pRangeProfilerObject=self.object,
+            counterDataSize=len(self.counter_data),
+            pCounterData=ctypes.addressof(self.counter_data),
+        )
+        _struct(
+            "CUpti_RangeProfiler_SetConfig_Params",
+            pRangeProfilerObject=self.object,
+            configSize=len(self.config),
+            pConfig=ctypes.addressof(self.config),
+            counterDataImageSize=len(self.counter_data),
+            pCounterDataImage=ctypes.addressof(self.counter_data),
+            range=api.AUTO_RANGE,
+            replayMode=api.USER_REPLAY,
+            maxRangesPerPass=self.max_ranges,
+            numNestingLevels=1,
+            minNestingLevel=1,
+            passIndex=0,
+            targetNestingLevel=1,
+        )
 
     def start(self) -> None:
         _struct("CUpti_RangeProfiler_Start_Params", pRangeProfilerObject=self.object)
@@ -161,8 +207,12 @@ class RangeSession:
         count = _struct("CUpti_RangeProfiler_GetCounterDataInfo_Params", **where).numTotalRanges
         found = []
         for index in range(count):
-            name = _struct("CUpti_RangeProfiler_CounterData_GetRangeInfo_Params", rangeIndex=index,
-                           rangeDelimiter=DELIMITER, **where).rangeName
+            name = _struct(
+                "CUpti_RangeProfiler_CounterData_GetRangeInfo_Params",
+                rangeIndex=index,
+                rangeDelimiter=DELIMITER,
+                **where,
+            ).rangeName
             values = self.host.evaluate(self.counter_data, index, self.metrics)
             found.append(((name or b"").decode(), dict(zip(self.metrics, values))))
         return found

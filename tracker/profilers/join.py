@@ -17,7 +17,8 @@ differently, so both are compared in ``kernel_names.comparable`` form.
 from __future__ import annotations
 
 import re
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from tracker.errors import JoinError
 from tracker.kernel_names import comparable, kernel_base
@@ -44,8 +45,7 @@ def _describe(launch: Logged) -> str:
     return f"invocation {launch.invocation} ({launch.range}, {launch.kernel_name})"
 
 
-def join(launches: Sequence[Logged], profiled: list[ProfiledLaunch],
-         ranges: Sequence[str | None] | None) -> list[dict]:
+def join(launches: Sequence[Logged], profiled: list[ProfiledLaunch], ranges: Sequence[str | None] | None) -> list[dict]:
     """Metric rows (invocation, name, value) for ``launches`` (pass 1, in invocation order) from
     ``profiled`` (pass 2, in ID order) and the innermost NVTX range of each profiled launch
     (``ranges``: None for a launch outside every range; None for all where the profiler cannot
@@ -61,18 +61,26 @@ def join(launches: Sequence[Logged], profiled: list[ProfiledLaunch],
         if row.in_range and not _same_range(inside[i] or "", row.range, row.kernel_name):
             raise JoinError(f"{_describe(row)}: pass 2 saw it inside NVTX range '{inside[i]}'")
     if len(profiled) < len(launches):
-        raise JoinError(f"{_describe(launches[len(profiled)])} is missing from pass 2, which profiled "
-                        f"{len(profiled)} of {len(launches)} launches")
+        raise JoinError(
+            f"{_describe(launches[len(profiled)])} is missing from pass 2, which profiled "
+            f"{len(profiled)} of {len(launches)} launches"
+        )
     if len(profiled) > len(launches):
         extra = profiled[len(launches)]
-        raise JoinError(f"pass 2 profiled {len(profiled)} launches, pass 1 logged {len(launches)}; the first "
-                        f"extra one is #{extra.id} ({extra.kernel})")
-    return [dict(invocation=row.invocation, name=name, value=value)
-            for row, got in zip(launches, profiled) for name, value in got.metrics.items()]
+        raise JoinError(
+            f"pass 2 profiled {len(profiled)} launches, pass 1 logged {len(launches)}; the first "
+            f"extra one is #{extra.id} ({extra.kernel})"
+        )
+    return [
+        dict(invocation=row.invocation, name=name, value=value)
+        for row, got in zip(launches, profiled)
+        for name, value in got.metrics.items()
+    ]
 
 
-def _in_ranges(launches: Sequence[Logged], profiled: list[ProfiledLaunch], ranges: Sequence[str | None] | None,
-               ) -> tuple[list[ProfiledLaunch], list[str | None] | None]:
+def _in_ranges(
+    launches: Sequence[Logged], profiled: list[ProfiledLaunch], ranges: Sequence[str | None] | None
+) -> tuple[list[ProfiledLaunch], list[str | None] | None]:
     """The profiled launches that belong to a layer phase, with their ranges (all, and None, where
     the profiler reports no ranges): those inside a range, and one outside every range where pass
     1 logged one outside every range next."""
@@ -98,7 +106,7 @@ def _same_range(printed: str, expected: str, kernel: str) -> bool:
     range, and a kernel printed after it must be ``kernel`` (pass 1's name for it)."""
     printed = printed.strip().rstrip("/")
     for match in re.finditer(f"(?:^|(?<=[/@])){re.escape(expected)}(?=/|$)", printed):
-        after = printed[match.end() + 1:]
+        after = printed[match.end() + 1 :]
         if not after or comparable(after) == comparable(kernel):
             return True
     return False

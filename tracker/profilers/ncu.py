@@ -17,10 +17,10 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
-from typing import Callable
 
 from tracker import processes
 from tracker.errors import BackendUnavailable, NcuFailed, unknown
@@ -39,86 +39,96 @@ PERMISSION_HELP = (
 )
 
 
-
 def _warp_state(metric: str) -> Source:
     """A stall reason as ncu names it: warps in that state per issue-active cycle (Hopper adds gmma)."""
     reason = metric.removeprefix("stall_")
-    return Source(metric, f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio",
-                  min_cc=9.0 if reason == "gmma" else 0.0)
+    return Source(
+        metric,
+        f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio",
+        min_cc=9.0 if reason == "gmma" else 0.0,
+    )
 
 
 S = Source
 # ncu's name for each catalog metric it collects (sm_70 and newer), from NVIDIA's Profiling Guide and
 # its nvprof-to-ncu "Metric Comparison" table; the sm_86 and sm_90 names are checked in tests against
 # real ``ncu --query-metrics`` listings (tests/data/ncu/SOURCES.md).
-SOURCES = Sources("ncu", (
-    S("duration_ns", "gpu__time_duration.sum"),
-    S("cycles_elapsed", "sm__cycles_elapsed.avg"),
-    S("sm_active_cycles", "sm__cycles_active.avg"),
-    S("sm_clock_hz", "sm__cycles_elapsed.avg.per_second"),
-    S("dram_clock_hz", "dram__cycles_elapsed.avg.per_second"),
-    S("l2_clock_hz", "lts__cycles_elapsed.avg.per_second"),
-    S("l1_clock_hz", "l1tex__cycles_elapsed.avg.per_second"),
-    S("fadd", "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum"),
-    S("fmul", "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"),
-    S("ffma", "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"),
-    S("fp32_inst", "smsp__sass_thread_inst_executed_op_fp32_pred_on.sum"),
-    S("instructions", "smsp__inst_executed.sum"),
-    *(_warp_state(m.name) for m in WARP_STATES),
-    S("stall_selected", "smsp__average_warps_issue_stalled_selected_per_issue_active.ratio"),
-    S("warps_per_issue", "smsp__average_warps_active_per_issue_active.ratio"),
-    S("l1_hit_rate", "l1tex__t_sector_hit_rate.pct"),
-    S("l1_global_load_hit_rate", "l1tex__t_sector_pipe_lsu_mem_global_op_ld_hit_rate.pct"),
-    S("l2_hit_rate", "lts__t_sector_hit_rate.pct"),
-    S("l2_read_hit_rate", "lts__t_sector_op_read_hit_rate.pct"),
-    S("l2_write_hit_rate", "lts__t_sector_op_write_hit_rate.pct"),
-    S("l1_global_load_requests", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
-    S("l1_global_load_sectors", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
-    S("l1_global_store_requests", "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
-    S("l1_global_store_sectors", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
-    S("l1_local_load_sectors", "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum"),
-    S("l1_local_store_sectors", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"),
-    S("l1_requests", "l1tex__t_requests.sum"),
-    S("l1_sectors", "l1tex__t_sectors.sum"),
-    S("l1_bytes", "l1tex__t_bytes.sum"),
-    S("shared_load_wavefronts", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
-    S("shared_store_wavefronts", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"),
-    S("shared_load_bank_conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"),
-    S("shared_store_bank_conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"),
-    S("shared_bytes", "smsp__sass_data_bytes_mem_shared.sum"),
-    S("l2_read_sectors", "lts__t_sectors_op_read.sum"),
-    S("l2_write_sectors", "lts__t_sectors_op_write.sum"),
-    S("l2_sectors", "lts__t_sectors.sum"),
-    S("l2_bytes", "lts__t_bytes.sum"),
-    S("l2_to_l1_read_bytes", "l1tex__m_xbar2l1tex_read_bytes.sum"),
-    S("l1_to_l2_write_bytes", "l1tex__m_l1tex2xbar_write_bytes.sum"),
-    S("dram_read_sectors", "dram__sectors_read.sum"),
-    S("dram_write_sectors", "dram__sectors_write.sum"),
-    S("dram_read_bytes", "dram__bytes_read.sum"),
-    S("dram_write_bytes", "dram__bytes_write.sum"),
-    S("l1_lg_writeback_cycles", "l1tex__lsu_writeback_active_mem_lg.sum", min_cc=7.5, max_cc=8.9),
-    S("sm_throughput_pct", "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
-    S("memory_throughput_pct", "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
-    S("l1_throughput_pct", "l1tex__throughput.avg.pct_of_peak_sustained_active"),
-    S("shared_throughput_pct", "l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed"),
-    S("l2_throughput_pct", "lts__throughput.avg.pct_of_peak_sustained_elapsed"),
-    S("dram_throughput_pct", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
-    S("achieved_occupancy", "sm__warps_active.avg.pct_of_peak_sustained_active"),
-    S("sm_efficiency", "smsp__cycles_active.avg.pct_of_peak_sustained_elapsed"),
-    S("ipc", "sm__inst_executed.avg.per_cycle_active"),
-    S("issue_slot_pct", "smsp__issue_active.avg.pct_of_peak_sustained_active"),
-    S("eligible_warps", "smsp__warps_eligible.avg.per_cycle_active"),
-    S("warp_execution_efficiency", "smsp__thread_inst_executed_per_inst_executed.ratio", scale=3.125),
-    S("fma_pipe_pct", "smsp__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"),
-    S("alu_pipe_pct", "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active"),
-    S("lsu_pipe_pct", "smsp__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active"),
-    S("xu_pipe_pct", "smsp__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"),
-    S("ffma_peak_per_cycle", "sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained"),
-    S("dram_bytes_peak_per_cycle", "dram__bytes.sum.peak_sustained"),
-    S("l2_to_l1_bytes_peak_per_cycle", "l1tex__m_xbar2l1tex_read_bytes.sum.peak_sustained"),
-    S("l1_lg_writeback_peak_per_cycle", "l1tex__lsu_writeback_active_mem_lg.sum.peak_sustained", min_cc=7.5, max_cc=8.9),
-    S("replay_passes", "profiler__replayer_passes", requested=False),
-))
+SOURCES = Sources(
+    "ncu",
+    (
+        S("duration_ns", "gpu__time_duration.sum"),
+        S("cycles_elapsed", "sm__cycles_elapsed.avg"),
+        S("sm_active_cycles", "sm__cycles_active.avg"),
+        S("sm_clock_hz", "sm__cycles_elapsed.avg.per_second"),
+        S("dram_clock_hz", "dram__cycles_elapsed.avg.per_second"),
+        S("l2_clock_hz", "lts__cycles_elapsed.avg.per_second"),
+        S("l1_clock_hz", "l1tex__cycles_elapsed.avg.per_second"),
+        S("fadd", "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum"),
+        S("fmul", "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"),
+        S("ffma", "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"),
+        S("fp32_inst", "smsp__sass_thread_inst_executed_op_fp32_pred_on.sum"),
+        S("instructions", "smsp__inst_executed.sum"),
+        *(_warp_state(m.name) for m in WARP_STATES),
+        S("stall_selected", "smsp__average_warps_issue_stalled_selected_per_issue_active.ratio"),
+        S("warps_per_issue", "smsp__average_warps_active_per_issue_active.ratio"),
+        S("l1_hit_rate", "l1tex__t_sector_hit_rate.pct"),
+        S("l1_global_load_hit_rate", "l1tex__t_sector_pipe_lsu_mem_global_op_ld_hit_rate.pct"),
+        S("l2_hit_rate", "lts__t_sector_hit_rate.pct"),
+        S("l2_read_hit_rate", "lts__t_sector_op_read_hit_rate.pct"),
+        S("l2_write_hit_rate", "lts__t_sector_op_write_hit_rate.pct"),
+        S("l1_global_load_requests", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
+        S("l1_global_load_sectors", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
+        S("l1_global_store_requests", "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
+        S("l1_global_store_sectors", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
+        S("l1_local_load_sectors", "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum"),
+        S("l1_local_store_sectors", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"),
+        S("l1_requests", "l1tex__t_requests.sum"),
+        S("l1_sectors", "l1tex__t_sectors.sum"),
+        S("l1_bytes", "l1tex__t_bytes.sum"),
+        S("shared_load_wavefronts", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
+        S("shared_store_wavefronts", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"),
+        S("shared_load_bank_conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"),
+        S("shared_store_bank_conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"),
+        S("shared_bytes", "smsp__sass_data_bytes_mem_shared.sum"),
+        S("l2_read_sectors", "lts__t_sectors_op_read.sum"),
+        S("l2_write_sectors", "lts__t_sectors_op_write.sum"),
+        S("l2_sectors", "lts__t_sectors.sum"),
+        S("l2_bytes", "lts__t_bytes.sum"),
+        S("l2_to_l1_read_bytes", "l1tex__m_xbar2l1tex_read_bytes.sum"),
+        S("l1_to_l2_write_bytes", "l1tex__m_l1tex2xbar_write_bytes.sum"),
+        S("dram_read_sectors", "dram__sectors_read.sum"),
+        S("dram_write_sectors", "dram__sectors_write.sum"),
+        S("dram_read_bytes", "dram__bytes_read.sum"),
+        S("dram_write_bytes", "dram__bytes_write.sum"),
+        S("l1_lg_writeback_cycles", "l1tex__lsu_writeback_active_mem_lg.sum", min_cc=7.5, max_cc=8.9),
+        S("sm_throughput_pct", "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
+        S("memory_throughput_pct", "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
+        S("l1_throughput_pct", "l1tex__throughput.avg.pct_of_peak_sustained_active"),
+        S("shared_throughput_pct", "l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed"),
+        S("l2_throughput_pct", "lts__throughput.avg.pct_of_peak_sustained_elapsed"),
+        S("dram_throughput_pct", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+        S("achieved_occupancy", "sm__warps_active.avg.pct_of_peak_sustained_active"),
+        S("sm_efficiency", "smsp__cycles_active.avg.pct_of_peak_sustained_elapsed"),
+        S("ipc", "sm__inst_executed.avg.per_cycle_active"),
+        S("issue_slot_pct", "smsp__issue_active.avg.pct_of_peak_sustained_active"),
+        S("eligible_warps", "smsp__warps_eligible.avg.per_cycle_active"),
+        S("warp_execution_efficiency", "smsp__thread_inst_executed_per_inst_executed.ratio", scale=3.125),
+        S("fma_pipe_pct", "smsp__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"),
+        S("alu_pipe_pct", "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active"),
+        S("lsu_pipe_pct", "smsp__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active"),
+        S("xu_pipe_pct", "smsp__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"),
+        S("ffma_peak_per_cycle", "sm__sass_thread_inst_executed_op_ffma_pred_on.sum.peak_sustained"),
+        S("dram_bytes_peak_per_cycle", "dram__bytes.sum.peak_sustained"),
+        S("l2_to_l1_bytes_peak_per_cycle", "l1tex__m_xbar2l1tex_read_bytes.sum.peak_sustained"),
+        S(
+            "l1_lg_writeback_peak_per_cycle",
+            "l1tex__lsu_writeback_active_mem_lg.sum.peak_sustained",
+            min_cc=7.5,
+            max_cc=8.9,
+        ),
+        S("replay_passes", "profiler__replayer_passes", requested=False),
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -131,28 +141,43 @@ class Settings:
     clock_control: str = "base"
 
     def __post_init__(self) -> None:
-        for what, value, known in (("ncu replay mode", self.replay_mode, REPLAY_MODES),
-                                   ("ncu cache control", self.cache_control, CACHE_CONTROL),
-                                   ("ncu clock control", self.clock_control, CLOCK_CONTROL)):
+        for what, value, known in (
+            ("ncu replay mode", self.replay_mode, REPLAY_MODES),
+            ("ncu cache control", self.cache_control, CACHE_CONTROL),
+            ("ncu clock control", self.clock_control, CLOCK_CONTROL),
+        ):
             if value not in known:
                 raise unknown(what, str(value), list(known))
 
 
 def find() -> str | None:
     """The ncu executable: $TRACKER_NCU, PATH, then the usual install locations."""
-    return first_executable([os.environ.get("TRACKER_NCU"), *cuda_tool_paths("ncu"),
-                              *sorted(glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)])
+    return first_executable(
+        [
+            os.environ.get("TRACKER_NCU"),
+            *cuda_tool_paths("ncu"),
+            *sorted(glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True),
+        ]
+    )
 
 
 def find_sanitizer() -> str | None:
     """compute-sanitizer: $TRACKER_SANITIZER, PATH, then the usual install locations."""
-    return first_executable([os.environ.get("TRACKER_SANITIZER"), *cuda_tool_paths("compute-sanitizer"),
-                              *sorted(glob("/usr/local/cuda*/compute-sanitizer/compute-sanitizer"), reverse=True)])
+    return first_executable(
+        [
+            os.environ.get("TRACKER_SANITIZER"),
+            *cuda_tool_paths("compute-sanitizer"),
+            *sorted(glob("/usr/local/cuda*/compute-sanitizer/compute-sanitizer"), reverse=True),
+        ]
+    )
 
 
 def cuda_tool_paths(tool: str) -> list[str | None]:
-    return [shutil.which(tool), f"/usr/local/cuda/bin/{tool}", *sorted(glob(f"/usr/local/cuda-*/bin/{tool}"),
-                                                                       reverse=True)]
+    return [
+        shutil.which(tool),
+        f"/usr/local/cuda/bin/{tool}",
+        *sorted(glob(f"/usr/local/cuda-*/bin/{tool}"), reverse=True),
+    ]
 
 
 def first_executable(candidates: list[str | None]) -> str | None:
@@ -187,10 +212,26 @@ def parse_query_metrics(text: str) -> set[str]:
 
 
 def command(ncu: str, metrics: list[str], report: Path, program: list[str], settings: Settings) -> list[str]:
-    return [ncu, "--profile-from-start", "off", "--nvtx", "--target-processes", "all",
-            "--replay-mode", settings.replay_mode, "--cache-control", settings.cache_control,
-            "--clock-control", settings.clock_control, "--metrics", ",".join(metrics),
-            "--export", str(report), "--force-overwrite", *program]
+    return [
+        ncu,
+        "--profile-from-start",
+        "off",
+        "--nvtx",
+        "--target-processes",
+        "all",
+        "--replay-mode",
+        settings.replay_mode,
+        "--cache-control",
+        settings.cache_control,
+        "--clock-control",
+        settings.clock_control,
+        "--metrics",
+        ",".join(metrics),
+        "--export",
+        str(report),
+        "--force-overwrite",
+        *program,
+    ]
 
 
 @dataclass
@@ -226,8 +267,13 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes}:{secs:02}"
 
 
-def run(cmd: list[str], report: Path, expected: int, echo: Callable[[str], None],
-        clock: Callable[[], float] = time.monotonic) -> None:
+def run(
+    cmd: list[str],
+    report: Path,
+    expected: int,
+    echo: Callable[[str], None],
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
     """Run ncu, echoing progress per profiled launch; raise NcuFailed with the reason on failure.
     Interrupted (Ctrl-C, SIGTERM) or failing here, it stops ncu and the workload under it."""
     errors: list[str] = []

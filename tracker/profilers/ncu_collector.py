@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tracker.errors import BackendUnavailable, NcuFailed
 from tracker.profilers import Counters, Options, child, ncu, ncu_csv
@@ -32,8 +33,10 @@ def find(options: Options) -> NcuCollector:
     """An ncu that runs, with its version; BackendUnavailable with the reason otherwise."""
     path = ncu.find()
     if path is None:
-        raise BackendUnavailable("Nsight Compute (ncu) was not found on PATH, in $TRACKER_NCU or under "
-                                 "/usr/local/cuda and /opt/nvidia/nsight-compute")
+        raise BackendUnavailable(
+            "Nsight Compute (ncu) was not found on PATH, in $TRACKER_NCU or under "
+            "/usr/local/cuda and /opt/nvidia/nsight-compute"
+        )
     return NcuCollector(path, ncu.version(path), options.ncu, options.keep_report)
 
 
@@ -55,8 +58,13 @@ class NcuCollector:
     def describe(self) -> str:
         return f"ncu {self.version} at {self.path}"
 
-    def collect(self, workload: Workload, launches: Sequence[LoggedLaunch], compute_capability: float,
-                echo: Callable[[str], None]) -> Counters:
+    def collect(
+        self,
+        workload: Workload,
+        launches: Sequence[LoggedLaunch],
+        compute_capability: float,
+        echo: Callable[[str], None],
+    ) -> Counters:
         """Counters for ``launches`` (pass 1's of the measured iterations ``workload`` runs:
         ``tracker.profilers.counted``), each checked against its kernel and NVTX range."""
         wanted = ncu.SOURCES.requested(compute_capability)
@@ -91,6 +99,13 @@ class NcuCollector:
         fields = dict(collector_version=self.version, collector_settings=asdict(settings))
         return Counters(rows, fields, ncu.SOURCES.names({row["name"] for row in rows}), skipped, note)
 
-    def _run(self, metrics: list[str], report: Path, workload: Workload, settings: ncu.Settings, expected: int,
-             echo: Callable[[str], None]) -> None:
+    def _run(
+        self,
+        metrics: list[str],
+        report: Path,
+        workload: Workload,
+        settings: ncu.Settings,
+        expected: int,
+        echo: Callable[[str], None],
+    ) -> None:
         ncu.run(ncu.command(self.path, metrics, report, child.command(workload), settings), report, expected, echo)

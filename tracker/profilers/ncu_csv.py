@@ -79,7 +79,7 @@ def _table(text: str, where: str) -> list[list[str]]:
     start = next((i for i, line in enumerate(lines) if line.lstrip("\ufeff").startswith(HEADER_START)), None)
     if start is None:
         errors = [line for line in lines if line.startswith("==ERROR==")]
-        why = f": {errors[0]}" if errors else " (no line starts with the header \"ID\",\"Process ID\",...)"
+        why = f": {errors[0]}" if errors else ' (no line starts with the header "ID","Process ID",...)'
         raise ParseError(f"{where} holds no ncu CSV table{why}")
     rows = read_csv(lines, start, where)
     width = len(rows[0])

@@ -27,62 +27,77 @@ _TRACE_IDENTITY = ("Start", "Name", "Device", "Context", "Stream", "Correlation_
 S = Source
 # nvprof's name for each catalog metric it collects (its --query-metrics names), scaled into the
 # catalog's unit: its occupancy is a fraction, the catalog's a percentage.
-SOURCES = Sources("nvprof", (
-    S("duration_ns", "Duration", requested=False),  # the GPU trace's own column, in every row unasked
-    S("cycles_elapsed", "elapsed_cycles_sm"),
-    S("fadd", "flop_count_sp_add"),
-    S("fmul", "flop_count_sp_mul"),
-    S("ffma", "flop_count_sp_fma"),
-    S("fp32_flops", "flop_count_sp"),
-    S("fp32_inst", "inst_fp_32"),
-    S("instructions", "inst_executed"),
-    S("stall_imc_miss", "stall_constant_memory_dependency"),
-    S("stall_long_scoreboard", "stall_memory_dependency"),
-    S("stall_no_instruction", "stall_inst_fetch"),
-    S("stall_not_selected", "stall_not_selected"),
-    S("stall_sleeping", "stall_sleeping"),
-    S("stall_tex_throttle", "stall_texture"),
-    S("stall_exec_dependency", "stall_exec_dependency"),
-    S("stall_memory_throttle", "stall_memory_throttle"),
-    S("stall_pipe_busy", "stall_pipe_busy"),
-    S("stall_sync", "stall_sync"),
-    S("stall_other", "stall_other"),
-    S("l1_hit_rate", "tex_cache_hit_rate"),
-    S("l2_hit_rate", "l2_tex_hit_rate"),
-    S("l2_read_hit_rate", "l2_tex_read_hit_rate"),
-    S("l2_write_hit_rate", "l2_tex_write_hit_rate"),
-    S("l1_global_load_requests", "global_load_requests"),
-    S("l1_global_load_sectors", "gld_transactions"),
-    S("l1_global_store_requests", "global_store_requests"),
-    S("l1_global_store_sectors", "gst_transactions"),
-    S("l1_local_load_sectors", "local_load_transactions"),
-    S("l1_local_store_sectors", "local_store_transactions"),
-    S("shared_load_wavefronts", "shared_load_transactions"),
-    S("shared_store_wavefronts", "shared_store_transactions"),
-    S("l2_read_sectors", "l2_read_transactions"),
-    S("l2_write_sectors", "l2_write_transactions"),
-    S("dram_read_sectors", "dram_read_transactions"),
-    S("dram_write_sectors", "dram_write_transactions"),
-    S("achieved_occupancy", "achieved_occupancy", scale=100.0),
-    S("sm_efficiency", "sm_efficiency"),
-    S("ipc", "ipc"),
-    S("issue_slot_pct", "issue_slot_utilization"),
-    S("eligible_warps", "eligible_warps_per_cycle"),
-    S("warp_execution_efficiency", "warp_execution_efficiency"),
-    S("fp32_fu_utilization_level", "single_precision_fu_utilization"),
-    S("ldst_fu_utilization_level", "ldst_fu_utilization"),
-    S("special_fu_utilization_level", "special_fu_utilization"),
-    S("shared_utilization_level", "shared_utilization"),
-    S("l1_utilization_level", "tex_utilization"),
-    S("l2_utilization_level", "l2_utilization"),
-    S("dram_utilization_level", "dram_utilization"),
-))
+SOURCES = Sources(
+    "nvprof",
+    (
+        S("duration_ns", "Duration", requested=False),  # the GPU trace's own column, in every row unasked
+        S("cycles_elapsed", "elapsed_cycles_sm"),
+        S("fadd", "flop_count_sp_add"),
+        S("fmul", "flop_count_sp_mul"),
+        S("ffma", "flop_count_sp_fma"),
+        S("fp32_flops", "flop_count_sp"),
+        S("fp32_inst", "inst_fp_32"),
+        S("instructions", "inst_executed"),
+        S("stall_imc_miss", "stall_constant_memory_dependency"),
+        S("stall_long_scoreboard", "stall_memory_dependency"),
+        S("stall_no_instruction", "stall_inst_fetch"),
+        S("stall_not_selected", "stall_not_selected"),
+        S("stall_sleeping", "stall_sleeping"),
+        S("stall_tex_throttle", "stall_texture"),
+        S("stall_exec_dependency", "stall_exec_dependency"),
+        S("stall_memory_throttle", "stall_memory_throttle"),
+        S("stall_pipe_busy", "stall_pipe_busy"),
+        S("stall_sync", "stall_sync"),
+        S("stall_other", "stall_other"),
+        S("l1_hit_rate", "tex_cache_hit_rate"),
+        S("l2_hit_rate", "l2_tex_hit_rate"),
+        S("l2_read_hit_rate", "l2_tex_read_hit_rate"),
+        S("l2_write_hit_rate", "l2_tex_write_hit_rate"),
+        S("l1_global_load_requests", "global_load_requests"),
+        S("l1_global_load_sectors", "gld_transactions"),
+        S("l1_global_store_requests", "global_store_requests"),
+        S("l1_global_store_sectors", "gst_transactions"),
+        S("l1_local_load_sectors", "local_load_transactions"),
+        S("l1_local_store_sectors", "local_store_transactions"),
+        S("shared_load_wavefronts", "shared_load_transactions"),
+        S("shared_store_wavefronts", "shared_store_transactions"),
+        S("l2_read_sectors", "l2_read_transactions"),
+        S("l2_write_sectors", "l2_write_transactions"),
+        S("dram_read_sectors", "dram_read_transactions"),
+        S("dram_write_sectors", "dram_write_transactions"),
+        S("achieved_occupancy", "achieved_occupancy", scale=100.0),
+        S("sm_efficiency", "sm_efficiency"),
+        S("ipc", "ipc"),
+        S("issue_slot_pct", "issue_slot_utilization"),
+        S("eligible_warps", "eligible_warps_per_cycle"),
+        S("warp_execution_efficiency", "warp_execution_efficiency"),
+        S("fp32_fu_utilization_level", "single_precision_fu_utilization"),
+        S("ldst_fu_utilization_level", "ldst_fu_utilization"),
+        S("special_fu_utilization_level", "special_fu_utilization"),
+        S("shared_utilization_level", "shared_utilization"),
+        S("l1_utilization_level", "tex_utilization"),
+        S("l2_utilization_level", "l2_utilization"),
+        S("dram_utilization_level", "dram_utilization"),
+    ),
+)
 
 
 def command(program: list[str], metrics: list[str], log: str, nvprof: str = "nvprof") -> list[str]:
     """nvprof over ``program``: per-launch metrics between cudaProfilerStart/Stop, CSV into ``log``."""
-    return [nvprof, "--profile-from-start", "off", "--print-gpu-trace", "--csv", "--normalized-time-unit", "ns",
-            "--metrics", ",".join(metrics), "--log-file", log, *program]
+    return [
+        nvprof,
+        "--profile-from-start",
+        "off",
+        "--print-gpu-trace",
+        "--csv",
+        "--normalized-time-unit",
+        "ns",
+        "--metrics",
+        ",".join(metrics),
+        "--log-file",
+        log,
+        *program,
+    ]
 
 
 def metric_names() -> list[str]:
@@ -92,8 +107,11 @@ def metric_names() -> list[str]:
 def parse_query_metrics(text: str) -> set[str]:
     """Metric names from ``nvprof --query-metrics``: one ``name:  description`` line each, under a
     ``Device 0 (...)`` line."""
-    return {line.split(":", 1)[0].strip() for line in text.splitlines()
-            if ":" in line and _METRIC_NAME.fullmatch(line.split(":", 1)[0].strip())}
+    return {
+        line.split(":", 1)[0].strip()
+        for line in text.splitlines()
+        if ":" in line and _METRIC_NAME.fullmatch(line.split(":", 1)[0].strip())
+    }
 
 
 _METRIC_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -118,8 +136,10 @@ def _invocations(text: str, what: str) -> int:
     """The Invocations cell: at most 20 digits, a 64-bit counter's width. A longer run of digits is
     damage, and int() refuses one of over 4,300 digits with a bare ValueError."""
     if not _COUNT.fullmatch(text):
-        raise ParseError(f"{what}: cannot read the invocations '{text[:40]}' ({len(text)} characters): "
-                         "not a whole number of at most 20 digits")
+        raise ParseError(
+            f"{what}: cannot read the invocations '{text[:40]}' ({len(text)} characters): "
+            "not a whole number of at most 20 digits"
+        )
     return int(text)
 
 
@@ -200,8 +220,9 @@ def _cell(text: str, what: str) -> float | None:
     try:
         return value(text)
     except ValueError:
-        raise ParseError(f"{what}: cannot read the value '{text[:40]}' (a finite number, with a unit or as "
-                         "'Level (n)')") from None
+        raise ParseError(
+            f"{what}: cannot read the value '{text[:40]}' (a finite number, with a unit or as 'Level (n)')"
+        ) from None
 
 
 def _kernel_name(cell: str) -> str:

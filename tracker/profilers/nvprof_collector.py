@@ -15,12 +15,13 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
-from tracker.errors import BackendUnavailable, ProfilerFailed
 from tracker import processes
+from tracker.errors import BackendUnavailable, ProfilerFailed
 from tracker.profilers import Counters, Options, child, ncu, nvprof
 from tracker.profilers.join import join
 
@@ -41,8 +42,9 @@ def supports(compute_capability: float) -> bool:
 def find(options: Options) -> NvprofCollector:
     path = ncu.first_executable([os.environ.get("TRACKER_NVPROF"), *ncu.cuda_tool_paths("nvprof")])
     if path is None:
-        raise BackendUnavailable("nvprof was not found on PATH, in $TRACKER_NVPROF or under /usr/local/cuda "
-                                 "(CUDA 10.2 and 11.x ship it)")
+        raise BackendUnavailable(
+            "nvprof was not found on PATH, in $TRACKER_NVPROF or under /usr/local/cuda (CUDA 10.2 and 11.x ship it)"
+        )
     out = _output([path, "--version"], "nvprof --version")
     match = re.search(r"[Rr]elease version (\S+)|V(\d+\.\d+\.\d+)", out)
     if not match:
@@ -60,18 +62,28 @@ class NvprofCollector:
     def describe(self) -> str:
         return f"nvprof {self.version} at {self.path}"
 
-    def collect(self, workload: Workload, launches: Sequence[LoggedLaunch], compute_capability: float,
-                echo: Callable[[str], None]) -> Counters:
+    def collect(
+        self,
+        workload: Workload,
+        launches: Sequence[LoggedLaunch],
+        compute_capability: float,
+        echo: Callable[[str], None],
+    ) -> Counters:
         if compute_capability >= FIRST_UNSUPPORTED_CC:
-            raise BackendUnavailable(f"nvprof does not profile compute capability {compute_capability} "
-                                     "(Ampere and newer): use --backend ncu")
+            raise BackendUnavailable(
+                f"nvprof does not profile compute capability {compute_capability} (Ampere and newer): use --backend ncu"
+            )
         known = nvprof.parse_query_metrics(_output([self.path, "--query-metrics"], "nvprof --query-metrics"))
         metrics = [m for m in nvprof.metric_names() if m in known]
         skipped = [nvprof.SOURCES.by_name[m].metric for m in nvprof.metric_names() if m not in known]
         if skipped:
-            echo(f"nvprof {self.version} does not know {len(skipped)} catalog metrics on this GPU: {', '.join(skipped)}")
-        echo(f"pass 2: nvprof {self.version}, {len(metrics)} metrics, {len(launches)} launches to profile "
-             "(nvprof prints no progress per launch)")
+            echo(
+                f"nvprof {self.version} does not know {len(skipped)} catalog metrics on this GPU: {', '.join(skipped)}"
+            )
+        echo(
+            f"pass 2: nvprof {self.version}, {len(metrics)} metrics, {len(launches)} launches to profile "
+            "(nvprof prints no progress per launch)"
+        )
         with tempfile.TemporaryDirectory(prefix="tracker-nvprof-") as tmp:
             log = Path(tmp) / "pass2.csv"
             _run(nvprof.command(child.command(workload), metrics, str(log), self.path), log)
@@ -81,8 +93,9 @@ class NvprofCollector:
                 echo(f"nvprof log kept at {self.keep_report}")
         echo(f"nvprof profiled {len(profiled)} launches")
         rows = join(launches, profiled, None)
-        return Counters(rows, dict(collector_version=self.version), nvprof.SOURCES.names({row["name"] for row in rows}),
-                        skipped)
+        return Counters(
+            rows, dict(collector_version=self.version), nvprof.SOURCES.names({row["name"] for row in rows}), skipped
+        )
 
 
 def _run(cmd: list[str], log: Path) -> None:

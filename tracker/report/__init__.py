@@ -47,8 +47,10 @@ def build(store: Store, target: str, against: str | None = None) -> Report:
 
     if _is_experiment(target):
         if against is not None:
-            raise TrackerError(f"--against {shorten(against)} draws a run against a run; experiment "
-                               f"{shorten(target)}'s report compares its own arms: drop --against")
+            raise TrackerError(
+                f"--against {shorten(against)} draws a run against a run; experiment "
+                f"{shorten(target)}'s report compares its own arms: drop --against"
+            )
         return for_experiment(store, find_experiment(store, target).id)
     run = ReportedRun.read(store, find_run(store, target).id)
     report = for_run(run)
@@ -79,8 +81,9 @@ def _is_experiment(target: str) -> bool:
     return target.lower().startswith("e") and target.lower() not in ("last", "latest")
 
 
-def report(store: Store, target: str, out: str | Path | None = None, against: str | None = None,
-           force: bool = False) -> tuple[list[Path], Report, list[Path]]:
+def report(
+    store: Store, target: str, out: str | Path | None = None, against: str | None = None, force: bool = False
+) -> tuple[list[Path], Report, list[Path]]:
     """Write the report on ``target`` into ``out`` (default: its own folder, ``subject``'s, in the
     current directory): (the paths written, the report, the files of the same report's earlier
     writing there that were removed). A folder holding another report, or other files, is

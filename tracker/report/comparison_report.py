@@ -9,12 +9,7 @@ from tracker.analysis import roofline, speedup
 from tracker.figures import bars
 from tracker.figures.roofline import roofline as roofline_figure
 from tracker.report.document import Section
-from tracker.report.run_report import (
-    EFFICIENCY_PANELS,
-    ReportedRun,
-    efficiency_finding,
-    is_library,
-)
+from tracker.report.run_report import EFFICIENCY_PANELS, ReportedRun, efficiency_finding, is_library
 
 
 def speedup_finding(frame: pd.DataFrame) -> str:
@@ -24,11 +19,16 @@ def speedup_finding(frame: pd.DataFrame) -> str:
     top = layers.loc[layers["change_pct"].abs().idxmax()]
     noise = layers["noise"].fillna(False).astype(bool)
     total = frame[frame["layer"] == "iteration"]
-    whole = (f"; whole iteration {total['change_pct'].iloc[0]:+.1f}%"
-             if not total.empty and pd.notna(total["change_pct"].iloc[0]) else "")
-    return (f"largest change: {top['layer']} {top['phase']} {top['change_pct']:+.1f}%"
-            f"{' (within noise)' if top['noise'] is True else ''}; {int(noise.sum())} of {len(layers)} layer phases "
-            f"within the run-to-run spread{whole}")
+    whole = (
+        f"; whole iteration {total['change_pct'].iloc[0]:+.1f}%"
+        if not total.empty and pd.notna(total["change_pct"].iloc[0])
+        else ""
+    )
+    return (
+        f"largest change: {top['layer']} {top['phase']} {top['change_pct']:+.1f}%"
+        f"{' (within noise)' if top['noise'] is True else ''}; {int(noise.sum())} of {len(layers)} layer phases "
+        f"within the run-to-run spread{whole}"
+    )
 
 
 def for_comparison(a: ReportedRun, b: ReportedRun) -> list[Section]:
@@ -37,26 +37,40 @@ def for_comparison(a: ReportedRun, b: ReportedRun) -> list[Section]:
     per = both["basis"].iloc[0]
     sub = f"run {b.id} ({b.sub}) over run {a.id} ({a.sub}); times {per}"
     title = f"Speedup of run {b.id} over run {a.id}, {per}"
-    table = both[["layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup", "change_pct",
-                  "noise"]]
-    return [Section("speedup", title, "Figure 8", bars.speedup(both[both["layer"] != "iteration"], title, sub),
-                    speedup_finding(both), table), _side_by_side(a, b, sub),
-            roofline_moves(a.store, a.id, b.id, "roofline_moves", sub)]
+    table = both[["layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup", "change_pct", "noise"]]
+    return [
+        Section(
+            "speedup",
+            title,
+            "Figure 8",
+            bars.speedup(both[both["layer"] != "iteration"], title, sub),
+            speedup_finding(both),
+            table,
+        ),
+        _side_by_side(a, b, sub),
+        roofline_moves(a.store, a.id, b.id, "roofline_moves", sub),
+    ]
 
 
 def _side_by_side(a: ReportedRun, b: ReportedRun, sub: str) -> Section:
     """Paper 001's per-layer figure for both runs (ours tuned beside cuDNN's, in a U-Net's report):
     each layer phase's time, its FLOP/s against the FP32 peak and its share of the step."""
     label = {a.id: f"run {a.id}: {_implementation(a.row)}", b.id: f"run {b.id}: {_implementation(b.row)}"}
-    frame = pd.concat([roofline.efficiency(run.store, run.id).assign(run=label[run.id]) for run in (a, b)],
-                      ignore_index=True)
+    frame = pd.concat(
+        [roofline.efficiency(run.store, run.id).assign(run=label[run.id]) for run in (a, b)], ignore_index=True
+    )
     title = f"Time, FLOP/s against the FP32 peak, and share of the step: run {a.id} beside run {b.id}"
     if frame.empty:
         return Section("efficiency_side_by_side", title, "paper 001", None, "no times")
     finding = "; ".join(efficiency_finding(part, f"{name}: ") for name, part in frame.groupby("run", sort=False))
-    return Section("efficiency_side_by_side", title, "paper 001",
-                   bars.grouped(frame, "ms", "run", title, sub, "time", panels=EFFICIENCY_PANELS), finding,
-                   frame.drop(columns=["layer_id"]))
+    return Section(
+        "efficiency_side_by_side",
+        title,
+        "paper 001",
+        bars.grouped(frame, "ms", "run", title, sub, "time", panels=EFFICIENCY_PANELS),
+        finding,
+        frame.drop(columns=["layer_id"]),
+    )
 
 
 def _implementation(run: pd.Series) -> str:

@@ -27,8 +27,12 @@ class Section:
     @property
     def empty(self) -> bool:
         """Nothing to show (no figure, finding or table row): left out, named with why in one line."""
-        return (not self.needs_counters and self.figure is None and not self.finding
-                and (self.table is None or self.table.empty))
+        return (
+            not self.needs_counters
+            and self.figure is None
+            and not self.finding
+            and (self.table is None or self.table.empty)
+        )
 
 
 @dataclass

@@ -21,7 +21,8 @@ nav ol{columns:2;font-size:.95em}img{max-width:100%;height:auto;border:1px solid
 table{border-collapse:collapse;font-size:12px;margin:.5em 0}
 td,th{border:1px solid #ddd;padding:2px 8px;text-align:right;white-space:nowrap}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-.about th,.about td{text-align:left;white-space:normal}.finding{background:#eef5ff;padding:.4em .8em;border-left:4px solid #4C72B0}
+.about th,.about td{text-align:left;white-space:normal}
+.finding{background:#eef5ff;padding:.4em .8em;border-left:4px solid #4C72B0}
 .missing{color:#666}details{margin:.6em 0}summary{cursor:pointer}.scroll{overflow-x:auto}
 code{background:#f4f4f4;padding:0 .3em}
 """
@@ -42,13 +43,13 @@ def shown(table: pd.DataFrame) -> pd.DataFrame:
 def table_cells(table: pd.DataFrame) -> list[list[str]]:
     """Every cell as a person reads it: units from the column's name, blank where empty."""
     columns = [str(c) for c in table.columns]
-    return [[units.cell(column, value) for column, value in zip(columns, row)]
-            for row in table.itertuples(index=False)]
+    return [[units.cell(column, value) for column, value in zip(columns, row)] for row in table.itertuples(index=False)]
 
 
 def _about_rows(about: dict) -> list[tuple[str, str]]:
-    return [(key, units.cell(key, value)) for key, value in about.items() if not units.is_missing(value)
-            and value != ""]
+    return [
+        (key, units.cell(key, value)) for key, value in about.items() if not units.is_missing(value) and value != ""
+    ]
 
 
 def _drawn(report: Report) -> list[Section]:
@@ -65,44 +66,61 @@ def _folded_line(report: Report) -> str | None:
     folded = [s for s in report.sections if s.folded]
     if not folded:
         return None
-    return (f"{len(folded)} sections need hardware counters, which this run did not collect: "
-            f"{', '.join(s.title for s in folded)}.")
+    return (
+        f"{len(folded)} sections need hardware counters, which this run did not collect: "
+        f"{', '.join(s.title for s in folded)}."
+    )
 
 
 def _html(report: Report) -> str:
     e = html.escape
-    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{e(report.heading)}</title>"
-             f"<style>{STYLE}</style></head><body>",
-             f"<h1>{e(report.heading)}</h1>", f"<p class='lede'>{e(report.summary)}</p>",
-             "<details><summary>Settings</summary><table class='about'>",
-             *(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _about_rows(report.about)),
-             "</table></details>", "<nav><h2>Contents</h2><ol>",
-             *(f"<li><a href='#{s.key}'>{e(s.title)}</a></li>" for s in _drawn(report))]
+    parts = [
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{e(report.heading)}</title>"
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>{e(report.heading)}</h1>",
+        f"<p class='lede'>{e(report.summary)}</p>",
+        "<details><summary>Settings</summary><table class='about'>",
+        *(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _about_rows(report.about)),
+        "</table></details>",
+        "<nav><h2>Contents</h2><ol>",
+        *(f"<li><a href='#{s.key}'>{e(s.title)}</a></li>" for s in _drawn(report)),
+    ]
     folded = _folded_line(report)
     if folded:
         parts.append("<li><a href='#not-collected'>Not collected in this run</a></li>")
     parts.append("</ol></nav>")
     seen: set[str] = set()
     for s in _drawn(report):
-        parts += [f"<section id='{s.key}'><h2>{e(s.title)} <small>{e(cite(s.paper, seen))}</small></h2>",
-                  f"<p class='finding'>{e(s.finding)}</p>"]
+        parts += [
+            f"<section id='{s.key}'><h2>{e(s.title)} <small>{e(cite(s.paper, seen))}</small></h2>",
+            f"<p class='finding'>{e(s.finding)}</p>",
+        ]
         if s.figure is not None:  # the image links to itself: a wide figure opens at full size
-            parts.append(f"<a href='{s.key}.svg' title='open at full size'><img src='{s.key}.svg' alt='{e(s.title)}'></a>")
+            parts.append(
+                f"<a href='{s.key}.svg' title='open at full size'><img src='{s.key}.svg' alt='{e(s.title)}'></a>"
+            )
         if s.missing:
             parts.append(f"<p class='missing'>Not drawn: {e(s.missing)}</p>")
         if s.table is not None and not s.table.empty:
-            parts.append(f"<details><summary>Table ({units.count_of(len(s.table), 'row')})</summary>"
-                         f"<div class='scroll'>{_html_table(shown(s.table))}</div></details>")
+            parts.append(
+                f"<details><summary>Table ({units.count_of(len(s.table), 'row')})</summary>"
+                f"<div class='scroll'>{_html_table(shown(s.table))}</div></details>"
+            )
         parts.append("</section>")
     if _empty_line(report):
         parts.append(f"<p class='missing'>{e(_empty_line(report) or '')}</p>")
     if folded:
         command = report.fill_command
-        parts.append(f"<section id='not-collected'><h2>Not collected in this run</h2><p class='missing'>{e(folded)} "
-                     f"Fill them with <code>{e(command)}</code> on a GPU.</p></section>")
+        parts.append(
+            f"<section id='not-collected'><h2>Not collected in this run</h2><p class='missing'>{e(folded)} "
+            f"Fill them with <code>{e(command)}</code> on a GPU.</p></section>"
+        )
     if seen:
-        parts += ["<section id='references'><h2>References</h2><ul>",
-                  *(f"<li>{e(line)}</li>" for line in references(seen)), "</ul></section>"]
+        parts += [
+            "<section id='references'><h2>References</h2><ul>",
+            *(f"<li>{e(line)}</li>" for line in references(seen)),
+            "</ul></section>",
+        ]
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -137,8 +155,10 @@ def _markdown(report: Report) -> str:
             lines += [f"_Not drawn: {s.missing}_", ""]
         if s.table is not None and not s.table.empty:
             table = shown(s.table)
-            lines += ["| " + " | ".join(units.header(str(c)) for c in table.columns) + " |",
-                      "|" + "---|" * len(table.columns)]
+            lines += [
+                "| " + " | ".join(units.header(str(c)) for c in table.columns) + " |",
+                "|" + "---|" * len(table.columns),
+            ]
             lines += ["| " + " | ".join(row) + " |" for row in table_cells(table)]
     if _empty_line(report):
         lines += ["", f"_{_empty_line(report)}_"]

@@ -11,7 +11,7 @@ PAPERS = {
     "001": "3D U-Net Optimization Using TVM (draft)",
     "002": "Memory Consumption Modeling of Deep Learning Workloads: 3D U-Net (white paper)",
     "003": "Dong, Gong, Sun, Baruah and Kaeli, Characterizing the Microarchitectural Implications of a "
-           "Convolutional Neural Network (CNN) Execution on GPUs (ICPE'18)",
+    "Convolutional Neural Network (CNN) Execution on GPUs (ICPE'18)",
     "004": "Kim et al., Performance Analysis of CNN Frameworks for GPUs (ISPASS'17)",
 }
 _NUMBER = re.compile(r"\bpaper (\d{3})\b")

@@ -14,18 +14,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from tracker import units
-from tracker.analysis import (
-    algorithms,
-    caches,
-    fp,
-    reconcile,
-    roofline,
-    run_row,
-    runtime,
-    stalls,
-    traffic,
-    utilization,
-)
+from tracker.analysis import algorithms, caches, fp, reconcile, roofline, run_row, runtime, stalls, traffic, utilization
 from tracker.figures import bars
 from tracker.figures.roofline import LEFT_OUT
 from tracker.figures.roofline import roofline as roofline_figure
@@ -52,8 +41,10 @@ class ReportedRun:
     def sub(self) -> str:
         """'alexnet, batch 128, NVIDIA H100 80GB HBM3, ncu (run 2)': under every figure's title."""
         run = self.row
-        return (f"{run['network']}, batch {run['batch']}, {run['device_name'] or 'no device'}, {run['backend']} "
-                f"(run {self.id})")
+        return (
+            f"{run['network']}, batch {run['batch']}, {run['device_name'] or 'no device'}, {run['backend']} "
+            f"(run {self.id})"
+        )
 
     @property
     def why(self) -> str:  # what a section that needs counters says when the run has none
@@ -129,18 +120,27 @@ def describe(run: pd.Series, unfinished: str | None = None) -> str:
     that did not complete holds (``ReportedRun.unfinished``), said after it."""
     after = f" {unfinished[0].upper()}{unfinished[1:]}." if unfinished else ""
     if run["backend"] == "model":
-        where = (f"modelled for {run['device_name']}: the analytic model's predictions, no GPU ran it"
-                 if run["device_name"] else "modelled without a device: FLOPs and bytes only")
-        return (f"{run['network']} at batch {run['batch']}, {where}. Run {run.name}, {run['status']}, "
-                f"{_when(run)}.{after}")
+        where = (
+            f"modelled for {run['device_name']}: the analytic model's predictions, no GPU ran it"
+            if run["device_name"]
+            else "modelled without a device: FLOPs and bytes only"
+        )
+        return (
+            f"{run['network']} at batch {run['batch']}, {where}. Run {run.name}, {run['status']}, {_when(run)}.{after}"
+        )
     l1 = "L1 bypassed (loads compiled .cg)" if run["l1_bypass"] else "L1 cached"
     if run.get("loaders") == "staged" and not run["l1_bypass"]:
         l1 += ", operands staged through registers as the L1-bypass build's (--staged)"
     repeats = f"{run['repeat']} measured iteration{'s' if run['repeat'] != 1 else ''}"
-    kernels = (f"run by {_library(run)}" if is_library(run) else
-               f"kernel variants: {_variants(run)}{_tuned_variants(run)}; GEMM tiles: {_tiles(run)}; {l1}")
-    return (f"{run['network']} at batch {run['batch']} on {_device(run)}, {_how(run)}; {kernels}; {repeats}. "
-            f"Run {run.name}, {run['status']}, {_when(run)}.{after}")
+    kernels = (
+        f"run by {_library(run)}"
+        if is_library(run)
+        else f"kernel variants: {_variants(run)}{_tuned_variants(run)}; GEMM tiles: {_tiles(run)}; {l1}"
+    )
+    return (
+        f"{run['network']} at batch {run['batch']} on {_device(run)}, {_how(run)}; {kernels}; {repeats}. "
+        f"Run {run.name}, {run['status']}, {_when(run)}.{after}"
+    )
 
 
 def _device(run: pd.Series) -> str:
@@ -148,8 +148,10 @@ def _device(run: pd.Series) -> str:
     its GPU has none recorded."""
     if not run["device_name"]:
         return "a GPU not recorded (the run ended before pass 1 reached it)"
-    known = [f"compute capability {run['compute_capability']}" if pd.notna(run["compute_capability"]) else "",
-             f"{int(run['sm_count'])} SMs" if pd.notna(run["sm_count"]) else ""]
+    known = [
+        f"compute capability {run['compute_capability']}" if pd.notna(run["compute_capability"]) else "",
+        f"{int(run['sm_count'])} SMs" if pd.notna(run["sm_count"]) else "",
+    ]
     return run["device_name"] + (f" ({', '.join(k for k in known if k)})" if any(known) else "")
 
 
@@ -163,7 +165,9 @@ def _how(run: pd.Series) -> str:
     if run["backend"] in COLLECTOR_NAMES and iterations is not None:
         how = _collector_settings(run)
         version = f" {run['collector_version']}" if run.get("collector_version") else ""
-        return f"measured with {COLLECTOR_NAMES[run['backend']]}{version}{f' ({how})' if how else ''} on {_profiled(run)}"
+        return (
+            f"measured with {COLLECTOR_NAMES[run['backend']]}{version}{f' ({how})' if how else ''} on {_profiled(run)}"
+        )
     if run["backend"] in ("ncu", "nvprof"):
         return f"profiled with {run['backend']}, whose pass 2 stored no counters"
     return f"timed with {run['backend']}"
@@ -189,25 +193,43 @@ def _library(run: pd.Series) -> str:
     if not lib.get("torch"):  # the model backend: the same network predicted, nothing ran
         return "PyTorch (as the model predicts the same network)"
     on = lambda key: "on" if lib.get(key) else "off"  # noqa: E731
-    return (f"PyTorch {lib.get('torch')} (CUDA {lib.get('cuda')}, cuDNN {lib.get('cudnn')}, cuBLAS {lib.get('cublas')}; "
-            f"TF32 {on('tf32')}, cuDNN benchmark {on('cudnn_benchmark')})")
+    return (
+        f"PyTorch {lib.get('torch')} (CUDA {lib.get('cuda')}, cuDNN {lib.get('cudnn')}, cuBLAS {lib.get('cublas')}; "
+        f"TF32 {on('tf32')}, cuDNN benchmark {on('cudnn_benchmark')})"
+    )
 
 
 def _when(run: pd.Series) -> str:
     started, finished = pd.to_datetime(run["started_at"]), pd.to_datetime(run["finished_at"])
     if pd.isna(started):
         return "time not recorded"
-    took = (f", profiled in {units.seconds((finished - started).total_seconds())} of wall time"
-            if pd.notna(finished) else "")
+    took = (
+        f", profiled in {units.seconds((finished - started).total_seconds())} of wall time"
+        if pd.notna(finished)
+        else ""
+    )
     return f"started {started:%Y-%m-%d %H:%M} UTC{took}"
 
 
-ABOUT = {"network": "network", "batch": "batch", "device_name": "GPU", "compute_capability": "compute capability",
-         "backend": "backend", "backend_reason": "why this backend", "variants": "kernel variants",
-         "l1_bypass": "L1 bypass", "loaders": "GEMM loaders", "repeat": "measured iterations",
-         "counter_iterations": "iterations with counters", "collector_version": "collector version",
-         "driver_version": "driver", "cuda_version": "CUDA",
-         "status": "status", "started_at": "started", "command_line": "command"}
+ABOUT = {
+    "network": "network",
+    "batch": "batch",
+    "device_name": "GPU",
+    "compute_capability": "compute capability",
+    "backend": "backend",
+    "backend_reason": "why this backend",
+    "variants": "kernel variants",
+    "l1_bypass": "L1 bypass",
+    "loaders": "GEMM loaders",
+    "repeat": "measured iterations",
+    "counter_iterations": "iterations with counters",
+    "collector_version": "collector version",
+    "driver_version": "driver",
+    "cuda_version": "CUDA",
+    "status": "status",
+    "started_at": "started",
+    "command_line": "command",
+}
 
 
 def _about(run: pd.Series) -> dict:
@@ -225,9 +247,14 @@ def _about(run: pd.Series) -> dict:
 def for_run(run: ReportedRun) -> Report:
     row = run.row
     sections = [spec.section(run) for spec in RUN_SECTIONS if spec.shown(row)]
-    return Report(f"Run {run.id}: {row['network']}, batch {row['batch']}, {row['device_name'] or 'no device'}",
-                  describe(row, run.unfinished), _about(row), sections,
-                  _fill_command(row), run.unfinished)
+    return Report(
+        f"Run {run.id}: {row['network']}, batch {row['batch']}, {row['device_name'] or 'no device'}",
+        describe(row, run.unfinished),
+        _about(row),
+        sections,
+        _fill_command(row),
+        run.unfinished,
+    )
 
 
 def _fill_command(row: pd.Series) -> str:
@@ -248,8 +275,9 @@ def _network_flags(row: pd.Series) -> str:
     if row["network"] not in NETWORKS or not options:
         return ""
     defaults = build(row["network"]).options
-    return "".join(f" --{name.replace('_', '-')} {value}" for name, value in options.items()
-                   if defaults.get(name) != value)
+    return "".join(
+        f" --{name.replace('_', '-')} {value}" for name, value in options.items() if defaults.get(name) != value
+    )
 
 
 def _top(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -273,15 +301,23 @@ def _runtime(run: ReportedRun) -> Body:
     frame = run.times
     known = frame[frame["ms"].notna()]
     if known.empty:
-        return _empty(("a model run without a device has no times" if run.row["backend"] == "model"
-                       else "no launch times were recorded") + "; profile with --device NAME for the model's, or on a GPU")
+        return _empty(
+            (
+                "a model run without a device has no times"
+                if run.row["backend"] == "model"
+                else "no launch times were recorded"
+            )
+            + "; profile with --device NAME for the model's, or on a GPU"
+        )
     total = runtime.iteration(run.store, run.id)
     top, names = _leaders(known, "ms")
     measured = (known["source"] == "measured").all()
     source = "median kernel time" if measured else _predicted(run.row)
-    finding = (f"{names} takes the most time: {units.milliseconds(top['ms'])}, "
-               f"{units.percent(100 * top['ms'] / total['ms'])} of the {units.milliseconds(total['ms'])} iteration"
-               f"{'' if measured else f' ({source})'}")
+    finding = (
+        f"{names} takes the most time: {units.milliseconds(top['ms'])}, "
+        f"{units.percent(100 * top['ms'] / total['ms'])} of the {units.milliseconds(total['ms'])} iteration"
+        f"{'' if measured else f' ({source})'}"
+    )
     figure = bars.by_phase(frame[frame["ms"] > 0], "ms", f"Time per layer ({source})", run.sub, "time", log=True)
     return Body(figure, finding, frame[["layer", "phase", "ms", "spread_pct", "predicted_ms", "launches", "source"]])
 
@@ -289,12 +325,15 @@ def _runtime(run: ReportedRun) -> Body:
 def _roofline(run: ReportedRun) -> Body:
     points, basis = roofline.chart(run.store, run.id)
     if points.empty:
-        return _empty("no times and no counters to place; profile with --device NAME for the model's roofline, "
-                      "or on a GPU")
+        return _empty(
+            "no times and no counters to place; profile with --device NAME for the model's roofline, or on a GPU"
+        )
     roofs = roofline.roofs(run.store, run.id)
-    title = {"counters": "Hierarchical roofline (ncu: FLOPs and bytes per level)",
-             "time": "Roofline: the model's FLOPs and compulsory bytes over measured time",
-             "predicted": f"Roofline {_predicted(run.row)} (compulsory bytes)"}[basis]
+    title = {
+        "counters": "Hierarchical roofline (ncu: FLOPs and bytes per level)",
+        "time": "Roofline: the model's FLOPs and compulsory bytes over measured time",
+        "predicted": f"Roofline {_predicted(run.row)} (compulsory bytes)",
+    }[basis]
     primary = points[points["level"].isin(("DRAM", "compulsory"))]
     primary = primary if not primary.empty else points
     top, names = _leaders(primary, "flops_per_s")
@@ -303,13 +342,16 @@ def _roofline(run: ReportedRun) -> Body:
         finding += f", {units.percent(100 * top['flops_per_s'] / roofs.flops_per_s)} of the FP32 roof"
         if "DRAM" in roofs.bandwidth:
             below = (primary["intensity"] < roofs.ridge("DRAM")).sum()
-            finding += (f"; {below} of {len(primary)} layer phases lie left of the DRAM ridge "
-                        f"({units.number('intensity', roofs.ridge('DRAM'))}): memory-bound")
+            finding += (
+                f"; {below} of {len(primary)} layer phases lie left of the DRAM ridge "
+                f"({units.number('intensity', roofs.ridge('DRAM'))}): memory-bound"
+            )
     left_out = points.attrs.get("left_out", [])
     if left_out:
         finding += f"; {units.count_of(len(left_out), 'layer phase')} not shown ({LEFT_OUT})"
-    return Body(roofline_figure(points, roofs, f"{title}\n{run.sub}", basis), finding,
-                points.drop(columns=["layer_id"]))
+    return Body(
+        roofline_figure(points, roofs, f"{title}\n{run.sub}", basis), finding, points.drop(columns=["layer_id"])
+    )
 
 
 EFFICIENCY_PANELS = [("ms", "time"), ("peak_pct", "of the FP32 peak"), ("share_pct", "of the step")]
@@ -326,8 +368,15 @@ def _efficiency(run: ReportedRun) -> Body:
     frame = roofline.efficiency(run.store, run.id)
     if frame.empty:
         return _empty("no times; profile with --device NAME for the model's, or on a GPU")
-    figure = bars.grouped(frame.assign(run=f"run {run.id}"), "ms", "run", "Time, FLOP/s against the FP32 peak, "
-                          "and share of the step, per layer phase", run.sub, "time", panels=EFFICIENCY_PANELS)
+    figure = bars.grouped(
+        frame.assign(run=f"run {run.id}"),
+        "ms",
+        "run",
+        "Time, FLOP/s against the FP32 peak, and share of the step, per layer phase",
+        run.sub,
+        "time",
+        panels=EFFICIENCY_PANELS,
+    )
     return Body(figure, efficiency_finding(frame, ""), frame.drop(columns=["layer_id"]))
 
 
@@ -340,17 +389,28 @@ def _memory(run: ReportedRun) -> Body:
 
     row, peak = run.row, reconcile.peak_memory(run.store, run.id)
     if is_module_spec(row["network"]):  # a user's PyTorch model: the parts need the module, not stored
-        return Body(None, peak.line(),
-                    missing=f"the parts of the peak need tracker's own network, and {row['network']} is a PyTorch model")
+        return Body(
+            None,
+            peak.line(),
+            missing=f"the parts of the peak need tracker's own network, and {row['network']} is a PyTorch model",
+        )
     if peak.predicted_bytes is None:
         return Body(None, peak.line(), missing=f"run {run.id} stores no prediction of its peak")
     model = memory(build(row["network"], **(row["network_options"] or {})), int(row["batch"]), int(row["dtype_bits"]))
     if model.peak_bytes != peak.predicted_bytes:  # a run is never rewritten; its prediction stays as recorded
-        return Body(None, peak.line(),
-                    missing=f"the parts of the peak are left out: the model has changed since run {run.id} was "
-                    f"recorded (it now predicts {units.nbytes(model.peak_bytes)}; profile again for the parts)")
-    parts = pd.DataFrame([{"part": k.removesuffix("_bytes").replace("_", " "), "bytes": v}
-                          for k, v in model.to_dict().items() if k != "peak_bytes"])
+        return Body(
+            None,
+            peak.line(),
+            missing=f"the parts of the peak are left out: the model has changed since run {run.id} was "
+            f"recorded (it now predicts {units.nbytes(model.peak_bytes)}; profile again for the parts)",
+        )
+    parts = pd.DataFrame(
+        [
+            {"part": k.removesuffix("_bytes").replace("_", " "), "bytes": v}
+            for k, v in model.to_dict().items()
+            if k != "peak_bytes"
+        ]
+    )
     figure = bars.memory(parts, model.peak_bytes, peak.measured_bytes, "GPU memory", run.sub)
     return Body(figure, peak.line(), parts)
 
@@ -362,11 +422,18 @@ def _fp(run: ReportedRun) -> Body | None:
     totals = frame.groupby("instruction")["instructions"].sum()
     per_layer = frame.groupby(["layer", "phase"], as_index=False)["instructions"].sum()
     most = _top(per_layer, "instructions")
-    finding = (f"{totals.idxmax()} is {units.percent(100 * totals.max() / totals.sum())} of FP32 instructions; "
-               f"most in {most['layer']} {most['phase']}")
+    finding = (
+        f"{totals.idxmax()} is {units.percent(100 * totals.max() / totals.sum())} of FP32 instructions; "
+        f"most in {most['layer']} {most['phase']}"
+    )
     figure = bars.stacked(frame, "instruction", "instructions", "FP32 instructions", run.sub, "thread instructions")
-    return Body(figure, finding, fp.fp_instructions(run.store, run.id)[
-        ["layer", "phase", "fadd", "fmul", "ffma", "flops", "model_ops", "flops_per_model_op"]])
+    return Body(
+        figure,
+        finding,
+        fp.fp_instructions(run.store, run.id)[
+            ["layer", "phase", "fadd", "fmul", "ffma", "flops", "model_ops", "flops_per_model_op"]
+        ],
+    )
 
 
 def _stalls(run: ReportedRun) -> Body | None:
@@ -375,16 +442,28 @@ def _stalls(run: ReportedRun) -> Body | None:
         return None
     verdict = stalls.bound(run.store, run.id)
     ranked = verdict.merge(run.times[["layer_id", "phase", "ms"]], on=["layer_id", "phase"]).dropna(
-        subset=["first_reason"])
+        subset=["first_reason"]
+    )
     ranked = ranked.sort_values("ms", ascending=False) if ranked["ms"].notna().any() else ranked
     top = ranked.iloc[0]
-    finding = (f"{top['layer']} {top['phase']}: top stalls {top['first_reason']}, {top['second_reason']} "
-               f"-> {top['bound']}-bound")
-    figure = bars.stacked(frame.assign(share_pct=100 * frame["share"]), "category", "share_pct",
-                          "Stall breakdown (paper 003's categories)", run.sub, "share of stall samples")
+    finding = (
+        f"{top['layer']} {top['phase']}: top stalls {top['first_reason']}, {top['second_reason']} "
+        f"-> {top['bound']}-bound"
+    )
+    figure = bars.stacked(
+        frame.assign(share_pct=100 * frame["share"]),
+        "category",
+        "share_pct",
+        "Stall breakdown (paper 003's categories)",
+        run.sub,
+        "share of stall samples",
+    )
     table = verdict[["layer", "phase", "first_reason", "first_share", "second_reason", "bound", "why"]]
-    return Body(figure, finding, table.assign(first_share=100 * table["first_share"]).rename(
-        columns={"first_share": "first_share_pct"}))
+    return Body(
+        figure,
+        finding,
+        table.assign(first_share=100 * table["first_share"]).rename(columns={"first_share": "first_share_pct"}),
+    )
 
 
 def _pipes(run: ReportedRun) -> Body | None:
@@ -404,15 +483,22 @@ def _caches(run: ReportedRun) -> Body | None:
     parts = []
     for level, rows in frame.groupby("level"):
         low = rows.loc[rows["hit_rate_pct"].idxmin()]
-        parts.append(f"{level} {units.percent(rows['hit_rate_pct'].min())} to "
-                     f"{units.percent(rows['hit_rate_pct'].max())} (lowest {low['layer']} {low['phase']})")
+        parts.append(
+            f"{level} {units.percent(rows['hit_rate_pct'].min())} to "
+            f"{units.percent(rows['hit_rate_pct'].max())} (lowest {low['layer']} {low['phase']})"
+        )
     over = frame[frame["hit_rate_pct"] > 100]
     if not over.empty:  # ncu's rates are not clamped: tracker/metrics.py says why, as `tracker metrics` does
-        parts.append(f"over 100 % in {', '.join(over['layer'] + ' ' + over['phase'])}: ncu's figures, not clamped, "
-                     "where hits and lookups were counted in different replay passes (tracker metrics l2_hit_rate)")
+        parts.append(
+            f"over 100 % in {', '.join(over['layer'] + ' ' + over['phase'])}: ncu's figures, not clamped, "
+            "where hits and lookups were counted in different replay passes (tracker metrics l2_hit_rate)"
+        )
     table = caches.hit_rates(run.store, run.id).drop(columns=["run_id", "layer_id", "kind"], errors="ignore")
-    return Body(bars.grouped(frame, "hit_rate_pct", "level", "Cache hit rates", run.sub, "hit rate"),
-                "hit rates: " + "; ".join(parts), table)
+    return Body(
+        bars.grouped(frame, "hit_rate_pct", "level", "Cache hit rates", run.sub, "hit rate"),
+        "hit rates: " + "; ".join(parts),
+        table,
+    )
 
 
 def _traffic(run: ReportedRun) -> Body | None:
@@ -421,10 +507,21 @@ def _traffic(run: ReportedRun) -> Body | None:
         return None
     by_level = frame.groupby("level")["transactions"].sum()
     finding = "transactions over the iteration: " + ", ".join(f"{lvl} {units.count(v)}" for lvl, v in by_level.items())
-    panels = [(c, label) for c, label in (("transactions", "sectors / wavefronts"), ("bytes_per_s", "throughput"))
-              if frame[c].notna().any()]
-    figure = bars.grouped(frame, panels[0][0], "level", "Transactions and throughput per memory level", run.sub,
-                          panels[0][1], log=True, panels=panels)
+    panels = [
+        (c, label)
+        for c, label in (("transactions", "sectors / wavefronts"), ("bytes_per_s", "throughput"))
+        if frame[c].notna().any()
+    ]
+    figure = bars.grouped(
+        frame,
+        panels[0][0],
+        "level",
+        "Transactions and throughput per memory level",
+        run.sub,
+        panels[0][1],
+        log=True,
+        panels=panels,
+    )
     return Body(figure, finding, frame.drop(columns=["layer_id"]))
 
 
@@ -434,10 +531,12 @@ def _levels(run: ReportedRun) -> Body | None:
     if frame.empty:
         return None
     top = _top(frame, "pct_of_peak")
-    finding = (f"closest to a peak: {top['level']} at {units.percent(top['pct_of_peak'])} in "
-               f"{top['layer']} {top['phase']}")
-    return Body(bars.grouped(frame, "pct_of_peak", "level", "Utilization per memory level", run.sub, "% of peak"),
-                finding)
+    finding = (
+        f"closest to a peak: {top['level']} at {units.percent(top['pct_of_peak'])} in {top['layer']} {top['phase']}"
+    )
+    return Body(
+        bars.grouped(frame, "pct_of_peak", "level", "Utilization per memory level", run.sub, "% of peak"), finding
+    )
 
 
 def _reconcile(run: ReportedRun) -> Body | None:
@@ -445,12 +544,16 @@ def _reconcile(run: ReportedRun) -> Body | None:
     if frame.empty or frame["flops_ratio"].isna().all():
         return None
     worst = _top(frame, "flops_ratio")
-    finding = (f"most FLOPs over the model: {worst['layer']} {worst['phase']} "
-               f"({units.ratio(worst['flops_ratio'])} the model's ops)")
+    finding = (
+        f"most FLOPs over the model: {worst['layer']} {worst['phase']} "
+        f"({units.ratio(worst['flops_ratio'])} the model's ops)"
+    )
     if frame["dram_ratio"].notna().any():
         excess = _top(frame, "dram_ratio")
-        finding += (f"; most DRAM traffic over the compulsory bytes: {excess['layer']} {excess['phase']} "
-                    f"({units.ratio(excess['dram_ratio'])})")
+        finding += (
+            f"; most DRAM traffic over the compulsory bytes: {excess['layer']} {excess['phase']} "
+            f"({units.ratio(excess['dram_ratio'])})"
+        )
     return Body(None, finding, frame.drop(columns=["run_id", "layer_id"]))
 
 
@@ -460,8 +563,11 @@ def _algorithms(run: ReportedRun) -> Body:
         return _empty("no launch names an algorithm (the model backend runs no kernel)")
     counts = frame.groupby("algorithm")["phase"].count().sort_values(ascending=False)
     conv = frame[frame["kind"] == "conv"]
-    finding = ("; ".join(f"{r.layer} {r.phase}: {r.algorithm}" for r in conv.itertuples()) if not conv.empty
-               else ", ".join(f"{name} in {n} layer phases" for name, n in counts.items()))
+    finding = (
+        "; ".join(f"{r.layer} {r.phase}: {r.algorithm}" for r in conv.itertuples())
+        if not conv.empty
+        else ", ".join(f"{name} in {n} layer phases" for name, n in counts.items())
+    )
     return Body(None, finding, frame.drop(columns=["layer_id"]))
 
 

@@ -12,15 +12,28 @@ from typing import Any
 
 # name -> the module of tracker.store that defines it
 _PUBLIC = {
-    "DEFAULT_DB": "db", "Store": "db", "open_store": "db", "resolve": "db",
+    "DEFAULT_DB": "db",
+    "Store": "db",
+    "open_store": "db",
+    "resolve": "db",
     "SCHEMA_VERSION": "lifecycle",
     "effective_status": "states",
-    "experiment_dict": "queries", "experiment_ids": "queries", "find_experiment": "queries", "find_run": "queries",
-    "launch_count": "queries", "launch_rows": "queries", "layer_rows": "queries", "list_runs": "queries",
-    "metric_rows": "queries", "run_dict": "queries", "why_empty": "queries",
+    "experiment_dict": "queries",
+    "experiment_ids": "queries",
+    "find_experiment": "queries",
+    "find_run": "queries",
+    "launch_count": "queries",
+    "launch_rows": "queries",
+    "layer_rows": "queries",
+    "list_runs": "queries",
+    "metric_rows": "queries",
+    "run_dict": "queries",
+    "why_empty": "queries",
     "recording_experiment": "experiments",
-    "RunWriter": "runs", "recording": "runs",
-    "query": "sql", "run_sql": "sql",
+    "RunWriter": "runs",
+    "recording": "runs",
+    "query": "sql",
+    "run_sql": "sql",
 }
 __all__ = sorted(_PUBLIC)
 

@@ -33,8 +33,14 @@ def _ddl(element) -> str:
 
 
 def schema_sql() -> str:
-    parts = [HEADER.format(version=SCHEMA_VERSION, what="tables", source="schema.py",
-                           note="SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.")]
+    parts = [
+        HEADER.format(
+            version=SCHEMA_VERSION,
+            what="tables",
+            source="schema.py",
+            note="SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.",
+        )
+    ]
     for table in Base.metadata.sorted_tables:
         model = next((m.class_ for m in Base.registry.mappers if m.local_table is table), None)
         docs = [f"  {c.name}: {c.doc}" for c in table.columns if c.doc]
@@ -46,8 +52,14 @@ def schema_sql() -> str:
 
 
 def views_sql() -> str:
-    parts = [HEADER.format(version=SCHEMA_VERSION, what="views", source="views.py",
-                           note="Portable SQL: the same views run on SQLite and PostgreSQL.")]
+    parts = [
+        HEADER.format(
+            version=SCHEMA_VERSION,
+            what="views",
+            source="views.py",
+            note="Portable SQL: the same views run on SQLite and PostgreSQL.",
+        )
+    ]
     parts += [_comment(view.doc) + view.create() + ";\n" for view in VIEWS]
     return "\n".join(parts)
 

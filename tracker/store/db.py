@@ -18,12 +18,13 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from tracker.errors import StoreError, first_line, shorten
 from tracker.extras import install
@@ -42,12 +43,14 @@ BUSY_TIMEOUT_S = 60
 def _decoded(decode: Callable[[str], Any]) -> Callable[[bytes], Any]:
     """``decode`` of a stored value, or the value as text where it does not decode (a file from
     elsewhere is hostile input: a bad value is shown, never a crash)."""
+
     def convert(stored: bytes) -> Any:
         text = stored.decode(errors="replace")
         try:
             return decode(text)
         except (ValueError, RecursionError):  # RecursionError: JSON nested beyond Python's stack
             return text
+
     return convert
 
 
@@ -64,6 +67,7 @@ class Store:
     """An open trace store. A SQLite file is read through ``rows`` without SQLAlchemy, whose import
     alone takes longer than a read command may (``tracker runs`` in 0.3 s); the SQLAlchemy engine is
     made the first time something needs it (the ORM, a write, pandas)."""
+
     where: str  # the path, or the URL without its password, for messages
     writable: bool
     dialect: str  # the SQL it speaks: sqlite, postgresql, ...
@@ -144,8 +148,10 @@ def _open(db: str | None, write: bool, create: bool) -> Store:
         if not url.database or url.database == ":memory:":
             raise StoreError("an in-memory SQLite database cannot hold a trace; give a file path")
         if url.query:  # SQLite's own URI parameters (mode=ro, ...) would be silently ignored
-            raise StoreError(f"a SQLite URL takes no parameters ('?{shorten(str(url).partition('?')[2])}'): "
-                             "give sqlite:///PATH; tracker opens a store read-only itself where it only reads")
+            raise StoreError(
+                f"a SQLite URL takes no parameters ('?{shorten(str(url).partition('?')[2])}'): "
+                "give sqlite:///PATH; tracker opens a store read-only itself where it only reads"
+            )
         return _open_sqlite(_path(url.database), write, create)
     return _open_url(url, write, create)
 
@@ -154,8 +160,10 @@ def _path(name: str) -> Path:
     """A SQLite store's file: a path, never one of SQLite's own URIs ('file:trace.db?mode=ro'),
     which SQLite would read as a URI and tracker as a file of that name."""
     if name[:5].lower() == "file:":
-        raise StoreError(f"'{shorten(name)}' is a SQLite URI, not a path: give the database file's path, "
-                         "or a URL such as sqlite:///PATH or postgresql://...")
+        raise StoreError(
+            f"'{shorten(name)}' is a SQLite URI, not a path: give the database file's path, "
+            "or a URL such as sqlite:///PATH or postgresql://..."
+        )
     return expand(name, "cannot open", StoreError).absolute()
 
 
@@ -175,8 +183,13 @@ def _open_sqlite(path: Path, write: bool, create: bool) -> Store:
     uri = path.as_uri() if write else _read_uri(path)
 
     def connect(decoded: bool = False) -> sqlite3.Connection:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                               detect_types=sqlite3.PARSE_DECLTYPES if decoded else 0)
+        conn = sqlite3.connect(
+            uri,
+            uri=True,
+            timeout=BUSY_TIMEOUT_S,
+            isolation_level=None,
+            detect_types=sqlite3.PARSE_DECLTYPES if decoded else 0,
+        )
         if not write:
             conn.execute("PRAGMA query_only = ON")
             # ATTACH (and VACUUM INTO, which attaches) would create files even on a read-only connection
@@ -209,8 +222,12 @@ def _open_sqlite(path: Path, write: bool, create: bool) -> Store:
 
 def _sqlite_tables(conn: sqlite3.Connection) -> set[str]:
     """The file's tables, as SQLAlchemy lists them (SQLite's own, sqlite_*, left out)."""
-    return {name for (name,) in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite~_%' ESCAPE '~'")}
+    return {
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite~_%' ESCAPE '~'"
+        )
+    }
 
 
 def _sqlite_version(conn: sqlite3.Connection) -> int | None:
@@ -295,8 +312,9 @@ def _prepare(store: Store, create: bool) -> None:
             state = lifecycle.check(conn, store.where)
             conn.rollback()
             if state == "empty" and not create:
-                raise StoreError(f"{store.where} is not a tracker trace database (it holds no tables); "
-                                 "refusing to touch it")
+                raise StoreError(
+                    f"{store.where} is not a tracker trace database (it holds no tables); refusing to touch it"
+                )
             if state == "empty" and store.writable:
                 lifecycle.create(conn, store.where)
             elif state == "older" and store.writable:
@@ -315,6 +333,8 @@ def _prepare(store: Store, create: bool) -> None:
 def _refuse_older(store: Store, state: str) -> None:
     """A store opened to read must hold this tracker's schema: an older one is upgraded by a write."""
     if state == "older":
-        raise StoreError(f"{store.where} has an older trace schema than this tracker's "
-                         f"v{lifecycle.SCHEMA_VERSION}: `tracker upgrade --db {store.where}` adds what is new "
-                         "and keeps every run")
+        raise StoreError(
+            f"{store.where} has an older trace schema than this tracker's "
+            f"v{lifecycle.SCHEMA_VERSION}: `tracker upgrade --db {store.where}` adds what is new "
+            "and keeps every run"
+        )

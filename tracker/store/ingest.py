@@ -26,5 +26,6 @@ def bulk_insert(conn: Connection, table, rows: Sequence[dict], **shared: Any) ->
                 copy.write_row(row)
         return
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})",
-                         values)
+    conn.exec_driver_sql(
+        f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})", values
+    )

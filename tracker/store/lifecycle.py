@@ -3,8 +3,9 @@ empty one, migrate an older one to this version. Opening a store (``db.py``) dec
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from tracker import __version__
 from tracker.errors import StoreError
@@ -22,8 +23,7 @@ def check(conn: Connection, where: str) -> str:
     """``state`` of the database ``conn`` reaches."""
     from sqlalchemy import inspect, text
 
-    return state(set(inspect(conn).get_table_names()),
-                 lambda: conn.execute(text(VERSION_QUERY)).scalar(), where)
+    return state(set(inspect(conn).get_table_names()), lambda: conn.execute(text(VERSION_QUERY)).scalar(), where)
 
 
 def state(tables: set[str], version_of: Callable[[], int | None], where: str) -> str:
@@ -32,18 +32,24 @@ def state(tables: set[str], version_of: Callable[[], int | None], where: str) ->
     if not tables:
         return "empty"
     if "schema_info" not in tables:
-        raise StoreError(f"{where} is not a tracker trace database (it has tables but no schema_info); "
-                         "refusing to touch it")
+        raise StoreError(
+            f"{where} is not a tracker trace database (it has tables but no schema_info); refusing to touch it"
+        )
     version = version_of()
     if version is None:
-        raise StoreError(f"{where} is not a tracker trace database (its schema_info table is empty); "
-                         "refusing to touch it")
+        raise StoreError(
+            f"{where} is not a tracker trace database (its schema_info table is empty); refusing to touch it"
+        )
     if version > SCHEMA_VERSION:
-        raise StoreError(f"{where} has trace schema v{version}, newer than this tracker's v{SCHEMA_VERSION}: "
-                         "upgrade tracker to read it")
+        raise StoreError(
+            f"{where} has trace schema v{version}, newer than this tracker's v{SCHEMA_VERSION}: "
+            "upgrade tracker to read it"
+        )
     if version < MIGRATABLE_FROM:
-        raise StoreError(f"{where} has trace schema v{version}, older than this tracker's v{SCHEMA_VERSION}, "
-                         "and no migration exists from it")
+        raise StoreError(
+            f"{where} has trace schema v{version}, older than this tracker's v{SCHEMA_VERSION}, "
+            "and no migration exists from it"
+        )
     return "current" if version == SCHEMA_VERSION else "older"
 
 
@@ -72,25 +78,26 @@ def create(conn: Connection, where: str) -> None:
         for view in VIEWS:
             conn.exec_driver_sql(view.create())
         conn.execute(insert(MetricDefRow), metric_def_rows())
-        conn.execute(insert(SchemaInfo).values(
-            version=SCHEMA_VERSION, tracker_version=__version__, created_at=datetime.now(timezone.utc)))
+        conn.execute(
+            insert(SchemaInfo).values(version=SCHEMA_VERSION, tracker_version=__version__, created_at=datetime.now(UTC))
+        )
 
 
 def migrate(conn: Connection, where: str) -> None:
     """v2 -> v3 added tables (experiment, experiment_run) and a view (layer_time_repeat); v3 -> v4 the
-    per-run rollups (tracker/store/rollups.py), computed here for every stored run; v4 -> v5 the
-    GEMM tiles a run ran (run.tiles, NULL in older runs); v5 -> v6 the library arm (run.implementation,
-'ours' in older runs, and run.library; launch.algorithm and role; rollup_time.algorithm); v6 -> v7
-run.loaders ('async' in older runs); v7 -> v8 experiment_arm (an experiment's planned arms; older
-experiments have none); v8 -> v9 run.counter_iterations (pass 2 profiled every measured iteration
-before v9, so an older run with counters gets its repeat); v9 -> v10 views that list their rows in
-phase order (fwd, bwd_data, bwd_weight; views only); v10 -> v11 pass 2's collector in columns
-of its own (run.collector_version and collector_settings for run.ncu_*; metric_source, each run's
-names of its metrics, for metric_def's ncu and nvprof); v11 -> v12 run.tuned_variants (the variant
-`tracker tune` chose per layer phase; NULL in older runs); v12 -> v13 views that read tables, never
-another view, so that a one-run query reads that run's rows alone (views only). Create what is
-missing and recreate every view. Any write opening migrates (``tracker upgrade`` is one); a
-    read-only one refuses an older file."""
+        per-run rollups (tracker/store/rollups.py), computed here for every stored run; v4 -> v5 the
+        GEMM tiles a run ran (run.tiles, NULL in older runs); v5 -> v6 the library arm (run.implementation,
+    'ours' in older runs, and run.library; launch.algorithm and role; rollup_time.algorithm); v6 -> v7
+    run.loaders ('async' in older runs); v7 -> v8 experiment_arm (an experiment's planned arms; older
+    experiments have none); v8 -> v9 run.counter_iterations (pass 2 profiled every measured iteration
+    before v9, so an older run with counters gets its repeat); v9 -> v10 views that list their rows in
+    phase order (fwd, bwd_data, bwd_weight; views only); v10 -> v11 pass 2's collector in columns
+    of its own (run.collector_version and collector_settings for run.ncu_*; metric_source, each run's
+    names of its metrics, for metric_def's ncu and nvprof); v11 -> v12 run.tuned_variants (the variant
+    `tracker tune` chose per layer phase; NULL in older runs); v12 -> v13 views that read tables, never
+    another view, so that a one-run query reads that run's rows alone (views only). Create what is
+    missing and recreate every view. Any write opening migrates (``tracker upgrade`` is one); a
+        read-only one refuses an older file."""
     from sqlalchemy import text, update
 
     from tracker.store import rollups
@@ -131,13 +138,21 @@ def _move_to_collector_columns(conn: Connection) -> None:
     if "ncu_version" in {c["name"] for c in inspect(conn).get_columns("run")}:
         ran = conn.exec_driver_sql(f"SELECT id, {', '.join(NCU_RUN_COLUMNS)} FROM run WHERE ncu_version IS NOT NULL")
         for run_id, version, replay, cache, clock in ran.all():
-            conn.execute(update(Run).where(Run.id == run_id).values(collector_version=version, collector_settings=dict(
-                replay_mode=replay, cache_control=cache, clock_control=clock)))
+            conn.execute(
+                update(Run)
+                .where(Run.id == run_id)
+                .values(
+                    collector_version=version,
+                    collector_settings=dict(replay_mode=replay, cache_control=cache, clock_control=clock),
+                )
+            )
     if "ncu" in {c["name"] for c in inspect(conn).get_columns("metric_def")}:
         source = "CASE WHEN r.backend = 'nvprof' THEN d.nvprof ELSE d.ncu END"
-        conn.exec_driver_sql(f"INSERT INTO metric_source (run_id, name, source) SELECT DISTINCT m.run_id, m.name, "
-                             f"{source} FROM metric m JOIN run r ON r.id = m.run_id JOIN metric_def d ON d.name = m.name "
-                             f"WHERE {source} IS NOT NULL")
+        conn.exec_driver_sql(
+            f"INSERT INTO metric_source (run_id, name, source) SELECT DISTINCT m.run_id, m.name, "
+            f"{source} FROM metric m JOIN run r ON r.id = m.run_id JOIN metric_def d ON d.name = m.name "
+            f"WHERE {source} IS NOT NULL"
+        )
 
 
 def _drop_columns(conn: Connection, columns: dict[str, tuple[str, ...]]) -> None:
@@ -154,8 +169,10 @@ def _drop_columns(conn: Connection, columns: dict[str, tuple[str, ...]]) -> None
 def _count_profiled_iterations(conn: Connection) -> None:
     """v9's run.counter_iterations for the runs before it: every measured iteration of a run that
     holds counters (pass 2 profiled them all), NULL where it holds none."""
-    conn.exec_driver_sql("UPDATE run SET counter_iterations = repeat WHERE counter_iterations IS NULL "
-                         "AND EXISTS (SELECT 1 FROM metric m WHERE m.run_id = run.id)")
+    conn.exec_driver_sql(
+        "UPDATE run SET counter_iterations = repeat WHERE counter_iterations IS NULL "
+        "AND EXISTS (SELECT 1 FROM metric m WHERE m.run_id = run.id)"
+    )
 
 
 def _add_missing_columns(conn: Connection) -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tracker.errors import MAX_DIGITS, StoreError, is_digits
 from tracker.phases import order_sql
@@ -21,8 +22,22 @@ from tracker.store.states import OPEN, arm_state, effective_status
 if TYPE_CHECKING:
     import pandas as pd
 
-RUN_LIST_COLUMNS = ("run_id", "status", "network", "batch", "phases", "backend", "device_name",
-                    "started_at", "layers", "launches", "counter_iterations", "ops", "predicted_ms", "measured_ms")
+RUN_LIST_COLUMNS = (
+    "run_id",
+    "status",
+    "network",
+    "batch",
+    "phases",
+    "backend",
+    "device_name",
+    "started_at",
+    "layers",
+    "launches",
+    "counter_iterations",
+    "ops",
+    "predicted_ms",
+    "measured_ms",
+)
 
 
 def relations() -> frozenset[str]:
@@ -47,8 +62,11 @@ def why_empty(store: Store, statement: str) -> str | None:
         return None
     holds = "counters" if named in COUNTERS else "measurements"
     asked = _run_ids(statement)
-    runs = [run for run in _records(store, "SELECT id, backend, counter_iterations FROM run ORDER BY id")
-            if asked is None or run.id in asked]
+    runs = [
+        run
+        for run in _records(store, "SELECT id, backend, counter_iterations FROM run ORDER BY id")
+        if asked is None or run.id in asked
+    ]
     if not runs:
         which = "" if asked is None else f"{'s' if len(asked) > 1 else ''} {', '.join(map(str, sorted(asked)))}"
         return f"{named} holds {holds}, and the store holds no run{which}"
@@ -119,8 +137,10 @@ def _number(value: Decimal) -> int | float | str:
 
 
 def _rows(store: Store, sql: str, **params) -> list[dict]:
-    return [{k: plain(_timestamp(v) if k.endswith("_at") else v) for k, v in row.items()}
-            for row in store.rows(sql, **params)]
+    return [
+        {k: plain(_timestamp(v) if k.endswith("_at") else v) for k, v in row.items()}
+        for row in store.rows(sql, **params)
+    ]
 
 
 def _records(store: Store, sql: str, **params) -> list[SimpleNamespace]:
@@ -154,7 +174,9 @@ def _timestamp(value: Any) -> Any:
 
 def list_runs(store: Store) -> list[dict]:
     """Every run, newest last, with its effective status (dead ``running`` runs: ``interrupted``)."""
-    runs = {run.id: effective_status(run) for run in _records(store, "SELECT id, status, host, pid, process_start FROM run")}
+    runs = {
+        run.id: effective_status(run) for run in _records(store, "SELECT id, status, host, pid, process_start FROM run")
+    }
     rows = _rows(store, f"SELECT {', '.join(RUN_LIST_COLUMNS)} FROM run_summary ORDER BY run_id")
     for row in rows:
         row["status"] = runs[row["run_id"]]
@@ -185,10 +207,11 @@ def layer_rows(store: Store, run_id: int) -> list[dict]:
     """The layer_phase view for one run: prediction and measurement per layer and phase, with the
     median over repeats of each phase's time and its spread ((max - min) / median, in %) as the
     run's rollup holds them (layer_time)."""
-    rows = _rows(store, f"SELECT * FROM layer_phase WHERE run_id = :run ORDER BY layer_id, {order_sql()}",
-                 run=run_id)
-    spreads = {(t["layer_id"], t["phase"]): t["spread_pct"]
-               for t in _rows(store, "SELECT layer_id, phase, spread_pct FROM layer_time WHERE run_id = :run", run=run_id)}
+    rows = _rows(store, f"SELECT * FROM layer_phase WHERE run_id = :run ORDER BY layer_id, {order_sql()}", run=run_id)
+    spreads = {
+        (t["layer_id"], t["phase"]): t["spread_pct"]
+        for t in _rows(store, "SELECT layer_id, phase, spread_pct FROM layer_time WHERE run_id = :run", run=run_id)
+    }
     for row in rows:
         row["median_ms"] = row["measured_ms"]
         row["spread_pct"] = spreads.get((row["layer_id"], row["phase"]))
@@ -205,8 +228,9 @@ def launch_count(store: Store, run_id: int) -> int:
 
 
 def metric_rows(store: Store, run_id: int) -> list[dict]:
-    return store.rows("SELECT invocation, name, value FROM metric WHERE run_id = :run ORDER BY invocation, name",
-                      run=run_id)
+    return store.rows(
+        "SELECT invocation, name, value FROM metric WHERE run_id = :run ORDER BY invocation, name", run=run_id
+    )
 
 
 def view_frame(store: Store, name: str, run_id: int | None = None) -> pd.DataFrame:
@@ -229,7 +253,8 @@ _EXPERIMENT_RUNS = (
     "r.batch, r.l1_bypass, r.loaders, r.variants, r.backend, r.device_name, a.gpu FROM experiment_run e "
     "JOIN run r ON r.id = e.run_id LEFT JOIN experiment_arm a ON a.experiment_id = e.experiment_id "
     "AND a.position = e.position WHERE e.experiment_id = :e AND (a.position IS NULL OR a.run_id = e.run_id) "
-    "ORDER BY e.position, r.id")
+    "ORDER BY e.position, r.id"
+)
 
 
 def experiment_runs(store: Store, experiment_id: int) -> pd.DataFrame:
@@ -250,25 +275,39 @@ def experiment_arm_runs(store: Store, experiment_id: int) -> list[tuple[str, int
     return [(row["arm"], row["run_id"]) for row in store.rows(_EXPERIMENT_RUNS, e=experiment_id)]
 
 
-def latest_library_run(store: Store, network: str, batch: int, device_name: str | None,
-                       cudnn_benchmark: bool = False) -> int | None:
+def latest_library_run(
+    store: Store, network: str, batch: int, device_name: str | None, cudnn_benchmark: bool = False
+) -> int | None:
     """The newest complete measured run of ``network`` at ``batch`` on ``device_name`` that a
     library ran (``--impl torch``), with cuDNN's heuristic or (``cudnn_benchmark``) its fastest, or None."""
     device = "device_name IS NULL" if device_name is None else "device_name = :device"
-    found = store.rows(f"SELECT id, library FROM run WHERE network = :network AND batch = :batch AND {device} "
-                       "AND status = 'complete' AND implementation <> 'ours' AND backend <> 'model' "
-                       "ORDER BY id DESC", network=network, batch=batch, device=device_name)
-    return next((row["id"] for row in found
-                 if bool((row["library"] or {}).get("cudnn_benchmark")) == cudnn_benchmark), None)
+    found = store.rows(
+        f"SELECT id, library FROM run WHERE network = :network AND batch = :batch AND {device} "
+        "AND status = 'complete' AND implementation <> 'ours' AND backend <> 'model' "
+        "ORDER BY id DESC",
+        network=network,
+        batch=batch,
+        device=device_name,
+    )
+    return next(
+        (row["id"] for row in found if bool((row["library"] or {}).get("cudnn_benchmark")) == cudnn_benchmark), None
+    )
 
 
 # Experiments
 
+
 def find_experiment(store: Store, ref: str | int) -> SimpleNamespace:
     """An experiment's record by id ('2' or 'e2'), or the newest with 'last'."""
     text = str(ref).lower()
-    return _find(store, "experiment", text if text in ("last", "latest") else text.removeprefix("e"),
-                 "experiment", "e.g. e2, or 'last'", "tracker experiments")
+    return _find(
+        store,
+        "experiment",
+        text if text in ("last", "latest") else text.removeprefix("e"),
+        "experiment",
+        "e.g. e2, or 'last'",
+        "tracker experiments",
+    )
 
 
 def experiment_ids(store: Store) -> list[int]:
@@ -292,8 +331,9 @@ def arm_rows(store: Store, experiment_id: int) -> list[SimpleNamespace]:
 
 
 def find_arm(store: Store, experiment_id: int, position: int) -> SimpleNamespace:
-    found = _records(store, "SELECT * FROM experiment_arm WHERE experiment_id = :e AND position = :p",
-                     e=experiment_id, p=position)
+    found = _records(
+        store, "SELECT * FROM experiment_arm WHERE experiment_id = :e AND position = :p", e=experiment_id, p=position
+    )
     if not found:
         raise StoreError(f"experiment {experiment_id} has no arm {position} in {store.where}")
     return found[0]

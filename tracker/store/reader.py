@@ -26,8 +26,10 @@ DEFAULT_READER = "tracker_reader"
 # Predefined roles whose members reach beyond the database (PostgreSQL 11 and later).
 BEYOND = ("pg_read_server_files", "pg_write_server_files", "pg_execute_server_program", "pg_signal_backend")
 _WRITES = "INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER"
-_HOW = (f"give a role that can only read with --reader-url URL or ${READER_ENV} "
-        "(`tracker reader-role --db URL` prints how to make one)")
+_HOW = (
+    f"give a role that can only read with --reader-url URL or ${READER_ENV} "
+    "(`tracker reader-role --db URL` prints how to make one)"
+)
 
 # What a reader's sessions may spend on the server, set on its role so that they hold for every
 # session it opens, through tracker or not (tracker sql sets each statement's own time limit
@@ -89,26 +91,39 @@ def refuse_privileged(cursor: Any) -> None:
     user = rows[0][0] if rows else "?"
     for name, superuser, creates_roles, beyond, writes in rows:
         through = "" if name == user else f" through its membership in '{name}'"
-        why = ("is a superuser" if superuser else "may create roles" if creates_roles else
-               f"reaches {_REACHES[name]}" if beyond else "writes the store" if writes else "")
+        why = (
+            "is a superuser"
+            if superuser
+            else "may create roles"
+            if creates_roles
+            else f"reaches {_REACHES[name]}"
+            if beyond
+            else "writes the store"
+            if writes
+            else ""
+        )
         if why:
-            raise StoreError(f"refused: tracker sql runs queries only as a role that can only read, and "
-                             f"'{user}' {why}{through}: {_HOW}")
+            raise StoreError(
+                f"refused: tracker sql runs queries only as a role that can only read, and "
+                f"'{user}' {why}{through}: {_HOW}"
+            )
     refuse_role_change(cursor)
     sent = [name for (name,) in cursor.execute(_SENT, {"allowed": [*CONNECTION_SETTINGS, _OWN_SETTING]}).fetchall()]
     if sent:
-        raise StoreError(_settings_refused("the connection (its options, a service, or libpq's environment)",
-                                           sent[0]))
+        raise StoreError(_settings_refused("the connection (its options, a service, or libpq's environment)", sent[0]))
 
 
 def refuse_role_change(cursor: Any) -> None:
     """The session's pin: refuse it where it runs as another role than its login's, or where its
     transaction may write."""
     current, session, read_only = cursor.execute(
-        "SELECT current_user, session_user, current_setting('transaction_read_only')").fetchone()
+        "SELECT current_user, session_user, current_setting('transaction_read_only')"
+    ).fetchone()
     if current != session:
-        raise StoreError(f"refused: tracker sql runs a query only as the role it logged in as, and this session "
-                         f"of '{session}' runs as '{current}'")
+        raise StoreError(
+            f"refused: tracker sql runs a query only as the role it logged in as, and this session "
+            f"of '{session}' runs as '{current}'"
+        )
     if read_only != "on":
         raise StoreError("refused: tracker sql runs a query only in a read-only transaction")
 
@@ -119,8 +134,10 @@ def unbounded(cursor: Any) -> str | None:
     if not missing:
         return None
     user = cursor.execute("SELECT session_user").fetchone()[0]
-    return (f"the reader '{user}' has no role setting for {', '.join(missing)}, which bound what its queries "
-            "may spend on the server: `tracker reader-role --db URL` prints them")
+    return (
+        f"the reader '{user}' has no role setting for {', '.join(missing)}, which bound what its queries "
+        "may spend on the server: `tracker reader-role --db URL` prints them"
+    )
 
 
 def refuse_connection_settings(url: Any) -> None:
@@ -130,16 +147,23 @@ def refuse_connection_settings(url: Any) -> None:
     if url.get_backend_name() != "postgresql":
         return
     options = url.query.get("options", ())
-    sources = [("the connection URL's options", " ".join((options,) if isinstance(options, str) else options)),
-               ("$PGOPTIONS", os.environ.get("PGOPTIONS", ""))]
+    sources = [
+        ("the connection URL's options", " ".join((options,) if isinstance(options, str) else options)),
+        ("$PGOPTIONS", os.environ.get("PGOPTIONS", "")),
+    ]
     for source, value in sources:
         for name in _options_set(value):
             if name not in CONNECTION_SETTINGS:
                 raise StoreError(_settings_refused(source, name))
-    for source, service in (("the connection URL", url.query.get("service")), ("$PGSERVICE", os.environ.get("PGSERVICE"))):
+    for source, service in (
+        ("the connection URL", url.query.get("service")),
+        ("$PGSERVICE", os.environ.get("PGSERVICE")),
+    ):
         if service:
-            raise StoreError(f"refused: {source} names a connection service, whose file may set a role or settings "
-                             "tracker sql takes from no connection: give the reader's URL in full")
+            raise StoreError(
+                f"refused: {source} names a connection service, whose file may set a role or settings "
+                "tracker sql takes from no connection: give the reader's URL in full"
+            )
 
 
 def _options_set(options: str) -> list[str]:
@@ -154,12 +178,18 @@ def _options_set(options: str) -> list[str]:
 
 
 def _settings_refused(source: str, name: str) -> str:
-    return (f"refused: {name} is set by {source}, and tracker sql takes no setting from a connection but "
-            f"{', '.join(CONNECTION_SETTINGS)} (a reader's role settings bound what it spends): leave it out")
+    return (
+        f"refused: {name} is set by {source}, and tracker sql takes no setting from a connection but "
+        f"{', '.join(CONNECTION_SETTINGS)} (a reader's role settings bound what it spends): leave it out"
+    )
 
 
-_REACHES = {"pg_read_server_files": "the server's files", "pg_write_server_files": "the server's files",
-            "pg_execute_server_program": "the server's programs", "pg_signal_backend": "other sessions"}
+_REACHES = {
+    "pg_read_server_files": "the server's files",
+    "pg_write_server_files": "the server's files",
+    "pg_execute_server_program": "the server's programs",
+    "pg_signal_backend": "other sessions",
+}
 
 
 def reader_url(reader: str | None) -> str | None:
@@ -178,8 +208,14 @@ def role_sql(name: str, schema: str, database: str, owner: str | None = None) ->
     if not _NAME.fullmatch(name):
         raise StoreError(f"the role name '{name}' must be lower-case letters, digits and _ (e.g. {DEFAULT_READER})")
     quoted_schema, quoted_db = _quoted(schema), _quoted(database)
-    later = [] if owner is None else [
-        f"ALTER DEFAULT PRIVILEGES FOR ROLE {_quoted(owner)} IN SCHEMA {quoted_schema} GRANT SELECT ON TABLES TO {name}"]
+    later = (
+        []
+        if owner is None
+        else [
+            f"ALTER DEFAULT PRIVILEGES FOR ROLE {_quoted(owner)} IN SCHEMA {quoted_schema} "
+            f"GRANT SELECT ON TABLES TO {name}"
+        ]
+    )
     return [
         f"CREATE ROLE {name} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT",
         *(f"ALTER ROLE {name} SET {setting} = '{value}'" for setting, value in READER_SETTINGS.items()),
@@ -199,13 +235,16 @@ def reader_statements(store: Any, name: str) -> list[str]:
     tables. A superuser owner gets no default privileges: what it makes later in the schema need
     not be the store's (run tracker reader-role again after an upgrade)."""
     if store.dialect != "postgresql":
-        raise StoreError("tracker reader-role is for a PostgreSQL store (--db postgresql://...); "
-                         "tracker sql reads a SQLite file through a read-only connection already")
+        raise StoreError(
+            "tracker reader-role is for a PostgreSQL store (--db postgresql://...); "
+            "tracker sql reads a SQLite file through a read-only connection already"
+        )
     with store.engine.connect() as conn:
         database, schema, owner, superuser = conn.exec_driver_sql(
             "SELECT current_database(), n.nspname, o.rolname, o.rolsuper FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_roles o ON o.oid = c.relowner "
-            "WHERE c.oid = to_regclass('run')").one()
+            "WHERE c.oid = to_regclass('run')"
+        ).one()
     return role_sql(name, schema, database, None if superuser else owner)
 
 
@@ -222,5 +261,7 @@ def apply(store: Any, name: str, statements: list[str]) -> None:
                 conn.exec_driver_sql(statement)
     except DBAPIError as exc:
         message = (str(exc.orig or exc).strip().splitlines() or ["failed"])[0]
-        raise StoreError(f"cannot make the role {name} as {store.where}'s role: {message} (run tracker "
-                         "reader-role without --apply and give its SQL to a superuser)") from None
+        raise StoreError(
+            f"cannot make the role {name} as {store.where}'s role: {message} (run tracker "
+            "reader-role without --apply and give its SQL to a superuser)"
+        ) from None

@@ -16,7 +16,7 @@ over measured iterations: the median, min, max, count and spread ((max - min) as
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -26,8 +26,14 @@ from tracker.stats import over_repeats
 from tracker.store.ingest import bulk_insert
 from tracker.store.schema import Base
 
-TABLES = ("rollup_time", "rollup_launch", "rollup_metric_repeat", "rollup_metric", "rollup_stall",
-          "rollup_stall_category")
+TABLES = (
+    "rollup_time",
+    "rollup_launch",
+    "rollup_metric_repeat",
+    "rollup_metric",
+    "rollup_stall",
+    "rollup_stall_category",
+)
 STALL_CATEGORY = {m.name: m.category for m in STALLS}
 ROLLUP = {m.name: (m.rollup, m.rollup.removeprefix("weighted:")) for m in CATALOG}  # name -> (kind, weight)
 
@@ -50,10 +56,19 @@ def _time(launches: list[dict]) -> list[dict]:
     rows = []
     for key in count:
         stats = over_repeats(sum(times) for times in per_repeat[key].values())
-        rows.append({"layer_id": key[0], "phase": key[1], "launches": count[key] // len(repeats[key]),
-                     "measured_ms": stats and stats.median, "min_ms": stats and stats.min,
-                     "max_ms": stats and stats.max, "repeats": stats.repeats if stats else 0,
-                     "spread_pct": stats and stats.spread_pct, "algorithm": algorithm.get(key)})
+        rows.append(
+            {
+                "layer_id": key[0],
+                "phase": key[1],
+                "launches": count[key] // len(repeats[key]),
+                "measured_ms": stats and stats.median,
+                "min_ms": stats and stats.min,
+                "max_ms": stats and stats.max,
+                "repeats": stats.repeats if stats else 0,
+                "spread_pct": stats and stats.spread_pct,
+                "algorithm": algorithm.get(key),
+            }
+        )
     return rows
 
 
@@ -88,8 +103,12 @@ def _group(group: list[dict]) -> dict:
     """Each metric over one layer phase's launches in one iteration (``group``: each launch's
     values by name), as ``_rolled`` says."""
     names = group[0].keys() if len(group) == 1 else sorted({name for values in group for name in values})
-    return {name: _rolled(ROLLUP[name][0], [values.get(name) for values in group],
-                          [values.get(ROLLUP[name][1]) for values in group]) for name in names}
+    return {
+        name: _rolled(
+            ROLLUP[name][0], [values.get(name) for values in group], [values.get(ROLLUP[name][1]) for values in group]
+        )
+        for name in names
+    }
 
 
 def _metrics(launches: list[dict], metrics: Sequence[dict]) -> dict[str, list[dict]]:
@@ -111,12 +130,26 @@ def _metrics(launches: list[dict], metrics: Sequence[dict]) -> dict[str, list[di
     for (layer_id, phase, name), series in per_phase.items():
         stats = over_repeats(series)
         if stats:
-            medians.append({"layer_id": layer_id, "phase": phase, "name": name, "value": stats.median,
-                            "min_value": stats.min, "max_value": stats.max, "repeats": stats.repeats,
-                            "spread_pct": stats.spread_pct})
+            medians.append(
+                {
+                    "layer_id": layer_id,
+                    "phase": phase,
+                    "name": name,
+                    "value": stats.median,
+                    "min_value": stats.min,
+                    "max_value": stats.max,
+                    "repeats": stats.repeats,
+                    "spread_pct": stats.spread_pct,
+                }
+            )
     stalls, categories = _stalls(medians)
-    return {"rollup_launch": wide, "rollup_metric_repeat": per_repeat, "rollup_metric": medians,
-            "rollup_stall": stalls, "rollup_stall_category": categories}
+    return {
+        "rollup_launch": wide,
+        "rollup_metric_repeat": per_repeat,
+        "rollup_metric": medians,
+        "rollup_stall": stalls,
+        "rollup_stall_category": categories,
+    }
 
 
 def _stalls(medians: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -133,14 +166,19 @@ def _stalls(medians: list[dict]) -> tuple[list[dict], list[dict]]:
         for row in rows:
             share = row["value"] / total if total else None
             category = STALL_CATEGORY[row["name"]]
-            stalls.append({"layer_id": layer_id, "phase": phase, "name": row["name"], "category": category,
-                           "share": share})
+            stalls.append(
+                {"layer_id": layer_id, "phase": phase, "name": row["name"], "category": category, "share": share}
+            )
             shares[category].append(share)
-        summed = {c: (sum(s for s in v if s is not None) if any(s is not None for s in v) else None)
-                  for c, v in shares.items()}
+        summed = {
+            c: (sum(s for s in v if s is not None) if any(s is not None for s in v) else None)
+            for c, v in shares.items()
+        }
         ranked = sorted(summed, key=lambda c: (summed[c] is None, -(summed[c] or 0), c))
-        categories += [{"layer_id": layer_id, "phase": phase, "category": c, "share": summed[c], "place": i}
-                       for i, c in enumerate(ranked, 1)]
+        categories += [
+            {"layer_id": layer_id, "phase": phase, "category": c, "share": summed[c], "place": i}
+            for i, c in enumerate(ranked, 1)
+        ]
     return stalls, categories
 
 
@@ -158,10 +196,18 @@ def rebuild(conn: Connection) -> int:
     """Every stored run's rollups (a migration from a schema without them); how many runs."""
     runs = [row[0] for row in conn.execute(text("SELECT DISTINCT run_id FROM launch"))]
     for run_id in runs:
-        launches = [dict(row._mapping) for row in conn.execute(
-            text("SELECT invocation, layer_id, phase, repeat, time_ms, algorithm FROM launch WHERE run_id = :run"),
-            {"run": run_id})]
-        metrics = [dict(row._mapping) for row in conn.execute(
-            text("SELECT invocation, name, value FROM metric WHERE run_id = :run"), {"run": run_id})]
+        launches = [
+            dict(row._mapping)
+            for row in conn.execute(
+                text("SELECT invocation, layer_id, phase, repeat, time_ms, algorithm FROM launch WHERE run_id = :run"),
+                {"run": run_id},
+            )
+        ]
+        metrics = [
+            dict(row._mapping)
+            for row in conn.execute(
+                text("SELECT invocation, name, value FROM metric WHERE run_id = :run"), {"run": run_id}
+            )
+        ]
         write(conn, run_id, launches, metrics)
     return len(runs)

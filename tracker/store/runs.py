@@ -10,26 +10,26 @@ gone.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 
 from sqlalchemy import Connection, update
 
 from tracker import __version__
 from tracker.model import Prediction
 from tracker.nets import Network
+from tracker.processes import this_process
+from tracker.signals import held, interruptible
 from tracker.store import rollups
 from tracker.store.db import Store
 from tracker.store.ingest import bulk_insert
-from tracker.processes import this_process
-from tracker.signals import held, interruptible
 from tracker.store.schema import Launch, Layer, Metric, MetricSource, Run
 from tracker.store.schema import Prediction as PredictionRow
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class RunWriter:
@@ -42,17 +42,34 @@ class RunWriter:
     def add_layers(self, net: Network, predictions: list[Prediction]) -> None:
         with self.store.session() as session:
             session.add_all(
-                Layer(run_id=self.run_id, layer_id=layer.id, name=layer.name, kind=layer.kind,
-                      attributes=layer.op.attrs(), inputs=list(layer.inputs),
-                      input_shapes=[list(s) for s in layer.input_shapes],
-                      output_shape=list(layer.output_shape), params=layer.params)
+                Layer(
+                    run_id=self.run_id,
+                    layer_id=layer.id,
+                    name=layer.name,
+                    kind=layer.kind,
+                    attributes=layer.op.attrs(),
+                    inputs=list(layer.inputs),
+                    input_shapes=[list(s) for s in layer.input_shapes],
+                    output_shape=list(layer.output_shape),
+                    params=layer.params,
+                )
                 for layer in net.layers
             )
             session.flush()  # layers before the predictions that reference them
             session.add_all(
-                PredictionRow(run_id=self.run_id, layer_id=p.layer_id, phase=p.phase, macs=p.macs, ops=p.ops,
-                              bytes=p.bytes, intensity=p.intensity, attainable_gflops=p.attainable_gflops,
-                              predicted_ms=p.predicted_ms, bound=p.bound, convention=p.convention)
+                PredictionRow(
+                    run_id=self.run_id,
+                    layer_id=p.layer_id,
+                    phase=p.phase,
+                    macs=p.macs,
+                    ops=p.ops,
+                    bytes=p.bytes,
+                    intensity=p.intensity,
+                    attainable_gflops=p.attainable_gflops,
+                    predicted_ms=p.predicted_ms,
+                    bound=p.bound,
+                    convention=p.convention,
+                )
                 for p in predictions
             )
 
@@ -64,8 +81,9 @@ class RunWriter:
             bulk_insert(conn, Launch.__table__, rows, run_id=self.run_id)
             self._counters(conn, rows, metrics, {})
 
-    def add_counters(self, launches: list[dict], metrics: Sequence[dict], sources: Mapping[str, str] = {},
-                     **fields) -> None:
+    def add_counters(
+        self, launches: list[dict], metrics: Sequence[dict], sources: Mapping[str, str] = {}, **fields
+    ) -> None:
         """Pass 2's counters on launches already stored (``launches``: their rows, as
         ``add_launches`` was given them), the collector's name of each metric (``sources``) and the
         run fields that say how they were collected: one transaction, so a run holds all of its
@@ -73,13 +91,17 @@ class RunWriter:
         with self.store.begin() as conn:
             self._counters(conn, launches, metrics, sources, **fields)
 
-    def _counters(self, conn: Connection, launches: list[dict], metrics: Sequence[dict], sources: Mapping[str, str],
-                  **fields) -> None:
+    def _counters(
+        self, conn: Connection, launches: list[dict], metrics: Sequence[dict], sources: Mapping[str, str], **fields
+    ) -> None:
         """The counters, their sources, the rollups rewritten with them, and on the run ``fields``
         and counter_iterations: how many measured iterations carry counters (NULL: none)."""
         bulk_insert(conn, Metric.__table__, metrics, run_id=self.run_id)
-        bulk_insert(conn, MetricSource.__table__, [dict(run_id=self.run_id, name=name, source=source)
-                                                   for name, source in sorted(sources.items())])
+        bulk_insert(
+            conn,
+            MetricSource.__table__,
+            [dict(run_id=self.run_id, name=name, source=source) for name, source in sorted(sources.items())],
+        )
         rollups.write(conn, self.run_id, launches, metrics)
         counted = {row["invocation"] for row in metrics}
         iterations = len({row["repeat"] for row in launches if row["invocation"] in counted})

@@ -30,10 +30,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from tracker.phases import PHASES
 from tracker.metrics import CATALOG
+from tracker.phases import PHASES
 from tracker.store.states import ARM_STATES, STATUSES
-
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -76,20 +75,27 @@ class Run(Base):
     variants: Mapped[dict[str, Any]] = mapped_column(doc="op -> kernel variant")
     tiles: Mapped[dict[str, Any] | None] = mapped_column(
         doc="'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default "
-            "({}: every default); NULL: nothing ran (model) or recorded before schema v5")
+        "({}: every default); NULL: nothing ran (model) or recorded before schema v5"
+    )
     tuned_variants: Mapped[dict[str, Any] | None] = mapped_column(
         doc="'layer/phase' -> the variant it ran where `tracker tune`'s fastest differs from the plan's "
-            "(run.variants): Winograd, FFT or another GEMM ({}: the plan's everywhere); NULL: nothing ran "
-            "(model) or recorded before schema v12")
+        "(run.variants): Winograd, FFT or another GEMM ({}: the plan's everywhere); NULL: nothing ran "
+        "(model) or recorded before schema v12"
+    )
     l1_bypass: Mapped[bool]
     implementation: Mapped[str] = mapped_column(
-        server_default="ours", doc="ours (tracker's kernels) or torch (PyTorch: cuDNN and cuBLAS); ours before schema v6")
+        server_default="ours",
+        doc="ours (tracker's kernels) or torch (PyTorch: cuDNN and cuBLAS); ours before schema v6",
+    )
     loaders: Mapped[str] = mapped_column(
-        server_default="async", doc="how our GEMM kernels fill shared memory: async (cp.async, the default build), "
-            "staged (through registers: the L1-bypass build, and --staged with L1 cached) or library (--impl "
-            "torch); async before schema v7")
+        server_default="async",
+        doc="how our GEMM kernels fill shared memory: async (cp.async, the default build), "
+        "staged (through registers: the L1-bypass build, and --staged with L1 cached) or library (--impl "
+        "torch); async before schema v7",
+    )
     library: Mapped[dict[str, Any] | None] = mapped_column(
-        doc="the library arm's versions and settings (torch, cudnn, cublas, tf32, cudnn_benchmark); NULL for ours")
+        doc="the library arm's versions and settings (torch, cudnn, cublas, tf32, cudnn_benchmark); NULL for ours"
+    )
     backend: Mapped[str] = mapped_column(doc="ncu, nvprof, events or model")
     backend_reason: Mapped[str]
     device_name: Mapped[str | None] = mapped_column(doc="the GPU measured, or the catalog device predicted for")
@@ -101,12 +107,14 @@ class Run(Base):
     cuda_version: Mapped[str | None]
     collector_version: Mapped[str | None] = mapped_column(doc="pass 2's collector's version (its name is backend)")
     collector_settings: Mapped[dict[str, Any] | None] = mapped_column(
-        doc="how pass 2's collector ran (ncu: replay_mode, cache_control, clock_control); NULL without one")
+        doc="how pass 2's collector ran (ncu: replay_mode, cache_control, clock_control); NULL without one"
+    )
     repeat: Mapped[int] = mapped_column(doc="measured iterations per launch")
     counter_iterations: Mapped[int | None] = mapped_column(
         doc="how many measured iterations pass 2 (ncu, nvprof) collected counters from: the first ones, their "
-            "launches carrying the counters; NULL: the run holds no counters (model, events, or a pass 2 that "
-            "failed or was interrupted). Schema v9; older runs with counters had every iteration profiled")
+        "launches carrying the counters; NULL: the run holds no counters (model, events, or a pass 2 that "
+        "failed or was interrupted). Schema v9; older runs with counters had every iteration profiled"
+    )
     predicted_peak_bytes: Mapped[int | None] = mapped_column(doc="model's peak memory of one training step")
     measured_peak_bytes: Mapped[int | None] = mapped_column(doc="device memory high-water mark")
     command_line: Mapped[str]
@@ -187,12 +195,14 @@ class Launch(Base):
     time_ms: Mapped[float | None] = mapped_column(Float, doc="CUDA-event time")
     algorithm: Mapped[str | None] = mapped_column(
         doc="its layer phase's algorithm as the phase's kernel names say (direct, implicit_gemm, "
-            "implicit_precomp_gemm, gemm, winograd, winograd_nonfused, fft), ours and a library's alike; NULL where "
-            "no name says (an element-wise phase) and in runs recorded before schema v6")
+        "implicit_precomp_gemm, gemm, winograd, winograd_nonfused, fft), ours and a library's alike; NULL where "
+        "no name says (an element-wise phase) and in runs recorded before schema v6"
+    )
     role: Mapped[str | None] = mapped_column(
         doc="the kernel's part in its layer phase: math, or the work around it (transform, reduction, fill, "
-            "copy, offsets, epilogue, other; a library's copies and fills are logged as launches too, with no "
-            "grid); NULL in runs recorded before schema v6")
+        "copy, offsets, epilogue, other; a library's copies and fills are logged as launches too, with no "
+        "grid); NULL in runs recorded before schema v6"
+    )
 
 
 class MetricDefRow(Base):
@@ -231,8 +241,9 @@ class MetricSource(Base):
 
     run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
     name: Mapped[str] = mapped_column(ForeignKey("metric_def.name"), primary_key=True)
-    source: Mapped[str] = mapped_column(doc="the collector's name: ncu's lts__t_sector_hit_rate.pct, nvprof's "
-                                            "l2_tex_hit_rate")
+    source: Mapped[str] = mapped_column(
+        doc="the collector's name: ncu's lts__t_sector_hit_rate.pct, nvprof's l2_tex_hit_rate"
+    )
 
 
 class PerLayerPhase:
@@ -261,7 +272,8 @@ class RollupTime(PerLayerPhase, Base):
 # One row per profiled launch and a column per catalog metric (tracker/store/rollups.py). Its
 # columns follow the catalog, like the counter views: a migration recreates and refills it.
 rollup_launch = Table(
-    "rollup_launch", Base.metadata,
+    "rollup_launch",
+    Base.metadata,
     Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
     Column("invocation", Integer, primary_key=True, autoincrement=False),
     *(Column(m.name, Float) for m in CATALOG),
@@ -323,8 +335,10 @@ class Tuning(Base):
     `tracker tune` to a database made before it (an optional table: older trackers ignore it)."""
 
     __tablename__ = "tuning"
-    __table_args__ = (CheckConstraint(_in("phase", PHASES), name="tuning_phase"),
-                      Index("tuning_by_shape", "device_name", "op", "variant", "phase", "shape"))
+    __table_args__ = (
+        CheckConstraint(_in("phase", PHASES), name="tuning_phase"),
+        Index("tuning_by_shape", "device_name", "op", "variant", "phase", "shape"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     device_name: Mapped[str] = mapped_column(doc="the GPU measured (CUDA's name)")
@@ -357,7 +371,8 @@ class Experiment(Base):
     network: Mapped[str]
     network_options: Mapped[dict[str, Any]]
     settings: Mapped[dict[str, Any]] = mapped_column(
-        doc="batch(es), variants, gpus, backend, repeat, warmup, device, ncu settings, executor")
+        doc="batch(es), variants, gpus, backend, repeat, warmup, device, ncu settings, executor"
+    )
     command_line: Mapped[str]
     tracker_version: Mapped[str]
     started_at: Mapped[datetime]
@@ -398,7 +413,8 @@ class ExperimentArm(Base):
     baseline: Mapped[bool]
     spec: Mapped[dict[str, Any]] = mapped_column(
         doc="what the arm runs: arm (its label before the sweep's axes), batch, variants, l1_bypass, staged, "
-            "implementation")
+        "implementation"
+    )
     gpu: Mapped[str | None] = mapped_column(doc="the GPU kind asked for (--gpus); NULL: any")
     state: Mapped[str] = mapped_column(doc="queued, running, complete, failed or interrupted")
     executor: Mapped[str] = mapped_column(doc="local or slurm")
@@ -408,8 +424,9 @@ class ExperimentArm(Base):
     pid: Mapped[int | None]
     process_start: Mapped[str | None] = mapped_column(doc="start time of the process, to tell a reused pid")
     device_name: Mapped[str | None] = mapped_column(doc="the GPU measured, or the catalog device predicted for")
-    run_id: Mapped[int | None] = mapped_column(ForeignKey("run.id", ondelete="SET NULL"),
-                                               doc="its latest attempt's run")
+    run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("run.id", ondelete="SET NULL"), doc="its latest attempt's run"
+    )
     reason: Mapped[str | None] = mapped_column(Text, doc="why it failed or was interrupted")
     log_path: Mapped[str | None] = mapped_column(doc="where the engine writes its output")
     log: Mapped[str | None] = mapped_column(Text, doc="the last lines of its output, when it ended")

@@ -15,8 +15,7 @@ SHORT = FINAL[1:]  # failed, interrupted: an arm that ended without its run; a r
 def effective_status(row) -> str:
     """The stored status of a run or an experiment, except that a ``running`` one whose process is
     gone is ``interrupted``."""
-    if row.status == "running" and row.pid is not None and process_alive(row.host, row.pid,
-                                                                         row.process_start) is False:
+    if row.status == "running" and row.pid is not None and process_alive(row.host, row.pid, row.process_start) is False:
         return "interrupted"
     return row.status
 
@@ -24,7 +23,11 @@ def effective_status(row) -> str:
 def arm_state(arm) -> str:
     """The stored state, except that a running arm whose process on this host is gone is
     interrupted (as ``effective_status`` says of a run)."""
-    if arm.state == "running" and arm.pid is not None and arm.node is not None and process_alive(
-            arm.node, arm.pid, arm.process_start) is False:
+    if (
+        arm.state == "running"
+        and arm.pid is not None
+        and arm.node is not None
+        and process_alive(arm.node, arm.pid, arm.process_start) is False
+    ):
         return "interrupted"
     return arm.state

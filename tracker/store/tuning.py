@@ -3,7 +3,7 @@ one of a variant at a layer phase's shape on a GPU (``tracker.tune.best`` races 
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from sqlalchemy import insert, inspect, select
 
@@ -27,9 +27,21 @@ def fastest(store: Store, device_name: str, keys: Iterable[Key]) -> list[tuple[s
     with store.connect() as conn:
         if not inspect(conn).has_table(Tuning.__tablename__):
             return [None for _ in keys]
-        rows = [conn.execute(
-            select(Tuning.tile, Tuning.time_ms).where(
-                Tuning.device_name == device_name, Tuning.op == op, Tuning.variant == variant,
-                Tuning.phase == phase, Tuning.shape == shape, Tuning.verified.is_(True), Tuning.time_ms.is_not(None))
-            .order_by(Tuning.time_ms, Tuning.id).limit(1)).first() for op, variant, phase, shape in keys]
+        rows = [
+            conn.execute(
+                select(Tuning.tile, Tuning.time_ms)
+                .where(
+                    Tuning.device_name == device_name,
+                    Tuning.op == op,
+                    Tuning.variant == variant,
+                    Tuning.phase == phase,
+                    Tuning.shape == shape,
+                    Tuning.verified.is_(True),
+                    Tuning.time_ms.is_not(None),
+                )
+                .order_by(Tuning.time_ms, Tuning.id)
+                .limit(1)
+            ).first()
+            for op, variant, phase, shape in keys
+        ]
     return [None if row is None else (row.tile, row.time_ms) for row in rows]

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from tracker.metrics import BY_NAME, CATALOG, STALLS
 from tracker.phases import order_sql
 
-
 LAYER_PHASE = ("run_id", "layer_id", "phase")  # how the per-layer-phase views list their rows
 
 
@@ -38,7 +37,6 @@ class View:
         # Sorted outside the select: PostgreSQL takes no output column's alias inside an ORDER BY expression.
         keys = ", ".join(order_sql(f"v.{key}") if key == "phase" else f"v.{key}" for key in self.order)
         return f"CREATE VIEW {self.name} AS\nSELECT * FROM (\n{self.select.strip()}\n) v\nORDER BY {keys}"
-
 
 
 def _pivot(names, source: str = "s") -> str:
@@ -118,12 +116,22 @@ SELECT run_id, layer_id, phase, name, value, min_value, max_value, repeats, spre
         "layer_summary",
         "Per run, layer and phase (median over repeats): kernel time from ncu, FP32 FLOPs measured "
         "against the model's ops, and bytes per memory level against the model's compulsory bytes.",
-        _per_layer(f"""w.duration_ns * 1.0e-6 AS duration_ms, w.instructions,
+        _per_layer(
+            f"""w.duration_ns * 1.0e-6 AS duration_ms, w.instructions,
        {FLOPS} AS flops, p.ops AS model_ops, {_ratio(FLOPS, "p.ops")} AS flops_per_model_op,
        w.l1_bytes, w.shared_bytes, w.l2_bytes, {DRAM_BYTES} AS dram_bytes,
        p.bytes AS model_bytes, {_ratio(DRAM_BYTES, "p.bytes")} AS dram_per_model_byte""",
-                   ["duration_ns", "instructions", *FLOP_INPUTS, "l1_bytes", "shared_bytes", "l2_bytes",
-                    "dram_read_bytes", "dram_write_bytes"]),
+            [
+                "duration_ns",
+                "instructions",
+                *FLOP_INPUTS,
+                "l1_bytes",
+                "shared_bytes",
+                "l2_bytes",
+                "dram_read_bytes",
+                "dram_write_bytes",
+            ],
+        ),
     ),
     View(
         "stall_breakdown",
@@ -149,15 +157,17 @@ LEFT JOIN rollup_stall_category c2 ON c2.run_id = w.run_id AND c2.layer_id = w.l
         "cache_hit_rate",
         "Per run, layer and phase: L1/TEX and L2 hit rates in %, each averaged over the layer's launches "
         "weighted by the sectors it is a rate of (under ncu's default --cache-control all, cold caches).",
-        _per_layer("w.l1_hit_rate, w.l1_global_load_hit_rate, w.l2_hit_rate, w.l2_read_hit_rate, w.l2_write_hit_rate",
-                   ["l1_hit_rate", "l1_global_load_hit_rate", "l2_hit_rate", "l2_read_hit_rate",
-                    "l2_write_hit_rate"]),
+        _per_layer(
+            "w.l1_hit_rate, w.l1_global_load_hit_rate, w.l2_hit_rate, w.l2_read_hit_rate, w.l2_write_hit_rate",
+            ["l1_hit_rate", "l1_global_load_hit_rate", "l2_hit_rate", "l2_read_hit_rate", "l2_write_hit_rate"],
+        ),
     ),
     View(
         "memory_traffic",
         "Per run, layer and phase: requests, sectors and bytes per memory level (L1/TEX global and "
         "local, shared, L2, DRAM), throughput in bytes per second of kernel time, and % of each level's peak.",
-        _per_layer(f"""w.l1_global_load_requests, w.l1_global_load_sectors, w.l1_global_store_requests,
+        _per_layer(
+            f"""w.l1_global_load_requests, w.l1_global_load_sectors, w.l1_global_store_requests,
        w.l1_global_store_sectors, w.l1_local_load_sectors, w.l1_local_store_sectors, w.l1_bytes,
        w.shared_load_wavefronts, w.shared_store_wavefronts, w.shared_load_bank_conflicts,
        w.shared_store_bank_conflicts, w.shared_bytes, w.l2_read_sectors, w.l2_write_sectors, w.l2_bytes,
@@ -166,38 +176,75 @@ LEFT JOIN rollup_stall_category c2 ON c2.run_id = w.run_id AND c2.layer_id = w.l
        {_per_second("w.l2_bytes")} AS l2_bytes_per_s,
        {_per_second(DRAM_BYTES)} AS dram_bytes_per_s,
        w.l1_throughput_pct, w.shared_throughput_pct, w.l2_throughput_pct, w.dram_throughput_pct""",
-                   ["duration_ns", "l1_global_load_requests", "l1_global_load_sectors", "l1_global_store_requests",
-                    "l1_global_store_sectors", "l1_local_load_sectors", "l1_local_store_sectors", "l1_bytes",
-                    "shared_load_wavefronts", "shared_store_wavefronts", "shared_load_bank_conflicts",
-                    "shared_store_bank_conflicts", "shared_bytes", "l2_read_sectors", "l2_write_sectors",
-                    "l2_bytes", "dram_read_sectors", "dram_write_sectors", "dram_read_bytes", "dram_write_bytes",
-                    "l1_throughput_pct", "shared_throughput_pct", "l2_throughput_pct", "dram_throughput_pct"]),
+            [
+                "duration_ns",
+                "l1_global_load_requests",
+                "l1_global_load_sectors",
+                "l1_global_store_requests",
+                "l1_global_store_sectors",
+                "l1_local_load_sectors",
+                "l1_local_store_sectors",
+                "l1_bytes",
+                "shared_load_wavefronts",
+                "shared_store_wavefronts",
+                "shared_load_bank_conflicts",
+                "shared_store_bank_conflicts",
+                "shared_bytes",
+                "l2_read_sectors",
+                "l2_write_sectors",
+                "l2_bytes",
+                "dram_read_sectors",
+                "dram_write_sectors",
+                "dram_read_bytes",
+                "dram_write_bytes",
+                "l1_throughput_pct",
+                "shared_throughput_pct",
+                "l2_throughput_pct",
+                "dram_throughput_pct",
+            ],
+        ),
     ),
     View(
         "fp_instructions",
         "Per run, layer and phase: FP32 add, multiply and FMA thread instructions, all FP32 "
         "instructions, FLOPs = fadd + fmul + 2 ffma against the model's ops, and achieved FLOP/s.",
-        _per_layer(f"""w.fadd, w.fmul, w.ffma, w.fp32_inst, {FLOPS} AS flops, p.ops AS model_ops,
+        _per_layer(
+            f"""w.fadd, w.fmul, w.ffma, w.fp32_inst, {FLOPS} AS flops, p.ops AS model_ops,
        {_ratio(FLOPS, "p.ops")} AS flops_per_model_op, {_per_second(FLOPS)} AS flops_per_s""",
-                   ["duration_ns", *FLOP_INPUTS, "fp32_inst"]),
+            ["duration_ns", *FLOP_INPUTS, "fp32_inst"],
+        ),
     ),
     View(
         "utilization",
         "Per run, layer and phase: occupancy, SM efficiency, IPC, issue slots, eligible warps, warp "
         "execution efficiency, pipe utilization (FMA, ALU, LSU, XU) and compute/memory throughput, in %.",
-        _per_layer("""w.achieved_occupancy, w.sm_efficiency, w.ipc, w.issue_slot_pct, w.eligible_warps,
+        _per_layer(
+            """w.achieved_occupancy, w.sm_efficiency, w.ipc, w.issue_slot_pct, w.eligible_warps,
        w.warp_execution_efficiency, w.fma_pipe_pct, w.alu_pipe_pct, w.lsu_pipe_pct, w.xu_pipe_pct,
        w.sm_throughput_pct, w.memory_throughput_pct""",
-                   ["achieved_occupancy", "sm_efficiency", "ipc", "issue_slot_pct", "eligible_warps",
-                    "warp_execution_efficiency", "fma_pipe_pct", "alu_pipe_pct", "lsu_pipe_pct", "xu_pipe_pct",
-                    "sm_throughput_pct", "memory_throughput_pct"]),
+            [
+                "achieved_occupancy",
+                "sm_efficiency",
+                "ipc",
+                "issue_slot_pct",
+                "eligible_warps",
+                "warp_execution_efficiency",
+                "fma_pipe_pct",
+                "alu_pipe_pct",
+                "lsu_pipe_pct",
+                "xu_pipe_pct",
+                "sm_throughput_pct",
+                "memory_throughput_pct",
+            ],
+        ),
     ),
     View(
         "roofline",
         "Per run, layer and phase: achieved FP32 FLOP/s and arithmetic intensity (FLOPs per byte) at "
         "L1 (local/global writeback x 128 B), L2 (L2-to-L1 reads) and DRAM, against the peaks ncu "
         "measures (per-cycle peak x the clock during the run), as ncu's hierarchical roofline does.",
-        _per_layer(f"""{FLOPS} AS flops, {_per_second(FLOPS)} AS flops_per_s,
+        _per_layer(
+            f"""{FLOPS} AS flops, {_per_second(FLOPS)} AS flops_per_s,
        {_ratio(FLOPS, "(128 * w.l1_lg_writeback_cycles)")} AS l1_intensity,
        {_ratio(FLOPS, "w.l2_to_l1_read_bytes")} AS l2_intensity,
        {_ratio(FLOPS, DRAM_BYTES)} AS dram_intensity,
@@ -206,10 +253,23 @@ LEFT JOIN rollup_stall_category c2 ON c2.run_id = w.run_id AND c2.layer_id = w.l
        w.l2_to_l1_bytes_peak_per_cycle * w.l2_clock_hz AS l2_peak_bytes_per_s,
        w.dram_bytes_peak_per_cycle * w.dram_clock_hz AS dram_peak_bytes_per_s,
        p.intensity AS model_intensity""",
-                   ["duration_ns", *FLOP_INPUTS, "l1_lg_writeback_cycles", "l2_to_l1_read_bytes",
-                    "dram_read_bytes", "dram_write_bytes", "ffma_peak_per_cycle", "sm_clock_hz",
-                    "l1_lg_writeback_peak_per_cycle", "l1_clock_hz", "l2_to_l1_bytes_peak_per_cycle",
-                    "l2_clock_hz", "dram_bytes_peak_per_cycle", "dram_clock_hz"]),
+            [
+                "duration_ns",
+                *FLOP_INPUTS,
+                "l1_lg_writeback_cycles",
+                "l2_to_l1_read_bytes",
+                "dram_read_bytes",
+                "dram_write_bytes",
+                "ffma_peak_per_cycle",
+                "sm_clock_hz",
+                "l1_lg_writeback_peak_per_cycle",
+                "l1_clock_hz",
+                "l2_to_l1_bytes_peak_per_cycle",
+                "l2_clock_hz",
+                "dram_bytes_peak_per_cycle",
+                "dram_clock_hz",
+            ],
+        ),
     ),
 )
 

@@ -36,13 +36,32 @@ from tracker.store.sql.pg_guard import OUTSIDE, PLAN_BYTES, Query, called, read_
 from tracker.store.sql.postgres import CANCEL_GRACE_S, LOCK_WAIT_MS
 from tracker.store.sql.sqlite import SQLITE_HEAP_BYTES, SQLITE_MAX_LENGTH
 
-__all__ = ["CANCEL_GRACE_S", "DEFAULT_TIMEOUT_S", "FETCH_BYTES", "FETCH_ROWS", "LOCK_WAIT_MS", "MAX_ROWS",
-           "MAX_TIMEOUT_S", "OUTSIDE", "PLAN_BYTES", "SQLITE_HEAP_BYTES", "SQLITE_MAX_LENGTH", "Answer", "Query",
-           "called", "query", "read_query", "row_limit", "run_sql", "time_limit"]
+__all__ = [
+    "CANCEL_GRACE_S",
+    "DEFAULT_TIMEOUT_S",
+    "FETCH_BYTES",
+    "FETCH_ROWS",
+    "LOCK_WAIT_MS",
+    "MAX_ROWS",
+    "MAX_TIMEOUT_S",
+    "OUTSIDE",
+    "PLAN_BYTES",
+    "SQLITE_HEAP_BYTES",
+    "SQLITE_MAX_LENGTH",
+    "Answer",
+    "Query",
+    "called",
+    "query",
+    "read_query",
+    "row_limit",
+    "run_sql",
+    "time_limit",
+]
 
 
-def run_sql(store: Store, statement: str, *, timeout_s: float | None = None, limit: int | None = None,
-            reader: str | None = None) -> tuple[list[str], list[tuple]]:
+def run_sql(
+    store: Store, statement: str, *, timeout_s: float | None = None, limit: int | None = None, reader: str | None = None
+) -> tuple[list[str], list[tuple]]:
     """(column names, rows) of one read-only query; at most ``limit`` rows."""
     limit = row_limit(limit)
     with query(store, statement, timeout_s=timeout_s, reader=reader) as answer:
@@ -50,8 +69,9 @@ def run_sql(store: Store, statement: str, *, timeout_s: float | None = None, lim
 
 
 @contextmanager
-def query(store: Store, statement: str, *, timeout_s: float | None = None,
-          reader: str | None = None) -> Iterator[Answer]:
+def query(
+    store: Store, statement: str, *, timeout_s: float | None = None, reader: str | None = None
+) -> Iterator[Answer]:
     """Run one read-only query on ``store`` (module docstring): an ``Answer`` whose rows stream
     while the block lasts. A statement that could write, in the database or beside it, is refused
     in one line, as is one that runs past ``timeout_s`` seconds (None: ``DEFAULT_TIMEOUT_S``).
@@ -61,8 +81,10 @@ def query(store: Store, statement: str, *, timeout_s: float | None = None,
     if not statement.strip():
         raise StoreError("refused: tracker sql is read-only and runs one query, and this statement is empty")
     if reader and store.dialect == "sqlite":
-        raise StoreError("a reader connection is for a PostgreSQL store: tracker sql reads a SQLite file "
-                         "through a read-only connection already (leave out --reader-url)")
+        raise StoreError(
+            "a reader connection is for a PostgreSQL store: tracker sql reads a SQLite file "
+            "through a read-only connection already (leave out --reader-url)"
+        )
     if store.sqlite_connect is not None:  # on a connection of its own, in a thread of its own
         with sqlite.answer(store.sqlite_connect, statement, timeout_s) as answer:
             yield answer

@@ -24,10 +24,10 @@ FETCH_BYTES = 16 << 20  # a fetch holds about this many bytes at most: SQLite en
 class Answer:
     """An open query: its columns, then its rows as they are fetched (values made plain: JSON text
     as lists, datetimes as ISO strings), and anything the user should know (``notes``)."""
+
     columns: list[str]
     rows: Iterator[tuple]
     notes: list[str] = field(default_factory=list)
-
 
 
 def time_limit(timeout_s: float | None) -> float:
@@ -35,15 +35,17 @@ def time_limit(timeout_s: float | None) -> float:
     if timeout_s is None:
         return DEFAULT_TIMEOUT_S
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s <= MAX_TIMEOUT_S:
-        raise StoreError(f"the time limit must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}, "
-                         f"not {_shown(timeout_s)}")
+        raise StoreError(
+            f"the time limit must be a positive number of seconds, at most {MAX_TIMEOUT_S:g}, not {_shown(timeout_s)}"
+        )
     return float(timeout_s)
 
 
 def row_limit(limit: int | None) -> int | None:
     """``limit`` checked where it enters (None: no limit): a whole number of rows, at least 1."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral)
-                              or not 1 <= limit <= MAX_ROWS):
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or not 1 <= limit <= MAX_ROWS
+    ):
         raise StoreError(f"the row limit must be a whole number from 1 to {MAX_ROWS}, not {_shown(limit)}")
     return None if limit is None else int(limit)
 

@@ -24,19 +24,60 @@ from tracker.store.sql.common import ONE_QUERY, ONE_STATEMENT
 
 # PostgreSQL functions that act outside the query's read-only transaction, by what they reach.
 OUTSIDE = {
-    "files on the server": ("pg_read_file", "pg_read_binary_file", "pg_ls_*", "pg_stat_file", "pg_file_*",
-                            "pg_logdir_ls", "pg_current_logfile", "lo_*", "loread", "lowrite",
-                            "pg_hba_file_rules", "pg_ident_file_mappings", "pg_show_all_file_settings", "pg_config"),
+    "files on the server": (
+        "pg_read_file",
+        "pg_read_binary_file",
+        "pg_ls_*",
+        "pg_stat_file",
+        "pg_file_*",
+        "pg_logdir_ls",
+        "pg_current_logfile",
+        "lo_*",
+        "loread",
+        "lowrite",
+        "pg_hba_file_rules",
+        "pg_ident_file_mappings",
+        "pg_show_all_file_settings",
+        "pg_config",
+    ),
     "indexes, which it writes": ("brin_summarize_*", "brin_desummarize_range", "gin_clean_pending_list"),
-    "other sessions": ("pg_terminate_backend", "pg_cancel_backend", "pg_signal_backend", "pg_notify",
-                       "pg_advisory_*", "pg_try_advisory_*", "dblink*"),
-    "the server": ("set_config", "pg_reload_conf", "pg_rotate_logfile", "pg_promote", "pg_switch_wal",
-                   "pg_create_restore_point", "pg_backup_*", "pg_start_backup", "pg_stop_backup",
-                   "pg_wal_replay_*", "pg_log_backend_memory_contexts", "pg_stat_reset*", "pg_*replication_slot*",
-                   "pg_replication_origin_*", "pg_logical_*", "pg_import_system_collations",
-                   "txid_current", "pg_current_xact_id"),  # these two assign a transaction id: a write
-    "SQL inside a string, which no plan shows": ("*_to_xml*", "ts_stat", "ts_rewrite", "crosstab*",
-                                                 "xpath_table", "connectby"),
+    "other sessions": (
+        "pg_terminate_backend",
+        "pg_cancel_backend",
+        "pg_signal_backend",
+        "pg_notify",
+        "pg_advisory_*",
+        "pg_try_advisory_*",
+        "dblink*",
+    ),
+    "the server": (
+        "set_config",
+        "pg_reload_conf",
+        "pg_rotate_logfile",
+        "pg_promote",
+        "pg_switch_wal",
+        "pg_create_restore_point",
+        "pg_backup_*",
+        "pg_start_backup",
+        "pg_stop_backup",
+        "pg_wal_replay_*",
+        "pg_log_backend_memory_contexts",
+        "pg_stat_reset*",
+        "pg_*replication_slot*",
+        "pg_replication_origin_*",
+        "pg_logical_*",
+        "pg_import_system_collations",
+        "txid_current",
+        "pg_current_xact_id",
+    ),  # these two assign a transaction id: a write
+    "SQL inside a string, which no plan shows": (
+        "*_to_xml*",
+        "ts_stat",
+        "ts_rewrite",
+        "crosstab*",
+        "xpath_table",
+        "connectby",
+    ),
 }
 PLAN_BYTES = 1 << 20  # a longer plan is refused unread: only a folded constant makes one this long
 
@@ -55,6 +96,7 @@ class Query:
     comment, dollar quote or escape of the user's that a lexer could read otherwise); then what
     it names: functions called, names after a dot that may call a function on a row (``r.f`` is
     ``f(r)`` where ``r`` has no column ``f``), operators, types, relations and its WITH queries."""
+
     text: str
     functions: frozenset[Name]
     members: frozenset[str]
@@ -79,13 +121,16 @@ def read_query(statement: str) -> Query:
 
     tree = _one_statement(statement)
     if "SelectStmt" not in tree:
-        raise StoreError(f"refused: tracker sql is read-only and runs one query (SELECT, WITH or VALUES), "
-                         f"not {_first_word(statement)}")
+        raise StoreError(
+            f"refused: tracker sql is read-only and runs one query (SELECT, WITH or VALUES), "
+            f"not {_first_word(statement)}"
+        )
     query = _names(tree)
     text = RawStream()(parse_sql(statement)[0])
     if _without_locations(_one_statement(text)) != _without_locations(tree):
-        raise StoreError("refused: tracker sql could not write this query back exactly as PostgreSQL "
-                         "parsed it: simplify it")
+        raise StoreError(
+            "refused: tracker sql could not write this query back exactly as PostgreSQL parsed it: simplify it"
+        )
     return Query(text, **query)
 
 
@@ -107,7 +152,7 @@ def _first_word(statement: str) -> str:
     from pglast import parser
 
     words = [t for t in parser.scan(statement) if not t.name.endswith("COMMENT")]
-    return statement[words[0].start:words[0].end + 1].upper() if words else "this"
+    return statement[words[0].start : words[0].end + 1].upper() if words else "this"
 
 
 # Fields of a parse tree that say where in the text a node stood, not what it is.
@@ -126,8 +171,14 @@ def _names(tree: dict) -> dict[str, frozenset]:
     """Every name in the parse tree, by what it names: every node of every field is read, so
     LIMIT, OFFSET, window frames, TABLESAMPLE, VALUES lists, sublinks and WITH queries too.
     A writing statement, SELECT INTO and FOR UPDATE/SHARE are refused."""
-    found: dict[str, set] = {"functions": set(), "members": set(), "operators": {(None, name) for name in IMPLICIT_OPERATORS},
-                             "types": set(), "relations": set(), "ctes": set()}
+    found: dict[str, set] = {
+        "functions": set(),
+        "members": set(),
+        "operators": {(None, name) for name in IMPLICIT_OPERATORS},
+        "types": set(),
+        "relations": set(),
+        "ctes": set(),
+    }
     stack: list[Any] = [tree]
     while stack:
         node = stack.pop()
@@ -238,8 +289,10 @@ def refuse_names(cursor: Any, query: Query) -> None:
         _refuse_foreign(f"{schema}.{name}()", schema, extension, what)
     for shown, schema, extension in cursor.execute(_TYPES, _pairs(query.types)).fetchall():
         if schema not in SYSTEM_SCHEMAS or extension:
-            raise StoreError(f"refused: tracker sql uses only PostgreSQL's own types (pg_catalog), not {shown} "
-                             f"from {_source(schema, extension)}")
+            raise StoreError(
+                f"refused: tracker sql uses only PostgreSQL's own types (pg_catalog), not {shown} "
+                f"from {_source(schema, extension)}"
+            )
     _refuse_relations(cursor, query)
 
 
@@ -257,8 +310,10 @@ def _refuse_reach(name: str) -> None:
 def _refuse_foreign(routine: str, schema: str, extension: str | None, what: str) -> None:
     if schema != "pg_catalog" or extension:
         through = "" if what == f"function {routine[:-2]}" else f", which the {what} runs"
-        raise StoreError(f"refused: tracker sql calls only PostgreSQL's own functions (pg_catalog), "
-                         f"not {routine} from {_source(schema, extension)}{through}")
+        raise StoreError(
+            f"refused: tracker sql calls only PostgreSQL's own functions (pg_catalog), "
+            f"not {routine} from {_source(schema, extension)}{through}"
+        )
 
 
 def _source(schema: str, extension: str | None) -> str:
@@ -274,16 +329,19 @@ def _refuse_relations(cursor: Any, query: Query) -> None:
     quoted = [".".join(_quoted(part) for part in relation if part is not None) for relation in ordered]
     store = set(relations())
     for (schema, name), (_, found_schema, found, kind, in_store) in zip(
-            ordered, cursor.execute(_RELATIONS, {"names": quoted}).fetchall()):
+        ordered, cursor.execute(_RELATIONS, {"names": quoted}).fetchall()
+    ):
         if found is None:
             if schema is None and name in query.ctes:
                 continue
-            raise StoreError(f"SQL error: relation \"{'.'.join(p for p in (schema, name) if p)}\" does not exist")
+            raise StoreError(f'SQL error: relation "{".".join(p for p in (schema, name) if p)}" does not exist')
         if found_schema in SYSTEM_SCHEMAS or in_store and found in store and kind != "f":
             continue
         also = " (rename the WITH query of that name)" if name in query.ctes else ""
-        raise StoreError(f"refused: tracker sql reads only the store's tables and views and the system catalogs, "
-                         f"not {found_schema}.{found}{also}")
+        raise StoreError(
+            f"refused: tracker sql reads only the store's tables and views and the system catalogs, "
+            f"not {found_schema}.{found}{also}"
+        )
 
 
 def _quoted(name: str) -> str:
@@ -318,15 +376,23 @@ def refuse_outside(conn: Any, statement: str) -> None:
     with conn.cursor() as cursor:
         cursor.execute("SELECT set_config('tracker.statement', %s, true)", (statement,))
         cursor.execute(_PLAN)
-        size, plan = cursor.execute("SELECT current_setting('tracker.plan_bytes')::bigint, "
-                                    "current_setting('tracker.plan')").fetchone()
+        size, plan = cursor.execute(
+            "SELECT current_setting('tracker.plan_bytes')::bigint, current_setting('tracker.plan')"
+        ).fetchone()
         if size > PLAN_BYTES:
-            raise StoreError(f"refused: the query's plan is {size / 2**20:.0f} MiB, over tracker sql's "
-                             f"{PLAN_BYTES // 2**20} MiB: the planner wrote a long constant into it (such as "
-                             "repeat('x', 1000000000)); build no value that long from constants")
+            raise StoreError(
+                f"refused: the query's plan is {size / 2**20:.0f} MiB, over tracker sql's "
+                f"{PLAN_BYTES // 2**20} MiB: the planner wrote a long constant into it (such as "
+                "repeat('x', 1000000000)); build no value that long from constants"
+            )
         calls = called(plan)
-        rows = cursor.execute(_SCHEMAS, {"names": sorted({name for _, name in calls}),
-                                         "schemas": sorted({schema for schema, _ in calls if schema})}).fetchall()
+        rows = cursor.execute(
+            _SCHEMAS,
+            {
+                "names": sorted({name for _, name in calls}),
+                "schemas": sorted({schema for schema, _ in calls if schema}),
+            },
+        ).fetchall()
     for schema, name in sorted(calls, key=lambda c: (c[1], c[0] or "")):
         where = [(nsp, ext) for proname, nsp, ext in rows if proname == name and schema in (None, nsp)]
         _refuse_function(name, where or ([(schema, None)] if schema else []))
@@ -345,9 +411,25 @@ Token = tuple[str | None, str | None]  # (a name, unquoted and folded as the ser
 # One token of an expression as the server writes it: a quoted name, a string, a name, or any other character.
 _TOKEN = re.compile(r'"((?:[^"]|"")*)"|\'(?:[^\']|\'\')*\'|([^\W\d][\w$]*)|(\S)')
 # Plan fields that hold a name, never an expression (an alias may hold any character).
-_NAMES = {"Node Type", "Relation Name", "Schema", "Alias", "Index Name", "CTE Name", "Subplan Name",
-          "Function Name", "Parent Relationship", "Strategy", "Join Type", "Partial Mode", "Operation",
-          "Command", "Scan Direction", "Sort Method", "Sort Space Type"}
+_NAMES = {
+    "Node Type",
+    "Relation Name",
+    "Schema",
+    "Alias",
+    "Index Name",
+    "CTE Name",
+    "Subplan Name",
+    "Function Name",
+    "Parent Relationship",
+    "Strategy",
+    "Join Type",
+    "Partial Mode",
+    "Operation",
+    "Command",
+    "Scan Direction",
+    "Sort Method",
+    "Sort Space Type",
+}
 
 
 def called(plan: Any) -> set[tuple[str | None, str]]:

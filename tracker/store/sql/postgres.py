@@ -32,15 +32,7 @@ from typing import Any
 from tracker.errors import StoreError, first_line
 from tracker.signals import interruptible
 from tracker.store.db import Store
-from tracker.store.sql.common import (
-    FETCH_BYTES,
-    FETCH_ROWS,
-    ONE_QUERY,
-    ONE_STATEMENT,
-    Answer,
-    past_limit,
-    stream_rows,
-)
+from tracker.store.sql.common import FETCH_BYTES, FETCH_ROWS, ONE_QUERY, ONE_STATEMENT, Answer, past_limit, stream_rows
 from tracker.store.sql.pg_guard import read_query, refuse_names, refuse_outside
 
 CANCEL_GRACE_S = 0.5  # how long past the time limit PostgreSQL is given to answer its cancel before the client leaves
@@ -63,8 +55,10 @@ def reader_store(store: Store, reader: str | None) -> Store:
         refuse_connection_settings(reading.engine.url)
         with store.engine.connect() as a, reading.engine.connect() as b:
             if a.exec_driver_sql(where).one() != b.exec_driver_sql(where).one():
-                raise StoreError(f"the reader connection {reading.where} reaches other tables than {store.where}: "
-                                 "give it the same database and search_path")
+                raise StoreError(
+                    f"the reader connection {reading.where} reaches other tables than {store.where}: "
+                    "give it the same database and search_path"
+                )
     except StoreError:
         reading.dispose()
         raise
@@ -192,13 +186,17 @@ def _postgresql_errors(psycopg: Any, timeout_s: float) -> Iterator[None]:
         if "multiple commands" in message:
             raise StoreError(ONE_STATEMENT) from None
         if state == "55P03":  # lock_not_available: past LOCK_WAIT_MS
-            raise StoreError(f"the query waited {LOCK_WAIT_MS / 1000:g} s for a table another session holds "
-                             "(tracker upgrade?), and tracker sql waits no longer: try again later") from None
+            raise StoreError(
+                f"the query waited {LOCK_WAIT_MS / 1000:g} s for a table another session holds "
+                "(tracker upgrade?), and tracker sql waits no longer: try again later"
+            ) from None
         if _OVER in message:  # _BOUNDED's own error
             size = int(re.sub(r"\D", "", message.split(_OVER, 1)[1]))
-            raise StoreError(f"refused: {FETCH_ROWS:,} rows in a row hold {size:,} bytes on the server, over the "
-                             f"{FETCH_BYTES >> 20} MiB tracker sql fetches at a time: select fewer or shorter "
-                             "values (substr, length)") from None
+            raise StoreError(
+                f"refused: {FETCH_ROWS:,} rows in a row hold {size:,} bytes on the server, over the "
+                f"{FETCH_BYTES >> 20} MiB tracker sql fetches at a time: select fewer or shorter "
+                "values (substr, length)"
+            ) from None
         if state in ("25006", "42501", "0A000"):  # read-only transaction, privilege, DECLARE's own refusals
             raise StoreError(f"refused: tracker sql is read-only ({message})") from None
         if state == "42601":  # a syntax error: DECLARE ... FOR takes a query and nothing else

@@ -19,20 +19,24 @@ from typing import Any
 from tracker.errors import StoreError, first_line, shorten
 from tracker.signals import interruptible
 from tracker.store.queries import plain
-from tracker.store.sql.common import (
-    FETCH_BYTES,
-    FETCH_ROWS,
-    ONE_QUERY,
-    ONE_STATEMENT,
-    Answer,
-    past_limit,
-)
+from tracker.store.sql.common import FETCH_BYTES, FETCH_ROWS, ONE_QUERY, ONE_STATEMENT, Answer, past_limit
 
 _SQLITE_STEPS = 10_000  # SQLite VM instructions between two looks at whether the query was stopped
 SQLITE_READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
-SQLITE_READ_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
-                       "foreign_key_list", "collation_list", "function_list", "module_list", "pragma_list",
-                       "compile_options"}
+SQLITE_READ_PRAGMAS = {
+    "table_info",
+    "table_xinfo",
+    "table_list",
+    "index_list",
+    "index_info",
+    "index_xinfo",
+    "foreign_key_list",
+    "collation_list",
+    "function_list",
+    "module_list",
+    "pragma_list",
+    "compile_options",
+}
 SQLITE_REFUSED_FUNCTIONS = {"load_extension", "fts3_tokenizer"}
 # The longest string, blob or row a query may build, in bytes. SQLite's own limit is 1 GB, and a
 # single function call (printf('%.*c', 100000000, 'a')) builds such a value inside one C call that
@@ -154,8 +158,10 @@ def next_batch(cursor: sqlite3.Cursor) -> list[tuple]:
             if isinstance(value, (str, bytes)):
                 row_size += len(value)
         if row_size > FETCH_BYTES:
-            raise StoreError(f"refused: a row of the query holds {row_size:,} bytes, over the {FETCH_BYTES >> 20} MiB "
-                             "tracker sql fetches at a time: select fewer or shorter values (substr, length)")
+            raise StoreError(
+                f"refused: a row of the query holds {row_size:,} bytes, over the {FETCH_BYTES >> 20} MiB "
+                "tracker sql fetches at a time: select fewer or shorter values (substr, length)"
+            )
         size += row_size
         if len(rows) == FETCH_ROWS or size >= FETCH_BYTES:
             break
@@ -164,8 +170,9 @@ def next_batch(cursor: sqlite3.Cursor) -> list[tuple]:
 
 def _authorize(refused: list[str], action: int, first: str | None, second: str | None, *_) -> int:
     """Reading, and nothing else; what is refused is noted for the message."""
-    if action in SQLITE_READS and not (action == sqlite3.SQLITE_FUNCTION and second
-                                       and second.lower() in SQLITE_REFUSED_FUNCTIONS):
+    if action in SQLITE_READS and not (
+        action == sqlite3.SQLITE_FUNCTION and second and second.lower() in SQLITE_REFUSED_FUNCTIONS
+    ):
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_PRAGMA and (first or "").lower() in SQLITE_READ_PRAGMAS:
         return sqlite3.SQLITE_OK
@@ -182,12 +189,39 @@ def _refusal(action: int, first: str | None, second: str | None) -> str:
     return _SQLITE_ACTIONS.get(action, f"SQLite action {action}")
 
 
-_SQLITE_ACTIONS = {getattr(sqlite3, f"SQLITE_{name}"): name.replace("_", " ") for name in (
-    "CREATE_INDEX", "CREATE_TABLE", "CREATE_TEMP_INDEX", "CREATE_TEMP_TABLE", "CREATE_TEMP_TRIGGER",
-    "CREATE_TEMP_VIEW", "CREATE_TRIGGER", "CREATE_VIEW", "DELETE", "DROP_INDEX", "DROP_TABLE",
-    "DROP_TEMP_INDEX", "DROP_TEMP_TABLE", "DROP_TEMP_TRIGGER", "DROP_TEMP_VIEW", "DROP_TRIGGER", "DROP_VIEW",
-    "INSERT", "TRANSACTION", "UPDATE", "ATTACH", "DETACH", "ALTER_TABLE", "REINDEX", "ANALYZE",
-    "CREATE_VTABLE", "DROP_VTABLE", "SAVEPOINT")}
+_SQLITE_ACTIONS = {
+    getattr(sqlite3, f"SQLITE_{name}"): name.replace("_", " ")
+    for name in (
+        "CREATE_INDEX",
+        "CREATE_TABLE",
+        "CREATE_TEMP_INDEX",
+        "CREATE_TEMP_TABLE",
+        "CREATE_TEMP_TRIGGER",
+        "CREATE_TEMP_VIEW",
+        "CREATE_TRIGGER",
+        "CREATE_VIEW",
+        "DELETE",
+        "DROP_INDEX",
+        "DROP_TABLE",
+        "DROP_TEMP_INDEX",
+        "DROP_TEMP_TABLE",
+        "DROP_TEMP_TRIGGER",
+        "DROP_TEMP_VIEW",
+        "DROP_TRIGGER",
+        "DROP_VIEW",
+        "INSERT",
+        "TRANSACTION",
+        "UPDATE",
+        "ATTACH",
+        "DETACH",
+        "ALTER_TABLE",
+        "REINDEX",
+        "ANALYZE",
+        "CREATE_VTABLE",
+        "DROP_VTABLE",
+        "SAVEPOINT",
+    )
+}
 
 
 def _name_refusal(conn: sqlite3.Connection, statement: str, refused: list[str]) -> None:
@@ -233,8 +267,10 @@ def _sqlite_errors(refused: list[str], timeout_s: float) -> Iterator[None]:
         if code == sqlite3.SQLITE_NOMEM:
             raise StoreError(_out_of_heap()) from None
         if code == sqlite3.SQLITE_TOOBIG:
-            raise StoreError(f"refused: the query builds a value over {SQLITE_MAX_LENGTH >> 20} MiB, tracker sql's "
-                             "limit on one value on SQLite (tracker.store.sql.SQLITE_MAX_LENGTH)") from None
+            raise StoreError(
+                f"refused: the query builds a value over {SQLITE_MAX_LENGTH >> 20} MiB, tracker sql's "
+                "limit on one value on SQLite (tracker.store.sql.SQLITE_MAX_LENGTH)"
+            ) from None
         if refused:
             raise StoreError(f"refused: tracker sql is read-only and runs queries, not {refused[0]}") from None
         if "one statement at a time" in message:
@@ -245,5 +281,7 @@ def _sqlite_errors(refused: list[str], timeout_s: float) -> Iterator[None]:
 
 
 def _out_of_heap() -> str:
-    return (f"refused: the query holds over {SQLITE_HEAP_BYTES >> 20} MiB at once, tracker sql's limit on "
-            "SQLite's memory (tracker.store.sql.SQLITE_HEAP_BYTES): select fewer or shorter values")
+    return (
+        f"refused: the query holds over {SQLITE_HEAP_BYTES >> 20} MiB at once, tracker sql's limit on "
+        "SQLite's memory (tracker.store.sql.SQLITE_HEAP_BYTES): select fewer or shorter values"
+    )

@@ -75,8 +75,8 @@ class Arm:
 
     @classmethod
     def of(cls, row) -> Arm:
-        """The arm an experiment_arm row planned (one planned before --vary has no options, before
-        2026-11-26 no cudnn_benchmark)."""
+        """The arm an experiment_arm row planned (one planned by an older tracker may lack the options
+        and cudnn_benchmark)."""
         spec = row.spec
         return cls(
             row.label,
@@ -199,7 +199,7 @@ def kind_arms(kind: str, batch: int, batches: tuple[int, ...] = (), variants: tu
             for algorithm, name in conv_algorithms().items()
         ]
     if kind == "library":  # ours with the tiles `tracker tune` found, as `tracker profile` runs them; cuDNN's
-        # heuristic's algorithms, and the fastest cudnn.benchmark finds (issue 48: the targets are against its best)
+        # heuristic's algorithms, and the fastest cudnn.benchmark finds (the targets are against its best)
         return [
             Arm("ours", "library", True, batch),
             Arm("torch", "library", False, batch, implementation="torch"),

@@ -1,2 +1,2 @@
 """Everything that needs an NVIDIA GPU. CuPy is imported only inside the modules that launch
-kernels (issue 4), never at package import, so the rest of tracker works without it."""
+kernels, never at package import, so the rest of tracker works without it."""

@@ -1,5 +1,5 @@
 """Each layer phase run once per counter pass, from the same state: for a collector that counts in
-passes and leaves the replaying to tracker (CUPTI's user replay, issue 47), where ncu replays each
+passes and leaves the replaying to tracker (CUPTI's user replay), where ncu replays each
 launch itself.
 
 ``replay_phase`` is the loop, for any implementation: run the phase, and while the profiler wants

@@ -8,7 +8,7 @@
 every file the variant compiles from and the -D sizes they read, ``sources`` the same one by one;
 ``errors``: the worst ||out - ref|| / ||ref|| per L1 policy; ``layers``: per layer and policy the
 largest and the mean difference relative to the reference's largest and mean magnitude, worst over
-the phase's outputs; records before issue 30 have no ``layers``, before issue 73 no ``sources``).
+the phase's outputs; older records may lack ``layers`` and ``sources``).
 Records are committed; ``tracker kernels`` reads them to say where each variant was verified and
 what changed in its sources since.
 """

@@ -1,4 +1,4 @@
-"""The library arm (issue 29): the same network run by a framework's libraries (PyTorch: cuDNN,
+"""The library arm: the same network run by a framework's libraries (PyTorch: cuDNN,
 cuBLAS), layer phase by layer phase, under the NVTX names our own kernels' launches carry, so
 that the same collectors and the same join trace it.
 

@@ -1,4 +1,4 @@
-"""PyTorch held to our selftest's bound, layer phase by layer phase (issue 43).
+"""PyTorch held to our selftest's bound, layer phase by layer phase.
 
 On an H100 PyTorch's AlexNet step (``torch_net.TorchStep``, fp32, TF32 off) was 2.2e-3 from the
 float64 reference in its worst gradient: errors compound along the chain, and cuDNN picks its own

@@ -9,10 +9,9 @@ kernels there); the measured ones run between cudaProfilerStart/Stop in the chil
 Pass 1 runs in a child process too (``python -m tracker.library.torch_run``), which ends with
 ``os._exit`` once its trace is written: PyTorch's profiler can free activity buffers that CUPTI
 still writes into as it tears down (pytorch/pytorch#195207, #195471), and the heap corruption
-aborts the process afterwards ('double free or corruption'). On an H200 (2026-11-26, torch
-2.11) a library experiment aborted so after storing both arms, and one library run of the GPU
-suite failed with its message lost (tests/data/gpu-2026-11-26-h200/README.md); in a child the
-abort cannot reach the store, nor the arms an experiment runs after the library's.
+aborts the process afterwards ('double free or corruption': a library experiment aborted so after
+storing both arms, tests/data/gpu-2026-11-26-h200/README.md); in a child the abort cannot reach
+the store, nor the arms an experiment runs after the library's.
 """
 
 from __future__ import annotations

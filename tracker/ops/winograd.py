@@ -6,7 +6,7 @@ most accurate), ``winograd_f4`` F(4x4, rxr) (fewer multiplies, larger transforms
 Each phase is the filter transform, the input transform, alpha^2 GEMMs on the tuned GEMM core in
 one launch (``gemm_nn_batched``: one per point of the alpha x alpha transformed tile, outputs x
 channels times channels x tiles, the grid's z holding points x split-K slices; a launch a point
-made 16-64 launches a phase, issue 48; alpha = m + r - 1: 4 and 6 for F(2x2, 3x3) and F(2x2, 5x5),
+made 16-64 launches a phase; alpha = m + r - 1: 4 and 6 for F(2x2, 3x3) and F(2x2, 5x5),
 6 and 8 for F(4x4, 3x3) and F(4x4, 5x5)) and the output transform. The transform matrices are derived here
 by Cook-Toom (``matrices``, points 0, 1, -1, 2, -2, 1/2, -1/2: Lavin & Gray's) and checked to
 reproduce the correlation exactly. The data gradient is a stride-1 convolution of dy padded by
@@ -15,7 +15,7 @@ F(rxr, mxm): dy's m x m tiles play the filter (``_weight_gradient``). Where the 
 apply (a stride above 1: conv1), the launch runs the shared variant's implicit GEMM, as its note
 says; ``tracker model --algorithm winograd_f2`` (or ``winograd_f4``) prices the same choice.
 
-``winograd_fused`` runs F(2x2, 3x3)'s forward and data gradient in one kernel (issue 48, after
+``winograd_fused`` runs F(2x2, 3x3)'s forward and data gradient in one kernel (after
 openCNN): the filter transform, then ``winograd_fused_a4``, whose load stage transforms the input
 patches into shared memory and whose epilogue applies the output transform, so that neither the
 transformed input nor the products pass through global memory; its weight gradient is

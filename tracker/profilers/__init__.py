@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 COLLECTORS = {  # --backend name -> module; the first that supports a GPU is auto's choice
     "ncu": "tracker.profilers.ncu_collector",
     "nvprof": "tracker.profilers.nvprof_collector",
-    "cupti": "tracker.profilers.cupti_collector",  # last: by name only until it agrees with ncu on a GPU (issue 47)
+    "cupti": "tracker.profilers.cupti_collector",  # last: by name only until it agrees with ncu on a GPU
 }
 
 

@@ -1,4 +1,4 @@
-"""Pass 2 of the library arm under CUPTI's range profiler (issue 47), in a child process of its own:
+"""Pass 2 of the library arm under CUPTI's range profiler, in a child process of its own:
 ``python -m tracker.profilers.cupti_child WORKLOAD METRICS MOST FOLDER``.
 
 The libcupti is loaded before PyTorch loads one (with its nvperf libraries, from its own folder:

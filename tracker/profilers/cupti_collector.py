@@ -1,13 +1,12 @@
-"""Pass 2 with CUPTI's Range Profiler in tracker's own process (issue 47): no profiler process, no
+"""Pass 2 with CUPTI's Range Profiler in tracker's own process: no profiler process, no
 per-launch replay by a tool. Each layer phase of the counted iterations runs once per counter pass
 from the same state (tracker/gpu/replay.py), each launch in it one range (auto range), and the
 ranges are pass 1's launches of that layer phase in order (auto range numbers them and names no
 kernel: their number is checked), then joined as ncu's are (tracker/profilers/join.py). The
 metrics are the catalog's under ncu's names, which are perfworks' (``SOURCES``).
 
-First ranges on an H200 (2026-11-26): counted, named '0', '1', ..., on across layer phases, which
-the first two joins refused (tests/data/gpu-2026-11-26d-h200); the join that takes that numbering
-has not run on a GPU.
+Auto range numbers the ranges '0', '1', ... on across layer phases (tests/data/gpu-2026-11-26d-h200),
+which the join takes as launch order.
 Asked for by name only (``--backend cupti``); ``auto`` keeps ncu, until the GPU suite has shown it
 agrees with ncu's counts. Ours run in this process; the library arm (``--impl torch``, ``--torch``)
 in a child that loads this libcupti before PyTorch loads its own (tracker/profilers/cupti_child.py),
@@ -155,8 +154,7 @@ class CuptiCollector:
 
 def _in_launch_order(names: list[str]) -> bool:
     """Whether ``names`` are auto range's: consecutive numbers. The numbering runs on across a
-    session's counter images (an H200, 2026-11-26: conv1's forward's two launches '0' and '1',
-    relu1's '2')."""
+    session's counter images (conv1's forward's two launches '0' and '1', relu1's '2')."""
     if not all(name.isdecimal() for name in names):
         return False
     numbers = [int(name) for name in names]

@@ -24,19 +24,7 @@ from tracker.nets import build
 from tracker.store import experiment_ids, find_experiment, open_store
 from tracker.store.queries import arm_rows
 
-COMMAND = [
-    "experiment",
-    "batch",
-    "alexnet",
-    "--batches",
-    "16,32",
-    "--backend",
-    "model",
-    "--device",
-    "h100",
-    "--format",
-    "csv",
-]
+COMMAND = "experiment batch alexnet --batches 16,32 --backend model --device h100 --format csv".split()
 
 # The tracker CLI with test hooks: each arm's prediction slowed by $RACE_SLOW seconds (so that the
 # experiment outlives its rivals' planning), a pause of $RACE_PAUSE_S after the first call of

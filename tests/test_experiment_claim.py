@@ -22,19 +22,7 @@ from tracker.nets import build
 from tracker.store import experiment_ids, find_experiment, open_store
 from tracker.store.queries import arm_rows
 
-COMMAND = [
-    "experiment",
-    "batch",
-    "alexnet",
-    "--batches",
-    "16,32",
-    "--backend",
-    "model",
-    "--device",
-    "h100",
-    "--format",
-    "csv",
-]
+COMMAND = "experiment batch alexnet --batches 16,32 --backend model --device h100 --format csv".split()
 COMMANDS = 16
 APART_S = 0.2  # between one command's claim and the next: the last claims 3 s after the first
 

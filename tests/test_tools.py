@@ -55,7 +55,10 @@ def test_ci_runs_the_readmes_test_command_in_a_new_virtual_environment():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     readme = (ROOT / "README.md").read_text()
     command = ci[-1]
-    assert command.startswith("python -m pip install -c constraints.txt -e '.[test]' && python -m pytest")
+    assert command.startswith(
+        "python -m pip install -c constraints.txt -e '.[test]' && python -m ruff check && python -m ruff format --check"
+        " && python -m pytest"
+    )
     assert f"```sh\n{command}\n```" in readme
     assert any(line.startswith('python3 -m venv "$VENV"') for line in ci)
     assert any(line.startswith('. "$VENV/bin/activate"') for line in ci)

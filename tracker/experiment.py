@@ -31,7 +31,7 @@ from tracker.errors import ArmTaken, TrackerError
 from tracker.gpu.workload import Workload
 from tracker.model import Device, lookup
 from tracker.nets import Network
-from tracker.profile import Profile, check_options, choose_backend, predicted_for, profile_workload
+from tracker.profile import ArmHooks, Profile, check_options, choose_backend, predicted_for, profile_workload
 from tracker.profilers import Options
 from tracker.profilers.ncu import Settings as NcuSettings
 
@@ -471,8 +471,12 @@ def run_arm(
                 device=device,
                 options=options,
                 echo=say,
-                link=lambda session, run_id: link_arm(session, experiment_id, position, run_id),
-                done=lambda session, run_id: complete_arm(session, experiment_id, position, run_id, "\n".join(lines)),
+                arm=ArmHooks(
+                    link=lambda session, run_id: link_arm(session, experiment_id, position, run_id),
+                    done=lambda session, run_id: complete_arm(
+                        session, experiment_id, position, run_id, "\n".join(lines)
+                    ),
+                ),
             )
         except BaseException as exc:
             if claimed:  # an arm that completed with its run keeps complete (end_arm ends only a running one)

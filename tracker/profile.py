@@ -39,6 +39,7 @@ __all__ = [
     "BACKENDS",
     "MAX_REPEAT",
     "MAX_WARMUP",
+    "ArmHooks",
     "Choice",
     "Profile",
     "choose_backend",
@@ -46,6 +47,15 @@ __all__ = [
     "profile_workload",
     "require_gpu",
 ]
+
+
+@dataclass(frozen=True)
+class ArmHooks:
+    """What an experiment's arm writes in the transactions that create its run (``link``) and
+    complete it (``done``); each takes the session and the run's id. None outside an experiment."""
+
+    link: Callable | None = None
+    done: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -180,7 +190,7 @@ def profile(
         dtype_bits=dtype_bits,
         options=Options(ncu, ncu_report, counter_iterations),
         echo=echo,
-        link=link,
+        arm=ArmHooks(link=link),
         untuned=untuned,
     )
 
@@ -194,9 +204,8 @@ def profile_workload(
     dtype_bits: int = 32,
     options: Options = Options(),
     echo: Callable[[str], None] = lambda line: None,
-    link: Callable | None = None,
+    arm: ArmHooks = ArmHooks(),
     untuned: bool = False,
-    done: Callable | None = None,
     model_device: Device | None = None,
 ) -> Profile:
     """Profile ``workload`` into the trace database ``db`` and return what was stored.
@@ -205,8 +214,9 @@ def profile_workload(
     are written as it ends, in one transaction; a failure or interruption marks the run and keeps
     nothing half-written (pass 1's launches and times stay when pass 2 does not finish).
     GEMM-shaped launches run the fastest verified tile `tracker tune` stored for this GPU and
-    shape, unless ``untuned``. ``options``: the collector's settings, where to keep its report,
-    and how many measured iterations it profiles. ``model_device``: the device a model run
+    shape, unless ``untuned``. ``arm``: what an experiment's arm writes with the run.
+    ``options``: the collector's settings, where to keep its report, and how many measured
+    iterations it profiles. ``model_device``: the device a model run
     predicts for where ``device`` names none (the CLI's catalog default), said through ``echo``."""
     from tracker.store import open_store, recording
 
@@ -241,8 +251,7 @@ def profile_workload(
     )
     if choice.backend == "model" and device is not None:
         fields.update(device_name=device.name, compute_capability=device.compute_capability, sm_count=device.sm_count)
-    # link and done: an experiment's arm, in the transactions that create the run and complete it
-    with recording(store, link=link, done=done, **fields) as run:
+    with recording(store, link=arm.link, done=arm.done, **fields) as run:
         echo(f"run {run.run_id} in {store.where}")
         if choice.backend == "model":
             predictions = predict(net, batch, device, dtype_bits, workload.phases)

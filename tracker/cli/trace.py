@@ -451,7 +451,7 @@ def sql(statement, db, limit, timeout_s, reader_url, fmt):
 
     Tables: run, layer, prediction, launch, metric, metric_def, experiment, experiment_run. Views:
     layer_phase, layer_time, layer_time_repeat, run_summary, and the counter views launch_metrics,
-    layer_metric, layer_summary, stall_breakdown, cache_hit_rate, memory_traffic, fp_instructions,
+    layer_metric, layer_metric_repeat, layer_summary, stall_breakdown, cache_hit_rate, memory_traffic, fp_instructions,
     utilization, roofline (schema/*.sql documents every column).
 
     One SELECT, WITH or VALUES query per call, in a read-only transaction; anything that would

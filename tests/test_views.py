@@ -87,3 +87,14 @@ def test_every_counter_view_answers(sample):
     assert len(wide) == 12 and wide[0]["flops"] == 673_384_360 and wide[0]["kernel_name"].startswith("__kernel")
     summary = query(db, f"SELECT * FROM layer_summary WHERE run_id = {run_id} AND layer = 'conv1'")[0]
     assert summary["duration_ms"] == pytest.approx(7.924203)
+
+
+def test_tracker_sql_help_names_every_view():
+    """The help's list of views is written by hand: it names each view the store defines."""
+    import click
+
+    from tracker.cli.trace import sql
+    from tracker.store.views import VIEWS
+
+    help_text = " ".join(sql.get_help(click.Context(sql, info_name="sql")).split())
+    assert [v.name for v in VIEWS if v.name not in help_text] == []

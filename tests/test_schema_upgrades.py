@@ -99,3 +99,23 @@ def test_an_upgrade_to_v11_moves_ncus_columns_to_the_collectors_own(tmp_path):
             table: {row[1] for row in conn.execute(f"PRAGMA table_info({table})")} for table in ("run", "metric_def")
         }
     assert not {c for c in columns["run"] if c.startswith("ncu_")} and not {"ncu", "nvprof"} & columns["metric_def"]
+
+
+def test_an_upgrade_brings_metric_def_to_the_catalog(runner, db):
+    """A counter the catalog gained after the store was written gets its metric_def row (the counter
+    views pivot the catalog), and one it redefined its new unit; a version bump is all it takes."""
+    from tracker.metrics import CATALOG
+
+    profile(db, build("alexnet"), 2, backend="model", device=lookup("h100"))
+    added, redefined = CATALOG[0], CATALOG[1]
+    url = db if "://" in db else f"sqlite:///{db}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM metric_def WHERE name = :name"), {"name": added.name})
+        conn.execute(text("UPDATE metric_def SET unit = 'furlongs' WHERE name = :name"), {"name": redefined.name})
+        conn.execute(text(f"UPDATE schema_info SET version = {SCHEMA_VERSION - 1}"))
+    engine.dispose()
+    upgraded = runner.invoke(cli, ["upgrade", "--db", db])
+    assert upgraded.exit_code == 0, upgraded.output
+    _, rows = run_sql(open_store(db, write=False), "SELECT name, unit FROM metric_def")
+    assert sorted(rows) == sorted((m.name, m.unit) for m in CATALOG)

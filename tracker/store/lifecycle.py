@@ -96,8 +96,8 @@ def migrate(conn: Connection, where: str) -> None:
     names of its metrics, for metric_def's ncu and nvprof); v11 -> v12 run.tuned_variants (the variant
     `tracker tune` chose per layer phase; NULL in older runs); v12 -> v13 views that read tables, never
     another view, so that a one-run query reads that run's rows alone (views only). Create what is
-    missing and recreate every view. Any write opening migrates (``tracker upgrade`` is one); a
-        read-only one refuses an older file."""
+    missing, bring metric_def to the catalog and recreate every view. Any write opening migrates
+    (``tracker upgrade`` is one); a read-only one refuses an older file."""
     from sqlalchemy import text, update
 
     from tracker.store import rollups
@@ -118,6 +118,7 @@ def migrate(conn: Connection, where: str) -> None:
         for view in reversed(VIEWS):  # views hold no data: recreate them all, as this version defines them
             conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view.name}{cascade}")
         _drop_columns(conn, {"run": NCU_RUN_COLUMNS, "metric_def": ("ncu", "nvprof")})
+        _sync_metric_defs(conn)
         for view in VIEWS:
             conn.exec_driver_sql(view.create())
         rollups.rebuild(conn)
@@ -173,6 +174,25 @@ def _count_profiled_iterations(conn: Connection) -> None:
         "UPDATE run SET counter_iterations = repeat WHERE counter_iterations IS NULL "
         "AND EXISTS (SELECT 1 FROM metric m WHERE m.run_id = run.id)"
     )
+
+
+def _sync_metric_defs(conn: Connection) -> None:
+    """metric_def as this version's catalog defines it: a metric the catalog added gets its row (the
+    counter views pivot the catalog, so they read it), and one it redefined its unit, rollup and
+    words. A metric the catalog dropped keeps its row: stored counters may name it."""
+    from sqlalchemy import insert, select, update
+
+    from tracker.metrics import metric_def_rows
+    from tracker.store.schema import MetricDefRow
+
+    stored = set(conn.execute(select(MetricDefRow.name)).scalars())
+    rows = metric_def_rows()
+    missing = [row for row in rows if row["name"] not in stored]
+    if missing:
+        conn.execute(insert(MetricDefRow), missing)
+    for row in rows:
+        if row["name"] in stored:
+            conn.execute(update(MetricDefRow).where(MetricDefRow.name == row["name"]).values(**row))
 
 
 def _add_missing_columns(conn: Connection) -> None:

@@ -130,7 +130,7 @@ def emulated_events(emulator, monkeypatch):
             0,
         )
 
-    def choose_backend(requested, options=None, library=False):
+    def choose_backend(requested, options=None, implementations=()):
         return (
             Choice("model", "asked for")
             if requested == "model"

@@ -8,7 +8,7 @@ answers from the public K20c samples in tests/data/ncu (SOURCES.md: jacobi-orig,
   given a column per requested metric that the K20c metric sample holds for its kernel (the
   sample's Avg over the kernel's invocations, which is its value: Min = Max for every metric
   kept), written to F. The program is not run. The recorded program runs its four kernels once
-  per iteration, three times: a workload (``-m tracker.profilers.child SPEC``) measuring N
+  per iteration, three times: a workload (``-m tracker.implementations.child profiled SPEC``) measuring N
   iterations gets the trace of the first N (all three where N is larger).
 
 $STAND_IN_LOG, if set, gets each call's arguments; $STAND_IN_FAIL makes a profile fail with

@@ -140,3 +140,11 @@ def _store(db: str, net, launches: list[dict], metrics: list[dict], label: str, 
         run.add_launches(launches, metrics)
     store.dispose()
     return run.run_id
+
+
+def profiled(workload):
+    """What pass 2 profiles of ``workload``, as its implementation runs it (a collector's target)."""
+    from tracker.implementations import implementation
+    from tracker.implementations.child import Profiled
+
+    return Profiled(workload, implementation(workload.implementation))

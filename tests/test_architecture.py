@@ -357,3 +357,88 @@ def test_a_cycle_and_an_eager_cupy_planted_in_tracker_itself_are_found():
     )
     assert "tracker.units:1 imports cupy" in loaded_eagerly(sources, LAZY)
     assert any({"tracker.units", "tracker.model.memory"} <= set(circle) for circle in circles(import_graph(sources)))
+
+
+# Who runs a workload is one strategy (tracker/implementations): outside it, and outside the code
+# each implementation drives (gpu/ for ours, library/ for PyTorch's), nothing asks which one runs.
+STRATEGIES = ("tracker.implementations", "tracker.gpu", "tracker.library")
+NAMES = ("ours", "torch")  # tracker.implementations.IMPLEMENTATIONS, read without importing tracker here
+
+
+def implementation_branches(sources: Sources) -> list[str]:
+    """Comparisons with an implementation's name or with a value named ``implementation`` or
+    ``library``, and dicts keyed by implementation names: a module choosing by who runs."""
+
+    def asks(node: ast.AST) -> bool:
+        named = getattr(node, "attr", getattr(node, "id", None))
+        return named in ("implementation", "library") or (isinstance(node, ast.Constant) and node.value in NAMES)
+
+    found = []
+    for module, (source, _) in sorted(sources.items()):
+        if module.startswith(STRATEGIES):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            compared = (
+                isinstance(node, ast.Compare)
+                and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops)
+                and any(asks(side) for side in (node.left, *node.comparators))
+            )
+            keys = [key for key in getattr(node, "keys", ()) if key is not None]  # a dict's, less its **spreads
+            keyed = isinstance(node, ast.Dict) and bool(keys) and all(asks(key) for key in keys)
+            if compared or keyed:
+                found.append(f"{module}:{node.lineno}")
+    return found
+
+
+def test_no_module_outside_the_strategies_asks_which_implementation_runs():
+    from tracker.implementations import IMPLEMENTATIONS
+
+    assert tuple(IMPLEMENTATIONS) == NAMES
+    found = implementation_branches(tracker_sources())
+    assert not found, "ask the implementation (tracker.implementations.implementation(name)):\n" + "\n".join(found)
+
+
+def test_a_branch_on_the_implementation_is_found():
+    planted = {
+        "tracker.cli.x": ('def f(w):\n    if w.implementation == "ours":\n        pass\n', False),
+        "tracker.profile": ("def g(implementation):\n    return implementation != 'x'\n", False),
+        "tracker.report.y": ("HOW = {'ours': 1, 'torch': 2}\nSAME = 'torch' in ('a',)\n", False),
+        "tracker.experiment": ("def h(arm, library):\n    return arm.library, library is None, {**arm}\n", False),
+        "tracker.implementations.ours": ("X = 'ours' == 'ours'\n", False),
+    }
+    assert implementation_branches(planted) == [
+        "tracker.cli.x:2",
+        "tracker.profile:2",
+        "tracker.report.y:1",
+        "tracker.report.y:2",
+    ]
+
+
+COMMAND_LINES = 40  # a command parses, calls the library and prints: the work lives below the CLI
+
+
+def long_commands(sources: Sources, most: int = COMMAND_LINES) -> list[str]:
+    """The click commands whose body (less its docstring, which is its --help) runs past ``most`` lines."""
+    found = []
+    for module, (source, _) in sorted(sources.items()):
+        for node in ast.parse(source).body:
+            decorated = [ast.unparse(d) for d in getattr(node, "decorator_list", ())]
+            if not isinstance(node, ast.FunctionDef) or not any("command" in d for d in decorated):
+                continue
+            body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+            lines = (body[-1].end_lineno or body[-1].lineno) - body[0].lineno + 1
+            if lines > most:
+                found.append(f"{module}.{node.name}: {lines} lines")
+    return found
+
+
+def test_no_command_is_longer_than_the_cli_needs():
+    cli = {module: source for module, source in tracker_sources().items() if module.startswith("tracker.cli")}
+    found = long_commands(cli)
+    assert not found, f"move the work into the library (at most {COMMAND_LINES} lines a command):\n" + "\n".join(found)
+
+
+def test_a_long_command_is_found():
+    body = "".join(f"    x{i} = {i}\n" for i in range(3))
+    planted = {"pkg.cli": (f'@click.command()\ndef run():\n    """Help."""\n{body}\ndef helper():\n{body}', False)}
+    assert long_commands(planted, most=2) == ["pkg.cli.run: 3 lines"] and long_commands(planted, most=3) == []

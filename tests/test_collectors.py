@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from samples import profiled
 
 import tracker.profile
 from tracker.errors import BackendUnavailable, JoinError, ProfilerFailed, TrackerError
@@ -82,7 +83,7 @@ def test_the_nvprof_collector_joins_the_k20c_trace_launch_by_launch(nvprof):
     collector = find("nvprof")
     assert (collector.name, collector.version) == ("nvprof", "10.2.89")
     said: list[str] = []
-    counters = collector.collect(K20C, k20c_launches(), 3.5, said.append)
+    counters = collector.collect(profiled(K20C), k20c_launches(), 3.5, said.append)
     values = {(r["invocation"], r["name"]): r["value"] for r in counters.rows}
     assert {i for i, _ in values} == set(range(12))
     assert [values[i, "duration_ns"] for i in range(12)] == pytest.approx([ms * 1e6 for ms in K20C_MS])
@@ -94,7 +95,7 @@ def test_the_nvprof_collector_joins_the_k20c_trace_launch_by_launch(nvprof):
     assert any("nvprof 10.2.89, 10 metrics, 12 launches" in s for s in said)
     assert counters.sources["stall_long_scoreboard"] == "stall_memory_dependency"  # what nvprof called it
     call = next(c for c in nvprof.read_text().splitlines() if "--log-file" in c)
-    options, _, spec = call.partition(" -m tracker.profilers.child ")
+    options, _, spec = call.partition(" -m tracker.implementations.child profiled ")
     assert options.split()[:5] == [
         "--profile-from-start",
         "off",
@@ -116,9 +117,9 @@ def test_the_join_refuses_a_k20c_trace_that_is_not_pass_1s(nvprof):
         match=r"^invocation 6 \(lrn1/fwd, __kernel___forma_kernel__2__\): pass 2 "
         r"profiled kernel '__kernel___forma_kernel__1__",
     ):
-        collector.collect(workload, swapped, 3.5, lambda line: None)
+        collector.collect(profiled(workload), swapped, 3.5, lambda line: None)
     with pytest.raises(JoinError, match=r"pass 2 profiled 12 launches, pass 1 logged 8"):
-        collector.collect(workload, launches[:8], 3.5, lambda line: None)
+        collector.collect(profiled(workload), launches[:8], 3.5, lambda line: None)
 
 
 @pytest.mark.parametrize(
@@ -136,7 +137,7 @@ def test_the_join_refuses_a_k20c_trace_that_is_not_pass_1s(nvprof):
 def test_nvprof_failures_end_in_one_line(nvprof, monkeypatch, printed, error, message):
     monkeypatch.setenv("STAND_IN_FAIL", printed)
     with pytest.raises(error, match=message):
-        find("nvprof").collect(K20C, k20c_launches(), 3.5, lambda line: None)
+        find("nvprof").collect(profiled(K20C), k20c_launches(), 3.5, lambda line: None)
 
 
 def test_a_missing_nvprof_says_where_it_looked(monkeypatch, tmp_path):
@@ -199,7 +200,7 @@ def k20c_pass1(monkeypatch) -> list[Workload]:
 def child_spec(calls: Path) -> dict:
     """The workload nvprof was asked to profile: the child's JSON spec on its logged command line."""
     call = next(c for c in calls.read_text().splitlines() if "--log-file" in c)
-    return json.loads(call.partition(" -m tracker.profilers.child ")[2])
+    return json.loads(call.partition(" -m tracker.implementations.child profiled ")[2])
 
 
 def test_tracker_profile_stores_an_nvprof_run_end_to_end(nvprof, kepler, k20c_pass1, tmp_path):

@@ -1,4 +1,4 @@
-"""The CUPTI collector (tracker/profilers/cupti_collector.py, issue 47) on the CPU emulation, with a
+"""The CUPTI collector (tracker/profilers/cupti_collector.py) on the CPU emulation, with a
 stand-in for CUPTI's session: `tracker profile --backend cupti`'s pass 2 replays each layer phase
 once per pass, and the ranges join onto pass 1's launches, stored with ncu's names as their sources.
 What CUPTI itself counts needs a GPU (tests/test_gpu.py)."""
@@ -12,6 +12,8 @@ from tracker.errors import JoinError
 from tracker.gpu.network import PlanRunner
 from tracker.gpu.runner import measure
 from tracker.gpu.workload import Workload
+from tracker.implementations.child import Profiled
+from tracker.implementations.ours import OurKernels
 from tracker.profilers import COLLECTORS, counted, for_device
 from tracker.profilers.cupti_collector import CuptiCollector
 
@@ -72,18 +74,20 @@ def pass1(emulator):
     return counted(workload, launches, 1)
 
 
-def collector(emulator, **stand_in) -> CuptiCollector:
-    return CuptiCollector(
-        "libcupti 13.5 (a stand-in)",
+def collected(emulator, workload, launches, echo, **stand_in):
+    """The collector's counters for the workload, our kernels replayed on the emulation and
+    counted by the stand-in session."""
+    ours = OurKernels(
         backend=lambda l1_policy: emulator,
         session=lambda metrics, most: StandInSession(emulator, metrics, most, **stand_in),
     )
+    return CuptiCollector("libcupti 13.5 (a stand-in)").collect(Profiled(workload, ours), launches, 9.0, echo)
 
 
 def test_each_layer_phase_is_replayed_per_pass_and_its_ranges_join_pass_1s_launches(emulator, pass1):
     workload, launches = pass1
     said: list[str] = []
-    counters = collector(emulator, passes=3).collect(workload, launches, 9.0, said.append)
+    counters = collected(emulator, workload, launches, said.append, passes=3)
     assert len({r["invocation"] for r in counters.rows}) == len(launches) > 0
     assert {r["name"] for r in counters.rows} == {"instructions", "duration_ns"}  # ncu's names, the catalog's
     assert counters.sources == {"instructions": "smsp__inst_executed.sum", "duration_ns": "gpu__time_duration.sum"}
@@ -104,7 +108,7 @@ def test_a_layer_phase_with_a_range_short_of_pass_1s_launches_fails_the_join(emu
         match=rf"^{first.range} \(iteration 1\): pass 1 launched {count} kernels, "
         rf"CUPTI counted {count - 1} ranges$",
     ):
-        collector(emulator, drop=True).collect(workload, launches, 9.0, lambda line: None)
+        collected(emulator, workload, launches, lambda line: None, drop=True)
 
 
 def test_a_phases_ranges_are_in_launch_order_when_numbered_on_from_the_last():

@@ -176,7 +176,7 @@ def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chose
             attempts.append(1)
             raise BackendUnavailable("ncu cannot read counters: ERR_NVGPUCTRPERM")
 
-    def choose_backend(requested, options=None, library=False):
+    def choose_backend(requested, options=None, implementations=()):
         if requested == "auto":
             return Choice("ncu", "test: ncu found", Restricted())
         return Choice(requested, "asked for by name", Restricted() if requested == "ncu" else None)

@@ -358,7 +358,7 @@ def test_cupti_and_ncu_agree_on_what_ncu_reproduces(profiles, ours_ncu, ours_cup
 @counters
 def test_cupti_profile_of_the_library_joins_every_launch(tmp_path):
     """Issue 47 item 2 on the GPU: `--impl torch --backend cupti` at batch 1, the whole step: the
-    child (tracker/profilers/cupti_child.py) replays each of PyTorch's layer phases per pass, the
+    child (``tracker.implementations.child counted``) replays each of PyTorch's layer phases per pass, the
     backward's graphs kept, and every launch joins, the autograd engine's gradient sums included."""
     from tracker.store import metric_rows, open_store
 

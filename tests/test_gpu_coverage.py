@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tracker.cli import cli
 from tracker.experiment import KINDS
-from tracker.gpu.workload import IMPLEMENTATIONS
+from tracker.implementations import IMPLEMENTATIONS
 from tracker.profile import BACKENDS
 from tracker.profilers import COLLECTORS
 

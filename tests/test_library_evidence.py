@@ -219,7 +219,7 @@ def test_the_join_holds_each_launch_outside_every_range_to_pass_1s(trace, pages)
 
 
 def test_the_cupti_collector_joins_the_library_arms_ranges_onto_every_launch(trace):
-    """`--impl torch --backend cupti` (issue 47) with its child stood in for: CUPTI's auto range
+    """`--impl torch --backend cupti` with its child stood in for: CUPTI's auto range
     gives one range per launch of each replayed layer phase, the engine's gradient sums included
     (they run inside the phase's call), numbered in launch order ('0', '1', ...: no kernel name).
     Every launch of the recorded step gets its counters, and the child is asked for room for the
@@ -234,12 +234,17 @@ def test_the_cupti_collector_joins_the_library_arms_ranges_onto_every_launch(tra
     ]
     asked = []
 
-    def child(workload, metrics, most, echo):
-        asked.append((workload.implementation, most, len(metrics)))
-        return phases, [], {"replay": "user"}
+    class Child:
+        """The library arm as pass 2's target, its CUPTI child stood in."""
 
-    workload = Workload.of(build("alexnet"), 16, repeat=1, implementation="torch")
-    collector = CuptiCollector("libcupti 13.0 (a stand-in)", library=child)
+        workload = Workload.of(build("alexnet"), 16, repeat=1, implementation="torch")
+
+        def ranges(self, metrics, most, echo):
+            asked.append((self.workload.implementation, most, len(metrics)))
+            return phases, [], {"replay": "user"}
+
+    workload = Child()
+    collector = CuptiCollector("libcupti 13.0 (a stand-in)")
     counters = collector.collect(workload, launches, 9.0, lambda line: None)
     assert [row["invocation"] for row in counters.rows] == [k.invocation for k in launches]
     assert asked[0][:2] == ("torch", 16) and asked[0][2] > 50

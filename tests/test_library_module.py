@@ -195,9 +195,10 @@ def test_bad_input_ends_in_one_line_and_creates_nothing(tmp_path, runner, args, 
 
 def test_a_workload_of_a_users_model_runs_only_on_pytorch():
     from tracker.gpu.workload import Workload
+    from tracker.implementations import checked
 
-    with pytest.raises(TrackerError, match="is a PyTorch model: only --impl torch runs it"):
-        Workload(SPEC, batch=4)
+    with pytest.raises(TrackerError, match="is a PyTorch model: it takes --impl torch, not --impl ours"):
+        checked(Workload(SPEC, batch=4))
 
 
 def test_a_users_models_network_comes_from_the_library_arm_not_the_gpu_value():

@@ -49,7 +49,7 @@ def gpu_seams(emulator, monkeypatch):
         launches, _ = kineto.launch_log(traced, workload.net, workload.implementation)
         return Measured(launches, DEVICE, 0)
 
-    def choose_backend(requested, options=None, library=False):
+    def choose_backend(requested, options=None, implementations=()):
         return Choice("events", "test: the emulator and a public trace")
 
     for module in (tracker.profile, tracker.experiment):

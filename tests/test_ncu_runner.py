@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from profiler_samples import DATA, SAMPLE, Logged
+from samples import profiled
 
 from tracker import processes
 from tracker.errors import BackendUnavailable, JoinError
@@ -186,7 +187,7 @@ def test_collect_runs_ncu_exports_twice_and_joins(tmp_path, monkeypatch):
     lines = []
     kept = tmp_path / "kept.ncu-rep"
     collector = find("ncu", Options(ncu.Settings(), str(kept)))
-    counters = collector.collect(Workload("alexnet", batch=2), launches, 9.0, lines.append)
+    counters = collector.collect(profiled(Workload("alexnet", batch=2)), launches, 9.0, lines.append)
     assert kept.read_text() == "rep\n"
     assert counters.run_fields == dict(
         collector_version="2025.3.1.0",
@@ -200,7 +201,7 @@ def test_collect_runs_ncu_exports_twice_and_joins(tmp_path, monkeypatch):
     assert {r["name"] for r in counters.rows} == {"cycles_elapsed", "sm_clock_hz"}
     calls = log.read_text().splitlines()
     profile_call = next(c for c in calls if "--export" in c)
-    assert "-m tracker.profilers.child" in profile_call and "gmma" not in profile_call
+    assert "-m tracker.implementations.child profiled" in profile_call and "gmma" not in profile_call
     assert sum("--import" in c for c in calls) == 2 and any("--print-nvtx-rename kernel" in c for c in calls)
 
 
@@ -213,7 +214,7 @@ def test_clocks_that_cannot_be_locked_fall_back_to_clock_control_none(tmp_path, 
     log, launches = _stand_in_ncu(tmp_path, monkeypatch, refuse_clocks=True)
     lines = []
     collector = find("ncu", Options(ncu.Settings(cache_control="none")))
-    counters = collector.collect(Workload("alexnet", batch=2), launches, 9.0, lines.append)
+    counters = collector.collect(profiled(Workload("alexnet", batch=2)), launches, 9.0, lines.append)
     assert counters.run_fields["collector_settings"] | {"replay_mode": "kernel"} == dict(
         replay_mode="kernel", clock_control="none", cache_control="none"
     )
@@ -264,7 +265,7 @@ def test_a_failed_join_marks_the_run_and_stores_no_counter(tmp_path, monkeypatch
     monkeypatch.setattr(
         tracker.profile,
         "choose_backend",
-        lambda requested, options, library=False: Choice("ncu", "asked for with --backend ncu", Joining()),
+        lambda requested, options, implementations=(): Choice("ncu", "asked for with --backend ncu", Joining()),
     )
     monkeypatch.setattr(tracker.gpu.runner, "profile_events", lambda *args: Measured([row], device, 0))
     db = str(tmp_path / "t.db")

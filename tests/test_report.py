@@ -233,7 +233,7 @@ def test_report_on_a_run_interrupted_before_it_met_its_gpu(runner, tmp_path, mon
     monkeypatch.setattr(
         tracker.profile,
         "choose_backend",
-        lambda requested, options, library=False: Choice("ncu", "ncu 2025.3.1.0 found", object()),
+        lambda requested, options, implementations=(): Choice("ncu", "ncu 2025.3.1.0 found", object()),
     )
     monkeypatch.setattr(tracker.gpu.runner, "profile_events", terminated)
     path = str(tmp_path / "trace.db")

@@ -82,7 +82,7 @@ def test_a_users_model_replayed_per_pass_computes_one_steps_result(monkeypatch):
 
 
 def test_a_range_session_counts_each_layer_phase_of_the_step_in_turn():
-    """The CUPTI child's loop (tracker/profilers/cupti_child.py) with a stand-in session: each layer
+    """The CUPTI child's loop (``python -m tracker.implementations.child counted``) with a stand-in session: each layer
     phase begins a fresh counter image, runs until the session has its passes, and hands its
     ranges over once, in training order."""
     from tracker.profilers.cupti_session import PhasePasses
@@ -115,12 +115,13 @@ def test_a_range_session_counts_each_layer_phase_of_the_step_in_turn():
 
 
 def test_the_cupti_childs_error_reaches_the_parent_as_its_one_line(tmp_path, monkeypatch):
-    """`--impl torch --backend cupti`'s child (tracker/profilers/cupti_child.py), run as the collector
-    runs it: the workload and metrics through its arguments, libcupti loaded, then PyTorch; a
-    model that does not import ends it with its one-line error, which the parent raises as it was."""
+    """`--impl torch --backend cupti`'s child (``python -m tracker.implementations.child
+    counted``), run as the collector runs it: the workload and metrics through its arguments,
+    libcupti loaded, then PyTorch; a model that does not import ends it with its one-line error,
+    which the parent raises as it was."""
     from tracker.errors import TrackerError
     from tracker.gpu.workload import Workload
-    from tracker.profilers.cupti_collector import _library_child
+    from tracker.implementations.pytorch import PyTorch
 
     monkeypatch.chdir(tmp_path)
     workload = Workload("no_such_module:build", implementation="torch")
@@ -129,4 +130,4 @@ def test_the_cupti_childs_error_reaches_the_parent_as_its_one_line(tmp_path, mon
         match=r"^--torch no_such_module:build: cannot import no_such_module: "
         r"ModuleNotFoundError",
     ):
-        _library_child(workload, ["smsp__inst_executed.sum"], 4, lambda line: None)
+        PyTorch().ranges(workload, ["smsp__inst_executed.sum"], 4, lambda line: None)

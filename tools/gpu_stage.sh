@@ -140,7 +140,7 @@ ncu_full() {
 w = Workload('alexnet', batch=$1)
 print(w.planned(plan(w.net, w.variants, w.phases), {}).to_json())")
     "$NCU" --set full --profile-from-start off --target-processes all -f -o "/tmp/full-b$1" \
-        python3 -m tracker.profilers.child "$spec"
+        python3 -m tracker.implementations.child profiled "$spec"
 }
 export -f ncu_full
 

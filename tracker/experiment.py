@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from tracker.errors import ArmTaken, TrackerError
 from tracker.gpu.workload import Workload
+from tracker.implementations import checked, implementation
 from tracker.model import Device, lookup
 from tracker.nets import Network
 from tracker.profile import ArmHooks, Profile, check_options, choose_backend, predicted_for, profile_workload
@@ -102,7 +103,6 @@ class Arm:
         return build(net.name, **{**net.options, **self.options})
 
 
-WITH_TORCH = ("library", "memory")  # kinds with a PyTorch arm
 BEST = "torch best"  # the library arm with cudnn.benchmark: cuDNN's fastest algorithm per convolution
 ON_THE_MODEL = ("batch", "memory")  # kinds the analytic model answers too (a device's roofline; the peak)
 
@@ -264,11 +264,11 @@ def check(
     if gpus and executor == "local" and backend not in ("auto", "model"):
         raise TrackerError(_ONE_GPU)
     if backend == "model" or executor == "local":
-        chosen, why, _ = choose_backend(backend, library=kind in WITH_TORCH)
-        if kind in WITH_TORCH and not (chosen == "model" and kind in ON_THE_MODEL):
-            from tracker.library import require_torch
-
-            require_torch(f"experiment {kind}")  # the model predicts a torch arm's network without PyTorch
+        used = tuple(dict.fromkeys(arm.implementation for arm in kind_arms(kind, 1)))  # who runs its arms
+        chosen, why, _ = choose_backend(backend, implementations=used)
+        if not (chosen == "model" and kind in ON_THE_MODEL):  # the model predicts any arm's network as it is
+            for name in used:
+                implementation(name).installed(f"experiment {kind}")
     else:
         chosen, why = backend, f"{backend}: chosen on each node as tracker profile chooses"
     if chosen == "model" and kind not in ON_THE_MODEL:
@@ -297,25 +297,24 @@ _ONE_GPU = (
 
 
 def _runnable(plan: list[Arm], net: Network, echo: Callable[[str], None]) -> list[Arm]:
-    """The memory study's arms less ours where our kernels cannot run the network (unet2d's
-    separable convolutions: grouped): PyTorch's peak is still an answer, and an arm bound to fail is none."""
-    from tracker.gpu.network import resolve
-
+    """The memory study's arms less those whose implementation cannot run the network (ours,
+    unet2d's separable convolutions: grouped): PyTorch's peak is still an answer, and an arm bound
+    to fail is none."""
     kept = []
     for arm in plan:
-        if arm.implementation == "ours":
-            try:
-                resolve(arm.network(net), {})
-            except TrackerError as exc:
-                echo(f"{arm.label}: left out: {exc}")
-                continue
+        network = arm.network(net)  # an option the network does not take is an error, not an arm left out
+        try:
+            implementation(arm.implementation).check_network(network)
+        except TrackerError as exc:
+            echo(f"{arm.label}: left out: {exc}")
+            continue
         kept.append(arm)
     return kept
 
 
 def workload(net: Network, arm: Arm, repeat: int, warmup: int) -> Workload:
     """What an arm runs on the experiment's network ``net`` (checked: a bad value is refused here)."""
-    return Workload.of(
+    made = Workload.of(
         arm.network(net),
         arm.batch,
         variants=arm.variants,
@@ -326,6 +325,8 @@ def workload(net: Network, arm: Arm, repeat: int, warmup: int) -> Workload:
         implementation=arm.implementation,
         cudnn_benchmark=arm.cudnn_benchmark,
     )
+    checked(made)
+    return made
 
 
 def run_experiment(

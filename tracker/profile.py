@@ -5,34 +5,32 @@ newer, ``nvprof`` on older GPUs: tracker/profilers), ``events`` (CUDA device, CU
 only), ``model`` (no GPU: analytic predictions, labelled as such). Every backend stores the
 model's predictions so that each measured figure sits beside its prediction.
 
-A GPU profile is one ``Workload`` (tracker/gpu/workload.py), checked and planned once: pass 1
+A GPU profile is one ``Workload`` (tracker/gpu/workload.py), checked and planned once by the
+implementation that runs it (tracker/implementations: our kernels, or PyTorch's libraries): pass 1
 runs it for the launch log and times, which are stored at once; then the collector runs the
 same workload's first measured iterations (``--counter-iterations``, one by default) in a child
 process under its profiler and joins the counters onto pass 1's launches of those iterations
 (tracker/profilers). A pass 2 that fails or is interrupted leaves pass 1 stored and the run
-marked, with no counters. The
-workload's implementation says who runs it: our kernels, or PyTorch's libraries (the library
-arm, tracker/library), through the same backends, collectors, join and store.
+marked, with no counters. Both implementations go through the same backends, collectors, join
+and store; nothing here asks which one runs.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from tracker.errors import BackendUnavailable, TrackerError, UnknownName, unknown
-from tracker.extras import install
+from tracker.gpu.detect import require_gpu
 from tracker.gpu.workload import MAX_REPEAT, MAX_WARMUP, Workload
+from tracker.implementations import checked, implementation
+from tracker.implementations.child import Profiled
 from tracker.model import Device, Memory, Prediction, lookup, memory, predict
 from tracker.model.roofline import check_dtype_bits
 from tracker.nets import Network
 from tracker.profilers import COLLECTORS, Collector, Options, counted, iterations_profiled
 from tracker.profilers.ncu import Settings as NcuSettings
-
-if TYPE_CHECKING:
-    from tracker.tune import Tuned
 
 BACKENDS = ("auto", *COLLECTORS, "events", "model")  # --backend reads these
 __all__ = [
@@ -60,6 +58,8 @@ class ArmHooks:
 
 @dataclass(frozen=True)
 class Profile:
+    """What a profile stored, and of what."""
+
     run_id: int
     db: str  # where it was stored, for messages
     backend: str
@@ -67,6 +67,38 @@ class Profile:
     predictions: list[Prediction]
     memory: Memory
     device: Device | None = None  # the device the predictions are for, if any
+    workload: Workload | None = None  # what ran (planned, on a GPU backend)
+    counter_iterations: int | None = None  # the measured iterations pass 2 profiled, if it ran
+
+    @property
+    def ops(self) -> float:
+        return sum(p.ops for p in self.predictions)
+
+    @property
+    def bytes(self) -> float:
+        """The compulsory traffic of every layer phase."""
+        return sum(p.bytes for p in self.predictions)
+
+    def summary(self) -> dict:
+        """The run in one row (`tracker profile --format json|csv`)."""
+        assert self.workload is not None
+        return {
+            "run_id": self.run_id,
+            "db": self.db,
+            "backend": self.backend,
+            "reason": self.reason,
+            "network": self.workload.network,
+            "implementation": self.workload.implementation,
+            "batch": self.workload.batch,
+            "layers": len(self.workload.net.layers),
+            "predictions": len(self.predictions),
+            "ops": self.ops,
+            "bytes": self.bytes,
+            "predicted_ms": sum(p.predicted_ms or 0.0 for p in self.predictions) if self.device else None,
+            "predicted_peak_bytes": self.memory.peak_bytes,
+            "measured": self.backend != "model",
+            "counter_iterations": self.counter_iterations,
+        }
 
 
 class Choice(NamedTuple):
@@ -77,32 +109,20 @@ class Choice(NamedTuple):
     collector: Collector | None = None
 
 
-def require_gpu(what: str) -> str:
-    """Raise unless this machine has a CUDA device and CuPy; return how we know the device."""
-    from tracker.gpu.detect import cuda_devices
-
-    count, why = cuda_devices()
-    if not count:
-        raise BackendUnavailable(f"{what} needs an NVIDIA GPU, and this machine has none ({why})")
-    if importlib.util.find_spec("cupy") is None:
-        raise BackendUnavailable(f"{what} needs CuPy: {install('gpu')}")
-    return why
-
-
-def choose_backend(requested: str, options: Options = Options(), library: bool = False) -> Choice:
+def choose_backend(requested: str, options: Options = Options(), implementations: tuple[str, ...] = ()) -> Choice:
     """The backend for ``--backend requested``; one that cannot run here is an error. ``auto``
     picks the collector for this GPU's compute capability (ncu, or nvprof before Volta) where a
-    GPU, CuPy and the collector are found (and, for the ``library`` arm, a CUDA build of
-    PyTorch), else events, else model; a run that then finds the counters restricted falls back
-    to events (``profile``)."""
+    GPU, CuPy and the collector are found (and what each of ``implementations`` needs on the GPU:
+    a CUDA build of PyTorch for torch), else events, else model; a run that then finds the
+    counters restricted falls back to events (``profile``)."""
     if requested not in BACKENDS:
         raise unknown("backend", str(requested), list(BACKENDS))
     if requested == "model":
         return Choice("model", "asked for with --backend model")
     if requested != "auto":
-        return _named(requested, options, library)
+        return _named(requested, options, implementations)
     try:
-        why = _require_gpu("a GPU backend", library)
+        why = _require_gpu("a GPU backend", implementations)
     except BackendUnavailable as exc:
         return Choice("model", str(exc).replace("a GPU backend needs", "the GPU backends need"))
     from tracker import profilers
@@ -119,27 +139,23 @@ def choose_backend(requested: str, options: Options = Options(), library: bool =
     return Choice(name, f"{why} found, {collector.describe()}", collector)
 
 
-def _require_gpu(what: str, library: bool) -> str:
-    """require_gpu, and for the library arm a PyTorch that runs on it."""
+def _require_gpu(what: str, implementations: tuple[str, ...]) -> str:
+    """require_gpu, and what each implementation needs to run on it."""
     why = require_gpu(what)
-    if not library:
-        return why
-    from tracker.library import require_torch_cuda
-
-    return f"{why}, {require_torch_cuda(what)}"
+    return why + "".join(implementation(name).on_gpu(what) for name in implementations)
 
 
 INSTEAD = {"cupti": "ncu"}  # what to use where a collector asked for by name is missing (else events)
 
 
-def _named(requested: str, options: Options, library: bool) -> Choice:
+def _named(requested: str, options: Options, implementations: tuple[str, ...]) -> Choice:
     """--backend events, ncu, nvprof or cupti: asked for by name, so what is missing is an error
     that says what runs instead: the model without a GPU, another backend without the tool."""
     from tracker import profilers
     from tracker.gpu.detect import compute_capability
 
     try:
-        why = _require_gpu(f"--backend {requested}", library)
+        why = _require_gpu(f"--backend {requested}", implementations)
     except BackendUnavailable as exc:
         raise BackendUnavailable(f"{exc}; use --backend model (no GPU needed)") from None
     if requested not in COLLECTORS:
@@ -220,17 +236,15 @@ def profile_workload(
     predicts for where ``device`` names none (the CLI's catalog default), said through ``echo``."""
     from tracker.store import open_store, recording
 
-    check_options(dtype_bits, options)
-    options.check_iterations(workload.repeat)
+    runs = checked(workload)  # everything is checked before the database: a refusal creates no file
+    check_options(dtype_bits, options, workload.repeat)
     net, batch = workload.net, workload.batch
-    choice = choose_backend(backend, options, workload.library)  # before the database: a refusal creates no file
-    library = _library(workload, choice.backend)
+    choice = choose_backend(backend, options, (runs.name,))
+    library = runs.recorded(workload, choice.backend)
     echo(f"backend: {choice.backend} ({choice.reason})")
     device = predicted_for(choice.backend, device, model_device, echo)
-    if choice.backend != "model" and not workload.library:
-        from tracker.gpu.network import check_indexing
-
-        check_indexing(net, batch)  # before the database too
+    if choice.backend != "model":
+        runs.check_network(net, batch)
     store = open_store(db, write=True)
     peak = memory(net, batch, dtype_bits)
     fields = dict(
@@ -241,7 +255,7 @@ def profile_workload(
         dtype_bits=dtype_bits,
         variants=workload.variants,
         l1_bypass=workload.l1_bypass,
-        loaders=workload.loaders,
+        loaders=runs.loaders(workload),
         implementation=workload.implementation,
         library=library,
         backend=choice.backend,
@@ -257,14 +271,17 @@ def profile_workload(
             predictions = predict(net, batch, device, dtype_bits, workload.phases)
             run.add_layers(net, predictions)
         else:
-            workload = _planned(store, workload, untuned, echo)
+            workload = runs.plan(store, workload, untuned, echo)
             # what ran is part of the run: a tuned profile is not an untuned one
             run.update(tiles=workload.tiles, tuned_variants=workload.tuned_variants)
             choice, predictions = _measure(
                 run, choice, backend == "auto", workload, device, dtype_bits, options.iterations, echo
             )
     store.dispose()
-    return Profile(run.run_id, store.where, choice.backend, choice.reason, predictions, peak, device)
+    profiled = options.iterations if choice.backend in COLLECTORS else None
+    return Profile(
+        run.run_id, store.where, choice.backend, choice.reason, predictions, peak, device, workload, profiled
+    )
 
 
 def predicted_for(
@@ -280,40 +297,20 @@ def predicted_for(
     return default
 
 
-def check_options(dtype_bits: int, options: Options) -> None:
+def check_options(dtype_bits: int, options: Options, repeat: int | None = None) -> None:
     """What a profile takes beside its Workload (which checks itself), checked as the CLI checks
-    its options, before anything is written."""
+    its options, before anything is written: pass 2 profiles measured iterations of pass 1, so no
+    more than its ``repeat``, where that is known."""
     check_dtype_bits(dtype_bits)
     if not isinstance(options, Options):
         raise TrackerError(f"options must be tracker.profilers.Options, not {type(options).__name__}")
     if not isinstance(options.ncu, NcuSettings):
         raise TrackerError(f"ncu must be tracker.profilers.ncu.Settings, not {type(options.ncu).__name__}")
-
-
-def _library(workload: Workload, backend: str) -> dict | None:
-    """What the library arm runs with, recorded on its run (None for our kernels); PyTorch missing
-    is refused here, before anything is written. The model backend predicts the same network
-    without PyTorch: its run records the two choices and no versions."""
-    if not workload.library:
-        return None
-    if backend == "model":
-        return {"tf32": workload.tf32, "cudnn_benchmark": workload.cudnn_benchmark}
-    from tracker.library import require_torch, versions
-
-    require_torch()
-    return versions(workload.tf32, workload.cudnn_benchmark)
-
-
-def _planned(store, workload: Workload, untuned: bool, echo: Callable[[str], None]) -> Workload:
-    """The workload planned, once: `tracker tune`'s lookup, pass 1 and pass 2 all run these steps."""
-    from tracker.gpu.network import plan
-    from tracker.tune import Tuned
-
-    if workload.library:
-        return workload.planned_in_training_order()
-    steps = plan(workload.net, workload.variants, workload.phases, workload.batch)
-    tuned = Tuned() if untuned else _tuned(store, workload, steps, echo)
-    return workload.planned(tuned.applied(steps), tuned.tiles, tuned.variants)
+    if repeat is not None and options.iterations > repeat:
+        raise TrackerError(
+            f"--counter-iterations {options.iterations} exceeds --repeat {repeat}: pass 2 collects "
+            "counters from measured iterations of pass 1"
+        )
 
 
 def _measure(
@@ -332,13 +329,8 @@ def _measure(
     interrupted must not take pass 1's times with it. Returns what ran and the predictions.
     ``may_fall_back``: the backend was chosen (--backend auto), so restricted counters fall back
     to events."""
-    if workload.library:
-        from tracker.library.torch_run import profile_events
-    else:
-        from tracker.gpu.runner import profile_events
-
     net = workload.net
-    measured = profile_events(workload, echo)
+    measured = implementation(workload.implementation).pass1(workload, echo)
     device = device or _catalog_device(measured.device["device_name"])
     predictions = predict(net, workload.batch, device, dtype_bits, workload.phases)
     rows = _store_pass1(run, net, predictions, measured, echo)
@@ -374,33 +366,14 @@ def _pass2(choice: Choice, workload: Workload, measured, may_fall_back: bool, it
         "--counter-iterations N sets how many)"
     )
     try:
-        counters = choice.collector.collect(profiled, launches, cc, echo)
+        target = Profiled(profiled, implementation(workload.implementation))
+        counters = choice.collector.collect(target, launches, cc, echo)
     except BackendUnavailable as exc:
         if may_fall_back:
             echo(f"falling back to events: {exc}")
             return None, Choice("events", f"{choice.reason}; but {exc}")
         raise
     return counters, choice._replace(reason=f"{choice.reason}; {counters.note}" if counters.note else choice.reason)
-
-
-def _tuned(store, workload: Workload, steps, echo: Callable[[str], None]) -> Tuned:
-    """The variants and tiles `tracker tune` found fastest on this GPU for the planned layer phases."""
-    from tracker.gpu.detect import device_name
-    from tracker.tune import Tuned, best
-
-    name = device_name()
-    tuned = best(store, name, workload.net, workload.batch, workload.variants, steps) if name else Tuned()
-    if tuned.variants:
-        echo(
-            f"tuned variants for {name} ({len(tuned.variants)} layer phases; --untuned runs the plan's): "
-            + ", ".join(f"{key} {variant}" for key, variant in tuned.variants.items())
-        )
-    if tuned.tiles:
-        echo(
-            f"tuned GEMM tiles for {name} ({len(tuned.tiles)} layer phases; --untuned runs the defaults): "
-            + ", ".join(f"{key} {tile}" for key, tile in tuned.tiles.items())
-        )
-    return tuned
 
 
 def _catalog_device(cuda_name: str) -> Device | None:

@@ -253,12 +253,11 @@ def experiment(
           --executor slurm --db postgresql://tracker@dbhost/traces --sbatch '--time=30'
       tracker experiment batch alexnet --batches 16,64,128 --gpus h100,a100 --backend model
     """
-    from tracker.experiment import outcome, run_experiment
+    from tracker.experiment import run_experiment
     from tracker.model import lookup
     from tracker.model.devices import MODEL_DEFAULT
     from tracker.nets import build
     from tracker.profilers.ncu import Settings as NcuSettings
-    from tracker.store import open_store
 
     net = build(network, **net_kwargs(kwargs))
     gpu = lookup(device) if device else None
@@ -290,8 +289,15 @@ def experiment(
         model_device=lookup(MODEL_DEFAULT),
         started=command_started(),
     )  # twins started together share one experiment
-    if detach:
-        return
+    if not detach:
+        _print_outcome(db, experiment_id, kind, bool(variants), bool(gpus), fmt, layer_rows, say)
+
+
+def _print_outcome(db, experiment_id: int, kind: str, variants: bool, gpus: bool, fmt: str, layer_rows: bool, say):
+    """The experiment's tables or rows; exit 1 where it did not complete, saying how to resume."""
+    from tracker.experiment import outcome
+    from tracker.store import open_store
+
     store = open_store(db, write=False)
     result = outcome(store, experiment_id, kind)
     if not result.complete:

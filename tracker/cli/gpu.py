@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tracker.cli.options import WholeNumber, db_option, emit, format_option, net_kwargs, network_options
-from tracker.gpu.workload import IMPLEMENTATIONS
+from tracker.implementations import IMPLEMENTATIONS
 from tracker.nets import build
 
 # What a reader needs first (whether a variant fits, spills, and can be trusted); --wide adds the rest.
@@ -213,30 +213,26 @@ def selftest(batch, l1, shapes, record, tile, implementation, fmt):
       compute-sanitizer --tool racecheck tracker selftest --shapes small --l1 ca
       compute-sanitizer --tool racecheck tracker selftest --shapes small --l1 ca --tile 128x128x8/stages3
     """
-    from tracker.gpu.runner import summarize
+    from tracker.implementations import implementation as implemented_by
     from tracker.nets import build
     from tracker.ops.selftest import network_cases, small_cases
 
-    if implementation == "torch":
-        _refuse_for_torch(record, tile, l1)
+    runs = implemented_by(implementation)
+    refused = runs.refused_in_selftest(record, tile, l1)
+    if refused:
+        raise click.UsageError(refused)
     if record and shapes != "alexnet":
         raise click.UsageError("--record vouches for AlexNet's shapes: drop --shapes small")
     if record and tile is not None:
         raise click.UsageError("--record vouches for the default tile's builds: drop --tile")
     cases = small_cases() if shapes == "small" else tuple(network_cases(build("alexnet"), batch))
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
-    if implementation == "torch":
-        results, device = _torch_selftest(cases, echo)
-        rows = summarize([(None, r) for r in results])  # no L1 policy: the libraries choose their own loads
-        failed = _report(rows, device, fmt, echo)
-    else:
-        results, info = _kernel_selftest(cases, ("ca", "cg") if l1 == "both" else (l1,), tile, echo)
-        rows = summarize(results)
-        failed = _report(rows, info["device_name"], fmt, echo)
-        if record:
-            from tracker.gpu.verified import write_record
+    rows, device, info = runs.selftest(cases, l1, tile, echo)
+    failed = _report(rows, device, fmt, echo)
+    if record and info is not None:
+        from tracker.gpu.verified import write_record
 
-            echo(f"record written to {write_record(rows, info)}")
+        echo(f"record written to {write_record(rows, info)}")
     if failed:
         raise SystemExit(1)
 
@@ -252,35 +248,6 @@ def _report(rows: list[dict], device: str, fmt: str, echo) -> int:
         )
     echo(f"{len(rows) - len(failed)} passed, {len(failed)} failed on {device}")
     return len(failed)
-
-
-def _refuse_for_torch(record: bool, tile, l1: str) -> None:
-    """--impl torch checks PyTorch's phases: the options about our kernels' builds mean nothing to it."""
-    if record:
-        raise click.UsageError("--record vouches for our kernels' builds; --impl torch checks PyTorch's: drop --record")
-    if tile is not None:
-        raise click.UsageError("--tile picks our GEMM kernels' tile; --impl torch runs PyTorch's: drop --tile")
-    if l1 != "both":
-        raise click.UsageError(f"--l1 {l1} picks our kernels' L1 policy; --impl torch runs PyTorch's: drop --l1")
-
-
-def _kernel_selftest(cases, policies, tile, echo):
-    """Our kernel variants on this GPU: (results, device_info)."""
-    from tracker.gpu.runner import selftest as run_selftest
-    from tracker.profile import require_gpu
-
-    require_gpu("tracker selftest")
-    return run_selftest(cases, policies, echo, tile)
-
-
-def _torch_selftest(cases, echo):
-    """PyTorch's layer phases on its GPU, else the CPU: (results, the device in words)."""
-    from tracker.library import require_torch
-
-    require_torch("tracker selftest --impl torch")
-    from tracker.library.accuracy import selftest as torch_selftest
-
-    return torch_selftest(cases, echo)
 
 
 def _l1(row: dict) -> str:

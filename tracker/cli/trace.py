@@ -18,7 +18,8 @@ from tracker.cli.options import (
 from tracker.cli.output import cell, held, stream, to_json
 from tracker.errors import TrackerError
 from tracker.extras import install
-from tracker.gpu.workload import IMPLEMENTATIONS, Workload
+from tracker.gpu.workload import Workload
+from tracker.implementations import IMPLEMENTATIONS
 from tracker.model import lookup
 from tracker.model.devices import MODEL_DEFAULT
 from tracker.model.roofline import MAX_BATCH
@@ -192,15 +193,10 @@ def profile(
     from tracker.profilers import Options
     from tracker.profilers.ncu import Settings as NcuSettings
 
-    if torch_model:
+    if torch_model:  # every input is checked before the database is opened
         net, batch, implementation = _torch_model(torch_model, network, implementation, batch, net_kwargs(kwargs))
-    elif network is None:
-        raise TrackerError(
-            "name a NETWORK (tracker networks lists them) or your own model with --torch MODULE:FUNCTION"
-        )
     else:
-        net = build(network, **net_kwargs(kwargs))  # every input is checked before the database is opened
-    gpu = lookup(device) if device else None
+        net = _network(network, net_kwargs(kwargs))
     variants = OPS.parse_variants(variant)
     workload = Workload.of(
         net,
@@ -218,58 +214,55 @@ def profile(
     options = Options(
         NcuSettings(cache_control=cache_control, clock_control=clock_control), ncu_report, counter_iterations
     )
-    say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
     result = profile_workload(
         db,
         workload,
         backend=backend,
-        device=gpu,
+        device=lookup(device) if device else None,
         dtype_bits=int(dtype_bits),
         options=options,
-        echo=say,
+        echo=(lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo,
         untuned=untuned,
         model_device=lookup(MODEL_DEFAULT),
     )
-    ops = sum(p.ops for p in result.predictions)
-    nbytes = sum(p.bytes for p in result.predictions)
-    summary = {
-        "run_id": result.run_id,
-        "db": result.db,
-        "backend": result.backend,
-        "reason": result.reason,
-        "network": net.name,
-        "implementation": implementation,
-        "batch": batch,
-        "layers": len(net.layers),
-        "predictions": len(result.predictions),
-        "ops": ops,
-        "bytes": nbytes,
-        "predicted_ms": sum(p.predicted_ms or 0.0 for p in result.predictions) if result.device else None,
-        "predicted_peak_bytes": result.memory.peak_bytes,
-        "measured": result.backend != "model",
-        "counter_iterations": counter_iterations if result.backend in COLLECTORS else None,
-    }
     if fmt != "table":
-        emit([summary], fmt)
+        emit([result.summary()], fmt)
         return
-    by = "" if implementation == "ours" else f" run by {implementation}"
+    _say_stored(result, bool(variant or l1_bypass or staged))
+
+
+def _network(network: str | None, options: dict):
+    """Tracker's NETWORK with its options."""
+    if network is None:
+        raise TrackerError(
+            "name a NETWORK (tracker networks lists them) or your own model with --torch MODULE:FUNCTION"
+        )
+    return build(network, **options)
+
+
+def _say_stored(result, ours_chosen: bool) -> None:
+    """What was stored, in words, with the options the backend ran without."""
+    from tracker.implementations import implementation
+
+    workload = result.workload
     click.echo(
-        f"run {result.run_id} complete: {net.name}{by}, batch {batch}, {cell('', ops)} ops, "
-        f"{cell('bytes', nbytes)} compulsory traffic, peak memory {cell('bytes', result.memory.peak_bytes)}"
+        f"run {result.run_id} complete: {workload.net.name}{implementation(workload.implementation).by}, "
+        f"batch {workload.batch}, {cell('', result.ops)} ops, {cell('bytes', result.bytes)} compulsory traffic, "
+        f"peak memory {cell('bytes', result.memory.peak_bytes)}"
     )
     if result.backend == "model":
         click.echo(
             "  these are analytic predictions: nothing was measured"
             + (f", times for the {result.device.name}" if result.device else "")
         )
-    if result.backend == "model" and (variants or l1_bypass or staged):
+    if result.backend == "model" and ours_chosen:
         click.echo(
             "  --variant, --l1-bypass and --staged are recorded on the run; "
             "the model's compulsory bytes do not depend on them"
         )
-    for option, given in (("--ncu-report", ncu_report), ("--counter-iterations", _given("counter_iterations"))):
-        if given and result.backend not in COLLECTORS:
-            click.echo(f"  {option} ignored: the {result.backend} backend runs no counter profiler")
+    for option in ("ncu_report", "counter_iterations"):
+        if _given(option) and result.backend not in COLLECTORS:
+            click.echo(f"  --{option.replace('_', '-')} ignored: the {result.backend} backend runs no counter profiler")
     click.echo(f"  stored in {result.db}; next: tracker show {result.run_id}, tracker report {result.run_id}")
 
 
@@ -283,8 +276,6 @@ def _torch_model(spec: str, network: str | None, implementation: str, batch: int
     example's), refusing what does not apply."""
     if network is not None:
         raise TrackerError(f"give NETWORK ({network}) or --torch {spec}, not both")
-    if _given("implementation") and implementation != "torch":
-        raise TrackerError(f"--torch {spec} is run by PyTorch: it takes --impl torch, not --impl {implementation}")
     given = [name for name, value in options.items() if value is not None]
     if given:
         raise TrackerError(f"--{given[0].replace('_', '-')} is an option of tracker's networks, not of --torch {spec}")
@@ -295,7 +286,7 @@ def _torch_model(spec: str, network: str | None, implementation: str, batch: int
     from tracker.library.torch_module import network as torch_network
 
     net = torch_network(check_spec(spec), batch if _given("batch") else None)
-    return net, int(net.options["example_batch"]), "torch"
+    return net, int(net.options["example_batch"]), implementation if _given("implementation") else "torch"
 
 
 @click.command()
@@ -337,55 +328,58 @@ def show(run, db, fmt):
       tracker show 3
       tracker show last --format json
     """
-    from tracker.model.memory import PeakMemory
-    from tracker.profilers import unfinished
-    from tracker.store import find_run, launch_count, launch_rows, layer_rows, metric_rows, open_store, run_dict
+    from tracker.store import find_run, launch_rows, layer_rows, metric_rows, open_store, run_dict
 
     store = open_store(db, write=False)
     info = run_dict(find_run(store, run))
     rows = layer_rows(store, info["id"])
     if fmt == "json":
-        click.echo(
-            to_json(
-                {
-                    "run": info,
-                    "layers": rows,
-                    "launches": launch_rows(store, info["id"]),
-                    "metrics": metric_rows(store, info["id"]),
-                }
-            )
-        )
+        launches, metrics = launch_rows(store, info["id"]), metric_rows(store, info["id"])
+        click.echo(to_json({"run": info, "layers": rows, "launches": launches, "metrics": metrics}))
         return
     if fmt == "csv":
         emit(rows, fmt)
         return
-    keys = (
-        "id",
-        "status",
-        "network",
-        "network_options",
-        "implementation",
-        "library",
-        "batch",
-        "phases",
-        "dtype_bits",
-        "backend",
-        "backend_reason",
-        "device_name",
-        "variants",
-        "tuned_variants",
-        "tiles",
-        "l1_bypass",
-        "repeat",
-        "counter_iterations",
-        "peak_memory",
-        "started_at",
-        "finished_at",
-        "error",
-        "command_line",
-    )
+    _show_settings(store, info)
+    click.echo()
+    emit(rows, fmt, [c for c in SHOW_COLUMNS if any(row.get(c) is not None for row in rows)])
+
+
+SHOW_SETTINGS = (  # what `tracker show` lists of a run, in this order, where it has a value
+    "id",
+    "status",
+    "network",
+    "network_options",
+    "implementation",
+    "library",
+    "batch",
+    "phases",
+    "dtype_bits",
+    "backend",
+    "backend_reason",
+    "device_name",
+    "variants",
+    "tuned_variants",
+    "tiles",
+    "l1_bypass",
+    "repeat",
+    "counter_iterations",
+    "peak_memory",
+    "started_at",
+    "finished_at",
+    "error",
+    "command_line",
+)
+
+
+def _show_settings(store, info: dict) -> None:
+    """A run's settings, one a line, and what an unfinished or model run holds."""
+    from tracker.model.memory import PeakMemory
+    from tracker.profilers import unfinished
+    from tracker.store import launch_count
+
     info["peak_memory"] = PeakMemory.of(info["predicted_peak_bytes"], info["measured_peak_bytes"]).line()
-    for key in keys:
+    for key in SHOW_SETTINGS:
         if info[key] not in (None, {}, "") and not (key == "repeat" and info[key] == 0):  # 0: a model run's
             click.echo(f"{key:>20}: {cell(key, info[key])}")
     note = unfinished(info, launch_count(store, info["id"]))
@@ -393,8 +387,6 @@ def show(run, db, fmt):
         click.echo(f"\n{note}")
     if info["backend"] == "model":
         click.echo("\nanalytic predictions (backend model): nothing in this run was measured")
-    click.echo()
-    emit(rows, fmt, [c for c in SHOW_COLUMNS if any(row.get(c) is not None for row in rows)])
 
 
 TABLE_ROWS = 1000  # a table aligns its columns, so it holds its rows: this many unless --limit says

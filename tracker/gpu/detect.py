@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import sys
+
+from tracker.errors import BackendUnavailable
+from tracker.extras import install
 
 
 def _driver() -> ctypes.CDLL | None:
@@ -78,3 +82,13 @@ def driver_version() -> str | None:
         return done.stdout.split()[0] if done.returncode == 0 and done.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def require_gpu(what: str) -> str:
+    """Raise unless this machine has a CUDA device and CuPy; return how we know the device."""
+    count, why = cuda_devices()
+    if not count:
+        raise BackendUnavailable(f"{what} needs an NVIDIA GPU, and this machine has none ({why})")
+    if importlib.util.find_spec("cupy") is None:
+        raise BackendUnavailable(f"{what} needs CuPy: {install('gpu')}")
+    return why

@@ -63,7 +63,7 @@ def profile_events(workload: Workload, echo: Callable[[str], None]) -> Measured:
 
 
 def run_child(workload: Workload) -> None:
-    """Pass 2's child on our kernels (tracker/profilers/child.py): warm up, then the measured
+    """Pass 2's child on our kernels (tracker/implementations/child.py): warm up, then the measured
     iterations between cudaProfilerStart/Stop, untimed (the profiler times them)."""
     import cupy as cp
 

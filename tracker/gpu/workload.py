@@ -10,7 +10,7 @@ launches line up with pass 1's log one for one. Its values are checked where it 
 ``LoggedLaunch`` is one row of pass 1's launch log: it knows its invocation, layer, phase and NVTX
 range, so the join (tracker/profilers/join.py) and the store need nothing else to place it.
 
-The child a collector profiles runs ``Workload.to_json()`` (tracker/profilers/child.py).
+The child a collector profiles runs ``Workload.to_json()`` (tracker/implementations/child.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 MAX_REPEAT = 1000  # --repeat and --warmup read these
 MAX_WARMUP = 100
-IMPLEMENTATIONS = ("ours", "torch")  # --impl reads these: our kernels, or PyTorch's libraries (tracker/library)
 
 
 class PlannedStep(NamedTuple):
@@ -53,21 +52,13 @@ class Workload:
     tiles: dict = field(default_factory=dict)  # 'layer/phase' -> tuned GEMM tile (tracker tune)
     tuned_variants: dict = field(default_factory=dict)  # 'layer/phase' -> the variant tune chose, not the plan's
     steps: tuple[PlannedStep, ...] = ()  # the plan; empty until ``planned``
-    implementation: str = "ours"  # or torch: the library arm runs the same layer phases (tracker/library)
+    implementation: str = "ours"  # who runs it (tracker/implementations), which checks the options it takes
     tf32: bool = False  # torch: let cuDNN and cuBLAS use TF32 tensor cores
     cudnn_benchmark: bool = False  # torch: let cuDNN time its algorithms and keep the fastest
     staged: bool = False  # the L1-bypass build's loaders (operands staged through registers), L1 cached
 
     def __post_init__(self) -> None:
         check(self.batch, self.phases, self.variants, self.repeat, self.warmup)
-        check_implementation(self.implementation, self.variants, self.l1_bypass, self.tf32, self.cudnn_benchmark)
-        if self.staged and (self.l1_bypass or self.library):
-            raise TrackerError(
-                "--staged runs our kernels with the L1-bypass build's loaders and L1 cached: "
-                f"not with {'--l1-bypass (staged already)' if self.l1_bypass else '--impl torch'}"
-            )
-        if is_module_spec(self.network) and self.implementation != "torch":
-            raise TrackerError(f"{self.network} is a PyTorch model: only --impl torch runs it")
         object.__setattr__(self, "steps", tuple(PlannedStep(*s) for s in self.steps))  # JSON gives lists
 
     @classmethod
@@ -87,12 +78,6 @@ class Workload:
         from tracker.nets import build
 
         return build(self.network, **self.options)
-
-    @property
-    def loaders(self) -> str:
-        """How its GEMM kernels fill shared memory (run.loaders): cp.async, or staged through
-        registers (the L1-bypass build, and --staged), or the library's own."""
-        return "library" if self.library else "async" if self.l1_policy == "ca" else "staged"
 
     @property
     def l1_policy(self) -> str:
@@ -124,14 +109,9 @@ class Workload:
         vars(done)["net"] = self.net
         return done
 
-    @property
-    def library(self) -> bool:
-        """Run by a framework's libraries (cuDNN, cuBLAS), not by our kernels."""
-        return self.implementation != "ours"
-
     def planned_in_training_order(self) -> Workload:
-        """The library arm's plan: every layer phase in ``Network.training_order``, run by the
-        library (it has no variants and no tiles to choose)."""
+        """The plan of an implementation that has no variants and no tiles to choose: every layer
+        phase in ``Network.training_order``, its variant the implementation's name."""
         steps = tuple(
             PlannedStep(layer.name, phase, self.implementation) for layer, phase in self.net.training_order(self.phases)
         )
@@ -163,32 +143,6 @@ def check(batch: int, phases: str, variants: dict[str, str], repeat: int, warmup
     OPS.check_chosen(variants)
     whole_number(repeat, "repeat", 1, MAX_REPEAT)
     whole_number(warmup, "warmup", 0, MAX_WARMUP)
-
-
-def check_implementation(
-    implementation: str, variants: dict, l1_bypass: bool, tf32: bool, cudnn_benchmark: bool
-) -> None:
-    """Our kernels take variants and the L1 build; a library takes TF32 and cuDNN's benchmark
-    mode. Either given to the other is refused rather than ignored."""
-    from tracker.errors import unknown
-
-    if implementation not in IMPLEMENTATIONS:
-        raise unknown("implementation", str(implementation), list(IMPLEMENTATIONS))
-    if implementation == "ours":
-        given = [name for name, on in (("--tf32", tf32), ("--cudnn-benchmark", cudnn_benchmark)) if on]
-        if given:
-            raise TrackerError(f"{' and '.join(given)} {_verb(given, 'chooses')} how PyTorch runs: add --impl torch")
-        return
-    given = [name for name, on in (("--variant", bool(variants)), ("--l1-bypass", l1_bypass)) if on]
-    if given:
-        raise TrackerError(
-            f"{' and '.join(given)} {_verb(given, 'chooses')} among our kernels; --impl "
-            f"{implementation} runs the library's"
-        )
-
-
-def _verb(subjects: list[str], singular: str) -> str:
-    return singular if len(subjects) == 1 else singular.removesuffix("s")
 
 
 @dataclass(frozen=True)

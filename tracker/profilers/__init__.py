@@ -1,8 +1,10 @@
 """Counter collectors: pass 2 of a profile, one protocol.
 
-A collector is given a planned workload and pass 1's launch log; it runs the same workload in a
-child process under its profiler and returns the counters joined launch by launch
-(tracker/profilers/join.py), or raises before anything is stored. Nsight Compute (``ncu``)
+A collector is given what to profile (a ``Target``: the planned workload as its implementation
+runs it, tracker/implementations) and pass 1's launch log; it runs the target's child process
+under its profiler (or, for CUPTI, has the target replay each layer phase per counter pass) and
+returns the counters joined launch by launch (tracker/profilers/join.py), or raises before
+anything is stored. It never asks who runs the workload. Nsight Compute (``ncu``)
 serves Volta and newer; ``nvprof`` the GPUs Nsight Compute does not support (compute
 capability < 7.0, paper 003's K40 and GTX 1080).
 
@@ -31,6 +33,7 @@ from tracker.profilers.ncu import Settings as NcuSettings
 if TYPE_CHECKING:
     from tracker.gpu.workload import LoggedLaunch, Workload
     from tracker.metrics import Sources
+    from tracker.profilers.cupti_collector import Ranges
 
 COLLECTORS = {  # --backend name -> module; the first that supports a GPU is auto's choice
     "ncu": "tracker.profilers.ncu_collector",
@@ -43,7 +46,7 @@ COLLECTORS = {  # --backend name -> module; the first that supports a GPU is aut
 class Options:
     """What the user asked of pass 2: ncu's settings, where to keep the profiler's report, and
     from how many measured iterations to collect counters (the first ones; at most the workload's
-    repeat, which ``check_iterations`` checks where both are known)."""
+    repeat, which ``tracker.profile.check_options`` checks where both are known)."""
 
     ncu: NcuSettings = field(default_factory=NcuSettings)
     keep_report: str | None = None
@@ -57,14 +60,6 @@ class Options:
         ):
             raise TrackerError(f"counter iterations {self.iterations!r} is out of range 1..{MAX_REPEAT}")
 
-    def check_iterations(self, repeat: int) -> None:
-        """Pass 2 profiles measured iterations of pass 1, so no more than it runs."""
-        if self.iterations > repeat:
-            raise TrackerError(
-                f"--counter-iterations {self.iterations} exceeds --repeat {repeat}: pass 2 collects "
-                "counters from measured iterations of pass 1"
-            )
-
 
 @dataclass(frozen=True)
 class Counters:
@@ -73,6 +68,22 @@ class Counters:
     sources: dict[str, str]  # the collector's own name of each catalog metric in rows (metric_source)
     skipped: list[str]  # catalog metrics this GPU's profiler does not know
     note: str = ""  # a setting the profiler could not have, and what ran instead
+
+
+class Target(Protocol):
+    """What pass 2 profiles: the planned workload, as its implementation runs it
+    (``tracker.implementations.child.Profiled``)."""
+
+    @property
+    def workload(self) -> Workload: ...
+
+    def command(self) -> list[str]:
+        """The child process a profiler wraps."""
+        ...
+
+    def ranges(self, metrics: list[str], most: int, echo: Callable[[str], None]) -> Ranges:
+        """CUPTI's ranges of the measured iterations, each layer phase replayed per counter pass."""
+        ...
 
 
 class Collector(Protocol):
@@ -84,11 +95,7 @@ class Collector(Protocol):
         ...
 
     def collect(
-        self,
-        workload: Workload,
-        launches: Sequence[LoggedLaunch],
-        compute_capability: float,
-        echo: Callable[[str], None],
+        self, target: Target, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
     ) -> Counters: ...
 
 

@@ -8,26 +8,26 @@ metrics are the catalog's under ncu's names, which are perfworks' (``SOURCES``).
 Auto range numbers the ranges '0', '1', ... on across layer phases (tests/data/gpu-2026-11-26d-h200),
 which the join takes as launch order.
 Asked for by name only (``--backend cupti``); ``auto`` keeps ncu, until the GPU suite has shown it
-agrees with ncu's counts. Ours run in this process; the library arm (``--impl torch``, ``--torch``)
-in a child that loads this libcupti before PyTorch loads its own (tracker/profilers/cupti_child.py),
-each of PyTorch's layer phases replayed per pass (``TorchStep.iteration(passes)``), the autograd
-engine's gradient sums inside them joined as pass 1 gives them to their layer phase.
+agrees with ncu's counts. The target's implementation replays (tracker/implementations): ours in
+this process, PyTorch's in a child that loads this libcupti before PyTorch loads its own, the
+autograd engine's gradient sums inside its layer phases joined as pass 1 gives them to their
+layer phase.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from tracker.errors import JoinError
-from tracker.profilers import Counters, Options, ncu
+from tracker.profilers import Counters, Options, Target, ncu
 from tracker.profilers.join import join
 
 if TYPE_CHECKING:
-    from tracker.gpu.workload import LoggedLaunch, Workload
+    from tracker.gpu.workload import LoggedLaunch
 
 SOURCES = ncu.SOURCES  # CUPTI's profiler takes perfworks' metric names: ncu's
 FIRST_CC = 7.0  # the Profiling API's architectures (CUpti_Profiler_DeviceSupported_Params)
@@ -51,70 +51,20 @@ Phase = tuple[str, list[tuple[str, dict[str, float]]]]  # 'layer/phase', its ran
 Ranges = tuple[list[Phase], list[str], dict[str, Any]]
 
 
-def _cupy(l1_policy: str) -> Any:
-    from tracker.gpu.cupy_backend import CupyBackend
-
-    return CupyBackend(l1_policy, timed=False)
-
-
-def _session(metrics: list[str], most: int) -> Any:
-    from tracker.profilers.cupti_session import RangeSession
-
-    return RangeSession(metrics, max_ranges=most)
-
-
-def _library_child(workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> Ranges:
-    """The library arm's ranges, from a child process (tracker/profilers/cupti_child.py)."""
-    import json
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    from tracker.library.torch_run import run_child_process
-    from tracker.profilers.cupti_child import RANGES
-
-    with tempfile.TemporaryDirectory(prefix="tracker-cupti-") as tmp:
-        run_child_process(
-            [
-                sys.executable,
-                "-m",
-                "tracker.profilers.cupti_child",
-                workload.to_json(),
-                json.dumps(metrics),
-                str(most),
-                tmp,
-            ],
-            echo,
-        )
-        found = json.loads((Path(tmp) / RANGES).read_text())
-    phases = [(phase, [(name, values) for name, values in ranges]) for phase, ranges in found["phases"]]
-    return phases, found["skipped"], found["settings"]
-
-
 @dataclass(frozen=True)
 class CuptiCollector:
     version: str  # the libcupti's (cupti_range.describe_library)
     name: str = "cupti"
-    # how it runs the workload and counts: our kernels on CuPy, a CUPTI session, the library arm's child
-    # (tests: the emulation, stand-ins)
-    backend: Callable[[str], Any] = field(default=_cupy, compare=False)
-    session: Callable[[list[str], int], Any] = field(default=_session, compare=False)
-    library: Callable[[Workload, list[str], int, Callable[[str], None]], Ranges] = field(
-        default=_library_child, compare=False
-    )
 
     def describe(self) -> str:
         return f"CUPTI's range profiler, each layer phase replayed per pass ({self.version})"
 
     def collect(
-        self,
-        workload: Workload,
-        launches: Sequence[LoggedLaunch],
-        compute_capability: float,
-        echo: Callable[[str], None],
+        self, target: Target, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
     ) -> Counters:
-        """Counters for ``launches`` (pass 1's of the iterations ``workload`` measures), every
-        layer phase replayed until the profiler has all its passes."""
+        """Counters for ``launches`` (pass 1's of the iterations ``target`` measures), every
+        layer phase replayed until the profiler has all its passes (by the target's
+        implementation, in whichever process it must count in)."""
         from tracker.profilers.ncu_csv import ProfiledLaunch
 
         metrics = SOURCES.requested(compute_capability)
@@ -123,7 +73,7 @@ class CuptiCollector:
             f"pass 2: CUPTI's range profiler, {len(metrics)} metrics, {len(launches)} launches, "
             f"each layer phase replayed per pass"
         )
-        phases, skipped, settings = (self.library if workload.library else self._ours)(workload, metrics, most, echo)
+        phases, skipped, settings = target.ranges(metrics, most, echo)
         if skipped:
             echo(f"CUPTI does not know {len(skipped)} catalog metrics on this GPU: {', '.join(skipped)}")
         profiled = [
@@ -137,19 +87,6 @@ class CuptiCollector:
             SOURCES.names({row["name"] for row in rows}),
             skipped,
         )
-
-    def _ours(self, workload: Workload, metrics: list[str], most: int, echo: Callable[[str], None]) -> Ranges:
-        from tracker.gpu.network import PlanRunner
-        from tracker.gpu.replay import replay_iteration
-        from tracker.profilers.cupti_session import PhasePasses
-
-        executor = PlanRunner.of(self.backend(workload.l1_policy), workload)
-        executor.iteration()  # compiled and run once before anything is counted, as pass 1's warm-up
-        with self.session(metrics, most) as session:
-            passes = PhasePasses(session)
-            for _ in range(workload.repeat):
-                replay_iteration(executor, passes)
-            return passes.phases, list(session.skipped), dict(session.settings)
 
 
 def _in_launch_order(names: list[str]) -> bool:

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.errors import BackendUnavailable, NcuFailed
-from tracker.profilers import Counters, Options, child, ncu, ncu_csv
+from tracker.profilers import Counters, Options, Target, ncu, ncu_csv
 from tracker.profilers.join import join
 
 SOURCES = ncu.SOURCES  # what this collector calls the catalog's metrics
 
 if TYPE_CHECKING:
-    from tracker.gpu.workload import LoggedLaunch, Workload
+    from tracker.gpu.workload import LoggedLaunch
 
 FIRST_CC = 7.0  # Nsight Compute supports Volta and newer
 
@@ -59,13 +59,9 @@ class NcuCollector:
         return f"ncu {self.version} at {self.path}"
 
     def collect(
-        self,
-        workload: Workload,
-        launches: Sequence[LoggedLaunch],
-        compute_capability: float,
-        echo: Callable[[str], None],
+        self, target: Target, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
     ) -> Counters:
-        """Counters for ``launches`` (pass 1's of the measured iterations ``workload`` runs:
+        """Counters for ``launches`` (pass 1's of the measured iterations ``target`` runs:
         ``tracker.profilers.counted``), each checked against its kernel and NVTX range."""
         wanted = ncu.SOURCES.requested(compute_capability)
         known = ncu.available_metrics(self.path)
@@ -78,14 +74,14 @@ class NcuCollector:
         with tempfile.TemporaryDirectory(prefix="tracker-ncu-") as tmp:
             report = Path(tmp) / "pass2.ncu-rep"
             try:
-                self._run(metrics, report, workload, settings, len(launches), echo)
+                self._run(metrics, report, target, settings, len(launches), echo)
             except NcuFailed as exc:
                 if settings.clock_control != "base" or "clock" not in str(exc).lower():
                     raise
                 note = f"clock control none: ncu could not lock the clocks at base ({exc})"
                 echo(f"{note}; profiling again with --clock-control none")
                 settings = replace(settings, clock_control="none")
-                self._run(metrics, report, workload, settings, len(launches), echo)
+                self._run(metrics, report, target, settings, len(launches), echo)
             profiled = ncu_csv.parse(ncu.export(self.path, report), "the ncu report's raw page")
             named = ncu_csv.parse(ncu.export(self.path, report, nvtx_names=True), "the ncu report's NVTX names")
             if self.keep_report:
@@ -103,9 +99,9 @@ class NcuCollector:
         self,
         metrics: list[str],
         report: Path,
-        workload: Workload,
+        target: Target,
         settings: ncu.Settings,
         expected: int,
         echo: Callable[[str], None],
     ) -> None:
-        ncu.run(ncu.command(self.path, metrics, report, child.command(workload), settings), report, expected, echo)
+        ncu.run(ncu.command(self.path, metrics, report, target.command(), settings), report, expected, echo)

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 
 from tracker import processes
 from tracker.errors import BackendUnavailable, ProfilerFailed
-from tracker.profilers import Counters, Options, child, ncu, nvprof
+from tracker.profilers import Counters, Options, Target, ncu, nvprof
 from tracker.profilers.join import join
 
 SOURCES = nvprof.SOURCES  # what this collector calls the catalog's metrics
 
 if TYPE_CHECKING:
-    from tracker.gpu.workload import LoggedLaunch, Workload
+    from tracker.gpu.workload import LoggedLaunch
 
 FIRST_UNSUPPORTED_CC = 8.0  # nvprof does not profile Ampere and newer
 TIMEOUT_S = 3600  # replaying every launch once per metric group is slow on an old GPU
@@ -63,11 +63,7 @@ class NvprofCollector:
         return f"nvprof {self.version} at {self.path}"
 
     def collect(
-        self,
-        workload: Workload,
-        launches: Sequence[LoggedLaunch],
-        compute_capability: float,
-        echo: Callable[[str], None],
+        self, target: Target, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
     ) -> Counters:
         if compute_capability >= FIRST_UNSUPPORTED_CC:
             raise BackendUnavailable(
@@ -86,7 +82,7 @@ class NvprofCollector:
         )
         with tempfile.TemporaryDirectory(prefix="tracker-nvprof-") as tmp:
             log = Path(tmp) / "pass2.csv"
-            _run(nvprof.command(child.command(workload), metrics, str(log), self.path), log)
+            _run(nvprof.command(target.command(), metrics, str(log), self.path), log)
             profiled = nvprof.parse_trace(log.read_text(errors="replace"), "nvprof's GPU trace")
             if self.keep_report:
                 shutil.copyfile(log, self.keep_report)

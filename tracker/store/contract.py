@@ -12,9 +12,9 @@ from pathlib import Path
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from tracker.store import views
 from tracker.store.lifecycle import SCHEMA_VERSION
 from tracker.store.schema import Base
-from tracker.store.views import VIEWS
 
 ROOT = Path(__file__).resolve().parents[2] / "schema"
 HEADER = """-- tracker trace store, schema v{version}: {what}
@@ -60,7 +60,7 @@ def views_sql() -> str:
             note="Portable SQL: the same views run on SQLite and PostgreSQL.",
         )
     ]
-    parts += [_comment(view.doc) + view.create() + ";\n" for view in VIEWS]
+    parts += [_comment(view.doc) + view.create() + ";\n" for view in views.VIEWS]
     return "\n".join(parts)
 
 

@@ -1,5 +1,5 @@
 """The committed recordings of our kernels (tests/data/RECORDINGS.md): AlexNet on an NVIDIA H100
-80GB HBM3 (tools/gpu_stage.sh, 2026-11-22, and issue 16's GEMM core on 2026-11-23), by file
+80GB HBM3 (tools/gpu_stage.sh, 2026-11-22, and the GEMM core on 2026-11-23), by file
 name, and ``recording``, a private copy of one to open."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ B128_NCU = f"alexnet-b128-ncu-{GPU}.db"  # --backend ncu, batch 128
 EXPERIMENTS = f"experiments-b128-events-{GPU}.db.gz"  # e1 l1-bypass, e2 fusion, e3 variants, e4 batch
 L1_BYPASS = f"l1-bypass-b128-events-{GPU}.db.gz"  # e1 l1-bypass with the real bypass (7791b43)
 FUSION_NCU = f"fusion-ncu-b128-{GPU}.db"  # e1 fusion under ncu
-# The GEMM core of issue 16 (kernels of 903ea16), 2026-11-23:
+# The GEMM core of kernels 903ea16, recorded 2026-11-23:
 CORE_NCU = f"alexnet-b128-ncu-{GPU}-2026-11-23.db.gz"  # --backend ncu, batch 128, the default tile
 CORE_EXPERIMENTS = f"experiments-b128-events-{GPU}-2026-11-23.db.gz"  # e1 l1-bypass, e2 fusion, e3, e4
 TUNING = f"tuning-alexnet-b128-{GPU}.db.gz"  # tracker tune alexnet --batch 128: 1,253 candidates

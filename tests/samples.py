@@ -145,6 +145,6 @@ def _store(db: str, net, launches: list[dict], metrics: list[dict], label: str, 
 def profiled(workload):
     """What pass 2 profiles of ``workload``, as its implementation runs it (a collector's target)."""
     from tracker.implementations import implementation
-    from tracker.implementations.child import Profiled
+    from tracker.implementations.child import ProfiledWorkload
 
-    return Profiled(workload, implementation(workload.implementation))
+    return ProfiledWorkload(workload, implementation(workload.implementation))

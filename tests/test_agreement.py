@@ -1,7 +1,7 @@
 """`tracker agree` (tracker/analysis/agreement.py): whether two runs' counters agree, launch by launch,
 on real recordings. Two ncu runs of one workload on an H100, five minutes apart (the batch-128
 profile and the fusion experiment's separate arm, both at e5feb32: tests/data/RECORDINGS.md), are
-the bar any second collector (CUPTI, issue 47) is held to: what ncu does not reproduce itself, no
+the bar any second collector (CUPTI) is held to: what ncu does not reproduce itself, no
 other collector can be asked to match."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An experiment's arm runs once and counts once (issue 44), on SQLite and PostgreSQL, with real
+"""An experiment's arm runs once and counts once, on SQLite and PostgreSQL, with real
 `tracker experiment` processes on the model backend: 16 identical commands started together make
 one experiment (the others refuse in one line), two resumes started together run each arm once,
 and a signal or a kill between a run's completion and its arm's leaves one complete run per arm.

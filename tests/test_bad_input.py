@@ -265,7 +265,7 @@ def test_an_experiment_checks_every_arms_arguments_before_its_row(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-# 5. Issue 44's probe of 365 bad invocations: each of these was a traceback, an internal error, a
+# 5. The probe of 365 bad invocations: each of these was a traceback, an internal error, a
 # silent default or a file written.
 
 
@@ -470,7 +470,7 @@ def test_the_entry_points_are_the_one_that_catches_it():
     assert 'if __name__ == "__main__":\n    main()' in (root / "tracker" / "__main__.py").read_text()
 
 
-# 6. tracker sql's --limit and --timeout (issue 44): a huge limit was an internal ValueError,
+# 6. tracker sql's --limit and --timeout: a huge limit was an internal ValueError,
 # --timeout inf an OverflowError on PostgreSQL. Checked by the library's own bounds, at the CLI
 # before the database is opened.
 

@@ -1,4 +1,4 @@
-"""Batch normalization in training mode (issue 45; tracker/ops/batchnorm.py, kernels/batchnorm.cu):
+"""Batch normalization in training mode (tracker/ops/batchnorm.py, kernels/batchnorm.cu):
 both variants on the CPU emulation of CUDA against the float64 reference at the op's small cases,
 2-D and 3-D, the running statistics included; the reference against finite differences and against
 PyTorch's F.batch_norm; and what the launchers refuse."""

@@ -12,7 +12,7 @@ from tracker.errors import JoinError
 from tracker.gpu.network import PlanRunner
 from tracker.gpu.runner import measure
 from tracker.gpu.workload import Workload
-from tracker.implementations.child import Profiled
+from tracker.implementations.child import ProfiledWorkload
 from tracker.implementations.ours import OurKernels
 from tracker.profilers import COLLECTORS, counted, for_device
 from tracker.profilers.cupti_collector import CuptiCollector
@@ -81,7 +81,7 @@ def collected(emulator, workload, launches, echo, **stand_in):
         backend=lambda l1_policy: emulator,
         session=lambda metrics, most: StandInSession(emulator, metrics, most, **stand_in),
     )
-    return CuptiCollector("libcupti 13.5 (a stand-in)").collect(Profiled(workload, ours), launches, 9.0, echo)
+    return CuptiCollector("libcupti 13.5 (a stand-in)").collect(ProfiledWorkload(workload, ours), launches, 9.0, echo)
 
 
 def test_each_layer_phase_is_replayed_per_pass_and_its_ranges_join_pass_1s_launches(emulator, pass1):

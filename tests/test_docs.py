@@ -135,3 +135,16 @@ def test_every_extra_has_its_install_line_in_the_readme():
     text = README.read_text()
     for extra in extras:
         assert f"-e '.[{extra}]'" in text, extra
+
+
+def test_no_source_or_test_names_an_issue_number():
+    """Docstrings and comments say what and why; which issue asked for it is the git log's."""
+    sources = sorted((ROOT / "tracker").rglob("*.py")) + sorted((ROOT / "tests").glob("*.py"))
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sources
+        if path.name != "test_docs.py"  # its own patterns and the strings they must catch
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bissue #?\d+\b", line, re.IGNORECASE)
+    ]
+    assert not found, "say what and why instead:\n" + "\n".join(found)

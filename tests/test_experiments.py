@@ -238,7 +238,7 @@ def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emu
 
 
 def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, emulator, emulated_events, monkeypatch):
-    """Issue 48 item 4: where `tracker tune` stored a faster verified variant for a layer phase
+    """Where `tracker tune` stored a faster verified variant for a layer phase
     (here Winograd at conv1's forward, the search's own rows, verified on the emulation, with
     made-up times: the emulation's wall-clock says nothing of a GPU), the profile runs it there,
     the layer's other phases as planned, and records the choice; --untuned runs the plan."""

@@ -23,7 +23,7 @@ def kernels(emulator, case: Case) -> tuple[list, list[str]]:
 
 def test_fft_runs_stride_1_layers_in_one_tile_an_image_and_leaves_the_rest_to_the_implicit_gemm(emulator):
     """All three phases: the weight gradient with dy's tiles as the filter (gemm_nt over the tiles);
-    each phase's products in one launch, a GEMM a frequency (issue 48)."""
+    each phase's products in one launch, a GEMM a frequency."""
     case = Case("conv", "s1", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 1})
     results, launched = kernels(emulator, case)
     assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]

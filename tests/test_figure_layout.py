@@ -1,5 +1,5 @@
 """No legend covers data, no text covers another, no point's label sits on a roof: every figure of
-the reports a user opens first, drawn from the committed recordings (issue 46: legends covered
+the reports a user opens first, drawn from the committed recordings (legends covered
 the cache-hit-rate and traffic bars, and point labels crossed the roofs). Measured on the canvas
 by tests/figure_layout.py."""
 

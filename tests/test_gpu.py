@@ -169,7 +169,7 @@ def test_selftest_of_the_small_cases_through_the_cli():
 
 
 def test_selftest_of_pytorchs_layer_phases_on_the_gpu():  # about 15 s, most of it the float64 reference
-    """Issue 43: every AlexNet layer phase as PyTorch runs it (cuDNN, cuBLAS; fp32, TF32 off), under
+    """Every AlexNet layer phase as PyTorch runs it (cuDNN, cuBLAS; fp32, TF32 off), under
     our selftest's checks and bounds. Its whole step was 2.2e-3 from the reference on an H100;
     a failure here names the layer phase and output that lose the digits."""
     from tracker.ops import OPS
@@ -246,7 +246,7 @@ def ours_ncu(profiles, ncu, tmp_path_factory) -> int:  # 74.5 s on an H200: 18 r
 
 
 @pytest.fixture(scope="module")
-def ours_cupti(profiles, tmp_path_factory) -> int:  # issue 47: every layer phase replayed per pass in this process
+def ours_cupti(profiles, tmp_path_factory) -> int:  # every layer phase replayed per pass in this process
     return once(
         tmp_path_factory,
         "ours_cupti",
@@ -313,7 +313,7 @@ def user_ncu(profiles, ncu, tmp_path_factory) -> int:  # 52.2 s on an H200
 
 @counters
 def test_a_cupti_range_session_counts_each_launch():
-    """Issue 47's first step on a GPU: CUPTI's range profiler in tracker's own process (auto range,
+    """The first step on a GPU: CUPTI's range profiler in tracker's own process (auto range,
     user replay) over one layer phase replayed per pass: a range per launch, numbered in launch order
     ('0', '1', ...: an H200 named conv1's forward '0'), with a duration, instructions and DRAM bytes
     (tests/cupti_probe.py)."""
@@ -326,7 +326,7 @@ def test_a_cupti_range_session_counts_each_launch():
 
 @counters
 def test_cupti_profile_of_ours_joins_every_launch(profiles, ours_cupti):
-    """Issue 47's collector end to end on the GPU: `--backend cupti` at batch 1, every launch of the
+    """The collector end to end on the GPU: `--backend cupti` at batch 1, every launch of the
     measured iteration joined, its counters stored with ncu's names as their sources."""
     from tracker.store import metric_rows, open_store, run_sql
 
@@ -343,7 +343,7 @@ def test_cupti_profile_of_ours_joins_every_launch(profiles, ours_cupti):
 
 @counters
 def test_cupti_and_ncu_agree_on_what_ncu_reproduces(profiles, ours_ncu, ours_cupti, runner):
-    """Issue 47 item 3: `tracker agree` on the same launches, counted by ncu and by CUPTI: what is
+    """`tracker agree` on the same launches, counted by ncu and by CUPTI: what is
     deterministic (instructions, FP32 instructions, global load sectors; two ncu runs agree on it
     exactly, tests/test_agreement.py) agrees within 5 % at every launch. The whole table is in the
     log as the test ends (printed), for the README's."""
@@ -357,7 +357,7 @@ def test_cupti_and_ncu_agree_on_what_ncu_reproduces(profiles, ours_ncu, ours_cup
 
 @counters
 def test_cupti_profile_of_the_library_joins_every_launch(tmp_path):
-    """Issue 47 item 2 on the GPU: `--impl torch --backend cupti` at batch 1, the whole step: the
+    """`--impl torch --backend cupti` on the GPU at batch 1, the whole step: the
     child (``tracker.implementations.child counted``) replays each of PyTorch's layer phases per pass, the
     backward's graphs kept, and every launch joins, the autograd engine's gradient sums included."""
     from tracker.store import metric_rows, open_store
@@ -485,7 +485,7 @@ UNET = ("--batch", "2", "--input-size", "32", "--base-filters", "4", "--depth", 
     "network, implementation", [("unet2d", "ours"), ("unet2d", "torch"), ("unet3d", "ours"), ("unet3d", "torch")]
 )
 def test_a_unet_profiles_every_layer_phase_on_events(network, implementation, tmp_path, runner):
-    """The seeds' U-Nets (issue 45) layer phase by layer phase: the skips' concatenation, the
+    """The seeds' U-Nets layer phase by layer phase: the skips' concatenation, the
     up-sampling, the sigmoid with its loss; the 3-D one's 3-D convolutions and pools, batch norm
     and transposed convolutions; ours beside PyTorch's per layer phase."""
     from tracker.store import open_store

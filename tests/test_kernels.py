@@ -26,7 +26,7 @@ from tracker.gpu.kernels import sources as kernel_sources
 from tracker.ops import OPS, gemm
 
 TABLE = tuple(OPS.launches())
-NEW_ON_THE_H200 = ("winograd", "winograd_f4", "fft")  # issue 30's variants: first on a GPU on 2026-11-26
+NEW_ON_THE_H200 = ("winograd", "winograd_f4", "fft")  # the variants: first on a GPU on 2026-11-26
 NOT_YET_ON_A_GPU = (
     "sigmoid",
     "upsample",
@@ -37,8 +37,8 @@ NOT_YET_ON_A_GPU = (
     "maxpool3d",
     "convtranspose",
     "convtranspose3d",
-)  # issue 45: no record vouches for them yet
-VARIANTS_NOT_YET_ON_A_GPU = ("winograd_fused",)  # issue 48's fused F(2x2,3x3): no record vouches for it yet
+)  # no record vouches for them yet
+VARIANTS_NOT_YET_ON_A_GPU = ("winograd_fused",)  # the fused F(2x2,3x3): no record vouches for it yet
 SOURCES = kernel_sources()
 
 
@@ -119,7 +119,7 @@ def test_the_gemm_core_issues_at_least_8_ffma_per_shared_load_in_every_schedule(
 
 @pytest.mark.slow  # compiles kernels with NVRTC
 def test_the_fused_backward_copies_dy_and_the_relu_output_with_cp_async():
-    """Issue 30: the fused backward's GEMM applies the ReLU mask in shared memory. Read from the
+    """The fused backward's GEMM applies the ReLU mask in shared memory. Read from the
     sm_90 SASS of the RELU_MASK build each fused backward launch runs (its table entry's -D): no
     global load through registers (no LDG), and more cp.async (LDGSTS) than the unmasked build of
     the same kernel: the ReLU output's own copies, into a ring beside the operand's."""
@@ -203,13 +203,13 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     assert len(rows) == 2 * len(TABLE) == 198
     assert {r["l1"] for r in rows} == {"ca", "cg"}
     # The newest committed record (tests/data/verified/2026-11-26-nvidia-h200.json): every variant
-    # passed on an H200, issue 30's Winograd and FFT too; a kernel changed since keeps that GPU,
+    # passed on an H200, the Winograd and FFT too; a kernel changed since keeps that GPU,
     # flagged changed_since.
     recorded = [r for r in rows if r["op"] not in NOT_YET_ON_A_GPU and r["variant"] not in VARIANTS_NOT_YET_ON_A_GPU]
     assert {r["verified_on"] for r in recorded} == {"NVIDIA H200"}
     assert {r["verified_on"] for r in rows if r not in recorded} == {None}
     # since the H200: common.cuh, which every kernel includes, counts split-K slices from K for the
-    # batched GEMM (issue 48), so every variant it verified is flagged until a GPU records them again.
+    # batched GEMM, so every variant it verified is flagged until a GPU records them again.
     # That record kept one digest of all a variant's sources: the row gives it, then and now.
     h200 = [r for r in verified.records() if r["gpu"] == "NVIDIA H200"][-1]["variants"]
     for row in recorded:
@@ -316,7 +316,7 @@ def test_kernels_command_builds_a_tuned_tile(runner):
     ],
 )
 def test_the_committed_records_vouch_for_every_variant_with_small_errors(gpu, left_out):
-    """The H100's last record predates issue 30's Winograd and FFT variants; the H200's (2026-11-26)
+    """The H100's last record predates the Winograd and FFT variants; the H200's (2026-11-26)
     holds every variant, both L1 policies."""
     record = [r for r in verified.records() if r["gpu"] == gpu][-1]
     assert set(record["variants"]) == {

@@ -1,4 +1,4 @@
-"""Paper 002's study as an experiment (issue 45): `tracker experiment memory` sweeps network options
+"""Paper 002's study as an experiment: `tracker experiment memory` sweeps network options
 (--vary, an axis of every experiment kind) and batch sizes, records each arm's predicted and
 measured peak memory, ours and PyTorch's, and an arm that runs out of memory as such while the
 rest run. No GPU here: the model backend, and an arm made to run out of memory."""

@@ -1,7 +1,7 @@
 """The analytic model of the convolution algorithms (paper 004): multiplies, transforms and
 workspace per layer phase, the roofline and memory peak they move, and `tracker model
 --algorithm`. The multiplies per (image, input channel, output channel) are counted by hand
-from each algorithm's definition (issue 30 lists the same figures)."""
+from each algorithm's definition."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ the kernel through the environment. No cell errs, every figure shows inline as a
 values the kernel ends with are checked. The stores: the labelled sample store
 (samples.sample_store: public K20c counters on AlexNet layers), model runs of AlexNet and a
 model-backend batch experiment; and the H100 recordings (tests/data/RECORDINGS.md): the ncu run at
-batch 16, and the fusion experiment of issue 16's GEMM core. A store that lacks what a notebook
+batch 16, and the fusion experiment of the GEMM core. A store that lacks what a notebook
 needs stops it at its first code cell with a one-line error."""
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def test_experiments_on_the_model_batch_experiment(db, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_experiments_on_the_h100_fusion_experiment(recordings, tmp_path, monkeypatch):
-    """TRACKER_EXPERIMENT=e2 of issue 16's core: speedups per fused pair and per layer. The fused
+    """TRACKER_EXPERIMENT=e2 of the core: speedups per fused pair and per layer. The fused
     iteration runs at 0.68x (test_recordings)."""
     nb, ns = run("experiments", recording(CORE_EXPERIMENTS, recordings), tmp_path, monkeypatch, TRACKER_EXPERIMENT="e2")
     assert images(nb) == 2

@@ -1,5 +1,5 @@
 """Every kernel module compiles with the oldest NVRTC the ``[compile]`` extra allows, not only with
-constraints.txt's pin (issue 43: NVRTC 13.0 rejected a generic lambda that 13.5 accepts).
+constraints.txt's pin (NVRTC 13.0 rejected a generic lambda that 13.5 accepts).
 
 .ci/run installs that release into a directory of its own (``pip install --no-deps --target``) and
 names it in TRACKER_NVRTC_FLOOR; without it this skips, unless TRACKER_REQUIRE_NVRTC_FLOOR is set,
@@ -34,7 +34,7 @@ def floor_version() -> str:
 def compile_all(floor: Path) -> dict:
     """In the child: load the floor's libnvrtc, then compile what the registry launches, as ``tracker
     kernels`` does, in every build (tracker.gpu.kernels.BUILDS) and architecture, to PTX
-    (``compile.front_end``): what an older NVRTC refused was source (issue 43: a generic lambda), and
+    (``compile.front_end``): what an older NVRTC refused was source (a generic lambda), and
     ptxas, most of the time, compiles the pinned NVRTC's SASS in tests/test_kernels.py."""
     lib = floor / "nvidia" / "cu13" / "lib"
     # cuda-pathfinder takes a libnvrtc already in the process over the venv's wheel; libnvrtc opens its

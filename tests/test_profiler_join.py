@@ -47,7 +47,7 @@ H100_B1 = "ncu-raw-h100-sm90-ncu2025.3-alexnet-b1.csv"  # tools/gpu_stage.sh 1 o
 
 def _planned_launches(batch_net: str = "alexnet") -> list[Logged]:
     """Pass 1's launch log as our plan made it when the H100 recordings were made: the kernels of
-    every step, with its NVTX range. The split-K reduction (issue 16) came later, and launches only
+    every step, with its NVTX range. The split-K reduction came later, and launches only
     where a GEMM's reduction is cut, so it is left out, as are softmax's per-position kernels, which
     its `shared` variant launches only with more than one position per image; max-pool's default
     was then `global`."""

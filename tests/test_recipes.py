@@ -160,7 +160,9 @@ from emu.emulator import Emulator
 from tracker.gpu.network import PlanRunner
 from tracker.gpu.runner import Measured, measure
 
-emulator = Emulator(Path({emu!r}))  # the session's build: its kernels compiled once
+build = Path({emu!r})  # a folder of its own: copying a library over one another process loaded crashes it
+build.mkdir(exist_ok=True)  # each call is its own process, one after another
+emulator = Emulator(build)
 device = {{"device_name": "emulation", "compute_capability": "99.0"}}
 
 def profile_events(workload, echo):
@@ -187,7 +189,7 @@ def test_a_new_collector_is_a_backend_autos_choice_and_pass_2(emulator, tmp_path
     assert "one module in `profilers/`" in row and "its line in\n  `profilers.COLLECTORS`" in row
     (tmp_path / "toy_collector.py").write_text(TOY_COLLECTOR)
     script = tmp_path / "run.py"
-    script.write_text(TOY_RUN.format(toy=str(tmp_path), tests=str(ROOT / "tests"), emu=str(emulator.build_dir)))
+    script.write_text(TOY_RUN.format(toy=str(tmp_path), tests=str(ROOT / "tests"), emu=str(tmp_path / "emu")))
     db = str(tmp_path / "trace.db")
 
     def tracker(*args: str) -> subprocess.CompletedProcess:

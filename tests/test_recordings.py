@@ -1,5 +1,5 @@
 """The store, views, analyses, report, experiments and notebooks on real recordings of our kernels:
-AlexNet on an NVIDIA H100 80GB HBM3 (tools/gpu_stage.sh, 2026-11-22, and issue 16's GEMM core on
+AlexNet on an NVIDIA H100 80GB HBM3 (tools/gpu_stage.sh, 2026-11-22, and the GEMM core on
 2026-11-23; tests/data/RECORDINGS.md).
 Figures asserted here are read from those recordings and from ncu's own CSV export of the same
 report, never made up. The recordings' names, and ``recording``, are in tests/recorded.py."""
@@ -165,7 +165,7 @@ def test_stall_shares_and_hit_rates_of_the_recording(b16):
 def test_runtime_and_bound_of_the_recording(b16):
     times = runtime.runtime(b16, 1).set_index(["layer", "phase"])
     assert (times["source"] == "measured").all()
-    assert times["ms"].idxmax() == ("conv1", "bwd_weight")  # 12 CTAs reduce 387,200 elements each (issue 16)
+    assert times["ms"].idxmax() == ("conv1", "bwd_weight")  # 12 CTAs reduce 387,200 elements each
     assert times["ms"].sum() == pytest.approx(34.14, abs=0.01)
     verdicts = stalls.bound(b16, 1)
     assert len(verdicts) == LAYER_PHASES and verdicts["bound"].notna().all()
@@ -328,7 +328,7 @@ def test_the_h100_tuning_gives_every_tunable_layer_phase_a_verified_tile(recordi
 
 
 def test_on_the_h100_tuning_a_faster_verified_variant_takes_its_layer_phase(tmp_path):
-    """Issue 48 item 4, the choice on a stored tuning table: the H100's, with three rival rows
+    """The choice on a stored tuning table: the H100's, with three rival rows
     added (made up: no race has run on a GPU yet) at conv2's forward shape: Winograd faster and
     verified, FFT faster still but not verified, F(4x4) slower. The plan takes Winograd with its
     tile there and every other layer phase's tile as before; `--variant conv=shared` keeps the
@@ -424,9 +424,9 @@ def test_on_the_h100_the_default_tiles_conv_kernels_hold_one_cta_per_sm(recordin
 
 
 def test_on_the_new_core_fusion_and_the_l1_bypass_both_lose(recordings):
-    """Issue 16's core copied plain operands with cp.async; an operand read through the ReLU mask
+    """The core copied plain operands with cp.async; an operand read through the ReLU mask
     (fused backward) or any operand of the L1-bypass build was staged through registers instead
-    (issue 30 copies the masked operand too; this recording predates it).
+    (the kernels now copy the masked operand too; this recording predates it).
     So the fused data gradients run at 0.56-0.71x, and the fused iteration at 0.68x; the bypass
     costs the GEMM-shaped variants 12-20 % of the iteration."""
     store = open_store(recording(CORE_EXPERIMENTS, recordings), write=False)
@@ -447,7 +447,7 @@ H200_DEFAULT = DATA / "gpu-2026-11-26b-h200" / "alexnet-b128-default-h200.db.gz"
 def test_the_default_command_timed_every_iteration_and_counted_the_first(tmp_path):
     """`tracker profile alexnet --batch 128` as a user runs it, on an H200 with ncu (66 s): pass 1
     timed 5 iterations, pass 2 counted the first, every launch of it joined with the catalog's
-    counters (issue 43: counters from one iteration by default)."""
+    counters (counters from one iteration by default)."""
 
     store = open_store(recording(H200_DEFAULT.name, tmp_path, H200_DEFAULT.parent), write=False)
     run = run_dict(find_run(store, 1))
@@ -487,7 +487,7 @@ def unets(tmp_path_factory) -> str:
     "ours, library, idle", [(1, 2, {"bwd_data"}), (5, 6, {"fwd", "bwd_data"})], ids=["unet2d-b16", "unet3d-b1-128"]
 )
 def test_both_unets_timed_every_layer_phase_on_an_h200_in_both_implementations(unets, ours, library, idle):
-    """Issue 45 on a GPU (stage 10, events): each U-Net's every layer phase measured, ours and
+    """On a GPU (stage 10, events): each U-Net's every layer phase measured, ours and
     PyTorch's, but PyTorch's concatenations, which launched no kernel: the backward slices the
     gradient, and at batch 1 the forward too (its joined slices are contiguous then, presumably
     copied by cudaMemcpyAsync, which the profiler's trace logs as a copy, not a kernel, and the
@@ -522,7 +522,7 @@ def test_the_unets_compare_reads_the_recorded_step_times(runner, unets):
 
 
 def test_a_cut_ncu_pass_on_the_gpu_kept_pass_ones_launches_and_no_counters(unets):
-    """Issue 43's interrupted pass 2, on the H200: the stage's time limit stopped ncu in PyTorch's
+    """The interrupted pass 2, on the H200: the stage's time limit stopped ncu in PyTorch's
     2-D U-Net (run 4) and in our 3-D one (run 7, at launch 141 of 330); each run is `interrupted`,
     holds every launch of its timed iteration and no counter. The complete one beside them (run 3)
     counted every launch of its iteration."""

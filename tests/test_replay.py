@@ -1,4 +1,4 @@
-"""The replay a pass-counting collector relies on (tracker/gpu/replay.py, issue 47), on the CPU
+"""The replay a pass-counting collector relies on (tracker/gpu/replay.py), on the CPU
 emulation with a stand-in for the profiler: every pass of every layer phase runs the same launches
 on the same data, and the replayed iteration leaves what one plain iteration leaves, on a small 3-D
 U-Net (skips whose gradients are summed, batch norms with running statistics, concatenation,

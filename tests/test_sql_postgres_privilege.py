@@ -1,4 +1,4 @@
-"""`tracker sql` on PostgreSQL is safe by the role it runs as (issue 44): every attack class a probe
+"""`tracker sql` on PostgreSQL is safe by the role it runs as: every attack class a probe
 found, run as a reader role (conftest's ``PG_READER``), is refused or does no harm; a role that
 could do more (a superuser, a member of a role that reaches files, programs or other sessions, the
 role that writes the store) is refused before the statement runs, in one line that says how to
@@ -179,7 +179,7 @@ def test_a_constant_the_planner_folds_is_refused_unread(store):
     ],
 )
 def test_rows_too_large_to_fetch_are_refused_on_the_server(store, statement, runner):
-    """The gap issue 44 left: a value the planner does not fold is not in the plan, and a fetch
+    """The gap the guard leaves: a value the planner does not fold is not in the plan, and a fetch
     of it would take the client's memory. The server counts the bytes of every FETCH_ROWS rows in
     a row and ends the query past FETCH_BYTES, before they are sent."""
     import resource

@@ -1,4 +1,4 @@
-"""`tracker sql` on SQLite, issue 44: one function call that builds a huge value or runs for
+"""`tracker sql` on SQLite: one function call that builds a huge value or runs for
 minutes, Ctrl-C and SIGTERM during such a call, and refusals that name what they refused."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The library arm replayed per counter pass (tracker/gpu/replay.py, issue 47 item 2), on PyTorch's
+"""The library arm replayed per counter pass (tracker/gpu/replay.py), on PyTorch's
 CPU build with a stand-in for the profiler: each layer phase of our network in PyTorch and of a
 user's model runs once per pass, every pass computes the same thing, and the replayed step leaves
 what one plain step leaves: a skip's gradient summed once, a batch norm's running statistics

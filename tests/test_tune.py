@@ -150,7 +150,7 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
 
 
 def test_tune_races_each_algorithm_that_can_run_a_conv_layer_phase_unless_a_variant_was_chosen():
-    """Issue 48 item 4: each conv layer phase by every variant that computes it by an algorithm of
+    """Each conv layer phase by every variant that computes it by an algorithm of
     its own (Winograd and FFT only at stride 1, the fused Winograd at 3x3 and not for the weight
     gradient), the planned one first; a variant chosen with --variant (or a fused conv, which
     changes the plan) alone."""

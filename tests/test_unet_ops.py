@@ -1,4 +1,4 @@
-"""Issue 45's ops for the 2-D and 3-D U-Nets (tracker/ops/sigmoid.py, upsample.py, concat.py):
+"""The ops for the 2-D and 3-D U-Nets (tracker/ops/sigmoid.py, upsample.py, concat.py):
 every variant on the CPU emulation of CUDA against the float64 reference at its small cases, the
 corners the selftest's check does not reach (a loss nobody wants, an input with no gradient), the
 network cases the U-Nets make, and the compile matrix `tracker kernels` lists."""

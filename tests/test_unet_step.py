@@ -1,5 +1,5 @@
-"""A U-Net's training step through our kernels on the CPU emulation, against the float64 reference
-(issue 45): concatenated skips, whose encoder activation has two readers and so a gradient summed
+"""A U-Net's training step through our kernels on the CPU emulation, against the float64 reference:
+concatenated skips, whose encoder activation has two readers and so a gradient summed
 from both (the accumulate op, in that activation's first backward phase), nearest up-sampling,
 and the sigmoid with binary cross-entropy as the loss."""
 

@@ -30,7 +30,7 @@ def batched_points(emulator, kernel: str) -> list[int]:
 
 
 def test_winograd_runs_stride_1_3x3_layers_and_leaves_the_rest_to_the_implicit_gemm(emulator):
-    """Each phase's alpha^2 GEMMs are one launch (issue 48: one a point made 16-64 launches a phase)."""
+    """Each phase's alpha^2 GEMMs are one launch (one a point made 16-64 launches a phase)."""
     case = Case("conv", "s1", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 1})
     results, launched = kernels(emulator, case, "winograd")
     assert all(r.passed for r in results)
@@ -79,7 +79,7 @@ def test_winograd_f4_runs_4x4_output_tiles(emulator, w, pad, alpha):
     ],
 )
 def test_the_fused_winograd_transforms_in_its_load_stage_and_epilogue(emulator, x, w, pad):
-    """Issue 48: F(2x2,3x3)'s forward and data gradient each the filter transform and one fused
+    """F(2x2,3x3)'s forward and data gradient each the filter transform and one fused
     kernel (no input transform, GEMM or output transform launched), its grid 32 tiles by 32
     outputs; the weight gradient winograd's; every phase within its bound of the reference."""
     case = Case("conv", "fused", {"x": x, "w": w}, {"stride": 1, "pad": pad})
@@ -111,7 +111,7 @@ def test_the_fused_winograd_leaves_other_filters_to_the_implicit_gemm(emulator):
 
 
 def test_each_transform_launch_says_how_many_bytes_it_was_handed(emulator):
-    """The benchmark's transform bandwidth (issue 48 item 2) reads each launch's array bytes, the
+    """The benchmark's transform bandwidth reads each launch's array bytes, the
     device arrays it was handed (tracker.ops.contract.array_bytes), and sums a phase's transforms
     (kernel_names.traffic): the forward's filter transform reads w and writes U (16 points x M x
     C), the input transform x and V (16 x C x tiles), the output transform the products and the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracker.ops.gemm import SHAPES, STAGES, WARP_ROWS, Tile
 
-# The variants that wrap gemm.cu's GEMMs in transforms of their own (issue 30's Winograd and FFT):
+# The variants that wrap gemm.cu's GEMMs in transforms of their own (the Winograd and FFT):
 # their GEMMs run every schedule through the gemm and linear variants, and their transforms take
 # no tile, so the per-schedule tests leave them out (test_winograd and test_fft run them).
 TRANSFORMS = ("winograd", "winograd_f4", "fft")
@@ -13,7 +13,7 @@ TRANSFORMS = ("winograd", "winograd_f4", "fft")
 # tile shape (its thread count and its loaders' trip counts) at the default ring and warp layout;
 # each ring depth and the other warp layout on two shapes of different thread counts; and one that
 # only `--tile` can ask for (both at once). The full cross (26 schedules) proved nothing these 14
-# do not, at twice the compile time (issue 46: CI in 10 minutes). A register policy (/ctas1,
+# do not, at twice the compile time (CI in 10 minutes). A register policy (/ctas1,
 # /ctas2) changes what ptxas allocates, not the code: test_kernels holds its SASS.
 SCHEDULES = (
     *SHAPES,

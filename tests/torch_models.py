@@ -31,7 +31,7 @@ def residual_cnn():
 
 
 def resnet18():
-    """torchvision's ResNet-18 at batch 32 (issue 47's second target: its counters in <= 60 s
+    """torchvision's ResNet-18 at batch 32 (the second target: its counters in <= 60 s
     through --torch); torchvision is imported here, as only this model needs it."""
     from torchvision.models import resnet18 as build
 

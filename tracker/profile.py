@@ -25,7 +25,7 @@ from tracker.errors import BackendUnavailable, TrackerError, UnknownName, unknow
 from tracker.gpu.detect import require_gpu
 from tracker.gpu.workload import MAX_REPEAT, MAX_WARMUP, Workload
 from tracker.implementations import checked, implementation
-from tracker.implementations.child import Profiled
+from tracker.implementations.child import ProfiledWorkload
 from tracker.model import Device, Memory, Prediction, lookup, memory, predict
 from tracker.model.roofline import check_dtype_bits
 from tracker.nets import Network
@@ -366,7 +366,7 @@ def _pass2(choice: Choice, workload: Workload, measured, may_fall_back: bool, it
         "--counter-iterations N sets how many)"
     )
     try:
-        target = Profiled(profiled, implementation(workload.implementation))
+        target = ProfiledWorkload(profiled, implementation(workload.implementation))
         counters = choice.collector.collect(target, launches, cc, echo)
     except BackendUnavailable as exc:
         if may_fall_back:

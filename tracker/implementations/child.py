@@ -1,7 +1,7 @@
 """The child process a collector profiles (pass 2), for every implementation:
 
 - ``python -m tracker.implementations.child profiled SPEC``: the planned workload's measured
-  iterations between cudaProfilerStart and Stop, under ncu or nvprof (``Profiled.command``);
+  iterations between cudaProfilerStart and Stop, under ncu or nvprof (``ProfiledWorkload.command``);
 - ``python -m tracker.implementations.child counted SPEC METRICS MOST FOLDER``: the same
   iterations counted by CUPTI's range profiler, each layer phase replayed per pass, the ranges
   written to FOLDER/ranges.json (for an implementation that cannot count in tracker's process:
@@ -35,8 +35,8 @@ def command(mode: str, workload: Workload, *args: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Profiled:
-    """What pass 2 profiles (``tracker.profilers.Target``): the planned workload, as its
+class ProfiledWorkload:
+    """What pass 2 profiles (``tracker.profilers.Profiled``): the planned workload, as its
     implementation runs it."""
 
     workload: Workload

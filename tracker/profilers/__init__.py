@@ -1,6 +1,6 @@
 """Counter collectors: pass 2 of a profile, one protocol.
 
-A collector is given what to profile (a ``Target``: the planned workload as its implementation
+A collector is given what to profile (a ``Profiled``: the planned workload as its implementation
 runs it, tracker/implementations) and pass 1's launch log; it runs the target's child process
 under its profiler (or, for CUPTI, has the target replay each layer phase per counter pass) and
 returns the counters joined launch by launch (tracker/profilers/join.py), or raises before
@@ -70,9 +70,9 @@ class Counters:
     note: str = ""  # a setting the profiler could not have, and what ran instead
 
 
-class Target(Protocol):
+class Profiled(Protocol):
     """What pass 2 profiles: the planned workload, as its implementation runs it
-    (``tracker.implementations.child.Profiled``)."""
+    (``tracker.implementations.child.ProfiledWorkload``)."""
 
     @property
     def workload(self) -> Workload: ...
@@ -95,7 +95,7 @@ class Collector(Protocol):
         ...
 
     def collect(
-        self, target: Target, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
+        self, target: Profiled, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
     ) -> Counters: ...
 
 

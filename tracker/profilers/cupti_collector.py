@@ -23,7 +23,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from tracker.errors import JoinError
-from tracker.profilers import Counters, Options, Target, ncu
+from tracker.profilers import Counters, Options, Profiled, ncu
 from tracker.profilers.join import join
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class CuptiCollector:
         return f"CUPTI's range profiler, each layer phase replayed per pass ({self.version})"
 
     def collect(
-        self, target: Target, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
+        self, target: Profiled, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
     ) -> Counters:
         """Counters for ``launches`` (pass 1's of the iterations ``target`` measures), every
         layer phase replayed until the profiler has all its passes (by the target's

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.errors import BackendUnavailable, NcuFailed
-from tracker.profilers import Counters, Options, Target, ncu, ncu_csv
+from tracker.profilers import Counters, Options, Profiled, ncu, ncu_csv
 from tracker.profilers.join import join
 
 SOURCES = ncu.SOURCES  # what this collector calls the catalog's metrics
@@ -59,7 +59,7 @@ class NcuCollector:
         return f"ncu {self.version} at {self.path}"
 
     def collect(
-        self, target: Target, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
+        self, target: Profiled, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
     ) -> Counters:
         """Counters for ``launches`` (pass 1's of the measured iterations ``target`` runs:
         ``tracker.profilers.counted``), each checked against its kernel and NVTX range."""
@@ -99,7 +99,7 @@ class NcuCollector:
         self,
         metrics: list[str],
         report: Path,
-        target: Target,
+        target: Profiled,
         settings: ncu.Settings,
         expected: int,
         echo: Callable[[str], None],

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from tracker import processes
 from tracker.errors import BackendUnavailable, ProfilerFailed
-from tracker.profilers import Counters, Options, Target, ncu, nvprof
+from tracker.profilers import Counters, Options, Profiled, ncu, nvprof
 from tracker.profilers.join import join
 
 SOURCES = nvprof.SOURCES  # what this collector calls the catalog's metrics
@@ -63,7 +63,7 @@ class NvprofCollector:
         return f"nvprof {self.version} at {self.path}"
 
     def collect(
-        self, target: Target, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
+        self, target: Profiled, launches: Sequence[LoggedLaunch], compute_capability: float, echo: Callable[[str], None]
     ) -> Counters:
         if compute_capability >= FIRST_UNSUPPORTED_CC:
             raise BackendUnavailable(

@@ -1,4 +1,4 @@
--- tracker trace store, schema v13: tables
+-- tracker trace store, schema v14: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -429,6 +429,7 @@ CREATE TABLE rollup_time (
 --   repeat: which measured iteration, from 0
 --   l1_policy: ca (cache in L1) or cg (bypass L1)
 --   time_ms: CUDA-event time
+--   start_ns: when it began on the device, in ns after the run's first launch began; NULL where the run timed durations only, and in runs recorded before schema v14
 --   algorithm: its layer phase's algorithm as the phase's kernel names say (direct, implicit_gemm, implicit_precomp_gemm, gemm, winograd, winograd_nonfused, fft), ours and a library's alike; NULL where no name says (an element-wise phase) and in runs recorded before schema v6
 --   role: the kernel's part in its layer phase: math, or the work around it (transform, reduction, fill, copy, offsets, epilogue, other; a library's copies and fills are logged as launches too, with no grid); NULL in runs recorded before schema v6
 CREATE TABLE launch (
@@ -449,6 +450,7 @@ CREATE TABLE launch (
     shared_bytes INTEGER NOT NULL,
     registers INTEGER,
     time_ms FLOAT,
+    start_ns BIGINT,
     algorithm VARCHAR,
     role VARCHAR,
     PRIMARY KEY (run_id, invocation),

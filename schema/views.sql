@@ -1,4 +1,4 @@
--- tracker trace store, schema v13: views
+-- tracker trace store, schema v14: views
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 
@@ -53,7 +53,7 @@ ORDER BY v.run_id;
 CREATE VIEW launch_metrics AS
 SELECT * FROM (
 SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
-       k.l1_policy, k.time_ms,
+       k.l1_policy, k.time_ms, k.start_ns,
        r.duration_ns, r.cycles_elapsed, r.sm_active_cycles, r.sm_clock_hz, r.dram_clock_hz, r.l2_clock_hz, r.l1_clock_hz, r.fadd, r.fmul, r.ffma, r.fp32_flops, r.fp32_inst, r.instructions, r.stall_barrier, r.stall_branch_resolving, r.stall_dispatch_stall, r.stall_drain, r.stall_imc_miss, r.stall_lg_throttle, r.stall_long_scoreboard, r.stall_math_pipe_throttle, r.stall_membar, r.stall_mio_throttle, r.stall_misc, r.stall_no_instruction, r.stall_not_selected, r.stall_short_scoreboard, r.stall_sleeping, r.stall_tex_throttle, r.stall_wait, r.stall_gmma, r.stall_exec_dependency, r.stall_memory_throttle, r.stall_pipe_busy, r.stall_sync, r.stall_other, r.stall_selected, r.warps_per_issue, r.l1_hit_rate, r.l1_global_load_hit_rate, r.l2_hit_rate, r.l2_read_hit_rate, r.l2_write_hit_rate, r.l1_global_load_requests, r.l1_global_load_sectors, r.l1_global_store_requests, r.l1_global_store_sectors, r.l1_local_load_sectors, r.l1_local_store_sectors, r.l1_requests, r.l1_sectors, r.l1_bytes, r.shared_load_wavefronts, r.shared_store_wavefronts, r.shared_load_bank_conflicts, r.shared_store_bank_conflicts, r.shared_bytes, r.l2_read_sectors, r.l2_write_sectors, r.l2_sectors, r.l2_bytes, r.l2_to_l1_read_bytes, r.l1_to_l2_write_bytes, r.dram_read_sectors, r.dram_write_sectors, r.dram_read_bytes, r.dram_write_bytes, r.l1_lg_writeback_cycles, r.sm_throughput_pct, r.memory_throughput_pct, r.l1_throughput_pct, r.shared_throughput_pct, r.l2_throughput_pct, r.dram_throughput_pct, r.achieved_occupancy, r.sm_efficiency, r.ipc, r.issue_slot_pct, r.eligible_warps, r.warp_execution_efficiency, r.fma_pipe_pct, r.alu_pipe_pct, r.lsu_pipe_pct, r.xu_pipe_pct, r.fp32_fu_utilization_level, r.ldst_fu_utilization_level, r.special_fu_utilization_level, r.shared_utilization_level, r.l1_utilization_level, r.l2_utilization_level, r.dram_utilization_level, r.ffma_peak_per_cycle, r.dram_bytes_peak_per_cycle, r.l2_to_l1_bytes_peak_per_cycle, r.l1_lg_writeback_peak_per_cycle, r.replay_passes,
        r.flops, k.algorithm, k.role
 FROM launch k

@@ -140,3 +140,47 @@ def emulated_events(emulator, monkeypatch):
     monkeypatch.setattr(tracker.profile, "choose_backend", choose_backend)
     monkeypatch.setattr(tracker.experiment, "choose_backend", choose_backend)
     monkeypatch.setattr("tracker.gpu.runner.profile_events", profile_events)
+
+
+LIBRARY_DEVICE = {"device_name": "NVIDIA A100-PG509-200", "compute_capability": "8.0", "sm_count": 108}
+
+
+@pytest.fixture
+def gpu_seams(emulator, monkeypatch):
+    """--backend events for both arms: ours on the emulator with made-up times, the library's the
+    public A100 AlexNet trace's launch log (real kernels, times and starts), re-homed under our
+    small net's range names where it runs (tests/public_trace.py). Needs PyTorch (the library
+    arm records its versions)."""
+    from dataclasses import replace
+
+    from made_up_times import made_up_ms
+    from public_trace import ALEXNET_RANGES, SMALL_NET_RANGES, TRACE, rehomed
+
+    import tracker.experiment
+    import tracker.profile
+    from tracker.gpu.network import PlanRunner
+    from tracker.gpu.runner import Measured, measure
+    from tracker.library import kineto
+    from tracker.profile import Choice
+
+    pytest.importorskip("torch")
+
+    def ours(workload, echo):
+        launches, _ = measure(
+            PlanRunner.of(emulator, workload), workload.repeat, workload.warmup, workload.l1_policy, echo
+        )
+        return Measured([replace(k, time_ms=made_up_ms(k.row())) for k in launches], LIBRARY_DEVICE, 0)
+
+    def library(workload, echo):
+        ranges = ALEXNET_RANGES if workload.network == "alexnet" else SMALL_NET_RANGES
+        traced = kineto.kernels(rehomed(kineto.load(TRACE), ranges))
+        launches, _ = kineto.launch_log(traced, workload.net, workload.implementation)
+        return Measured(launches, LIBRARY_DEVICE, 0)
+
+    def choose_backend(requested, options=None, implementations=()):
+        return Choice("events", "test: the emulator and a public trace")
+
+    for module in (tracker.profile, tracker.experiment):
+        monkeypatch.setattr(module, "choose_backend", choose_backend)
+    monkeypatch.setattr("tracker.gpu.runner.profile_events", ours)
+    monkeypatch.setattr("tracker.library.torch_run.profile_events", library)

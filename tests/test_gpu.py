@@ -375,8 +375,21 @@ def test_cupti_profile_of_the_library_joins_every_launch(tmp_path):
 def test_events_profile_of_ours_times_every_layer_phase(profiles, ours_events):
     from tracker.store import open_store
 
-    run = check_launches(open_store(profiles, write=False), ours_events, "events")
+    store = open_store(profiles, write=False)
+    run = check_launches(store, ours_events, "events")
     assert (run["implementation"], run["batch"], run["tiles"]) == ("ours", 2, {})
+    check_starts(store, ours_events)
+
+
+def check_starts(store, run_id: int) -> None:
+    """Every launch of an events run knows when it began: the first at 0, then in invocation order
+    on the one stream, each after the one before it ended (to the events' microsecond or so)."""
+    from tracker.store import run_sql
+
+    _, rows = run_sql(store, f"SELECT start_ns, time_ms FROM launch WHERE run_id = {run_id} ORDER BY invocation")
+    assert rows and all(start is not None for start, _ in rows) and rows[0][0] == 0
+    late = [i for i, ((a, ms), (b, _)) in enumerate(zip(rows, rows[1:])) if b < a + (ms or 0) * 1e6 - 2_000]
+    assert not late, f"launches starting before the one before them ended: {late[:5]}"
 
 
 @counters
@@ -408,6 +421,7 @@ def test_the_library_arm_on_events_logs_every_layer_phase_with_its_algorithm(pro
 
     store = open_store(profiles, write=False)
     check_library(store, check_launches(store, torch_events, "events"))
+    check_starts(store, torch_events)
 
 
 @counters

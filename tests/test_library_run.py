@@ -10,52 +10,18 @@ range names (tests/public_trace.py): real cuDNN and cuBLAS kernels, real device 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import replace
 
 import pytest
-from made_up_times import made_up_ms
-from public_trace import ALEXNET_RANGES, SMALL_NET_RANGES, TRACE, rehomed
 from samples import small_net
 
 import tracker.experiment
 import tracker.profile
 from tracker.cli import cli
-from tracker.gpu.runner import Measured
 from tracker.gpu.workload import Workload
-from tracker.library import kineto
-from tracker.profile import Choice, profile_workload
+from tracker.profile import profile_workload
 from tracker.store import find_run, launch_rows, layer_rows, open_store, run_dict
 
 torch = pytest.importorskip("torch")
-
-DEVICE = {"device_name": "NVIDIA A100-PG509-200", "compute_capability": "8.0", "sm_count": 108}
-
-
-@pytest.fixture
-def gpu_seams(emulator, monkeypatch):
-    """--backend events for both arms: ours on the emulator, the library's from the public trace."""
-    from tracker.gpu.network import PlanRunner
-    from tracker.gpu.runner import measure
-
-    def ours(workload, echo):
-        launches, _ = measure(
-            PlanRunner.of(emulator, workload), workload.repeat, workload.warmup, workload.l1_policy, echo
-        )
-        return Measured([replace(k, time_ms=made_up_ms(k.row())) for k in launches], DEVICE, 0)
-
-    def library(workload, echo):
-        ranges = ALEXNET_RANGES if workload.network == "alexnet" else SMALL_NET_RANGES
-        traced = kineto.kernels(rehomed(kineto.load(TRACE), ranges))
-        launches, _ = kineto.launch_log(traced, workload.net, workload.implementation)
-        return Measured(launches, DEVICE, 0)
-
-    def choose_backend(requested, options=None, implementations=()):
-        return Choice("events", "test: the emulator and a public trace")
-
-    for module in (tracker.profile, tracker.experiment):
-        monkeypatch.setattr(module, "choose_backend", choose_backend)
-    monkeypatch.setattr("tracker.gpu.runner.profile_events", ours)
-    monkeypatch.setattr("tracker.library.torch_run.profile_events", library)
 
 
 def profiled(db: str, implementation: str, net=None) -> int:

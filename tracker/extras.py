@@ -14,6 +14,7 @@ EXTRAS = {
     "cupti": "libcupti: --backend cupti",
     "postgres": "psycopg: a PostgreSQL trace store (--db postgresql://...)",
     "parquet": "pyarrow: tracker export --format parquet",
+    "perfetto": "Perfetto's trace classes: tracker export --format perfetto",
     "notebooks": "JupyterLab and ipykernel: open notebooks/ (jupyter lab notebooks/)",
 }
 

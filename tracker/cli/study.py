@@ -7,6 +7,7 @@ import click
 from tracker.cli.options import db_option, emit, format_option
 from tracker.cli.output import records
 from tracker.export import FORMATS as EXPORT_FORMATS
+from tracker.timeline import FORMATS as TIMELINE_FORMATS
 
 SPEEDUP_COLUMNS = (
     "comparison",
@@ -215,30 +216,63 @@ def report(target, out, against, force, db):
 @click.argument("run", default="last")
 @click.option(
     "--out",
-    type=click.Path(file_okay=False),
+    type=click.Path(),
     default=None,
-    help="Directory for the files. Default: the run's own, in the current directory: export-1 for run 1.",
+    help="Where to write. csv, parquet: a folder (default: the run's own in the current directory, export-1 for "
+    "run 1). perfetto, chrome: a file (default: run-1.pftrace, run-1.json; e2.pftrace for experiment e2).",
 )
-@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="csv", show_default=True)
-@click.option("--force", is_flag=True, help=FORCE_HELP)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice((*EXPORT_FORMATS, *TIMELINE_FORMATS)),
+    default="csv",
+    show_default=True,
+    help="csv or parquet: the run's views and tables. perfetto (Perfetto's protobuf) or chrome (the Trace Event "
+    "JSON that chrome://tracing and Perfetto read): a timeline of iterations, layers, phases and launches, with a "
+    "counter track per stored metric.",
+)
+@click.option("--force", is_flag=True, help=FORCE_HELP + " A timeline file that exists is overwritten only with it.")
 @db_option
 def export(run, out, fmt, force, db):
-    """Every view of one run (and its launch, metric and layer tables) as CSV or Parquet files.
+    """One run as files: its views and tables (CSV, Parquet), or a timeline for Perfetto's UI.
 
-    Into a folder of the run's own (--out to choose another); a folder that holds another run's
-    export is refused unless --force.
+    With --format perfetto or chrome, RUN may also be an experiment (e2): each arm's run is a
+    process of one timeline, all starting at 0. Open the file at https://ui.perfetto.dev (or
+    chrome://tracing for chrome). A run that stored durations only (our kernels on CUDA events)
+    has its launches laid end to end in invocation order, and its process says so.
 
     \b
     Examples:
       tracker export 3
       tracker export last --format parquet --out run3/
+      tracker export 3 --format perfetto
+      tracker export e2 --format chrome --out arms.json
     """
+    from tracker.store import open_store
+
+    if fmt in TIMELINE_FORMATS:
+        _export_timeline(run, out, fmt, force, db)
+        return
     from tracker.export import export as write_export
     from tracker.paths import check_dir
-    from tracker.store import find_run, open_store
+    from tracker.store import find_run
 
     if out is not None:
         out = check_dir(out)  # before the database: an unwritable --out opens nothing
     store = open_store(db, write=False)
     written = write_export(store, find_run(store, run).id, out, fmt, force)
     click.echo(f"{len(written)} files in {written[0].parent}")
+
+
+def _export_timeline(target: str, out: str | None, fmt: str, force: bool, db: str | None) -> None:
+    from tracker.store import open_store
+    from tracker.timeline import walk, write
+
+    path, processes = write(open_store(db, write=False), target, out, fmt, force)
+    slices = sum(1 for p in processes for _ in walk(p.slices))
+    counters = sum(len(p.counters) for p in processes)
+    click.echo(f"{path}: {len(processes)} process(es), {slices} slices, {counters} counter tracks")
+    for p in processes:
+        if p.note:
+            click.echo(f"  {p.name}: {p.note}")
+    click.echo("  open it at https://ui.perfetto.dev" + (" or chrome://tracing" if fmt == "chrome" else ""))

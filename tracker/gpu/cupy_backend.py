@@ -104,10 +104,14 @@ class CupyBackend:
         self._scrub.fill(0)
 
     def synchronize(self) -> None:
+        """Wait for the device, then fill in each timed launch's event time and its start after
+        the first launch the log holds (the log is cleared before the measured iterations)."""
         cp.cuda.Device().synchronize()
+        origin = self.log[0].start if self.log else None
         for record in self.log:
             if record.start is not None and record.time_ms is None:
                 record.time_ms = cp.cuda.get_elapsed_time(record.start, record.end)
+                record.start_ms = cp.cuda.get_elapsed_time(origin, record.start)
 
     @contextmanager
     def region(self, name: str):

@@ -136,6 +136,7 @@ def _row(invocation: int, repeat: int, k: LaunchRecord, policy: str) -> LoggedLa
         k.shared_bytes,
         k.registers,
         k.time_ms,
+        start_ns=None if k.start_ms is None else round(k.start_ms * 1e6),
     )
 
 

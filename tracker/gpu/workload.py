@@ -165,6 +165,7 @@ class LoggedLaunch:
     algorithm: str | None = None  # its layer phase's algorithm, as the phase's kernel names say (``tagged``)
     role: str | None = None  # the kernel's part in it: math, transform, reduction, fill, offsets, epilogue, other
     in_range: bool = True  # False: launched by the autograd engine between two nodes (tracker/library/kineto.py)
+    start_ns: int | None = None  # when it began, after the first measured launch began; None: durations only
 
     @property
     def range(self) -> str:
@@ -191,6 +192,7 @@ class LoggedLaunch:
             shared_bytes=self.shared_bytes,
             registers=self.registers,
             time_ms=self.time_ms,
+            start_ns=self.start_ns,
             algorithm=self.algorithm,
             role=self.role,
         )

@@ -73,6 +73,7 @@ class TraceKernel(NamedTuple):
     time_ms: float  # device time
     correlation: int
     caller: Annotation | None = None  # outside every range on its thread: the innermost on any thread holding it
+    start_us: float | None = None  # when it began on the device, on the trace's clock
 
 
 def load(path: str | Path) -> dict:
@@ -131,6 +132,7 @@ def _device_events(trace: dict, categories: tuple[str, ...]) -> list[TraceKernel
                     float(event.get("dur", 0)) / 1e3,
                     args.get("correlation", 0),
                     None if annotation else _caller(numbered, at),
+                    float(event["ts"]),
                 ),
             )
         )
@@ -191,7 +193,8 @@ def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[l
     """(the launches of ``net``'s layer phases, in invocation order, tagged with their phase's
     algorithm and their role (``workload.tagged``); the kernels that ran outside every layer
     phase's range and call). A kernel's repeat is its range's occurrence: the measured iteration it
-    ran in. One the engine ran between two nodes is its caller's (``in_range`` False)."""
+    ran in. One the engine ran between two nodes is its caller's (``in_range`` False). Each keeps
+    when it began, in ns after the first of them began."""
     from tracker.gpu.workload import LoggedLaunch, tagged
 
     layers = {layer.name: layer for layer in net.layers}
@@ -220,9 +223,21 @@ def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[l
                 k.registers,
                 k.time_ms,
                 in_range=k.annotation is not None,
+                start_ns=None if k.start_us is None else round(k.start_us * 1e3),
             )
         )
-    return tagged(launches), outside
+    return tagged(_from_the_first(launches)), outside
+
+
+def _from_the_first(launches: list[LoggedLaunch]) -> list[LoggedLaunch]:
+    """The launches with their starts counted from the first one's (the trace's clock is its own)."""
+    from dataclasses import replace
+
+    starts = [k.start_ns for k in launches if k.start_ns is not None]
+    if not starts:
+        return launches
+    origin = min(starts)
+    return [k if k.start_ns is None else replace(k, start_ns=k.start_ns - origin) for k in launches]
 
 
 def without_kernels(launches: list[LoggedLaunch], net: Network, phases: str, repeat: int) -> list[str]:

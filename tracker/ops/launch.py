@@ -86,6 +86,7 @@ class LaunchRecord:
     start: Any = None
     end: Any = None
     time_ms: float | None = None
+    start_ms: float | None = None  # when it began, after the first launch the log holds began (CUDA events)
     array_bytes: int = 0  # of the device arrays it was handed (tracker.ops.contract.array_bytes)
 
     def __post_init__(self) -> None:

@@ -13,6 +13,7 @@ from tracker.errors import TrackerError, shorten
 from tracker.paths import check_dir, claim, mark
 from tracker.report.document import Report, Section
 from tracker.store import Store
+from tracker.store.queries import is_experiment_ref
 
 __all__ = ["Report", "Section", "build", "report", "subject", "write"]
 
@@ -45,7 +46,7 @@ def build(store: Store, target: str, against: str | None = None) -> Report:
     from tracker.report.run_report import ReportedRun, for_run
     from tracker.store import find_experiment, find_run
 
-    if _is_experiment(target):
+    if is_experiment_ref(target):
         if against is not None:
             raise TrackerError(
                 f"--against {shorten(against)} draws a run against a run; experiment "
@@ -67,7 +68,7 @@ def subject(store: Store, target: str, against: str | None = None) -> tuple[str,
     "report-e2"); 'last' is resolved, so each run's report has a folder of its own."""
     from tracker.store import find_experiment, find_run
 
-    if _is_experiment(target):
+    if is_experiment_ref(target):
         number = f"e{find_experiment(store, target).id}"
         return f"experiment {number}'s report", f"report-{number}"
     run = find_run(store, target).id
@@ -75,10 +76,6 @@ def subject(store: Store, target: str, against: str | None = None) -> tuple[str,
         return f"run {run}'s report", f"report-{run}"
     other = find_run(store, against).id
     return f"run {run}'s report against run {other}", f"report-{run}-vs-{other}"
-
-
-def _is_experiment(target: str) -> bool:
-    return target.lower().startswith("e") and target.lower() not in ("last", "latest")
 
 
 def report(

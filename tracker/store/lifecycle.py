@@ -13,7 +13,7 @@ from tracker.errors import StoreError
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 MIGRATABLE_FROM = 2  # schema versions from which migrate reaches the current one
 VERSION_QUERY = "SELECT version FROM schema_info"  # the one row of a database of ours
 _PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
@@ -95,7 +95,8 @@ def migrate(conn: Connection, where: str) -> None:
     of its own (run.collector_version and collector_settings for run.ncu_*; metric_source, each run's
     names of its metrics, for metric_def's ncu and nvprof); v11 -> v12 run.tuned_variants (the variant
     `tracker tune` chose per layer phase; NULL in older runs); v12 -> v13 views that read tables, never
-    another view, so that a one-run query reads that run's rows alone (views only). Create what is
+    another view, so that a one-run query reads that run's rows alone (views only); v13 -> v14
+    launch.start_ns (when each launch began, where the run knows: NULL in older runs). Create what is
     missing, bring metric_def to the catalog and recreate every view. Any write opening migrates
     (``tracker upgrade`` is one); a read-only one refuses an older file."""
     from sqlalchemy import text, update
@@ -198,7 +199,7 @@ def _sync_metric_defs(conn: Connection) -> None:
 def _add_missing_columns(conn: Connection) -> None:
     """Columns a later schema added to an existing table (v4: experiment's host, pid and
     process_start; v5: run's tiles; v6: the library arm's; v7: run's loaders; v9: run's
-    counter_iterations; v12: run's tuned_variants), NULL in the rows
+    counter_iterations; v12: run's tuned_variants; v14: launch's start_ns), NULL in the rows
     already there, or the column's server default where it has one (v6: run.implementation is
     'ours'; v7: run.loaders 'async')."""
     from sqlalchemy import inspect

@@ -310,6 +310,11 @@ def find_experiment(store: Store, ref: str | int) -> SimpleNamespace:
     )
 
 
+def is_experiment_ref(ref: str) -> bool:
+    """Whether a command's RUN names an experiment ('e2') rather than a run ('2', 'last')."""
+    return ref.lower().startswith("e") and ref.lower() not in ("last", "latest")
+
+
 def experiment_ids(store: Store) -> list[int]:
     """Every experiment's id, oldest first."""
     return [row["id"] for row in store.rows("SELECT id FROM experiment ORDER BY id")]

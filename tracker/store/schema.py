@@ -193,6 +193,11 @@ class Launch(Base):
     shared_bytes: Mapped[int]
     registers: Mapped[int | None]
     time_ms: Mapped[float | None] = mapped_column(Float, doc="CUDA-event time")
+    start_ns: Mapped[int | None] = mapped_column(
+        BigInteger,
+        doc="when it began on the device, in ns after the run's first launch began; NULL where the run timed "
+        "durations only, and in runs recorded before schema v14",
+    )
     algorithm: Mapped[str | None] = mapped_column(
         doc="its layer phase's algorithm as the phase's kernel names say (direct, implicit_gemm, "
         "implicit_precomp_gemm, gemm, winograd, winograd_nonfused, fft), ours and a library's alike; NULL where "

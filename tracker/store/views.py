@@ -84,7 +84,7 @@ COUNTER_VIEWS = (
         "(pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma (or nvprof's total).",
         f"""
 SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
-       k.l1_policy, k.time_ms,
+       k.l1_policy, k.time_ms, k.start_ns,
        {", ".join(f"r.{m.name}" for m in CATALOG)},
        r.flops, k.algorithm, k.role
 FROM launch k

@@ -362,7 +362,7 @@ def test_a_cycle_and_an_eager_cupy_planted_in_tracker_itself_are_found():
 # Who runs a workload is one strategy (tracker/implementations): outside it, and outside the code
 # each implementation drives (gpu/ for ours, library/ for PyTorch's), nothing asks which one runs.
 STRATEGIES = ("tracker.implementations", "tracker.gpu", "tracker.library")
-NAMES = ("ours", "torch")  # tracker.implementations.IMPLEMENTATIONS, read without importing tracker here
+NAMES = ("ours", "torch", "imported")  # tracker.implementations.IMPLEMENTATIONS, read without importing tracker
 
 
 def implementation_branches(sources: Sources) -> list[str]:
@@ -370,7 +370,15 @@ def implementation_branches(sources: Sources) -> list[str]:
     ``library``, and dicts keyed by implementation names: a module choosing by who runs."""
 
     def asks(node: ast.AST) -> bool:
+        """An implementation's name, or a value that holds one: x.implementation, x["implementation"],
+        x.get("implementation"), a tuple or list with a name in it."""
         named = getattr(node, "attr", getattr(node, "id", None))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and node.args:
+            named = getattr(node.args[0], "value", None)
+        elif isinstance(node, ast.Subscript):
+            named = getattr(node.slice, "value", None)
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(asks(element) for element in node.elts)
         return named in ("implementation", "library") or (isinstance(node, ast.Constant) and node.value in NAMES)
 
     found = []
@@ -403,14 +411,19 @@ def test_a_branch_on_the_implementation_is_found():
         "tracker.cli.x": ('def f(w):\n    if w.implementation == "ours":\n        pass\n', False),
         "tracker.profile": ("def g(implementation):\n    return implementation != 'x'\n", False),
         "tracker.report.y": ("HOW = {'ours': 1, 'torch': 2}\nSAME = 'torch' in ('a',)\n", False),
+        "tracker.report.z": ("def f(run):\n    return run.get('implementation') not in (None, 'ours')\n", False),
+        "tracker.report.w": ("def f(run):\n    return run['implementation'] == x or y in (1, 'torch')\n", False),
         "tracker.experiment": ("def h(arm, library):\n    return arm.library, library is None, {**arm}\n", False),
         "tracker.implementations.ours": ("X = 'ours' == 'ours'\n", False),
     }
     assert implementation_branches(planted) == [
         "tracker.cli.x:2",
         "tracker.profile:2",
+        "tracker.report.w:2",
+        "tracker.report.w:2",
         "tracker.report.y:1",
         "tracker.report.y:2",
+        "tracker.report.z:2",
     ]
 
 

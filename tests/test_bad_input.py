@@ -232,7 +232,7 @@ def test_predict_refuses_unknown_phases():
 
 
 def test_the_cli_choices_are_the_library_constants():
-    from tracker import export, profile
+    from tracker import export, profile, timeline
     from tracker.profilers import ncu
 
     def choices(command, name):
@@ -243,7 +243,7 @@ def test_the_cli_choices_are_the_library_constants():
         assert choices(command, "backend") == profile.BACKENDS
         assert choices(command, "cache_control") == ncu.CACHE_CONTROL
         assert choices(command, "clock_control") == ncu.CLOCK_CONTROL
-    assert choices("export", "fmt") == export.FORMATS
+    assert choices("export", "fmt") == (*export.FORMATS, *timeline.FORMATS)
 
 
 def test_an_experiment_checks_every_arms_arguments_before_its_row(tmp_path):

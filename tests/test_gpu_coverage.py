@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tracker.cli import cli
 from tracker.experiment import KINDS
-from tracker.implementations import IMPLEMENTATIONS
+from tracker.implementations import PROFILED
 from tracker.profile import BACKENDS
 from tracker.profilers import COLLECTORS
 
@@ -28,7 +28,7 @@ SUITE = [path for path in sorted(HERE.glob("test_gpu*.py")) if path.name != Path
 # Commands that never touch a GPU, whatever the store holds: the catalogs and the analytic model,
 # NVRTC compiling with no GPU (CI runs it), and the store's SQL, reader role and schema. Every other command
 # runs on a GPU or reads what a GPU run stored, so the suite runs it.
-NO_GPU = {"devices", "metrics", "model", "networks", "kernels", "sql", "reader-role", "upgrade"}
+NO_GPU = {"devices", "import", "metrics", "model", "networks", "kernels", "sql", "reader-role", "upgrade"}
 
 
 def calls() -> list[tuple[str, list[str | None]]]:
@@ -95,7 +95,7 @@ def test_every_experiment_kind_gpu_backend_and_implementation_is_run_by_the_gpu_
     assert sorted(set(KINDS) - experiment_kinds()) == []
     assert sorted(set(BACKENDS) - {"auto", "model"} - values_of("--backend")) == []  # auto picks one of the others
     default = next(p.default for p in cli.commands["profile"].params if p.name == "implementation")
-    assert sorted(set(IMPLEMENTATIONS) - {default} - values_of("--impl")) == []
+    assert sorted(set(PROFILED) - {default} - values_of("--impl")) == []
     assert "--torch" in arguments()
 
 

@@ -15,6 +15,7 @@ EXTRAS = {
     "postgres": "psycopg: a PostgreSQL trace store (--db postgresql://...)",
     "parquet": "pyarrow: tracker export --format parquet",
     "perfetto": "Perfetto's trace classes: tracker export --format perfetto",
+    "import": "NVIDIA's Nsight Compute report reader: tracker import of .ncu-rep files",
     "notebooks": "JupyterLab and ipykernel: open notebooks/ (jupyter lab notebooks/)",
 }
 

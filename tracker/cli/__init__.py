@@ -109,6 +109,7 @@ COMMANDS = (
     study.report,
     study.export,
     trace.profile,
+    trace.import_profile,
     trace.runs,
     trace.show,
     trace.sql,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tracker.cli.options import WholeNumber, db_option, emit, format_option, net_kwargs, network_options
-from tracker.implementations import IMPLEMENTATIONS
+from tracker.implementations import PROFILED
 from tracker.nets import build
 
 # What a reader needs first (whether a variant fits, spills, and can be trusted); --wide adds the rest.
@@ -184,7 +184,7 @@ def _compiled(job, done: int, total: int, seconds: float) -> None:
 @click.option(
     "--impl",
     "implementation",
-    type=click.Choice(IMPLEMENTATIONS),
+    type=click.Choice(PROFILED),
     default="ours",
     show_default=True,
     help="ours: our kernel variants, on this machine's GPU. torch: every layer phase as PyTorch runs it "

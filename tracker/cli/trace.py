@@ -19,7 +19,7 @@ from tracker.cli.output import cell, held, stream, to_json
 from tracker.errors import TrackerError
 from tracker.extras import install
 from tracker.gpu.workload import Workload
-from tracker.implementations import IMPLEMENTATIONS
+from tracker.implementations import PROFILED
 from tracker.model import lookup
 from tracker.model.devices import MODEL_DEFAULT
 from tracker.model.roofline import MAX_BATCH
@@ -108,7 +108,7 @@ from tracker.profilers import COLLECTORS
 @click.option(
     "--impl",
     "implementation",
-    type=click.Choice(IMPLEMENTATIONS),
+    type=click.Choice(PROFILED),
     default="ours",
     show_default=True,
     help="Who runs the network: ours (tracker's kernels) or torch (the same network built in PyTorch from "
@@ -554,3 +554,56 @@ def upgrade(db):
         click.echo(f"{store.where}: trace schema v{SCHEMA_VERSION}, already this tracker's")
     else:
         click.echo(f"{store.where}: trace schema v{store.upgraded_from} -> v{SCHEMA_VERSION}, every run kept")
+
+
+@click.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "--network",
+    default=None,
+    metavar="NAME",
+    help="The tracker network the profile ran (`tracker networks`): its ranges name layers as tracker does "
+    "(conv1/fwd), and the model's predictions stand beside the measurement. Default: a network of the "
+    "file's own ranges, with blank predictions.",
+)
+@click.option(
+    "--layers",
+    default=None,
+    metavar="REGEX",
+    help="Which of a launch's ranges names its layer: the innermost it matches (its first group, where it "
+    "has one, is the name). Default: the innermost range, or the kernel where none is open.",
+)
+@click.option(
+    "--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=1, show_default=True, help="The profile's batch size."
+)
+@db_option
+@format_option
+def import_profile(file, network, layers, batch, db, fmt):
+    """Store another tool's profile as a run: an Nsight Compute report (.ncu-rep).
+
+    Every profiled kernel becomes a launch in the order it ran, with every catalog metric the report
+    holds (under the names tracker's own ncu pass asks for), placed in a layer and phase by its NVTX
+    ranges. The run records the report's GPU, how ncu profiled and the file it came from; `show`,
+    `sql`, `export`, `compare` and the notebooks read it as any other run (implementation
+    'imported').
+
+    \b
+    Examples:
+      tracker import profile.ncu-rep
+      tracker import profile.ncu-rep --layers 'stage_\\d+'
+      tracker import alexnet.ncu-rep --network alexnet --batch 128
+    """
+    from tracker.importers import import_file
+    from tracker.store import find_run, launch_count, open_store, run_dict
+
+    net = build(network) if network else None
+    say = (lambda line: click.echo(line, err=True)) if fmt != "table" else click.echo
+    run_id = import_file(db, file, net, layers, batch, say)
+    store = open_store(db, write=False)
+    run = run_dict(find_run(store, run_id))
+    summary = {"run_id": run_id, "network": run["network"], "launches": launch_count(store, run_id), **run["library"]}
+    if fmt != "table":
+        emit([summary], fmt)
+        return
+    click.echo(f"run {run_id} imported: {summary['launches']} launches of {run['network']} from {file}")
+    click.echo(f"  stored in {store.where}; next: tracker show {run_id}, tracker export {run_id} --format perfetto")

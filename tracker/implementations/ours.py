@@ -4,7 +4,7 @@ the methods that run on a GPU."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +125,16 @@ class OurKernels:
         require_gpu("tracker selftest")
         results, info = selftest(cases, ("ca", "cg") if l1 == "both" else (l1,), echo, tile)
         return summarize(results), info["device_name"], info
+
+    def ran_by(self, run: Mapping) -> str | None:
+        return None
+
+    def legend(self, run: Mapping) -> str:
+        """'ours', or 'ours, tuned' where it ran `tracker tune`'s tiles or variants."""
+        return "ours, tuned" if run.get("tiles") or run.get("tuned_variants") else "ours"
+
+    def fill_command(self, run: Mapping, network_flags: str) -> str:
+        return f"tracker profile {run['network']} --batch {run['batch']}{network_flags} --backend ncu"
 
 
 def _tuned(store: Store, workload: Workload, steps, echo: Echo) -> Tuned:

@@ -6,7 +6,7 @@ inside the methods that run it; pass 1 and CUPTI's count run in child processes 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -131,6 +131,30 @@ class PyTorch:
 
         results, device = selftest(cases, echo)
         return summarize([(None, r) for r in results]), device, None  # no L1 policy: the libraries choose their own
+
+    def ran_by(self, run: Mapping) -> str | None:
+        """'PyTorch 2.9.1 (CUDA 12.8, cuDNN 91002, cuBLAS 12.8.4.1; TF32 off, cuDNN benchmark off)'."""
+        lib = run.get("library") or {}
+        if not lib.get("torch"):  # the model backend: the same network predicted, nothing ran
+            return "PyTorch (as the model predicts the same network)"
+        on = lambda key: "on" if lib.get(key) else "off"  # noqa: E731
+        return (
+            f"PyTorch {lib.get('torch')} (CUDA {lib.get('cuda')}, cuDNN {lib.get('cudnn')}, "
+            f"cuBLAS {lib.get('cublas')}; TF32 {on('tf32')}, cuDNN benchmark {on('cudnn_benchmark')})"
+        )
+
+    def legend(self, run: Mapping) -> str:
+        version = (run.get("library") or {}).get("torch")
+        return f"PyTorch {version} (cuDNN, cuBLAS)" if version else "PyTorch (predicted)"
+
+    def fill_command(self, run: Mapping, network_flags: str) -> str:
+        from tracker.gpu.workload import is_module_spec
+
+        if is_module_spec(run["network"]):
+            return f"tracker profile --torch {run['network']} --backend ncu"
+        return (
+            f"tracker profile {run['network']} --batch {run['batch']}{network_flags} --backend ncu --impl {self.name}"
+        )
 
 
 IMPLEMENTATION = PyTorch()

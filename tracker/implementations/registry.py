@@ -8,7 +8,7 @@ framework, or runs imported from another profiler) is its module and its line he
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from tracker.errors import unknown
@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from tracker.profilers.cupti_collector import Ranges
     from tracker.store import Store
 
-IMPLEMENTATIONS = {  # --impl name -> module; the first is the default
+IMPLEMENTATIONS = {  # run.implementation -> module; the first is the default
     "ours": "tracker.implementations.ours",
     "torch": "tracker.implementations.pytorch",
+    "imported": "tracker.implementations.imported",
 }
+PROFILED = ("ours", "torch")  # what --impl runs; an imported run is read from a file (tracker import)
 
 Echo = Callable[[str], None]
 
@@ -91,6 +93,21 @@ class Implementation(Protocol):
         """Every case against the reference: (rows, the device in words, what a record needs)."""
         ...
 
+    # What a stored run of it says (``run`` a row of the run table, as the store decodes it).
+
+    def ran_by(self, run: Mapping) -> str | None:
+        """Who ran it, in words ('PyTorch 2.9.1 (CUDA 12.8, ...)'); None for our kernels, which a
+        report describes by their variants, tiles and L1 policy."""
+        ...
+
+    def legend(self, run: Mapping) -> str:
+        """Whose kernels a run ran, in a figure's legend: 'ours', 'PyTorch 2.9.1 (cuDNN, cuBLAS)'."""
+        ...
+
+    def fill_command(self, run: Mapping, network_flags: str) -> str:
+        """The command that gets the same workload's counters (a report's folded sections)."""
+        ...
+
 
 def implementation(name: str) -> Implementation:
     """The implementation ``name``; an unknown one is refused with the names there are."""
@@ -98,6 +115,11 @@ def implementation(name: str) -> Implementation:
         raise unknown("implementation", str(name), list(IMPLEMENTATIONS))
     found: Implementation = importlib.import_module(IMPLEMENTATIONS[name]).IMPLEMENTATION
     return found
+
+
+def of_run(run: Mapping) -> Implementation:
+    """The implementation that made a stored run (one recorded before there were others: ours)."""
+    return implementation(run.get("implementation") or next(iter(IMPLEMENTATIONS)))
 
 
 def checked(workload: Workload) -> Implementation:

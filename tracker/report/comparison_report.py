@@ -8,8 +8,9 @@ import pandas as pd
 from tracker.analysis import roofline, speedup
 from tracker.figures import bars
 from tracker.figures.roofline import roofline as roofline_figure
+from tracker.implementations import of_run
 from tracker.report.document import Section
-from tracker.report.run_report import EFFICIENCY_PANELS, ReportedRun, efficiency_finding, is_library
+from tracker.report.run_report import EFFICIENCY_PANELS, ReportedRun, efficiency_finding
 
 
 def speedup_finding(frame: pd.DataFrame) -> str:
@@ -76,10 +77,7 @@ def _side_by_side(a: ReportedRun, b: ReportedRun, sub: str) -> Section:
 def _implementation(run: pd.Series) -> str:
     """Whose kernels a run ran, in a legend's words: 'ours' ('ours, tuned' with `tracker tune`'s
     tiles) or 'PyTorch 2.11.0 (cuDNN, cuBLAS)'."""
-    if is_library(run):
-        version = (run.get("library") or {}).get("torch")
-        return f"PyTorch {version} (cuDNN, cuBLAS)" if version else "PyTorch (predicted)"
-    return "ours, tuned" if run.get("tiles") or run.get("tuned_variants") else "ours"
+    return of_run(run).legend(run)
 
 
 def roofline_moves(store, run_a: int, run_b: int, key: str, sub: str, what: str = "") -> Section:

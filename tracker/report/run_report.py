@@ -18,6 +18,7 @@ from tracker.analysis import algorithms, caches, fp, reconcile, roofline, run_ro
 from tracker.figures import bars
 from tracker.figures.roofline import LEFT_OUT
 from tracker.figures.roofline import roofline as roofline_figure
+from tracker.implementations import of_run
 from tracker.profilers import iterations_profiled, unfinished
 from tracker.report.document import Report, Section
 from tracker.stats import best_of, tie
@@ -132,9 +133,10 @@ def describe(run: pd.Series, unfinished: str | None = None) -> str:
     if run.get("loaders") == "staged" and not run["l1_bypass"]:
         l1 += ", operands staged through registers as the L1-bypass build's (--staged)"
     repeats = f"{run['repeat']} measured iteration{'s' if run['repeat'] != 1 else ''}"
+    ran_by = of_run(run).ran_by(run)
     kernels = (
-        f"run by {_library(run)}"
-        if is_library(run)
+        f"run by {ran_by}"
+        if ran_by
         else f"kernel variants: {_variants(run)}{_tuned_variants(run)}; GEMM tiles: {_tiles(run)}; {l1}"
     )
     return (
@@ -183,22 +185,6 @@ def _profiled(run: pd.Series) -> str:
     return iterations_profiled(int(run["counter_iterations"]), int(run["repeat"]))
 
 
-def is_library(run: pd.Series) -> bool:
-    return run.get("implementation") not in (None, "ours")
-
-
-def _library(run: pd.Series) -> str:
-    """'PyTorch 2.9.1 (CUDA 12.8, cuDNN 91002, cuBLAS 12.8.4.1; TF32 off, cuDNN benchmark off)'."""
-    lib = run.get("library") or {}
-    if not lib.get("torch"):  # the model backend: the same network predicted, nothing ran
-        return "PyTorch (as the model predicts the same network)"
-    on = lambda key: "on" if lib.get(key) else "off"  # noqa: E731
-    return (
-        f"PyTorch {lib.get('torch')} (CUDA {lib.get('cuda')}, cuDNN {lib.get('cudnn')}, cuBLAS {lib.get('cublas')}; "
-        f"TF32 {on('tf32')}, cuDNN benchmark {on('cudnn_benchmark')})"
-    )
-
-
 def _when(run: pd.Series) -> str:
     started, finished = pd.to_datetime(run["started_at"]), pd.to_datetime(run["finished_at"])
     if pd.isna(started):
@@ -234,8 +220,9 @@ ABOUT = {
 
 def _about(run: pd.Series) -> dict:
     about = {"run": run.name, **{label: run.get(key) for key, label in ABOUT.items()}}
-    if is_library(run):
-        about["run by"] = _library(run)
+    ran_by = of_run(run).ran_by(run)
+    if ran_by:
+        about["run by"] = ran_by
     about["kernel variants"] = _variants(run) + _tuned_variants(run)
     about["GEMM tiles"] = _tiles(run)
     about["L1 bypass"] = bool(run["l1_bypass"])
@@ -258,13 +245,8 @@ def for_run(run: ReportedRun) -> Report:
 
 
 def _fill_command(row: pd.Series) -> str:
-    """The command that profiles the same workload with counters."""
-    from tracker.gpu.workload import is_module_spec
-
-    if is_module_spec(row["network"]):
-        return f"tracker profile --torch {row['network']} --backend ncu"
-    impl = f" --impl {row['implementation']}" if is_library(row) else ""
-    return f"tracker profile {row['network']} --batch {row['batch']}{_network_flags(row)} --backend ncu{impl}"
+    """The command that gets the same workload's counters."""
+    return of_run(row).fill_command(row, _network_flags(row))
 
 
 def _network_flags(row: pd.Series) -> str:
@@ -557,6 +539,11 @@ def _reconcile(run: ReportedRun) -> Body | None:
     return Body(None, finding, frame.drop(columns=["run_id", "layer_id"]))
 
 
+def _not_ours(row: pd.Series) -> bool:
+    """Whether someone else's kernels ran it (a library's, another tool's): their names say the algorithm."""
+    return of_run(row).ran_by(row) is not None
+
+
 def _algorithms(run: ReportedRun) -> Body:
     frame = algorithms.per_phase(run.store, run.id)
     if frame.empty:
@@ -572,7 +559,7 @@ def _algorithms(run: ReportedRun) -> Body:
 
 
 RUN_SECTIONS = (  # in the page's order
-    Spec("algorithms", "Algorithm per layer phase (cuDNN, cuBLAS)", "paper 004", _algorithms, is_library),
+    Spec("algorithms", "Algorithm per layer phase (cuDNN, cuBLAS)", "paper 004", _algorithms, _not_ours),
     Spec("runtime", "Time per layer", "Figures 6/7", _runtime),
     Spec("roofline", "Roofline", "paper 000", _roofline),
     Spec("efficiency", "Time, FLOP/s against the FP32 peak, and share of the step", "paper 001", _efficiency),

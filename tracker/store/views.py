@@ -84,9 +84,9 @@ COUNTER_VIEWS = (
         "(pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma (or nvprof's total).",
         f"""
 SELECT k.run_id, k.invocation, k.layer_id, l.name AS layer, k.phase, k.repeat, k.kernel_name, k.variant,
-       k.l1_policy, k.time_ms, k.start_ns,
+       k.l1_policy, k.time_ms,
        {", ".join(f"r.{m.name}" for m in CATALOG)},
-       r.flops, k.algorithm, k.role
+       r.flops, k.algorithm, k.role, k.start_ns
 FROM launch k
 JOIN layer l ON l.run_id = k.run_id AND l.layer_id = k.layer_id
 JOIN rollup_launch r ON r.run_id = k.run_id AND r.invocation = k.invocation

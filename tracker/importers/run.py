@@ -1,0 +1,208 @@
+"""An imported profile stored as a run: its launches placed in layers and phases by their ranges.
+
+A range named as tracker names its own (``conv1/fwd``) is that layer and phase; ``layers``, a
+regular expression, picks the range that names a layer among a launch's ranges (the innermost it
+matches; its first group, where it has one, is the name); otherwise the innermost range is the
+layer, or the kernel where no range is open. A layer's phase is ``fwd`` unless its range names one.
+Each new instance of a layer phase's range (the ranges around it changed since the launch before)
+is a measured iteration of it.
+
+With ``network`` (a tracker network, or a ``--torch`` model's), the layers must be its own and the
+model's predictions stand beside the measurement; otherwise each layer is a range of the file, the
+run's network is named after the file, and its predictions are blank (no model knows a range).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tracker.errors import TrackerError, UnknownName
+from tracker.importers.base import Imported, ImportedLaunch
+from tracker.phases import PHASES
+
+if TYPE_CHECKING:
+    from tracker.model import Device, Prediction
+    from tracker.nets import Network
+
+IMPLEMENTATION = "imported"  # run.implementation of every imported run
+BLANK = "imported: no model of this layer (a range of another tool's profile, no tracker network's layer)"
+
+
+def import_file(
+    db: str | None,
+    path: str | Path,
+    network: Network | None = None,
+    layers: str | None = None,
+    batch: int = 1,
+    echo: Callable[[str], None] = lambda line: None,
+) -> int:
+    """Read ``path`` and store it as a run in ``db``; the run's id. Everything is checked before
+    the database is opened: a file that cannot be read stores nothing."""
+    from tracker.importers.formats import read
+    from tracker.model.roofline import check_batch
+    from tracker.store import open_store, recording
+
+    check_batch(batch)
+    pattern = _pattern(layers)
+    imported = read(path)
+    placed = place(imported.launches, pattern)
+    net = network or _network(Path(path).name, placed)
+    rows = _rows(imported, placed, net)
+    predictions = _predictions(net, batch, imported, network is not None, sorted({p for _, p, _ in placed}))
+    echo(f"{imported.format}: {len(rows)} launches in {len(net.layers)} layers, by {imported.tool}")
+    store = open_store(db, write=True)
+    fields = _fields(imported, net, batch, placed)
+    if network is None:
+        fields["backend_reason"] += "; its layers are the file's ranges, which no model knows: predictions blank"
+    with recording(store, **fields) as run:
+        run.add_layers(net, predictions)
+        metrics = [
+            dict(invocation=i, name=name, value=value)
+            for i, launch in enumerate(imported.launches)
+            for name, value in sorted(launch.metrics.items())
+        ]
+        run.add_launches(rows)
+        if metrics:
+            run.add_counters(rows, metrics, imported.sources)
+    store.dispose()
+    return run.run_id
+
+
+def _pattern(layers: str | None) -> re.Pattern | None:
+    if layers is None:
+        return None
+    try:
+        return re.compile(layers)
+    except re.error as exc:
+        raise TrackerError(f"--layers {layers!r} is not a regular expression: {exc}") from None
+
+
+Placed = tuple[str, str, int]  # (layer, phase, which instance of it: the measured iteration)
+
+
+def place(launches: list[ImportedLaunch], pattern: re.Pattern | None = None) -> list[Placed]:
+    """Each launch's layer, phase and iteration, by its ranges (the module's docstring)."""
+    placed: list[Placed] = []
+    seen: dict[tuple[str, str], int] = {}
+    before: tuple | None = None
+    for launch in launches:
+        layer, phase = _layer_phase(launch, pattern)
+        here = (layer, phase, launch.ranges)
+        if here != before:
+            seen[layer, phase] = seen.get((layer, phase), -1) + 1
+        placed.append((layer, phase, seen[layer, phase]))
+        before = here
+    return placed
+
+
+def _layer_phase(launch: ImportedLaunch, pattern: re.Pattern | None) -> tuple[str, str]:
+    for name in reversed(launch.ranges):
+        if pattern is not None:
+            found = pattern.search(name)
+            if found:
+                return (found.group(1) if pattern.groups else name), "fwd"
+            continue
+        layer, _, phase = name.rpartition("/")
+        return (layer, phase) if layer and phase in PHASES else (name, "fwd")
+    return launch.kernel_name.split("(", 1)[0], "fwd"
+
+
+def _network(name: str, placed: list[Placed]) -> Network:
+    """One layer a range (or kernel), in the order they first ran; no shapes, no weights."""
+    from tracker.nets import Network
+    from tracker.nets.layers import Module
+
+    net = Network(name, (1,), {})
+    for layer in dict.fromkeys(layer for layer, _, _ in placed):
+        net.add(layer, Module(type="range", output=(1,)))
+    return net
+
+
+def _rows(imported: Imported, placed: list[Placed], net: Network) -> list[dict]:
+    ids = {layer.name: layer.id for layer in net.layers}
+    missing = [layer for layer, _, _ in placed if layer not in ids]
+    if missing:
+        raise TrackerError(
+            f"{imported.path}: range {missing[0]!r} is no layer of {net.name} (--layers REGEX picks the "
+            "ranges that name layers; without --network each range is a layer of its own)"
+        )
+    starts = [k.start_ns for k in imported.launches if k.start_ns is not None]
+    origin = min(starts, default=0)
+    return [
+        dict(
+            invocation=i,
+            layer_id=ids[layer],
+            phase=phase,
+            repeat=repeat,
+            kernel_name=k.kernel_name,
+            variant=IMPLEMENTATION,
+            l1_policy="ca",
+            grid_x=k.grid[0],
+            grid_y=k.grid[1],
+            grid_z=k.grid[2],
+            block_x=k.block[0],
+            block_y=k.block[1],
+            block_z=k.block[2],
+            shared_bytes=k.shared_bytes,
+            registers=k.registers,
+            time_ms=k.time_ms,
+            start_ns=None if k.start_ns is None else k.start_ns - origin,
+        )
+        for i, (k, (layer, phase, repeat)) in enumerate(zip(imported.launches, placed))
+    ]
+
+
+def _predictions(net: Network, batch: int, imported: Imported, modelled: bool, phases: list[str]) -> list[Prediction]:
+    """The model's, for the GPU of the profile where the catalog knows it, on a tracker network;
+    blank rows (the layer's phases, no figures) on a network of ranges."""
+    from tracker.model import Prediction, predict
+
+    if modelled:
+        found = [p for p in predict(net, batch, _device(imported.device_name)) if p.phase in phases]
+        return found
+    return [
+        Prediction(layer.id, layer.name, layer.kind, phase, list(layer.output_shape), 0, 0, 0, 0, 0.0, convention=BLANK)
+        for layer in net.layers
+        for phase in phases
+    ]
+
+
+def _device(name: str | None) -> Device | None:
+    from tracker.model import lookup
+
+    try:
+        return lookup(name) if name else None
+    except UnknownName:
+        return None
+
+
+def _repeats(placed: list[Placed]) -> int:
+    return max((repeat for _, _, repeat in placed), default=0) + 1
+
+
+def _fields(imported: Imported, net: Network, batch: int, placed: list[Placed]) -> dict:
+    phases = {phase for _, phase, _ in placed}
+    return dict(
+        network=net.name,
+        network_options=dict(net.options),
+        batch=batch,
+        phases="fwd" if phases == {"fwd"} else "both",
+        dtype_bits=32,
+        variants={},
+        l1_bypass=False,
+        loaders=IMPLEMENTATION,
+        implementation=IMPLEMENTATION,
+        library={"file": str(Path(imported.path).resolve()), "format": imported.format, "tool": imported.tool},
+        backend=imported.collector,
+        backend_reason=f"imported from {imported.path} ({imported.tool})",
+        repeat=_repeats(placed),
+        predicted_peak_bytes=None,
+        device_name=imported.device_name,
+        compute_capability=imported.compute_capability,
+        sm_count=imported.sm_count,
+        collector_version=imported.tool,
+        collector_settings=imported.settings,
+    )

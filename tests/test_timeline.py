@@ -207,6 +207,25 @@ def test_an_experiment_is_one_process_per_arm_each_from_zero(fmt, gpu_seams, tmp
         assert found[pid]["tracks"]["GPU"][0][2] == 0
 
 
+def test_an_imported_report_is_laid_end_to_end_with_its_counters(tmp_path, runner):
+    """The public V100 Nsight Compute report, imported: ncu's report holds no start times (it
+    serializes the kernels it replays) and this one no durations either, so its launches are laid
+    end to end at no width, each with its counters. (Perfetto's begin and end events nest them; a
+    Trace Event reader cannot nest slices of no width at one instant, so only Perfetto's is read.)"""
+    fmt = "perfetto"
+    pytest.importorskip("ncu_report")
+    db = str(tmp_path / "t.db")
+    report = Path(__file__).parent / "data" / "ncu" / "ncu-report-v100-ncu2020.1-nvtx-dram.ncu-rep"
+    assert runner.invoke(cli, ["import", str(report), "--db", db]).exit_code == 0
+    found = exported(runner, db, "1", fmt, tmp_path)
+    store = open_store(db, write=False)
+    tracks, counters = expected(store, 1)
+    assert found[1]["tracks"] == tracks and sum(1 for s in tracks["GPU"] if s[0] == 3) == 8
+    assert {name: [v for _, v in steps] for name, steps in found[1]["counters"].items()} == {
+        name: [v for _, v in values] for name, values in counters.items()
+    }  # at one instant, one value a launch, in invocation order
+
+
 def test_a_timeline_is_refused_in_one_line_where_it_cannot_be_written(tmp_path, runner):
     db = str(tmp_path / "t.db")
     sample_store(db)

@@ -190,13 +190,17 @@ def _counters(metrics: list[dict], launches: list[dict]) -> dict[str, list[tuple
     tracks: dict[str, list[tuple[int, float]]] = {}
     for name, rows in groupby(sorted(metrics, key=lambda m: (m["name"], m["invocation"])), key=lambda m: m["name"]):
         steps: list[tuple[int, float]] = []
+        ended = None  # when the last 0 step was put down: the end of the launch before
         for m in rows:
             if m["value"] is None or m["invocation"] not in where:
                 continue
             start, end = where[m["invocation"]]
-            if steps and steps[-1][0] == start:
-                steps.pop()  # the 0 that ended the launch before: this one starts as it ends
-            steps += [(start, float(m["value"])), (end, 0.0)]
+            if ended == start:
+                steps.pop()  # the launch before ended as this one starts: no 0 between them
+            steps.append((start, float(m["value"])))
+            ended = end if end > start else None  # a launch of no width leaves its value to the next
+            if ended is not None:
+                steps.append((end, 0.0))
         tracks[name] = steps
     return tracks
 

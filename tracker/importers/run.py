@@ -129,28 +129,27 @@ def _rows(imported: Imported, placed: list[Placed], net: Network) -> list[dict]:
             f"{imported.path}: range {missing[0]!r} is no layer of {net.name} (--layers REGEX picks the "
             "ranges that name layers; without --network each range is a layer of its own)"
         )
+    from tracker.gpu.workload import LoggedLaunch
+
     starts = [k.start_ns for k in imported.launches if k.start_ns is not None]
     origin = min(starts, default=0)
     return [
-        dict(
-            invocation=i,
-            layer_id=ids[layer],
-            phase=phase,
-            repeat=repeat,
-            kernel_name=k.kernel_name,
-            variant=IMPLEMENTATION,
-            l1_policy="ca",
-            grid_x=k.grid[0],
-            grid_y=k.grid[1],
-            grid_z=k.grid[2],
-            block_x=k.block[0],
-            block_y=k.block[1],
-            block_z=k.block[2],
-            shared_bytes=k.shared_bytes,
-            registers=k.registers,
-            time_ms=k.time_ms,
+        LoggedLaunch(
+            i,
+            ids[layer],
+            layer,
+            phase,
+            repeat,
+            k.kernel_name,
+            IMPLEMENTATION,
+            "ca",  # the store's column takes ca or cg; another tool's build is not known
+            k.grid,
+            k.block,
+            k.shared_bytes,
+            k.registers,
+            k.time_ms,
             start_ns=None if k.start_ns is None else k.start_ns - origin,
-        )
+        ).row()
         for i, (k, (layer, phase, repeat)) in enumerate(zip(imported.launches, placed))
     ]
 

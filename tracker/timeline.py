@@ -90,7 +90,7 @@ def _lanes(launches: list[dict], phases: dict) -> tuple[list[dict], list[list[Sl
     serial: list[dict] = []
     lanes: list[list[Slice]] = []
     for k in launches:
-        if not serial or k["start"] >= serial[-1]["start"] + _dur(k=serial[-1]):
+        if not serial or k["start"] >= serial[-1]["start"] + _dur(serial[-1]):
             serial.append(k)
             continue
         launch = _launch(k, phases)

@@ -217,15 +217,18 @@ def write(
 
     if fmt not in FORMATS:
         raise unknown("timeline format", fmt, list(FORMATS))
+    if fmt == "perfetto":
+        _trace_classes()  # a missing extra is said before any work
     if is_experiment_ref(target):
         experiment = find_experiment(store, target).id
-        processes, stem = experiment_processes(store, experiment), f"e{experiment}"
+        stem, laid_out = f"e{experiment}", lambda: experiment_processes(store, experiment)
     else:
         run = find_run(store, target).id
-        processes, stem = [run_process(store, run)], f"run-{run}"
-    path = check_file(out if out is not None else stem + FORMATS[fmt], (FORMATS[fmt],))
+        stem, laid_out = f"run-{run}", lambda: [run_process(store, run)]
+    path = check_file(out if out is not None else stem + FORMATS[fmt], (FORMATS[fmt],))  # before the work
     if path.exists() and not force:
         raise TrackerError(f"{path} exists: --force overwrites it")
+    processes = laid_out()
     data = perfetto(processes) if fmt == "perfetto" else json.dumps(chrome(processes)).encode()
     path.write_bytes(data)
     return path, processes
@@ -273,12 +276,7 @@ def chrome(processes: list[Process]) -> dict:
 def perfetto(processes: list[Process]) -> bytes:
     """Perfetto's own protobuf trace: a process track, its GPU track of slices (begin and end
     events) and a counter track per metric; a process's note is its track's description."""
-    try:
-        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
-    except ImportError:
-        raise TrackerError(
-            f"--format perfetto needs the perfetto package: {install('perfetto')} (or --format chrome)"
-        ) from None
+    Trace, TrackEvent = _trace_classes()
     trace = Trace()
 
     def packet(timestamp: int | None = None):
@@ -312,6 +310,17 @@ def perfetto(processes: list[Process]) -> bytes:
                 event = packet(t).track_event
                 event.type, event.track_uuid, event.double_counter_value = TrackEvent.TYPE_COUNTER, gpu + n, value
     return trace.SerializeToString()
+
+
+def _trace_classes() -> tuple[Any, Any]:
+    """Perfetto's Trace and TrackEvent protobuf classes; a one-line error without the extra."""
+    try:
+        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+    except ImportError:
+        raise TrackerError(
+            f"--format perfetto needs the perfetto package: {install('perfetto')} (or --format chrome)"
+        ) from None
+    return Trace, TrackEvent
 
 
 def _tracks(p: Process) -> list[tuple[str, list[Slice]]]:

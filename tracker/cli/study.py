@@ -248,14 +248,12 @@ def export(run, out, fmt, force, db):
       tracker export 3 --format perfetto
       tracker export e2 --format chrome --out arms.json
     """
-    from tracker.store import open_store
-
     if fmt in TIMELINE_FORMATS:
         _export_timeline(run, out, fmt, force, db)
         return
     from tracker.export import export as write_export
     from tracker.paths import check_dir
-    from tracker.store import find_run
+    from tracker.store import find_run, open_store
 
     if out is not None:
         out = check_dir(out)  # before the database: an unwritable --out opens nothing

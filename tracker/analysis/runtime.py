@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tracker.analysis import in_layer_order, view
+from tracker.phases import PHASE_SETS
 from tracker.store import Store
 from tracker.store.rollups import over_repeats
 
@@ -33,10 +34,12 @@ def runtime(store: Store, run_id: int) -> pd.DataFrame:
     return in_layer_order(frame)
 
 
-def iteration(store: Store, run_id: int) -> dict:
-    """The whole fwd+bwd iteration: median, min and max over measured iterations of the summed
-    kernel time, or the model's total where nothing was measured."""
+def iteration(store: Store, run_id: int, phases: str = "both") -> dict:
+    """The whole fwd+bwd iteration (or its ``phases``: fwd, bwd): median, min and max over measured
+    iterations of the summed kernel time, or the model's total where nothing was measured."""
+    wanted = list(PHASE_SETS[phases])
     times = view(store, "layer_time_repeat", run_id)
+    times = times[times["phase"].isin(wanted)]
     stats = over_repeats(times.groupby("repeat")["measured_ms"].sum()) if not times.empty else None
     if stats:
         return {
@@ -47,7 +50,8 @@ def iteration(store: Store, run_id: int) -> dict:
             "repeats": stats.repeats,
             "source": "measured",
         }
-    predicted = view(store, "layer_phase", run_id)["predicted_ms"]
+    layers = view(store, "layer_phase", run_id)
+    predicted = layers[layers["phase"].isin(wanted)]["predicted_ms"]
     total = float(predicted.sum()) if predicted.notna().any() else None
     return {
         "ms": total,

@@ -15,6 +15,8 @@ import pandas as pd
 from tracker.analysis import in_layer_order, view
 from tracker.analysis.runtime import iteration, runtime
 from tracker.errors import Mismatch
+from tracker.model.roofline import check_phases
+from tracker.phases import PHASE_SETS
 from tracker.store import Store
 
 KEY = ["layer_id", "layer", "kind", "phase"]
@@ -46,7 +48,7 @@ def _check_comparable(a: pd.DataFrame, b: pd.DataFrame, run_a: int, run_b: int) 
     if phases_a != phases_b:
         raise Mismatch(
             f"runs {run_a} and {run_b} ran different phases ({len(phases_a)} and {len(phases_b)} layer "
-            "phases): profile both with the same --phases"
+            "phases): profile both with the same --phases, or compare the phases both ran (--phases fwd)"
         )
     sources = {run_a: set(a.source.dropna()), run_b: set(b.source.dropna())}
     for run, found in sources.items():
@@ -83,12 +85,12 @@ def _per_image(frame: pd.DataFrame, batch: int) -> pd.DataFrame:
     return frame.assign(**{c: frame[c] / batch for c in TIMES})
 
 
-def compare(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
-    """Per layer and phase: a_ms, b_ms, their spreads, speedup, change_pct and noise, and the
-    algorithm each ran where its kernel names say it (ours against cuDNN, say); times per image
-    (``basis``) when the batch sizes differ."""
+def compare(store: Store, run_a: int, run_b: int, phases: str = "both") -> pd.DataFrame:
+    """Per layer and phase (of ``phases``: fwd, bwd or both): a_ms, b_ms, their spreads, speedup,
+    change_pct and noise, and the algorithm each ran where its kernel names say it (ours against
+    cuDNN, say); times per image (``basis``) when the batch sizes differ."""
     batch_a, batch_b = _batches(store, run_a, run_b)
-    a, b = runtime(store, run_a), runtime(store, run_b)
+    a, b = (_only(runtime(store, run), phases) for run in (run_a, run_b))
     _check_comparable(a, b, run_a, run_b)
     if batch_a != batch_b:
         a, b = _per_image(a, batch_a), _per_image(b, batch_b)
@@ -106,6 +108,10 @@ def compare(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
     return in_layer_order(frame.drop(columns=["repeats_a", "repeats_b"]))
 
 
+def _only(frame: pd.DataFrame, phases: str) -> pd.DataFrame:
+    return frame[frame["phase"].isin(PHASE_SETS[check_phases(phases)])]
+
+
 def noise(frame: pd.DataFrame) -> pd.Series:
     """True where the runs' [min, max] ranges overlap; None where a run has a single iteration (no
     spread to judge by) or nothing ran in either (a fused-away layer)."""
@@ -114,11 +120,11 @@ def noise(frame: pd.DataFrame) -> pd.Series:
     return overlap.astype(object).where(judged, None)
 
 
-def compare_iterations(store: Store, run_a: int, run_b: int) -> dict:
-    """The whole iteration of each run (per image when the batch sizes differ), the speedup and
-    whether it is within the spread."""
+def compare_iterations(store: Store, run_a: int, run_b: int, phases: str = "both") -> dict:
+    """The whole iteration of each run, or its ``phases`` (per image when the batch sizes differ),
+    the speedup and whether it is within the spread."""
     batch_a, batch_b = _batches(store, run_a, run_b)
-    a, b = iteration(store, run_a), iteration(store, run_b)
+    a, b = iteration(store, run_a, phases), iteration(store, run_b, phases)
     if batch_a != batch_b:
         a, b = ({**t, **{c: t[c] / n for c in TIMES if t[c] is not None}} for t, n in ((a, batch_a), (b, batch_b)))
     speedup = a["ms"] / b["ms"] if a["ms"] and b["ms"] else None
@@ -128,7 +134,7 @@ def compare_iterations(store: Store, run_a: int, run_b: int) -> dict:
         "run_a": run_a,
         "run_b": run_b,
         "layer": "iteration",
-        "phase": "all",
+        "phase": "all" if phases == "both" else phases,
         "a_ms": a["ms"],
         "b_ms": b["ms"],
         "spread_pct_a": a["spread_pct"],
@@ -157,13 +163,13 @@ def metric_deltas(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
     return in_layer_order(pd.concat(frames, axis=1).reset_index())
 
 
-def comparison(store: Store, run_a: int, run_b: int) -> pd.DataFrame:
+def comparison(store: Store, run_a: int, run_b: int, phases: str = "both") -> pd.DataFrame:
     """Run B against run A, as every surface shows it (``tracker compare``, the experiments, the
     report): per layer and phase the speedup with its spreads and noise, where both runs have
     counters the change in hit rates, DRAM bytes and dominant stall beside it, and a last row
-    ``iteration`` for the whole fwd+bwd."""
-    per_layer = compare(store, run_a, run_b)
+    ``iteration`` for the whole fwd+bwd (or the ``phases`` compared: fwd, bwd)."""
+    per_layer = compare(store, run_a, run_b, phases)
     deltas = metric_deltas(store, run_a, run_b)
     if not deltas.empty:
         per_layer = per_layer.merge(deltas, on=KEY, how="left")
-    return pd.concat([per_layer, pd.DataFrame([compare_iterations(store, run_a, run_b)])], ignore_index=True)
+    return pd.concat([per_layer, pd.DataFrame([compare_iterations(store, run_a, run_b, phases)])], ignore_index=True)

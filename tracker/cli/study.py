@@ -7,6 +7,7 @@ import click
 from tracker.cli.options import db_option, emit, format_option
 from tracker.cli.output import records
 from tracker.export import FORMATS as EXPORT_FORMATS
+from tracker.phases import PHASE_SETS
 from tracker.timeline import FORMATS as TIMELINE_FORMATS
 
 SPEEDUP_COLUMNS = (
@@ -27,9 +28,17 @@ SPEEDUP_COLUMNS = (
 @click.command()
 @click.argument("run_a")
 @click.argument("run_b")
+@click.option(
+    "--phases",
+    type=click.Choice(list(PHASE_SETS)),
+    default="both",
+    show_default=True,
+    help="Compare these phases only: fwd sets a forward-only run (an imported inference trace) "
+    "against the forward of a training run.",
+)
 @db_option
 @format_option
-def compare(run_a, run_b, db, fmt):
+def compare(run_a, run_b, phases, db, fmt):
     """Per-layer speedup of RUN_B over RUN_A, and how the counters changed.
 
     Speedup = RUN_A's time / RUN_B's time (above 1: RUN_B is faster). Refuses runs whose layers or
@@ -41,13 +50,14 @@ def compare(run_a, run_b, db, fmt):
     Examples:
       tracker compare 3 4
       tracker compare 3 4 --format csv > speedup.csv
+      tracker compare 1 7 --phases fwd     # an imported PyTorch trace of the forward against run 1
     """
     from tracker.analysis.speedup import basis, comparison
     from tracker.store import find_run, open_store
 
     store = open_store(db, write=False)
     a, b = find_run(store, run_a).id, find_run(store, run_b).id
-    rows = records(comparison(store, a, b))
+    rows = records(comparison(store, a, b, phases))
     if fmt == "table":
         per = basis(store, a, b)
         by = {run: find_run(store, run).implementation for run in (a, b)}

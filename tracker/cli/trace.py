@@ -562,16 +562,19 @@ def upgrade(db):
     "--network",
     default=None,
     metavar="NAME",
-    help="The tracker network the profile ran (`tracker networks`): its ranges name layers as tracker does "
-    "(conv1/fwd), and the model's predictions stand beside the measurement. Default: a network of the "
-    "file's own ranges, with blank predictions.",
+    help="The tracker network the profile ran (`tracker networks`): its layers are those its ranges name as "
+    "tracker does (conv1/fwd), or the operator calls of a PyTorch trace by kind and order (the third "
+    "aten::conv2d is the third conv); what ran in none of them is not stored, and says so. The model's "
+    "predictions stand beside the measurement. Default: a network of the file's own ranges, with blank "
+    "predictions.",
 )
 @click.option(
     "--layers",
     default=None,
     metavar="REGEX",
     help="Which of a launch's ranges names its layer: the innermost it matches (its first group, where it "
-    "has one, is the name). Default: the innermost range, or the kernel where none is open.",
+    "has one, is the name). Default: the innermost range (a PyTorch trace's module, or the operator called "
+    "in its innermost record_function), or the kernel where none is open.",
 )
 @click.option(
     "--batch", "-b", type=WholeNumber(1, MAX_BATCH), default=1, show_default=True, help="The profile's batch size."
@@ -579,12 +582,15 @@ def upgrade(db):
 @db_option
 @format_option
 def import_profile(file, network, layers, batch, db, fmt):
-    """Store another tool's profile as a run: an Nsight Compute report (.ncu-rep).
+    """Store another tool's profile as a run: an Nsight Compute report (.ncu-rep) or a PyTorch
+    profiler trace (.json, .json.gz).
 
-    Every profiled kernel becomes a launch in the order it ran, with every catalog metric the report
-    holds (under the names tracker's own ncu pass asks for), placed in a layer and phase by its NVTX
-    ranges. The run records the report's GPU, how ncu profiled and the file it came from; `show`,
-    `sql`, `export`, `compare` and the notebooks read it as any other run (implementation
+    Every kernel becomes a launch in the order it was launched, placed in a layer and phase by the
+    ranges around it: a report's NVTX ranges, with every catalog metric it holds (under the names
+    tracker's own ncu pass asks for); a trace's modules, record_function ranges and operators, with
+    each kernel's real start, duration, grid and block, and the autograd engine's backward nodes
+    marking the backward. The run records the file's GPU, how it was profiled and the file itself;
+    `show`, `sql`, `export`, `compare` and the notebooks read it as any other run (implementation
     'imported').
 
     \b
@@ -592,6 +598,7 @@ def import_profile(file, network, layers, batch, db, fmt):
       tracker import profile.ncu-rep
       tracker import profile.ncu-rep --layers 'stage_\\d+'
       tracker import alexnet.ncu-rep --network alexnet --batch 128
+      tracker import trace.json.gz --network alexnet --batch 128
     """
     from tracker.importers import import_file
     from tracker.store import find_run, launch_count, open_store, run_dict

@@ -70,6 +70,7 @@ class ImportedRuns:
         return f"imported: {Path((run.get('library') or {}).get('file', '?')).name}"
 
     def fill_command(self, run: Mapping, network_flags: str) -> str:
+        """How to get counters for what the run measured: its program under ncu, imported again."""
         return "ncu --set full -o profile PROGRAM, then tracker import profile.ncu-rep"
 
 

@@ -8,7 +8,11 @@ from pathlib import Path
 from tracker.errors import TrackerError
 from tracker.importers.base import Imported
 
-FORMATS = {".ncu-rep": "tracker.importers.ncu_rep"}  # suffix -> reader module (its ``read(path)``)
+FORMATS = {  # suffix -> reader module (its ``read(path)``)
+    ".ncu-rep": "tracker.importers.ncu_rep",
+    ".json": "tracker.importers.torch_trace",
+    ".json.gz": "tracker.importers.torch_trace",
+}
 
 
 def read(path: str | Path) -> Imported:

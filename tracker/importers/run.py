@@ -20,15 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.errors import TrackerError, UnknownName
-from tracker.importers.base import Imported, ImportedLaunch
+from tracker.importers.base import CALL, OPERATOR_KINDS, WHOLE_PHASE, Imported, ImportedLaunch
 from tracker.phases import PHASES
 
 if TYPE_CHECKING:
     from tracker.model import Device, Prediction
-    from tracker.nets import Network
+    from tracker.nets import Layer, Network
 
 IMPLEMENTATION = "imported"  # run.implementation of every imported run
 BLANK = "imported: no model of this layer (a range of another tool's profile, no tracker network's layer)"
+WHOLE = "imported: the layer's whole backward (both gradients, as the profile ran them); the model predicts them apart"
 
 
 def import_file(
@@ -50,18 +51,22 @@ def import_file(
     imported = read(path)
     placed = place(imported.launches, pattern)
     net = network or _network(Path(path).name, placed)
-    rows = _rows(imported, placed, net)
-    predictions = _predictions(net, batch, imported, network is not None, sorted({p for _, p, _ in placed}))
+    kept = _onto(net, imported, placed) if network else list(zip(imported.launches, placed))
+    rows = _rows(kept, net)
+    phases = sorted({phase for _, (_, phase, _) in kept})
+    predictions = _predictions(net, batch, imported, network is not None, phases)
     echo(f"{imported.format}: {len(rows)} launches in {len(net.layers)} layers, by {imported.tool}")
-    store = open_store(db, write=True)
-    fields = _fields(imported, net, batch, placed)
+    fields = _fields(imported, net, batch, [where for _, where in kept])
     if network is None:
         fields["backend_reason"] += "; its layers are the file's ranges, which no model knows: predictions blank"
+    if len(kept) < len(imported.launches):
+        fields["library"]["outside"] = _outside(imported, kept, net, echo)
+    store = open_store(db, write=True)
     with recording(store, **fields) as run:
         run.add_layers(net, predictions)
         metrics = [
             dict(invocation=i, name=name, value=value)
-            for i, launch in enumerate(imported.launches)
+            for i, (launch, _) in enumerate(kept)
             for name, value in sorted(launch.metrics.items())
         ]
         run.add_launches(rows)
@@ -90,6 +95,7 @@ def place(launches: list[ImportedLaunch], pattern: re.Pattern | None = None) -> 
     before: tuple | None = None
     for launch in launches:
         layer, phase = _layer_phase(launch, pattern)
+        phase = launch.phase or phase
         here = (layer, phase, launch.ranges)
         if here != before:
             seen[layer, phase] = seen.get((layer, phase), -1) + 1
@@ -121,17 +127,51 @@ def _network(name: str, placed: list[Placed]) -> Network:
     return net
 
 
-def _rows(imported: Imported, placed: list[Placed], net: Network) -> list[dict]:
-    ids = {layer.name: layer.id for layer in net.layers}
-    missing = [layer for layer, _, _ in placed if layer not in ids]
-    if missing:
+def _onto(net: Network, imported: Imported, placed: list[Placed]) -> list[tuple[ImportedLaunch, Placed]]:
+    """The launches that ran in a layer of ``net``, each placed in it: a layer named as the
+    network's, or an operator call (``aten::conv2d#2``) taken as the network's layer of its kind and
+    number (the third conv). The others ran in no layer of it."""
+    names = {layer.name for layer in net.layers}
+    of_kind: dict[str, list[str]] = {}
+    for layer in net.layers:
+        of_kind.setdefault(layer.kind, []).append(layer.name)
+
+    def layer_of(name: str) -> str | None:
+        call = CALL.match(name)
+        if name in names or call is None:
+            return name if name in names else None
+        same = of_kind.get(OPERATOR_KINDS.get(call["operator"], ""), [])
+        number = int(call["number"])
+        return same[number] if number < len(same) else None
+
+    kept = [
+        (launch, (mapped, phase, repeat))
+        for launch, (name, phase, repeat) in zip(imported.launches, placed)
+        if (mapped := layer_of(name)) is not None
+    ]
+    if not kept:
         raise TrackerError(
-            f"{imported.path}: range {missing[0]!r} is no layer of {net.name} (--layers REGEX picks the "
-            "ranges that name layers; without --network each range is a layer of its own)"
+            f"{imported.path}: no launch ran in a layer of {net.name} (--layers REGEX picks the ranges that "
+            "name its layers; without --network each range is a layer of its own)"
         )
+    return kept
+
+
+def _outside(imported: Imported, kept: list, net: Network, echo: Callable[[str], None]) -> dict:
+    """What ran in no layer of the network, said and recorded: not stored, but not hidden."""
+    ids = {id(launch) for launch, _ in kept}
+    left = [launch for launch in imported.launches if id(launch) not in ids]
+    ms = sum(launch.time_ms or 0.0 for launch in left)
+    names = sorted({launch.kernel_name.split("(", 1)[0][:50] for launch in left})
+    echo(f"{len(left)} launches ({ms:.3f} ms) ran in no layer of {net.name} and are not stored: {', '.join(names[:8])}")
+    return {"launches": len(left), "time_ms": ms}
+
+
+def _rows(kept: list[tuple[ImportedLaunch, Placed]], net: Network) -> list[dict]:
     from tracker.gpu.workload import LoggedLaunch
 
-    starts = [k.start_ns for k in imported.launches if k.start_ns is not None]
+    ids = {layer.name: layer.id for layer in net.layers}
+    starts = [k.start_ns for k, _ in kept if k.start_ns is not None]
     origin = min(starts, default=0)
     return [
         LoggedLaunch(
@@ -150,23 +190,30 @@ def _rows(imported: Imported, placed: list[Placed], net: Network) -> list[dict]:
             k.time_ms,
             start_ns=None if k.start_ns is None else k.start_ns - origin,
         ).row()
-        for i, (k, (layer, phase, repeat)) in enumerate(zip(imported.launches, placed))
+        for i, (k, (layer, phase, repeat)) in enumerate(kept)
     ]
 
 
 def _predictions(net: Network, batch: int, imported: Imported, modelled: bool, phases: list[str]) -> list[Prediction]:
     """The model's, for the GPU of the profile where the catalog knows it, on a tracker network;
-    blank rows (the layer's phases, no figures) on a network of ranges."""
-    from tracker.model import Prediction, predict
+    blank rows (the layer's phases, no figures, the reason) where no model applies: on a network of
+    ranges, and for a backward stored whole (the model predicts its two gradients apart)."""
+    from tracker.model import predict
 
-    if modelled:
-        found = [p for p in predict(net, batch, _device(imported.device_name)) if p.phase in phases]
-        return found
-    return [
-        Prediction(layer.id, layer.name, layer.kind, phase, list(layer.output_shape), 0, 0, 0, 0, 0.0, convention=BLANK)
-        for layer in net.layers
-        for phase in phases
-    ]
+    if not modelled:
+        return [_blank(layer, phase, BLANK) for layer in net.layers for phase in phases]
+    whole = imported.backward_whole
+    found = [p for p in predict(net, batch, _device(imported.device_name)) if p.phase in phases]
+    if whole and WHOLE_PHASE in phases:
+        found = [p for p in found if p.phase == "fwd"] + [_blank(layer, WHOLE_PHASE, WHOLE) for layer in net.layers]
+    return found
+
+
+def _blank(layer: Layer, phase: str, why: str) -> Prediction:
+    from tracker.model import Prediction
+
+    shape = list(layer.output_shape)
+    return Prediction(layer.id, layer.name, layer.kind, phase, shape, 0, 0, 0, 0, 0.0, convention=why)
 
 
 def _device(name: str | None) -> Device | None:

@@ -39,6 +39,7 @@ import bisect
 import gzip
 import json
 import math
+import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -76,14 +77,30 @@ class TraceKernel(NamedTuple):
     start_us: float | None = None  # when it began on the device, on the trace's clock
 
 
+MOST_BYTES = 512 << 20  # the largest trace read (its JSON text, after gunzip): about 5 GiB of Python objects
+
+
 def load(path: str | Path) -> dict:
-    """A trace file (``.json`` or ``.json.gz``) as its JSON object."""
+    """A trace file (``.json`` or ``.json.gz``) as its JSON object. A file that is not JSON, is
+    cut short, nests past Python's stack, or holds more than ``MOST_BYTES`` of text (a gzip bomb
+    included: no more is ever unpacked) is refused in one line."""
     opener = gzip.open if str(path).endswith(".gz") else open
+    where = f"cannot read the PyTorch profiler trace {path}"
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise TrackerError(f"cannot read the PyTorch profiler trace {path}: {exc}") from None
+        with opener(path, "rb") as f:
+            text = f.read(MOST_BYTES + 1)
+        if len(text) > MOST_BYTES:
+            raise TrackerError(f"{where}: it holds more than {MOST_BYTES / 2**20:g} MiB of JSON; profile fewer steps")
+        trace = json.loads(text)
+    except RecursionError:
+        raise TrackerError(f"{where}: its JSON nests deeper than Python's stack") from None
+    except (OSError, EOFError, ValueError, MemoryError, zlib.error) as exc:
+        raise TrackerError(f"{where}: {exc}") from None
+    if isinstance(trace, list):  # the Trace Event Format's other form: the events alone
+        return {"traceEvents": trace}
+    if not isinstance(trace, dict):
+        raise TrackerError(f"{where}: not a trace (its JSON is a {type(trace).__name__})")
+    return trace
 
 
 def kernels(trace: dict) -> list[TraceKernel]:
@@ -126,7 +143,7 @@ def _device_events(trace: dict, categories: tuple[str, ...]) -> list[TraceKernel
                 TraceKernel(
                     event["name"],
                     annotation,
-                    *_geometry(args),
+                    *geometry(args),
                     args.get("registers per thread"),
                     int(args.get("shared memory") or 0),
                     float(event.get("dur", 0)) / 1e3,
@@ -177,7 +194,7 @@ def _caller(numbered: dict[tuple, list[Annotation]], at: float) -> Annotation | 
     return max(held, key=lambda a: a.start_us, default=None)
 
 
-def _geometry(args: dict) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+def geometry(args: dict) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """A kernel's grid and block; a copy's or a fill's, which has neither, (0, 0, 0) twice."""
     if "grid" not in args:
         return (0, 0, 0), (0, 0, 0)

@@ -1,4 +1,4 @@
--- tracker trace store, schema v14: tables
+-- tracker trace store, schema v15: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -239,6 +239,26 @@ CREATE TABLE metric_source (
     PRIMARY KEY (run_id, name),
     FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE,
     FOREIGN KEY(name) REFERENCES metric_def (name)
+);
+
+-- Per run, layer, phase and measured iteration, where its launches have starts: the GPU idle
+--     before them (each launch's wait since every earlier launch of its iteration had ended; 0 where
+--     it overlapped one; nothing before the iteration's first), the time they ran, and when the first
+--     began and the last ended. Written with the launches (tracker/store/rollups.py).
+--   busy_ms: the launches' durations summed
+--   idle_ms: the GPU idle before each of them, summed
+CREATE TABLE rollup_idle (
+    run_id INTEGER NOT NULL,
+    layer_id INTEGER NOT NULL,
+    phase VARCHAR NOT NULL,
+    repeat INTEGER NOT NULL,
+    launches INTEGER NOT NULL,
+    busy_ms FLOAT NOT NULL,
+    idle_ms FLOAT NOT NULL,
+    first_start_ns BIGINT NOT NULL,
+    last_end_ns BIGINT NOT NULL,
+    PRIMARY KEY (run_id, layer_id, phase, repeat),
+    FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
 );
 
 -- Per profiled launch: every catalog metric as a column, and FP32 FLOPs (launch_metrics reads it).

@@ -1,4 +1,4 @@
--- tracker trace store, schema v14: views
+-- tracker trace store, schema v15: views
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 
@@ -48,6 +48,27 @@ SELECT r.id AS run_id, r.status, r.network, r.batch, r.phases, r.backend, r.devi
 FROM run r
 ) v
 ORDER BY v.run_id;
+
+-- GPU idle per run, layer, phase and measured iteration, where the launches have starts (imported traces, the library arm, ours on a GPU): the idle time before the phase's launches (each one's wait since every earlier launch of its iteration had ended, 0 where it overlapped one), summed, beside the time they ran. Summed over an iteration's layer phases, the iteration's idle.
+CREATE VIEW layer_idle AS
+SELECT * FROM (
+SELECT r.run_id, r.layer_id, l.name AS layer, l.kind, r.phase, r.repeat, r.launches, r.busy_ms, r.idle_ms
+FROM rollup_idle r
+JOIN layer l ON l.run_id = r.run_id AND l.layer_id = r.layer_id
+) v
+ORDER BY v.run_id, v.layer_id, CASE v.phase WHEN 'fwd' THEN 0 WHEN 'bwd_data' THEN 1 WHEN 'bwd_weight' THEN 2 END, v.repeat;
+
+-- GPU idle per run and measured iteration: from its first launch's start to its last one's end (span_ms), the time no launch of it ran (idle_ms, as HTA and Nsight Systems count GPU idle) and its share of the span (idle_pct).
+CREATE VIEW iteration_idle AS
+SELECT * FROM (
+SELECT run_id, repeat, SUM(launches) AS launches, (MAX(last_end_ns) - MIN(first_start_ns)) / 1.0e6 AS span_ms,
+       SUM(idle_ms) AS idle_ms,
+       CASE WHEN MAX(last_end_ns) > MIN(first_start_ns)
+            THEN 100.0 * SUM(idle_ms) * 1.0e6 / (MAX(last_end_ns) - MIN(first_start_ns)) END AS idle_pct
+FROM rollup_idle
+GROUP BY run_id, repeat
+) v
+ORDER BY v.run_id, v.repeat;
 
 -- One row per profiled launch: the launch log (pass 1) beside every counter of the catalog (pass 2), one column per metric_def name, plus FP32 FLOPs = fadd + fmul + 2 ffma (or nvprof's total).
 CREATE VIEW launch_metrics AS

@@ -65,7 +65,7 @@ def stored(db: str, run_id: int, where: str = "1 = 1") -> list[tuple]:
 def test_every_kernel_copy_and_fill_is_a_launch_with_the_traces_own_figures(runner, tmp_path):
     db, run_id = imported(runner, tmp_path, ALEXNET)
     work = device_work(ALEXNET)
-    origin = min(round(e["ts"] * 1e3) for e in work)
+    origin = min(e["ts"] for e in work)  # integer µs in this file: exact
     expected = [
         (
             i,
@@ -75,7 +75,7 @@ def test_every_kernel_copy_and_fill_is_a_launch_with_the_traces_own_figures(runn
             e["args"].get("registers per thread"),
             int(e["args"].get("shared memory") or 0),
             e["dur"] / 1e3,
-            round(e["ts"] * 1e3) - origin,
+            (e["ts"] - origin) * 1000,
         )
         for i, e in enumerate(work)
     ]

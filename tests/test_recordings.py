@@ -29,7 +29,7 @@ from tracker.analysis import experiments, runtime, stalls
 from tracker.cli import cli
 from tracker.profilers import ncu_csv
 from tracker.store import find_run, launch_rows, metric_rows, open_store, run_dict
-from tracker.store.views import VIEWS
+from tracker.store.views import IDLE_VIEWS, VIEWS
 
 RECORDED = sorted(
     str(p.relative_to(DATA))
@@ -37,6 +37,10 @@ RECORDED = sorted(
     if p.parent.name != "schema-v3"
 )
 V3 = DATA / "schema-v3"  # the recordings the migration test upgrades, as recorded (schema v3)
+
+# No recording here holds launch start times (all were made before launches had them), so the GPU
+# idle views are empty in every one: tests/test_idle.py checks them on the public traces.
+WITH_ROWS = [view for view in VIEWS if view not in IDLE_VIEWS]
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -59,7 +63,7 @@ def test_every_view_lists_its_rows_in_order_phases_as_fwd_bwd_data_bwd_weight(tm
     from tracker.store import run_sql
 
     store = open_store(recording(B16, tmp_path), write=False)
-    for view in VIEWS:
+    for view in WITH_ROWS:
         columns, rows = run_sql(store, f"SELECT {', '.join(view.order)} FROM {view.name}")
         assert rows, view.name
         keys = [tuple(ORDER[v] if c == "phase" else v for c, v in zip(columns, row)) for row in rows]
@@ -89,7 +93,7 @@ def test_the_v4_rollups_answer_what_the_v3_views_computed(name, tmp_path):
     upgraded = recording(name, tmp_path, V3)
     open_store(upgraded, write=True).dispose()
     several_repeats = name == EXPERIMENTS
-    for view in (v.name for v in VIEWS):
+    for view in (v.name for v in WITH_ROWS):
         if several_repeats and view in ("layer_time", "layer_phase", "run_summary"):
             continue
         query = f"SELECT * FROM {view} WHERE run_id = 1"
@@ -131,7 +135,7 @@ def test_every_view_answers_for_the_h100_run(b16):
     with b16.connect() as conn:
         from sqlalchemy import text
 
-        for name in (v.name for v in VIEWS):
+        for name in (v.name for v in WITH_ROWS):
             rows = conn.execute(text(f"SELECT * FROM {name} WHERE run_id = 1")).mappings().all()
             assert rows, name
             if name not in (

@@ -311,7 +311,9 @@ def runs(db, fmt):
     emit(rows, fmt)
 
 
-SHOW_COLUMNS = MODEL_COLUMNS + ROOF_COLUMNS + ("launches", "median_ms", "spread_pct", "achieved_gflops", "algorithm")
+SHOW_COLUMNS = (
+    MODEL_COLUMNS + ROOF_COLUMNS + ("launches", "median_ms", "spread_pct", "idle_ms", "achieved_gflops", "algorithm")
+)
 
 
 @click.command()
@@ -328,14 +330,16 @@ def show(run, db, fmt):
       tracker show 3
       tracker show last --format json
     """
+    from tracker.analysis import idle
     from tracker.store import find_run, launch_rows, layer_rows, metric_rows, open_store, run_dict
 
     store = open_store(db, write=False)
     info = run_dict(find_run(store, run))
-    rows = layer_rows(store, info["id"])
+    rows = idle.with_idle(layer_rows(store, info["id"]), store, info["id"])
     if fmt == "json":
         launches, metrics = launch_rows(store, info["id"]), metric_rows(store, info["id"])
-        click.echo(to_json({"run": info, "layers": rows, "launches": launches, "metrics": metrics}))
+        gaps = idle.per_iteration(store, info["id"])
+        click.echo(to_json({"run": info, "gpu_idle": gaps, "layers": rows, "launches": launches, "metrics": metrics}))
         return
     if fmt == "csv":
         emit(rows, fmt)
@@ -365,6 +369,7 @@ SHOW_SETTINGS = (  # what `tracker show` lists of a run, in this order, where it
     "repeat",
     "counter_iterations",
     "peak_memory",
+    "gpu_idle",
     "started_at",
     "finished_at",
     "error",
@@ -374,11 +379,13 @@ SHOW_SETTINGS = (  # what `tracker show` lists of a run, in this order, where it
 
 def _show_settings(store, info: dict) -> None:
     """A run's settings, one a line, and what an unfinished or model run holds."""
+    from tracker.analysis import idle
     from tracker.model.memory import PeakMemory
     from tracker.profilers import unfinished
     from tracker.store import launch_count
 
     info["peak_memory"] = PeakMemory.of(info["predicted_peak_bytes"], info["measured_peak_bytes"]).line()
+    info["gpu_idle"] = idle.line(store, info["id"])
     for key in SHOW_SETTINGS:
         if info[key] not in (None, {}, "") and not (key == "repeat" and info[key] == 0):  # 0: a model run's
             click.echo(f"{key:>20}: {cell(key, info[key])}")
@@ -442,7 +449,8 @@ def sql(statement, db, limit, timeout_s, reader_url, fmt):
     """Run one read-only SQL query on the trace database and print its rows.
 
     Tables: run, layer, prediction, launch, metric, metric_def, experiment, experiment_run. Views:
-    layer_phase, layer_time, layer_time_repeat, run_summary, and the counter views launch_metrics,
+    layer_phase, layer_time, layer_time_repeat, run_summary, the GPU idle views layer_idle and
+    iteration_idle (runs whose launches have starts), and the counter views launch_metrics,
     layer_metric, layer_metric_repeat, layer_summary, stall_breakdown, cache_hit_rate, memory_traffic, fp_instructions,
     utilization, roofline (schema/*.sql documents every column).
 

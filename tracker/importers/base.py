@@ -43,6 +43,7 @@ class ImportedLaunch:
     time_ms: float | None  # its duration, where the profile measured one
     start_ns: int | None = None  # when it began, on the profile's clock, where the profile says
     phase: str | None = None  # its layer's phase, where the profile says it otherwise than by a range's name
+    iteration: int | None = None  # which iteration it ran in, where the profile marks them (PyTorch's steps)
     metrics: dict[str, float] = field(default_factory=dict)  # catalog name -> value, in the catalog's unit
 
 

@@ -5,7 +5,7 @@ regular expression, picks the range that names a layer among a launch's ranges (
 matches; its first group, where it has one, is the name); otherwise the innermost range is the
 layer, or the kernel where no range is open. A layer's phase is ``fwd`` unless its range names one.
 Each new instance of a layer phase's range (the ranges around it changed since the launch before)
-is a measured iteration of it.
+is a measured iteration of it, unless the profile marks its iterations itself (``ImportedLaunch.iteration``).
 
 With ``network`` (a tracker network, or a ``--torch`` model's), the layers must be its own and the
 model's predictions stand beside the measurement; otherwise each layer is a range of the file, the
@@ -99,7 +99,7 @@ def place(launches: list[ImportedLaunch], pattern: re.Pattern | None = None) -> 
         here = (layer, phase, launch.ranges)
         if here != before:
             seen[layer, phase] = seen.get((layer, phase), -1) + 1
-        placed.append((layer, phase, seen[layer, phase]))
+        placed.append((layer, phase, seen[layer, phase] if launch.iteration is None else launch.iteration))
         before = here
     return placed
 

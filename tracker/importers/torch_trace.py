@@ -20,11 +20,15 @@ The autograd engine runs the backward on its own thread, one node at a time
 of the forward operator that made it, so its kernels belong to that operator's layer, in the
 backward. A node computes its input's and its weights' gradients together, and the trace cannot
 tell them apart: an imported backward is stored whole as ``bwd_data`` (the run says so).
+
+Where the profiler's schedule marked its steps (``ProfilerStep#N``), a launch's iteration is the
+step it was launched in; otherwise each new instance of its layer's range is one (``importers/run.py``).
 """
 
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +41,7 @@ from tracker.phases import PHASES
 LAUNCHES = {"cuda_runtime", "cuda_driver", "runtime"}  # host calls that launch device work (older traces: Runtime)
 OPERATORS = {"cpu_op", "operator"}
 DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+STEP = re.compile(r"ProfilerStep#\d+")  # the range the profiler's schedule opens around each step
 MODULE = "nn.Module: "  # a python_function span of a module's forward
 NODE = "autograd::engine::evaluate_function: "  # a backward node's span on the engine's thread
 BACKWARD = WHOLE_PHASE  # where a node's kernels go: the layer's whole backward (the module's docstring)
@@ -76,7 +81,9 @@ def read(path: Path) -> Imported:
             _nest(spans)
         _label(trace)
         forward = _forward_ops(trace)
-        launches = [_launch(event, trace, forward) for event in _in_launch_order(trace)]
+        origin = min((float(event["ts"]) for event in trace.device), default=0.0)
+        steps = _steps(trace)
+        launches = [_launch(event, trace, forward, origin, steps) for event in _in_launch_order(trace)]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise TrackerError(f"cannot read {path} as a PyTorch profiler trace: a malformed event ({exc!r})") from None
     if not launches:
@@ -231,12 +238,17 @@ def _in_launch_order(trace: Trace) -> list[dict]:
     return sorted(trace.device, key=launched)
 
 
-def _launch(event: dict, trace: Trace, forward: dict[Any, list[Span]]) -> ImportedLaunch:
-    from tracker.library.kineto import geometry
+def _launch(
+    event: dict, trace: Trace, forward: dict[Any, list[Span]], origin_us: float, steps: list[float]
+) -> ImportedLaunch:
+    """One device event as a launch; its iteration the step that was running when it was launched
+    (the latest to start at or before its call), where the trace marks steps."""
+    from tracker.library.kineto import geometry, nanoseconds
 
     args = event.get("args") or {}
     call = trace.launches.get(args.get("correlation", -1))
     ranges, phase = _where(call, forward) if call else ((), None)
+    called = call.start if call else float(event["ts"])
     grid, block = geometry(args)
     registers = args.get("registers per thread")
     return ImportedLaunch(
@@ -247,9 +259,15 @@ def _launch(event: dict, trace: Trace, forward: dict[Any, list[Span]]) -> Import
         None if registers is None else int(registers),
         int(args.get("shared memory") or 0),
         float(event.get("dur", 0)) / 1e3,
-        start_ns=round(float(event["ts"]) * 1e3),
+        start_ns=nanoseconds(float(event["ts"]), origin_us),
         phase=phase,
+        iteration=max(0, bisect.bisect_right(steps, called) - 1) if steps else None,
     )
+
+
+def _steps(trace: Trace) -> list[float]:
+    """When each iteration the profiler's schedule marked began (``ProfilerStep#N``), in order."""
+    return sorted(s.start for spans in trace.spans.values() for s in spans if s.kind == "range" and STEP.match(s.name))
 
 
 def _device(raw: dict | list, first: dict) -> dict:

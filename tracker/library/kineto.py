@@ -215,6 +215,7 @@ def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[l
     from tracker.gpu.workload import LoggedLaunch, tagged
 
     layers = {layer.name: layer for layer in net.layers}
+    origin = min((k.start_us for k in traced if k.start_us is not None), default=0.0)
     launches: list[LoggedLaunch] = []
     outside = []
     for k in traced:
@@ -240,10 +241,16 @@ def launch_log(traced: list[TraceKernel], net: Network, variant: str) -> tuple[l
                 k.registers,
                 k.time_ms,
                 in_range=k.annotation is not None,
-                start_ns=None if k.start_us is None else round(k.start_us * 1e3),
+                start_ns=None if k.start_us is None else nanoseconds(k.start_us, origin),
             )
         )
     return tagged(_from_the_first(launches)), outside
+
+
+def nanoseconds(at_us: float, origin_us: float) -> int:
+    """A trace time in ns after ``origin_us``: the difference taken in µs first, where both are
+    exact (a trace's epoch times in µs exceed 2^53 once multiplied to ns, and lose the ns)."""
+    return round((at_us - origin_us) * 1e3)
 
 
 def _from_the_first(launches: list[LoggedLaunch]) -> list[LoggedLaunch]:

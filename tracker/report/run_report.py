@@ -14,7 +14,19 @@ from typing import NamedTuple
 import pandas as pd
 
 from tracker import units
-from tracker.analysis import algorithms, caches, fp, reconcile, roofline, run_row, runtime, stalls, traffic, utilization
+from tracker.analysis import (
+    algorithms,
+    caches,
+    fp,
+    idle,
+    reconcile,
+    roofline,
+    run_row,
+    runtime,
+    stalls,
+    traffic,
+    utilization,
+)
 from tracker.figures import bars
 from tracker.figures.roofline import LEFT_OUT
 from tracker.figures.roofline import roofline as roofline_figure
@@ -539,6 +551,20 @@ def _reconcile(run: ReportedRun) -> Body | None:
     return Body(None, finding, frame.drop(columns=["run_id", "layer_id"]))
 
 
+def _idle(run: ReportedRun) -> Body:
+    frame = idle.per_phase(run.store, run.id)
+    whole = idle.per_iteration(run.store, run.id)
+    if frame.empty or whole is None:
+        return _empty(idle.NO_STARTS)
+    top, names = _leaders(frame, "idle_ms")
+    finding = (
+        f"the GPU ran nothing for {idle.line(run.store, run.id)}; the longest wait comes before {names}: "
+        f"{units.milliseconds(top['idle_ms'])}"
+    )
+    figure = bars.by_phase(frame, "idle_ms", "GPU idle before each layer phase's launches", run.sub, "time")
+    return Body(figure, finding, frame[["layer", "phase", "idle_ms", "busy_ms"]])
+
+
 def _not_ours(row: pd.Series) -> bool:
     """Whether someone else's kernels ran it (a library's, another tool's): their names say the algorithm."""
     return of_run(row).ran_by(row) is not None
@@ -561,6 +587,7 @@ def _algorithms(run: ReportedRun) -> Body:
 RUN_SECTIONS = (  # in the page's order
     Spec("algorithms", "Algorithm per layer phase (cuDNN, cuBLAS)", "paper 004", _algorithms, _not_ours),
     Spec("runtime", "Time per layer", "Figures 6/7", _runtime),
+    Spec("idle", "GPU idle between launches", "HTA idle time", _idle),
     Spec("roofline", "Roofline", "paper 000", _roofline),
     Spec("efficiency", "Time, FLOP/s against the FP32 peak, and share of the step", "paper 001", _efficiency),
     Spec("memory", "GPU memory", "paper 002", _memory),

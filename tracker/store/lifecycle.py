@@ -13,7 +13,7 @@ from tracker.errors import StoreError
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 MIGRATABLE_FROM = 2  # schema versions from which migrate reaches the current one
 VERSION_QUERY = "SELECT version FROM schema_info"  # the one row of a database of ours
 _PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
@@ -96,7 +96,9 @@ def migrate(conn: Connection, where: str) -> None:
     names of its metrics, for metric_def's ncu and nvprof); v11 -> v12 run.tuned_variants (the variant
     `tracker tune` chose per layer phase; NULL in older runs); v12 -> v13 views that read tables, never
     another view, so that a one-run query reads that run's rows alone (views only); v13 -> v14
-    launch.start_ns (when each launch began, where the run knows: NULL in older runs). Create what is
+    launch.start_ns (when each launch began, where the run knows: NULL in older runs); v14 -> v15 the
+    GPU idle between launches (rollup_idle, computed here for every stored run, and the views
+    layer_idle and iteration_idle). Create what is
     missing, bring metric_def to the catalog and recreate every view. Any write opening migrates
     (``tracker upgrade`` is one); a read-only one refuses an older file."""
     from sqlalchemy import text, update

@@ -10,7 +10,7 @@ back by key: every view costs what one run costs.
 ``over_repeats`` (tracker/stats.py, re-exported here) is the one definition of the statistics
 over measured iterations: the median, min, max, count and spread ((max - min) as a percentage of
 |median|). Every surface (views, ``tracker show``, analyses, report) reads its results from
-``rollup_time`` and ``rollup_metric``.
+``rollup_time`` and ``rollup_metric``; the GPU idle between launches (``_idle``) from ``rollup_idle``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from tracker.store.schema import Base
 
 TABLES = (
     "rollup_time",
+    "rollup_idle",
     "rollup_launch",
     "rollup_metric_repeat",
     "rollup_metric",
@@ -70,6 +71,45 @@ def _time(launches: list[dict]) -> list[dict]:
             }
         )
     return rows
+
+
+def _idle(launches: list[dict]) -> list[dict]:
+    """Per layer phase and iteration, where launches have starts: the GPU idle before its launches
+    (each one's start less the latest end of the iteration's launches that started before it, or
+    0; nothing before the iteration's first), summed, as HTA and Nsight Systems count GPU idle.
+    Summed over an iteration, the gaps are its span less the union of its launches."""
+    by_repeat: defaultdict[int, list[dict]] = defaultdict(list)
+    for k in launches:
+        if k.get("start_ns") is not None and k.get("time_ms") is not None:
+            by_repeat[k["repeat"]].append(k)
+    rows: dict[tuple, dict] = {}
+    for repeat, timed in by_repeat.items():
+        ended = None
+        for k in sorted(timed, key=lambda k: (k["start_ns"], k["invocation"])):
+            start, end = k["start_ns"], k["start_ns"] + round(k["time_ms"] * 1e6)
+            gap = 0 if ended is None else max(0, start - ended)
+            ended = end if ended is None else max(ended, end)
+            row = rows.setdefault(
+                (k["layer_id"], k["phase"], repeat),
+                dict(launches=0, busy_ns=0, idle_ns=0, first_start_ns=start, last_end_ns=end),
+            )
+            row["launches"] += 1
+            row["busy_ns"] += end - start
+            row["idle_ns"] += gap
+            row["last_end_ns"] = max(row["last_end_ns"], end)
+    return [
+        dict(
+            layer_id=layer_id,
+            phase=phase,
+            repeat=repeat,
+            launches=row["launches"],
+            busy_ms=row["busy_ns"] / 1e6,
+            idle_ms=row["idle_ns"] / 1e6,
+            first_start_ns=row["first_start_ns"],
+            last_end_ns=row["last_end_ns"],
+        )
+        for (layer_id, phase, repeat), row in rows.items()
+    ]
 
 
 def _flops(values: dict) -> float:
@@ -187,7 +227,7 @@ def write(conn: Connection, run_id: int, launches: list[dict], metrics: Sequence
     inside the caller's transaction."""
     for table in reversed(TABLES):
         conn.execute(text(f"DELETE FROM {table} WHERE run_id = :run"), {"run": run_id})
-    rows = {"rollup_time": _time(launches), **_metrics(launches, metrics)}
+    rows = {"rollup_time": _time(launches), "rollup_idle": _idle(launches), **_metrics(launches, metrics)}
     for table in TABLES:
         bulk_insert(conn, Base.metadata.tables[table], rows[table], run_id=run_id)
 
@@ -199,7 +239,10 @@ def rebuild(conn: Connection) -> int:
         launches = [
             dict(row._mapping)
             for row in conn.execute(
-                text("SELECT invocation, layer_id, phase, repeat, time_ms, algorithm FROM launch WHERE run_id = :run"),
+                text(
+                    "SELECT invocation, layer_id, phase, repeat, time_ms, start_ns, algorithm "
+                    "FROM launch WHERE run_id = :run"
+                ),
                 {"run": run_id},
             )
         ]

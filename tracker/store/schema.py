@@ -274,6 +274,22 @@ class RollupTime(PerLayerPhase, Base):
     algorithm: Mapped[str | None] = mapped_column(doc="the algorithm its launches ran (launch.algorithm)")
 
 
+class RollupIdle(PerLayerPhase, Base):
+    """Per run, layer, phase and measured iteration, where its launches have starts: the GPU idle
+    before them (each launch's wait since every earlier launch of its iteration had ended; 0 where
+    it overlapped one; nothing before the iteration's first), the time they ran, and when the first
+    began and the last ended. Written with the launches (tracker/store/rollups.py)."""
+
+    __tablename__ = "rollup_idle"
+
+    repeat: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    launches: Mapped[int]
+    busy_ms: Mapped[float] = mapped_column(Float, doc="the launches' durations summed")
+    idle_ms: Mapped[float] = mapped_column(Float, doc="the GPU idle before each of them, summed")
+    first_start_ns: Mapped[int] = mapped_column(BigInteger)
+    last_end_ns: Mapped[int] = mapped_column(BigInteger)
+
+
 # One row per profiled launch and a column per catalog metric (tracker/store/rollups.py). Its
 # columns follow the catalog, like the counter views: a migration recreates and refills it.
 rollup_launch = Table(

@@ -273,10 +273,41 @@ LEFT JOIN rollup_stall_category c2 ON c2.run_id = w.run_id AND c2.layer_id = w.l
     ),
 )
 
+IDLE_VIEWS = (
+    View(
+        "layer_idle",
+        "GPU idle per run, layer, phase and measured iteration, where the launches have starts (imported "
+        "traces, the library arm, ours on a GPU): the idle time before the phase's launches (each one's "
+        "wait since every earlier launch of its iteration had ended, 0 where it overlapped one), summed, "
+        "beside the time they ran. Summed over an iteration's layer phases, the iteration's idle.",
+        """
+SELECT r.run_id, r.layer_id, l.name AS layer, l.kind, r.phase, r.repeat, r.launches, r.busy_ms, r.idle_ms
+FROM rollup_idle r
+JOIN layer l ON l.run_id = r.run_id AND l.layer_id = r.layer_id
+""",
+        (*LAYER_PHASE, "repeat"),
+    ),
+    View(
+        "iteration_idle",
+        "GPU idle per run and measured iteration: from its first launch's start to its last one's end "
+        "(span_ms), the time no launch of it ran (idle_ms, as HTA and Nsight Systems count GPU idle) and "
+        "its share of the span (idle_pct).",
+        """
+SELECT run_id, repeat, SUM(launches) AS launches, (MAX(last_end_ns) - MIN(first_start_ns)) / 1.0e6 AS span_ms,
+       SUM(idle_ms) AS idle_ms,
+       CASE WHEN MAX(last_end_ns) > MIN(first_start_ns)
+            THEN 100.0 * SUM(idle_ms) * 1.0e6 / (MAX(last_end_ns) - MIN(first_start_ns)) END AS idle_pct
+FROM rollup_idle
+GROUP BY run_id, repeat
+""",
+        ("run_id", "repeat"),
+    ),
+)
+
 # What only a measured run fills, by what it holds: a model run stores predictions alone, and a
 # run without a counter collector (events) no counters (tracker.store.queries.why_empty says so).
 COUNTERS = ("metric", *(view.name for view in COUNTER_VIEWS))
-MEASUREMENTS = ("launch", "layer_time", "layer_time_repeat")
+MEASUREMENTS = ("launch", "layer_time", "layer_time_repeat", *(view.name for view in IDLE_VIEWS))
 
 VIEWS = (
     View(
@@ -333,5 +364,6 @@ FROM run r
 """,
         ("run_id",),
     ),
+    *IDLE_VIEWS,
     *COUNTER_VIEWS,
 )

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tracker.cli import cli
+from tracker.importers import FORMATS
 from tracker.store import find_run, open_store, run_dict, run_sql
 
 pytest.importorskip("ncu_report")
@@ -117,7 +118,7 @@ def hostile(tmp_path: Path) -> list[tuple[Path, str]]:
         (junk, "holds no profiled kernel"),
         (truncated, "holds no profiled kernel"),
         (empty, "holds no profiled kernel"),
-        (other, "tracker reads .ncu-rep, .json, .json.gz files"),
+        (other, f"tracker reads {', '.join(FORMATS)} files"),
         (tmp_path / "missing.ncu-rep", "no such file"),
     ]
 
@@ -171,3 +172,66 @@ def test_tracker_range_names_are_layers_and_phases_of_its_network_with_the_model
     assert all(predicted is not None and predicted > 0 for *_, predicted in rows)
     run = run_dict(find_run(store, 1))
     assert (run["network"], run["batch"], run["repeat"], run["counter_iterations"]) == ("alexnet", 16, 2, 2)
+
+
+RAW_NVTX = DATA / "ncu-raw-nvtx-h100-sm90-ncu2025.3-alexnet-b1.csv"  # our AlexNet at batch 1, ncu --nvtx
+
+
+def test_the_reports_csv_page_imports_the_same_kernels_and_counters_as_the_report(runner, tmp_path):
+    """The V100 report and the details page ncu exported from it, read by two different readers
+    (NVIDIA's ncu-report, tracker's CSV parser): the same kernels in the same order, the same counters."""
+    db, from_report = imported(runner, tmp_path)
+    done = runner.invoke(cli, ["import", str(DETAILS), "--db", db, "--format", "json"])
+    assert done.exit_code == 0, done.output
+    from_page = json.loads(done.stdout)[0]["run_id"]
+    store = open_store(db, write=False)
+    sql = "SELECT k.invocation, k.kernel_name, m.name, m.value FROM launch k JOIN metric m ON m.run_id = k.run_id "
+    sql += "AND m.invocation = k.invocation WHERE k.run_id = {} ORDER BY k.invocation, m.name"
+    _, report = run_sql(store, sql.format(from_report))
+    _, page = run_sql(store, sql.format(from_page))
+    in_page = {(i, kernel, name): value for i, kernel, name, value in page}
+    shared = [(i, kernel, name, value) for i, kernel, name, value in report if (i, kernel, name) in in_page]
+    assert len(shared) == len(page) == 8 * 2  # every counter of the page: cycles_elapsed, sm_clock_hz
+    for i, kernel, name, value in shared:
+        assert in_page[i, kernel, name] == pytest.approx(value, rel=1e-3), (i, name)
+
+
+def test_a_raw_pages_nvtx_ranges_are_tracker_layer_phases_with_the_pages_own_times(runner, tmp_path):
+    db = str(tmp_path / "t.db")
+    done = runner.invoke(cli, ["import", str(RAW_NVTX), "--network", "alexnet", "--db", db, "--format", "json"])
+    assert done.exit_code == 0, done.output
+    rows = list(csv.reader(RAW_NVTX.open()))
+    header = rows[0]
+    kernels = [r for r in rows[2:] if r and r[0]]
+    times = [float(r[header.index("gpu__time_duration.sum")].replace(",", "")) for r in kernels]
+    store = open_store(db, write=False)
+    _, stored = run_sql(
+        store,
+        "SELECT l.name || '/' || k.phase, k.time_ms FROM launch k JOIN layer l ON l.run_id = k.run_id "
+        "AND l.layer_id = k.layer_id WHERE k.run_id = 1 ORDER BY k.invocation",
+    )
+    assert [ms for _, ms in stored] == pytest.approx([t / 1e6 for t in times])
+    nvtx = next(i for i, name in enumerate(header) if name.startswith("thread Domain:Push/Pop_Range"))
+    assert [name for name, _ in stored] == [r[nvtx].split(":")[1] for r in kernels]
+    run = run_dict(find_run(store, 1))
+    assert (run["device_name"], run["compute_capability"], run["backend"]) == ("NVIDIA H100 80GB HBM3", "9.0", "ncu")
+
+
+def test_a_csv_that_is_no_ncu_page_is_refused_in_one_line_and_stores_nothing(runner, tmp_path, monkeypatch):
+    cases = {
+        "junk.csv": b"a,b,c\n1,2,3\n",
+        "empty.csv": b"",
+        "binary.csv": b"\xff\xfe\x00garbage" * 100,
+        "cut.csv": RAW_NVTX.read_bytes()[:3000],
+        "nvprof.csv": (DATA / "nvprof-gputrace-csv-k20c.csv").read_bytes(),
+    }
+    db = tmp_path / "t.db"
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        done = runner.invoke(cli, ["import", str(tmp_path / name), "--db", str(db)])
+        refused = "cannot read" in done.output or "no profiled kernel" in done.output
+        assert done.exit_code == 1 and refused, (name, done.output)
+        assert len(done.output.strip().splitlines()) == 1 and not db.exists(), (name, done.output)
+    monkeypatch.setattr("tracker.importers.ncu_page.MOST_BYTES", 1000)
+    done = runner.invoke(cli, ["import", str(RAW_NVTX), "--db", str(db)])
+    assert done.exit_code == 1 and "GiB of CSV" in done.output and not db.exists()

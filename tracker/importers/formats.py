@@ -12,6 +12,8 @@ FORMATS = {  # suffix -> reader module (its ``read(path)``)
     ".ncu-rep": "tracker.importers.ncu_rep",
     ".json": "tracker.importers.torch_trace",
     ".json.gz": "tracker.importers.torch_trace",
+    ".sqlite": "tracker.importers.nsys_sqlite",
+    ".csv": "tracker.importers.ncu_page",
 }
 
 

@@ -9,6 +9,7 @@ of ncu 2020 holds a launch's grid and block as sizes, not dimensions: they are s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,29 +77,35 @@ def _value(action: Any, name: str) -> Any:
 
 
 def _launch(action: Any) -> ImportedLaunch:
+    return launch(action.name(action.NameBase_DEMANGLED), _nvtx(action), lambda name: _value(action, name))
+
+
+def launch(kernel_name: str, ranges: tuple[str, ...], value: Callable[[str], Any]) -> ImportedLaunch:
+    """One profiled kernel, from ``value``: its metric of that ncu name, or None (a report's or a
+    CSV page's). Its counters are the catalog's, under ncu's names, in the catalog's units."""
     from tracker.profilers.ncu import SOURCES
 
-    named = {s.name: _value(action, s.name) for s in SOURCES.all}
-    duration = _value(action, "gpu__time_duration.sum")  # ns
-    shared = _value(action, "launch__shared_mem_per_block") or 0
+    named = {s.name: value(s.name) for s in SOURCES.all}
+    duration = value("gpu__time_duration.sum")  # ns
+    registers = value("launch__registers_per_thread")
     return ImportedLaunch(
-        action.name(action.NameBase_DEMANGLED),
-        _nvtx(action),
-        _dims(action, "grid"),
-        _dims(action, "block"),
-        None if (regs := _value(action, "launch__registers_per_thread")) is None else int(regs),
-        int(shared),
+        kernel_name,
+        ranges,
+        _dims(value, "grid"),
+        _dims(value, "block"),
+        None if registers is None else int(registers),
+        int(value("launch__shared_mem_per_block") or 0),
         None if duration is None else duration / 1e6,
         metrics={k: v for k, v in SOURCES.translate(named).items() if v is not None},
     )
 
 
-def _dims(action: Any, what: str) -> tuple[int, int, int]:
-    """(x, y, z) where the report holds them (launch__grid_dim_x, ...), else (size, 1, 1)."""
-    dims = [_value(action, f"launch__{what}_dim_{axis}") for axis in "xyz"]
+def _dims(value: Callable[[str], Any], what: str) -> tuple[int, int, int]:
+    """(x, y, z) where the profile holds them (launch__grid_dim_x, ...), else (size, 1, 1)."""
+    dims = [value(f"launch__{what}_dim_{axis}") for axis in "xyz"]
     if all(d is not None for d in dims):
         return (int(dims[0]), int(dims[1]), int(dims[2]))
-    size = _value(action, f"launch__{what}_size")
+    size = value(f"launch__{what}_size")
     return (int(size or 0), 1, 1)
 
 

@@ -113,7 +113,7 @@ def _layer_phase(launch: ImportedLaunch, pattern: re.Pattern | None) -> tuple[st
             continue
         layer, _, phase = name.rpartition("/")
         return (layer, phase) if layer and phase in PHASES else (name, "fwd")
-    return launch.kernel_name.split("(", 1)[0], "fwd"
+    return launch.kernel_name.split("(", 1)[0].strip(), "fwd"
 
 
 def _network(name: str, placed: list[Placed]) -> Network:

@@ -1,11 +1,10 @@
 """Parsing Nsight Compute's CSV output: the raw page (one row per launch) and the details page
 (one row per launch and metric), from any ncu since 2020, with units normalised.
 
-Why CSV and not the ``.ncu-rep`` through NVIDIA's ``ncu_report`` module: the CSV comes from the
-same ncu binary that recorded the report (``ncu --import rep --csv``), so it always matches the
-report's version, needs nothing importable in our Python, and is what every public sample is;
-``ncu_report`` ships inside the ncu install for particular Python versions and is not
-importable from an arbitrary virtual environment. The parser tolerates what real files hold
+Why tracker's own pass 2 reads CSV and not the ``.ncu-rep``: the CSV comes from the same ncu
+binary that profiled, so it always matches that ncu's version and needs nothing importable beside
+it. (NVIDIA's report reader is on PyPI now, as ``ncu-report``: ``tracker import`` reads a
+``.ncu-rep`` with it, and a CSV page with this parser.) The parser tolerates what real files hold
 (../shared/ncu/samples/SOURCES.md): a BOM, CRLF, ``==PROF==`` lines and the program's own output
 before the header, thousands separators, ``n/a``, a units row (raw page), and kernel names with
 commas.

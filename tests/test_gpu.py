@@ -390,6 +390,8 @@ def check_starts(store, run_id: int) -> None:
     assert rows and all(start is not None for start, _ in rows) and rows[0][0] == 0
     late = [i for i, ((a, ms), (b, _)) in enumerate(zip(rows, rows[1:])) if b < a + (ms or 0) * 1e6 - 2_000]
     assert not late, f"launches starting before the one before them ended: {late[:5]}"
+    _, idle = run_sql(store, f"SELECT repeat, span_ms, idle_ms FROM iteration_idle WHERE run_id = {run_id}")
+    assert idle and all(0 <= idle_ms < span_ms for _, span_ms, idle_ms in idle)  # the GPU's gaps, from the starts
 
 
 @counters

@@ -235,3 +235,31 @@ def test_a_csv_that_is_no_ncu_page_is_refused_in_one_line_and_stores_nothing(run
     monkeypatch.setattr("tracker.importers.ncu_page.MOST_BYTES", 1000)
     done = runner.invoke(cli, ["import", str(RAW_NVTX), "--db", str(db)])
     assert done.exit_code == 1 and "GiB of CSV" in done.output and not db.exists()
+
+
+def test_our_own_runs_report_page_imported_agrees_with_the_run_at_every_counter(runner, tmp_path):
+    """The raw page of the ncu report our batch-16 H100 run was stored from (RECORDINGS.md), imported
+    beside that run onto tracker's AlexNet: every one of its 80 counters agrees with the run's at
+    every launch, to the digit; each launch's time is ncu's duration of it, which the run stored as
+    a counter (its own times are pass 1's CUDA events, unprofiled), and compare sees no change in
+    any counter it reports."""
+    db = tmp_path / "t.db"
+    shutil.copyfile(DATA.parent / "alexnet-b16-nvidia-h100-80gb-hbm3.db", db)
+    page = DATA / "ncu-raw-h100-sm90-ncu2025.3-alexnet-b16.csv"
+    done = runner.invoke(cli, ["import", str(page), "--network", "alexnet", "--batch", "16", "--db", str(db)])
+    assert done.exit_code == 0, done.output
+    agreed = runner.invoke(cli, ["agree", "1", "2", "--db", str(db), "--format", "json"])
+    assert agreed.exit_code == 0, agreed.output
+    verdicts = json.loads(agreed.stdout)
+    assert len(verdicts) == 80 and all(v["agrees"] and v["worst_diff"] == 0 for v in verdicts)
+    _, times = run_sql(
+        open_store(str(db), write=False),
+        "SELECT k.time_ms, m.value FROM launch k JOIN metric m ON m.run_id = 1 AND m.invocation = k.invocation "
+        "AND m.name = 'duration_ns' WHERE k.run_id = 2 ORDER BY k.invocation",
+    )
+    assert len(times) == 57 and all(ms == pytest.approx(ns / 1e6) for ms, ns in times)
+    compared = runner.invoke(cli, ["compare", "1", "2", "--db", str(db), "--format", "json"])
+    assert compared.exit_code == 0, compared.output
+    rows = [row for row in json.loads(compared.stdout) if row["layer"] != "iteration"]
+    assert len(rows) == 49 and all(row["first_reason_a"] == row["first_reason_b"] for row in rows)
+    assert all(not row["l2_hit_rate_change"] and not row["fp32_inst_change"] for row in rows)

@@ -196,6 +196,7 @@ def test_a_trace_of_tracker_ranges_keeps_them_as_layer_phases(runner, tmp_path):
 
 def hostile(tmp_path: Path) -> list[tuple[Path, str]]:
     good = gzip.decompress(ALEXNET.read_bytes())
+    huge = {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1, "args": {"grid": [10**30, 1, 1]}}
     cases = {
         "truncated.json": good[: len(good) // 2],
         "corrupt.json.gz": ALEXNET.read_bytes()[:5000] + b"\x00" * 100,
@@ -206,13 +207,14 @@ def hostile(tmp_path: Path) -> list[tuple[Path, str]]:
         "cpu-only.json": json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 0}]}).encode(),
         "bad-event.json": json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "soon"}]}).encode(),
         "events-not-a-list.json": json.dumps({"traceEvents": {"a": 1}}).encode(),
+        "huge-grid.json": json.dumps({"traceEvents": [huge]}).encode(),
     }
     paths = []
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
         paths.append(tmp_path / name)
     messages = ["cannot read", "cannot read", "cannot read", "cannot read", "not a trace", "nests deeper",
-                "holds no GPU kernel", "a malformed event", "a malformed event"]  # fmt: skip
+                "holds no GPU kernel", "a malformed event", "a malformed event", "out of range"]  # fmt: skip
     return list(zip(paths, messages))
 
 

@@ -167,6 +167,21 @@ def test_overview_on_the_h100_recording(tmp_path, monkeypatch):
     assert ns["whole"]["ms"] == pytest.approx(ns["times"]["ms"].sum())
 
 
+@pytest.mark.slow
+def test_overview_on_an_imported_pytorch_trace(tmp_path, monkeypatch):
+    """The public A100 AlexNet trace, imported onto tracker's AlexNet: its measured times, each
+    layer phase's share, and the whole forward, as `tracker show` and the report read them."""
+    from tracker.analysis import runtime
+    from tracker.importers import import_file
+
+    db = str(tmp_path / "trace.db")
+    run_id = import_file(db, DATA / "public" / "pytorch-alexnet-fwd-a100-kineto.json.gz", build("alexnet"), batch=128)
+    nb, ns = run("overview", db, tmp_path, monkeypatch)
+    assert ns["run_id"] == run_id and images(nb) >= 1
+    assert ns["whole"]["source"] == "measured"
+    assert ns["whole"]["ms"] == pytest.approx(runtime.iteration(open_store(db, write=False), run_id)["ms"])
+
+
 PEAKS = {
     B128_NCU: "the model's 1.86 GB; measured 2.54 GB (1.36x the model)",  # the model of 2026-11-22
     B16: "the model's 676 MB; measured 754 MB (1.12x the model)",

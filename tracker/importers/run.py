@@ -49,6 +49,7 @@ def import_file(
     check_batch(batch)
     pattern = _pattern(layers)
     imported = read(path)
+    _check(imported)
     placed = place(imported.launches, pattern)
     net = network or _network(Path(path).name, placed)
     kept = _onto(net, imported, placed) if network else list(zip(imported.launches, placed))
@@ -74,6 +75,23 @@ def import_file(
             run.add_counters(rows, metrics, imported.sources)
     store.dispose()
     return run.run_id
+
+
+INT32, INT64 = 1 << 31, 1 << 63
+
+
+def _check(imported: Imported) -> None:
+    """Every launch's figures fit the store's columns, before the store is opened: a file that
+    holds a grid of 10^30 or a negative time is refused, not half stored."""
+    for i, k in enumerate(imported.launches):
+        whole = [*k.grid, *k.block, k.shared_bytes, k.registers or 0]
+        bad: float | None = next((n for n in whole if not 0 <= n < INT32), None)
+        if bad is None and k.time_ms is not None and not 0 <= k.time_ms < 1e12:
+            bad = k.time_ms
+        if bad is None and k.start_ns is not None and not -INT64 <= k.start_ns < INT64:
+            bad = k.start_ns
+        if bad is not None:
+            raise TrackerError(f"{imported.path}: launch {i} ({k.kernel_name[:60]}) holds {bad!r}, out of range")
 
 
 def _pattern(layers: str | None) -> re.Pattern | None:

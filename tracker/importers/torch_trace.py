@@ -89,22 +89,23 @@ def read(path: Path) -> Imported:
     if not launches:
         raise TrackerError(f"{path} holds no GPU kernel: a PyTorch profiler trace of CPU work, or not one at all")
     device = _device(raw, trace.device[0])
+    major, minor, sms = (_whole(device.get(key)) for key in ("computeMajor", "computeMinor", "numSms"))
     return Imported(
         str(path),
         "pytorch-trace",
         "events",
-        f"PyTorch profiler (Kineto trace schema {raw.get('schemaVersion', '?') if isinstance(raw, dict) else '?'})",
-        device.get("name"),
-        None if "computeMajor" not in device else f"{device['computeMajor']}.{device.get('computeMinor', 0)}",
-        device.get("numSms"),
+        f"PyTorch profiler (Kineto trace schema {str(raw.get('schemaVersion', '?'))[:20]})",
+        None if device.get("name") is None else str(device["name"])[:200],
+        None if major is None else f"{major}.{minor or 0}",
+        sms,
         {},
         launches,
         backward_whole=any(launch.phase == BACKWARD for launch in launches),
     )
 
 
-def _collect(raw: dict | list) -> Trace:
-    events = raw.get("traceEvents", []) if isinstance(raw, dict) else raw
+def _collect(raw: dict) -> Trace:
+    events = raw.get("traceEvents", [])
     if not isinstance(events, list):
         raise ValueError("traceEvents is not a list")
     trace = Trace()
@@ -270,9 +271,15 @@ def _steps(trace: Trace) -> list[float]:
     return sorted(s.start for spans in trace.spans.values() for s in spans if s.kind == "range" and STEP.match(s.name))
 
 
-def _device(raw: dict | list, first: dict) -> dict:
+def _whole(value: Any) -> int | None:
+    """A device property that should be a small whole number, or None where it is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 20 else None
+
+
+def _device(raw: dict, first: dict) -> dict:
     """The properties of the GPU the first kernel ran on, where the trace lists them."""
-    listed = raw.get("deviceProperties", []) if isinstance(raw, dict) else []
+    listed = raw.get("deviceProperties", [])
+    listed = listed if isinstance(listed, list) else []
     wanted = (first.get("args") or {}).get("device", 0)
     found = [d for d in listed if isinstance(d, dict) and d.get("id") == wanted]
     return found[0] if found else {}

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from samples import sample_store
 
-from tracker.analysis import idle
 from tracker.cli import cli
 from tracker.importers import import_file
 from tracker.nets import build
 from tracker.phases import ORDER
 from tracker.store import launch_rows, open_store, run_sql
+from tracker.store.queries import idle_per_iteration
 from tracker.store.views import IDLE_VIEWS
 
 PUBLIC = Path(__file__).parent / "data" / "public"
@@ -87,7 +87,7 @@ def test_show_gives_the_idle_of_a_run_with_starts_and_says_nothing_of_one_withou
     bare = runner.invoke(cli, ["show", str(without), "--db", db])
     assert bare.exit_code == 0 and "gpu_idle" not in bare.output and "idle (time)" not in bare.output
     as_json = json.loads(runner.invoke(cli, ["show", str(with_starts), "--db", db, "--format", "json"]).stdout)
-    whole = idle.per_iteration(open_store(db, write=False), with_starts)
+    whole = idle_per_iteration(open_store(db, write=False), with_starts)
     assert as_json["gpu_idle"] == pytest.approx(whole) and whole is not None and 0 < whole["idle_pct"] < 100
 
 

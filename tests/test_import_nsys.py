@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from test_timeline import check, exported
+from timelines import check, exported
 
 from tracker.cli import cli
 from tracker.store import find_run, open_store, run_dict, run_sql

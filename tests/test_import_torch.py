@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_timeline import check, exported
+from timelines import check, exported
 
 from tracker.cli import cli
 from tracker.nets import build

@@ -330,15 +330,16 @@ def show(run, db, fmt):
       tracker show 3
       tracker show last --format json
     """
-    from tracker.analysis import idle
     from tracker.store import find_run, launch_rows, layer_rows, metric_rows, open_store, run_dict
+    from tracker.store.queries import idle_per_iteration, idle_per_phase
 
     store = open_store(db, write=False)
     info = run_dict(find_run(store, run))
-    rows = idle.with_idle(layer_rows(store, info["id"]), store, info["id"])
+    idle = {(r["layer_id"], r["phase"]): r["idle_ms"] for r in idle_per_phase(store, info["id"])}
+    rows = [row | {"idle_ms": idle.get((row["layer_id"], row["phase"]))} for row in layer_rows(store, info["id"])]
     if fmt == "json":
         launches, metrics = launch_rows(store, info["id"]), metric_rows(store, info["id"])
-        gaps = idle.per_iteration(store, info["id"])
+        gaps = idle_per_iteration(store, info["id"])
         click.echo(to_json({"run": info, "gpu_idle": gaps, "layers": rows, "launches": launches, "metrics": metrics}))
         return
     if fmt == "csv":
@@ -379,13 +380,13 @@ SHOW_SETTINGS = (  # what `tracker show` lists of a run, in this order, where it
 
 def _show_settings(store, info: dict) -> None:
     """A run's settings, one a line, and what an unfinished or model run holds."""
-    from tracker.analysis import idle
     from tracker.model.memory import PeakMemory
     from tracker.profilers import unfinished
     from tracker.store import launch_count
+    from tracker.store.queries import idle_line
 
     info["peak_memory"] = PeakMemory.of(info["predicted_peak_bytes"], info["measured_peak_bytes"]).line()
-    info["gpu_idle"] = idle.line(store, info["id"])
+    info["gpu_idle"] = idle_line(store, info["id"])
     for key in SHOW_SETTINGS:
         if info[key] not in (None, {}, "") and not (key == "repeat" and info[key] == 0):  # 0: a model run's
             click.echo(f"{key:>20}: {cell(key, info[key])}")

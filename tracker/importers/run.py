@@ -54,8 +54,8 @@ def import_file(
     net = network or _network(Path(path).name, placed)
     kept = _onto(net, imported, placed) if network else list(zip(imported.launches, placed))
     rows = _rows(kept, net)
-    phases = sorted({phase for _, (_, phase, _) in kept})
-    predictions = _predictions(net, batch, imported, network is not None, phases)
+    ran = {(layer, phase) for _, (layer, phase, _) in kept}
+    predictions = _predictions(net, batch, imported, network is not None, ran)
     echo(f"{imported.format}: {len(rows)} launches in {len(net.layers)} layers, by {imported.tool}")
     fields = _fields(imported, net, batch, [where for _, where in kept])
     if network is None:
@@ -212,18 +212,30 @@ def _rows(kept: list[tuple[ImportedLaunch, Placed]], net: Network) -> list[dict]
     ]
 
 
-def _predictions(net: Network, batch: int, imported: Imported, modelled: bool, phases: list[str]) -> list[Prediction]:
-    """The model's, for the GPU of the profile where the catalog knows it, on a tracker network;
-    blank rows (the layer's phases, no figures, the reason) where no model applies: on a network of
-    ranges, and for a backward stored whole (the model predicts its two gradients apart)."""
+def _predictions(
+    net: Network, batch: int, imported: Imported, modelled: bool, ran: set[tuple[str, str]]
+) -> list[Prediction]:
+    """The model's, for the GPU of the profile where the catalog knows it, on a tracker network (every
+    layer, in the phases the profile ran); blank rows (no figures, the reason) for the layer phases
+    that ran where no model applies: on a network of ranges, and for a backward stored whole (the
+    model predicts its two gradients apart)."""
     from tracker.model import predict
+    from tracker.phases import ORDER
 
+    def blanks(phases: set[str], why: str) -> list[Prediction]:
+        return [
+            _blank(layer, phase, why)
+            for layer in net.layers
+            for phase in sorted(phases, key=ORDER.__getitem__)
+            if (layer.name, phase) in ran
+        ]
+
+    phases = {phase for _, phase in ran}
     if not modelled:
-        return [_blank(layer, phase, BLANK) for layer in net.layers for phase in phases]
-    whole = imported.backward_whole
+        return blanks(phases, BLANK)
     found = [p for p in predict(net, batch, _device(imported.device_name)) if p.phase in phases]
-    if whole and WHOLE_PHASE in phases:
-        found = [p for p in found if p.phase == "fwd"] + [_blank(layer, WHOLE_PHASE, WHOLE) for layer in net.layers]
+    if imported.backward_whole and WHOLE_PHASE in phases:
+        found = [p for p in found if p.phase == "fwd"] + blanks({WHOLE_PHASE}, WHOLE)
     return found
 
 

@@ -35,6 +35,7 @@ from tracker.profilers import iterations_profiled, unfinished
 from tracker.report.document import Report, Section
 from tracker.stats import best_of, tie
 from tracker.store import Store, launch_count
+from tracker.store.queries import idle_line
 
 
 @dataclass(frozen=True)
@@ -553,13 +554,12 @@ def _reconcile(run: ReportedRun) -> Body | None:
 
 def _idle(run: ReportedRun) -> Body:
     frame = idle.per_phase(run.store, run.id)
-    whole = idle.per_iteration(run.store, run.id)
+    whole = idle_line(run.store, run.id)
     if frame.empty or whole is None:
         return _empty(idle.NO_STARTS)
     top, names = _leaders(frame, "idle_ms")
     finding = (
-        f"the GPU ran nothing for {idle.line(run.store, run.id)}; the longest wait comes before {names}: "
-        f"{units.milliseconds(top['idle_ms'])}"
+        f"the GPU ran nothing for {whole}; the longest wait comes before {names}: {units.milliseconds(top['idle_ms'])}"
     )
     figure = bars.by_phase(frame, "idle_ms", "GPU idle before each layer phase's launches", run.sub, "time")
     return Body(figure, finding, frame[["layer", "phase", "idle_ms", "busy_ms"]])
@@ -587,7 +587,7 @@ def _algorithms(run: ReportedRun) -> Body:
 RUN_SECTIONS = (  # in the page's order
     Spec("algorithms", "Algorithm per layer phase (cuDNN, cuBLAS)", "paper 004", _algorithms, _not_ours),
     Spec("runtime", "Time per layer", "Figures 6/7", _runtime),
-    Spec("idle", "GPU idle between launches", "HTA idle time", _idle),
+    Spec("idle", "GPU idle between launches", "HTA idle time", _idle, lambda run: run["backend"] != "model"),
     Spec("roofline", "Roofline", "paper 000", _roofline),
     Spec("efficiency", "Time, FLOP/s against the FP32 peak, and share of the step", "paper 001", _efficiency),
     Spec("memory", "GPU memory", "paper 002", _memory),

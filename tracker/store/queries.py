@@ -218,6 +218,58 @@ def layer_rows(store: Store, run_id: int) -> list[dict]:
     return rows
 
 
+def idle_per_phase(store: Store, run_id: int) -> list[dict]:
+    """Per layer phase of a run whose launches have starts (layer_idle): the medians over measured
+    iterations of idle_ms (the GPU idle before its launches) and busy_ms, in layer and phase order;
+    none for a run without starts."""
+    from tracker.stats import over_repeats
+
+    grouped: dict[tuple, list[dict]] = {}
+    for row in _rows(store, "SELECT * FROM layer_idle WHERE run_id = :run", run=run_id):
+        grouped.setdefault((row["layer_id"], row["layer"], row["kind"], row["phase"]), []).append(row)
+    found = []
+    for (layer_id, layer, kind, phase), rows in grouped.items():
+        idle, busy = (over_repeats(r[column] for r in rows) for column in ("idle_ms", "busy_ms"))
+        found.append(
+            dict(
+                layer_id=layer_id,
+                layer=layer,
+                kind=kind,
+                phase=phase,
+                idle_ms=idle and idle.median,
+                busy_ms=busy and busy.median,
+            )
+        )
+    return found
+
+
+def idle_per_iteration(store: Store, run_id: int) -> dict | None:
+    """The medians over measured iterations of span_ms, idle_ms and idle_pct (iteration_idle), and
+    how many iterations; None for a run whose launches have no starts."""
+    from tracker.stats import over_repeats
+
+    rows = _rows(store, "SELECT span_ms, idle_ms, idle_pct FROM iteration_idle WHERE run_id = :run", run=run_id)
+    if not rows:
+        return None
+    medians = {c: (stats.median if (stats := over_repeats(r[c] for r in rows)) else None) for c in rows[0]}
+    return medians | {"iterations": len(rows)}
+
+
+def idle_line(store: Store, run_id: int) -> str | None:
+    """'1.96 ms of 27.2 ms (7.2%) between launches in each iteration, median of 3': `tracker show`'s
+    gpu_idle line and the report's finding; None for a run whose launches have no starts."""
+    from tracker import units
+
+    found = idle_per_iteration(store, run_id)
+    if found is None or found["span_ms"] is None:
+        return None
+    return (
+        f"{units.milliseconds(found['idle_ms'])} of {units.milliseconds(found['span_ms'])} "
+        f"({units.percent(found['idle_pct'] or 0)}) between launches in each iteration, "
+        f"median of {found['iterations']}"
+    )
+
+
 def launch_rows(store: Store, run_id: int) -> list[dict]:
     return store.rows("SELECT * FROM launch WHERE run_id = :run ORDER BY invocation", run=run_id)
 

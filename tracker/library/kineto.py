@@ -77,7 +77,7 @@ class TraceKernel(NamedTuple):
     start_us: float | None = None  # when it began on the device, on the trace's clock
 
 
-MOST_BYTES = 512 << 20  # the largest trace read (its JSON text, after gunzip): about 5 GiB of Python objects
+MOST_BYTES = 512 << 20  # the largest trace read (its JSON text, after gunzip): about 3 GB at its peak
 
 
 def load(path: str | Path) -> dict:

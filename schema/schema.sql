@@ -1,4 +1,4 @@
--- tracker trace store, schema v15: tables
+-- tracker trace store, schema v16: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -61,6 +61,7 @@ CREATE TABLE metric_def (
 --   predicted_peak_bytes: model's peak memory of one training step
 --   measured_peak_bytes: device memory high-water mark
 --   process_start: start time of the process, to tell a reused pid
+--   provenance: the code that made it (tracker/provenance.py): tracker's version, its commit and the kernels' newest commit, each with whether its tree had uncommitted changes; NULL before schema v16
 CREATE TABLE run (
     id INTEGER NOT NULL,
     status VARCHAR NOT NULL,
@@ -99,6 +100,7 @@ CREATE TABLE run (
     started_at DATETIME NOT NULL,
     finished_at DATETIME,
     error TEXT,
+    provenance JSON,
     PRIMARY KEY (id),
     CONSTRAINT run_status CHECK (status IN ('running', 'complete', 'failed', 'interrupted'))
 );

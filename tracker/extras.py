@@ -16,6 +16,7 @@ EXTRAS = {
     "parquet": "pyarrow: tracker export --format parquet",
     "perfetto": "Perfetto's trace classes: tracker export --format perfetto",
     "import": "NVIDIA's Nsight Compute report reader: tracker import of .ncu-rep files",
+    "serve": "Starlette, uvicorn, Jinja2 and Plotly's JavaScript: tracker serve",
     "notebooks": "JupyterLab and ipykernel: open notebooks/ (jupyter lab notebooks/)",
 }
 

@@ -14,7 +14,7 @@ import sys
 import click
 
 from tracker import __version__
-from tracker.cli import catalog, experiments, gpu, study, trace
+from tracker.cli import catalog, experiments, gpu, study, team, trace
 from tracker.errors import TrackerError, first_line, shorten
 
 
@@ -108,6 +108,9 @@ COMMANDS = (
     study.agree,
     study.report,
     study.export,
+    team.gate,
+    team.history,
+    team.serve,
     trace.profile,
     trace.import_profile,
     trace.runs,

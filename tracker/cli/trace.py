@@ -375,6 +375,7 @@ SHOW_SETTINGS = (  # what `tracker show` lists of a run, in this order, where it
     "finished_at",
     "error",
     "command_line",
+    "provenance",
 )
 
 

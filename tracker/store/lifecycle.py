@@ -13,7 +13,7 @@ from tracker.errors import StoreError
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 MIGRATABLE_FROM = 2  # schema versions from which migrate reaches the current one
 VERSION_QUERY = "SELECT version FROM schema_info"  # the one row of a database of ours
 _PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
@@ -98,7 +98,8 @@ def migrate(conn: Connection, where: str) -> None:
     another view, so that a one-run query reads that run's rows alone (views only); v13 -> v14
     launch.start_ns (when each launch began, where the run knows: NULL in older runs); v14 -> v15 the
     GPU idle between launches (rollup_idle, computed here for every stored run, and the views
-    layer_idle and iteration_idle). Create what is
+    layer_idle and iteration_idle); v15 -> v16 run.provenance (the commits of tracker and its kernels
+    that made a run; NULL in older runs). Create what is
     missing, bring metric_def to the catalog and recreate every view. Any write opening migrates
     (``tracker upgrade`` is one); a read-only one refuses an older file."""
     from sqlalchemy import text, update

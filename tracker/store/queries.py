@@ -270,6 +270,55 @@ def idle_line(store: Store, run_id: int) -> str | None:
     )
 
 
+def run_summaries(store: Store) -> list[dict]:
+    """Every run's run_summary row, oldest first."""
+    return _rows(store, "SELECT * FROM run_summary ORDER BY run_id")
+
+
+def experiment_rows(store: Store) -> list[dict]:
+    """Every experiment's row, oldest first."""
+    return _rows(store, "SELECT * FROM experiment ORDER BY id")
+
+
+def view_rows(store: Store, name: str, run_id: int) -> list[dict]:
+    """One run's rows of a view of the store (``name`` is checked against the store's relations)."""
+    if name not in relations():
+        from tracker.errors import unknown
+
+        raise unknown("view or table", name, sorted(relations()))
+    return _rows(store, f"SELECT * FROM {name} WHERE run_id = :run", run=run_id)
+
+
+def phase_launches(store: Store, run_id: int, layer: str, phase: str) -> list[dict] | None:
+    """A layer phase's launches with every counter (launch_metrics), in invocation order; None where
+    the run has no layer of that name."""
+    found = _rows(store, "SELECT layer_id FROM layer WHERE run_id = :run AND name = :name", run=run_id, name=layer)
+    if not found:
+        return None
+    return _rows(
+        store,
+        "SELECT * FROM launch_metrics WHERE run_id = :run AND layer_id = :layer AND phase = :phase ORDER BY invocation",
+        run=run_id,
+        layer=found[0]["layer_id"],
+        phase=phase,
+    )
+
+
+def complete_runs(store: Store, network: str, batch: int, implementation: str | None = None) -> list[dict]:
+    """The complete runs of ``network`` at ``batch`` (by ``implementation``), oldest first."""
+    sql = "SELECT * FROM run WHERE status = 'complete' AND network = :network AND batch = :batch"
+    if implementation is not None:
+        sql += " AND implementation = :implementation"
+    rows = _rows(store, sql + " ORDER BY started_at, id", network=network, batch=batch, implementation=implementation)
+    return rows
+
+
+def finished_at(store: Store, run_id: int) -> str | None:
+    """When a complete run ended; None for a run not complete, or not there."""
+    rows = _rows(store, "SELECT status, finished_at FROM run WHERE id = :run", run=run_id)
+    return str(rows[0]["finished_at"]) if rows and rows[0]["status"] == "complete" else None
+
+
 def launch_rows(store: Store, run_id: int) -> list[dict]:
     return store.rows("SELECT * FROM launch WHERE run_id = :run ORDER BY invocation", run=run_id)
 

@@ -119,7 +119,9 @@ def recording(store: Store, link=None, done=None, **fields) -> Iterator[RunWrite
     ``link(session, run_id)``, if given, runs in the transaction that creates the run (an
     experiment links its arm there, so that no run of it is ever left unlinked); ``done(session,
     run_id)`` in the one that marks it complete (the arm ends complete with it: never one alone)."""
-    fields = {"command_line": " ".join(sys.argv), "tracker_version": __version__, **fields}
+    from tracker.provenance import provenance
+
+    fields = {"command_line": " ".join(sys.argv), "tracker_version": __version__, "provenance": provenance(), **fields}
     run = Run(status="running", started_at=_now(), **this_process(), **fields)
     with marking(store, run, link, done) as run_id:
         yield RunWriter(store, run_id)

@@ -125,6 +125,10 @@ class Run(Base):
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="the code that made it (tracker/provenance.py): tracker's version, its commit and the kernels' "
+        "newest commit, each with whether its tree had uncommitted changes; NULL before schema v16"
+    )
 
 
 class Layer(Base):

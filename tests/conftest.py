@@ -6,6 +6,7 @@ TRACKER_REQUIRE_PG is set, as in CI, where a skip would hide a missing server.""
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -184,3 +185,35 @@ def gpu_seams(emulator, monkeypatch):
         monkeypatch.setattr(module, "choose_backend", choose_backend)
     monkeypatch.setattr("tracker.gpu.runner.profile_events", ours)
     monkeypatch.setattr("tracker.library.torch_run.profile_events", library)
+
+
+CHROMEDRIVER = shutil.which("chromedriver")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium driven by selenium (Debian's chromium and chromium-driver; CI installs them
+    and sets TRACKER_REQUIRE_BROWSER, so there a skip is a failure). Its console log is kept."""
+    if not (CHROMEDRIVER and CHROMIUM):
+        if os.environ.get("TRACKER_REQUIRE_BROWSER"):
+            pytest.fail("chromium and chromium-driver are required here (TRACKER_REQUIRE_BROWSER)")
+        pytest.skip("no chromium / chromedriver on this machine")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--allow-file-access-from-files",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()

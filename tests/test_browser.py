@@ -19,33 +19,6 @@ from tracker.report import report
 from tracker.store import open_store
 
 DATA = Path(__file__).parent / "data"
-CHROMEDRIVER = shutil.which("chromedriver")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not (CHROMEDRIVER and CHROMIUM):
-        if os.environ.get("TRACKER_REQUIRE_BROWSER"):
-            pytest.fail("chromium and chromium-driver are required here (TRACKER_REQUIRE_BROWSER)")
-        pytest.skip("no chromium / chromedriver on this machine")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-        "--allow-file-access-from-files",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
 
 
 def _model_run(tmp_path: Path) -> tuple[object, str]:

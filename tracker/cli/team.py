@@ -149,10 +149,10 @@ def serve(db, host, port, reader_url):
     """
     import uvicorn
 
-    from tracker.serve.app import create_app
+    from tracker.serve.app import SERVER, create_app
 
     app = create_app(db, reader_url)
     if host not in LOOPBACK:
         click.echo(f"warning: listening on {host}: anyone who reaches it reads this store", err=True)
     click.echo(f"serving on http://{host}:{port} (Ctrl-C stops)", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, **SERVER)

@@ -35,6 +35,9 @@ from tracker.serve import pages
 HERE = Path(__file__).parent
 MOST_DIGITS = 12  # a run id longer than this is no run of any store
 MOST_SQL = 100_000  # characters of a statement the SQL box takes
+# How uvicorn serves the app: a request line up to 1 MiB reaches it (h11 cuts the connection past
+# its 16 KiB default, where a long statement should be refused in one line by the app itself).
+SERVER = {"log_level": "warning", "h11_max_incomplete_event_size": 1 << 20}
 
 
 def _plotly_js() -> Path:

@@ -29,11 +29,10 @@ def three_runs(db: str) -> None:
 @contextmanager
 def serving(db: str, reader: str | None = None) -> Iterator[str]:
     """`tracker serve`'s app on 127.0.0.1 at a free port, in a thread; its base URL."""
-    import uvicorn
+    from tracker.serve.app import create_app
+    from tracker.serve.app import server as serving_server
 
-    from tracker.serve.app import SERVER, create_app
-
-    server = uvicorn.Server(uvicorn.Config(create_app(db, reader), host="127.0.0.1", port=0, **SERVER))
+    server = serving_server(create_app(db, reader), "127.0.0.1", 0)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

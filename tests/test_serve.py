@@ -16,7 +16,6 @@ from urllib.parse import quote, urlsplit
 import pytest
 from served import serving, three_runs
 
-from tracker.serve.app import SERVER
 from tracker.store import layer_rows, open_store, run_sql
 
 
@@ -171,14 +170,14 @@ def test_hostile_requests_are_refused_in_one_line_and_change_nothing(served):
 
 
 def test_serve_warns_when_it_listens_beyond_loopback(runner, monkeypatch, tmp_path):
-    """--host other than loopback is said on stderr before the server starts (uvicorn.run faked)."""
+    """--host other than loopback is said on stderr before the server starts (its run faked)."""
     from tracker.cli import cli
 
     three_runs(str(tmp_path / "t.db"))
     started = []
-    monkeypatch.setattr("uvicorn.run", lambda app, **kwargs: started.append(kwargs))
+    monkeypatch.setattr("uvicorn.Server.run", lambda server: started.append(server.config))
     done = runner.invoke(cli, ["serve", "--db", str(tmp_path / "t.db"), "--host", "0.0.0.0", "--port", "9"])
     assert done.exit_code == 0 and "warning: listening on 0.0.0.0" in done.stderr
-    assert started == [{"host": "0.0.0.0", "port": 9, **SERVER}]
+    assert [(c.host, c.port, c.h11_max_incomplete_event_size) for c in started] == [("0.0.0.0", 9, 1 << 20)]
     quiet = runner.invoke(cli, ["serve", "--db", str(tmp_path / "t.db")])
-    assert "warning" not in quiet.stderr and started[-1]["host"] == "127.0.0.1"
+    assert "warning" not in quiet.stderr and started[-1].host == "127.0.0.1"

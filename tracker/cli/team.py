@@ -147,12 +147,10 @@ def serve(db, host, port, reader_url):
       tracker serve                       # then open http://127.0.0.1:8050
       tracker serve --db postgresql+psycopg://tracker@dbhost/traces --reader-url postgresql+psycopg://reader@dbhost/traces
     """
-    import uvicorn
-
-    from tracker.serve.app import SERVER, create_app
+    from tracker.serve.app import create_app, server
 
     app = create_app(db, reader_url)
     if host not in LOOPBACK:
         click.echo(f"warning: listening on {host}: anyone who reaches it reads this store", err=True)
     click.echo(f"serving on http://{host}:{port} (Ctrl-C stops)", err=True)
-    uvicorn.run(app, host=host, port=port, **SERVER)
+    server(app, host, port).run()

@@ -35,9 +35,18 @@ from tracker.serve import pages
 HERE = Path(__file__).parent
 MOST_DIGITS = 12  # a run id longer than this is no run of any store
 MOST_SQL = 100_000  # characters of a statement the SQL box takes
-# How uvicorn serves the app: a request line up to 1 MiB reaches it (h11 cuts the connection past
-# its 16 KiB default, where a long statement should be refused in one line by the app itself).
-SERVER = {"log_level": "warning", "h11_max_incomplete_event_size": 1 << 20}
+MOST_REQUEST_LINE = 1 << 20  # bytes uvicorn lets through to the app (h11 cuts a connection past 16 KiB)
+
+
+def server(app: Starlette, host: str, port: int):
+    """The uvicorn server `tracker serve` runs the app with: warnings only, and a request line up to
+    1 MiB reaching the app, which refuses a statement too long in one line itself."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", h11_max_incomplete_event_size=MOST_REQUEST_LINE
+    )
+    return uvicorn.Server(config)
 
 
 def _plotly_js() -> Path:
@@ -57,6 +66,7 @@ def create_app(db: str | None, reader_url: str | None = None) -> Starlette:
     from tracker.store import open_store
 
     store = open_store(db, write=False)
+    store.frames = {}  # complete runs' view frames, kept: their rows never change
     static = {**STATIC, "plotly.min.js": _plotly_js()}
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     cache = Finished(store)

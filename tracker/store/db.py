@@ -74,6 +74,9 @@ class Store:
     make_engine: Callable[[], Engine]
     sqlite_connect: Callable[..., sqlite3.Connection] | None = None  # a SQLite file's own connections
     upgraded_from: int | None = None  # the schema version opening it to write migrated from
+    # A long-lived reader (tracker serve) keeps the view frames of complete runs here, whose rows
+    # never change (queries.view_frame); None, the default, keeps nothing.
+    frames: dict | None = None
 
     @cached_property
     def engine(self) -> Engine:

@@ -319,6 +319,12 @@ def finished_at(store: Store, run_id: int) -> str | None:
     return str(rows[0]["finished_at"]) if rows and rows[0]["status"] == "complete" else None
 
 
+def store_mark(store: Store) -> tuple:
+    """What changes whenever a run is added, ends or goes: (runs, the newest id, the latest end)."""
+    row = _rows(store, "SELECT COUNT(*) AS n, MAX(id) AS newest, MAX(finished_at) AS ended FROM run")[0]
+    return (row["n"], row["newest"], str(row["ended"]))
+
+
 def launch_rows(store: Store, run_id: int) -> list[dict]:
     return store.rows("SELECT * FROM launch WHERE run_id = :run ORDER BY invocation", run=run_id)
 
@@ -344,9 +350,21 @@ def view_frame(store: Store, name: str, run_id: int | None = None) -> pd.DataFra
         from tracker.errors import unknown
 
         raise unknown("view or table", name, sorted(relations()))
+    frames = store.frames
+    end = finished_at(store, run_id) if frames is not None and run_id is not None else None
+    if frames is not None and end is not None and (name, run_id, end) in frames:
+        return frames[name, run_id, end].copy()
     where = "" if run_id is None else " WHERE run_id = :run"
     with store.connect() as conn:
-        return pd.read_sql(text(f"SELECT * FROM {name}{where}"), conn, params={"run": run_id})
+        frame = pd.read_sql(text(f"SELECT * FROM {name}{where}"), conn, params={"run": run_id})
+    if frames is not None and end is not None:  # a complete run's rows never change: kept
+        if len(frames) >= FRAMES_KEPT:
+            frames.clear()
+        frames[name, run_id, end] = frame.copy()
+    return frame
+
+
+FRAMES_KEPT = 4096  # view frames a long-lived reader keeps (tens of KB each)
 
 
 _EXPERIMENT_RUNS = (

@@ -89,6 +89,11 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
+def _row(page: str, values: list[float]) -> str:
+    p50, p95, p99 = statistics.median(values), percentile(values, 95), percentile(values, 99)
+    return f"| {page} | {len(values)} | {p50:.1f} | {p95:.1f} | {p99:.1f} |"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=50)
@@ -115,19 +120,15 @@ def main() -> None:
                 thread.join()
             wall = time.perf_counter() - started
     every = [t for page in times.values() for t in page]
-    rows = [
-        f"| {page} | {len(values)} | {statistics.median(values):.1f} | {percentile(values, 95):.1f} | {percentile(values, 99):.1f} |"
-        for page, values in sorted(times.items())
-    ]
-    rows.append(
-        f"| **all** | {len(every)} | {statistics.median(every):.1f} | {percentile(every, 95):.1f} | {percentile(every, 99):.1f} |"
-    )
+    rows = [_row(page, values) for page, values in sorted(times.items())] + [_row("**all**", every)]
     p95 = percentile(every, 95)
+    verdict = "met" if p95 <= TARGET_P95_MS else "missed"
+    where = f"{platform.node() or 'this machine'} ({os.cpu_count()} CPUs, Python {platform.python_version()})"
+    command = f"python benchmarks/serve_load.py --runs {args.runs} --clients {args.clients} --requests {args.requests}"
     header = (
-        f"`python benchmarks/serve_load.py --runs {args.runs} --clients {args.clients} --requests {args.requests}` on "
-        f"{platform.node() or 'this machine'} ({os.cpu_count()} CPUs, Python {platform.python_version()}), {date.today()}: "
-        f"{len(every)} requests in {wall:.1f} s ({len(every) / wall:.0f}/s), {len(errors)} errors; p95 {p95:.0f} ms against "
-        f"the target of {TARGET_P95_MS:.0f} ms ({'met' if p95 <= TARGET_P95_MS else 'missed'}).\n\n"
+        f"`{command}` on {where}, {date.today()}: {len(every)} requests in {wall:.1f} s "
+        f"({len(every) / wall:.0f}/s), {len(errors)} errors; p95 {p95:.0f} ms against the target of "
+        f"{TARGET_P95_MS:.0f} ms ({verdict}).\n\n"
         "| page | requests | p50 (ms) | p95 (ms) | p99 (ms) |\n|---|---|---|---|---|"
     )
     table = "\n".join([header, *rows]) + "\n"

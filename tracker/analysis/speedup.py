@@ -20,6 +20,8 @@ from tracker.phases import PHASE_SETS
 from tracker.store import Store
 
 KEY = ["layer_id", "layer", "kind", "phase"]
+# What a comparison shows of each layer phase, in this order (tracker compare, the web app)
+SHOWN = ("layer", "phase", "a_ms", "b_ms", "spread_pct_a", "spread_pct_b", "speedup", "change_pct", "noise")
 # (view, column) pairs whose change between two runs compare reports, when both runs have counters.
 DELTAS = (
     ("cache_hit_rate", "l1_hit_rate"),

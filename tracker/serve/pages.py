@@ -165,7 +165,7 @@ def timeline(store: Store, run_id: int) -> bytes:
 
 
 def compare(store: Store, a: int | None, b: int | None) -> dict:
-    from tracker.analysis.speedup import basis, comparison
+    from tracker.analysis.speedup import SHOWN, basis, comparison
     from tracker.store.queries import run_summaries
 
     runs = run_summaries(store)
@@ -183,19 +183,7 @@ def compare(store: Store, a: int | None, b: int | None) -> dict:
         frame = comparison(store, a, b)
     except (Mismatch, StoreError) as exc:
         return found | {"error": str(exc)}
-    keys = (
-        "layer",
-        "phase",
-        "a_ms",
-        "b_ms",
-        "spread_pct_a",
-        "spread_pct_b",
-        "speedup",
-        "change_pct",
-        "noise",
-        "algorithm_a",
-        "algorithm_b",
-    )
+    keys = (*SHOWN, "algorithm_a", "algorithm_b")
     columns, rows = _table(frame.to_dict("records"), keys)
     return found | dict(
         columns=columns,

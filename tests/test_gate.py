@@ -180,3 +180,64 @@ def test_history_refuses_bad_input_in_one_line(runner, l1, args, message):
         base[flag] = value
     done = runner.invoke(cli, ["history", *[x for pair in base.items() for x in pair], "--db", l1])
     assert done.exit_code == 1 and message in done.output and len(done.output.strip().splitlines()) == 1
+
+
+def mutated(db: str, tmp_path: Path, layer: str, phase: str, factor: float) -> str:
+    """A copy of ``db`` whose run 1 ran ``layer`` ``phase`` ``factor`` times slower in every iteration,
+    its rollups written again as a run's are."""
+    import shutil
+
+    from sqlalchemy import text
+
+    from tracker.store import rollups
+
+    copy = str(tmp_path / f"mutated-{layer}-{phase}.db")
+    shutil.copyfile(db, copy)
+    store = open_store(copy, write=True)
+    with store.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE launch SET time_ms = time_ms * :factor WHERE run_id = 1 AND phase = :phase AND layer_id = "
+                "(SELECT layer_id FROM layer WHERE run_id = 1 AND name = :layer)"
+            ),
+            {"factor": factor, "layer": layer, "phase": phase},
+        )
+        rollups.rebuild(conn)
+    store.dispose()
+    return copy
+
+
+def test_two_recordings_of_one_workload_pass(runner, l1, tmp_path):
+    """The global-memory arm recorded twice on the H100, 30 minutes apart (two l1-bypass experiments)."""
+    other = recording(EXPERIMENTS, tmp_path)
+    code, rows = gated(runner, str(GLOBAL_CA), "--against", str(GLOBAL_CA), "--db", l1, "--base-db", other)
+    assert code == 0 and len(rows) == 50
+
+
+def test_one_layer_phase_made_ten_percent_slower_fails_alone(runner, l1, tmp_path):
+    _, spreads = run_sql(
+        open_store(l1, write=False),
+        "SELECT l.name, t.phase, t.spread_pct FROM layer_time t JOIN layer l ON l.run_id = t.run_id "
+        "AND l.layer_id = t.layer_id WHERE t.run_id = 1 AND t.measured_ms > 1 ORDER BY t.spread_pct",
+    )
+    layer, phase, spread = spreads[0]  # the steadiest phase over a millisecond: 10 % is beyond its spread
+    assert spread < 10
+    slower = mutated(l1, tmp_path, layer, phase, 1.10)
+    code, rows = gated(runner, "1", "--against", "1", "--db", slower, "--base-db", l1)
+    assert code == 1 and [(r["layer"], r["phase"]) for r in rows if r["regression"]] == [(layer, phase)]
+    assert next(r for r in rows if r["regression"])["change_pct"] == pytest.approx(10, abs=1e-6)
+
+
+def test_a_three_percent_change_within_the_spread_passes(runner, l1, tmp_path):
+    _, spreads = run_sql(
+        open_store(l1, write=False),
+        "SELECT l.name, t.phase, t.spread_pct FROM layer_time t JOIN layer l ON l.run_id = t.run_id "
+        "AND l.layer_id = t.layer_id WHERE t.run_id = 1 ORDER BY t.spread_pct DESC",
+    )
+    layer, phase, spread = spreads[0]  # the noisiest phase: 3 % is within its spread
+    assert spread > 3
+    code, rows = gated(
+        runner, "1", "--against", "1", "--db", mutated(l1, tmp_path, layer, phase, 1.03), "--base-db", l1
+    )
+    changed = next(r for r in rows if (r["layer"], r["phase"]) == (layer, phase))
+    assert code == 0 and changed["change_pct"] == pytest.approx(3, abs=1e-6) and changed["beyond_spread"] is False

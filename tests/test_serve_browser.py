@@ -1,7 +1,7 @@
 """`tracker serve` as a person uses it, in headless Chromium with real clicks and hovers (selenium
 through chromedriver), on SQLite and PostgreSQL: open a run, hover a roofline point and read its
-label, sort a table, open a layer phase from the roofline, compare two runs, run a query; and the
-browser's console holds no error."""
+label, sort a table, open a layer phase from the roofline, compare two runs, run a query, filter the
+runs and draw a history; and the browser's console holds no error."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def test_a_person_reads_the_store_in_the_browser(browser, db):
     three_runs(db)
     with serving(db, os.environ.get("TRACKER_READER_URL")) as url:
         browser.get_log("browser")  # what earlier pages left
+        browser.get(url + "/")
+        browser.find_element(By.CSS_SELECTOR, 'input.filter[data-table="runs"]').send_keys("A100")
+        shown = [row for row in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr") if row.is_displayed()]
+        assert [row.find_element(By.TAG_NAME, "td").text for row in shown] == ["3"]  # the PyTorch trace's
         browser.get(url + "/")
         browser.find_element(By.CSS_SELECTOR, 'a[href="/runs/1"]').click()
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#roofline .scatterlayer .points path"))
@@ -70,6 +74,10 @@ def test_a_person_reads_the_store_in_the_browser(browser, db):
         browser.find_element(By.ID, "run-query").click()
         cell = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#answer tbody td"))
         assert cell[0].text == "57"
+
+        browser.get(url + "/history?network=alexnet&batch=16")
+        points = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#history .scatterlayer .points path"))
+        assert len(points) == 2 and len(browser.find_elements(By.CSS_SELECTOR, "#history-runs tbody tr")) == 2
 
         errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
         assert errors == []

@@ -28,7 +28,7 @@ from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from tracker.errors import StoreError, TrackerError, UnknownName, shorten
+from tracker.errors import StoreError, TrackerError, first_line, shorten
 from tracker.extras import install
 from tracker.serve import pages
 
@@ -192,10 +192,9 @@ async def _one_line(request: Request, exc: Exception) -> Response:
 
 
 async def _tracker_error(request: Request, exc: Exception) -> Response:
-    status = 404 if isinstance(exc, StoreError | UnknownName) and "no " in str(exc) else 400
-    return PlainTextResponse(
-        f"Error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}\n", status_code=status
-    )
+    """What the store does not hold (a run, a layer phase) is 404; any other refusal 400."""
+    status = 404 if isinstance(exc, StoreError) else 400
+    return PlainTextResponse(f"Error: {first_line(exc)}\n", status_code=status)
 
 
 async def _internal(request: Request, exc: Exception) -> Response:

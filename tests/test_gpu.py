@@ -598,6 +598,22 @@ def test_compare_ours_against_the_library_per_layer_phase(profiles, ours_events,
     assert all(r.get("algorithm_b") for r in rows if phases.get((r["layer"], r["phase"])) == "conv")
 
 
+def test_gate_and_history_read_the_gpus_runs(profiles, ours_events, torch_events, runner):
+    """PyTorch's step gated against ours (two implementations, said so), both timed over two
+    iterations so every spread is known; and our runs of the workload over the commits that made them."""
+    gated = runner.invoke(cli, ["gate", str(torch_events), "--against", str(ours_events), "--across", "implementation",
+                                "--db", profiles, "--format", "json"])  # fmt: skip
+    assert gated.exit_code in (0, 1), gated.output
+    rows = json.loads(gated.stdout)
+    assert rows[-1]["layer"] == "iteration" and rows[-1]["beyond_spread"] is not None
+    assert gated.exit_code == (1 if any(r["regression"] for r in rows) else 0)
+    history = runner.invoke(cli, ["history", "--network", "alexnet", "--batch", "2", "--impl", "ours", "--db", profiles,
+                                  "--format", "json"])  # fmt: skip
+    assert history.exit_code == 0, history.output
+    listed = json.loads(history.stdout)
+    assert ours_events in [r["run_id"] for r in listed] and all(r["iteration_ms"] for r in listed)
+
+
 # Experiments: every kind, at tiny batch, on events ---------------------------------------------
 
 EXPERIMENTS = {  # kind -> its options as tracker.experiment.arms takes them: few arms, and each kind's own axis

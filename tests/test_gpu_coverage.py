@@ -28,7 +28,9 @@ SUITE = [path for path in sorted(HERE.glob("test_gpu*.py")) if path.name != Path
 # Commands that never touch a GPU, whatever the store holds: the catalogs and the analytic model,
 # NVRTC compiling with no GPU (CI runs it), and the store's SQL, reader role and schema. Every other command
 # runs on a GPU or reads what a GPU run stored, so the suite runs it.
-NO_GPU = {"devices", "import", "metrics", "model", "networks", "kernels", "sql", "reader-role", "upgrade"}
+# serve too: its pages are the analyses the suite runs through show, report and compare, and its
+# libraries are not on the GPU machine (tests/test_serve*.py drive it on recordings of GPU runs)
+NO_GPU = {"devices", "import", "metrics", "model", "networks", "kernels", "sql", "reader-role", "upgrade", "serve"}
 
 
 def calls() -> list[tuple[str, list[str | None]]]:

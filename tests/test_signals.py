@@ -134,10 +134,14 @@ def test_a_signal_while_a_row_is_created_leaves_it_marked(db, table):
     assert fired and run_sql(store, f"SELECT status FROM {table}")[1] == [("interrupted",)]
 
 
+# provenance() reads git once a process, before its first run: done before "ready", so that the
+# signal lands in the loop of runs, which is what is tested, not in git (tracker/provenance.py)
 CREATE_ROWS = """
 import sys
+from tracker.provenance import provenance
 from tracker.store import open_store, recording
 store = open_store(sys.argv[1], write=True)
+provenance()
 print("ready", flush=True)
 while True:
     with recording(store, network="alexnet", network_options={}, batch=1, phases="both", dtype_bits=32,

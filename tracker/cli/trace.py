@@ -331,12 +331,11 @@ def show(run, db, fmt):
       tracker show last --format json
     """
     from tracker.store import find_run, launch_rows, layer_rows, metric_rows, open_store, run_dict
-    from tracker.store.queries import idle_per_iteration, idle_per_phase
+    from tracker.store.queries import idle_per_iteration
 
     store = open_store(db, write=False)
     info = run_dict(find_run(store, run))
-    idle = {(r["layer_id"], r["phase"]): r["idle_ms"] for r in idle_per_phase(store, info["id"])}
-    rows = [row | {"idle_ms": idle.get((row["layer_id"], row["phase"]))} for row in layer_rows(store, info["id"])]
+    rows = layer_rows(store, info["id"])
     if fmt == "json":
         launches, metrics = launch_rows(store, info["id"]), metric_rows(store, info["id"])
         gaps = idle_per_iteration(store, info["id"])

@@ -70,11 +70,10 @@ def runs(store: Store) -> dict:
 
 def run(store: Store, run_id: int) -> dict:
     from tracker.store import find_run, layer_rows, run_dict
-    from tracker.store.queries import idle_line, idle_per_phase
+    from tracker.store.queries import idle_line
 
     info = run_dict(find_run(store, run_id))
-    idle = {(r["layer_id"], r["phase"]): r["idle_ms"] for r in idle_per_phase(store, run_id)}
-    layers = [row | {"idle_ms": idle.get((row["layer_id"], row["phase"]))} for row in layer_rows(store, run_id)]
+    layers = layer_rows(store, run_id)
     layer_columns, layer_table = _table(layers, LAYER_COLUMNS, {"layer": _phase_link(run_id)})
     figure, note = _roofline(store, run_id)
     device = info["device_name"] or "no device"

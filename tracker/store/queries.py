@@ -206,15 +206,18 @@ def run_dict(run: SimpleNamespace) -> dict:
 def layer_rows(store: Store, run_id: int) -> list[dict]:
     """The layer_phase view for one run: prediction and measurement per layer and phase, with the
     median over repeats of each phase's time and its spread ((max - min) / median, in %) as the
-    run's rollup holds them (layer_time)."""
+    run's rollup holds them (layer_time), and the GPU idle before its launches (idle_ms, where the
+    run's launches have starts: ``idle_per_phase``)."""
     rows = _rows(store, f"SELECT * FROM layer_phase WHERE run_id = :run ORDER BY layer_id, {order_sql()}", run=run_id)
     spreads = {
         (t["layer_id"], t["phase"]): t["spread_pct"]
         for t in _rows(store, "SELECT layer_id, phase, spread_pct FROM layer_time WHERE run_id = :run", run=run_id)
     }
+    idle = {(r["layer_id"], r["phase"]): r["idle_ms"] for r in idle_per_phase(store, run_id)}
     for row in rows:
         row["median_ms"] = row["measured_ms"]
         row["spread_pct"] = spreads.get((row["layer_id"], row["phase"]))
+        row["idle_ms"] = idle.get((row["layer_id"], row["phase"]))
     return rows
 
 

@@ -299,20 +299,38 @@ __device__ __forceinline__ void stash_operand(const float (&regs)[R], float* row
     }
 }
 
+// Where each loader thread copies, and the shared rows' pads, so that a warp's copies into the
+// ring fall in 32 distinct banks (tests/test_memory_access.py counts them at every tile tune
+// can pick). A k-contiguous operand's thread t copies k-row k_run(t) of column k_run_column(t):
+// runs of K_RUN consecutive k (one 32-byte sector of a row in global memory), so that a warp
+// writes 8 k-rows x 4 columns at any TILE_K, rows TILE_PAD = 4 banks apart (16 consecutive
+// k-rows put rows 8 apart in one bank). Another operand's warp writes 32 / LANES k-rows of LANES
+// consecutive columns where LANES < 32: its rows are padded to lie LANES banks apart.
+constexpr int K_RUN = TILE_K < 8 ? TILE_K : 8;
+static_assert(TILE_K % K_RUN == 0, "TILE_K is a multiple of 8, or below it");
+__device__ __forceinline__ int k_run(int t) { return t % K_RUN + K_RUN * (t / (K_RUN * LANES)); }
+__device__ __forceinline__ int k_run_column(int t) { return (t / K_RUN) % LANES; }
+
+template <bool K_CONTIGUOUS, int WIDTH>
+__host__ __device__ constexpr int row_pad() {
+    constexpr int pad = K_CONTIGUOUS || LANES >= 32 ? TILE_PAD : ((LANES - WIDTH) % 32 + 32) % 32;
+    static_assert((WIDTH + pad) % 4 == 0, "rows stay 16-byte aligned for the 128-bit fragment loads");
+    return pad;
+}
+
 template <class A, class B, class Epi>
 __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a, B b, const Epi& epi) {
-    // TILE_PAD: a k-contiguous loader's warp writes 8 k-rows x 4 columns; the pad spreads them
-    // over all 32 banks, and keeps every row 16-byte aligned for the 128-bit fragment loads.
-    __shared__ __align__(16) float As[STAGES][TILE_K][TILE_M + TILE_PAD];
-    __shared__ __align__(16) float Bs[STAGES][TILE_K][TILE_N + TILE_PAD];
+    constexpr int PAD_A = row_pad<A::k_contiguous, TILE_M>(), PAD_B = row_pad<B::k_contiguous, TILE_N>();
+    __shared__ __align__(16) float As[STAGES][TILE_K][TILE_M + PAD_A];
+    __shared__ __align__(16) float Bs[STAGES][TILE_K][TILE_N + PAD_B];
     const int t = threadIdx.x, lane = t % 32, warp = t / 32;
     constexpr int WARPS_N = TILE_N / (WARP_COLS * THREAD_N);
     const int tx = (warp % WARPS_N) * WARP_COLS + lane % WARP_COLS, ty = (warp / WARPS_N) * WARP_ROWS + lane / WARP_COLS;
     const int m0 = (blockIdx.y % tiles_of(M, TILE_M)) * TILE_M, n0 = blockIdx.x * TILE_N;
     const int k_begin = blockIdx.z * k_chunk, k_end = min(K, k_begin + k_chunk);
 
-    const int ka = A::k_contiguous ? t % TILE_K : t / LANES, oa = A::k_contiguous ? t / TILE_K : t % LANES;
-    const int kb = B::k_contiguous ? t % TILE_K : t / LANES, ob = B::k_contiguous ? t / TILE_K : t % LANES;
+    const int ka = A::k_contiguous ? k_run(t) : t / LANES, oa = A::k_contiguous ? k_run_column(t) : t % LANES;
+    const int kb = B::k_contiguous ? k_run(t) : t / LANES, ob = B::k_contiguous ? k_run_column(t) : t % LANES;
     a.start(m0 + oa, k_begin + ka);
     b.start(n0 + ob, k_begin + kb);
     constexpr bool copy_a = COPY_AROUND_REGISTERS, copy_b = COPY_AROUND_REGISTERS;
@@ -320,7 +338,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     // A masked operand's y ring, in step with its own (a token where no operand is masked).
     constexpr bool mask_a = masks_in_shared<A>, mask_b = masks_in_shared<B>, masking = mask_a || mask_b;
     static_assert(!(mask_a && mask_b), "one operand at most is read through the mask");
-    __shared__ __align__(16) float Ys[masking ? STAGES : 1][masking ? TILE_K : 1][(mask_a ? TILE_M : TILE_N) + TILE_PAD];
+    __shared__ __align__(16) float Ys[masking ? STAGES : 1][masking ? TILE_K : 1][mask_a ? TILE_M + PAD_A : TILE_N + PAD_B];
     // The k-tile at k0 (where the loaders stand) into buffer buf: copied operands straight there
     // (a masked one's y beside it), staged ones into their registers.
     auto fetch = [&](int k0, int buf) {

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,7 @@ inline dim3 blockDim, gridDim;
 inline unsigned emu_tid;
 inline float emu_lanes[1024];
 alignas(16) inline char emu_dynamic_shared[256 * 1024];
+inline std::pair<uintptr_t, uintptr_t> emu_stacks;  // the fibers' stacks: a thread's locals, not memory
 
 // The block's fibers and where each stands: running, waiting at a barrier (which one: the block's,
 // or warp w's as 1 + w), or done. A barrier opens when every fiber of its group that has not
@@ -44,9 +46,15 @@ struct EmuFiber {
 inline std::vector<EmuFiber> emu_fibers;
 inline ucontext_t emu_scheduler;
 
+// Whether a kernel's thread (not the scheduler) runs: what the memory trace records (emu_trace.h).
+inline bool emu_tracing = false;
+inline void emu_trace_kernel(bool on) { emu_tracing = on; }
+
 inline void emu_wait(int barrier) {
+    emu_trace_kernel(false);
     emu_fibers[emu_tid].waiting = barrier;
     swapcontext(&emu_fibers[emu_tid].context, &emu_scheduler);
+    emu_trace_kernel(true);
 }
 
 #define __global__
@@ -79,7 +87,7 @@ inline float __int_as_float(unsigned i) {
     return f;
 }
 
-struct float4 {
+struct alignas(16) float4 {  // a 16-byte load, as CUDA's float4 is
     float x, y, z, w;
 };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
@@ -97,9 +105,14 @@ inline std::map<std::string, std::pair<void*, size_t>>& emu_symbols() {
 template <class T>
 using emu_arg_t = std::remove_cv_t<std::remove_reference_t<T>>;
 
+// The kernel's arguments are copied onto the thread's stack before it runs, as a GPU hands them in
+// registers: the memory trace records what the kernel's own code touches.
 template <class... A, size_t... I>
 void emu_apply(void (*kernel)(A...), void** args, std::index_sequence<I...>) {
-    kernel(*static_cast<emu_arg_t<A>*>(args[I])...);
+    std::tuple<emu_arg_t<A>...> values{*static_cast<emu_arg_t<A>*>(args[I])...};
+    emu_trace_kernel(true);
+    std::apply(kernel, values);
+    emu_trace_kernel(false);
 }
 
 template <class... A>
@@ -177,6 +190,7 @@ extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned g
     char* stacks = static_cast<char*>(mmap(nullptr, n * EMU_STACK, PROT_READ | PROT_WRITE,
                                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
     if (stacks == MAP_FAILED) return 2;
+    emu_stacks = {reinterpret_cast<uintptr_t>(stacks), reinterpret_cast<uintptr_t>(stacks) + n * EMU_STACK};
     emu_fibers.assign(n, EmuFiber{});
     int status = 0;
     for (unsigned b = 0; b < blocks && status == 0; ++b) {
@@ -210,3 +224,7 @@ extern "C" long long emu_symbol_bytes(const char* name) {
 }
 
 extern "C" void* emu_dynamic_shared_memory() { return emu_dynamic_shared; }
+
+#ifdef EMU_TRACE
+#include "emu_trace.h"
+#endif

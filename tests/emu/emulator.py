@@ -30,7 +30,12 @@ from tracker.gpu.kernels import KERNEL_DIR, Overrides, define_options, source_te
 from tracker.ops.contract import H100_MAX_SHARED, array_bytes, check_constant, check_launch
 from tracker.ops.launch import Backend, LaunchRecord, Struct
 
+from .trace import Trace
+
 HERE = Path(__file__).parent
+# The CTA slots a launch sizes its split-K to (Backend.slots): an H100's 132 SMs x the two CTAs an SM
+# holds of every default GEMM build (at most 128 registers; tests/test_waves.py reads the builds)
+SMS, SLOTS = 132, 132 * 2
 # Compiled builds, by content: $TRACKER_EMU_CACHE, else a folder of this user's in the temp directory.
 CACHE = Path(os.environ.get("TRACKER_EMU_CACHE") or Path(tempfile.gettempdir()) / f"tracker-emu-{os.getuid()}")
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([\w, ]+\)\s*)?(\w+)\(')
@@ -116,12 +121,21 @@ def is_device(array: Any) -> bool:
 
 
 class Emulator:
-    def __init__(self, build_dir: Path, l1_bypass: bool = False, staged: bool = False):
+    def __init__(
+        self, build_dir: Path, l1_bypass: bool = False, staged: bool = False, trace: bool = False, execute: bool = True
+    ):
         self.build_dir = build_dir
+        # ``execute=False``: launches are checked and logged, not run, and arrays hold no values: a
+        # plan's launch geometry at full size (the wave model's), with nothing compiled
+        self.execute = execute
         # The L1-bypass build's source (-DTRACKER_L1_BYPASS), or the staged build's (-DTRACKER_STAGED,
         # its code with L1 cached): their GEMM stages every operand through registers, where the
         # default build copies them around (cp.async on a GPU).
         self.options = ["-DTRACKER_L1_BYPASS"] if l1_bypass else ["-DTRACKER_STAGED"] if staged else []
+        # ``trace``: every launch's memory accesses are recorded (emu_trace.h), one Trace a launch in
+        # ``traces``, for tests/emu/trace.py to count sectors and bank wavefronts
+        self.options += [*TRACE_OPTIONS, "-DEMU_TRACE"] if trace else []
+        self.traces: list[Trace] = []
         self.libs: dict[tuple, ctypes.CDLL] = {}
         self.log: list[LaunchRecord] = []
         self.context = None  # set by the executor to the step being run
@@ -136,7 +150,8 @@ class Emulator:
                 f'static bool emu_s_{s} = (emu_symbols()["{s}"] = {{{s}, sizeof {s}}}, true);\n'
                 for s in _CONSTANT.findall(text)
             )
-            name = source + "".join(f"-{k}{v}" for k, v in defines) + "".join(f"-{o[2:].lower()}" for o in self.options)
+            name = source + "".join(f"-{k}{v}" for k, v in defines) + ("-trace" if self.tracing else "")
+            name += "".join(f"-{o[2:].lower()}" for o in self.options if o.startswith("-D"))
             options = [
                 *_COMPILE,
                 "-shared",
@@ -173,15 +188,29 @@ class Emulator:
         record = LaunchRecord(
             source, kernel, grid, block, shared_bytes, None, self.context, array_bytes=array_bytes(is_device, args)
         )
+        self.log.append(record)
+        if not self.execute:
+            return
         values = [_c_value(a) for a in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        self.log.append(record)
-        status = self._lib(source, defines).emu_launch(
-            kernel.encode(), *[ctypes.c_uint(v) for v in record.grid + record.block], pointers
-        )
+        lib = self._lib(source, defines)
+        if self.tracing:
+            lib.emu_trace_start(ctypes.c_uint64(TRACE_CAPACITY))
+        status = lib.emu_launch(kernel.encode(), *[ctypes.c_uint(v) for v in record.grid + record.block], pointers)
         assert status == 0, f"{kernel} in {source}: {_LAUNCH_FAILURES.get(status, status)}"
+        if self.tracing:
+            self.traces.append(Trace.read(lib, kernel, record.grid, record.block, args))
+
+    @property
+    def tracing(self) -> bool:
+        return "-DEMU_TRACE" in self.options
+
+    def slots(self, source: str, kernel: str, threads: int, defines: Overrides = ()) -> int:
+        return SLOTS  # the GPU it stands in for; tests/test_waves.py reads the builds' residency
 
     def empty(self, shape: tuple) -> DeviceArray:
+        if not self.execute:  # pages never touched: a full-size plan costs no memory
+            return DeviceArray(np.empty(shape, dtype=np.float32), _MINT)
         return DeviceArray(
             np.full(shape, np.nan, dtype=np.float32), _MINT
         )  # scratch starts poisoned, like every output
@@ -203,6 +232,8 @@ class Emulator:
         return size
 
     def to_constant(self, source: str, symbol: str, array: Any) -> None:
+        if not self.execute:
+            return
         check_constant(is_device, symbol, array, self.symbol_bytes(source, symbol))
         assert (
             self._lib(source).emu_to_symbol(
@@ -222,6 +253,16 @@ if TYPE_CHECKING:  # mypy checks that the emulation speaks the protocol every la
 # shared-memory arrays: -fno-gnu-unique (and -Bsymbolic, when linking) keep a template's static
 # locals from being merged across the libraries loaded into this one process (they differ in size).
 _COMPILE = ["-std=c++20", "-O2", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing", "-fno-gnu-unique"]
+# A traced build: g++'s kernel AddressSanitizer with outlined checks calls a hook (emu_trace.h) on
+# every load and store; no shadow memory, no checks of globals or the stack, no runtime library.
+TRACE_OPTIONS = [
+    "-fsanitize=kernel-address",
+    "--param=asan-instrumentation-with-call-threshold=0",
+    "--param=asan-globals=0",
+    "--param=asan-stack=0",
+    "-fno-tree-sra",  # a float4 load stays one 16-byte load, as on the GPU, not four of 4 bytes
+]
+TRACE_CAPACITY = 1 << 23  # accesses a traced launch may record (24 bytes each, reserved, not committed)
 
 
 @cache

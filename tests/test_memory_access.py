@@ -1,0 +1,148 @@
+"""The kernels' memory access, counted by address arithmetic with no GPU: the emulation records
+every lane's address of every load and store (tests/emu/trace.py), and the warp-wide accesses they
+make are counted in 32-byte sectors (global memory) and bank wavefronts (shared memory), as a GPU
+serves them. What the counts prove: every GEMM ring's shared loads and stores take the one
+wavefront a phase they must (no bank conflict), at every tile `tracker tune` can pick; the
+memory-bound kernels use most of each sector they touch (issue 78's target: 75 %)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from emu.trace import RECORD, sectors, wavefronts
+
+from tracker.ops import Case
+from tracker.ops.gemm import DEFAULT, SHAPES, Tile
+from tracker.ops.selftest import run_case
+
+SECTOR_USE = 0.75  # of each touched sector's bytes, loads and stores each (issue 78)
+
+
+def _records(addresses, bytes_=4, lanes=None) -> np.ndarray:
+    """One warp-wide access by lanes 0.. of block 0 at ``addresses``."""
+    lanes = range(len(addresses)) if lanes is None else lanes
+    r = np.zeros(len(addresses), RECORD)
+    r["address"], r["thread"], r["bytes"], r["instruction"] = addresses, list(lanes), bytes_, 7
+    return r
+
+
+def test_the_counts_follow_the_gpus_rules():
+    base = 1 << 20
+    coalesced = sectors(_records([base + 4 * i for i in range(32)]))
+    assert (coalesced.requests, coalesced.sectors, coalesced.use) == (1, 4, 1.0)
+    strided = sectors(_records([base + 32 * i for i in range(32)]))  # a float per sector
+    assert (strided.sectors, strided.use) == (32, 0.125)
+    same = sectors(_records([base] * 32))  # every lane one float: one sector, 4 of its bytes wanted
+    assert (same.sectors, same.wanted) == (1, 4)
+    wide = sectors(_records([base + 16 * i for i in range(32)], 16))
+    assert (wide.sectors, wide.use) == (16, 1.0)
+
+    assert wavefronts(_records([base + 4 * i for i in range(32)])).conflicts == 0
+    column = wavefronts(_records([base + 128 * i for i in range(32)]))  # one bank, 32 words
+    assert (column.wavefronts, column.conflicts) == (32, 31)
+    assert wavefronts(_records([base] * 32)).conflicts == 0  # a broadcast
+    two_way = wavefronts(_records([base + 4 * (2 * i) for i in range(32)]))  # stride 2: banks hold 2 words
+    assert two_way.conflicts == 1
+    vector = wavefronts(_records([base + 16 * i for i in range(32)], 16))  # quarter warps: 4 phases
+    assert (vector.wavefronts, vector.ideal) == (4, 4)
+    rows = wavefronts(_records([base + 16 * 32 * i for i in range(32)], 16))  # a float4 a row of 32: banks 0-3
+    assert (rows.wavefronts, rows.conflicts) == (32, 28)  # each quarter warp's 8 lanes in turn
+    padded = wavefronts(_records([base + 16 * 33 * i for i in range(32)], 16))  # rows of 33: banks 4 apart
+    assert padded.conflicts == 0
+    # two executions of one instruction by the same lanes are two accesses, not one of 64 lanes
+    twice = np.concatenate([_records([base + 4 * i for i in range(32)])] * 2)
+    assert sectors(twice).requests == 2
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    emu = pytest.importorskip("emu.emulator")
+    if not emu.available():
+        pytest.skip("needs g++ for the CUDA emulation")
+    return emu.Emulator(tmp_path_factory.mktemp("traced"), trace=True)
+
+
+def _run(traced, case: Case, variant: str, tile: Tile | None = None) -> dict:
+    """The traces of one case's launches by kernel name (the last launch of each name), after
+    checking the results against the reference."""
+    traced.traces.clear()
+    assert all(r.passed for r in run_case(traced, case, variant, tile=tile))
+    return {t.kernel: t for t in traced.traces}
+
+
+GEMM_CASES = (  # every GEMM-shaped kernel: dense (linear), implicit conv, fused (the mask ring), batched
+    (Case("linear", "fc", {"x": (48, 96), "w": (80, 96)}, {}), "shared"),
+    (Case("linear", "fc-fused", {"x": (48, 96), "w": (80, 96)}, {}), "fused"),
+    (Case("conv", "conv", {"x": (2, 4, 9, 9), "w": (24, 4, 3, 3)}, {"stride": 1, "pad": 1}), "shared"),
+    (Case("conv", "conv-fused", {"x": (2, 4, 9, 9), "w": (24, 4, 3, 3)}, {"stride": 1, "pad": 1}), "fused"),
+    (Case("conv", "conv-winograd", {"x": (2, 4, 9, 9), "w": (24, 4, 3, 3)}, {"stride": 1, "pad": 1}), "winograd_f4"),
+)
+
+
+def _gemm_kernels(traces: dict) -> dict:
+    return {name: t for name, t in traces.items() if t.block[0] >= 64 and len(t.of("shared"))}
+
+
+@pytest.mark.parametrize("case, variant", GEMM_CASES, ids=lambda v: getattr(v, "layer", v))
+def test_every_gemm_ring_is_free_of_bank_conflicts(traced, case, variant):
+    rings = _gemm_kernels(_run(traced, case, variant))
+    assert len(rings) >= 2  # forward and backward GEMMs at least
+    for name, trace in rings.items():
+        counted = wavefronts(trace.of("shared"))
+        assert counted.conflicts == 0, f"{name}: {counted}"
+
+
+def _tiles() -> list[Tile]:
+    """Every tile shape tune races and each one's neighbours (pipeline depth, warp layout)."""
+    found = dict.fromkeys([*SHAPES, *(n for s in SHAPES for n in s.neighbours() if n.min_ctas == 0)])
+    return [t for t in found if t != DEFAULT]
+
+
+@pytest.mark.parametrize("tile", _tiles(), ids=lambda t: t.label)
+def test_every_tile_tune_can_pick_keeps_the_ring_free_of_bank_conflicts(traced, tile):
+    case = Case("linear", "fc", {"x": (2 * tile.m, 2 * tile.k * 4), "w": (2 * tile.n, 2 * tile.k * 4)}, {})
+    rings = _gemm_kernels(_run(traced, case, "shared", tile))
+    assert {"gemm_nt", "gemm_nn", "gemm_tn"} <= set(rings)
+    for name, trace in rings.items():
+        counted = wavefronts(trace.of("shared"))
+        assert counted.conflicts == 0, f"{tile.label} {name}: {counted}"
+
+
+def _sector_use(trace) -> tuple[float, float]:
+    """(loads, stores): the share of each touched sector's bytes a kernel's global accesses want."""
+    loads, stores = trace.of("global", store=False), trace.of("global", store=True)
+    return sectors(loads).use if len(loads) else 1.0, sectors(stores).use if len(stores) else 1.0
+
+
+CONV2 = Case("conv", "conv2-like", {"x": (1, 4, 27, 27), "w": (8, 4, 5, 5)}, {"stride": 1, "pad": 2})
+CONV3 = Case("conv", "conv3-like", {"x": (1, 8, 13, 13), "w": (8, 8, 3, 3)}, {"stride": 1, "pad": 1})
+POOL1 = Case("maxpool", "pool1-like", {"x": (1, 4, 55, 55)}, {"size": 3, "stride": 2})
+LRN = Case("lrn", "lrn1-like", {"x": (1, 8, 55, 55)}, {"size": 5, "alpha": 1e-4, "beta": 0.75, "k": 2.0})
+NOT_YET = "issue 78: rewrite pending"
+MEMORY_BOUND = [
+    (POOL1, "shared", "maxpool_fwd_shared", None),
+    (POOL1, "shared", "maxpool_bwd_shared", None),
+    (LRN, "shared", "lrn_fwd_shared", None),
+    (LRN, "shared", "lrn_bwd_shared", NOT_YET),
+    (CONV2, "shared", "bias_grad", None),
+    (CONV2, "winograd", "winograd_input_a6", NOT_YET),
+    (CONV2, "winograd", "winograd_output_a6", NOT_YET),
+    (CONV3, "winograd_f4", "winograd_input_a6", NOT_YET),
+    (CONV3, "winograd_f4", "winograd_output_a6", NOT_YET),
+    (CONV2, "fft", "fft_input_n32", NOT_YET),
+    (CONV2, "fft", "fft_output_n32", NOT_YET),
+]
+
+
+@pytest.mark.parametrize(
+    "case, variant, kernel",
+    [
+        pytest.param(c, v, k, marks=[pytest.mark.xfail(strict=True, reason=why)] if why else [], id=f"{c.layer}-{k}")
+        for c, v, k, why in MEMORY_BOUND
+    ],
+)
+def test_memory_bound_kernels_use_most_of_each_sector(traced, case, variant, kernel):
+    traces = _run(traced, case, variant)
+    assert kernel in traces, sorted(traces)
+    loads, stores = _sector_use(traces[kernel])
+    assert loads >= SECTOR_USE and stores >= SECTOR_USE, f"{kernel}: loads {loads:.2f}, stores {stores:.2f}"

@@ -66,15 +66,18 @@ def test_every_candidate_tile_matches_the_reference(emulator, tile):
     assert any(r.kernel == "splitk_reduce" for r in emulator.log)  # ... and its reduction
 
 
-def test_split_k_is_chosen_from_the_shape():
-    """The rule without a tuning: enough slices for TARGET_CTAS CTAs, 16 k-tiles a slice at least."""
-    # conv1's weight gradient at batch 128: M = 64 filters, N = 3*11*11, K = 128 * 55*55
-    assert DEFAULT.splits(64, 363, 128 * 55 * 55) == 88
-    assert DEFAULT.splits(128, 4096, 9216) == 9  # fc6 forward: 32 output tiles
-    assert DEFAULT.splits(192, 128 * 27 * 27, 1600) == 1  # conv2 forward: 1,458 output tiles
-    assert DEFAULT.splits(64, 64, 100) == 1  # too short a reduction to cut
+def test_split_k_is_chosen_from_the_shape_and_the_gpus_slots():
+    """The rule without a tuning: the fewest slices that keep 90 % of the GPU's CTA slots busy over
+    whole waves, 16 k-tiles a slice at least (264 slots: an H100's 132 SMs x 2 CTAs)."""
+    # a weight gradient at batch 128: M = 64 filters, N = 3*11*11, K = 128 * 55*55: 3 output tiles
+    assert DEFAULT.splits(64, 363, 128 * 55 * 55, 264) == 80  # 240 CTAs: 91 % of one wave
+    assert DEFAULT.splits(128, 4096, 9216, 264) == 8  # fc6 forward: 32 output tiles, 256 CTAs (9: 2 waves, 55 %)
+    assert DEFAULT.splits(128, 4096, 9216, 132) == 4  # one CTA an SM: half as many
+    assert DEFAULT.splits(192, 128 * 27 * 27, 1600, 264) == 1  # conv2 forward: 1,458 output tiles
+    assert DEFAULT.splits(64, 64, 100, 264) == 1  # too short a reduction to cut
+    assert DEFAULT.splits(128, 4096, 1000, 264) == 8  # fc8's data gradient: 125 k-tiles, 16 a slice (the last 13)
     tile = Tile(128, 128, 8, split=64)
-    assert tile.splits(64, 64, 8 * 10) == 10  # never more slices than k-tiles
+    assert tile.splits(64, 64, 8 * 10, 264) == 10  # never more slices than k-tiles
     assert tile.k_chunk(8 * 10, 10) == 8
     assert Tile.parse("64x128x16/split4") == Tile(64, 128, 16, 4) and Tile.parse(DEFAULT.label) == DEFAULT
 

@@ -351,19 +351,23 @@ def block_bounds(ptx: str) -> dict[str, int]:
 SM_LIMITS = {"sm_80": (SM_REGISTERS, 163 * 1024, 2048, 32), "sm_90": (SM_REGISTERS, 227 * 1024, 2048, 32)}
 
 
-def occupancy(r: Resources, arch: str) -> float:
-    """Theoretical occupancy: resident warps per SM over the most an SM holds, limited by
-    registers (allocated per warp in units of 256), shared memory and threads."""
+def resident_blocks(r: Resources, arch: str) -> int:
+    """CTAs of a build an SM holds at once, limited by registers (allocated per warp in units of
+    256), shared memory, threads and the most blocks an SM takes."""
     registers, shared, threads, most_blocks = SM_LIMITS[arch]
     warps = -(-r.block_threads // 32)
     per_warp = -(-max(r.registers, 1) * 32 // 256) * 256
-    blocks = min(
+    return min(
         most_blocks,
         threads // (warps * 32),
         registers // (per_warp * warps),
         shared // r.shared_bytes if r.shared_bytes else most_blocks,
     )
-    return blocks * warps / (threads // 32)
+
+
+def occupancy(r: Resources, arch: str) -> float:
+    """Theoretical occupancy: resident warps per SM over the most an SM holds."""
+    return resident_blocks(r, arch) * -(-r.block_threads // 32) / (SM_LIMITS[arch][2] // 32)
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")

@@ -78,6 +78,12 @@ class CupyBackend:
         self.log.append(record)
         self.peak_bytes = max(self.peak_bytes, self.pool.total_bytes())
 
+    def slots(self, source: str, kernel: str, threads: int, defines: Overrides = ()) -> int:
+        """SMs x the CTAs of the loaded build an SM holds (the driver's occupancy calculator)."""
+        function = self.module(source, defines).get_function(kernel)
+        per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, 0)
+        return max(1, per_sm) * cp.cuda.Device().attributes["MultiProcessorCount"]
+
     def empty(self, shape: tuple) -> Any:
         array = cp.empty(shape, dtype=cp.float32)
         self.peak_bytes = max(self.peak_bytes, self.pool.total_bytes())

@@ -99,6 +99,9 @@ class Tensors:
     def to_constant(self, source: str, symbol: str, array: Any) -> None:
         raise TrackerError(f"{symbol}: PyTorch's selftest launches none of our kernels")
 
+    def slots(self, source: str, kernel: str, threads: int, defines: tuple[tuple[str, int], ...] = ()) -> int:
+        raise TrackerError(f"{kernel}: PyTorch's selftest launches none of our kernels")
+
 
 class TorchCheck(Check):
     """A Check whose phases PyTorch computes. The forward keeps its autograd graph (``graph``) for

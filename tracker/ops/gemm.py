@@ -15,10 +15,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 from tracker.errors import TrackerError
-from tracker.ops.launch import DEFAULT_SHARED, SM_REGISTERS, THREADS, Backend, LaunchRecord, blocks, tiles
+from tracker.ops.launch import (
+    DEFAULT_SHARED,
+    SM_REGISTERS,
+    THREADS,
+    Backend,
+    LaunchRecord,
+    blocks,
+    tiles,
+    wave_efficiency,
+)
 from tracker.ops.registry import Launcher, PhaseLaunch, launch
 
 THREAD = 8  # THREAD_M = THREAD_N: outputs per thread along each side (common.cuh's register block)
@@ -30,9 +40,10 @@ WARP_ROWS = (4, 8)  # a warp's threads as 4 x 8 (32 x 64 outputs) or 8 x 4 (64 x
 # 256-thread tile at 128, spilling if it must.
 MIN_CTAS = (0, 1, 2)
 MAX_REGISTERS = 255  # per thread
-# Split-K aims for this many CTAs (two per SM of an H100's 132) and gives each split at least
-# MIN_K_TILES k-tiles; `tracker tune` measures what suits another GPU.
-TARGET_CTAS = 264
+# Split-K cuts the reduction into the fewest slices that keep WAVE_TARGET of the GPU's CTA slots
+# busy over whole waves (the backend's ``slots``: SMs x CTAs of the build an SM holds), each slice
+# MIN_K_TILES k-tiles at least; `tracker tune` measures what suits a shape best.
+WAVE_TARGET = 0.9
 MIN_K_TILES = 16
 
 
@@ -58,13 +69,19 @@ class Tile:
     @property
     def shared_bytes(self) -> int:
         """The A and B rings in shared memory (static: at most DEFAULT_SHARED a CTA)."""
-        return self.stages * self.k * (self.m + PAD + self.n + PAD) * 4
+        return self.stages * self.k * (self.m + self.pad(self.m) + self.n + self.pad(self.n)) * 4
+
+    def pad(self, width: int) -> int:
+        """The most floats common.cuh's row_pad puts after a shared k-row ``width`` wide: TILE_PAD,
+        or where fewer than 32 loader lanes cover a row, enough to put rows that many banks apart."""
+        lanes = self.threads // self.k if self.k else 0
+        return PAD if lanes >= 32 or lanes <= 0 else max(PAD, (lanes - width) % 32)
 
     @property
     def masked_shared_bytes(self) -> int:
         """shared_bytes plus the ring the fused backward copies the ReLU's output into (common.cuh's
         RELU_MASK build), as wide as the wider operand."""
-        return self.shared_bytes + self.stages * self.k * (max(self.m, self.n) + PAD) * 4
+        return self.shared_bytes + self.stages * self.k * max(self.m + self.pad(self.m), self.n + self.pad(self.n)) * 4
 
     @property
     def valid(self) -> bool:
@@ -143,15 +160,12 @@ class Tile:
         default = DEFAULT.defines()
         return tuple((name, v) for name, v in self.defines().items() if default[name] != v)
 
-    def splits(self, M: int, N: int, K: int, batch: int = 1) -> int:
-        """How many slices the reduction is cut into: ``split`` if set, else enough to give
-        TARGET_CTAS CTAs (``batch`` GEMMs of the shape in one launch count together), at MIN_K_TILES
-        k-tiles a slice at least. Never an empty slice."""
-        k_tiles = tiles(K, self.k)
-        ctas = tiles(M, self.m) * tiles(N, self.n) * batch
-        want = self.split or min(tiles(TARGET_CTAS, ctas), k_tiles // MIN_K_TILES)
-        chunk = tiles(k_tiles, max(1, min(want, k_tiles)))
-        return tiles(k_tiles, chunk)
+    def splits(self, M: int, N: int, K: int, slots: int, batch: int = 1) -> int:
+        """How many slices the reduction is cut into: ``split`` if set; else the fewest whose CTAs
+        (``batch`` GEMMs of the shape in one launch count together) keep WAVE_TARGET of ``slots``
+        busy over whole waves (``wave_efficiency``), each slice MIN_K_TILES k-tiles at least (the
+        last what is left), or the busiest where none does. Never an empty slice."""
+        return _splits(self, tiles(K, self.k), tiles(M, self.m) * tiles(N, self.n) * batch, slots)
 
     def k_chunk(self, K: int, splits: int) -> int:
         """k per slice: a whole number of k-tiles."""
@@ -202,6 +216,19 @@ class Tile:
             else:
                 tile = replace(tile, min_ctas=int(value))
         return tile
+
+
+@cache  # once per shape: a launch asks every iteration
+def _splits(tile: Tile, k_tiles: int, ctas: int, slots: int) -> int:
+    def cut(want: int) -> int:  # slices of whole k-tiles: ceil(k_tiles / want) a slice
+        return tiles(k_tiles, tiles(k_tiles, max(1, min(want, k_tiles))))
+
+    if tile.split:
+        return cut(tile.split)
+    cuts = dict.fromkeys(cut(s) for s in range(1, k_tiles // MIN_K_TILES + 2) if tiles(k_tiles, s) >= MIN_K_TILES)
+    cuts = cuts or {1: None}
+    busy = {s: wave_efficiency(ctas * s, slots) for s in cuts}
+    return next((s for s in busy if busy[s] >= WAVE_TARGET), max(busy, key=busy.__getitem__))
 
 
 DEFAULT = Tile()
@@ -268,17 +295,11 @@ def run(
             f"tile {tile.label} with the ReLU mask's ring needs {tile.masked_shared_bytes:,} of at "
             f"most {DEFAULT_SHARED:,} bytes of shared memory"
         )
-    splits = tile.splits(M, N, K, batch)
+    defines = tile.overrides + (MASKED if masked else ())
+    splits = tile.splits(M, N, K, b.slots(source, kernel, tile.threads, defines), batch)
     chunk = tile.k_chunk(K, splits)
     partial = b.empty((batch * splits, M, N)) if splits > 1 else None
-    b.launch(
-        source,
-        kernel,
-        tile.grid(M, N, splits, batch),
-        (tile.threads,),
-        args(partial, chunk),
-        defines=tile.overrides + (MASKED if masked else ()),
-    )
+    b.launch(source, kernel, tile.grid(M, N, splits, batch), (tile.threads,), args(partial, chunk), defines=defines)
     if splits > 1:
         b.launch(
             "gemm.cu",

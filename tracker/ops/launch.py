@@ -26,6 +26,12 @@ def tiles(n: int, tile: int) -> int:
     return -(-n // tile)
 
 
+def wave_efficiency(ctas: int, slots: int) -> float:
+    """The share of the GPU's CTA slots (``slots``: SMs x CTAs of the build an SM holds at once) a
+    grid of ``ctas`` keeps busy over its waves: the last wave's empty slots idle."""
+    return ctas / (tiles(ctas, slots) * slots)
+
+
 @dataclass(frozen=True)
 class Struct:
     """A kernel's struct argument: C field names and types ('i' int32, 'f' float32), in order."""
@@ -132,5 +138,11 @@ class Backend(Protocol):
     def asnumpy(self, array: Any) -> Any: ...
 
     def to_constant(self, source: str, symbol: str, array: Any) -> None: ...
+
+    def slots(self, source: str, kernel: str, threads: int, defines: tuple[tuple[str, int], ...] = ()) -> int:
+        """The CTAs of ``kernel``'s build (``threads`` a CTA) the GPU holds at once: its SMs times
+        the CTAs an SM holds, as the occupancy calculator reads the build's registers and shared
+        memory. What split-K sizes its grids to (``gemm.Tile.splits``)."""
+        ...
 
     def synchronize(self) -> None: ...

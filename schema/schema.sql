@@ -1,4 +1,4 @@
--- tracker trace store, schema v16: tables
+-- tracker trace store, schema v17: tables
 -- Rendered from tracker/store/schema.py by `python -m tracker.store.contract`; do not edit by hand.
 -- SQLite dialect; the same ORM creates the equivalent tables on PostgreSQL.
 
@@ -62,6 +62,7 @@ CREATE TABLE metric_def (
 --   measured_peak_bytes: device memory high-water mark
 --   process_start: start time of the process, to tell a reused pid
 --   provenance: the code that made it (tracker/provenance.py): tracker's version, its commit and the kernels' newest commit, each with whether its tree had uncommitted changes; NULL before schema v16
+--   plan: 'layer/phase' -> the variant our kernels run there (or, on the model backend, would): the conv rule's algorithm (tracker/ops/conv_rule.py), --variant's choice or `tracker tune`'s; the model predicts the algorithm it names. NULL: a library's run, a network our kernels cannot run, or recorded before schema v17
 CREATE TABLE run (
     id INTEGER NOT NULL,
     status VARCHAR NOT NULL,
@@ -101,6 +102,7 @@ CREATE TABLE run (
     finished_at DATETIME,
     error TEXT,
     provenance JSON,
+    "plan" JSON,
     PRIMARY KEY (id),
     CONSTRAINT run_status CHECK (status IN ('running', 'complete', 'failed', 'interrupted'))
 );

@@ -1,4 +1,4 @@
--- tracker trace store, schema v16: views
+-- tracker trace store, schema v17: views
 -- Rendered from tracker/store/views.py by `python -m tracker.store.contract`; do not edit by hand.
 -- Portable SQL: the same views run on SQLite and PostgreSQL.
 

@@ -311,19 +311,29 @@ def test_the_h100_tuning_gives_every_tunable_layer_phase_a_verified_tile(recordi
     phases, for that GPU and batch alone; the 128 x 128 split-K tiles that failed in the first
     search (fixed in ed2002c) won the conv weight gradients once they ran."""
     from tracker import tune
+    from tracker.gpu.network import plan
     from tracker.nets import build
     from tracker.ops.gemm import Tile
     from tracker.ops.selftest import REDUCTION
 
     store = open_store(recording(TUNING, recordings), write=False)
     alexnet, gpu = build("alexnet"), "NVIDIA H100 80GB HBM3"
-    tuned = tune.best(store, gpu, alexnet, 128, {})
+    implicit = plan(alexnet, {}, batch=128)  # the plan it raced: the conv rule came later
+    tuned = tune.best(store, gpu, alexnet, 128, {}, implicit)
     picked = tuned.tiles
+    # where the conv rule plans Winograd F(4x4), which this search never timed, the rule stands
+    ruled = tune.best(store, gpu, alexnet, 128, {})
+    assert ruled.variants == {} and not any(key.startswith(("conv2", "conv3", "conv4", "conv5")) for key in ruled.tiles)
+    assert ruled.tiles["conv1/fwd"] == picked["conv1/fwd"]
     assert len(picked) == 23 and all(Tile.parse(tile).valid for tile in picked.values())
     assert tuned.variants == {}  # the implicit GEMM alone was tuned then: nothing to race it
     assert {picked[f"conv{n}/bwd_weight"] for n in (3, 4, 5)} == {"128x128x8/split16"}
     assert picked["conv1/fwd"] == "128x128x8/ctas2"
-    assert tune.best(store, "another GPU", alexnet, 128, {}) == tune.best(store, gpu, alexnet, 64, {}) == tune.Tuned()
+    assert (
+        tune.best(store, "another GPU", alexnet, 128, {}, implicit)
+        == tune.best(store, gpu, alexnet, 64, {})
+        == tune.Tuned()
+    )
     with store.connect() as conn:
         from sqlalchemy import text
 
@@ -334,10 +344,10 @@ def test_the_h100_tuning_gives_every_tunable_layer_phase_a_verified_tile(recordi
 def test_on_the_h100_tuning_a_faster_verified_variant_takes_its_layer_phase(tmp_path):
     """The choice on a stored tuning table: the H100's, with three rival rows
     added (made up: no race has run on a GPU yet) at conv2's forward shape: Winograd faster and
-    verified, FFT faster still but not verified, F(4x4) slower. The plan takes Winograd with its
-    tile there and every other layer phase's tile as before; `--variant conv=shared` keeps the
-    implicit GEMM; a row of a variant that cannot run a layer (Winograd at conv1's stride 4) is
-    never taken."""
+    verified, FFT faster still but not verified, F(4x4) (the conv rule's plan there, now timed)
+    slower. The plan takes Winograd with its tile there and every other layer phase's tile as
+    before; `--variant conv=shared` keeps the implicit GEMM; a row of a variant that cannot run a
+    layer (Winograd at conv1's stride 4) is never taken."""
     import shutil
     from datetime import datetime
 
@@ -349,6 +359,7 @@ def test_on_the_h100_tuning_a_faster_verified_variant_takes_its_layer_phase(tmp_
     store = open_store(str(db), write=True)
     alexnet, gpu = build("alexnet"), "NVIDIA H100 80GB HBM3"
     before = tune.best(store, gpu, alexnet, 128, {})
+    pinned = tune.best(store, gpu, alexnet, 128, {"conv": "shared"})
     conv = {t.layer: t for t in tune.targets(alexnet, 128, {}) if t.phase == "fwd" and t.variant == "shared"}
     shared_ms = tune.fastest(_tuning_rows(store), conv["conv2"])["time_ms"]
 
@@ -383,7 +394,7 @@ def test_on_the_h100_tuning_a_faster_verified_variant_takes_its_layer_phase(tmp_
     raced = tune.best(store, gpu, alexnet, 128, {})
     assert raced.variants == {"conv2/fwd": "winograd"}
     assert raced.tiles == before.tiles | {"conv2/fwd": "64x64x8"}
-    assert tune.best(store, gpu, alexnet, 128, {"conv": "shared"}) == before
+    assert tune.best(store, gpu, alexnet, 128, {"conv": "shared"}) == pinned  # --variant: no race
     store.dispose()
 
 

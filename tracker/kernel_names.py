@@ -215,3 +215,23 @@ def phase_algorithm(names: Iterable[str]) -> str | None:
     """The algorithm a layer phase ran, from the names of all its launches; None if none says."""
     found = {classify(name).algorithm for name in names}
     return next((algorithm for algorithm in PRIORITY if algorithm in found), None)
+
+
+# The algorithm a launch's kernel names say -> the analytic model's (tracker/model/algorithms.py);
+# our non-fused Winograd's output tile is its variant's (modelled).
+MODELLED = {
+    "direct": "direct",
+    "implicit_gemm": "implicit_gemm",
+    "implicit_precomp_gemm": "implicit_gemm",
+    "gemm": "gemm",
+    "fft": "fft",
+}
+
+
+def modelled(algorithm: str | None, conv_variant: str | None) -> str | None:
+    """The model's name for what a conv phase of ours ran: a Winograd's by its variant's tile."""
+    from tracker.ops.winograd import MODEL_TILES, model_algorithm  # the op registry: only where asked
+
+    if algorithm in ("winograd_nonfused", "winograd") and conv_variant in MODEL_TILES:
+        return model_algorithm(conv_variant)
+    return MODELLED.get(algorithm or "")

@@ -234,6 +234,7 @@ def profile_workload(
     ``options``: the collector's settings, where to keep its report, and how many measured
     iterations it profiles. ``model_device``: the device a model run
     predicts for where ``device`` names none (the CLI's catalog default), said through ``echo``."""
+    from tracker.gpu.network import algorithms
     from tracker.store import open_store, recording
 
     runs = checked(workload)  # everything is checked before the database: a refusal creates no file
@@ -246,7 +247,9 @@ def profile_workload(
     if choice.backend != "model":
         runs.check_network(net, batch)
     store = open_store(db, write=True)
-    peak = memory(net, batch, dtype_bits)
+    planned = runs.planned(workload, untuned) if choice.backend == "model" else None  # a GPU run plans below
+    named = algorithms(net, planned, batch)
+    peak = memory(net, batch, dtype_bits, named)
     fields = dict(
         network=net.name,
         network_options=net.options,
@@ -262,20 +265,29 @@ def profile_workload(
         backend_reason=choice.reason,
         repeat=workload.repeat if choice.backend != "model" else 0,
         predicted_peak_bytes=peak.peak_bytes,
+        plan=planned,
     )
     if choice.backend == "model" and device is not None:
         fields.update(device_name=device.name, compute_capability=device.compute_capability, sm_count=device.sm_count)
     with recording(store, link=arm.link, done=arm.done, **fields) as run:
         echo(f"run {run.run_id} in {store.where}")
         if choice.backend == "model":
-            predictions = predict(net, batch, device, dtype_bits, workload.phases)
+            predictions = predict(net, batch, device, dtype_bits, workload.phases, named)
             run.add_layers(net, predictions)
         else:
             workload = runs.plan(store, workload, untuned, echo)
+            planned = runs.planned(workload, untuned)
+            named = algorithms(net, planned, batch)
+            peak = memory(net, batch, dtype_bits, named)
             # what ran is part of the run: a tuned profile is not an untuned one
-            run.update(tiles=workload.tiles, tuned_variants=workload.tuned_variants)
+            run.update(
+                tiles=workload.tiles,
+                tuned_variants=workload.tuned_variants,
+                plan=planned,
+                predicted_peak_bytes=peak.peak_bytes,
+            )
             choice, predictions = _measure(
-                run, choice, backend == "auto", workload, device, dtype_bits, options.iterations, echo
+                run, choice, backend == "auto", workload, device, dtype_bits, named, options.iterations, echo
             )
     store.dispose()
     profiled = options.iterations if choice.backend in COLLECTORS else None
@@ -320,6 +332,7 @@ def _measure(
     workload: Workload,
     device: Device | None,
     dtype_bits: int,
+    named: dict[str, str] | None,
     iterations: int,
     echo: Callable[[str], None],
 ) -> tuple[Choice, list[Prediction]]:
@@ -328,11 +341,11 @@ def _measure(
     launches. Pass 2 takes minutes where pass 1 takes seconds: a pass 2 that fails or is
     interrupted must not take pass 1's times with it. Returns what ran and the predictions.
     ``may_fall_back``: the backend was chosen (--backend auto), so restricted counters fall back
-    to events."""
+    to events. ``named``: the algorithm the model predicts each planned conv phase by."""
     net = workload.net
     measured = implementation(workload.implementation).pass1(workload, echo)
     device = device or _catalog_device(measured.device["device_name"])
-    predictions = predict(net, workload.batch, device, dtype_bits, workload.phases)
+    predictions = predict(net, workload.batch, device, dtype_bits, workload.phases, named)
     rows = _store_pass1(run, net, predictions, measured, echo)
     if choice.collector is None:
         return choice, predictions

@@ -91,7 +91,7 @@ def targets(
     from tracker.gpu.network import LAUNCHES_NOTHING, plan
 
     found: dict[tuple, Target] = {}
-    for step in plan(net, chosen, batch=batch) if steps is None else steps:
+    for step in plan(net, chosen, batch=batch, by_rule=True) if steps is None else steps:
         if step.variant in LAUNCHES_NOTHING:
             continue
         op = OPS.of(step.layer)
@@ -326,15 +326,17 @@ def best(
 ) -> Tuned:
     """For every tunable layer phase of the plan (``steps``: the caller's) tuned on
     ``device_name`` at its shape, the fastest verified variant and tile of those that may run it
-    (``variants``). Empty where nothing was tuned."""
+    (``variants``). Empty where nothing was tuned, and where the search never timed the plan's
+    own variant (an older search, before the conv rule chose it): a rival beats it only measured."""
     from tracker.store.tuning import fastest
 
     found = targets(net, batch, chosen, distinct=False, steps=steps)
     times = fastest(db_store, device_name, [(t.op, t.variant, t.phase, t.shape) for t in found])
+    measured = {f"{t.layer}/{t.phase}" for t, hit in zip(found, times) if hit is not None and t.variant == t.planned}
     won: dict[str, tuple[Target, str, float]] = {}
     for target, hit in zip(found, times):
         key = f"{target.layer}/{target.phase}"
-        if hit is not None and (key not in won or hit[1] < won[key][2]):
+        if hit is not None and key in measured and (key not in won or hit[1] < won[key][2]):
             won[key] = (target, *hit)
     return Tuned(
         {key: tile for key, (_, tile, _) in won.items() if tile != DEFAULT.label},

@@ -10,8 +10,8 @@ import pandas as pd
 from tracker.analysis import in_layer_order, run_row, view
 from tracker.analysis.runtime import runtime
 from tracker.analysis.speedup import comparison
+from tracker.kernel_names import modelled
 from tracker.model.memory import PeakMemory
-from tracker.ops.winograd import MODEL_TILES, model_algorithm
 from tracker.store import Store
 from tracker.store.queries import experiment_runs
 
@@ -166,24 +166,6 @@ def across(store: Store, experiment_id: int, axis: str) -> pd.DataFrame:
         frame.insert(0, "comparison", f"{axis} {values[0]} -> {value}")
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-# The algorithm a launch's kernel names say -> the analytic model's (tracker/model/algorithms.py);
-# our non-fused Winograd's output tile is its variant's (modelled).
-MODELLED = {
-    "direct": "direct",
-    "implicit_gemm": "implicit_gemm",
-    "implicit_precomp_gemm": "implicit_gemm",
-    "gemm": "gemm",
-    "fft": "fft",
-}
-
-
-def modelled(algorithm: str | None, conv_variant: str | None) -> str | None:
-    """The model's name for what a conv phase of ours ran: a Winograd's by its variant's tile."""
-    if algorithm in ("winograd_nonfused", "winograd") and conv_variant in MODEL_TILES:
-        return model_algorithm(conv_variant)
-    return MODELLED.get(algorithm or "")
 
 
 # cuDNN beside ours in an algorithms table, each from its own stored library run: column prefix ->

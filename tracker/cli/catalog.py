@@ -175,11 +175,13 @@ ROOF_COLUMNS = ("attainable_gflops", "predicted_ms", "bound")
 @click.option(
     "--algorithm",
     default=None,
-    metavar="NAME|all",
+    metavar="NAME|plan|all",
     help="Cost the convolutions by one algorithm (direct, implicit_gemm, gemm, winograd_f2, winograd_f4, "
     "fft; Winograd and FFT where the stride is 1, direct elsewhere, as each row says): its multiplies, "
-    "transform FLOPs and workspace move the roofline and the memory peak. 'all': every algorithm side by "
-    "side per conv layer phase, the fastest on --device (else the fewest FLOPs) marked best (paper 004).",
+    "transform FLOPs and workspace move the roofline and the memory peak. 'plan': each conv phase by the "
+    "algorithm tracker profile's default plan runs (as its model runs predict). 'all': every algorithm side "
+    "by side per conv layer phase, the fastest on --device (else the fewest FLOPs) marked best (paper 004). "
+    "Without it, each convolution's own count (its multiplies, its compulsory bytes).",
 )
 @format_option
 def model(network, batch, device, dtype_bits, phases, show_memory, plot, algorithm, fmt, **kwargs):
@@ -199,9 +201,10 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, algorit
     """
     from tracker.model.algorithms import check_algorithm
 
-    if algorithm not in (None, "all"):
+    if algorithm not in (None, "all", "plan"):
         check_algorithm(algorithm)
     net = build(network, **net_kwargs(kwargs))
+    priced = _planned(net, batch, phases) if algorithm == "plan" else algorithm
     gpu = lookup(device) if device else None
     if plot is not None and gpu is None:
         raise TrackerError("--plot needs --device: the roofline is drawn against a device's roof")
@@ -217,11 +220,11 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, algorit
             )
         _algorithms(net, batch, gpu, bits, phases, fmt)
         return
-    peak = memory(net, batch, bits, algorithm)
+    peak = memory(net, batch, bits, priced)
     if show_memory:
         emit([{"item": k, "bytes": v} for k, v in peak.to_dict().items()], fmt)
         return
-    rows = predict(net, batch, gpu, bits, phases, algorithm)
+    rows = predict(net, batch, gpu, bits, phases, priced)
     emit(
         [r.to_dict(with_device=gpu is not None) for r in rows],
         fmt,
@@ -234,6 +237,17 @@ def model(network, batch, device, dtype_bits, phases, show_memory, plot, algorit
     if plot is not None and gpu is not None:  # refused above without a device
         _plot_roofline(net, batch, gpu, bits, rows, plot)
         click.echo(f"roofline written to {plot}", err=fmt != "table")
+
+
+def _planned(net, batch: int, phases: str) -> dict[str, str]:
+    """--algorithm plan: 'layer/phase' -> the algorithm of each conv phase tracker profile's
+    default plan runs (tracker/ops/conv_rule.py)."""
+    from tracker.gpu.network import algorithms, plan, plan_of
+
+    try:
+        return algorithms(net, plan_of(plan(net, {}, phases, batch, by_rule=True)), batch) or {}
+    except TrackerError as exc:
+        raise TrackerError(f"--algorithm plan: {exc}") from None
 
 
 def _plot_roofline(net, batch: int, gpu, bits: int, rows, plot) -> None:

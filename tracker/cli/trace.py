@@ -130,7 +130,8 @@ from tracker.profilers import COLLECTORS
 @click.option(
     "--untuned",
     is_flag=True,
-    help="Run every GEMM launch with the default tile, not the fastest `tracker tune` stored for this GPU.",
+    help="Run each op's default variant with the default tiles: not the conv rule's algorithm "
+    "(Winograd F(4x4) where it applies) nor what `tracker tune` stored for this GPU.",
 )
 @click.option(
     "--ncu-report",

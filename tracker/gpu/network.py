@@ -9,13 +9,15 @@ launches is its op's (tracker/ops): the executor only hands it the layer's array
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tracker.errors import TrackerError
+from tracker.kernel_names import modelled, phase_algorithm
 from tracker.nets import Layer, Network
 from tracker.ops import OPS
 from tracker.ops.gemm import Tile
@@ -28,7 +30,10 @@ if TYPE_CHECKING:
 FUSED_INTO = "fused-into-previous"  # a layer folded into the variant before it (a ReLU into a fused conv)
 IN_PLACE = "in-place"  # a layer whose output is its inputs' storage (a concatenation whose producers write it)
 LAUNCHES_NOTHING = (FUSED_INTO, IN_PLACE)
-INDEX_LIMIT = 2**31 - 1  # the kernels index an array with 32-bit ints (cheaper address arithmetic)
+INDEX_LIMIT = 2**31 - 1
+# the algorithms whose cost is a convolution's own count (its multiplies, its compulsory bytes): a
+# plan that runs them is predicted as a plan with no algorithm named is
+DIRECT_COUNT = ("direct", "implicit_gemm")  # the kernels index an array with 32-bit ints (cheaper address arithmetic)
 
 
 def check_indexing(net: Network, batch: int) -> None:
@@ -132,12 +137,54 @@ def placeable(net: Network, layer: Layer, batch: int | None, variants: dict[str,
     return True
 
 
-def plan(net: Network, chosen: dict[str, str], phases: str = "both", batch: int | None = None) -> list[Step]:
+def plan(
+    net: Network, chosen: dict[str, str], phases: str = "both", batch: int | None = None, by_rule: bool = False
+) -> list[Step]:
     """The network's training order (``Network.training_order``: forward, then backward in
     reverse, weight gradient before data gradient), each layer phase with its variant at
-    ``batch`` (``resolve``). ``phases``: fwd, bwd or both."""
+    ``batch`` (``resolve``). ``phases``: fwd, bwd or both. ``by_rule``: where ``chosen`` names no
+    variant for an op, each phase runs the one its op's rule picks (``Op.ruled``: the conv
+    algorithm, tracker/ops/conv_rule.py), what `tracker profile` plans; else the op's default."""
     variants = resolve(net, chosen, batch)
-    return [Step(layer, phase, variants[layer.name]) for layer, phase in net.training_order(phases)]
+    steps = [Step(layer, phase, variants[layer.name]) for layer, phase in net.training_order(phases)]
+    return [_ruled(step, chosen, batch) for step in steps] if by_rule else steps
+
+
+def algorithms(net: Network, planned: Mapping[str, str] | None, batch: int) -> dict[str, str] | None:
+    """'layer/phase' -> the analytic model's algorithm (tracker/model/algorithms.py) of each 2-D
+    conv phase of a plan, by the kernels its variant launches there (the default variant's where
+    the variant's own algorithm does not apply: Winograd at conv1's stride 4 runs the implicit
+    GEMM), where it costs other than the convolution's own count (DIRECT_COUNT). None: no plan
+    (a library's run, or one recorded before plans were)."""
+    if planned is None:
+        return None
+    found = {}
+    for key, name in planned.items():
+        layer, phase = net.layer(key.split("/")[0]), key.split("/")[1]
+        op = OPS.find(layer)
+        if layer.kind != "conv" or op is None or name not in op.variants:
+            continue
+        variant = op.variant(name)
+        if variant.applies is not None and not variant.applies(op.case(layer, batch), phase):
+            variant = op.variant(op.default)
+        algorithm = modelled(phase_algorithm(k.name for k in variant.launches[phase].kernels), variant.name)
+        if algorithm not in (None, *DIRECT_COUNT):
+            found[key] = algorithm
+    return found
+
+
+def plan_of(steps: Sequence[Step]) -> dict[str, str]:
+    """'layer/phase' -> variant: a plan as a run records it (run.plan)."""
+    return {f"{s.layer.name}/{s.phase}": s.variant for s in steps}
+
+
+def _ruled(step: Step, chosen: dict[str, str], batch: int | None) -> Step:
+    """A step with its op's rule's variant, where the plan runs the op's default and --variant did
+    not choose it (a layer fused into another, or run in place, keeps that)."""
+    op = OPS.of(step.layer)
+    if op.kind in chosen or step.variant != op.default:
+        return step
+    return replace(step, variant=op.ruled(op.case(step.layer, batch or 1), step.phase))
 
 
 @dataclass

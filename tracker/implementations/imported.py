@@ -40,6 +40,9 @@ class ImportedRuns:
     def plan(self, store, workload, untuned: bool, echo) -> NoReturn:
         raise TrackerError(NOT_RUN)
 
+    def planned(self, workload, untuned: bool) -> None:
+        return None
+
     def pass1(self, workload, echo) -> NoReturn:
         raise TrackerError(NOT_RUN)
 

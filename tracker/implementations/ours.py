@@ -76,14 +76,25 @@ class OurKernels:
         return None
 
     def plan(self, store: Store, workload: Workload, untuned: bool, echo: Echo) -> Workload:
-        """The plan's variant for each layer phase, with the variants and tiles `tracker tune`
-        found fastest on this GPU unless ``untuned``."""
+        """The plan's variant for each layer phase (the conv rule's, tracker/ops/conv_rule.py), with
+        the variants and tiles `tracker tune` found fastest on this GPU; ``untuned``: neither, each
+        op's default variant and the default tiles."""
         from tracker.gpu.network import plan
         from tracker.tune import Tuned
 
-        steps = plan(workload.net, workload.variants, workload.phases, workload.batch)
+        steps = plan(workload.net, workload.variants, workload.phases, workload.batch, by_rule=not untuned)
         tuned = Tuned() if untuned else _tuned(store, workload, steps, echo)
         return workload.planned(tuned.applied(steps), tuned.tiles, tuned.variants)
+
+    def planned(self, workload: Workload, untuned: bool) -> dict[str, str] | None:
+        from tracker.gpu.network import plan, plan_of
+
+        if workload.steps:
+            return {f"{s.layer}/{s.phase}": s.variant for s in workload.steps}
+        try:
+            return plan_of(plan(workload.net, workload.variants, workload.phases, workload.batch, by_rule=not untuned))
+        except TrackerError:  # a layer no kernel of ours runs: the model predicts it all the same
+            return None
 
     def pass1(self, workload: Workload, echo: Echo) -> Measured:
         from tracker.gpu.runner import profile_events

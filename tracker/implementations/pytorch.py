@@ -63,6 +63,9 @@ class PyTorch:
     def plan(self, store: Store, workload: Workload, untuned: bool, echo: Echo) -> Workload:
         return workload.planned_in_training_order()  # the library has no variants and no tiles to choose
 
+    def planned(self, workload: Workload, untuned: bool) -> dict[str, str] | None:
+        return None  # cuDNN's and cuBLAS's own choices: the library's kernel names say which
+
     def pass1(self, workload: Workload, echo: Echo) -> Measured:
         from tracker.library.torch_run import profile_events
 

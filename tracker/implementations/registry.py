@@ -63,6 +63,11 @@ class Implementation(Protocol):
         """The workload planned, once: pass 1 and pass 2 run these steps."""
         ...
 
+    def planned(self, workload: Workload, untuned: bool) -> dict[str, str] | None:
+        """'layer/phase' -> the variant of ours it runs (run.plan): the planned workload's steps, or
+        on the model backend (no steps) the plan it would run; None where it runs no variants of ours."""
+        ...
+
     def pass1(self, workload: Workload, echo: Echo) -> Measured:
         """Every launch of the measured iterations, timed, on this machine's GPU."""
         ...

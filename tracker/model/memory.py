@@ -10,6 +10,7 @@ what the GPU runner's measured peak shows beside this prediction.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -34,9 +35,11 @@ class Memory:
         return asdict(self)
 
 
-def memory(net: Network, batch: int, dtype_bits: int = 32, algorithm: str | None = None) -> Memory:
+def memory(net: Network, batch: int, dtype_bits: int = 32, algorithm: str | Mapping[str, str] | None = None) -> Memory:
     """The peak of one training step; with ``algorithm``, its workspace is that convolution
-    algorithm's largest (tracker/model/algorithms.py) instead of our gemm variant's im2col chunk."""
+    algorithm's largest (tracker/model/algorithms.py) instead of our gemm variant's im2col chunk:
+    one algorithm for every conv phase, or one per 'layer/phase' (a plan's; a phase it does not
+    name holds no workspace, as the implicit GEMM holds none)."""
     check_batch(batch)
     width = check_dtype_bits(dtype_bits) // 8
     params = net.params * width
@@ -102,15 +105,16 @@ def _im2col(layer) -> bool:
     return layer.op.kind == "conv" and len(layer.output_shape) == 3
 
 
-def _algorithm_workspace(net: Network, batch: int, algorithm: str) -> int:
-    """The largest workspace, in elements, of any conv phase run by ``algorithm``."""
-    check_algorithm(algorithm)
+def _algorithm_workspace(net: Network, batch: int, algorithm: str | Mapping[str, str]) -> int:
+    """The largest workspace, in elements, of any conv phase run by ``algorithm`` (by each phase's)."""
+    named = algorithm if isinstance(algorithm, Mapping) else None
     return max(
         (
-            conv_cost(layer, phase, batch, algorithm).workspace
+            conv_cost(layer, phase, batch, check_algorithm(named[key] if named else cast(str, algorithm))).workspace
             for layer in net.layers
             if layer.op.kind == "conv"
             for phase in layer.phases
+            if named is None or (key := f"{layer.name}/{phase}") in named
         ),
         default=0,
     )

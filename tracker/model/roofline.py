@@ -8,13 +8,15 @@ intensity reaches the device's ridge point, memory-bound below it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from tracker.errors import TrackerError, unknown, whole_number
 from tracker.model.algorithms import ALGORITHMS, check_algorithm
-from tracker.model.costs import CONVENTIONS, costs
+from tracker.model.costs import CONVENTIONS, Cost, costs
 from tracker.model.devices import Device
 from tracker.nets import Network
+from tracker.nets.layers import Layer
 from tracker.phases import PHASE_SETS
 from tracker.stats import best_of
 
@@ -80,24 +82,33 @@ def check_batch(batch: int) -> int:
 MAX_BATCH = 65536
 
 
+def _phase_costs(layer: Layer, batch: int, algorithm: str | Mapping[str, str] | None) -> dict[str, Cost]:
+    """``costs`` of each phase, by the algorithm named for all conv phases or for that layer phase."""
+    if not isinstance(algorithm, Mapping):
+        return costs(layer, batch, algorithm)
+    return {phase: costs(layer, batch, algorithm.get(f"{layer.name}/{phase}"))[phase] for phase in layer.phases}
+
+
 def predict(
     net: Network,
     batch: int,
     device: Device | None = None,
     dtype_bits: int = 32,
     phases: str = "both",
-    algorithm: str | None = None,
+    algorithm: str | Mapping[str, str] | None = None,
 ) -> list[Prediction]:
     """One row per layer and phase, in network order then phase order; conv phases by
-    ``algorithm`` where one is named (tracker/model/algorithms.py)."""
+    ``algorithm`` where one is named (tracker/model/algorithms.py): one for every conv phase, or
+    one per 'layer/phase' (a plan's, tracker.gpu.network.algorithms)."""
     check_batch(batch)
-    if algorithm is not None:
-        check_algorithm(algorithm)
+    for name in [algorithm] if not isinstance(algorithm, Mapping) else algorithm.values():
+        if name is not None:
+            check_algorithm(name)
     width = check_dtype_bits(dtype_bits) // 8
     wanted = PHASE_SETS[check_phases(phases)]
     rows = []
     for layer in net.layers:
-        for phase, cost in costs(layer, batch, algorithm).items():
+        for phase, cost in _phase_costs(layer, batch, algorithm).items():
             if phase not in wanted:
                 continue
             nbytes = cost.elements * width

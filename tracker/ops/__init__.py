@@ -15,6 +15,7 @@ from tracker.ops.registry import OPS, Case, Kernel, Op, PhaseLaunch, Variant
 # The op modules register themselves, in this order (the order of `tracker kernels` and --variant).
 from tracker.ops import conv2d, winograd, fft, linear, relu, maxpool, lrn, softmax  # noqa: E402,F401  isort: skip
 from tracker.ops import sigmoid, upsample, concat, batchnorm, accumulate, conv3d, convtranspose  # noqa: E402,F401  isort: skip
+from tracker.ops import conv_rule  # noqa: E402,F401  the default plan's conv rule, once its variants are in
 
 
 def defines() -> dict[str, int]:

@@ -124,6 +124,9 @@ class Op:
     layer_kind: str = ""
     dims: int = 0
     variants: dict[str, Variant] = field(default_factory=dict)
+    # the variant the default plan runs at a case's phase, by a rule from measurements (None: ``default``
+    # everywhere); --variant and `tracker tune` override it, and --untuned plans ``default``
+    rule: Callable[[Case, str], str] | None = None
 
     def serves(self, layer: Any) -> bool:
         """Whether this op runs ``layer`` (a network Layer)."""
@@ -167,6 +170,10 @@ class Op:
             for name in self.applying(case, phase)
             if self.variants[name].absorbs is None and not self.variants[name].in_place
         )
+
+    def ruled(self, case: Case, phase: str) -> str:
+        """The variant the default plan runs at ``case``'s ``phase``: the rule's, else the default."""
+        return self.rule(case, phase) if self.rule else self.default
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:

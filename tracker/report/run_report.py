@@ -378,6 +378,7 @@ def _efficiency(run: ReportedRun) -> Body:
 def _memory(run: ReportedRun) -> Body:
     """The model's peak as the run recorded it (reconcile.peak_memory, as show and the notebooks
     print it), and its parts where today's model still adds up to it."""
+    from tracker.gpu.network import algorithms
     from tracker.gpu.workload import is_module_spec
     from tracker.model import memory
     from tracker.nets import build
@@ -391,7 +392,8 @@ def _memory(run: ReportedRun) -> Body:
         )
     if peak.predicted_bytes is None:
         return Body(None, peak.line(), missing=f"run {run.id} stores no prediction of its peak")
-    model = memory(build(row["network"], **(row["network_options"] or {})), int(row["batch"]), int(row["dtype_bits"]))
+    net, batch = build(row["network"], **(row["network_options"] or {})), int(row["batch"])
+    model = memory(net, batch, int(row["dtype_bits"]), algorithms(net, row.get("plan"), batch))  # as profiled
     if model.peak_bytes != peak.predicted_bytes:  # a run is never rewritten; its prediction stays as recorded
         return Body(
             None,

@@ -13,7 +13,7 @@ from tracker.errors import StoreError
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 MIGRATABLE_FROM = 2  # schema versions from which migrate reaches the current one
 VERSION_QUERY = "SELECT version FROM schema_info"  # the one row of a database of ours
 _PG_SCHEMA_LOCK = 72531  # advisory lock id: one process creates the schema at a time
@@ -99,7 +99,8 @@ def migrate(conn: Connection, where: str) -> None:
     launch.start_ns (when each launch began, where the run knows: NULL in older runs); v14 -> v15 the
     GPU idle between launches (rollup_idle, computed here for every stored run, and the views
     layer_idle and iteration_idle); v15 -> v16 run.provenance (the commits of tracker and its kernels
-    that made a run; NULL in older runs). Create what is
+    that made a run; NULL in older runs); v16 -> v17 run.plan (the variant of each layer phase; NULL
+    in older runs). Create what is
     missing, bring metric_def to the catalog and recreate every view. Any write opening migrates
     (``tracker upgrade`` is one); a read-only one refuses an older file."""
     from sqlalchemy import text, update
@@ -202,9 +203,9 @@ def _sync_metric_defs(conn: Connection) -> None:
 def _add_missing_columns(conn: Connection) -> None:
     """Columns a later schema added to an existing table (v4: experiment's host, pid and
     process_start; v5: run's tiles; v6: the library arm's; v7: run's loaders; v9: run's
-    counter_iterations; v12: run's tuned_variants; v14: launch's start_ns), NULL in the rows
-    already there, or the column's server default where it has one (v6: run.implementation is
-    'ours'; v7: run.loaders 'async')."""
+    counter_iterations; v12: run's tuned_variants; v14: launch's start_ns; v16: run's provenance;
+    v17: its plan), NULL in the rows already there, or the column's server default where it has
+    one (v6: run.implementation is 'ours'; v7: run.loaders 'async')."""
     from sqlalchemy import inspect
 
     from tracker.store.schema import Base

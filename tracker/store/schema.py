@@ -129,6 +129,12 @@ class Run(Base):
         doc="the code that made it (tracker/provenance.py): tracker's version, its commit and the kernels' "
         "newest commit, each with whether its tree had uncommitted changes; NULL before schema v16"
     )
+    plan: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="'layer/phase' -> the variant our kernels run there (or, on the model backend, would): the conv "
+        "rule's algorithm (tracker/ops/conv_rule.py), --variant's choice or `tracker tune`'s; the model "
+        "predicts the algorithm it names. NULL: a library's run, a network our kernels cannot run, or "
+        "recorded before schema v17"
+    )
 
 
 class Layer(Base):

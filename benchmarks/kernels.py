@@ -1,5 +1,8 @@
 """Kernel benchmark (needs a GPU, CuPy and PyTorch; not a test): per AlexNet layer and phase at
 batch 128, every variant's median time against cuDNN / cuBLAS through PyTorch (fp32, TF32 off),
+our kernels timed as the profile times them (an event pair around each launch, summed over the
+phase's launches), the host's launch overhead beside (the phase's event pair around the Python
+call, less its kernels),
 the memory-bound ops' effective bandwidth (compulsory bytes / time) against a device-to-device
 copy of the same byte count, and so the Winograd and FFT variants' transforms. L2 is flushed
 before every repetition (cold-L2 times).
@@ -30,13 +33,14 @@ import torch
 
 from tracker.errors import TrackerError
 from tracker.gpu.cupy_backend import CupyBackend, bracketed, device_info, synchronize
-from tracker.gpu.timing import repeat
+from tracker.gpu.timing import drain, repeat
 from tracker.model import costs, lookup, predict
 from tracker.nets import build
 from tracker.ops import OPS, Case
 from tracker.ops.gemm import Tile
 from tracker.ops.launch import Arrays
 from tracker.ops.selftest import network_cases
+from tracker.stats import over_repeats
 from tracker.tune import Tuned
 
 TARGETS = {"conv": 1.5, "linear": 1.3}  # best variant within this factor of cuDNN / cuBLAS
@@ -61,6 +65,27 @@ def _timed(fn, reps: int, flush: Callable[[], None] | None = None) -> tuple[floa
     return timed.median_ms, timed.spread_pct
 
 
+def kernel_time(backend: CupyBackend, fn, reps: int, flush: Callable[[], None]) -> tuple[float, float | None, float]:
+    """(median ms, spread in %) of ``fn``'s kernels by their own per-launch events (``backend``
+    times each launch, as a profile's pass 1 does), L2 flushed before each repetition, after a
+    warm-up; and the median host overhead: the event pair around the whole call less its kernels'
+    time (what the GPU waited for the host to launch them)."""
+    body, around = bracketed(fn)
+    fn()
+    backend.synchronize()
+    backend.log.clear()
+    kernels, overheads = drain(backend.log), []
+
+    def events() -> float | None:
+        ms = kernels()
+        overheads.append(around() - (ms or 0.0))
+        return ms
+
+    timed = repeat(body, reps, backend.synchronize, events=events, flush=flush)
+    overhead = over_repeats(overheads)
+    return timed.median_ms, timed.spread_pct, overhead.median if overhead else 0.0
+
+
 def _pct(spread: float | None) -> str:
     return "-" if spread is None else f"{spread:.0f}%"
 
@@ -79,7 +104,7 @@ def arrays(case: Case, rng) -> Arrays:
     return Arrays(**made)
 
 
-def ours(backend, case: Case, variant: str, phase: str, a: Arrays, tile: str | None):
+def ours(backend: CupyBackend, case: Case, variant: str, phase: str, a: Arrays, tile: str | None):
     """A callable launching one variant's kernels for one phase (``tile``: a tuned one, else the default)."""
     chosen = Tile.parse(tile) if tile else None
     return lambda: OPS[case.op].launch(backend, variant, phase, a, tile=chosen, **case.params)
@@ -154,7 +179,7 @@ def iteration(net, batch: int, reps: int, tuned: Tuned) -> list[str]:
         batch,
         {},
         tiles=tuned.tiles,
-        steps=tuned.applied(plan(net, {}, batch=batch)),
+        steps=tuned.applied(plan(net, {}, batch=batch, by_rule=True)),
     )
     ours_ms, ours_spread = _step_time(run.iteration, reps)
     torch_ms, torch_spread = _step_time(torch_step(net, batch), reps)
@@ -294,7 +319,7 @@ def main() -> None:
     if opts.iteration_only:
         print("\n".join(iteration(net, opts.batch, opts.reps, tuned_for({}))))
         return
-    backend = CupyBackend("ca", timed=False)
+    backend = CupyBackend("ca", timed=True)  # each launch between events of its own, as pass 1 times them
     timer = Timer(opts.reps, backend.flush_l2)
     rng = np.random.default_rng(0)
     predicted = {layer.name: costs(layer, opts.batch) for layer in net.layers}
@@ -304,10 +329,16 @@ def main() -> None:
         for phase in op.phases:
             if phase not in predicted[case.layer]:
                 continue
-            timings = {
-                v: timer(ours(backend, case, v, phase, a, variant_tile(tuned_for, net, case, v, phase)))
+            measured = {
+                v: kernel_time(
+                    backend,
+                    ours(backend, case, v, phase, a, variant_tile(tuned_for, net, case, v, phase)),
+                    opts.reps,
+                    backend.flush_l2,
+                )
                 for v in op.applying(case, phase)
             }  # one that does not apply runs another's kernels
+            timings = {v: (ms, spread) for v, (ms, spread, _) in measured.items()}
             best = min(timings, key=lambda v: timings[v][0])
             nbytes = predicted[case.layer][phase].elements * 4
             if op.library is None:
@@ -325,7 +356,7 @@ def main() -> None:
                 )
             cells = " ".join(f"{v} {ms:.3f} ({_pct(spread)})" for v, (ms, spread) in timings.items())
             lines.append(
-                f"| {case.layer} | {phase} | {cells} | {best} | {baseline} | {ratio:.2f} | "
+                f"| {case.layer} | {phase} | {cells} | {best} | {measured[best][2]:.3f} | {baseline} | {ratio:.2f} | "
                 f"{target} | {'yes' if met else 'no'} |"
             )
             print(lines[-1], flush=True)
@@ -335,7 +366,10 @@ def main() -> None:
         "",
         f"{device['device_name']}, driver {device['driver_version']}, CUDA {device['cuda_version']}, "
         f"{date.today().isoformat()}; median of {opts.reps} repetitions (spread = (max - min) / |median|), "
-        "L2 flushed before each (cold L2). PyTorch fp32 with TF32 off. Made by `python benchmarks/kernels.py`"
+        "L2 flushed before each (cold L2). Ours: the phase's kernels, each between CUDA events of its own, "
+        "summed (as a profile times them); host overhead: the event pair around the phase's Python call less "
+        "that (the best variant's). The baselines: an event pair around the library call or the copy. "
+        "PyTorch fp32 with TF32 off. Made by `python benchmarks/kernels.py`"
         + (
             f"; GEMM tiles as `tracker tune` stored them in {Path(opts.db).name}."
             if opts.db
@@ -345,8 +379,9 @@ def main() -> None:
         "and FFT at conv1's stride 4; the fused Winograd on 5x5 filters and in weight gradients) runs another's "
         "kernels and is left out.",
         "",
-        "| layer | phase | our variants, median ms (spread) | best | baseline | ratio | target | met |",
-        "|---|---|---|---|---|---|---|---|",
+        "| layer | phase | our variants, median ms (spread) | best | host overhead ms | baseline | ratio | target "
+        "| met |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += transforms(net, opts.batch, opts.reps, timer)
     lines += iteration(net, opts.batch, opts.reps, tuned_for({}))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 11 or suite (or digest: the sources' digest a stage's header prints).
+# tools/gpu_stage.sh STAGE — one call on the lent GPU machine (the device tool), STAGE 1 to 12 or suite (or digest: the sources' digest a stage's header prints).
 #
 #   1  preflight; selftest --record; a batch-1 ncu smoke profile (the join); events at batch 128;
 #      this GPU's ncu --query-metrics; the batch-16 ncu fixture database with its raw CSV pages
@@ -34,6 +34,10 @@
 #      database (each command's wall time: the ratios), `tracker agree` of the two, and `ncu --set full`
 #      of the same workload (timed); the library arm under cupti at batch 128 and 16, and under ncu at
 #      16, agreed; torchvision's resnet18 at batch 32 through --torch under cupti (timed)
+#  12 the training step's speed (issue 78): the kernel benchmark (each phase's kernels by their own
+#      events, the host's overhead beside; RESULTS.md); the default plan's step (the conv rule, no
+#      tuning table) beside --untuned (the implicit GEMM) and PyTorch's; tracker tune's race
+#      (quick) and the tuned step; ncu of the forward with every conv by winograd_f4, then by fft
 #  suite  the GPU suite (issue 43): `pytest -m gpu` on tests/test_gpu*.py, every command that needs
 #      a GPU at small sizes, each test asserting what it stored or wrote; each test's time in the
 #      log (stagesuite.tar.gz). Run it first in a GPU session: it says which paths work. The
@@ -63,7 +67,7 @@ note() { echo "$*" | tee -a "$summary"; }
 digest() { find tracker kernels tests -type f \( -name '*.py' -o -name '*.cu' -o -name '*.cuh' \) | LC_ALL=C sort \
     | xargs sha256sum | sha256sum | cut -c1-12; }
 [ "$stage" = digest ] && { digest; exit 0; }
-case "$stage" in 1|2|3|4|5|6|7|8|9|10|11|suite) ;; *) note "usage: tools/gpu_stage.sh 1|2|...|11|suite (got '${stage}')"; exit 2 ;; esac
+case "$stage" in 1|2|3|4|5|6|7|8|9|10|11|12|suite) ;; *) note "usage: tools/gpu_stage.sh 1|2|...|12|suite (got '${stage}')"; exit 2 ;; esac
 
 work=$(mktemp -d /tmp/tracker-stage.XXXXXX)
 w="$work/stage$stage"
@@ -138,7 +142,7 @@ ncu_full() {
     local spec
     spec=$(python3 -c "from tracker.gpu.network import plan; from tracker.gpu.workload import Workload
 w = Workload('alexnet', batch=$1)
-print(w.planned(plan(w.net, w.variants, w.phases), {}).to_json())")
+print(w.planned(plan(w.net, w.variants, w.phases, w.batch, by_rule=True), {}).to_json())")
     "$NCU" --set full --profile-from-start off --target-processes all -f -o "/tmp/full-b$1" \
         python3 -m tracker.implementations.child profiled "$spec"
 }
@@ -281,6 +285,22 @@ stage9() {
         && tracker profile alexnet --batch 128 --backend events --repeat 5 --untuned --db $T_DB \
         && tracker profile alexnet --batch 128 --impl torch --backend events --repeat 5 --db $T_DB \
         && tracker runs --db $T_DB --format csv > $W/tuned-step-runs.csv'
+}
+
+stage12() {
+    step benchmark 250 'python3 benchmarks/kernels.py --reps 10 --out $W/RESULTS.md'
+    # the default plan (the conv rule: no tuning table in this database) beside --untuned and PyTorch's
+    export S_DB="$W/steps-b128-$GPU.db"
+    step plan-steps 90 'tracker profile alexnet --batch 128 --backend events --repeat 5 --db $S_DB \
+        && tracker profile alexnet --batch 128 --backend events --repeat 5 --untuned --db $S_DB \
+        && tracker profile alexnet --batch 128 --impl torch --backend events --repeat 5 --db $S_DB \
+        && tracker runs --db $S_DB --format csv > $W/plan-steps-runs.csv'
+    step tune-race 120 'tracker tune alexnet --batch 128 --quick --reps 3 --budget 100 --db $S_DB --format csv \
+        > $W/tune-race.csv && tracker profile alexnet --batch 128 --backend events --repeat 5 --db $S_DB \
+        && tracker runs --db $S_DB --format csv > $W/plan-steps-runs.csv'
+    step ncu-fast-convs 150 'tracker profile alexnet --batch 128 --phases fwd --variant conv=winograd_f4 --backend ncu \
+        --repeat 1 --db $W/fast-convs-ncu-$GPU.db && tracker profile alexnet --batch 128 --phases fwd --variant conv=fft \
+        --backend ncu --repeat 1 --db $W/fast-convs-ncu-$GPU.db'
 }
 
 stage10() {

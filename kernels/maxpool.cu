@@ -1,21 +1,26 @@
 // max-pool, fp32, NCHW, no padding; windows may overlap (AlexNet: 3x3, stride 2). The backward
-// gives each output's gradient to the first maximum of its window (row-major order), and
-// overlapping windows add: both backward kernels gather per input element, so no two threads
-// write one address and no atomics are needed.
+// gives each output's gradient to the first maximum of its window (row-major order), as PyTorch
+// does, and overlapping windows add: both backward kernels gather per input element, so no two
+// threads write one address, no atomics are needed and the sums' order is fixed.
 //
 //   global  one thread per output (fwd) or input (bwd), every read from global memory; the bwd
 //           finds the maximum of each window that covers its input (about 2.25 windows each at
-//           3x3 stride 2).
+//           3x3 stride 2): the baseline, which saves nothing between the phases.
 //   shared  one block per band of rows of one plane, full width (the host sizes the bands, see
-//           tracker/ops/maxpool.py): the input rows the band's windows read are one contiguous
-//           run of the plane, staged in shared memory with cp.async. bwd also stages the output
-//           gradients that meet the band and finds each of those windows' maximum once, so an
-//           input only compares offsets.
+//           tracker/ops/maxpool.py). fwd: the input rows the band's windows read are one
+//           contiguous run of the plane, staged in shared memory with cp.async; it writes each
+//           output's value and the int32 offset of its window's maximum in the plane (`argmax`,
+//           the output's shape; PyTorch's return_indices). bwd reads no x and finds no maximum:
+//           it stages the gradients and saved offsets of the windows that meet its band of input
+//           rows, and each input adds the gradients of the covering windows whose offset is its
+//           own (at most 4 compares an input at 3x3 stride 2): neither x staged (4.1 times the
+//           output at AlexNet's pool1) nor any window's 9 values compared again.
 //
 // The 3-D kernels (maxpool3d_*: the 3-D U-Net's 2x2x2, stride 2) are the same with a depth axis:
-// the window's first maximum in (depth, row, column) order; the shared variant's blocks stage
-// the `size` depth slices a band of windows reads (fwd), or the windows meeting a band of input
-// rows of one depth slice (bwd).
+// the window's first maximum in (depth, row, column) order, saved as its offset in the image's
+// input volume; the shared variant's blocks stage the `size` depth slices a band of windows
+// reads (fwd), or the gradients and offsets of the windows meeting a band of input rows of one
+// depth slice (bwd).
 //
 // The common windows (3x3 and 2x2, stride 2) are compiled as constants: the window's loads are
 // unrolled, so a thread has them all in flight at once, and divisions by the stride are shifts.
@@ -80,6 +85,11 @@ struct Walk {
     }
 };
 
+// n contiguous int32s (saved offsets), staged as stage() stages floats: cp.async copies bytes.
+__device__ __forceinline__ void stage_ints(int* dst, const int* RESTRICT src, int n, int tid, int threads) {
+    stage(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(src), n, tid, threads);
+}
+
 struct FwdGlobal {
     template <class Win>
     __device__ static __forceinline__ void run(Win w, const float* RESTRICT x, float* RESTRICT y, const PoolShape& s) {
@@ -127,58 +137,55 @@ extern "C" __global__ void maxpool_bwd_global(const float* RESTRICT dy, const fl
 }
 
 // Block per (band of `band` output rows, plane): grid (ceil(P / band), N * C). Dynamic shared
-// memory: the input rows the band reads, ((band - 1) * stride + size) * W floats.
+// memory: the input rows the band reads, ((band - 1) * stride + size) * W floats. Writes each
+// output and its window's maximum's offset in the plane (argmax: the output's shape).
 struct FwdShared {
     template <class Win>
-    __device__ static __forceinline__ void run(Win w, const float* RESTRICT x, float* RESTRICT y, const PoolShape& s,
-                                               int band, float* rows) {
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT x, float* RESTRICT y,
+                                               int* RESTRICT argmax, const PoolShape& s, int band, float* rows) {
         const int plane = blockIdx.y, p0 = blockIdx.x * band, np = min(band, s.P - p0);
         const int h0 = p0 * w.stride(), span = (np - 1) * w.stride() + w.size();
         stage(rows, x + ((size_t)plane * s.H + h0) * s.W, span * s.W, threadIdx.x, blockDim.x);
         __syncthreads();
-        float* out = y + ((size_t)plane * s.P + p0) * s.Q;
+        const size_t first = ((size_t)plane * s.P + p0) * s.Q;
         for (Walk o(threadIdx.x, blockDim.x, s.Q); o.row < np; o.next()) {
+            const int corner = o.row * w.stride() * s.W + o.col * w.stride();  // staged rows are the plane's, from h0
             float m;
-            first_max(rows + o.row * w.stride() * s.W + o.col * w.stride(), s.W, w, m);
-            out[o.row * s.Q + o.col] = m;
+            const int at = corner + first_max(rows + corner, s.W, w, m);
+            const size_t e = first + o.row * s.Q + o.col;
+            y[e] = m;
+            argmax[e] = h0 * s.W + at;
         }
     }
 };
 
-extern "C" __global__ void maxpool_fwd_shared(const float* RESTRICT x, float* RESTRICT y, PoolShape s, int band) {
+extern "C" __global__ void maxpool_fwd_shared(const float* RESTRICT x, float* RESTRICT y, int* RESTRICT argmax,
+                                              PoolShape s, int band) {
     extern __shared__ float rows[];
-    with_window<FwdShared>(s, x, y, s, band, rows);
+    with_window<FwdShared>(s, x, y, argmax, s, band, rows);
 }
 
 // Block per (band of `band` input rows, plane): grid (ceil(H / band), N * C). Dynamic shared
-// memory: the input rows read by the windows that meet the band, their output gradients, and
-// each such window's maximum as an offset into those rows (see bwd_band_bytes in
-// tracker/ops/maxpool.py).
+// memory: the output gradients of the windows that meet the band and the offsets of their
+// maxima the forward saved (see bwd_band_bytes in tracker/ops/maxpool.py).
 struct BwdShared {
     template <class Win>
-    __device__ static __forceinline__ void run(Win w, const float* RESTRICT dy, const float* RESTRICT x,
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT dy, const int* RESTRICT argmax,
                                                float* RESTRICT dx, const PoolShape& s, int band, float* smem) {
         const int plane = blockIdx.y, h_first = blockIdx.x * band, h_last = min(h_first + band, s.H) - 1;
         int p0, p1, unused;
         w.covering(h_first, s.P, p0, unused);
         w.covering(h_last, s.P, unused, p1);
-        const int np = max(p1 - p0 + 1, 0), windows = np * s.Q, h0 = p0 * w.stride();
-        const int span = np ? (np - 1) * w.stride() + w.size() : 0;
-        float* xs = smem;
-        float* gs = xs + span * s.W;
-        int* argmax = reinterpret_cast<int*>(gs + windows);
-        stage(xs, x + ((size_t)plane * s.H + h0) * s.W, span * s.W, threadIdx.x, blockDim.x);
-        stage(gs, dy + ((size_t)plane * s.P + p0) * s.Q, windows, threadIdx.x, blockDim.x);
-        __syncthreads();
-        for (Walk o(threadIdx.x, blockDim.x, s.Q); o.row < np; o.next()) {
-            const int corner = o.row * w.stride() * s.W + o.col * w.stride();
-            float m;
-            argmax[o.row * s.Q + o.col] = corner + first_max(xs + corner, s.W, w, m);
-        }
+        const int windows = max(p1 - p0 + 1, 0) * s.Q;
+        float* gs = smem;
+        int* at = reinterpret_cast<int*>(gs + windows);
+        const size_t first = ((size_t)plane * s.P + p0) * s.Q;
+        stage(gs, dy + first, windows, threadIdx.x, blockDim.x);
+        stage_ints(at, argmax + first, windows, threadIdx.x, blockDim.x);
         __syncthreads();
         float* out = dx + ((size_t)plane * s.H + h_first) * s.W;
         for (Walk i(threadIdx.x, blockDim.x, s.W); i.row <= h_last - h_first; i.next()) {
-            const int h = h_first + i.row, here = (h - h0) * s.W + i.col;
+            const int h = h_first + i.row, here = h * s.W + i.col;
             int a0, a1, b0, b1;
             w.covering(h, s.P, a0, a1);
             w.covering(i.col, s.Q, b0, b1);
@@ -186,17 +193,17 @@ struct BwdShared {
             for (int p = a0; p <= a1; ++p)
                 for (int q = b0; q <= b1; ++q) {
                     const int o = (p - p0) * s.Q + q;
-                    if (argmax[o] == here) acc += gs[o];
+                    if (at[o] == here) acc += gs[o];
                 }
             out[i.row * s.W + i.col] = acc;
         }
     }
 };
 
-extern "C" __global__ void maxpool_bwd_shared(const float* RESTRICT dy, const float* RESTRICT x,
+extern "C" __global__ void maxpool_bwd_shared(const float* RESTRICT dy, const int* RESTRICT argmax,
                                               float* RESTRICT dx, PoolShape s, int band) {
     extern __shared__ float smem[];
-    with_window<BwdShared>(s, dy, x, dx, s, band, smem);
+    with_window<BwdShared>(s, dy, argmax, dx, s, band, smem);
 }
 
 // --- 3-D ------------------------------------------------------------------------------------
@@ -207,9 +214,11 @@ struct Pool3Shape {
 
 // The first maximum (depth, row, column order) of the window whose corner is `corner`, its
 // depth slices `slice` apart and its rows `pitch` apart: its value in `best`, its offset from the
-// corner returned.
+// corner returned as if the depth slices were `volume_slice` apart (the input volume's H * W,
+// where `slice` is that of a staged copy).
 template <class Win>
-__device__ __forceinline__ int first_max3(const float* corner, int slice, int pitch, const Win& w, float& best) {
+__device__ __forceinline__ int first_max3(const float* corner, int slice, int pitch, int volume_slice, const Win& w,
+                                          float& best) {
     float m = corner[0];
     int at = 0;
     for (int t = 0; t < w.size(); ++t)
@@ -217,9 +226,8 @@ __device__ __forceinline__ int first_max3(const float* corner, int slice, int pi
         for (int r = 0; r < w.size(); ++r)
 #pragma unroll
             for (int c = 0; c < w.size(); ++c) {
-                const int off = t * slice + r * pitch + c;
-                const float v = corner[off];
-                if (v > m) m = v, at = off;
+                const float v = corner[t * slice + r * pitch + c];
+                if (v > m) m = v, at = t * volume_slice + r * pitch + c;
             }
     best = m;
     return at;
@@ -233,7 +241,7 @@ struct Fwd3Global {
             const int q = e % s.Q, p = e / s.Q % s.P, o = e / (s.Q * s.P) % s.O, plane = e / (s.Q * s.P * s.O);
             const float* corner = x + (size_t)plane * s.D * hw + (o * w.stride()) * hw + (p * w.stride()) * s.W + q * w.stride();
             float m;
-            first_max3(corner, hw, s.W, w, m);
+            first_max3(corner, hw, s.W, hw, w, m);
             y[e] = m;
         }
     }
@@ -260,7 +268,7 @@ struct Bwd3Global {
                 for (int p = p0; p <= p1; ++p)
                     for (int q = q0; q <= q1; ++q) {
                         const int d0 = o * w.stride(), h0 = p * w.stride(), v0 = q * w.stride();
-                        if (first_max3(in + d0 * hw + h0 * s.W + v0, hw, s.W, w, unused) ==
+                        if (first_max3(in + d0 * hw + h0 * s.W + v0, hw, s.W, hw, w, unused) ==
                             (d - d0) * hw + (h - h0) * s.W + (v - v0))
                             acc += dy[(((size_t)plane * s.O + o) * s.P + p) * s.Q + q];
                     }
@@ -276,11 +284,12 @@ extern "C" __global__ void maxpool3d_bwd_global(const float* RESTRICT dy, const 
 
 // Block per (band of `band` output rows, output depth slice, plane): grid (bands * O, N * C).
 // Dynamic shared memory: the input rows the band reads in each of the window's `size` depth
-// slices, size * ((band - 1) * stride + size) * W floats.
+// slices, size * ((band - 1) * stride + size) * W floats. Writes each output and its window's
+// maximum's offset in the image's input volume (argmax: the output's shape).
 struct Fwd3Shared {
     template <class Win>
-    __device__ static __forceinline__ void run(Win w, const float* RESTRICT x, float* RESTRICT y, const Pool3Shape& s,
-                                               int band, float* rows) {
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT x, float* RESTRICT y,
+                                               int* RESTRICT argmax, const Pool3Shape& s, int band, float* rows) {
         const int bands = (s.P + band - 1) / band, o = blockIdx.x / bands, plane = blockIdx.y;
         const int p0 = blockIdx.x % bands * band, np = min(band, s.P - p0);
         const int h0 = p0 * w.stride(), span = (np - 1) * w.stride() + w.size();
@@ -288,27 +297,32 @@ struct Fwd3Shared {
             stage(rows + t * span * s.W, x + (((size_t)plane * s.D + o * w.stride() + t) * s.H + h0) * s.W, span * s.W,
                   threadIdx.x, blockDim.x);
         __syncthreads();
-        float* out = y + (((size_t)plane * s.O + o) * s.P + p0) * s.Q;
+        const size_t first = (((size_t)plane * s.O + o) * s.P + p0) * s.Q;
+        const int hw = s.H * s.W, corner0 = o * w.stride() * hw + h0 * s.W;  // the staged rows' first, in the volume
         for (Walk i(threadIdx.x, blockDim.x, s.Q); i.row < np; i.next()) {
+            const int corner = i.row * w.stride() * s.W + i.col * w.stride();
             float m;
-            first_max3(rows + i.row * w.stride() * s.W + i.col * w.stride(), span * s.W, s.W, w, m);
-            out[i.row * s.Q + i.col] = m;
+            const int at = corner + first_max3(rows + corner, span * s.W, s.W, hw, w, m);
+            const size_t e = first + i.row * s.Q + i.col;
+            y[e] = m;
+            argmax[e] = corner0 + at;
         }
     }
 };
 
-extern "C" __global__ void maxpool3d_fwd_shared(const float* RESTRICT x, float* RESTRICT y, Pool3Shape s, int band) {
+extern "C" __global__ void maxpool3d_fwd_shared(const float* RESTRICT x, float* RESTRICT y, int* RESTRICT argmax,
+                                                Pool3Shape s, int band) {
     extern __shared__ float rows[];
-    with_window<Fwd3Shared>(s, x, y, s, band, rows);
+    with_window<Fwd3Shared>(s, x, y, argmax, s, band, rows);
 }
 
 // Block per (band of `band` input rows, input depth slice, plane): grid (bands * D, N * C).
 // Dynamic shared memory, for each output depth slice whose windows meet the input slice: the
-// input those windows read (size slices of their rows), their output gradients, and each
-// window's maximum as an offset into the staged input (tracker/ops/maxpool.py, bwd3_band_bytes).
+// output gradients of its windows that meet the band and the offsets of their maxima the forward
+// saved (tracker/ops/maxpool.py, bwd3_band_bytes).
 struct Bwd3Shared {
     template <class Win>
-    __device__ static __forceinline__ void run(Win w, const float* RESTRICT dy, const float* RESTRICT x,
+    __device__ static __forceinline__ void run(Win w, const float* RESTRICT dy, const int* RESTRICT argmax,
                                                float* RESTRICT dx, const Pool3Shape& s, int band, float* smem) {
         const int bands = (s.H + band - 1) / band, d = blockIdx.x / bands, plane = blockIdx.y;
         const int h_first = blockIdx.x % bands * band, h_last = min(h_first + band, s.H) - 1;
@@ -316,49 +330,35 @@ struct Bwd3Shared {
         w.covering(d, s.O, o0, o1);
         w.covering(h_first, s.P, p0, unused);
         w.covering(h_last, s.P, unused, p1);
-        const int no = max(o1 - o0 + 1, 0), np = max(p1 - p0 + 1, 0), windows = np * s.Q, h0 = p0 * w.stride();
-        const int span = np ? (np - 1) * w.stride() + w.size() : 0, box = w.size() * span * s.W;
-        float* xs = smem;                      // per covering slice io: `size` slices of `span` rows
-        float* gs = xs + no * box;             // per covering slice: its windows' output gradients
-        int* argmax = reinterpret_cast<int*>(gs + no * windows);
+        const int no = max(o1 - o0 + 1, 0), windows = max(p1 - p0 + 1, 0) * s.Q;
+        float* gs = smem;                                     // per covering output slice, its windows' gradients
+        int* at = reinterpret_cast<int*>(gs + no * windows);  // and their maxima's offsets
         for (int io = 0; io < no; ++io) {
-            for (int t = 0; t < w.size(); ++t)
-                stage(xs + io * box + t * span * s.W,
-                      x + (((size_t)plane * s.D + (o0 + io) * w.stride() + t) * s.H + h0) * s.W, span * s.W,
-                      threadIdx.x, blockDim.x);
-            stage(gs + io * windows, dy + (((size_t)plane * s.O + o0 + io) * s.P + p0) * s.Q, windows, threadIdx.x,
-                  blockDim.x);
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < no * windows; e += blockDim.x) {
-            const int io = e / windows, row = e % windows / s.Q, col = e % s.Q;
-            const int corner = io * box + row * w.stride() * s.W + col * w.stride();
-            float m;
-            argmax[e] = corner + first_max3(xs + corner, span * s.W, s.W, w, m);
+            const size_t first = (((size_t)plane * s.O + o0 + io) * s.P + p0) * s.Q;
+            stage(gs + io * windows, dy + first, windows, threadIdx.x, blockDim.x);
+            stage_ints(at + io * windows, argmax + first, windows, threadIdx.x, blockDim.x);
         }
         __syncthreads();
         float* out = dx + (((size_t)plane * s.D + d) * s.H + h_first) * s.W;
         for (Walk i(threadIdx.x, blockDim.x, s.W); i.row <= h_last - h_first; i.next()) {
-            const int h = h_first + i.row;
+            const int h = h_first + i.row, here = (d * s.H + h) * s.W + i.col;
             int a0, a1, b0, b1;
             w.covering(h, s.P, a0, a1);
             w.covering(i.col, s.Q, b0, b1);
             float acc = 0.f;
-            for (int io = 0; io < no; ++io) {
-                const int here = (io * w.size() + d - (o0 + io) * w.stride()) * span * s.W + (h - h0) * s.W + i.col;
+            for (int io = 0; io < no; ++io)
                 for (int p = a0; p <= a1; ++p)
                     for (int q = b0; q <= b1; ++q) {
                         const int o = io * windows + (p - p0) * s.Q + q;
-                        if (argmax[o] == here) acc += gs[o];
+                        if (at[o] == here) acc += gs[o];
                     }
-            }
             out[i.row * s.W + i.col] = acc;
         }
     }
 };
 
-extern "C" __global__ void maxpool3d_bwd_shared(const float* RESTRICT dy, const float* RESTRICT x,
+extern "C" __global__ void maxpool3d_bwd_shared(const float* RESTRICT dy, const int* RESTRICT argmax,
                                                 float* RESTRICT dx, Pool3Shape s, int band) {
     extern __shared__ float smem[];
-    with_window<Bwd3Shared>(s, dy, x, dx, s, band, smem);
+    with_window<Bwd3Shared>(s, dy, argmax, dx, s, band, smem);
 }

@@ -79,3 +79,47 @@ def test_the_l1_bypass_build_stages_the_gemm_operands_and_matches_too(tmp_path, 
                     if not r.passed
                 ]
                 assert not failed, (case.layer, failed)
+
+
+@pytest.mark.parametrize(
+    "op, x, size",
+    [
+        ("maxpool", (1, 300, 13, 13), 3),  # 300 planes: bands of 4 input rows, 2 output rows
+        ("maxpool", (2, 3, 8, 8), 2),
+        ("maxpool3d", (1, 2, 7, 7, 7), 3),  # overlapping in depth too
+    ],
+)
+def test_max_pool_ties_route_each_gradient_to_the_first_maximum_as_the_reference_does(emulator, op, x, size):
+    """Inputs of three values: most windows hold several equal maxima, and overlapping windows
+    share them. Every variant gives each window's gradient to its first maximum in window order
+    (the reference's rule, PyTorch's), the shared forward saves that one's offset. Routing to the
+    last maximum instead would move much of the gradient: the reference on the input flipped (the
+    windows tile these shapes exactly, so a flip turns each window's first maximum into its last)."""
+    import numpy as np
+
+    from tracker import reference as ref
+    from tracker.ops.launch import Arrays
+
+    rng = np.random.default_rng(4)
+    xh = rng.integers(0, 3, size=x).astype(np.float32)
+    y = ref.maxpool_fwd(xh, size, 2)
+    dyh = rng.normal(size=y.shape).astype(np.float32)
+    dy64 = dyh.astype(np.float64)
+    expected = ref.maxpool_bwd(dy64, xh, size, 2)
+    spatial = tuple(range(2, len(x)))
+    last_max = np.flip(ref.maxpool_bwd(np.flip(dy64, spatial), np.flip(xh, spatial), size, 2), spatial)
+    assert np.abs(last_max - expected).sum() > 0.1 * np.abs(expected).sum()  # the rule matters here
+    for variant, v in OPS[op].variants.items():
+        a = Arrays(
+            x=emulator.asarray(xh),
+            y=emulator.empty(y.shape),
+            dy=emulator.asarray(dyh),
+            dx=emulator.empty(x),
+            argmax=emulator.asarray(np.full(y.shape, -1, np.int32)),
+        )
+        OPS[op].launch(emulator, variant, "fwd", a, size=size, stride=2)
+        OPS[op].launch(emulator, variant, "bwd_data", a, size=size, stride=2)
+        np.testing.assert_array_equal(emulator.asnumpy(a.y), y, err_msg=variant)
+        np.testing.assert_allclose(emulator.asnumpy(a.dx), expected, rtol=1e-6, atol=1e-6, err_msg=variant)
+        if v.saves_argmax:
+            np.testing.assert_array_equal(emulator.asnumpy(a.argmax), ref.maxpool_indices(xh, size, 2))

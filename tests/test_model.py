@@ -77,6 +77,11 @@ def test_compulsory_bytes_by_hand():
     # conv1 fwd reads the image and the weights+biases, writes the output, 4 bytes each.
     assert rows["conv1", "fwd"].bytes == (3 * 227 * 227 + 34_944 + 96 * 55 * 55) * 4 == 1_919_724
     assert rows["relu1", "fwd"].bytes == 2 * 96 * 55 * 55 * 4
+    # pool1 fwd writes its output and each window's maximum's int32 offset; its bwd_data reads
+    # the output gradient and those offsets (not the input), writes the input gradient.
+    pool1_in, pool1_out = 96 * 55 * 55, 96 * 27 * 27
+    assert rows["pool1", "fwd"].bytes == (pool1_in + 2 * pool1_out) * 4
+    assert rows["pool1", "bwd_data"].bytes == (2 * pool1_out + pool1_in) * 4
     # conv2 bwd_data reads the output gradient and the weights, writes the input gradient.
     assert rows["conv2", "bwd_data"].bytes == (256 * 27 * 27 + 256 * 96 * 25 + 96 * 27 * 27) * 4
     assert rows["conv2", "fwd"].intensity == pytest.approx(rows["conv2", "fwd"].ops / rows["conv2", "fwd"].bytes)
@@ -115,9 +120,13 @@ def test_memory_by_hand():
     assert m.activation_bytes == 2_072_619 * 4  # the input and all 21 outputs of one image
     assert m.activation_grad_bytes == 2 * 96 * 55 * 55 * 4  # relu1: output and input gradient
     assert m.workspace_bytes == 27 * 27 * 96 * 25 * 4  # conv2's im2col of one image
-    assert m.peak_bytes == 2 * m.param_bytes + m.activation_bytes + m.activation_grad_bytes + m.workspace_bytes
+    assert m.pool_index_bytes == (96 * 27 * 27 + 256 * 13 * 13 + 256 * 6 * 6) * 4  # pool1, 2, 5: an int32 an output
+    assert m.peak_bytes == (
+        2 * m.param_bytes + m.activation_bytes + m.pool_index_bytes + m.activation_grad_bytes + m.workspace_bytes
+    )
     m128 = memory(build("alexnet"), batch=128)
     assert m128.activation_bytes == 128 * m.activation_bytes and m128.param_bytes == m.param_bytes
+    assert m128.pool_index_bytes == 128 * m.pool_index_bytes
     # 256 MiB of im2col holds 38 of conv2's images: the batch runs in 4 chunks of 32
     assert m128.workspace_bytes == 32 * 27 * 27 * 96 * 25 * 4
 
@@ -128,7 +137,9 @@ def test_a_3d_convolution_has_no_im2col_workspace():
     measured on an H200), the 2-D U-Net's still does."""
     unet3d = memory(build("unet3d"), batch=1)
     assert unet3d.workspace_bytes == 0
-    assert unet3d.peak_bytes == 2 * unet3d.param_bytes + unet3d.activation_bytes + unet3d.activation_grad_bytes
+    assert unet3d.peak_bytes == (
+        2 * unet3d.param_bytes + unet3d.activation_bytes + unet3d.pool_index_bytes + unet3d.activation_grad_bytes
+    )
     assert 6.5e9 < unet3d.peak_bytes < 7e9
     assert memory(build("unet2d"), batch=16).workspace_bytes > 0
 

@@ -78,6 +78,27 @@ def test_a_training_step_matches_the_reference(emulator, chosen):
     assert max(max(pair) for pair in errors.values()) < 1e-4, errors
 
 
+def test_the_shared_max_pool_keeps_its_maxima_in_arrays_the_memory_model_counts(emulator):
+    """The executor allocates each max-pool's saved offsets (int32, its output's shape) where its
+    variant saves them, and none for `global`, which finds the maxima again; the memory model
+    counts what the default allocates; the forward writes each window's, an offset in its plane."""
+    import numpy as np
+
+    from tracker.model import memory
+    from tracker.reference import maxpool_indices
+
+    net = small_net()
+    assert PlanRunner(emulator, net, batch=2, chosen={"maxpool": "global"}).t.argmax == {}
+    run = PlanRunner(emulator, net, batch=2, chosen={}, seed=5)
+    (argmax,) = run.t.argmax.values()
+    assert run.t.of(net.layer("pool1")).argmax is argmax
+    assert argmax.dtype == np.int32 and argmax.shape == (2, *net.layer("pool1").output_shape)
+    assert argmax.nbytes == memory(net, 2).pool_index_bytes
+    run.iteration()
+    pool_input = emulator.asnumpy(run.t.act["lrn1"])
+    np.testing.assert_array_equal(emulator.asnumpy(argmax), maxpool_indices(pool_input, 3, 2))
+
+
 def test_measure_numbers_launches_and_tags_them_with_their_step(emulator):
     from tracker.gpu.runner import measure
 

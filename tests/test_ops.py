@@ -126,15 +126,16 @@ def test_the_registry_refuses_what_it_cannot_run():
 
 
 def test_max_pool_bands_fit_shared_memory_and_fill_the_gpu():
-    """AlexNet's pool1 backward at batch 128: 12,288 planes, each one band (its 55 input rows, the
-    27 x 27 windows' gradients and maxima: 17,932 bytes); at batch 1 its 96 planes are cut into
-    11 bands of 5 rows, so that about WAVE blocks run. A band no block can hold is refused."""
+    """AlexNet's pool1 backward at batch 128: 12,288 planes, each one band (its 55 input rows: the
+    27 x 27 windows' gradients and saved maxima, 5,832 bytes); at batch 1 its 96 planes are cut
+    into 11 bands of 5 rows, so that about WAVE blocks run. A band no block can hold is refused."""
     from tracker.ops.maxpool import band_rows, bwd_band_bytes
 
     def pool1(rows: int) -> int:
-        return bwd_band_bytes(rows, 3, 2, 27, 55, 27)
+        return bwd_band_bytes(rows, 3, 2, 27, 27)
 
-    assert pool1(55) == 17_932 and band_rows(55, 128 * 96, pool1) == 55
+    assert pool1(55) == 5_832 and band_rows(55, 128 * 96, pool1) == 55
+    assert pool1(5) == 2 * 4 * 4 * 27  # 5 rows meet at most 4 rows of windows (rows 10-14: 4-7)
     assert band_rows(55, 96, pool1) == 5  # 11 bands: 96 x 11 blocks, just past WAVE
     assert band_rows(4096, 128, lambda rows: rows * 4 * 4096) == 1  # 16 KiB a row: a row a band
     with pytest.raises(TrackerError, match="needs 65536 bytes of shared memory, over 49152; use the global variant"):

@@ -55,6 +55,7 @@ def state(executor: PlanRunner) -> dict[str, np.ndarray]:
     arrays = {f"act {k}": v for k, v in t.act.items()} | {f"grad {k}": v for k, v in t.grad.items()}
     arrays |= {f"dw {k}": v[0] for k, v in t.param_grads.items()}
     arrays |= {f"statistic {k} {i}": s for k, v in t.statistics.items() for i, s in enumerate(v)}
+    arrays |= {f"argmax {k}": v for k, v in t.argmax.items()}
     return {k: b.asnumpy(v) for k, v in arrays.items()}
 
 

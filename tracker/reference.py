@@ -132,14 +132,21 @@ def maxpool_argmax(x, size=3, stride=2):
     return win.reshape(*win.shape[: 2 + dims], size**dims).argmax(axis=-1)
 
 
-def maxpool_bwd(dy, x, size=3, stride=2):
+def maxpool_indices(x, size=3, stride=2):
+    """(N, C, *outputs): each window's first maximum as a flat offset into its image's plane (or
+    volume), what the shared variant's forward saves (PyTorch's ``return_indices``)."""
     first = maxpool_argmax(x, size, stride)
-    dx = np.zeros_like(x, dtype=dy.dtype)
-    index = np.indices(dy.shape)
     offsets = np.unravel_index(first, (size,) * (x.ndim - 2))
-    at = (*index[:2], *(o * stride + off for o, off in zip(index[2:], offsets)))
-    np.add.at(dx, at, dy)  # overlapping windows accumulate
-    return dx
+    at = tuple(o * stride + off for o, off in zip(np.indices(first.shape)[2:], offsets))
+    return np.ravel_multi_index(at, x.shape[2:])
+
+
+def maxpool_bwd(dy, x, size=3, stride=2):
+    flat = maxpool_indices(x, size, stride).reshape(*dy.shape[:2], -1)
+    dx = np.zeros_like(x, dtype=dy.dtype).reshape(*x.shape[:2], -1)
+    n, c = np.indices(flat.shape)[:2]
+    np.add.at(dx, (n, c, flat), dy.reshape(flat.shape))  # overlapping windows accumulate
+    return dx.reshape(x.shape)
 
 
 # LRN ------------------------------------------------------------------------------------------

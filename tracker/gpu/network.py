@@ -202,6 +202,8 @@ class Tensors:
     shares: dict[tuple[str, str], Any] = field(default_factory=dict)
     # a batch norm's (mean, invstd, running_mean, running_var), each (C,)
     statistics: dict[str, tuple[Any, Any, Any, Any]] = field(default_factory=dict)
+    # a max-pool's saved maxima (int32, its output's shape), where its variant saves them
+    argmax: dict[str, Any] = field(default_factory=dict)
 
     def of(self, layer: Layer) -> Arrays:
         """The arrays of one layer, by the roles its op's launchers read (a second input: concat)."""
@@ -228,6 +230,7 @@ class Tensors:
             invstd=invstd,
             running_mean=running_mean,
             running_var=running_var,
+            argmax=self.argmax.get(layer.name),
         )
 
     def gradient(self, source: str, reader: str) -> Any:
@@ -336,6 +339,10 @@ class PlanRunner:
                     backend.asarray(np.zeros(c, np.float32)),
                     backend.asarray(np.ones(c, np.float32)),
                 )
+        for layer in net.layers:  # a max-pool's saved maxima, where its variant keeps them
+            variant = OPS.of(layer).variants.get(self.variants[layer.name])
+            if variant is not None and variant.saves_argmax:
+                t.argmax[layer.name] = backend.asarray(np.zeros((batch, *layer.output_shape), np.int32))
         t.labels = backend.asarray(labels(net, batch, rng))
         t.loss = backend.empty(loss_shape(net, batch))
 

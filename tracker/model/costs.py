@@ -27,7 +27,7 @@ CONVENTIONS = {
     "bwd_data and bwd_weight each repeat the forward's MACs",
     "relu": "1 per element (max); backward 1 per element (mask select)",
     "maxpool": "window size per output (comparisons); backward window + 1 per output "
-    "(re-find the max, accumulate its gradient)",
+    "(each input it covers compares the saved offset of its maximum, one accumulates its gradient)",
     "lrn": "2n+4 per element, n = window (n squares, n adds, x alpha, + k, pow beta, divide); "
     "backward 3n+9 per element (normalizer recomputed 2n+2, g*y/s 2, window sum n, "
     "s^-beta and g*s^-beta 2, x*2ab/n*sum 2, subtract 1)",
@@ -92,8 +92,11 @@ def costs(layer: Layer, batch: int, algorithm: str | None = None) -> dict[str, C
             "bwd_weight": Cost(m, 2 * m, y + x, p),
         }
     elif kind == "maxpool":
+        # The forward also writes each window's maximum as an int32 offset (our default `shared`
+        # variant; PyTorch saves its indices too) and the backward reads those with dy instead of
+        # x (4.1 times the output at AlexNet's pool1): an element an output, exact at fp32's width.
         window = math.prod(op.kernel)
-        table = {"fwd": Cost(0, y * window, x, y), "bwd_data": Cost(0, y * (window + 1), x + y, x)}
+        table = {"fwd": Cost(0, y * window, x, 2 * y), "bwd_data": Cost(0, y * (window + 1), 2 * y, x)}
     elif kind == "lrn":
         n = op.size
         table = {"fwd": Cost(0, (2 * n + 4) * y, x, y), "bwd_data": Cost(0, (3 * n + 9) * y, x + 2 * y, x)}

@@ -2,7 +2,8 @@
 
 Paper 002 predicts peak memory as activation maps plus model weights and shows that this falls
 short of the measured peak. We add what a training step also holds: weight gradients, the
-largest pair of activation gradients alive at once, and the workspace of a GEMM convolution.
+largest pair of activation gradients alive at once, the workspace of a GEMM convolution, and the
+index of each window's maximum that a max-pool's forward saves for its backward.
 What is still missing (allocator rounding and caching, library workspaces, the CUDA context) is
 what the GPU runner's measured peak shows beside this prediction.
 """
@@ -19,11 +20,15 @@ from tracker.model.algorithms import check_algorithm, col_images, conv_cost
 from tracker.model.roofline import MAX_BATCH, check_batch, check_dtype_bits
 from tracker.nets import Network, numel
 
+INDEX_BYTES = 4  # a max-pool's saved maximum: an int32 offset an output element (Arrays.argmax)
+
 
 @dataclass(frozen=True)
 class Memory:
     param_bytes: int  # weights and biases
     activation_bytes: int  # the input and every layer output, kept for the backward pass
+    pool_index_bytes: int  # each max-pool's saved maxima, kept for its backward (the default `shared`
+    # variant's; `global` keeps none, and PyTorch int64 ones, twice these)
     weight_grad_bytes: int  # one gradient per parameter
     activation_grad_bytes: int  # the largest (output gradient + input gradient) of one layer
     workspace_bytes: int  # the largest im2col buffer (GEMM convolution: a chunk of images, see col_images;
@@ -45,6 +50,7 @@ def memory(net: Network, batch: int, dtype_bits: int = 32, algorithm: str | Mapp
     params = net.params * width
     layers = net.layers
     activations = batch * (numel(net.input_shape) + sum(numel(layer.output_shape) for layer in layers)) * width
+    pool_indices = batch * sum(numel(layer.output_shape) for layer in layers if layer.kind == "maxpool") * INDEX_BYTES
     act_grads = (
         max(
             batch * (numel(layer.output_shape) + (sum(map(numel, layer.input_shapes)) if layer.needs_input_grad else 0))
@@ -68,13 +74,14 @@ def memory(net: Network, batch: int, dtype_bits: int = 32, algorithm: str | Mapp
             default=0,
         )
     ) * width
-    peak = params + activations + params + act_grads + workspace
-    return Memory(params, activations, params, act_grads, workspace, peak)
+    peak = params + activations + pool_indices + params + act_grads + workspace
+    return Memory(params, activations, pool_indices, params, act_grads, workspace, peak)
 
 
 PARTS = {
     "param_bytes": "weights",
     "activation_bytes": "activations",
+    "pool_index_bytes": "max-pool indices",
     "weight_grad_bytes": "weight gradients",
     "activation_grad_bytes": "activation gradients",
     "workspace_bytes": "workspace",

@@ -3,7 +3,8 @@ struct arguments, and grid arithmetic.
 
 Backend-neutral and free of CuPy: the CuPy backend (tracker/gpu/cupy_backend.py) runs the
 launches on a GPU; the tests run the same launches on a CPU emulation of CUDA (tests/emu).
-Arrays are NCHW float32 (labels int32); launchers write into the output arrays they are given.
+Arrays are NCHW float32 (labels and max-pool indices int32); launchers write into the output
+arrays they are given.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ class Arrays:
     ``labels`` and ``loss`` the loss layer's (softmax: int32 class per image; sigmoid: float32
     targets of the output's shape); ``x2`` and ``dx2`` a second input and its gradient (concat);
     ``mean`` and ``invstd`` what a batch norm's forward saves for its backward, and
-    ``running_mean`` and ``running_var`` the statistics it updates (each (C,)). Roles a layer
+    ``running_mean`` and ``running_var`` the statistics it updates (each (C,)); ``argmax`` what a
+    max-pool's forward saves for its backward where its variant saves it (int32, the output's
+    shape: each window's maximum as an offset in its image's plane or volume). Roles a layer
     lacks stay None."""
 
     x: Any = None
@@ -74,6 +77,7 @@ class Arrays:
     invstd: Any = None
     running_mean: Any = None
     running_var: Any = None
+    argmax: Any = None
 
 
 @dataclass

@@ -1,11 +1,14 @@
-"""Max pooling (kernels/maxpool.cu): a grid-stride kernel per phase, and a shared-memory variant
-with one block per band of full-width rows of a plane (its input rows staged with cp.async; the
-backward finds each window's maximum once). ``maxpool3d`` is the same in 3-D (the 3-D U-Net's
-2x2x2 pools): a band of rows of one depth slice, with the depth slices its windows read."""
+"""Max pooling (kernels/maxpool.cu): a grid-stride kernel per phase that saves nothing (the
+backward finds every covering window's maximum again), and a shared-memory variant with one block
+per band of full-width rows of a plane, whose forward saves each window's maximum as an offset
+(``Arrays.argmax``, int32, the output's shape) and whose backward compares offsets against those
+instead of reading x. ``maxpool3d`` is the same in 3-D (the 3-D U-Net's 2x2x2 pools): a band of
+rows of one depth slice, with the depth slices its windows read."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -13,7 +16,7 @@ from tracker import reference as ref
 from tracker.errors import TrackerError
 from tracker.ops.launch import DEFAULT_SHARED, THREADS, Arrays, Backend, Struct, blocks, tiles
 from tracker.ops.registry import OPS, Case, Op, launch
-from tracker.ops.selftest import ELEMENTWISE, Check, f32
+from tracker.ops.selftest import ELEMENTWISE, EXACT, Check, f32
 
 SOURCE = "maxpool.cu"
 BAND_BYTES = 24 * 1024  # shared memory a band may take: 8 blocks of 256 threads share an SM
@@ -36,6 +39,13 @@ def band_rows(rows: int, planes: int, bytes_for: Callable[[int], int]) -> int:
 def _block(items: int) -> int:
     """Threads of a band's block: one per item up to THREADS, whole warps."""
     return min(THREADS, 32 * tiles(items, 32))
+
+
+def _argmax(a: Arrays) -> Any:
+    """The saved offsets a shared launcher writes or reads: a clear error where none was handed."""
+    if a.argmax is None:
+        raise TrackerError("the shared max-pool needs the array argmax (int32, the output's shape)")
+    return a.argmax
 
 
 def pool_shape(x_shape: tuple, size: int, stride: int) -> Struct:
@@ -64,7 +74,7 @@ def _fwd_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
         "maxpool_fwd_shared",
         (tiles(P, band), N * C),
         (_block(band * Q),),
-        (a.x, a.y, s, band),
+        (a.x, a.y, _argmax(a), s, band),
         shared_bytes=input_bytes(band),
     )
 
@@ -75,24 +85,24 @@ def _bwd_global(b: Backend, a: Arrays, size: int, stride: int) -> None:
     b.launch(SOURCE, "maxpool_bwd_global", (blocks(N * C * H * W),), (THREADS,), (a.dy, a.x, a.dx, s))
 
 
-def bwd_band_bytes(rows: int, size: int, stride: int, P: int, W: int, Q: int) -> int:
+def bwd_band_bytes(rows: int, size: int, stride: int, P: int, Q: int) -> int:
     """Shared memory of a backward band of ``rows`` input rows: at most ``outputs`` rows of windows
-    meet it; their input rows, and per window its gradient and its maximum's offset."""
+    meet it; per window its gradient and its maximum's saved offset."""
     outputs = min((rows + size - 2) // stride + 1, P)
-    return 4 * (((outputs - 1) * stride + size) * W + 2 * outputs * Q)
+    return 4 * 2 * outputs * Q
 
 
 def _bwd_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
-    s = pool_shape(a.x.shape, size, stride)
+    s = pool_shape(a.dx.shape, size, stride)
     N, C, H, W, P, Q, *_ = s.values
-    band = band_rows(H, N * C, lambda rows: bwd_band_bytes(rows, size, stride, P, W, Q))
+    band = band_rows(H, N * C, lambda rows: bwd_band_bytes(rows, size, stride, P, Q))
     b.launch(
         SOURCE,
         "maxpool_bwd_shared",
         (tiles(H, band), N * C),
         (_block(band * W),),
-        (a.dy, a.x, a.dx, s, band),
-        shared_bytes=bwd_band_bytes(band, size, stride, P, W, Q),
+        (a.dy, _argmax(a), a.dx, s, band),
+        shared_bytes=bwd_band_bytes(band, size, stride, P, Q),
     )
 
 
@@ -126,57 +136,55 @@ def _fwd3_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
         "maxpool3d_fwd_shared",
         (tiles(P, band) * O, N * C),
         (_block(band * Q),),
-        (a.x, a.y, s, band),
+        (a.x, a.y, _argmax(a), s, band),
         shared_bytes=input_bytes(band),
     )
 
 
-def bwd3_band_bytes(rows: int, size: int, stride: int, O: int, P: int, W: int, Q: int) -> int:
+def bwd3_band_bytes(rows: int, size: int, stride: int, O: int, P: int, Q: int) -> int:
     """Shared memory of a 3-D backward band of ``rows`` input rows of one depth slice: for each
-    output depth slice that meets it (at most ``slices``), a 2-D band's worth in each of the
-    window's ``size`` depth slices, and its windows' gradients and maxima."""
+    output depth slice that meets it (at most ``slices``), a 2-D band's gradients and offsets."""
     slices = min((size - 1) // stride + 1, O)
-    outputs = min((rows + size - 2) // stride + 1, P)
-    return 4 * slices * (size * ((outputs - 1) * stride + size) * W + 2 * outputs * Q)
+    return slices * bwd_band_bytes(rows, size, stride, P, Q)
 
 
 def _bwd3_shared(b: Backend, a: Arrays, size: int, stride: int) -> None:
-    s = pool3_shape(a.x.shape, size, stride)
+    s = pool3_shape(a.dx.shape, size, stride)
     N, C, D, H, W, O, P, Q, *_ = s.values
-    band = band_rows(H, N * C * D, lambda rows: bwd3_band_bytes(rows, size, stride, O, P, W, Q))
+    band = band_rows(H, N * C * D, lambda rows: bwd3_band_bytes(rows, size, stride, O, P, Q))
     b.launch(
         SOURCE,
         "maxpool3d_bwd_shared",
         (tiles(H, band) * D, N * C),
         (_block(band * W),),
-        (a.dy, a.x, a.dx, s, band),
-        shared_bytes=bwd3_band_bytes(band, size, stride, O, P, W, Q),
+        (a.dy, _argmax(a), a.dx, s, band),
+        shared_bytes=bwd3_band_bytes(band, size, stride, O, P, Q),
     )
 
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
-    x, size, stride = case.shapes["x"], case.params["size"], case.params["stride"]
-    xh = f32(rng, x)
-    expected = ref.maxpool_fwd(xh.astype(np.float64), size, stride)
-    a = Arrays(x=c.put(xh), y=c.out(expected.shape))
+    """Forward and backward against the reference; the saved offsets too, where the variant saves
+    them (PyTorch's phases, a Check of no variant of ours, keep theirs inside F.max_pool)."""
+    size, stride = case.params["size"], case.params["stride"]
+    xh = f32(rng, case.shapes["x"])
+    x64 = xh.astype(np.float64)
+    expected = ref.maxpool_fwd(x64, size, stride)
+    a = Arrays(x=c.put(xh), y=c.out(expected.shape), argmax=c.out_offsets(expected.shape))
     c.run("fwd", a, size=size, stride=stride)
     c.compare("fwd", "y", a.y, expected, ELEMENTWISE)
+    variants = OPS[case.op].variants
+    if c.variant in variants and variants[c.variant].saves_argmax:
+        c.compare("fwd", "argmax", a.argmax, ref.maxpool_indices(x64, size, stride), EXACT)
     dyh = f32(rng, expected.shape)
-    a.dy, a.dx = c.put(dyh), c.out(x)
+    a.dy, a.dx = c.put(dyh), c.out(xh.shape)
     c.run("bwd_data", a, size=size, stride=stride)
-    c.compare(
-        "bwd_data",
-        "dx",
-        a.dx,
-        ref.maxpool_bwd(dyh.astype(np.float64), xh.astype(np.float64), size, stride),
-        ELEMENTWISE,
-    )
+    c.compare("bwd_data", "dx", a.dx, ref.maxpool_bwd(dyh.astype(np.float64), x64, size, stride), ELEMENTWISE)
 
 
 def _arrays(case: Case) -> dict[str, tuple[int, ...]]:
     x, size, stride = case.shapes["x"], case.params["size"], case.params["stride"]
     y = (*x[:2], *((n - size) // stride + 1 for n in x[2:]))
-    return {"x": x, "y": y, "dy": y, "dx": x}
+    return {"x": x, "y": y, "dy": y, "dx": x, "argmax": y}
 
 
 def _torch_forward(h, wb, labels, size: int, stride: int):
@@ -200,6 +208,8 @@ def _unsupported(layer) -> str | None:
 # The default is `shared`: on the H100 at batch 128 (three benchmark runs, benchmarks/RESULTS.md)
 # its bands run each backward 1.35-3.7x faster than `global` (pool1: 0.22-0.29 against 0.83-0.87
 # ms), each forward within 14 us of it: AlexNet's three pools take 0.66-0.84 ms an iteration, not 1.69-1.78.
+# That backward still found each window's maximum (H200: pool1 0.297 ms, issue-bound, against a
+# 0.082 ms copy); reading the offsets its forward saves instead has not run on a GPU yet.
 MAXPOOL = OPS.register(
     Op(
         "maxpool",
@@ -226,6 +236,7 @@ MAXPOOL.add(
 )
 MAXPOOL.add(
     "shared",
+    saves_argmax=True,
     fwd=launch(_fwd_shared, "maxpool.cu:maxpool_fwd_shared"),
     bwd_data=launch(_bwd_shared, "maxpool.cu:maxpool_bwd_shared"),
 )
@@ -256,6 +267,7 @@ MAXPOOL3D.add(
 )
 MAXPOOL3D.add(
     "shared",
+    saves_argmax=True,
     fwd=launch(_fwd3_shared, "maxpool.cu:maxpool3d_fwd_shared"),
     bwd_data=launch(_bwd3_shared, "maxpool.cu:maxpool3d_bwd_shared"),
 )

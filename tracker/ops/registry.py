@@ -86,6 +86,9 @@ class Variant:
     # Where (case, phase) its own algorithm runs (None: everywhere); elsewhere its launches run
     # another variant's kernels (Winograd and FFT: the shared variant's implicit GEMM on strided layers)
     applies: Callable[[Case, str], bool] | None = None
+    # Its forward saves each window's maximum for its backward (max-pool `shared`): the executor
+    # allocates the ``argmax`` array (int32, the output's shape) for its layers, and no others
+    saves_argmax: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ class Op:
         error_scale: float = 1.0,
         in_place: bool = False,
         applies: Callable[[Case, str], bool] | None = None,
+        saves_argmax: bool = False,
         **launches: PhaseLaunch,
     ) -> Variant:
         """Register variant ``name`` with a PhaseLaunch for each of the op's phases."""
@@ -152,7 +156,14 @@ class Op:
             raise TrackerError(f"{self.kind} already has a variant {name!r}")
         filled = {phase: replace(launches[phase], op=self.kind, phase=phase, variant=name) for phase in self.phases}
         self.variants[name] = Variant(
-            name, filled, absorbs, fallback, in_place=in_place, error_scale=error_scale, applies=applies
+            name,
+            filled,
+            absorbs,
+            fallback,
+            in_place=in_place,
+            error_scale=error_scale,
+            applies=applies,
+            saves_argmax=saves_argmax,
         )
         return self.variants[name]
 

@@ -2,12 +2,13 @@
 
 ``tracker selftest`` runs these checks on a GPU at AlexNet's layer shapes; the test suite runs
 the same checks on the CPU emulation at small shapes. Each op's ``check`` (in its module) feeds
-fresh random float32 inputs; every output starts as NaN, so an element a kernel never writes
-fails the check; the error is ||out - ref|| / ||ref|| against the float64 reference, under 1e-5
-for element-wise ops and 1e-4 for reductions and convolutions (Winograd's included: its measured
-error is of the implicit GEMM's order). Beside it each result reports the largest and the mean
-absolute difference, each relative to the reference's largest and mean magnitude, so that an
-algorithm's error (paper 004; Lavin & Gray's 4e-5 for F(2x2,3x3)) is data, not just a pass.
+fresh random float32 inputs; every output starts as NaN (an integer one as -1), so an element a
+kernel never writes fails the check; the error is ||out - ref|| / ||ref|| against the float64
+reference, under 1e-5 for element-wise ops and 1e-4 for reductions and convolutions (Winograd's
+included: its measured error is of the implicit GEMM's order); an integer output (max-pool's
+saved offsets) must be exact. Beside it each result reports the largest and the mean absolute
+difference, each relative to the reference's largest and mean magnitude, so that an algorithm's
+error (paper 004; Lavin & Gray's 4e-5 for F(2x2,3x3)) is data, not just a pass.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from tracker.ops.gemm import Tile  # a type only: gemm imports the registry
 
 ELEMENTWISE, REDUCTION = 1e-5, 1e-4
+EXACT = 1e-12  # integer outputs (max-pool's saved offsets): any wrong one is over it
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,10 @@ class Check:
 
     def out(self, shape: tuple) -> Any:
         return self.b.asarray(np.full(shape, np.nan, dtype=np.float32))
+
+    def out_offsets(self, shape: tuple) -> Any:
+        """An int32 output of offsets, -1 (none) until written."""
+        return self.b.asarray(np.full(shape, -1, dtype=np.int32))
 
     def run(self, phase: str, arrays: Arrays, **params: Any) -> None:
         OPS[self.case.op].launch(self.b, self.variant, phase, arrays, tile=self.tile, **params)

@@ -155,6 +155,26 @@ def test_selftest_passes_every_variant():  # 58 s on an H200 with an empty kerne
     assert not failed, failed
 
 
+def test_split_k_sizes_its_grids_from_the_gpus_own_occupancy():
+    """CupyBackend.slots (the driver's occupancy calculator on the loaded GEMM build) against the
+    calculator the wave model reads the build's registers and shared memory with (tests/test_waves.py)."""
+    import cupy as cp
+
+    from tracker.gpu.compile import SM_LIMITS, Resources, resident_blocks
+    from tracker.gpu.cupy_backend import CupyBackend
+    from tracker.ops.gemm import DEFAULT
+
+    device = cp.cuda.Device()
+    arch = "sm_{}{}".format(*device.compute_capability)
+    if arch not in SM_LIMITS:
+        pytest.skip(f"the calculator knows {', '.join(SM_LIMITS)}, not {arch}")
+    backend = CupyBackend("ca", timed=False)
+    slots = backend.slots("gemm.cu", "gemm_nn", DEFAULT.threads)
+    loaded = backend.module("gemm.cu").get_function("gemm_nn")
+    build = Resources(loaded.num_regs, loaded.shared_size_bytes, 0, 0, 0, block_threads=DEFAULT.threads)
+    assert slots == device.attributes["MultiProcessorCount"] * resident_blocks(build, arch)
+
+
 def test_selftest_of_the_small_cases_through_the_cli():
     from tracker.ops import OPS
     from tracker.ops.selftest import small_cases

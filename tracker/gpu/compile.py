@@ -51,6 +51,7 @@ class Resources:
     global_loads: int = 0  # LDG instructions in the SASS
     l1_loads: int = 0  # ... of which go through L1 (read-only path, or SM-scoped)
     ffma_per_lds: float | None = None  # in the main loop (the loop with the most FFMA); None: no LDS there
+    ffma_share: float | None = None  # FFMA's share of the main loop's instructions; None: no loop
     wide_loads: float = 0.0  # share of the kernel's LDG and LDS instructions that load 128 bits
     cp_async: int = 0  # LDGSTS instructions (cp.async: global to shared, around the registers)
     block_threads: int = 0  # __launch_bounds__ (the PTX's .maxntid), else the grid-stride THREADS
@@ -309,7 +310,8 @@ _TARGET = re.compile(r"0x([0-9a-f]+)")
 
 
 def instruction_mix(sass_text: str) -> dict[str, dict]:
-    """Per kernel, from its SASS: FFMA per shared load (LDS) in the main loop, the share of loads
+    """Per kernel, from its SASS: FFMA per shared load (LDS) in the main loop and FFMA's share of
+    its instructions, the share of loads
     (LDG, LDS) that are 128-bit, and how many LDGSTS (cp.async) it issues. The main loop is the
     body of the backward branch whose body holds the most FFMA: for a GEMM, its k-loop."""
     mix: dict[str, dict] = {}
@@ -322,6 +324,7 @@ def instruction_mix(sass_text: str) -> dict[str, dict]:
         lds = sum(op == "LDS" or op.startswith("LDS.") for op in loop)
         mix[name] = {
             "ffma_per_lds": round(ffma / lds, 2) if lds else None,
+            "ffma_share": round(ffma / len(loop), 3) if loop else None,
             "wide_loads": round(sum(".128" in op for op in loads) / len(loads), 3) if loads else 0.0,
             "cp_async": sum(op.startswith("LDGSTS") for _, op, _ in code),
         }

@@ -19,7 +19,11 @@
 //            x M x N); grid y holds the items' row tiles in turn (common.cuh's gemm_tile).
 //   splitk_reduce  C = the sum of the split-K partials, in split order, through the epilogue; for
 //            a batch, each item's (partial: batch x splits x M x N; C + i stride_c).
-//   bias_grad  db[k] = sum over n and j of dy[n][k][j] (masked likewise): one block per channel.
+//   bias_grad  db[k] = sum over n and j of dy[n][k][j] (where relu_y > 0, when given), over blocks of
+//            (channels, a run of images): each block adds its images' contiguous rows of dy (float4s
+//            between each row's 16-byte boundaries; a linear layer's L = 1: threads along k, down
+//            the images), no division by a runtime value. With one run it writes db; with more,
+//            partial (runs x K), which splitk_reduce adds in run order: deterministic, no atomics.
 //
 // Grid for the GEMMs: (ceil(N / TILE_N), ceil(M / TILE_M) x batch, splits), GEMM_THREADS threads;
 // with more than one split, `partial` holds batch x splits x M x N floats.
@@ -90,15 +94,75 @@ extern "C" __global__ void splitk_reduce(const float* RESTRICT partial, int spli
     }
 }
 
-// dy is N x K x L (conv: L = P*Q; linear: L = 1). Grid: (K), any multiple of 32 threads.
-extern "C" __global__ void bias_grad(const float* RESTRICT dy, const float* RESTRICT relu_y,
-                                     float* RESTRICT db, int N, int K, int L) {
-    const int k = blockIdx.x;
-    float acc = 0.f;
-    for (int i = threadIdx.x; i < N * L; i += blockDim.x) {
-        const size_t at = ((size_t)(i / L) * K + k) * L + i % L;
-        if (relu_y == nullptr || relu_y[at] > 0.f) acc += dy[at];
+// dy's element j of a row, or 0 where the ReLU's output (the same row of relu_y) is not positive.
+template <bool MASK>
+__device__ __forceinline__ float masked(const float* RESTRICT p, const float* RESTRICT m, size_t j) {
+    return !MASK || m[j] > 0.f ? p[j] : 0.f;
+}
+
+// Lane `lane`'s share of one row of L floats, p[0..L) (masked by m[0..L)): scalars up to p's
+// first 16-byte boundary, float4s, scalars past the last. `vector` false: scalars throughout.
+template <bool MASK>
+__device__ __forceinline__ void add_row(float4& acc, const float* RESTRICT p, const float* RESTRICT m, int L,
+                                        int lane, bool vector) {
+    const int head = vector ? min(L, (int)((16 - (reinterpret_cast<size_t>(p) & 15)) & 15) >> 2) : L;
+    const int quads = (L - head) >> 2;
+#pragma unroll 4
+    for (int j = lane; j < head; j += 32) acc.x += masked<MASK>(p, m, j);
+    const float4* RESTRICT p4 = reinterpret_cast<const float4*>(p + head);
+    const float4* RESTRICT m4 = MASK ? reinterpret_cast<const float4*>(m + head) : nullptr;
+#pragma unroll 4
+    for (int i = lane; i < quads; i += 32) {
+        float4 v = p4[i];
+        if (MASK) {
+            const float4 y = m4[i];
+            v = make_float4(y.x > 0.f ? v.x : 0.f, y.y > 0.f ? v.y : 0.f, y.z > 0.f ? v.z : 0.f, y.w > 0.f ? v.w : 0.f);
+        }
+        acc = make_float4(acc.x + v.x, acc.y + v.y, acc.z + v.z, acc.w + v.w);
     }
-    acc = block_reduce<false>(acc);
-    if (threadIdx.x == 0) db[k] = acc;
+    for (int j = head + 4 * quads + lane; j < L; j += 32) acc.y += masked<MASK>(p, m, j);
+}
+
+// L > 1: block (k, y); warp w adds the rows of images n0 + w, n0 + w + warps, ..., its lanes along
+// each row; the block's sum goes to out[y * K + k]. float4s where relu_y's rows share dy's alignment.
+template <bool MASK>
+__device__ __forceinline__ void bias_rows(const float* RESTRICT dy, const float* RESTRICT relu_y, float* RESTRICT out,
+                                          int n0, int n1, int K, int L) {
+    const int k = blockIdx.x, lane = threadIdx.x % 32;
+    const bool vector = !MASK || ((reinterpret_cast<size_t>(dy) ^ reinterpret_cast<size_t>(relu_y)) & 15) == 0;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int n = n0 + threadIdx.x / 32; n < n1; n += blockDim.x / 32) {
+        const size_t row = ((size_t)n * K + k) * L;
+        add_row<MASK>(acc, dy + row, MASK ? relu_y + row : nullptr, L, lane, vector);
+    }
+    const float sum = block_reduce<false>((acc.x + acc.y) + (acc.z + acc.w));
+    if (threadIdx.x == 0) out[(size_t)blockIdx.y * K + k] = sum;
+}
+
+// L = 1 (dy is N x K): thread k of grid x adds column k of images [n0, n1), coalesced along k.
+template <bool MASK>
+__device__ __forceinline__ void bias_columns(const float* RESTRICT dy, const float* RESTRICT relu_y,
+                                             float* RESTRICT out, int n0, int n1, int K) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= K) return;
+    float acc = 0.f;
+#pragma unroll 4
+    for (int n = n0; n < n1; ++n) acc += masked<MASK>(dy, relu_y, (size_t)n * K + k);
+    out[(size_t)blockIdx.y * K + k] = acc;
+}
+
+// dy is N x K x L (conv: L = P*Q; linear: L = 1). Block y adds images [y * rows, (y + 1) * rows)
+// into out[y * K + k]: db itself with one block along y, else the partials. Grid: (K, runs) for
+// L > 1, (ceil(K / blockDim.x), runs) for L = 1; any multiple of 32 threads.
+extern "C" __global__ void bias_grad(const float* RESTRICT dy, const float* RESTRICT relu_y, float* RESTRICT out,
+                                     int N, int K, int L, int rows) {
+    const int n0 = blockIdx.y * rows, n1 = min(N, n0 + rows);
+    if (L == 1) {
+        if (relu_y == nullptr) bias_columns<false>(dy, relu_y, out, n0, n1, K);
+        else bias_columns<true>(dy, relu_y, out, n0, n1, K);
+    } else if (relu_y == nullptr) {
+        bias_rows<false>(dy, relu_y, out, n0, n1, K, L);
+    } else {
+        bias_rows<true>(dy, relu_y, out, n0, n1, K, L);
+    }
 }

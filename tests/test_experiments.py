@@ -202,7 +202,8 @@ def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chose
 
 
 def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emulated_events, monkeypatch):
-    """A tuned profile runs the stored tile and says so in its run row; --untuned runs the defaults."""
+    """A tuned profile runs the stored tile of the plan's variant (the conv rule's Winograd F(4x4) at
+    conv1's 3x3) and says so in its run row; --untuned runs the defaults: the implicit GEMM."""
     from tracker import tune
     from tracker.gpu import detect
     from tracker.ops.gemm import Tile
@@ -210,7 +211,10 @@ def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emu
 
     gpu, net, db = "CPU emulation (tests/emu)", tiny_net(), str(tmp_path / "trace.db")
     monkeypatch.setattr(detect, "device_name", lambda: gpu)
-    target = next(t for t in tune.targets(net, 1, {}) if (t.layer, t.phase) == ("conv1", "fwd"))
+    target = next(
+        t for t in tune.targets(net, 1, {}) if (t.layer, t.phase) == ("conv1", "fwd") and t.variant == t.planned
+    )
+    assert target.variant == "winograd_f4"
     store = open_store(db, write=True)
     tune.store(store, tune.search(emulator, [target], (Tile(64, 64, 8, split=2),), 1, gpu, refine=False))
     store.dispose()
@@ -231,17 +235,16 @@ def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emu
         for run in (tuned, untuned)
     }
     store.dispose()
-    assert threads == {
-        tuned: {("conv2d_fwd_implicit", 64), ("splitk_reduce", 256)},
-        untuned: {("conv2d_fwd_implicit", 256)},
-    }
+    assert ("gemm_nn_batched", 64) in threads[tuned]  # the tuned tile's 64 threads (K = 3: one k-tile, no split)
+    assert threads[untuned] == {("conv2d_fwd_implicit", 256)}
 
 
 def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, emulator, emulated_events, monkeypatch):
     """Where `tracker tune` stored a faster verified variant for a layer phase
-    (here Winograd at conv1's forward, the search's own rows, verified on the emulation, with
-    made-up times: the emulation's wall-clock says nothing of a GPU), the profile runs it there,
-    the layer's other phases as planned, and records the choice; --untuned runs the plan."""
+    (here Winograd F(2x2) at conv1's forward, beating the plan's F(4x4), the search's own rows,
+    verified on the emulation, with made-up times: the emulation's wall-clock says nothing of a
+    GPU), the profile runs it there, the layer's other phases as planned, and records the choice;
+    --untuned runs each op's default."""
     from tracker import tune
     from tracker.gpu import detect
     from tracker.ops.gemm import DEFAULT
@@ -251,27 +254,32 @@ def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, 
     monkeypatch.setattr(detect, "device_name", lambda: gpu)
     raced = [t for t in tune.targets(net, 1, {}) if (t.layer, t.phase) == ("conv1", "fwd")]
     assert [t.variant for t in raced] == [
-        "shared",
+        "winograd_f4",  # the plan's (the conv rule's), then its rivals
         "global",
         "constant",
+        "shared",
         "gemm",
         "winograd",
-        "winograd_f4",
         "winograd_fused",
         "fft",
     ]
-    raced = [t for t in raced if t.variant in ("shared", "winograd")]
+    raced = [t for t in raced if t.variant in ("winograd_f4", "shared", "winograd")]
     rows = tune.search(emulator, raced, (DEFAULT,), 1, gpu, refine=False)
-    assert [(r["variant"], r["verified"]) for r in rows] == [("shared", True), ("winograd", True)]
+    assert [(r["variant"], r["verified"]) for r in rows] == [
+        ("winograd_f4", True),
+        ("shared", True),
+        ("winograd", True),
+    ]
     store = open_store(db, write=True)
-    tune.store(store, [r | {"time_ms": {"shared": 2.0, "winograd": 1.0}[r["variant"]]} for r in rows])
+    times = {"winograd_f4": 1.5, "shared": 2.0, "winograd": 1.0}
+    tune.store(store, [r | {"time_ms": times[r["variant"]]} for r in rows])
     store.dispose()
 
     said: list[str] = []
     tuned = tracker.profile.profile(db, net, 1, backend="events", repeat=1, warmup=0, echo=said.append).run_id
     untuned = tracker.profile.profile(db, net, 1, backend="events", repeat=1, warmup=0, untuned=True).run_id
     assert (
-        "tuned variants for CPU emulation (tests/emu) (1 layer phases; --untuned runs the plan's): "
+        "tuned variants for CPU emulation (tests/emu) (1 layer phases; --untuned runs each op's default): "
         "conv1/fwd winograd" in said
     )
     store = open_store(db, write=False)
@@ -290,7 +298,7 @@ def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, 
     }
     store.dispose()
     assert ran == {
-        tuned: {("fwd", "winograd"), ("bwd_weight", "shared")},
+        tuned: {("fwd", "winograd"), ("bwd_weight", "winograd_f4")},
         untuned: {("fwd", "shared"), ("bwd_weight", "shared")},
     }
     assert {"winograd_input_a4", "gemm_nn_batched", "winograd_output_a4"} <= kernels

@@ -90,6 +90,7 @@ def test_cuda_sizes_come_from_the_registry_alone():
         "MIN_CTAS": 0,
         "RELU_MASK": 0,
         "CONSTANT_FLOATS": 16384,
+        "LRN_WINDOW": 5,
     }
     options = compile_options("ca")
     assert all(f"-D{name}={value}" in options for name, value in defines().items())

@@ -321,7 +321,7 @@ def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **
     --verify-batch (each variant within its own bound, the selftest's), and timed at --batch with
     CUDA events. Every candidate and its time is stored in the trace database's tuning table; from
     then on tracker profile on this GPU runs the fastest verified variant and tile of each layer
-    phase, and records both in the run (tracker profile --untuned runs the plan's variants and
+    phase, and records both in the run (tracker profile --untuned runs each op's default variant and
     the default tiles). The table shows each variant's fastest in this search (best) and what
     profile now runs there (runs: variant and tile, the fastest in the database, perhaps an
     earlier search's).

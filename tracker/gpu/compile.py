@@ -200,6 +200,15 @@ def _compiled(nvrtc, source: str, arch: str, l1_policy: str, text: str, options:
         nvrtc.nvrtcDestroyProgram(program)
 
 
+def module_sass(source: str, arch: str, l1_policy: str = "ca", overrides: Overrides = ()) -> str:
+    """The SASS of kernels/``source`` compiled as ``build`` compiles it, for a test that reads the
+    instructions themselves; not kept (``build`` keeps the counts it reads from them)."""
+    nvrtc = _nvrtc()
+    text, options = source_text(source, overrides), _options(arch, l1_policy, overrides)
+    with _compiled(nvrtc, source, arch, l1_policy, text, options) as (program, _):
+        return sass(_read(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, program, "cubin"))
+
+
 def _compile(nvrtc, source: str, arch: str, l1_policy: str, text: str, options: list[bytes]) -> Build:
     with _compiled(nvrtc, source, arch, l1_policy, text, options) as (program, log):
         cubin = _read(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, program, "cubin")
@@ -309,15 +318,26 @@ _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_
 _TARGET = re.compile(r"0x([0-9a-f]+)")
 
 
+def _code(sass_text: str) -> Iterator[tuple[str, list[tuple[int, str, str]]]]:
+    """Each kernel's name and its instructions, (address, opcode, operands), padding left out."""
+    parts = _FUNCTION.split(sass_text)
+    for name, body in zip(parts[1::2], parts[2::2]):
+        found = _INSTRUCTION.findall(body)
+        yield name, [(int(a, 16), op, rest) for a, guard, op, rest in found if guard.strip() != "@!PT"]
+
+
+def kernel_loops(sass_text: str) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Per kernel, from its SASS: all its opcodes, and those of each loop body."""
+    return {name: ([op for _, op, _ in code], _loops(code)) for name, code in _code(sass_text)}
+
+
 def instruction_mix(sass_text: str) -> dict[str, dict]:
     """Per kernel, from its SASS: FFMA per shared load (LDS) in the main loop and FFMA's share of
     its instructions, the share of loads
     (LDG, LDS) that are 128-bit, and how many LDGSTS (cp.async) it issues. The main loop is the
     body of the backward branch whose body holds the most FFMA: for a GEMM, its k-loop."""
     mix: dict[str, dict] = {}
-    parts = _FUNCTION.split(sass_text)
-    for name, body in zip(parts[1::2], parts[2::2]):
-        code = [(int(a, 16), op, rest) for a, guard, op, rest in _INSTRUCTION.findall(body) if guard.strip() != "@!PT"]
+    for name, code in _code(sass_text):
         loads = [op for _, op, _ in code if op.startswith(("LDG.", "LDS")) or op == "LDG"]
         loop = max(_loops(code), key=lambda ops: sum(op.startswith("FFMA") for op in ops), default=[])
         ffma = sum(op.startswith("FFMA") for op in loop)

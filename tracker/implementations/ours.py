@@ -157,7 +157,7 @@ def _tuned(store: Store, workload: Workload, steps, echo: Echo) -> Tuned:
     tuned = best(store, name, workload.net, workload.batch, workload.variants, steps) if name else Tuned()
     if tuned.variants:
         echo(
-            f"tuned variants for {name} ({len(tuned.variants)} layer phases; --untuned runs the plan's): "
+            f"tuned variants for {name} ({len(tuned.variants)} layer phases; --untuned runs each op's default): "
             + ", ".join(f"{key} {variant}" for key, variant in tuned.variants.items())
         )
     if tuned.tiles:

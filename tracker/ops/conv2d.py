@@ -327,7 +327,7 @@ CONV.add(
     "global",
     fwd=launch(_fwd_global, "conv2d.cu:conv2d_fwd_global"),
     bwd_data=launch(_bwd_data_global, "conv2d.cu:conv2d_bwd_data_global"),
-    bwd_weight=launch(_bwd_weight_global, "conv2d.cu:conv2d_bwd_weight_global", BIAS_GRAD),
+    bwd_weight=launch(_bwd_weight_global, "conv2d.cu:conv2d_bwd_weight_global", *BIAS_GRAD),
 )
 CONV.add(
     "constant",
@@ -336,7 +336,7 @@ CONV.add(
     bwd_weight=launch(
         _bwd_weight_global,
         "conv2d.cu:conv2d_bwd_weight_global",
-        BIAS_GRAD,
+        *BIAS_GRAD,
         note="writes the filters, so nothing to hold in constant memory: runs global",
     ),
 )
@@ -344,13 +344,13 @@ CONV.add(
     "shared",
     fwd=tiled(fwd_implicit, IMPLICIT_KERNELS[0]),
     bwd_data=tiled(bwd_data_implicit, IMPLICIT_KERNELS[1]),
-    bwd_weight=tiled(bwd_weight_implicit, IMPLICIT_KERNELS[2], BIAS_GRAD),
+    bwd_weight=tiled(bwd_weight_implicit, IMPLICIT_KERNELS[2], *BIAS_GRAD),
 )
 CONV.add(
     "gemm",
     fwd=tiled(_fwd_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nn"),
     bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_tn_images", "conv2d.cu:col2im"),
-    bwd_weight=tiled(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt_images", BIAS_GRAD),
+    bwd_weight=tiled(_bwd_weight_gemm, "conv2d.cu:im2col", "gemm.cu:gemm_nt_images", *BIAS_GRAD),
 )
 CONV.add(
     "fused",
@@ -359,6 +359,6 @@ CONV.add(
     fwd=tiled(partial(fwd_implicit, relu=True), IMPLICIT_KERNELS[0], note=FUSED_FWD),
     bwd_data=tiled(partial(bwd_data_implicit, relu=True), IMPLICIT_KERNELS[1], note=FUSED_BWD, masked=True),
     bwd_weight=tiled(
-        partial(bwd_weight_implicit, relu=True), IMPLICIT_KERNELS[2], BIAS_GRAD, note=FUSED_BWD, masked=True
+        partial(bwd_weight_implicit, relu=True), IMPLICIT_KERNELS[2], *BIAS_GRAD, note=FUSED_BWD, masked=True
     ),
 )

@@ -149,11 +149,11 @@ CONV3D.add(
     "global",
     fwd=launch(_fwd_global, "conv3d.cu:conv3d_fwd_global"),
     bwd_data=launch(_bwd_data_global, "conv3d.cu:conv3d_bwd_data_global"),
-    bwd_weight=launch(_bwd_weight_global, "conv3d.cu:conv3d_bwd_weight_global", BIAS_GRAD),
+    bwd_weight=launch(_bwd_weight_global, "conv3d.cu:conv3d_bwd_weight_global", *BIAS_GRAD),
 )
 CONV3D.add(
     "shared",
     fwd=tiled(_fwd_implicit, "conv3d.cu:conv3d_fwd_implicit"),
     bwd_data=tiled(_bwd_data_implicit, "conv3d.cu:conv3d_bwd_data_implicit"),
-    bwd_weight=tiled(_bwd_weight_implicit, "conv3d.cu:conv3d_bwd_weight_implicit", BIAS_GRAD),
+    bwd_weight=tiled(_bwd_weight_implicit, "conv3d.cu:conv3d_bwd_weight_implicit", *BIAS_GRAD),
 )

@@ -33,7 +33,7 @@ from tracker.ops.selftest import REDUCTION, Check, f32
 
 CONV_OF = {2: "conv", 3: "conv3d"}  # the convolution op each dimensionality transposes
 SOURCE = "convtranspose.cu"
-_BIAS_GRAD = Kernel.parse(BIAS_GRAD)
+_BIAS_GRAD = tuple(Kernel.parse(k) for k in BIAS_GRAD)
 
 
 def _forward(data: PhaseLaunch):
@@ -71,7 +71,7 @@ def _swapped(conv: Op, variant: str) -> dict[str, PhaseLaunch]:
         # the conv's own bias gradient is skipped (db=None): this one's follows, the same kernel
         "bwd_weight": PhaseLaunch(
             _weight_gradient(weight),
-            (*(k for k in weight.kernels if k != _BIAS_GRAD), _BIAS_GRAD),
+            (*(k for k in weight.kernels if k not in _BIAS_GRAD), *_BIAS_GRAD),
             note,
             weight.tunable,
         ),

@@ -143,5 +143,5 @@ CONV.add(
     applies=where(applies),
     fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[0], note=ELSEWHERE),
     bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[1], note=ELSEWHERE),
-    bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt_batched", IMPLICIT_KERNELS[2], BIAS_GRAD, note=ELSEWHERE),
+    bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt_batched", IMPLICIT_KERNELS[2], *BIAS_GRAD, note=ELSEWHERE),
 )

@@ -23,6 +23,7 @@ from tracker.ops.launch import (
     DEFAULT_SHARED,
     SM_REGISTERS,
     THREADS,
+    WAVE,
     Backend,
     LaunchRecord,
     blocks,
@@ -404,8 +405,10 @@ class Gemm:
         )
 
 
-BIAS_GRAD = "gemm.cu:bias_grad"
 SPLITK_REDUCE = "gemm.cu:splitk_reduce"
+# The bias gradient's kernels: its partial sums, then (with more than one run of images) their reduction.
+BIAS_GRAD = ("gemm.cu:bias_grad", SPLITK_REDUCE)
+BIAS_PER_THREAD = 16  # elements of dy each thread of bias_grad adds at least: the partials stay few
 
 
 def tiled(run: Launcher, *kernels: str, note: str = "", masked: bool = False) -> PhaseLaunch:
@@ -420,6 +423,26 @@ FUSED_FWD = "bias + ReLU in the GEMM epilogue; the ReLU layer launches nothing"
 FUSED_BWD = "reads dy through the ReLU mask, applied in shared memory (dy and y both copied with cp.async)"
 
 
+def _bias_across(K: int, L: int) -> int:
+    """bias_grad's blocks across the channels: one a channel, or for L = 1 one a THREADS channels."""
+    return K if L > 1 else tiles(K, THREADS)
+
+
+def bias_rows(N: int, K: int, L: int) -> int:
+    """Images a block of bias_grad adds: few enough for about WAVE blocks in all (K of them, or
+    ceil(K / THREADS) for L = 1, per run of images), each thread adding at least BIAS_PER_THREAD
+    elements (a block's threads share its images' rows; for L = 1 each thread has a column)."""
+    lanes = THREADS if L > 1 else 1  # threads that share a channel's rows in a block
+    return min(N, max(tiles(N, tiles(WAVE, _bias_across(K, L))), tiles(BIAS_PER_THREAD * lanes, L)))
+
+
 def bias_grad(b: Backend, dy: Any, relu_y: Any, db: Any, N: int, K: int, L: int) -> None:
-    """db[k] = sum over images and positions of dy (through the ReLU mask where given)."""
-    b.launch("gemm.cu", "bias_grad", (K,), (THREADS,), (dy, relu_y, db, N, K, L))
+    """db[k] = sum over images and positions of dy (N x K x L; through the ReLU mask where given):
+    bias_grad over (channels, runs of images), and with more than one run, splitk_reduce adding
+    the runs' partials in order (deterministic, as split-K's)."""
+    rows = bias_rows(N, K, L)
+    runs = tiles(N, rows)
+    out = b.empty((runs, K)) if runs > 1 else db
+    b.launch("gemm.cu", "bias_grad", (_bias_across(K, L), runs), (THREADS,), (dy, relu_y, out, N, K, L, rows))
+    if runs > 1:  # a 1 x K GEMM's split-K reduction, the runs its splits
+        b.launch("gemm.cu", "splitk_reduce", (blocks(K),), (THREADS,), (out, runs, db, 1, K, K, None, 0, 0, 0, 1, 0))

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 THREADS = 256  # threads per block of the grid-stride kernels (their bodies read blockDim)
 MAX_BLOCKS = 65535
+WAVE = 1024  # blocks that fill a large GPU several times over: a small problem is cut into more blocks
 DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a block gets without opting in for more
 SM_REGISTERS = 64 * 1024  # 32-bit registers per SM (sm_80, sm_90)
 

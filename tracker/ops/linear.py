@@ -138,13 +138,13 @@ LINEAR.add(
     "global",
     fwd=launch(_fwd_global, "linear.cu:linear_fwd_global"),
     bwd_data=launch(_bwd_data_global, "linear.cu:linear_bwd_data_global"),
-    bwd_weight=launch(_bwd_weight_global, "linear.cu:linear_bwd_weight_global", BIAS_GRAD),
+    bwd_weight=launch(_bwd_weight_global, "linear.cu:linear_bwd_weight_global", *BIAS_GRAD),
 )
 LINEAR.add(
     "shared",
     fwd=tiled(_fwd_gemm, "gemm.cu:gemm_nt"),
     bwd_data=tiled(_bwd_data_gemm, "gemm.cu:gemm_nn"),
-    bwd_weight=tiled(_bwd_weight_gemm, "gemm.cu:gemm_tn", BIAS_GRAD),
+    bwd_weight=tiled(_bwd_weight_gemm, "gemm.cu:gemm_tn", *BIAS_GRAD),
 )
 LINEAR.add(
     "fused",
@@ -152,5 +152,5 @@ LINEAR.add(
     fallback="shared",
     fwd=tiled(partial(_fwd_gemm, relu=True), "gemm.cu:gemm_nt", note=FUSED_FWD),
     bwd_data=tiled(partial(_bwd_data_gemm, relu=True), "gemm.cu:gemm_nn", note=FUSED_BWD, masked=True),
-    bwd_weight=tiled(partial(_bwd_weight_gemm, relu=True), "gemm.cu:gemm_tn", BIAS_GRAD, note=FUSED_BWD, masked=True),
+    bwd_weight=tiled(partial(_bwd_weight_gemm, relu=True), "gemm.cu:gemm_tn", *BIAS_GRAD, note=FUSED_BWD, masked=True),
 )

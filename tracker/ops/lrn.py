@@ -1,5 +1,6 @@
 """Local response normalization across channels (kernels/lrn.cu): a grid-stride kernel per
-phase, and a shared-memory variant with one block per strip of positions holding every channel."""
+phase (global), and window kernels (shared) whose threads each walk one position's channels,
+the window in registers."""
 
 from __future__ import annotations
 
@@ -8,15 +9,18 @@ from typing import Any
 import numpy as np
 
 from tracker import reference as ref
-from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks, tiles
+from tracker.ops.launch import THREADS, WAVE, Arrays, Backend, Struct, blocks, tiles
 from tracker.ops.registry import OPS, Case, Op, launch
 from tracker.ops.selftest import REDUCTION, Check, f32
 
-# Positions per block of the shared variant (blockDim.x; the kernels read it): keeps its shared
-# memory, 4 bytes x channels x strip (x 3 arrays backward), under 48 KiB at AlexNet's 256 channels
-# and lets 8 blocks of 256 threads share an SM.
-STRIPS = {"fwd": 32, "bwd_data": 8}
 SOURCE = "lrn.cu"
+# The window the window kernels hold in registers (-D LRN_WINDOW): AlexNet's, every LRN of
+# tracker's networks; a window of another width runs the global kernels.
+WINDOW = 5
+# Fewest channels a thread walks where the channels are cut into runs: each run reads its
+# window's halo (WINDOW - 1 channels, twice that for the backward's x) again.
+MIN_RUN = 8 * (WINDOW - 1)
+ELSEWHERE = f"an LRN whose window is not {WINDOW} channels wide runs the global kernels"
 
 
 def lrn_shape(x_shape: tuple, size: int, alpha: float, beta: float, k: float) -> Struct:
@@ -29,17 +33,28 @@ def _fwd_global(b: Backend, a: Arrays, **p: Any) -> None:
     b.launch(SOURCE, "lrn_fwd_global", (blocks(a.x.size),), (THREADS,), (a.x, a.y, lrn_shape(a.x.shape, **p)))
 
 
-def _fwd_shared(b: Backend, a: Arrays, **p: Any) -> None:
+def channel_run(x_shape: tuple) -> int:
+    """Channels each thread of the window kernels walks: all of them, unless the images'
+    positions make fewer than WAVE blocks; then runs of at least MIN_RUN channels, enough of them
+    for about WAVE blocks."""
+    N, C, H, W = x_shape
+    runs = max(1, min(tiles(WAVE, N * tiles(H * W, THREADS)), C // MIN_RUN))
+    return tiles(C, runs)
+
+
+def _window(kernel: str, b: Backend, a: Arrays, arrays: tuple, p: dict[str, Any]) -> None:
     N, C, H, W = a.x.shape
-    strip = STRIPS["fwd"]
+    run = channel_run(a.x.shape)
     b.launch(
-        SOURCE,
-        "lrn_fwd_shared",
-        (tiles(H * W, strip), N),
-        (strip, THREADS // strip),
-        (a.x, a.y, lrn_shape(a.x.shape, **p)),
-        shared_bytes=4 * C * strip,
+        SOURCE, kernel, (tiles(H * W, THREADS), N, tiles(C, run)), (THREADS,), (*arrays, lrn_shape(a.x.shape, **p), run)
     )
+
+
+def _fwd_shared(b: Backend, a: Arrays, **p: Any) -> None:
+    if p["size"] != WINDOW:
+        _fwd_global(b, a, **p)
+        return
+    _window("lrn_fwd_window", b, a, (a.x, a.y), p)
 
 
 def _bwd_global(b: Backend, a: Arrays, **p: Any) -> None:
@@ -49,16 +64,15 @@ def _bwd_global(b: Backend, a: Arrays, **p: Any) -> None:
 
 
 def _bwd_shared(b: Backend, a: Arrays, **p: Any) -> None:
-    N, C, H, W = a.x.shape
-    strip = STRIPS["bwd_data"]
-    b.launch(
-        SOURCE,
-        "lrn_bwd_shared",
-        (tiles(H * W, strip), N),
-        (strip, THREADS // strip),
-        (a.dy, a.x, a.y, a.dx, lrn_shape(a.x.shape, **p)),
-        shared_bytes=3 * 4 * C * strip,
-    )
+    if p["size"] != WINDOW:
+        _bwd_global(b, a, **p)
+        return
+    _window("lrn_bwd_window", b, a, (a.dy, a.x, a.y, a.dx), p)
+
+
+def _windowed(case: Case, phase: str) -> bool:
+    """Where the shared variant runs its own kernels: LRNs WINDOW channels wide."""
+    return case.params["size"] == WINDOW
 
 
 def _check(c: Check, rng: np.random.Generator, case: Case) -> None:
@@ -88,12 +102,25 @@ LRN = OPS.register(
         arrays=lambda case: {role: case.shapes["x"] for role in ("x", "y", "dy", "dx")},
         check=_check,
         torch_forward=_torch_forward,
+        defines={"LRN_WINDOW": WINDOW},
         small_cases=(
             Case(
                 "lrn",
                 "strips",
-                {"x": (2, 7, 5, 8)},  # 40 positions: a strip and a part
+                {"x": (2, 7, 5, 8)},  # 40 positions; 7 channels: windows clipped at either edge, and whole
                 {"size": 5, "alpha": 0.5, "beta": 0.75, "k": 2.0},
+            ),
+            Case(
+                "lrn",
+                "beta",
+                {"x": (2, 6, 3, 3)},  # a beta other than AlexNet's: exp2(-beta log2 s)
+                {"size": 5, "alpha": 0.3, "beta": 0.6, "k": 1.0},
+            ),
+            Case(
+                "lrn",
+                "narrow",
+                {"x": (2, 6, 3, 3)},  # a window of another width: the shared variant runs global's kernels
+                {"size": 3, "alpha": 0.5, "beta": 0.75, "k": 2.0},
             ),
         ),
     )
@@ -102,5 +129,8 @@ LRN.add(
     "global", fwd=launch(_fwd_global, "lrn.cu:lrn_fwd_global"), bwd_data=launch(_bwd_global, "lrn.cu:lrn_bwd_global")
 )
 LRN.add(
-    "shared", fwd=launch(_fwd_shared, "lrn.cu:lrn_fwd_shared"), bwd_data=launch(_bwd_shared, "lrn.cu:lrn_bwd_shared")
+    "shared",
+    applies=_windowed,
+    fwd=launch(_fwd_shared, "lrn.cu:lrn_fwd_window", "lrn.cu:lrn_fwd_global", note=ELSEWHERE),
+    bwd_data=launch(_bwd_shared, "lrn.cu:lrn_bwd_window", "lrn.cu:lrn_bwd_global", note=ELSEWHERE),
 )

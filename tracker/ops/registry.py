@@ -62,8 +62,9 @@ class PhaseLaunch:
 def launch(
     run: Launcher, *kernels: str, note: str = "", tunable: bool = False, defines: tuple[tuple[str, int], ...] = ()
 ) -> PhaseLaunch:
-    """``launch(fn, 'conv2d.cu:im2col', 'gemm.cu:gemm_nn')``: a PhaseLaunch from 'source:kernel' names."""
-    return PhaseLaunch(run, tuple(Kernel.parse(k) for k in kernels), note, tunable, defines)
+    """``launch(fn, 'conv2d.cu:im2col', 'gemm.cu:gemm_nn')``: a PhaseLaunch from 'source:kernel' names,
+    each named once (the split-K reduction serves a GEMM and the bias gradient alike)."""
+    return PhaseLaunch(run, tuple(Kernel.parse(k) for k in dict.fromkeys(kernels)), note, tunable, defines)
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,7 @@ for _name, _m in OUTPUT_TILES.items():
             *kernels(_m),
             "gemm.cu:gemm_nt_batched",
             IMPLICIT_KERNELS[2],
-            BIAS_GRAD,
+            *BIAS_GRAD,
             note=f"F(3x3,{_m}x{_m}) and F(5x5,{_m}x{_m}) on dy's tiles for stride-1 filters; any "
             "other layer runs the shared variant's implicit GEMM",
         ),
@@ -287,7 +287,7 @@ CONV.add(
         *kernels(FUSED_TILE),
         "gemm.cu:gemm_nt_batched",
         IMPLICIT_KERNELS[2],
-        BIAS_GRAD,
+        *BIAS_GRAD,
         note="winograd's: F(3x3,2x2) and F(5x5,2x2) on dy's tiles for stride-1 filters; any other "
         "layer runs the shared variant's implicit GEMM",
     ),

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tracker.cli import cli
+from tracker.model import predict
+from tracker.nets import build
 
 README = (Path(__file__).parents[1] / "README.md").read_text()
 COMMANDS = sorted(cli.commands)
@@ -105,13 +107,17 @@ def test_profile_runs_show_sql(runner, tmp_path):
     got = run(
         runner,
         "sql",
-        "SELECT layer, ops FROM layer_phase WHERE phase = 'fwd' AND layer = 'conv2'",
+        "SELECT layer, macs, ops FROM layer_phase WHERE phase = 'fwd' AND layer = 'conv2'",
         "--db",
         db,
         "--format",
         "csv",
     ).output
-    assert got.splitlines() == ["layer,ops", f"conv2,{128 * 2 * 256 * 27 * 27 * 96 * 25}"]
+    # the default plan's Winograd F(4x4,5x5): 8x8 products for each of 128 x 7 x 7 tiles and 96 x 256 channel pairs
+    winograd = next(
+        p for p in predict(build("alexnet"), 128, algorithm="winograd_f4") if (p.layer, p.phase) == ("conv2", "fwd")
+    )
+    assert got.splitlines() == ["layer,macs,ops", f"conv2,{128 * 49 * 64 * 96 * 256},{winograd.ops}"]
 
 
 def test_the_first_command_without_a_gpu_predicts_for_a_catalog_gpu_and_reports_in_full(runner, tmp_path):

@@ -124,8 +124,8 @@ NOT_YET = "issue 78: rewrite pending"
 MEMORY_BOUND = [
     (POOL1, "shared", "maxpool_fwd_shared", None),
     (POOL1, "shared", "maxpool_bwd_shared", None),
-    (LRN, "shared", "lrn_fwd_shared", None),
-    (LRN, "shared", "lrn_bwd_shared", NOT_YET),
+    (LRN, "shared", "lrn_fwd_window", None),
+    (LRN, "shared", "lrn_bwd_window", None),
     (CONV2, "shared", "bias_grad", None),
     (CONV2, "winograd", "winograd_input_a6", NOT_YET),
     (CONV2, "winograd", "winograd_output_a6", NOT_YET),

@@ -62,12 +62,16 @@ def traced(tmp_path_factory):
     return emu.Emulator(tmp_path_factory.mktemp("traced"), trace=True)
 
 
-def _run(traced, case: Case, variant: str, tile: Tile | None = None) -> dict:
-    """The traces of one case's launches by kernel name (the last launch of each name), after
-    checking the results against the reference."""
+def _run(traced, case: Case, variant: str, tile: Tile | None = None, kernels: set[str] | None = None) -> dict:
+    """The traces of one case's launches by kernel name, each name's launches in order (``kernels``:
+    of those alone), after checking the results against the reference."""
     traced.traces.clear()
+    traced.traced_kernels = kernels
     assert all(r.passed for r in run_case(traced, case, variant, tile=tile))
-    return {t.kernel: t for t in traced.traces}
+    found: dict[str, list] = {}
+    for trace in traced.traces:
+        found.setdefault(trace.kernel, []).append(trace)
+    return found
 
 
 GEMM_CASES = (  # every GEMM-shaped kernel: dense (linear), implicit conv, fused (the mask ring), batched
@@ -88,9 +92,10 @@ def _gemm_kernels(traces: dict) -> dict:
 def test_every_gemm_ring_is_free_of_bank_conflicts(traced, case, variant):
     rings = _gemm_kernels(_run(traced, case, variant))
     assert len(rings) >= 2  # forward and backward GEMMs at least
-    for name, trace in rings.items():
-        counted = wavefronts(trace.of("shared"))
-        assert counted.conflicts == 0, f"{name}: {counted}"
+    for name, traces in rings.items():
+        for trace in traces:
+            counted = wavefronts(trace.of("shared"))
+            assert counted.conflicts == 0, f"{name}: {counted}"
 
 
 def _tiles() -> list[Tile]:
@@ -104,16 +109,17 @@ def test_every_tile_tune_can_pick_keeps_the_ring_free_of_bank_conflicts(traced, 
     case = Case("linear", "fc", {"x": (2 * tile.m, 2 * tile.k * 4), "w": (2 * tile.n, 2 * tile.k * 4)}, {})
     rings = _gemm_kernels(_run(traced, case, "shared", tile))
     assert {"gemm_nt", "gemm_nn", "gemm_tn"} <= set(rings)
-    for name, trace in rings.items():
-        counted = wavefronts(trace.of("shared"))
-        assert counted.conflicts == 0, f"{tile.label} {name}: {counted}"
+    for name, traces in rings.items():
+        for trace in traces:
+            counted = wavefronts(trace.of("shared"))
+            assert counted.conflicts == 0, f"{tile.label} {name}: {counted}"
 
 
-def _sector_use(trace) -> float:
-    """The share of the touched sectors' bytes a kernel's global loads and stores want, all
-    together (a reduction's one result a block is a sector of its own, and nothing beside it)."""
-    loads, stores = sectors(trace.of("global", store=False)), sectors(trace.of("global", store=True))
-    return (loads.wanted + stores.wanted) / (32 * (loads.sectors + stores.sectors))
+def _sector_use(traces: list) -> float:
+    """The share of the touched sectors' bytes a kernel's global loads and stores want, over all its
+    launches together (a reduction's one result a block is a sector of its own, and nothing beside it)."""
+    counted = [sectors(t.of("global", store=store)) for t in traces for store in (False, True)]
+    return sum(c.wanted for c in counted) / (32 * sum(c.sectors for c in counted))
 
 
 CONV2 = Case("conv", "conv2-like", {"x": (1, 4, 27, 27), "w": (8, 4, 5, 5)}, {"stride": 1, "pad": 2})
@@ -121,6 +127,13 @@ CONV3 = Case("conv", "conv3-like", {"x": (1, 8, 13, 13), "w": (8, 8, 3, 3)}, {"s
 POOL1 = Case("maxpool", "pool1-like", {"x": (1, 4, 55, 55)}, {"size": 3, "stride": 2})
 LRN = Case("lrn", "lrn1-like", {"x": (1, 8, 55, 55)}, {"size": 5, "alpha": 1e-4, "beta": 0.75, "k": 2.0})
 NOT_YET = "issue 78: rewrite pending"
+
+
+class Wasteful(AssertionError):
+    """A kernel that uses less of each sector than SECTOR_USE: what a NOT_YET case may fail with, and
+    nothing else (a case that cannot run is no known shortfall)."""
+
+
 MEMORY_BOUND = [
     (POOL1, "shared", "maxpool_fwd_shared", None),
     (POOL1, "shared", "maxpool_bwd_shared", None),
@@ -128,7 +141,7 @@ MEMORY_BOUND = [
     (LRN, "shared", "lrn_bwd_window", None),
     (CONV2, "shared", "bias_grad", None),
     (CONV2, "winograd", "winograd_input_a6", NOT_YET),
-    (CONV2, "winograd", "winograd_output_a6", NOT_YET),
+    (CONV2, "winograd", "winograd_output_a6", None),
     (CONV3, "winograd_f4", "winograd_input_a6", NOT_YET),
     (CONV3, "winograd_f4", "winograd_output_a6", NOT_YET),
     (CONV2, "fft", "fft_input_n32", NOT_YET),
@@ -139,12 +152,19 @@ MEMORY_BOUND = [
 @pytest.mark.parametrize(
     "case, variant, kernel",
     [
-        pytest.param(c, v, k, marks=[pytest.mark.xfail(strict=True, reason=why)] if why else [], id=f"{c.layer}-{k}")
+        pytest.param(
+            c,
+            v,
+            k,
+            marks=[pytest.mark.xfail(strict=True, raises=Wasteful, reason=why)] if why else [],
+            id=f"{c.layer}-{k}",
+        )
         for c, v, k, why in MEMORY_BOUND
     ],
 )
 def test_memory_bound_kernels_use_most_of_each_sector(traced, case, variant, kernel):
-    traces = _run(traced, case, variant)
+    traces = _run(traced, case, variant, kernels={kernel})
     assert kernel in traces, sorted(traces)
     use = _sector_use(traces[kernel])
-    assert use >= SECTOR_USE, f"{kernel}: {use:.2f} of each sector's bytes"
+    if use < SECTOR_USE:  # today: the Winograd input transforms 0.41-0.58, F(4x4)'s output 0.49, the FFT's 0.125
+        raise Wasteful(f"{kernel}: {use:.2f} of each sector's bytes")

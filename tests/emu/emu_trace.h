@@ -27,7 +27,7 @@ __attribute__((no_sanitize_address)) inline bool emu_within(uintptr_t a, const T
 }
 
 __attribute__((no_sanitize_address)) inline void emu_record(uintptr_t a, size_t bytes, bool store, void* pc) {
-    if (!emu_tracing || (a >= emu_stacks.first && a < emu_stacks.second)) return;
+    if (!emu_tracing || emu_trace_capacity == 0 || (a >= emu_stacks.first && a < emu_stacks.second)) return;
     if (emu_within(a, threadIdx) || emu_within(a, blockIdx) || emu_within(a, blockDim) || emu_within(a, gridDim) ||
         emu_within(a, emu_tid) || emu_within(a, emu_lanes))
         return;
@@ -74,7 +74,8 @@ extern "C" void __asan_handle_no_return() {}
 extern "C" void __asan_before_dynamic_init(const char*) {}  // the runtime's, for globals: none checked
 extern "C" void __asan_after_dynamic_init() {}
 
-// The trace of the launches since the last call: starts a fresh buffer of ``capacity`` records.
+// The trace of the launches since the last call: starts a fresh buffer of ``capacity`` records
+// (0: record nothing, a launch not asked for).
 extern "C" __attribute__((no_sanitize_address)) void emu_trace_start(uint64_t capacity) {
     if (emu_trace_buffer != nullptr) munmap(emu_trace_buffer, emu_trace_capacity * sizeof(EmuAccess));
     emu_trace_buffer = static_cast<EmuAccess*>(mmap(nullptr, capacity * sizeof(EmuAccess), PROT_READ | PROT_WRITE,

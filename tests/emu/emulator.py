@@ -36,6 +36,7 @@ HERE = Path(__file__).parent
 # The CTA slots a launch sizes its split-K to (Backend.slots): an H100's 132 SMs x the two CTAs an SM
 # holds of every default GEMM build (at most 128 registers; tests/test_waves.py reads the builds)
 SMS, SLOTS = 132, 132 * 2
+ALIGNMENT = 256  # bytes: where cudaMalloc's arrays start
 # Compiled builds, by content: $TRACKER_EMU_CACHE, else a folder of this user's in the temp directory.
 CACHE = Path(os.environ.get("TRACKER_EMU_CACHE") or Path(tempfile.gettempdir()) / f"tracker-emu-{os.getuid()}")
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([\w, ]+\)\s*)?(\w+)\(')
@@ -136,6 +137,7 @@ class Emulator:
         # ``traces``, for tests/emu/trace.py to count sectors and bank wavefronts
         self.options += [*TRACE_OPTIONS, "-DEMU_TRACE"] if trace else []
         self.traces: list[Trace] = []
+        self.traced_kernels: set[str] | None = None  # the kernels whose launches are traced (None: all)
         self.libs: dict[tuple, ctypes.CDLL] = {}
         self.log: list[LaunchRecord] = []
         self.context = None  # set by the executor to the step being run
@@ -194,11 +196,12 @@ class Emulator:
         values = [_c_value(a) for a in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         lib = self._lib(source, defines)
+        traced = self.tracing and (self.traced_kernels is None or kernel in self.traced_kernels)
         if self.tracing:
-            lib.emu_trace_start(ctypes.c_uint64(TRACE_CAPACITY))
+            lib.emu_trace_start(ctypes.c_uint64(TRACE_CAPACITY if traced else 0))
         status = lib.emu_launch(kernel.encode(), *[ctypes.c_uint(v) for v in record.grid + record.block], pointers)
         assert status == 0, f"{kernel} in {source}: {_LAUNCH_FAILURES.get(status, status)}"
-        if self.tracing:
+        if traced:
             self.traces.append(Trace.read(lib, kernel, record.grid, record.block, args))
 
     @property
@@ -209,15 +212,19 @@ class Emulator:
         return SLOTS  # the GPU it stands in for; tests/test_waves.py reads the builds' residency
 
     def empty(self, shape: tuple) -> DeviceArray:
-        if not self.execute:  # pages never touched: a full-size plan costs no memory
-            return DeviceArray(np.empty(shape, dtype=np.float32), _MINT)
-        return DeviceArray(
-            np.full(shape, np.nan, dtype=np.float32), _MINT
-        )  # scratch starts poisoned, like every output
+        made = _allocated(shape, np.dtype(np.float32))
+        if self.execute:  # else pages never touched: a full-size plan costs no memory
+            made.fill(np.nan)  # scratch starts poisoned, like every output
+        return DeviceArray(made, _MINT)
 
     def asarray(self, array: Any) -> DeviceArray:
         """A device copy of a host array, its dtype kept as CuPy keeps it (float64 stays float64)."""
-        return array if isinstance(array, DeviceArray) else DeviceArray(np.array(array), _MINT)
+        if isinstance(array, DeviceArray):
+            return array
+        host = np.asarray(array)
+        made = _allocated(host.shape, host.dtype)
+        made[...] = host
+        return DeviceArray(made, _MINT)
 
     def asnumpy(self, array: Any) -> np.ndarray:
         return array.get() if isinstance(array, DeviceArray) else np.asarray(array)
@@ -318,6 +325,15 @@ def _headers() -> str:
     files = sorted([*HERE.glob("*.h"), *KERNEL_DIR.glob("*.cuh")])
     version = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout
     return version + "".join(f.name + f.read_text() for f in files)
+
+
+def _allocated(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An array whose first byte is 256-byte aligned, as cudaMalloc's are: which 32-byte sectors an
+    access touches (tests/emu/trace.py) depends on it."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def _c_value(arg: Any) -> Any:

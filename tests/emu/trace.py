@@ -41,7 +41,8 @@ class Trace:
     def read(cls, lib: ctypes.CDLL, kernel: str, grid: tuple, block: tuple, args: tuple) -> Trace:
         lib.emu_trace_records.restype = ctypes.c_void_p
         lib.emu_trace_recorded.restype = lib.emu_trace_lost.restype = ctypes.c_uint64
-        assert lib.emu_trace_lost() == 0, f"{kernel}: the trace outgrew its buffer; trace a smaller case"
+        if lib.emu_trace_lost():
+            raise RuntimeError(f"{kernel}: the trace outgrew its buffer; trace a smaller case or fewer kernels")
         count = lib.emu_trace_recorded()
         raw = (ctypes.c_char * (count * RECORD.itemsize)).from_address(lib.emu_trace_records()) if count else b""
         records = np.frombuffer(bytes(raw), RECORD)

@@ -308,8 +308,14 @@ __device__ __forceinline__ void stash_operand(const float (&regs)[R], float* row
 // consecutive columns where LANES < 32: its rows are padded to lie LANES banks apart.
 constexpr int K_RUN = TILE_K < 8 ? TILE_K : 8;
 static_assert(TILE_K % K_RUN == 0, "TILE_K is a multiple of 8, or below it");
-__device__ __forceinline__ int k_run(int t) { return t % K_RUN + K_RUN * (t / (K_RUN * LANES)); }
-__device__ __forceinline__ int k_run_column(int t) { return (t / K_RUN) % LANES; }
+__device__ __forceinline__ int k_run(int t) {
+    if constexpr (TILE_K == K_RUN) return t % TILE_K;  // one run a k-tile: no more index math than that
+    return t % K_RUN + K_RUN * (t / (K_RUN * LANES));
+}
+__device__ __forceinline__ int k_run_column(int t) {
+    if constexpr (TILE_K == K_RUN) return t / TILE_K;
+    return (t / K_RUN) % LANES;
+}
 
 template <bool K_CONTIGUOUS, int WIDTH>
 __host__ __device__ constexpr int row_pad() {

@@ -53,7 +53,8 @@ def test_stall_categories_and_bound(store):
     assert verdict.loc[("relu1", "fwd"), "bound"] == "memory"
     assert verdict.loc[("relu1", "fwd"), "why"] == "top stalls memory_dependency, exec_dependency"
     model = stalls.bound(store, 2).set_index(["layer", "phase"])
-    assert model.loc[("conv2", "fwd"), "bound"] == "compute"  # the roofline's verdict, said as such
+    assert model.loc[("conv1", "fwd"), "bound"] == "compute"  # the roofline's verdict, said as such
+    assert model.loc[("conv2", "fwd"), "bound"] == "memory"  # the plan's Winograd F(4x4): 17 FLOP/B
     assert model.loc[("relu1", "fwd"), "bound"] == "memory"
     assert model.loc[("relu1", "fwd"), "why"] == "model's roofline (no counters)"
 

@@ -89,8 +89,10 @@ def test_compare_puts_our_kernels_beside_the_librarys_per_layer_phase(tmp_path, 
 
     rows = {(r["layer"], r["phase"]): r for r in json.loads(result.output)}
     conv2 = rows[("conv2", "fwd")]
-    assert (conv2["algorithm_a"], conv2["algorithm_b"]) == ("implicit_gemm", "fft")  # ours: the shared variant
-    assert conv2["a_ms"] == pytest.approx(0.5 * (1.00 + 1.01) / 2)  # layer 5 made up: 0.5 ms x jitter 1.00, 1.01
+    # ours: the conv rule's Winograd F(4x4) (its transforms name it non-fused), against cuDNN's FFT
+    assert (conv2["algorithm_a"], conv2["algorithm_b"]) == ("winograd_nonfused", "fft")
+    # layer 5 made up: 0.5 ms a launch x jitter 1.00, 1.01; Winograd's 4 (filters, input, products, output)
+    assert conv2["a_ms"] == pytest.approx(4 * 0.5 * (1.00 + 1.01) / 2)
     assert conv2["speedup"] == pytest.approx(conv2["a_ms"] / conv2["b_ms"])
     assert rows[("lrn1", "fwd")]["b_ms"] == 0  # PyTorch's trace ran nothing under lrn1/fwd here
     table = runner.invoke(cli, ["compare", str(ours), str(theirs), "--db", db])
@@ -124,7 +126,7 @@ def test_the_library_experiment_records_every_arm_and_reports_speedups(tmp_path,
     assert conv2["algorithm_b"] == "fft" and conv2["speedup"] > 0
     report = tracker_report(store, f"e{experiment_id}", tmp_path / "report")
     assert "PyTorch (cuDNN, cuBLAS) against our kernels per layer" in report
-    assert "| library | torch | conv2 | fwd | implicit_gemm | fft |" in report  # ours against cuDNN's FFT
+    assert "| library | torch | conv2 | fwd | winograd_nonfused | fft |" in report  # ours against cuDNN's FFT
 
 
 def test_the_model_backend_records_a_library_run_without_a_gpu(tmp_path, runner):

@@ -3,7 +3,7 @@ every lane's address of every load and store (tests/emu/trace.py), and the warp-
 make are counted in 32-byte sectors (global memory) and bank wavefronts (shared memory), as a GPU
 serves them. What the counts prove: every GEMM ring's shared loads and stores take the one
 wavefront a phase they must (no bank conflict), at every tile `tracker tune` can pick; the
-memory-bound kernels use most of each sector they touch (issue 78's target: 75 %)."""
+memory-bound kernels use most of each sector they touch (the target: 75 %)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tracker.ops import Case
 from tracker.ops.gemm import DEFAULT, SHAPES, Tile
 from tracker.ops.selftest import run_case
 
-SECTOR_USE = 0.75  # of each touched sector's bytes (issue 78)
+SECTOR_USE = 0.75  # of each touched sector's bytes
 
 
 def _records(addresses, bytes_=4, lanes=None) -> np.ndarray:
@@ -126,7 +126,7 @@ CONV2 = Case("conv", "conv2-like", {"x": (1, 4, 27, 27), "w": (8, 4, 5, 5)}, {"s
 CONV3 = Case("conv", "conv3-like", {"x": (1, 8, 13, 13), "w": (8, 8, 3, 3)}, {"stride": 1, "pad": 1})
 POOL1 = Case("maxpool", "pool1-like", {"x": (1, 4, 55, 55)}, {"size": 3, "stride": 2})
 LRN = Case("lrn", "lrn1-like", {"x": (1, 8, 55, 55)}, {"size": 5, "alpha": 1e-4, "beta": 0.75, "k": 2.0})
-NOT_YET = "issue 78: rewrite pending"
+NOT_YET = "not yet rebuilt: each tile a block of its own scatters its stores"
 
 
 class Wasteful(AssertionError):

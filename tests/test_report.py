@@ -127,14 +127,14 @@ def test_model_report_gives_runtime_and_the_models_roofline(runner, db, tmp_path
         "memory",
     }
     md = (tmp_path / "report.md").read_text()
-    # run 2 (H100) against run 3 (A100): 45.33 / 13.85 ms
-    assert "## Speedup of run 2 over run 3, per batch" in md and "whole iteration +227.4%" in md
+    # run 2 (H100) against run 3 (A100), each by the default plan's algorithms: 18.75 / 6.20 ms
+    assert "## Speedup of run 2 over run 3, per batch" in md and "whole iteration +202.2%" in md
     assert "Fill them with `tracker profile alexnet --batch 128 --backend ncu` on a GPU." in md
     assert "[Roofline moves: run 3 -> run 2](#roofline-moves-run-3---run-2)" in md
-    # paper 001's figure, both runs side by side: the model runs conv2 at the FP32 peak on either GPU
+    # paper 001's figure, both runs side by side: the model runs conv1 at the FP32 peak on either GPU
     assert (
-        "**Finding:** run 3: ours: conv2 fwd takes 13.0% of the step at 100% of the FP32 peak; "
-        "run 2: ours: conv2 fwd takes 12.4% of the step at 100% of the FP32 peak"
+        "**Finding:** run 3: ours: conv1 fwd takes 7.38% of the step at 100% of the FP32 peak; "
+        "run 2: ours: conv1 fwd takes 6.50% of the step at 100% of the FP32 peak"
     ) in md
 
 
@@ -157,7 +157,7 @@ def test_experiment_report_and_list(runner, db, tmp_path):
     assert (tmp_path / "batch_runtime.svg").exists()
     md = (tmp_path / "report.md").read_text()
     assert "## Time per image per layer at batch 16, 128" in md
-    assert "batch 16: 116 µs (8.61k images/s), batch 128: 108 µs (9.24k images/s)" in md
+    assert "batch 16: 57.4 µs (17.4k images/s), batch 128: 48.5 µs (20.6k images/s)" in md
     assert "alexnet at batches 16, 128 on H100 SXM5 80GB" in md
     listed = runner.invoke(cli, ["experiments", "--db", db, "--format", "json"])
     assert '"runs": "4,5"' in listed.output and '"kind": "batch"' in listed.output
@@ -167,7 +167,7 @@ def test_compare_cli_and_its_refusal(runner, db):
     ok = runner.invoke(cli, ["compare", "2", "3", "--db", db, "--format", "csv"])
     assert ok.exit_code == 0, ok.output
     rows = list(pd.read_csv(__import__("io").StringIO(ok.output)).itertuples())
-    assert rows[-1].layer == "iteration" and rows[-1].speedup == pytest.approx(13.846230853581421 / 45.32732394045829)
+    assert rows[-1].layer == "iteration" and rows[-1].speedup == pytest.approx(6.204593327247172 / 18.747762375678775)
     bad = runner.invoke(cli, ["compare", "1", "2", "--db", db])
     assert bad.exit_code == 1 and bad.output.count("\n") == 1
     assert "runs 1 and 2 ran different phases" in bad.output

@@ -2,7 +2,7 @@
 emulation without running (its launch geometry at full size), each GEMM-shaped launch's CTAs set
 against the slots an H100 holds of its build (132 SMs x the CTAs an SM holds, read from the sm_90
 build's registers and shared memory). Split-K sizes grids to whole waves (``gemm.Tile.splits``):
-every GEMM-shaped layer phase keeps at least 90 % of the slots busy (issue 78)."""
+every GEMM-shaped layer phase keeps at least 90 % of the slots busy."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ GEMM_KERNELS = sorted(
     }
 )
 # the 3-D implicit convolutions build to 129-149 registers on sm_90 (their index math in the k-loop):
-# one CTA an SM, and the emulation's slots count two (issue 78: the core at two CTAs an SM)
+# one CTA an SM, where the emulation's slots count two
 ONE_CTA = ("conv3d_fwd_implicit", "conv3d_bwd_data_implicit", "conv3d_bwd_weight_implicit")
 
 

@@ -238,8 +238,9 @@ def conv_algorithms() -> dict[str, str]:
     """algorithm, as the analytic model names it -> the first conv variant that runs it, by the
     kernels its forward launches (tracker/kernel_names.py) and a Winograd's output tile: direct
     (global), implicit_gemm (shared), gemm, winograd_f2 (winograd), winograd_f4."""
-    from tracker.kernel_names import modelled, phase_algorithm
+    from tracker.kernel_names import phase_algorithm
     from tracker.ops import OPS
+    from tracker.ops.winograd import modelled
 
     found: dict[str, str] = {}
     for name, variant in OPS["conv"].variants.items():

@@ -218,7 +218,7 @@ def phase_algorithm(names: Iterable[str]) -> str | None:
 
 
 # The algorithm a launch's kernel names say -> the analytic model's (tracker/model/algorithms.py);
-# our non-fused Winograd's output tile is its variant's (modelled).
+# our non-fused Winograd's output tile is its variant's (tracker.ops.winograd.modelled).
 MODELLED = {
     "direct": "direct",
     "implicit_gemm": "implicit_gemm",
@@ -226,12 +226,3 @@ MODELLED = {
     "gemm": "gemm",
     "fft": "fft",
 }
-
-
-def modelled(algorithm: str | None, conv_variant: str | None) -> str | None:
-    """The model's name for what a conv phase of ours ran: a Winograd's by its variant's tile."""
-    from tracker.ops.winograd import MODEL_TILES, model_algorithm  # the op registry: only where asked
-
-    if algorithm in ("winograd_nonfused", "winograd") and conv_variant in MODEL_TILES:
-        return model_algorithm(conv_variant)
-    return MODELLED.get(algorithm or "")

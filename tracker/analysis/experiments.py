@@ -10,8 +10,8 @@ import pandas as pd
 from tracker.analysis import in_layer_order, run_row, view
 from tracker.analysis.runtime import runtime
 from tracker.analysis.speedup import comparison
-from tracker.kernel_names import modelled
 from tracker.model.memory import PeakMemory
+from tracker.ops.winograd import modelled
 from tracker.store import Store
 from tracker.store.queries import experiment_runs
 

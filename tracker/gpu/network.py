@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracker.errors import TrackerError
-from tracker.kernel_names import modelled, phase_algorithm
+from tracker.kernel_names import phase_algorithm
 from tracker.nets import Layer, Network
 from tracker.ops import OPS
 from tracker.ops.gemm import Tile
 from tracker.ops.launch import Arrays, Backend
 from tracker.ops.softmax import label_shape
+from tracker.ops.winograd import modelled
 
 if TYPE_CHECKING:
     from tracker.gpu.workload import Workload

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from tracker.kernel_names import MODELLED
 from tracker.ops.conv2d import CONV, IMPLICIT_KERNELS, bwd_data_implicit, bwd_weight_implicit, fwd_implicit, where
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, SPLITK_REDUCE, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
@@ -61,6 +62,14 @@ MODEL_TILES = {**OUTPUT_TILES, "winograd_fused": FUSED_TILE}  # every Winograd v
 def model_algorithm(variant: str) -> str:
     """The analytic model's name for a Winograd variant's algorithm (tracker/model/algorithms.py)."""
     return f"winograd_f{MODEL_TILES[variant]}"
+
+
+def modelled(algorithm: str | None, conv_variant: str | None) -> str | None:
+    """The model's name for what a conv phase of ours ran (``algorithm``: what its kernel names say,
+    tracker/kernel_names.py): a Winograd's by its variant's tile."""
+    if algorithm in ("winograd_nonfused", "winograd") and conv_variant in MODEL_TILES:
+        return model_algorithm(conv_variant)
+    return MODELLED.get(algorithm or "")
 
 
 def applies(w_shape: tuple[int, ...], stride: int, pad: int) -> bool:

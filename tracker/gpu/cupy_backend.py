@@ -29,6 +29,7 @@ class CupyBackend:
         self.l1_policy = l1_policy
         self.timed = timed
         self.modules: dict[tuple, cp.RawModule] = {}
+        self._slots: dict[tuple, int] = {}
         self.log: list[LaunchRecord] = []
         self.context: Any = None
         if os.environ.get("TRACKER_CUPY_POOL") == "off":
@@ -79,10 +80,14 @@ class CupyBackend:
         self.peak_bytes = max(self.peak_bytes, self.pool.total_bytes())
 
     def slots(self, source: str, kernel: str, threads: int, defines: Overrides = ()) -> int:
-        """SMs x the CTAs of the loaded build an SM holds (the driver's occupancy calculator)."""
-        function = self.module(source, defines).get_function(kernel)
-        per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, 0)
-        return max(1, per_sm) * cp.cuda.Device().attributes["MultiProcessorCount"]
+        """SMs x the CTAs of the loaded build an SM holds (the driver's occupancy calculator), asked
+        once per build: every GEMM launch of every iteration reads it."""
+        key = (source, kernel, threads, defines)
+        if key not in self._slots:
+            function = self.module(source, defines).get_function(kernel)
+            per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, 0)
+            self._slots[key] = max(1, per_sm) * cp.cuda.Device().attributes["MultiProcessorCount"]
+        return self._slots[key]
 
     def empty(self, shape: tuple) -> Any:
         array = cp.empty(shape, dtype=cp.float32)

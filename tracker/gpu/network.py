@@ -31,10 +31,10 @@ if TYPE_CHECKING:
 FUSED_INTO = "fused-into-previous"  # a layer folded into the variant before it (a ReLU into a fused conv)
 IN_PLACE = "in-place"  # a layer whose output is its inputs' storage (a concatenation whose producers write it)
 LAUNCHES_NOTHING = (FUSED_INTO, IN_PLACE)
-INDEX_LIMIT = 2**31 - 1
+INDEX_LIMIT = 2**31 - 1  # the kernels index an array with 32-bit ints (cheaper address arithmetic)
 # the algorithms whose cost is a convolution's own count (its multiplies, its compulsory bytes): a
 # plan that runs them is predicted as a plan with no algorithm named is
-DIRECT_COUNT = ("direct", "implicit_gemm")  # the kernels index an array with 32-bit ints (cheaper address arithmetic)
+DIRECT_COUNT = ("direct", "implicit_gemm")
 
 
 def check_indexing(net: Network, batch: int) -> None:
@@ -161,7 +161,8 @@ def algorithms(net: Network, planned: Mapping[str, str] | None, batch: int) -> d
         return None
     found = {}
     for key, name in planned.items():
-        layer, phase = net.layer(key.split("/")[0]), key.split("/")[1]
+        name_of_layer, _, phase = key.partition("/")
+        layer = net.layer(name_of_layer)
         op = OPS.find(layer)
         if layer.kind != "conv" or op is None or name not in op.variants:
             continue

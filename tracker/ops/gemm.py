@@ -302,26 +302,32 @@ def run(
     partial = b.empty((batch * splits, M, N)) if splits > 1 else None
     b.launch(source, kernel, tile.grid(M, N, splits, batch), (tile.threads,), args(partial, chunk), defines=defines)
     if splits > 1:
-        b.launch(
-            "gemm.cu",
-            "splitk_reduce",
-            (blocks(batch * M * N),),
-            (THREADS,),
-            (
-                partial,
-                splits,
-                out.c,
-                M,
-                N,
-                out.per_image,
-                out.bias,
-                int(out.bias_per_row),
-                int(out.relu),
-                int(out.accumulate),
-                batch,
-                out.stride,
-            ),
-        )
+        reduce_splits(b, partial, splits, out, M, N, batch)
+
+
+def reduce_splits(b: Backend, partial: Any, splits: int, out: Out, M: int, N: int, batch: int = 1) -> None:
+    """splitk_reduce: ``out`` = the sum of ``partial``'s ``splits`` slices of each of ``batch`` M x N
+    items, in slice order (deterministic), through ``out``'s epilogue."""
+    b.launch(
+        "gemm.cu",
+        "splitk_reduce",
+        (blocks(batch * M * N),),
+        (THREADS,),
+        (
+            partial,
+            splits,
+            out.c,
+            M,
+            N,
+            out.per_image,
+            out.bias,
+            int(out.bias_per_row),
+            int(out.relu),
+            int(out.accumulate),
+            batch,
+            out.stride,
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -445,4 +451,4 @@ def bias_grad(b: Backend, dy: Any, relu_y: Any, db: Any, N: int, K: int, L: int)
     out = b.empty((runs, K)) if runs > 1 else db
     b.launch("gemm.cu", "bias_grad", (_bias_across(K, L), runs), (THREADS,), (dy, relu_y, out, N, K, L, rows))
     if runs > 1:  # a 1 x K GEMM's split-K reduction, the runs its splits
-        b.launch("gemm.cu", "splitk_reduce", (blocks(K),), (THREADS,), (out, runs, db, 1, K, K, None, 0, 0, 0, 1, 0))
+        reduce_splits(b, out, runs, Out(db, K), 1, K)

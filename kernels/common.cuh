@@ -8,20 +8,26 @@
 // ty*4 + TILE_M/2 + {0..3}, columns likewise from tx. A warp's 32 threads are WARP_ROWS x
 // (32 / WARP_ROWS) of those blocks (warp tiling: 4 x 8 threads cover 32 x 64 outputs, 8 x 4 cover
 // 64 x 32, so a fragment is shared by 8 or 4 lanes), and per k each thread reads its fragments as
-// four 128-bit LDS (two of A, two of B) and issues 64 FFMA: 16 FFMA per shared load.
+// four 128-bit LDS (two of A, two of B) and issues 64 FFMA: 16 FFMA per shared load. The fragments
+// are double-buffered in registers (in the cp.async builds): step k's FFMAs issue while step k + 1's loads are in flight,
+// and the k-tile's last step hands the ring over (its barrier) before its FFMAs, so that the next
+// tile's first fragments are loading meanwhile.
 // The k-tiles flow through a ring of STAGES buffers in shared memory: while tile k is multiplied,
 // the global loads of tiles k+1 .. k+STAGES-1 are in flight, and one barrier per k-tile
 // separates writing a buffer from reading it. Plain operands go straight to shared memory with
 // cp.async (LDGSTS, sm_80 on), which needs no staging registers, so more stages are more loads in
-// flight. An operand read through a ReLU mask (the fused backward's output gradient) is copied
-// the same way, the ReLU's output beside it into a ring of its own, and each thread zeroes its own
+// flight; a dense operand whose rows run along the tile's outer index is copied 16 bytes at a
+// time (in_runs). An operand read through a ReLU mask (the fused backward's output gradient) is
+// copied with cp.async too, the ReLU's output beside it into a ring of its own, and each thread zeroes its own
 // copies where that output is not positive once they have landed, before the barrier that hands
 // the tile to the other threads: the mask costs a compare a copied element, not the pipeline.
 // Every operand of the L1-bypass build is staged through registers, one k-tile ahead (a 4-byte
 // cp.async always goes through L1; see copy_async). Every GEMM kernel is __launch_bounds__(GEMM_THREADS,
-// MIN_CTAS): 0 leaves registers to ptxas's own trade-off, 1 gives the code all it asks for, 2
-// holds a 256-thread tile to 128 (spilling if it must) so that two CTAs share an SM; `tracker
-// tune` measures which pays.
+// MIN_CTAS) (GEMM_MIN_CTAS): 0 leaves registers to ptxas's own trade-off, 1 gives the code all it asks for, 2
+// holds a 256-thread tile to 128 (spilling if it must) so that two CTAs share an SM: the default
+// tile's (tracker/ops/gemm.py's DEFAULT), which every kernel here fits without spills on sm_90;
+// `tracker tune` measures which pays. The epilogue stores 4 consecutive columns as one 16-byte
+// store where they lie together (Store::quad).
 //
 // The sizes are not written here: tracker/ops/gemm.py hands them to NVRTC as -D options (and
 // tracker/ops/conv2d.py CONSTANT_FLOATS), so the launch grids computed in
@@ -49,11 +55,21 @@
 // output gradient through the ReLU's output (copied beside it, see gemm_tile); 0: every other
 // build, where a Masked operand's y is null and the operand is copied like any other.
 static_assert(RELU_MASK == 0 || RELU_MASK == 1, "RELU_MASK is 0 or 1");
+// The register policy every GEMM kernel's __launch_bounds__ applies: the tile's MIN_CTAS, except
+// that the builds which stage their operands through registers (L1-bypass, staged) leave a cap of
+// two CTAs an SM to ptxas: their staging registers do not fit beside the accumulators in 128
+// without spills (the cp.async builds copy around the registers and do).
+#if defined(TRACKER_L1_BYPASS) || defined(TRACKER_STAGED)
+#define GEMM_MIN_CTAS (MIN_CTAS == 2 ? 0 : MIN_CTAS)
+#else
+#define GEMM_MIN_CTAS MIN_CTAS
+#endif
 static_assert(THREAD_M == 8 && THREAD_N == 8, "a thread's block is two 4-row by two 4-column groups");
 constexpr int WARP_COLS = 32 / WARP_ROWS;
 static_assert(WARP_ROWS * WARP_COLS == 32 && TILE_M % (WARP_ROWS * THREAD_M) == 0 && TILE_N % (WARP_COLS * THREAD_N) == 0,
               "a warp's WARP_ROWS x WARP_COLS threads tile the CTA's outputs");
 static_assert(STAGES >= 2, "a k-tile is loaded while the one before it is multiplied");
+static_assert(TILE_K % 2 == 0, "the fragments' two register buffers alternate, the next k-tile's first in buffer 0");
 static_assert((TILE_M / THREAD_M) * (TILE_N / THREAD_N) == GEMM_THREADS, "one thread per register block");
 
 // Loading a k-tile: each thread fetches one k (row kk of the tile) at LOADS outer positions
@@ -157,10 +173,25 @@ __device__ __forceinline__ float element(const Masked<G>& g, int j) {
     return (at >= 0 && (g.y == nullptr || g.y[at] > 0.f)) ? g.p[at] : 0.f;
 }
 
+// Division by a stride d >= 2 as a multiply, for the data gradient's loaders, whose k-loop would
+// otherwise divide each slot's row and column: x / d = umulhi(x, inverse(d)), inverse(d) =
+// ceil(2^32 / d), exact for 0 <= x < 2^32 / d (the loaders' packed coordinates are below 2^16).
+__device__ __forceinline__ unsigned inverse(int d) { return 0xffffffffu / d + 1; }
+__device__ __forceinline__ int divide(int x, unsigned inverse_d) { return __umulhi(x, inverse_d); }
+
 // Convolution geometry of one layer (NCHW input, KCRS filters, NKPQ output).
 struct ConvShape {
     int N, C, H, W, K, R, S, P, Q, stride, pad;
 };
+
+// A 16-byte access needs a 16-byte-aligned address: a GPU faults on any other (the emulation
+// checks every one, cuda_emu.h's emu_aligned).
+__device__ __forceinline__ bool aligned16(const void* p) { return reinterpret_cast<size_t>(p) % 16 == 0; }
+__device__ __forceinline__ void check_aligned(const void* p) {
+#ifndef __CUDA_ARCH__
+    emu_aligned(p);
+#endif
+}
 
 // Epilogue: C(m, n) = (accumulate ? C : 0) + v + bias, then ReLU if asked. C is images of
 // `rows` x `per_image` (the batch folded into the GEMM's columns: n = image * per_image + j);
@@ -186,6 +217,31 @@ struct Store {
         *dst = accumulate ? *dst + v : v;
     }
     __device__ __forceinline__ void operator()(int m, int n, float v) const { (*this)(m, n, column(n), v); }
+    // Columns n .. n + 3 of row m (n a multiple of 4; at[q]: column(n + q)), those below N: one
+    // 16-byte store (STG.128) where the four lie together in one image and 16-byte aligned, the
+    // four stores of operator() elsewhere (a ragged edge, images of a width not a multiple of 4).
+    __device__ __forceinline__ void quad(int m, int n, int N, const size_t* at, const float* v) const {
+        float* dst = c + at[0] + (size_t)m * per_image;
+        if (per_image % 4 == 0 && n + 3 < N && aligned16(dst)) {
+            float out[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                out[q] = v[q] + (bias == nullptr ? 0.f : bias[bias_per_row ? m : n + q]);
+                if (relu) out[q] = fmaxf(out[q], 0.f);
+            }
+            check_aligned(dst);
+            float4& to = *reinterpret_cast<float4*>(dst);
+            if (accumulate) {
+                const float4 was = to;
+                out[0] += was.x, out[1] += was.y, out[2] += was.z, out[3] += was.w;
+            }
+            to = make_float4(out[0], out[1], out[2], out[3]);
+        } else {
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                if (n + q < N) (*this)(m, n + q, at[q], v[q]);
+        }
+    }
 };
 
 // Split-K: CTA z of gridDim.z multiplies k in [z * k_chunk, (z + 1) * k_chunk). With one split (no
@@ -229,6 +285,30 @@ __device__ __forceinline__ void copy_async(float* dst, const float* RESTRICT src
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 4 : 0));
 #else
     *dst = valid ? *src : 0.f;
+#endif
+}
+
+// dst[0..3] = the first `count` (0 to 4) floats at src, zeros after them (src is not read past
+// them); dst and src 16-byte aligned. One 16-byte cp.async, .ca like copy_async's: the build that
+// caches in L1 caches every copy (the l1-bypass experiment's L1 arm), the cg build has none.
+__device__ __forceinline__ void copy_async16(float* dst, const float* RESTRICT src, int count) {
+#ifdef TRACKER_CP_ASYNC
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(count * 4));
+#else
+    // As the GPU would, one 16-byte access each way where all four are read (the memory trace
+    // counts a 16-byte access's banks and sectors as the GPU does).
+    check_aligned(dst);
+    check_aligned(src);
+    float4 v = {0.f, 0.f, 0.f, 0.f};
+    if (count == 4) {
+        v = *reinterpret_cast<const float4*>(src);
+    } else {
+        if (count > 0) v.x = src[0];
+        if (count > 1) v.y = src[1];
+        if (count > 2) v.z = src[2];
+    }
+    *reinterpret_cast<float4*>(dst) = v;
 #endif
 }
 
@@ -317,6 +397,50 @@ __device__ __forceinline__ int k_run_column(int t) {
     return (t / K_RUN) % LANES;
 }
 
+// A dense operand whose outer index walks memory (Dense<L, false>: B of A B, A of A^T B) is copied
+// in runs of 4 outer positions, one 16-byte cp.async a run (LDGSTS.128: a quarter of the copies),
+// where its rows are 16-byte aligned (ld a multiple of 4, p aligned; else each run as four 4-byte
+// copies): thread t copies run t % RUNS of k-row t / RUNS, then every GEMM_THREADS / RUNS-th
+// k-row after it, so that a warp's copies are whole rows of the tile, in and out. A k-contiguous
+// operand's 4 consecutive k go to 4 k-rows of the ring: no 16-byte copy fits them.
+template <class G, int WIDTH>
+constexpr bool in_runs = false;
+template <int L, int WIDTH>
+constexpr bool in_runs<Dense<L, false>, WIDTH> =
+    COPY_AROUND_REGISTERS && WIDTH % 4 == 0 && GEMM_THREADS % (WIDTH / 4) == 0 && TILE_K % (GEMM_THREADS / (WIDTH / 4)) == 0;
+
+// Where thread t copies into a k-tile of an operand WIDTH wide: its first k-row and outer index.
+template <class G, int WIDTH>
+__device__ __forceinline__ int loader_k(int t) {
+    if constexpr (in_runs<G, WIDTH>) return t / (WIDTH / 4);
+    return G::k_contiguous ? k_run(t) : t / LANES;
+}
+template <class G, int WIDTH>
+__device__ __forceinline__ int loader_o(int t) {
+    if constexpr (in_runs<G, WIDTH>) return t % (WIDTH / 4) * 4;
+    return G::k_contiguous ? k_run_column(t) : t % LANES;
+}
+
+// A Dense<L, false> operand's share of a k-tile (in_runs): its runs at k-rows k, k + ROWS, ...
+// from dst (its first run's place in the ring; rows ROW floats apart), those at or past k_end and
+// past extent zeros. vector: the rows are 16-byte aligned.
+template <int WIDTH, int ROW, class G>
+__device__ __forceinline__ void fetch_runs(const G& g, float* dst, int o, int extent, int k, int k_end, bool vector) {
+    constexpr int ROWS = GEMM_THREADS / (WIDTH / 4);
+    const int count = min(max(extent - o, 0), 4);
+#pragma unroll
+    for (int j = 0; j < TILE_K / ROWS; ++j) {
+        const int n = k + ROWS * j < k_end ? count : 0;
+        const float* src = g.p + g.base + (size_t)j * ROWS * g.ld;
+        if (vector) {
+            copy_async16(dst + j * ROWS * ROW, src, n);
+        } else {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) copy_async(dst + j * ROWS * ROW + q, src + q, q < n);
+        }
+    }
+}
+
 template <bool K_CONTIGUOUS, int WIDTH>
 __host__ __device__ constexpr int row_pad() {
     constexpr int pad = K_CONTIGUOUS || LANES >= 32 ? TILE_PAD : ((LANES - WIDTH) % 32 + 32) % 32;
@@ -335,10 +459,14 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     const int m0 = (blockIdx.y % tiles_of(M, TILE_M)) * TILE_M, n0 = blockIdx.x * TILE_N;
     const int k_begin = blockIdx.z * k_chunk, k_end = min(K, k_begin + k_chunk);
 
-    const int ka = A::k_contiguous ? k_run(t) : t / LANES, oa = A::k_contiguous ? k_run_column(t) : t % LANES;
-    const int kb = B::k_contiguous ? k_run(t) : t / LANES, ob = B::k_contiguous ? k_run_column(t) : t % LANES;
+    const int ka = loader_k<A, TILE_M>(t), oa = loader_o<A, TILE_M>(t);
+    const int kb = loader_k<B, TILE_N>(t), ob = loader_o<B, TILE_N>(t);
     a.start(m0 + oa, k_begin + ka);
     b.start(n0 + ob, k_begin + kb);
+    constexpr bool runs_a = in_runs<A, TILE_M>, runs_b = in_runs<B, TILE_N>;
+    bool vector_a = false, vector_b = false;  // an operand in runs: whether its rows are 16-byte aligned
+    if constexpr (runs_a) vector_a = a.ld % 4 == 0 && aligned16(a.p);
+    if constexpr (runs_b) vector_b = b.ld % 4 == 0 && aligned16(b.p);
     constexpr bool copy_a = COPY_AROUND_REGISTERS, copy_b = COPY_AROUND_REGISTERS;
     float ra[copy_a ? 1 : LOADS_A], rb[copy_b ? 1 : LOADS_B];  // staging registers, where used
     // A masked operand's y ring, in step with its own (a token where no operand is masked).
@@ -348,8 +476,14 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     // The k-tile at k0 (where the loaders stand) into buffer buf: copied operands straight there
     // (a masked one's y beside it), staged ones into their registers.
     auto fetch = [&](int k0, int buf) {
-        fetch_operand<copy_a, LOADS_A>(a, ra, &As[buf][ka][oa], m0 + oa, M, k0 + ka < k_end);
-        fetch_operand<copy_b, LOADS_B>(b, rb, &Bs[buf][kb][ob], n0 + ob, N, k0 + kb < k_end);
+        if constexpr (runs_a)
+            fetch_runs<TILE_M, TILE_M + PAD_A>(a, &As[buf][ka][oa], m0 + oa, M, k0 + ka, k_end, vector_a);
+        else
+            fetch_operand<copy_a, LOADS_A>(a, ra, &As[buf][ka][oa], m0 + oa, M, k0 + ka < k_end);
+        if constexpr (runs_b)
+            fetch_runs<TILE_N, TILE_N + PAD_B>(b, &Bs[buf][kb][ob], n0 + ob, N, k0 + kb, k_end, vector_b);
+        else
+            fetch_operand<copy_b, LOADS_B>(b, rb, &Bs[buf][kb][ob], n0 + ob, N, k0 + kb < k_end);
         if constexpr (mask_a) fetch_operand<true, LOADS_A>(mask_of(a), ra, &Ys[buf][ka][oa], m0 + oa, M, k0 + ka < k_end);
         if constexpr (mask_b) fetch_operand<true, LOADS_B>(mask_of(b), rb, &Ys[buf][kb][ob], n0 + ob, N, k0 + kb < k_end);
     };
@@ -380,7 +514,27 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     wait_copies<STAGES - 2>();
     mask(0);
     __syncthreads();
+    // The fragments, double-buffered in registers where the operands bypass them (cp.async): step
+    // kk's FFMAs run while step kk + 1's four 128-bit shared loads are in flight (the last step's,
+    // the next k-tile's first). The staged builds spend those registers on their staging instead.
+    constexpr bool DOUBLE = COPY_AROUND_REGISTERS;
+    float4 frag[DOUBLE ? 2 : 1][4];
+    auto load_fragments = [&](float4(&f)[4], int buf, int kk) {
+        f[0] = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);
+        f[1] = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4 + TILE_M / 2]);
+        f[2] = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4]);
+        f[3] = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4 + TILE_N / 2]);
+    };
+    auto multiply = [&](const float4(&f)[4]) {
+        const float ar[THREAD_M] = {f[0].x, f[0].y, f[0].z, f[0].w, f[1].x, f[1].y, f[1].z, f[1].w};
+        const float br[THREAD_N] = {f[2].x, f[2].y, f[2].z, f[2].w, f[3].x, f[3].y, f[3].z, f[3].w};
+#pragma unroll
+        for (int i = 0; i < THREAD_M; ++i)
+#pragma unroll
+            for (int j = 0; j < THREAD_N; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+    };
     int read = 0;
+    if constexpr (DOUBLE) load_fragments(frag[0], read, 0);
     for (int k0 = k_begin; k0 < k_end; k0 += TILE_K) {
         // The next tile to fetch goes to the buffer the last tile used: every thread finished
         // reading it before the last barrier. Its loads fly while this tile is multiplied.
@@ -394,36 +548,32 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
         commit_copies();
 #pragma unroll
         for (int kk = 0; kk < TILE_K; ++kk) {
-            const float4 a0 = *reinterpret_cast<const float4*>(&As[read][kk][ty * 4]);
-            const float4 a1 = *reinterpret_cast<const float4*>(&As[read][kk][ty * 4 + TILE_M / 2]);
-            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[read][kk][tx * 4]);
-            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[read][kk][tx * 4 + TILE_N / 2]);
-            const float ar[THREAD_M] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const float br[THREAD_N] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-            for (int i = 0; i < THREAD_M; ++i)
-#pragma unroll
-                for (int j = 0; j < THREAD_N; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+            float4(&now)[4] = frag[DOUBLE ? kk % 2 : 0];
+            if constexpr (!DOUBLE) load_fragments(now, read, kk);
+            if (kk == TILE_K - 1) {
+                // Every thread holds this tile's last fragments, and the next tile has landed for
+                // every thread (its group, and its stash a barrier or more ago): hand it over.
+                if (more) stash(write);
+                wait_copies<STAGES - 2>();
+                mask((read + 1) % STAGES);
+                __syncthreads();
+                read = (read + 1) % STAGES;
+            }
+            if constexpr (DOUBLE) load_fragments(frag[(kk + 1) % 2], read, (kk + 1) % TILE_K);
+            multiply(now);
         }
-        if (more) stash(write);
-        // The next tile has landed for every thread (its group, and its stash a barrier or more
-        // ago), and every thread is done with this tile's buffer.
-        wait_copies<STAGES - 2>();
-        mask((read + 1) % STAGES);
-        __syncthreads();
-        read = (read + 1) % STAGES;
     }
+    // A thread's columns are two runs of 4 (common.cuh's register block), stored a run at a time.
     size_t columns[THREAD_N];
 #pragma unroll
     for (int j = 0; j < THREAD_N; ++j) columns[j] = epi.column(n0 + tx * 4 + j % 4 + (j / 4) * (TILE_N / 2));
 #pragma unroll
     for (int i = 0; i < THREAD_M; ++i) {
         const int m = m0 + ty * 4 + i % 4 + (i / 4) * (TILE_M / 2);
+        if (m >= M) continue;
 #pragma unroll
-        for (int j = 0; j < THREAD_N; ++j) {
-            const int n = n0 + tx * 4 + j % 4 + (j / 4) * (TILE_N / 2);
-            if (m < M && n < N) epi(m, n, columns[j], acc[i][j]);
-        }
+        for (int run = 0; run < THREAD_N / 4; ++run)
+            epi.quad(m, n0 + tx * 4 + run * (TILE_N / 2), N, &columns[4 * run], &acc[i][4 * run]);
     }
 }
 

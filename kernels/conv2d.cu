@@ -156,7 +156,10 @@ template <int L>
 struct Im2col {
     const float* RESTRICT p;  // the input
     ConvShape s;
-    int corner[L], h0[L], v0[L];  // per slot: its window's top-left corner, and where that is in x
+    // Per slot: its window's top-left corner in x, and that corner's row and column plus the
+    // padding packed as row << 16 | column (one register, not two: the fragments' double buffer
+    // leaves the 2 CTAs/SM build no room for more).
+    int corner[L], hv[L];
     int c = 0, r = 0, t = 0;  // the current k
     static constexpr bool k_contiguous = false;
     __device__ __forceinline__ void start(int n, int k) {
@@ -164,15 +167,17 @@ struct Im2col {
 #pragma unroll
         for (int j = 0; j < L; ++j) {
             const int col = n + LANES * j, image = col / pq, p = col % pq / s.Q, q = col % s.Q;
-            h0[j] = p * s.stride - s.pad;
-            v0[j] = q * s.stride - s.pad;
-            corner[j] = (image * s.C * s.H + h0[j]) * s.W + v0[j];
+            hv[j] = p * s.stride << 16 | q * s.stride;
+            corner[j] = (image * s.C * s.H + p * s.stride - s.pad) * s.W + q * s.stride - s.pad;
         }
         const int rs = s.R * s.S;
         c = k / rs, r = k % rs / s.S, t = k % s.S;
     }
     __device__ __forceinline__ int at(int j) const {
-        const int h = h0[j] + r, v = v0[j] + t;
+        // The tap added before the fields are taken apart (no field overflows: conv2d.py's
+        // check_packed), so that ptxas cannot hoist the unpacked fields out of the k-loop into
+        // registers of their own.
+        const int at_tap = hv[j] + (r << 16 | t), h = (at_tap >> 16) - s.pad, v = (at_tap & 0xffff) - s.pad;
         return ((unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W) ? corner[j] + (c * s.H + r) * s.W + t : -1;
     }
     __device__ __forceinline__ void next() {
@@ -208,9 +213,11 @@ struct GradByInput {
     ConvShape s;
     // Per slot: its image in the gradient, and its row and column plus the padding packed as
     // row << 16 | column (one register a slot, not two: ptxas keeps the copying loop's slots
-    // live at once, and two a slot spilled the 128 x 128 x 16 tile).
+    // live at once, and two a slot spilled the 128 x 128 x 16 tile). at() adds the turned tap
+    // before taking the fields apart, as Im2col does.
     int image[L], hv[L];
     int kout = 0, r = 0, t = 0;
+    unsigned by_stride = 0;  // inverse(stride): no division in the k-loop
     static constexpr bool k_contiguous = false;
     __device__ __forceinline__ void start(int n, int k) {
         const int hw = s.H * s.W;
@@ -222,13 +229,16 @@ struct GradByInput {
         }
         const int rs = s.R * s.S;
         kout = k / rs, r = k % rs / s.S, t = k % s.S;
+        if (s.stride != 1) by_stride = inverse(s.stride);
     }
     __device__ __forceinline__ int at(int j) const {
-        int y = (hv[j] >> 16) - r, x = (hv[j] & 0xffff) - t;  // the output row and column, times the stride
+        const int at_tap = hv[j] + ((s.R - 1 - r) << 16 | (s.S - 1 - t));
+        int y = (at_tap >> 16) - (s.R - 1), x = (at_tap & 0xffff) - (s.S - 1);  // the output row and column, times the stride
         if (y < 0 || x < 0) return -1;
         if (s.stride != 1) {
-            if (y % s.stride || x % s.stride) return -1;
-            y /= s.stride, x /= s.stride;
+            const int yq = divide(y, by_stride), xq = divide(x, by_stride);
+            if (y != yq * s.stride || x != xq * s.stride) return -1;
+            y = yq, x = xq;
         }
         return (y < s.P && x < s.Q) ? image[j] + (kout * s.P + y) * s.Q + x : -1;
     }
@@ -291,7 +301,7 @@ struct Im2colT {
 
 // GEMM M = K, N = batch * P*Q, K = C*R*S. Grid: (ceil(N / TILE_N), ceil(M / TILE_M), splits).
 // relu != 0 is the fused variant's epilogue.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv2d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const float* RESTRICT bias,
                     float* RESTRICT y, float* RESTRICT partial, ConvShape s, int k_chunk, int relu) {
     const int crs = s.C * s.R * s.S, pq = s.P * s.Q;
@@ -301,7 +311,7 @@ conv2d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const floa
 
 // GEMM M = C, N = batch * H*W, K = K*R*S. relu_y: the fused forward's output, or nullptr;
 // bias: the transposed convolution's, or nullptr.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, const float* RESTRICT relu_y,
                          const float* RESTRICT bias, float* RESTRICT dx, float* RESTRICT partial, ConvShape s,
                          int k_chunk) {
@@ -313,7 +323,7 @@ conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, cons
 
 // GEMM M = K, N = C*R*S, K = batch * P*Q: the reduction runs over every image, so split-K is
 // what gives this phase enough CTAs.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv2d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x, const float* RESTRICT relu_y,
                            float* RESTRICT dw, float* RESTRICT partial, ConvShape s, int k_chunk) {
     const int crs = s.C * s.R * s.S;

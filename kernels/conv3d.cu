@@ -114,29 +114,37 @@ extern "C" __global__ void conv3d_bwd_weight_global(const float* RESTRICT dy, co
 // conv2d.cu's loaders with a depth axis: start() splits a GEMM index into (image, channel,
 // depth, row, column) once per thread, next() carries the k index forward by TILE_K.
 
+// Three non-negative coordinates below 1024 in one int (tracker/ops/conv2d.py's check_packed):
+// the loaders keep a slot's position in one register, not three, so that the fragments' double
+// buffer leaves the 2 CTAs/SM build room without spills. Each at() adds the current k's packed
+// offset before taking the fields apart (no field overflows), so that ptxas cannot hoist the
+// unpacked fields out of the k-loop into registers of their own.
+__device__ __forceinline__ int pack3(int a, int b, int c) { return a << 20 | b << 10 | c; }
+__device__ __forceinline__ int field(int packed, int at) { return packed >> (10 * at) & 1023; }
+
 // B(k = (c, kt, kr, ks), n = (image, o, p, q)) of the forward GEMM: the input through its vol2col view.
 template <int L>
 struct Vol2col {
     const float* RESTRICT p;  // the input
     Conv3Shape s;
-    int corner[L], d0[L], h0[L], v0[L];  // per slot: its window's corner, and where that is in x
-    int c = 0, kt = 0, kr = 0, ks = 0;    // the current k
+    int corner[L], dhv[L];              // per slot: its window's corner in x, and that corner plus the padding, packed
+    int c = 0, kt = 0, kr = 0, ks = 0;  // the current k
     static constexpr bool k_contiguous = false;
     __device__ __forceinline__ void start(int n, int k) {
         const int pq = s.P * s.Q, opq = s.O * pq;
 #pragma unroll
         for (int j = 0; j < L; ++j) {
             const int col = n + LANES * j, image = col / opq, at = col % opq;
-            d0[j] = at / pq * s.stride - s.pad;
-            h0[j] = at % pq / s.Q * s.stride - s.pad;
-            v0[j] = at % s.Q * s.stride - s.pad;
-            corner[j] = ((image * s.C * s.D + d0[j]) * s.H + h0[j]) * s.W + v0[j];
+            const int d = at / pq * s.stride, h = at % pq / s.Q * s.stride, v = at % s.Q * s.stride;
+            dhv[j] = pack3(d, h, v);
+            corner[j] = ((image * s.C * s.D + d - s.pad) * s.H + h - s.pad) * s.W + v - s.pad;
         }
         const int rs = s.R * s.S, trs = s.T * rs;
         c = k / trs, kt = k % trs / rs, kr = k % rs / s.S, ks = k % s.S;
     }
     __device__ __forceinline__ int at(int j) const {
-        const int d = d0[j] + kt, h = h0[j] + kr, v = v0[j] + ks;
+        const int at_tap = dhv[j] + pack3(kt, kr, ks);
+        const int d = field(at_tap, 2) - s.pad, h = field(at_tap, 1) - s.pad, v = field(at_tap, 0) - s.pad;
         return ((unsigned)d < (unsigned)s.D && (unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W)
                    ? corner[j] + ((c * s.D + kt) * s.H + kr) * s.W + ks
                    : -1;
@@ -173,30 +181,32 @@ template <int L>
 struct Grad3ByInput {
     const float* RESTRICT p;  // the output gradient
     Conv3Shape s;
-    // Per slot: its image in the gradient; its depth and row plus the padding packed as
-    // depth << 16 | row, and its column plus the padding (sizes below 32768: ops/conv3d.py checks).
-    int image[L], dh[L], v[L];
+    // Per slot: its image in the gradient, and its depth, row and column plus the padding, packed.
+    int image[L], dhv[L];
     int kout = 0, kt = 0, kr = 0, ks = 0;
+    unsigned by_stride = 0;  // inverse(stride): no division in the k-loop
     static constexpr bool k_contiguous = false;
     __device__ __forceinline__ void start(int n, int k) {
         const int hw = s.H * s.W, dhw = s.D * hw;
 #pragma unroll
         for (int j = 0; j < L; ++j) {
             const int col = n + LANES * j, at = col % dhw;
-            dh[j] = (at / hw + s.pad) << 16 | (at % hw / s.W + s.pad);
-            v[j] = col % s.W + s.pad;
+            dhv[j] = pack3(at / hw + s.pad, at % hw / s.W + s.pad, col % s.W + s.pad);
             image[j] = col / dhw * s.K * s.O * s.P * s.Q;
         }
         const int rs = s.R * s.S, trs = s.T * rs;
         kout = k / trs, kt = k % trs / rs, kr = k % rs / s.S, ks = k % s.S;
+        if (s.stride != 1) by_stride = inverse(s.stride);
     }
     __device__ __forceinline__ int at(int j) const {
         // the output depth, row and column, times the stride
-        int z = (dh[j] >> 16) - kt, y = (dh[j] & 0xffff) - kr, x = v[j] - ks;
+        const int at_tap = dhv[j] + pack3(s.T - 1 - kt, s.R - 1 - kr, s.S - 1 - ks);
+        int z = field(at_tap, 2) - (s.T - 1), y = field(at_tap, 1) - (s.R - 1), x = field(at_tap, 0) - (s.S - 1);
         if (z < 0 || y < 0 || x < 0) return -1;
         if (s.stride != 1) {
-            if (z % s.stride || y % s.stride || x % s.stride) return -1;
-            z /= s.stride, y /= s.stride, x /= s.stride;
+            const int zq = divide(z, by_stride), yq = divide(y, by_stride), xq = divide(x, by_stride);
+            if (z != zq * s.stride || y != yq * s.stride || x != xq * s.stride) return -1;
+            z = zq, y = yq, x = xq;
         }
         return (z < s.O && y < s.P && x < s.Q) ? image[j] + ((kout * s.O + z) * s.P + y) * s.Q + x : -1;
     }
@@ -232,25 +242,24 @@ template <int L>
 struct Vol2colT {
     const float* RESTRICT p;  // the input
     Conv3Shape s;
-    int tap[L], kt[L], kr[L], ks[L];     // per slot: its filter tap, and where (c, kt, kr, ks) is in an image
+    int tap[L], taps[L];                 // per slot: where (c, kt, kr, ks) is in an image, and (kt, kr, ks) packed
     int image = 0, z = 0, y = 0, x = 0;  // the current k: an image and an output position
     static constexpr bool k_contiguous = true;
     __device__ __forceinline__ void start(int n, int k) {
         const int rs = s.R * s.S, trs = s.T * rs;
 #pragma unroll
         for (int j = 0; j < L; ++j) {
-            const int col = n + LANES * j, c = col / trs;
-            kt[j] = col % trs / rs;
-            kr[j] = col % rs / s.S;
-            ks[j] = col % s.S;
-            tap[j] = ((c * s.D + kt[j]) * s.H + kr[j]) * s.W + ks[j];
+            const int col = n + LANES * j, c = col / trs, kt = col % trs / rs, kr = col % rs / s.S, ks = col % s.S;
+            taps[j] = pack3(kt, kr, ks);
+            tap[j] = ((c * s.D + kt) * s.H + kr) * s.W + ks;
         }
         const int pq = s.P * s.Q, opq = s.O * pq;
         image = k / opq, z = k % opq / pq, y = k % pq / s.Q, x = k % s.Q;
     }
     __device__ __forceinline__ int at(int j) const {
         const int d0 = z * s.stride - s.pad, h0 = y * s.stride - s.pad, v0 = x * s.stride - s.pad;
-        const int d = d0 + kt[j], h = h0 + kr[j], v = v0 + ks[j];
+        const int at_tap = taps[j] + pack3(z * s.stride, y * s.stride, x * s.stride);
+        const int d = field(at_tap, 2) - s.pad, h = field(at_tap, 1) - s.pad, v = field(at_tap, 0) - s.pad;
         return ((unsigned)d < (unsigned)s.D && (unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W)
                    ? ((image * s.C * s.D + d0) * s.H + h0) * s.W + v0 + tap[j]
                    : -1;
@@ -263,7 +272,7 @@ struct Vol2colT {
 };
 
 // GEMM M = K, N = batch * O*P*Q, K = C*T*R*S. Grid: (ceil(N / TILE_N), ceil(M / TILE_M), splits).
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv3d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const float* RESTRICT bias,
                     float* RESTRICT y, float* RESTRICT partial, Conv3Shape s, int k_chunk) {
     const int ctrs = s.C * s.T * s.R * s.S, opq = s.O * s.P * s.Q;
@@ -272,7 +281,7 @@ conv3d_fwd_implicit(const float* RESTRICT x, const float* RESTRICT w, const floa
 }
 
 // GEMM M = C, N = batch * D*H*W, K = K*T*R*S; bias: the transposed convolution's, or nullptr.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv3d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, const float* RESTRICT bias,
                          float* RESTRICT dx, float* RESTRICT partial, Conv3Shape s, int k_chunk) {
     const int dhw = s.D * s.H * s.W;
@@ -281,7 +290,7 @@ conv3d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, cons
 }
 
 // GEMM M = K, N = C*T*R*S, K = batch * O*P*Q: split-K gives this phase enough CTAs.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv3d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x, float* RESTRICT dw,
                            float* RESTRICT partial, Conv3Shape s, int k_chunk) {
     const int ctrs = s.C * s.T * s.R * s.S;

@@ -37,26 +37,26 @@
 #define GEMM_EPILOGUE                                                                                   \
     split_store(Store{c, M, per_image, bias, bias_per_row != 0, relu != 0, accumulate != 0}, partial, M, N)
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS) gemm_nn(GEMM_ARGS) {
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS) gemm_nn(GEMM_ARGS) {
     gemm_tile(M, N, K, k_chunk, Masked<Dense<LOADS_A, true>>{{a, lda}, a_mask}, Dense<LOADS_B, false>{b, ldb},
               GEMM_EPILOGUE);
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS) gemm_tn(GEMM_ARGS) {
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS) gemm_tn(GEMM_ARGS) {
     gemm_tile(M, N, K, k_chunk, Masked<Dense<LOADS_A, false>>{{a, lda}, a_mask}, Dense<LOADS_B, false>{b, ldb},
               GEMM_EPILOGUE);
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS) gemm_nt(GEMM_ARGS) {
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS) gemm_nt(GEMM_ARGS) {
     gemm_tile(M, N, K, k_chunk, Masked<Dense<LOADS_A, true>>{{a, lda}, a_mask}, Dense<LOADS_B, true>{b, ldb},
               GEMM_EPILOGUE);
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS) gemm_tn_images(GEMM_ARGS) {
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS) gemm_tn_images(GEMM_ARGS) {
     gemm_tile(M, N, K, k_chunk, Dense<LOADS_A, false>{a, lda}, Images<LOADS_B, false>{b, ldb, K}, GEMM_EPILOGUE);
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS) gemm_nt_images(GEMM_ARGS) {
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS) gemm_nt_images(GEMM_ARGS) {
     gemm_tile(M, N, K, k_chunk, Images<LOADS_A, true>{a, lda, M}, Dense<LOADS_B, true>{b, ldb}, GEMM_EPILOGUE);
 }
 
@@ -68,13 +68,13 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS) gemm_nt_ima
     c += item * stride_c;                                                            \
     if (partial != nullptr) partial += item * gridDim.z * M * N;
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
     gemm_nn_batched(GEMM_ARGS, int stride_a, int stride_b, int stride_c) {
     BATCH_ITEM
     gemm_tile(M, N, K, k_chunk, Dense<LOADS_A, true>{a, lda}, Dense<LOADS_B, false>{b, ldb}, GEMM_EPILOGUE);
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MIN_CTAS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
     gemm_nt_batched(GEMM_ARGS, int stride_a, int stride_b, int stride_c) {
     BATCH_ITEM
     gemm_tile(M, N, K, k_chunk, Dense<LOADS_A, true>{a, lda}, Dense<LOADS_B, true>{b, ldb}, GEMM_EPILOGUE);

@@ -505,3 +505,16 @@ def test_run_sql_and_query_refuse_them_too(work):
             pass
     assert run_sql(store, "SELECT 1", limit=MAX_ROWS, timeout_s=MAX_TIMEOUT_S)[1] == [(1,)]
     assert snapshot(work) == before
+
+
+def test_spatial_sizes_the_implicit_gemms_loaders_cannot_pack_are_refused():
+    """The loaders pack a position's coordinates into one int (two 16-bit halves in 2-D, 10 bits each in 3-D)."""
+    from tracker.ops.conv2d import conv_shape
+    from tracker.ops.conv3d import conv3_shape
+
+    conv_shape((1, 3, 227, 227), (64, 3, 11, 11), 4, 2)  # AlexNet's conv1
+    with pytest.raises(ValueError, match="over the kernels' 32768"):
+        conv_shape((1, 1, 32765, 8), (1, 1, 3, 3), 1, 1)
+    conv3_shape((1, 1, 192, 192, 192), (1, 1, 3, 3, 3), 1, 1)  # the largest 3-D U-Net the studies run
+    with pytest.raises(ValueError, match="over the kernels' 1024"):
+        conv3_shape((1, 1, 1020, 8, 8), (1, 1, 3, 3, 3), 1, 1)

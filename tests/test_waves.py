@@ -23,9 +23,6 @@ GEMM_KERNELS = sorted(
         if k.name.startswith("gemm_") or k.name.endswith("_implicit")
     }
 )
-# the 3-D implicit convolutions build to 129-149 registers on sm_90 (their index math in the k-loop):
-# one CTA an SM, where the emulation's slots count two
-ONE_CTA = ("conv3d_fwd_implicit", "conv3d_bwd_data_implicit", "conv3d_bwd_weight_implicit")
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +32,7 @@ def sm90():
     return {source: b for (source, *_), b in builds.items()}
 
 
-@pytest.mark.parametrize(
-    "source, name",
-    [
-        pytest.param(s, n, marks=[pytest.mark.xfail(strict=True, reason="one CTA an SM")] if n in ONE_CTA else [])
-        for s, n in GEMM_KERNELS
-    ],
-    ids=[n for _, n in GEMM_KERNELS],
-)
+@pytest.mark.parametrize("source, name", GEMM_KERNELS, ids=[n for _, n in GEMM_KERNELS])
 def test_every_default_gemm_build_holds_two_ctas_an_sm_without_spills(sm90, source, name):
     """At most 128 registers: two 256-thread CTAs share an SM (what the emulation's slots stand in for)."""
     emu = pytest.importorskip("emu.emulator")

@@ -81,6 +81,8 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
     return other;
 }
 
+inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((1ull * a * b) >> 32); }
+
 inline float __int_as_float(unsigned i) {
     float f;
     std::memcpy(&f, &i, sizeof f);
@@ -91,6 +93,13 @@ struct alignas(16) float4 {  // a 16-byte load, as CUDA's float4 is
     float x, y, z, w;
 };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+
+// A GPU faults on a 16-byte access to an address that is not a multiple of 16: the kernels check
+// theirs through emu_aligned (common.cuh's vector accesses), and the launch fails as the GPU's would.
+inline bool emu_misaligned = false;
+inline void emu_aligned(const void* p) {
+    if (reinterpret_cast<uintptr_t>(p) % 16) emu_misaligned = true;
+}
 
 using EmuKernel = std::function<void(void**)>;
 inline std::map<std::string, EmuKernel>& emu_kernels() {
@@ -192,6 +201,7 @@ extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned g
     if (stacks == MAP_FAILED) return 2;
     emu_stacks = {reinterpret_cast<uintptr_t>(stacks), reinterpret_cast<uintptr_t>(stacks) + n * EMU_STACK};
     emu_fibers.assign(n, EmuFiber{});
+    emu_misaligned = false;
     int status = 0;
     for (unsigned b = 0; b < blocks && status == 0; ++b) {
         blockIdx = {b % gx, (b / gx) % gy, b / (gx * gy)};
@@ -206,6 +216,7 @@ extern "C" int emu_launch(const char* name, unsigned gx, unsigned gy, unsigned g
             makecontext(&f.context, emu_fiber_main, 0);
         }
         if (!emu_run_block(n, bx, by)) status = 3;  // a deadlock: the kernel's barriers do not match up
+        if (emu_misaligned) status = 4;
     }
     munmap(stacks, n * EMU_STACK);
     return status;

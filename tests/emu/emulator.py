@@ -46,6 +46,7 @@ _LAUNCH_FAILURES = {
     1: "no such kernel",
     2: "no memory for the threads' stacks",
     3: "deadlock: a barrier that some thread still running never reaches",
+    4: "misaligned address: a 16-byte access to an address that is not a multiple of 16",
 }
 
 

@@ -38,6 +38,8 @@ WIDE_KERNEL_COLUMNS = (
     "ffma_per_lds",
     "wide_loads",
     "cp_async",
+    "wide_copies",
+    "wide_stores",
     "verified_on",
     "changed_since",
     "note",
@@ -109,7 +111,8 @@ def kernels(arch, l1, tile, wide, fmt):
     digest of them all, that digest then and now. Read from the SASS (cuobjdump, no GPU):
     ffma_per_lds, FFMA per shared-memory load in the main loop (the GEMM core's measure of
     register reuse; '-' without shared loads there), wide_loads, the share of global and shared
-    loads that are 128-bit, and cp_async, LDGSTS instructions. The table shows the main columns;
+    loads that are 128-bit, cp_async, LDGSTS instructions, wide_copies, those that copy 16
+    bytes, and wide_stores, 128-bit global stores. The table shows the main columns;
     --wide, --format csv and --format json show them all.
 
     With --tile, the GEMM-shaped variants are built with that tile (what a tuned profile runs:

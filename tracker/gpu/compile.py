@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 from pathlib import Path
 
@@ -54,6 +54,8 @@ class Resources:
     ffma_share: float | None = None  # FFMA's share of the main loop's instructions; None: no loop
     wide_loads: float = 0.0  # share of the kernel's LDG and LDS instructions that load 128 bits
     cp_async: int = 0  # LDGSTS instructions (cp.async: global to shared, around the registers)
+    wide_copies: int = 0  # ... of which copy 16 bytes (LDGSTS.128)
+    wide_stores: int = 0  # 128-bit global stores (STG.E.128, or ST.E.128 through a generic pointer)
     block_threads: int = 0  # __launch_bounds__ (the PTX's .maxntid), else the grid-stride THREADS
 
 
@@ -154,10 +156,15 @@ def cache_dir() -> Path | None:
     )
 
 
+_RESOURCE_FIELDS = {f.name for f in fields(Resources)}
+
+
 def _kept(path: Path) -> Build | None:
     """The build kept at ``path``; None where there is none, or it cannot be read as one."""
     try:
         data = json.loads(path.read_text())
+        if any(set(r) != _RESOURCE_FIELDS for r in data["kernels"].values()):
+            return None  # kept by an older tracker that read fewer figures: build again
         return Build(
             data["source"],
             data["arch"],
@@ -334,7 +341,8 @@ def kernel_loops(sass_text: str) -> dict[str, tuple[list[str], list[list[str]]]]
 def instruction_mix(sass_text: str) -> dict[str, dict]:
     """Per kernel, from its SASS: FFMA per shared load (LDS) in the main loop and FFMA's share of
     its instructions, the share of loads
-    (LDG, LDS) that are 128-bit, and how many LDGSTS (cp.async) it issues. The main loop is the
+    (LDG, LDS) that are 128-bit, how many LDGSTS (cp.async) it issues and how many of those copy
+    16 bytes, and its 128-bit global stores (STG, or ST through a generic pointer). The main loop is the
     body of the backward branch whose body holds the most FFMA: for a GEMM, its k-loop."""
     mix: dict[str, dict] = {}
     for name, code in _code(sass_text):
@@ -347,6 +355,8 @@ def instruction_mix(sass_text: str) -> dict[str, dict]:
             "ffma_share": round(ffma / len(loop), 3) if loop else None,
             "wide_loads": round(sum(".128" in op for op in loads) / len(loads), 3) if loads else 0.0,
             "cp_async": sum(op.startswith("LDGSTS") for _, op, _ in code),
+            "wide_copies": sum(op.startswith("LDGSTS") and ".128" in op for _, op, _ in code),  # LDGSTS.E.128.ZFILL
+            "wide_stores": sum(op.startswith(("STG.", "ST.")) and ".128" in op for _, op, _ in code),
         }
     return mix
 
@@ -478,6 +488,8 @@ def variant_rows(
                     "ffma_per_lds": main.ffma_per_lds,
                     "wide_loads": main.wide_loads,
                     "cp_async": sum(r.cp_async for r in used),
+                    "wide_copies": sum(r.wide_copies for r in used),
+                    "wide_stores": sum(r.wide_stores for r in used),
                     "occupancy": round(occupancy(main, arch), 3),
                     "verified_on": verification.gpu if verification else None,
                     "changed_since": verification.changes() if verification else None,

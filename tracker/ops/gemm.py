@@ -232,7 +232,10 @@ def _splits(tile: Tile, k_tiles: int, ctas: int, slots: int) -> int:
     return next((s for s in busy if busy[s] >= WAVE_TARGET), max(busy, key=busy.__getitem__))
 
 
-DEFAULT = Tile()
+# The default schedule holds every kernel to 128 registers, two CTAs an SM, whatever a CuPy's
+# NVRTC would choose (the H200's built the implicit conv at 143, one CTA an SM): on the H100, the
+# cap ran each of the 9 conv phases its tuning race timed 1.15-1.35x faster (tests/test_recordings.py).
+DEFAULT = Tile(min_ctas=2)
 # The tile shapes `tracker tune` tries (each also with split-K slices, see tune.candidates): big
 # tiles for big layers, small ones where the output has few tiles.
 SHAPES = (

@@ -376,7 +376,7 @@ def main() -> None:
             else "; the default GEMM tile (untuned)."
         )
         + " A variant where its algorithm does not apply (Winograd "
-        "and FFT at conv1's stride 4; the fused Winograd on 5x5 filters and in weight gradients) runs another's "
+        "and FFT at conv1's stride 4) runs another's "
         "kernels and is left out.",
         "",
         "| layer | phase | our variants, median ms (spread) | best | host overhead ms | baseline | ratio | target "

@@ -11,8 +11,14 @@
 // The weight gradient is F(r x r, m x m) (Lavin & Gray): dW, r x r, is the correlation of the
 // input with dy, whose m x m tiles play the filter: the input transform reads dy's tiles with G
 // (G t G^T, t an m x m tile: `extent` m), the input's alpha x alpha patches with B^T as above,
-// alpha^2 GEMMs reduce over every image's tiles (channels x tiles times tiles x outputs, split-K),
-// and the output transform writes each channel pair's r x r gradient.
+// alpha^2 GEMMs reduce over every image's tiles (outputs x tiles times tiles x channels, split-K),
+// and the output transform writes each channel pair's r x r gradient: one image of K*C planes,
+// dW's own order.
+//
+// The input and output transforms are memory-bound: a block stages the image rows its tiles
+// read (or write) in shared memory, so that its global loads and stores run along whole rows
+// (whole 32-byte sectors, counted by tests/test_memory_access.py), while each thread transforms
+// one tile and reads (writes) V (the products) with consecutive lanes on consecutive columns.
 //
 // A = alpha is a compile-time size (4: F(2x2,3x3); 6: F(2x2,5x5), F(4x4,3x3); 8: F(4x4,5x5)), so every array
 // lives in registers; m, r and the matrices are the host's (tracker/ops/winograd.py derives them
@@ -26,9 +32,10 @@ __constant__ float c_wino[3 * 8 * 8];  // B^T, G, A^T: alpha x alpha each, row-m
 // One stride-1 convolution as the transforms see it: the input (N x C x H x W), padded by pad,
 // and the output (P x Q), in TH x TW tiles of m x m. The input transform reads extent x extent
 // values of a tile (alpha: an input patch; m: a tile of dy) and multiplies by the matrix at
-// c_wino[matrix] (0: B^T; alpha^2: G).
+// c_wino[matrix] (0: B^T; alpha^2: G). planes and band: how the transforms' blocks cut the work
+// (WinoBlock).
 struct WinoShape {
-    int N, C, H, W, P, Q, pad, TH, TW, m, r, extent, matrix;
+    int N, C, H, W, P, Q, pad, TH, TW, m, r, extent, matrix, planes, band;
 };
 
 // out = L in R^T for alpha x alpha matrices (L and R from c_wino at the given offsets).
@@ -79,31 +86,62 @@ __device__ __forceinline__ void filter_transform(const float* RESTRICT w, float*
     }
 }
 
-// V[xi][c][n*T + t], one thread per (channel, image, tile): the extent x extent patch at
+// A block's share of a transform: `planes` consecutive planes from plane0 (in the transformed
+// array's order: V's (channel, image), the products' (output, image)), tile rows th0 .. th0 +
+// rows - 1 of each. The host picks s.planes and s.band (tracker/ops/winograd.py): a band of
+// tile rows of one plane, or whole planes (band == TH) where a plane has few tiles, so that the
+// block's tiles are consecutive columns of V (or of the products) and its rows of the image one
+// contiguous run a plane. Grid: ceil(planes / s.planes) * ceil(TH / s.band) blocks.
+struct WinoBlock {
+    int plane0, planes, th0, rows;
+};
+
+__device__ __forceinline__ WinoBlock wino_block(const WinoShape& s, int planes) {
+    const int bands = (s.TH + s.band - 1) / s.band;
+    const int plane0 = blockIdx.x / bands * s.planes, th0 = blockIdx.x % bands * s.band;
+    return {plane0, min(s.planes, planes - plane0), th0, min(s.band, s.TH - th0)};
+}
+
+// V[xi][c][n*T + t], a thread per tile of a block's (see WinoBlock): the extent x extent patch at
 // (m*th - pad, m*tw - pad), zero outside the input and past extent, times the matrix each side.
+// The block first copies the input rows its tiles read (the patches of a row of tiles overlap by
+// extent - m rows) into shared memory with cp.async, each plane's rows one contiguous run of the
+// input, so that a warp's loads are whole sectors; then each thread reads its patch there and
+// stores its alpha^2 values, consecutive lanes on consecutive columns of V. A warp's patch reads,
+// m columns apart lane to lane, meet up to m in a bank: shared memory, not DRAM, pays for the
+// patches' overlap. Dynamic shared memory: s.planes x (s.band * m + extent - m) rows of W floats.
 template <int A>
 __device__ __forceinline__ void input_transform(const float* RESTRICT x, float* RESTRICT V, const WinoShape& s) {
-    const int tiles = s.TH * s.TW;
-    const long long cols = (long long)s.N * tiles, total = cols * s.C;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        const int c = (int)(i / cols);
-        const long long col = i % cols;
-        const int n = (int)(col / tiles), t = (int)(col % tiles);
-        const int y0 = (t / s.TW) * s.m - s.pad, x0 = (t % s.TW) * s.m - s.pad;
-        const float* plane = x + ((size_t)n * s.C + c) * s.H * s.W;
+    extern __shared__ float staged[];
+    const WinoBlock blk = wino_block(s, s.C * s.N);
+    const int plane_floats = (s.band * s.m + s.extent - s.m) * s.W;
+    const int h0 = blk.th0 * s.m - s.pad;  // the band's first input row (< 0: padding)
+    const int lo = max(h0, 0), hi = min(h0 + blk.rows * s.m + s.extent - s.m, s.H);  // its rows inside the input
+    const int run = max(hi - lo, 0) * s.W;
+    for (int e = threadIdx.x; e < blk.planes * run; e += blockDim.x) {
+        const int p = e / run, pl = blk.plane0 + p;
+        const float* plane = x + ((size_t)(pl % s.N) * s.C + pl / s.N) * s.H * s.W;  // V's (c, n): x's n*C + c
+        copy_async(staged + p * plane_floats + e % run, plane + (size_t)lo * s.W + e % run, true);
+    }
+    wait_copies();
+    __syncthreads();
+
+    const int tiles = s.TH * s.TW, count = blk.rows * s.TW;
+    const size_t step = (size_t)s.C * s.N * tiles;
+    for (int j = threadIdx.x; j < blk.planes * count; j += blockDim.x) {
+        const int p = j / count, y0 = h0 + j % count / s.TW * s.m, x0 = j % s.TW * s.m - s.pad;
+        const float* rows = staged + p * plane_floats;  // input row h at rows + (h - lo) * W
         float d[A][A], v[A][A];
 #pragma unroll
         for (int a = 0; a < A; ++a)
 #pragma unroll
             for (int b = 0; b < A; ++b) {
                 const int h = y0 + a, q = x0 + b;
-                d[a][b] = a < s.extent && b < s.extent && h >= 0 && h < s.H && q >= 0 && q < s.W ? plane[h * s.W + q]
-                                                                                                 : 0.f;
+                const bool inside = a < s.extent && b < s.extent && h >= lo && h < hi && q >= 0 && q < s.W;
+                d[a][b] = inside ? rows[(h - lo) * s.W + q] : 0.f;
             }
         sandwich<A>(d, v, s.matrix, s.matrix);  // B^T d B, or G t G^T
-        float* out = V + (size_t)c * cols + col;
-        const size_t step = (size_t)s.C * cols;
+        float* out = V + (size_t)(blk.plane0 + p) * tiles + blk.th0 * s.TW + j % count;
 #pragma unroll
         for (int a = 0; a < A; ++a)
 #pragma unroll
@@ -111,33 +149,45 @@ __device__ __forceinline__ void input_transform(const float* RESTRICT x, float* 
     }
 }
 
-// y[n][o] over tile t = A^T m A (+ bias[o]): m x m outputs, those inside P x Q written.
+// y[n][o] over tile t = A^T m A (+ bias[o]), a thread per tile of a block's (see WinoBlock), the
+// products read as V is written (consecutive lanes on consecutive columns). Each thread puts its
+// m x m outputs where they lie in the block's rows of y, staged in shared memory (those past Q
+// left out, those past P staged and never copied), and the block then copies each plane's rows to
+// y as one contiguous run, so that a warp's stores are whole sectors. Dynamic shared memory:
+// s.planes x s.band * m rows of Q floats.
 template <int A>
 __device__ __forceinline__ void output_transform(const float* RESTRICT Mp, const float* RESTRICT bias,
                                                  float* RESTRICT y, const WinoShape& s, int M) {
-    const int tiles = s.TH * s.TW;
-    const long long cols = (long long)s.N * tiles, total = cols * M;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        const int o = (int)(i / cols);
-        const long long col = i % cols;
-        const int n = (int)(col / tiles), t = (int)(col % tiles);
-        const float* in = Mp + (size_t)o * cols + col;
-        const size_t step = (size_t)M * cols;
-        float p[A][A], out[A][A];
+    extern __shared__ float staged[];
+    const WinoBlock blk = wino_block(s, M * s.N);
+    const int plane_floats = s.band * s.m * s.Q, p0 = blk.th0 * s.m;  // the band's first row of y
+    const int tiles = s.TH * s.TW, count = blk.rows * s.TW;
+    const size_t step = (size_t)M * s.N * tiles;
+    for (int j = threadIdx.x; j < blk.planes * count; j += blockDim.x) {
+        const int p = j / count, r0 = j % count / s.TW * s.m, q0 = j % s.TW * s.m;
+        const float* in = Mp + (size_t)(blk.plane0 + p) * tiles + blk.th0 * s.TW + j % count;
+        float m[A][A], out[A][A];
 #pragma unroll
         for (int a = 0; a < A; ++a)
 #pragma unroll
-            for (int b = 0; b < A; ++b) p[a][b] = in[(a * A + b) * step];
-        sandwich<A>(p, out, 2 * A * A, 2 * A * A);  // A^T m A (rows past m are zero)
-        const float bb = bias != nullptr ? bias[o] : 0.f;
-        const int p0 = (t / s.TW) * s.m, q0 = (t % s.TW) * s.m;
-        float* plane = y + ((size_t)n * M + o) * s.P * s.Q;
+            for (int b = 0; b < A; ++b) m[a][b] = in[(a * A + b) * step];
+        sandwich<A>(m, out, 2 * A * A, 2 * A * A);  // A^T m A (rows past m are zero)
+        const float bb = bias != nullptr ? bias[(blk.plane0 + p) / s.N] : 0.f;
+        float* rows = staged + p * plane_floats;  // row p0 + r of y at rows + r * Q
 #pragma unroll
         for (int a = 0; a < A; ++a)
 #pragma unroll
             for (int b = 0; b < A; ++b)
-                if (a < s.m && b < s.m && p0 + a < s.P && q0 + b < s.Q) plane[(p0 + a) * s.Q + q0 + b] = out[a][b] + bb;
+                if (a < s.m && b < s.m && q0 + b < s.Q)
+                    rows[(r0 + a) * s.Q + q0 + b] = out[a][b] + bb;
+    }
+    __syncthreads();
+
+    const int run = min(blk.rows * s.m, s.P - p0) * s.Q;
+    for (int e = threadIdx.x; e < blk.planes * run; e += blockDim.x) {
+        const int p = e / run, pl = blk.plane0 + p;
+        float* plane = y + ((size_t)(pl % s.N) * M + pl / s.N) * s.P * s.Q;  // the products' (o, n): y's n*M + o
+        plane[(size_t)p0 * s.Q + e % run] = staged[p * plane_floats + e % run];
     }
 }
 
@@ -176,139 +226,4 @@ extern "C" __global__ void winograd_input_a8(const float* RESTRICT x, float* RES
 extern "C" __global__ void winograd_output_a8(const float* RESTRICT Mp, const float* RESTRICT bias, float* RESTRICT y,
                                              WinoShape s, int M) {
     output_transform<8>(Mp, bias, y, s, M);
-}
-
-// F(2x2,3x3) fused (the algorithm of the kernels above in one launch, as openCNN fuses it): a
-// CTA computes WF_M outputs x WF_N tiles at all 16 points. Each stage's load transforms WF_K
-// channels of its tiles' 4x4 input patches (B^T d B) straight into shared memory beside the
-// filter's transformed chunk (U, from winograd_filter_a4), the 16 products accumulate in
-// registers, and the epilogue's output transform (A^T m A, + bias) writes y: no transformed
-// input and no product ever reaches global memory. Each thread transforms one (channel, tile) a
-// stage and owns outputs oo, oo + 16 and tiles tt, tt + 16 at every point: 64 accumulators.
-// Its transforms are F(2x2,3x3)'s own (input_f2x3, output_f2x3); the filter's come from c_wino.
-// NVRTC 13.5 for sm_90 gives it 254 registers and no spills (one CTA of 8 warps an SM); capped at
-// 128 (__launch_bounds__(256, 2)) it spilled 944 bytes. Its speed is a GPU's to measure (stage 9).
-#define WF_M 32  // output channels per CTA
-#define WF_N 32  // tiles per CTA
-#define WF_K 8   // channels per stage: WF_K * WF_N = 256 patches, one a thread
-#define WF_THREADS 256
-
-// F(2x2,3x3)'s B^T and A^T by Cook-Toom at 0, 1, -1 and infinity (tracker/ops/winograd.py's
-// matrices(2, 3); tests/test_winograd.py checks they are these), written out: their entries are
-// 0 and +-1, so each transform is additions, and its values need no registers of their own.
-//   B^T = [-1 0 1 0; 0 1 1 0; 0 -1 1 0; 0 -1 0 1]     A^T = [1 1 1 0; 0 1 -1 1]
-__device__ __forceinline__ void bt_4(float a, float b, float c, float d, float (&out)[4]) {
-    out[0] = c - a;
-    out[1] = b + c;
-    out[2] = c - b;
-    out[3] = d - b;
-}
-
-__device__ __forceinline__ void input_f2x3(const float (&d)[4][4], float (&v)[4][4]) {  // B^T d B
-    float t[4][4], row[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        bt_4(d[0][j], d[1][j], d[2][j], d[3][j], row);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) t[i][j] = row[i];
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) bt_4(t[i][0], t[i][1], t[i][2], t[i][3], v[i]);
-}
-
-__device__ __forceinline__ void output_f2x3(const float (&m)[4][4], float (&y)[2][2]) {  // A^T m A
-    float t[2][4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        t[0][j] = m[0][j] + m[1][j] + m[2][j];
-        t[1][j] = m[1][j] - m[2][j] + m[3][j];
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        y[i][0] = t[i][0] + t[i][1] + t[i][2];
-        y[i][1] = t[i][1] - t[i][2] + t[i][3];
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(WF_THREADS) winograd_fused_a4(const float* RESTRICT x,
-                                                                          const float* RESTRICT U,
-                                                                          const float* RESTRICT bias,
-                                                                          float* RESTRICT y, WinoShape s, int M) {
-    __shared__ float Vs[16][WF_K][WF_N];  // the stage's transformed patches
-    __shared__ float Us[16][WF_M][WF_K];  // the stage's transformed filters (output-major: no bank conflict)
-    const int tid = threadIdx.x, tiles = s.TH * s.TW;
-    const long long cols = (long long)s.N * tiles, col0 = (long long)blockIdx.x * WF_N;
-    const int o0 = blockIdx.y * WF_M, oo = tid / 16, tt = tid % 16;
-
-    // the patch this thread transforms every stage: channel c0 + lk of tile col0 + lt
-    const int lk = tid / WF_N, lt = tid % WF_N;
-    const long long lcol = col0 + lt;
-    const bool live = lcol < cols;
-    const int n = live ? (int)(lcol / tiles) : 0, t = live ? (int)(lcol % tiles) : 0;
-    const int y0 = (t / s.TW) * 2 - s.pad, x0 = (t % s.TW) * 2 - s.pad;
-    const float* image = x + (size_t)n * s.C * s.H * s.W;
-
-    float acc[16][2][2];
-#pragma unroll
-    for (int p = 0; p < 16; ++p)
-        acc[p][0][0] = acc[p][0][1] = acc[p][1][0] = acc[p][1][1] = 0.f;
-
-    for (int c0 = 0; c0 < s.C; c0 += WF_K) {
-        const int c = c0 + lk;
-        float d[4][4], v[4][4];
-#pragma unroll
-        for (int a = 0; a < 4; ++a)
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                const int h = y0 + a, q = x0 + b;
-                d[a][b] = live && c < s.C && h >= 0 && h < s.H && q >= 0 && q < s.W
-                              ? image[((size_t)c * s.H + h) * s.W + q] : 0.f;
-            }
-        input_f2x3(d, v);
-#pragma unroll
-        for (int a = 0; a < 4; ++a)
-#pragma unroll
-            for (int b = 0; b < 4; ++b) Vs[a * 4 + b][lk][lt] = v[a][b];
-#pragma unroll
-        for (int i = 0; i < 16 * WF_M * WF_K / WF_THREADS; ++i) {
-            const int at = tid + i * WF_THREADS, p = at / (WF_M * WF_K), o = at / WF_K % WF_M, k = at % WF_K;
-            Us[p][o][k] = o0 + o < M && c0 + k < s.C ? U[((size_t)p * M + o0 + o) * s.C + c0 + k] : 0.f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int p = 0; p < 16; ++p)
-#pragma unroll
-            for (int k = 0; k < WF_K; ++k) {
-                const float u0 = Us[p][oo][k], u1 = Us[p][oo + 16][k], v0 = Vs[p][k][tt], v1 = Vs[p][k][tt + 16];
-                acc[p][0][0] = fmaf(u0, v0, acc[p][0][0]);
-                acc[p][0][1] = fmaf(u0, v1, acc[p][0][1]);
-                acc[p][1][0] = fmaf(u1, v0, acc[p][1][0]);
-                acc[p][1][1] = fmaf(u1, v1, acc[p][1][1]);
-            }
-        __syncthreads();
-    }
-
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const int o = o0 + oo + 16 * i;
-            const long long col = col0 + tt + 16 * j;
-            if (o >= M || col >= cols) continue;
-            float m[4][4], out[2][2];
-#pragma unroll
-            for (int a = 0; a < 4; ++a)
-#pragma unroll
-                for (int b = 0; b < 4; ++b) m[a][b] = acc[a * 4 + b][i][j];
-            output_f2x3(m, out);
-            const int im = (int)(col / tiles), tile = (int)(col % tiles);
-            const int p0 = (tile / s.TW) * 2, q0 = (tile % s.TW) * 2;
-            const float bb = bias != nullptr ? bias[o] : 0.f;
-            float* plane = y + ((size_t)im * M + o) * s.P * s.Q;
-#pragma unroll
-            for (int a = 0; a < 2; ++a)
-#pragma unroll
-                for (int b = 0; b < 2; ++b)
-                    if (p0 + a < s.P && q0 + b < s.Q) plane[(p0 + a) * s.Q + q0 + b] = out[a][b] + bb;
-        }
 }

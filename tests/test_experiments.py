@@ -39,7 +39,7 @@ def test_l1_bypass_pairs_every_variant_and_computes_speedups(tmp_path, emulated_
             launch.tunable for op in OPS if name in op.variants for launch in op.variants[name].launches.values()
         )
     ]
-    assert staged == ["shared", "gemm", "fused", "winograd", "winograd_f4", "winograd_fused", "fft"]
+    assert staged == ["shared", "gemm", "fused", "winograd", "winograd_f4", "fft"]
     assert list(table.arm) == [a.label for a in arms("l1-bypass", 1)]
     assert len(table) == 2 * len(OPS.variant_names()) + len(staged)
     assert table.groupby("comparison")["baseline"].sum().eq(1).all()
@@ -260,7 +260,6 @@ def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, 
         "shared",
         "gemm",
         "winograd",
-        "winograd_fused",
         "fft",
     ]
     raced = [t for t in raced if t.variant in ("winograd_f4", "shared", "winograd")]

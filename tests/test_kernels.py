@@ -38,7 +38,6 @@ NOT_YET_ON_A_GPU = (
     "convtranspose",
     "convtranspose3d",
 )  # no record vouches for them yet
-VARIANTS_NOT_YET_ON_A_GPU = ("winograd_fused",)  # the fused F(2x2,3x3): no record vouches for it yet
 SOURCES = kernel_sources()
 
 
@@ -247,12 +246,12 @@ def test_kernels_command_lists_the_variant_matrix(runner):
     result = runner.invoke(cli, ["kernels", "--arch", "sm_80", "--format", "json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert len(rows) == 2 * len(TABLE) == 198
+    assert len(rows) == 2 * len(TABLE) == 192
     assert {r["l1"] for r in rows} == {"ca", "cg"}
     # The newest committed record (tests/data/verified/2026-11-26-nvidia-h200.json): every variant
     # passed on an H200, the Winograd and FFT too; a kernel changed since keeps that GPU,
     # flagged changed_since.
-    recorded = [r for r in rows if r["op"] not in NOT_YET_ON_A_GPU and r["variant"] not in VARIANTS_NOT_YET_ON_A_GPU]
+    recorded = [r for r in rows if r["op"] not in NOT_YET_ON_A_GPU]
     assert {r["verified_on"] for r in recorded} == {"NVIDIA H200"}
     assert {r["verified_on"] for r in rows if r not in recorded} == {None}
     # since the H200: common.cuh, which every kernel includes, counts split-K slices from K for the
@@ -332,9 +331,7 @@ def test_kernels_command_builds_a_tuned_tile(runner):
         launch = next(v for v in TABLE if (v.op, v.phase, v.variant) == key)
         ring = RING.masked_shared_bytes if launch.defines else RING.shared_bytes  # the fused backward's mask ring
         assert (row["shared_bytes"] == ring) == launch.tunable, key
-        assert (row["verified_on"] is None) == (
-            launch.tunable or launch.op in NOT_YET_ON_A_GPU or launch.variant in VARIANTS_NOT_YET_ON_A_GPU
-        ), key
+        assert (row["verified_on"] is None) == (launch.tunable or launch.op in NOT_YET_ON_A_GPU), key
     big = "128x128x16"  # fits, but not beside the fused backward's mask ring: those rows are left out
     result = runner.invoke(cli, ["kernels", "--l1", "ca", "--tile", big, "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -355,13 +352,7 @@ def test_kernels_command_builds_a_tuned_tile(runner):
     assert result.exit_code == 2 and "drop --tile" in result.output and result.output.strip().count("\n") == 0
 
 
-@pytest.mark.parametrize(
-    "gpu, left_out",
-    [
-        ("NVIDIA H100 80GB HBM3", NEW_ON_THE_H200 + VARIANTS_NOT_YET_ON_A_GPU),
-        ("NVIDIA H200", VARIANTS_NOT_YET_ON_A_GPU),
-    ],
-)
+@pytest.mark.parametrize("gpu, left_out", [("NVIDIA H100 80GB HBM3", NEW_ON_THE_H200), ("NVIDIA H200", ())])
 def test_the_committed_records_vouch_for_every_variant_with_small_errors(gpu, left_out):
     """The H100's last record predates the Winograd and FFT variants; the H200's (2026-11-26)
     holds every variant, both L1 policies."""

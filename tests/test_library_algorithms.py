@@ -199,9 +199,14 @@ def test_our_own_kernels_are_named_by_the_same_rules():
         "fused": "implicit_gemm",
         "winograd": "winograd_nonfused",
         "winograd_f4": "winograd_nonfused",
-        "winograd_fused": "winograd",
         "fft": "fft",
     }  # winograd's fallback is implicit_gemm
     assert [
         classify(k).role for k in ("im2col", "winograd_input_a4", "splitk_reduce", "bias_grad", "relu_fwd_global")
     ] == ["transform", "transform", "reduction", "reduction", "other"]  # a ReLU's kernel: its phase's math (tagged)
+    # the retired fused Winograd's recorded launches read as they did: a fused F(2x2), priced so
+    from tracker.ops.winograd import modelled
+
+    fused = ["winograd_filter_a4", "winograd_fused_a4"]
+    assert classify(fused[1]) == ("winograd", "math", False) and phase_algorithm(fused) == "winograd"
+    assert modelled(phase_algorithm(fused), "winograd_fused") == "winograd_f2"

@@ -99,16 +99,6 @@ def test_cuda_sizes_come_from_the_registry_alone():
         assert not re.search(rf"#define\s+({'|'.join(defines())})\b", text), path.name
 
 
-def test_the_fused_winograds_launch_reads_the_sizes_its_kernel_is_written_with():
-    """winograd_fused_a4's CTA (WF_M outputs by WF_N tiles, WF_THREADS threads) is fixed in its
-    source, not a -D size; the launch's grid and block (FUSED_*) must say the same, or the grid
-    misses tiles or the block exceeds the kernel's __launch_bounds__, which only a GPU refuses."""
-    from tracker.ops.winograd import FUSED_M, FUSED_N, FUSED_THREADS
-
-    written = dict(re.findall(r"#define\s+(WF_\w+)\s+(\d+)", (KERNEL_DIR / "winograd.cu").read_text()))
-    assert (int(written["WF_M"]), int(written["WF_N"]), int(written["WF_THREADS"])) == (FUSED_M, FUSED_N, FUSED_THREADS)
-
-
 def test_the_registry_refuses_what_it_cannot_run():
     relu = OPS["relu"]
     with pytest.raises(TrackerError, match="relu variant 'half' must launch fwd, bwd_data; got fwd"):

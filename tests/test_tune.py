@@ -154,10 +154,9 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
 
 
 def test_tune_races_each_algorithm_that_can_run_a_conv_layer_phase_unless_a_variant_was_chosen():
-    """Each conv layer phase by every variant that computes it by an algorithm of
-    its own (Winograd and FFT only at stride 1, the fused Winograd at 3x3 and not for the weight
-    gradient), the planned one first (the conv rule's Winograd F(4x4) where it applies); a variant
-    chosen with --variant (or a fused conv, which changes the plan) alone."""
+    """Each conv layer phase by every variant that computes it by an algorithm of its own (Winograd
+    and FFT only at stride 1), the planned one first (the conv rule's Winograd F(4x4) where it
+    applies); a variant chosen with --variant (or a fused conv, which changes the plan) alone."""
     from samples import small_net
 
     def raced(chosen):
@@ -168,14 +167,12 @@ def test_tune_races_each_algorithm_that_can_run_a_conv_layer_phase_unless_a_vari
         return found
 
     anywhere = ["shared", "global", "constant", "gemm"]  # implicit GEMM (the plan's), direct, explicit GEMM
-    stride_1 = ["winograd_f4", "global", "constant", "shared", "gemm", "winograd", "winograd_fused", "fft"]
+    stride_1 = ["winograd_f4", "global", "constant", "shared", "gemm", "winograd", "fft"]
     found = raced({"linear": "shared"})
     assert found == {
         ("conv1", "fwd"): anywhere,
         ("conv1", "bwd_weight"): anywhere,
-        ("conv2", "fwd"): stride_1,
-        ("conv2", "bwd_data"): stride_1,
-        ("conv2", "bwd_weight"): [v for v in stride_1 if v != "winograd_fused"],  # winograd's there
+        **{("conv2", phase): stride_1 for phase in ("fwd", "bwd_data", "bwd_weight")},
         **{(fc, phase): ["shared"] for fc in ("fc3", "fc4") for phase in ("fwd", "bwd_data", "bwd_weight")},
     }
     assert {tuple(v) for key, v in raced({"conv": "shared"}).items() if key[0].startswith("conv")} == {("shared",)}

@@ -71,43 +71,41 @@ def test_winograd_f4_runs_4x4_output_tiles(emulator, w, pad, alpha):
 
 
 @pytest.mark.parametrize(
-    "x, w, pad",
+    "x, w, pad, grid, threads, shared",
     [
-        ((2, 19, 11, 10), (33, 19, 3, 3), 1),  # 3 channel stages (the last ragged), 2 CTAs of outputs, 2 of tiles
-        ((3, 9, 7, 7), (5, 9, 3, 3), 0),  # ragged last tiles: 5 x 5 outputs in 2 x 2 tiles
-        ((1, 4, 6, 5), (40, 4, 3, 3), 2),  # the widest padding, and the data gradient's none
+        # 7 x 7 outputs, 16 tiles a plane: whole planes, two a block (of 32 tiles: too few for WAVE blocks)
+        ((2, 5, 7, 7), (6, 5, 3, 3), 1, (5, 6), (32, 32), (4 * 2 * 10 * 7, 4 * 2 * 8 * 7)),
+        # 13 x 13 tiles a plane: bands of two tile rows, the last one row
+        ((1, 2, 25, 25), (3, 2, 3, 3), 1, (2 * 7, 3 * 7), (32, 32), (4 * 6 * 25, 4 * 4 * 25)),
+        # 260 tiles a row: a band of one row, more tiles than a block has threads
+        ((1, 1, 2, 520), (2, 1, 3, 3), 1, (1, 2), (256, 256), (4 * 4 * 520, 4 * 2 * 520)),
     ],
 )
-def test_the_fused_winograd_transforms_in_its_load_stage_and_epilogue(emulator, x, w, pad):
-    """F(2x2,3x3)'s forward and data gradient each the filter transform and one fused
-    kernel (no input transform, GEMM or output transform launched), its grid 32 tiles by 32
-    outputs; the weight gradient winograd's; every phase within its bound of the reference."""
-    case = Case("conv", "fused", {"x": x, "w": w}, {"stride": 1, "pad": pad})
-    results, launched = kernels(emulator, case, "winograd_fused")
-    assert all(r.passed for r in results), [(r.phase, r.output, r.error) for r in results if not r.passed]
-    assert launched[:4] == ["winograd_filter_a4", "winograd_fused_a4"] * 2
-    assert launched[4:] == ["winograd_input_a4"] * 2 + ["gemm_nt_batched", "winograd_output_a4", "bias_grad"]
-    P = x[2] + 2 * pad - 2
-    Q = x[3] + 2 * pad - 2
-    tiles = x[0] * -(-P // 2) * -(-Q // 2)
-    fused = [k.grid for k in emulator.log if k.kernel == "winograd_fused_a4"]
-    assert fused[0] == (-(-tiles // 32), -(-w[0] // 32), 1)  # the forward: tiles x outputs
-    assert fused[1][1] == -(-w[1] // 32)  # the data gradient's outputs are the input's channels
+def test_the_transforms_stage_whole_planes_or_bands_of_tile_rows(emulator, x, w, pad, grid, threads, shared):
+    """The forward's input and output transforms (F(2x2,3x3)): grid, threads and shared memory of
+    each, every phase within its bound of the reference."""
+    case = Case("conv", "bands", {"x": x, "w": w}, {"stride": 1, "pad": pad})
+    results, _ = kernels(emulator, case, "winograd")
+    assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
+    fwd = [k for k in emulator.log if k.kernel in ("winograd_input_a4", "winograd_output_a4")][:2]
+    assert [k.grid[0] for k in fwd] == list(grid)
+    assert [k.block[0] for k in fwd] == list(threads)
+    assert [k.shared_bytes for k in fwd] == list(shared)
 
 
-def test_the_fused_winograd_leaves_other_filters_to_the_implicit_gemm(emulator):
-    from tracker.ops import OPS
+def test_a_transform_block_holds_about_a_blocks_worth_of_tiles_within_its_shared_memory():
+    """``blocking``: (planes a block, tile rows of each) at AlexNet's batch 128 and beside it."""
+    from tracker.ops.winograd import BLOCK_BYTES, blocking
 
-    for w, stride in (((4, 3, 5, 5), 1), ((4, 3, 3, 3), 2)):
-        case = Case("conv", "other", {"x": (1, 3, 9, 9), "w": w}, {"stride": stride, "pad": 1})
-        results, launched = kernels(emulator, case, "winograd_fused")
-        assert all(r.passed for r in results) and "winograd_fused_a4" not in launched
-        assert launched[0] == "conv2d_fwd_implicit"
-        assert "winograd_fused" not in OPS["conv"].rivals(case, "fwd")
-    three = Case("conv", "three", {"x": (1, 3, 9, 9), "w": (4, 3, 3, 3)}, {"stride": 1, "pad": 1})
-    assert "winograd_fused" in OPS["conv"].rivals(three, "fwd") and "winograd_fused" not in OPS["conv"].rivals(
-        three, "bwd_weight"
-    )  # there it is winograd's
+    def small(rows: int) -> int:  # a few rows of a narrow plane
+        return 4 * 18 * rows
+
+    assert blocking(384 * 128, 4, 4, small) == (16, 4)  # conv3-5's 13 x 13 in 4 x 4 tiles: 16 planes of 16
+    assert blocking(256 * 128, 14, 14, small) == (1, 14)  # conv2's 27 x 27 in 2 x 2 tiles: a plane
+    assert blocking(64 * 128, 64, 64, small) == (1, 4)  # 128 x 128: bands of 4 tile rows
+    assert blocking(2, 4, 4, small) == (2, 4)  # a small layer: blocks of 32 tiles
+    assert blocking(64 * 128, 64, 64, lambda rows: BLOCK_BYTES // 2 * rows) == (1, 2)  # wide rows: fewer
+    assert blocking(384 * 128, 4, 4, lambda rows: BLOCK_BYTES // 4) == (4, 4)  # large planes: fewer
 
 
 def test_each_transform_launch_says_how_many_bytes_it_was_handed(emulator):
@@ -160,9 +158,6 @@ def test_cook_toom_matrices_compute_the_correlation_exactly(m, r):
         d, f = rng.normal(size=m + r - 1), rng.normal(size=r)
         expected = [sum(d[i + k] * f[k] for k in range(r)) for i in range(m)]
         assert at @ ((g @ f) * (bt @ d)) == pytest.approx(expected, abs=1e-12)
-    if (m, r) == (2, 3):  # what kernels/winograd.cu's fused kernel writes out (input_f2x3, output_f2x3)
-        assert np.allclose(bt, [[-1, 0, 1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, -1, 0, 1]], atol=1e-12)
-        assert np.allclose(at, [[1, 1, 1, 0], [0, 1, -1, 1]], atol=1e-12)
     if (m, r) == (4, 3):  # Lavin & Gray's published A^T for F(4x4, 3x3)
         assert at.tolist() == [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]
 
@@ -180,7 +175,6 @@ def test_cook_toom_matrices_compute_the_correlation_exactly(m, r):
         ),  # conv2's plane: F(2x2,5x5), larger transforms, larger error
         ((1, 64, 13, 13), (16, 64, 3, 3), 1, "winograd_f4", 30),  # F(4x4,3x3): measured 6-7x F(2x2,3x3)'s
         ((1, 32, 27, 27), (8, 32, 5, 5), 2, "winograd_f4", 30),  # F(4x4,5x5)
-        ((1, 64, 13, 13), (16, 64, 3, 3), 1, "winograd_fused", 10),  # F(2x2,3x3) fused: the same arithmetic
     ],
 )
 def test_its_error_stays_near_the_implicit_gemms_at_a_deep_contraction(emulator, x, w, pad, variant, within):
@@ -226,10 +220,9 @@ def test_the_benchmark_times_a_variant_only_where_its_own_algorithm_runs():
 
     conv = OPS["conv"]
     cases = {case.layer: case for case in network_cases(build("alexnet"), 128) if case.op == "conv"}
-    fast = {"winograd", "winograd_f4", "winograd_fused", "fft"}
+    fast = {"winograd", "winograd_f4", "fft"}
     everywhere = set(conv.variants) - fast
     assert set(conv.applying(cases["conv1"], "fwd")) == everywhere
-    assert set(conv.applying(cases["conv2"], "fwd")) == set(conv.variants) - {"winograd_fused"}  # 5x5
-    assert set(conv.applying(cases["conv3"], "fwd")) == set(conv.variants)
-    assert set(conv.applying(cases["conv3"], "bwd_weight")) == set(conv.variants) - {"winograd_fused"}
+    for layer, phase in (("conv2", "fwd"), ("conv3", "fwd"), ("conv3", "bwd_weight")):
+        assert set(conv.applying(cases[layer], phase)) == set(conv.variants)
     assert set(conv.rivals(cases["conv3"], "fwd")) == set(conv.applying(cases["conv3"], "fwd")) - {"fused"}

@@ -145,8 +145,9 @@ COPY, FILL = r"^Memcpy \w+ \(", r"^Memset \("
 RULES: tuple[tuple[str, str | None, str], ...] = (
     # tracker's own kernels (kernels/*.cu), by their exact names
     (r"^winograd_(input|output)_a\d+$", "winograd_nonfused", "transform"),
-    (r"^winograd_filter_a\d+$", "winograd", "transform"),  # the fused kernel's too: the others say non-fused
-    (r"^winograd_fused_a\d+$", "winograd", "math"),
+    # the filter transform alone says no more than Winograd: the retired winograd_fused launched it
+    # beside its fused kernel (winograd_fused_a4, which the libraries' rule below reads as fused math)
+    (r"^winograd_filter_a\d+$", "winograd", "transform"),
     (r"^fft_(filter|input|output)_n\d+$", "fft", "transform"),
     (r"^conv2d_\w+_implicit$", "implicit_gemm", "math"),
     (r"^conv2d_\w+_(global|constant)$", "direct", "math"),

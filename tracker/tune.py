@@ -3,7 +3,7 @@ the algorithm of each layer phase with it.
 
 For each layer phase whose launch is built on the tiled GEMM (tracker/ops/gemm.py), and for each of
 its op's variants that computes it by an algorithm of its own (``Op.rivals``: direct, implicit and
-explicit GEMM, Winograd F(2x2) and F(4x4), fused F(2x2,3x3), FFT, where each applies) unless
+explicit GEMM, Winograd F(2x2) and F(4x4), FFT, where each applies) unless
 ``--variant`` chose the op's, every candidate ``Tile`` (CTA tile shape, k-tile, split-K slices),
 then each neighbour of the fastest (its other pipeline depths, warp layout and register policy: one
 axis at a time, so the search grows by a few candidates rather than several times over), is
@@ -132,7 +132,7 @@ def search(
 ) -> list[dict]:
     """Verify and time every tile at every target, then (``refine``) the neighbours of the
     target's fastest verified one (``Tile.neighbours``); a target whose launch is not on the
-    tiled GEMM (a direct convolution, the fused Winograd) once, as it is built; a row per
+    tiled GEMM (a direct convolution) once, as it is built; a row per
     (target, tile) for the tuning table, handed to ``keep`` target by target (so that an
     interrupted search keeps what it finished). A tile whose split-K slices come out the same as
     an earlier one's at this shape is skipped; one that fails to compile or run is reported and

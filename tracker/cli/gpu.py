@@ -280,8 +280,7 @@ TUNE_COLUMNS = ("layer", "phase", "variant", "shape", "best", "best_ms", "defaul
     default=None,
     metavar="V|OP=V,...",
     help="Variants whose GEMM launches to tune (as tracker profile); an op not named races every "
-    "algorithm that can run each layer phase (conv: implicit and explicit GEMM, direct, Winograd, "
-    "fused Winograd, FFT).",
+    "algorithm that can run each layer phase (conv: implicit and explicit GEMM, direct, Winograd, FFT).",
 )
 @click.option(
     "--reps",
@@ -317,7 +316,7 @@ def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **
     For every layer phase built on the tiled GEMM (conv shared/fused/gemm/winograd/winograd_f4/fft,
     linear shared/fused), and for each variant that may run it (unless --variant chose the op's:
     a conv layer phase races the implicit GEMM, the direct convolutions, the explicit GEMM,
-    Winograd F(2x2) and F(4x4), the fused F(2x2,3x3) and FFT, the last four at stride 1 only), each
+    Winograd F(2x2) and F(4x4) and FFT, the last three at stride 1 only), each
     candidate tile (CTA tile, k-tile, split-K slices; a launch not on the tiled GEMM runs once),
     then the fastest one's neighbours (its other pipeline depths, warp layout and register
     policy), is compiled through the registry's -D sizes, checked against the NumPy reference at

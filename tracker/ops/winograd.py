@@ -15,17 +15,19 @@ F(rxr, mxm): dy's m x m tiles play the filter (``_weight_gradient``). Where the 
 apply (a stride above 1: conv1), the launch runs the shared variant's implicit GEMM, as its note
 says; ``tracker model --algorithm winograd_f2`` (or ``winograd_f4``) prices the same choice.
 
-``winograd_fused`` runs F(2x2, 3x3)'s forward and data gradient in one kernel (after
-openCNN): the filter transform, then ``winograd_fused_a4``, whose load stage transforms the input
-patches into shared memory and whose epilogue applies the output transform, so that neither the
-transformed input nor the products pass through global memory; its weight gradient is
-``winograd``'s. Other filters run the implicit GEMM. On an H200 it passes the selftest and runs
-1.7-2.1x slower than ``winograd_f4`` at AlexNet's conv3-5 (tests/data/gpu-2026-11-26f-h200/RESULTS.md).
+The input and output transforms run in blocks of a band of tile rows (or of whole planes where a
+plane has few tiles: ``blocking``), whose image rows pass through shared memory so that their
+global loads and stores are whole sectors.
+
+The fused F(2x2, 3x3) (``winograd_fused``, after openCNN) is retired: on an H200 it was slower than
+this non-fused ``winograd`` at every phase its kernel ran (conv3 fwd 2.606 ms against 1.556, conv4
+fwd 3.492 against 1.917; tests/data/gpu-2026-11-26f-h200/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import cache, partial
 from typing import Any
 
@@ -33,9 +35,8 @@ import numpy as np
 
 from tracker.kernel_names import MODELLED
 from tracker.ops.conv2d import CONV, IMPLICIT_KERNELS, bwd_data_implicit, bwd_weight_implicit, fwd_implicit, where
-from tracker.ops.gemm import BIAS_GRAD, DEFAULT, SPLITK_REDUCE, Gemm, Tile, bias_grad, tiled
-from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
-from tracker.ops.registry import launch
+from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, bias_grad, tiled
+from tracker.ops.launch import THREADS, WAVE, Arrays, Backend, Struct, blocks, tiles
 
 SOURCE = "winograd.cu"
 # variant -> m: each transformed tile gives m x m outputs; the model names the algorithm winograd_f<m>
@@ -54,9 +55,8 @@ def kernels(m: int) -> tuple[str, ...]:
     return tuple(f"{SOURCE}:winograd_{part}_a{alpha(m, r)}" for r in FILTERS for part in ("filter", "input", "output"))
 
 
-# The fused kernel (kernels/winograd.cu's winograd_fused_a4) is F(2x2,3x3): its m and r, written into it
-FUSED_TILE, FUSED_FILTER = 2, 3
-MODEL_TILES = {**OUTPUT_TILES, "winograd_fused": FUSED_TILE}  # every Winograd variant's m
+# every Winograd variant's m, and the retired fused F(2x2,3x3)'s: runs stored of it still price as winograd_f2
+MODEL_TILES = {**OUTPUT_TILES, "winograd_fused": 2}
 
 
 def model_algorithm(variant: str) -> str:
@@ -107,24 +107,53 @@ def _constants(m: int, r: int) -> np.ndarray:
     return np.concatenate([mat.ravel() for mat in padded]).astype(np.float32)
 
 
-def _shape(
-    N: int,
-    C: int,
-    H: int,
-    W: int,
-    P: int,
-    Q: int,
-    pad: int,
-    TH: int,
-    TW: int,
-    m: int,
-    r: int,
-    extent: int,
-    matrix: int = 0,
-) -> Struct:
-    """The kernels' WinoShape (kernels/winograd.cu)."""
-    names = ("N", "C", "H", "W", "P", "Q", "pad", "TH", "TW", "m", "r", "extent", "matrix")
-    return Struct("WinoShape", tuple((n, "i") for n in names), (N, C, H, W, P, Q, pad, TH, TW, m, r, extent, matrix))
+# A transform block's staged rows at most: 8 blocks of 256 threads share an SM's shared memory
+BLOCK_BYTES = 24 * 1024
+_SHAPE = ("N", "C", "H", "W", "P", "Q", "pad", "TH", "TW", "m", "r", "extent", "matrix", "planes", "band")
+
+
+def blocking(planes: int, TH: int, TW: int, plane_bytes: Callable[[int], int]) -> tuple[int, int]:
+    """How a transform of ``planes`` planes of TH x TW tiles is cut into blocks: (planes a block,
+    tile rows of each). About THREADS tiles a block, fewer where the layer would make fewer than
+    WAVE blocks: whole planes where a plane has no more tiles than that, else a band of whole tile
+    rows of one plane; either within BLOCK_BYTES of shared memory unless one tile row needs more
+    (``plane_bytes(rows)``: what a block stages of one plane for that many tile rows)."""
+    per_block = min(THREADS, max(32, planes * TH * TW // WAVE))
+    band = min(TH, max(1, per_block // TW))
+    band = max((n for n in range(1, band + 1) if plane_bytes(n) <= BLOCK_BYTES), default=1)
+    if band < TH:
+        return 1, band
+    return max(1, min(planes, per_block // (TH * TW), BLOCK_BYTES // plane_bytes(TH))), TH
+
+
+def _staged_floats(part: str, m: int, W: int, Q: int, extent: int, rows: int) -> int:
+    """What a transform block stages of one plane for ``rows`` tile rows (kernels/winograd.cu): the
+    input rows its patches read (each extent - m rows into the next row of tiles), W wide; or its
+    rows of the output, Q wide."""
+    return (rows * m + extent - m) * W if part == "input" else rows * m * Q
+
+
+def _transform(b: Backend, part: str, side: int, planes: int, args: Callable[[Struct], tuple], **shape: int) -> None:
+    """Launches winograd_<part>_a<side> over ``planes`` planes (V's channels x images, or the
+    products' outputs x images) of TH x TW tiles, in blocks of ``blocking``; ``shape``: the
+    kernels' WinoShape (kernels/winograd.cu) less the blocking, which ``args`` places among the
+    launch's arguments."""
+    m, TH, TW, extent = shape["m"], shape["TH"], shape["TW"], shape["extent"]
+
+    def floats(rows: int) -> int:
+        return _staged_floats(part, m, shape["W"], shape["Q"], extent, rows)
+
+    per, band = blocking(planes, TH, TW, lambda rows: 4 * floats(rows))
+    values = {"matrix": 0, **shape, "planes": per, "band": band}
+    struct = Struct("WinoShape", tuple((n, "i") for n in _SHAPE), tuple(values[n] for n in _SHAPE))
+    b.launch(
+        SOURCE,
+        f"winograd_{part}_a{side}",
+        (tiles(planes, per) * tiles(TH, band),),
+        (min(THREADS, 32 * tiles(per * band * TW, 32)),),
+        args(struct),
+        shared_bytes=4 * per * floats(band),
+    )
 
 
 def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, tile: Tile) -> None:
@@ -136,54 +165,40 @@ def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: An
     side = alpha(m, r)
     TH, TW = math.ceil(P / m), math.ceil(Q / m)
     cols, points = N * TH * TW, side * side
-    shape = _shape(N, Kc, H, W, P, Q, pad, TH, TW, m, r, extent=side)
+    shape = {"N": N, "C": Kc, "H": H, "W": W, "P": P, "Q": Q, "pad": pad, "TH": TH, "TW": TW, "m": m, "r": r}
     U, V, products = b.empty((points, M, Kc)), b.empty((points, Kc, cols)), b.empty((points, M, cols))
     b.to_constant(SOURCE, "c_wino", b.asarray(_constants(m, r)))  # a device array, as CuPy needs
     b.launch(SOURCE, f"winograd_filter_a{side}", (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
-    b.launch(SOURCE, f"winograd_input_a{side}", (blocks(Kc * cols),), (THREADS,), (x, V, shape))
+    _transform(b, "input", side, Kc * N, lambda s: (x, V, s), **shape, extent=side)
     Gemm(
         "gemm_nn_batched", M=M, N=cols, K=Kc, lda=Kc, ldb=cols, batch=points, stride_a=M * Kc, stride_b=Kc * cols
     ).launch(b, U, V, products, tile=tile)
-    b.launch(SOURCE, f"winograd_output_a{side}", (blocks(M * cols),), (THREADS,), (products, bias, out, shape, M))
+    _transform(b, "output", side, M * N, lambda s: (products, bias, out, s, M), **shape, extent=side)
 
 
 def _weight_gradient(b: Backend, m: int, x: Any, dy: Any, dw: Any, pad: int, tile: Tile) -> None:
     """dw (K x C x r x r) = the correlation of x (N x C x H x W, padded by pad) with dy (N x K x P x
     Q): F(rxr, mxm), dy's m x m tiles the filter, each channel pair's alpha^2 products summed over
-    every image's tiles by a GEMM a point, all in one launch (C x tiles times tiles x K: split-K)."""
+    every image's tiles by a GEMM a point, all in one launch (K x tiles times tiles x C: split-K)."""
     N, C, H, W = x.shape
     K, P, Q = dy.shape[1:]
     r = dw.shape[2]
     side = alpha(m, r)  # F(r, m): r outputs (the filter's taps) from m-long tiles of dy
     TH, TW = math.ceil(P / m), math.ceil(Q / m)
     cols, points = N * TH * TW, side * side
-    V, U, products = b.empty((points, C, cols)), b.empty((points, K, cols)), b.empty((points, C, K))
+    V, U, products = b.empty((points, C, cols)), b.empty((points, K, cols)), b.empty((points, K, C))
     b.to_constant(SOURCE, "c_wino", b.asarray(_constants(r, m)))
-    b.launch(
-        SOURCE,
-        f"winograd_input_a{side}",
-        (blocks(C * cols),),
-        (THREADS,),
-        (x, V, _shape(N, C, H, W, P, Q, pad, TH, TW, m, r, extent=side)),
-    )  # B^T d B
-    b.launch(
-        SOURCE,
-        f"winograd_input_a{side}",
-        (blocks(K * cols),),
-        (THREADS,),
-        (dy, U, _shape(N, K, P, Q, P, Q, 0, TH, TW, m, r, extent=m, matrix=points)),
-    )  # G t G^T
-    Gemm(
-        "gemm_nt_batched", M=C, N=K, K=cols, lda=cols, ldb=cols, batch=points, stride_a=C * cols, stride_b=K * cols
-    ).launch(b, V, U, products, tile=tile)
-    # each (channel, output) pair an 'image' of one r x r tile: written at dw[k][c]
-    b.launch(
-        SOURCE,
-        f"winograd_output_a{side}",
-        (blocks(C * K),),
-        (THREADS,),
-        (products, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, m, extent=side), C),
+    tiling = {"P": P, "Q": Q, "TH": TH, "TW": TW, "m": m, "r": r}
+    _transform(b, "input", side, C * N, lambda s: (x, V, s), N=N, C=C, H=H, W=W, pad=pad, extent=side, **tiling)
+    _transform(  # G t G^T
+        b, "input", side, K * N, lambda s: (dy, U, s), N=N, C=K, H=P, W=Q, pad=0, extent=m, matrix=points, **tiling
     )
+    Gemm(
+        "gemm_nt_batched", M=K, N=C, K=cols, lda=cols, ldb=cols, batch=points, stride_a=K * cols, stride_b=C * cols
+    ).launch(b, U, V, products, tile=tile)
+    # a point's K x C products as one image of K*C planes of one r x r tile each: dw in its own order
+    pair = {"N": 1, "C": K * C, "H": r, "W": r, "P": r, "Q": r, "pad": 0, "TH": 1, "TW": 1, "m": r, "r": m}
+    _transform(b, "output", side, K * C, lambda s: (products, None, dw, s, K * C), **pair, extent=side)
 
 
 def _fwd(b: Backend, a: Arrays, stride: int, pad: int, m: int, tile: Tile = DEFAULT) -> None:
@@ -235,69 +250,3 @@ for _name, _m in OUTPUT_TILES.items():
             "other layer runs the shared variant's implicit GEMM",
         ),
     )
-
-
-# The fused F(2x2,3x3)'s CTA: its outputs, tiles and threads, as kernels/winograd.cu's WF_M, WF_N, WF_THREADS
-# are written (tests/test_ops.py holds the two alike)
-FUSED_M, FUSED_N, FUSED_THREADS = 32, 32, 256
-FUSED_ALPHA = alpha(FUSED_TILE, FUSED_FILTER)
-_FUSED_KERNELS = (f"winograd_filter_a{FUSED_ALPHA}", f"winograd_fused_a{FUSED_ALPHA}")  # what _fused launches
-_FUSED_SOURCES = tuple(f"{SOURCE}:{kernel}" for kernel in _FUSED_KERNELS)  # as the registry names them
-
-
-def fused_applies(w_shape: tuple[int, ...], stride: int, pad: int) -> bool:
-    """The fused kernel runs what ``applies`` allows with a 3x3 filter."""
-    return applies(w_shape, stride, pad) and w_shape[2] == FUSED_FILTER
-
-
-def _fused(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int) -> None:
-    """out (N x M x P x Q) = the stride-1 3x3 convolution of x padded by pad: the filter transform,
-    then one kernel for the rest (``winograd_fused_a4``)."""
-    N, Kc, H, W = x.shape
-    M, P, Q = out.shape[1:]
-    m, r, a = FUSED_TILE, FUSED_FILTER, FUSED_ALPHA
-    TH, TW = math.ceil(P / m), math.ceil(Q / m)
-    U = b.empty((a * a, M, Kc))
-    b.to_constant(SOURCE, "c_wino", b.asarray(_constants(m, r)))
-    b.launch(SOURCE, _FUSED_KERNELS[0], (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
-    b.launch(
-        SOURCE,
-        _FUSED_KERNELS[1],
-        (math.ceil(N * TH * TW / FUSED_N), math.ceil(M / FUSED_M)),
-        (FUSED_THREADS,),
-        (x, U, bias, out, _shape(N, Kc, H, W, P, Q, pad, TH, TW, m, r, extent=a), M),
-    )
-
-
-def _fused_fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
-    if not fused_applies(a.w.shape, stride, pad):
-        return fwd_implicit(b, a, stride, pad, tile=tile)
-    _fused(b, a.x, a.w, False, a.bias, a.y, pad)
-
-
-def _fused_bwd_data(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
-    if not fused_applies(a.w.shape, stride, pad):
-        return bwd_data_implicit(b, a, stride, pad, tile=tile)
-    _fused(b, a.dy, a.w, True, None, a.dx, FUSED_FILTER - 1 - pad)
-
-
-_FUSED = (
-    "F(2x2,3x3) in one kernel for stride-1 3x3 filters (the input transform in its load stage, the output "
-    "transform in its epilogue); any other layer runs the shared variant's implicit GEMM"
-)
-CONV.add(
-    "winograd_fused",
-    error_scale=ERROR_SCALE,
-    applies=where(fused_applies, ("fwd", "bwd_data")),  # its weight gradient is winograd's
-    fwd=launch(_fused_fwd, *_FUSED_SOURCES, IMPLICIT_KERNELS[0], SPLITK_REDUCE, note=_FUSED),
-    bwd_data=launch(_fused_bwd_data, *_FUSED_SOURCES, IMPLICIT_KERNELS[1], SPLITK_REDUCE, note=_FUSED),
-    bwd_weight=tiled(
-        partial(_bwd_weight, m=FUSED_TILE),
-        *kernels(FUSED_TILE),
-        "gemm.cu:gemm_nt_batched",
-        IMPLICIT_KERNELS[2],
-        *BIAS_GRAD,
-        note="winograd's: F(3x3,2x2) and F(5x5,2x2) on dy's tiles for stride-1 filters; any other "
-        "layer runs the shared variant's implicit GEMM",
-    ),
-)

@@ -21,8 +21,8 @@
 #   8  fusion and L1 bypass on the fast loaders (issue 30): racecheck of the fused backward's mask
 #      ring (default tile and a 3-deep ring); the fusion and l1-bypass experiments (with the staged
 #      arms) at batch 128 on events
-#   9  the new variants' speed (issues 30, 48): the kernel benchmark (RESULTS.md: every variant, the
-#      fused Winograd too, against cuDNN's heuristic and best); tracker tune's race of every conv
+#   9  the new variants' speed (issues 30, 48): the kernel benchmark (RESULTS.md: every variant
+#      against cuDNN's heuristic and best); tracker tune's race of every conv
 #      algorithm (quick), then the tuned step beside the untuned and PyTorch's (events, batch 128)
 #  10 the U-Nets (issue 45): unet2d ours and PyTorch's on events at batch 16 and under ncu at batch
 #      2, compared; unet3d ours and PyTorch's on events (batch 1, 128^3), compared, and under ncu

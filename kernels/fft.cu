@@ -16,15 +16,34 @@
 // padded to N) play the filter, so Z[f] = X[f] conj(D[f]) summed over every image's tiles is one
 // real GEMM a frequency, [Re X | Im X] (C x 2 tiles) times [[Re D, Im D], [-Im D, Re D]]^T, and
 // each channel pair's inverse DFT holds its r x r gradient in its first r x r values.
-//
-// A real tile's spectrum is Hermitian, so only frequencies (u, v) with v <= N/2 are kept:
-// N (N/2 + 1) of them. A block of N threads transforms one tile: each thread one row (a
-// radix-2 FFT in registers, N compile-time), then, through shared memory, N/2 + 1 of them one
-// column. The twiddles are the host's (tracker/ops/fft.py, in float64): c_twiddle[k] =
-// cos(2 pi k / 32), c_twiddle[16 + k] = -sin(2 pi k / 32), k < 16.
 // The data gradient is the same algorithm: a stride-1 convolution of dy, padded by r - 1 - pad,
 // with each filter turned 180 degrees and its channels swapped (the filter transform's flip).
+//
+// A real tile's spectrum is Hermitian, so only frequencies (u, v) with v <= N/2 are kept:
+// N (N/2 + 1) of them, each a plane of channels x tiles. A block transforms T consecutive tiles
+// (columns of those planes) of one channel, or T consecutive (output, channel) pairs of filters,
+// with N/2 threads a tile and a warp's lanes on consecutive tiles. It stages its tiles in shared
+// memory with lanes along image rows; each thread transforms two rows of its tile as one complex
+// FFT of x + i y (both rows' half spectra follow from it), in place, then one column of those
+// (column 0 with column N/2, both real, as one FFT too), and stores each frequency from its
+// registers: a warp stores one frequency of 32 consecutive tiles, whole 128-byte lines, where one
+// tile a block put each value in a 32-byte sector of its own. The output transform runs the same
+// backwards: a warp loads one frequency of consecutive tiles, columns then rows are inverted, and
+// the tiles leave shared memory along image rows. N FFTs of N points a tile, where a row then a
+// column at a time took 3N/2 + 1. T is FFT_TILES_N<N> (tracker/ops/fft.py): 32 or more, except at
+// N = 32, where 32 tiles (128 KB) would not fit in the 48 KB a block has without opting in, and
+// keeping part of them in registers would hold a thread's column (64 floats) beside the rows it
+// transforms (64 more), past the 128 registers a thread of 512 may have: 8 there, a frequency of
+// 8 consecutive tiles a whole 32-byte sector (where a plane's tiles are a multiple of 8, as
+// conv2's one tile an image are at a batch of 128).
+// The twiddles are the host's (tracker/ops/fft.py, in float64): c_twiddle[k] = cos(2 pi k / 32),
+// c_twiddle[16 + k] = -sin(2 pi k / 32), k < 16.
 #include "common.cuh"
+
+#if !defined(FFT_TILES_N2) || !defined(FFT_TILES_N4) || !defined(FFT_TILES_N8) || !defined(FFT_TILES_N16) || \
+    !defined(FFT_TILES_N32)
+#error "the tiles a block come from tracker/ops/fft.py as -D options (tracker.gpu.kernels.compile_options)"
+#endif
 
 constexpr int TWIDDLE_N = 32;  // the largest tile: the table's period
 __constant__ float c_twiddle[TWIDDLE_N];
@@ -89,156 +108,290 @@ __device__ __forceinline__ void fft(float (&re)[N], float (&im)[N], bool inverse
     butterflies<N, 1>(re, im, inverse);
 }
 
-// The half spectrum of one real N x N tile, value(row, column) read by the block's N threads:
-// thread t transforms row t into shared memory, then threads t <= N/2 transform column t and
-// hand each frequency u of it to store(u, v = t, re, im).
-template <int N, class Value, class Store>
-__device__ __forceinline__ void forward_2d(Value value, Store store) {
-    __shared__ float sr[N][N / 2 + 1], si[N][N / 2 + 1];
-    const int t = threadIdx.x;
-    float re[N], im[N];
-#pragma unroll
-    for (int j = 0; j < N; ++j) re[j] = value(t, j), im[j] = 0.f;
-    fft<N>(re, im, false);
-#pragma unroll
-    for (int v = 0; v <= N / 2; ++v) sr[t][v] = re[v], si[t][v] = im[v];
-    __syncthreads();
-    if (t > N / 2) return;
-#pragma unroll
-    for (int u = 0; u < N; ++u) re[u] = sr[u][t], im[u] = si[u][t];
-    fft<N>(re, im, false);
-#pragma unroll
-    for (int u = 0; u < N; ++u) store(u, t, re[u], im[u]);
-}
+// A block's T tiles in shared memory and its T N/2 threads. Thread t works on tile t % T (a warp's
+// lanes on consecutive tiles) and, of it, on rows `slot` and slot + N/2, then on column `slot`.
+// Tiles lie TILE floats apart, odd, so that 32 lanes on 32 tiles touch 32 banks. Where fewer than
+// 32 tiles fill a warp (PER slots to a warp: 8 tiles at N = 32), a warp's slots are N/2 / PER
+// apart and rows N + 2 floats, which puts its lanes' rows and columns in 32 banks too.
+template <int N, int T>
+struct Tiles {
+    static constexpr int HALF = N / 2;
+    static constexpr int THREADS = T * HALF;
+    static constexpr int PER = T < 32 ? 32 / T : 1;
+    static constexpr int ROW = PER > 1 ? N + 2 : N;
+    static constexpr int TILE = N * ROW + 1;
+    static_assert(T > 0 && (T & (T - 1)) == 0 && HALF % PER == 0, "a power of two of tiles, whole warps");
+    static_assert(T >= 8, "a frequency's stores for 8 consecutive tiles or more: whole 32-byte sectors");
 
-// Wb[f] for o < M outputs and k < Kc channels, one block a pair. flip 0: g = w[o][k] (w is M x
-// Kc x r x r); flip 1, the data gradient: g = w[k][o] turned 180 degrees (w is Kc x M x r x r).
-template <int N>
-__device__ __forceinline__ void filter_transform(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r,
-                                                 int flip) {
-    const int o = blockIdx.x / Kc, k = blockIdx.x % Kc;
-    const float* g = w + (size_t)(flip ? k * M + o : o * Kc + k) * r * r;
-    const size_t plane = (size_t)4 * M * Kc, ld = 2 * Kc;
-    forward_2d<N>(
-        [&](int a, int b) { return a < r && b < r ? g[flip ? (r - 1 - a) * r + (r - 1 - b) : a * r + b] : 0.f; },
-        [&](int u, int v, float re, float im) {
-            float* at = Wb + (u * (N / 2 + 1) + v) * plane;
-            at[o * ld + k] = re, at[o * ld + Kc + k] = im;
-            at[(M + o) * ld + k] = -im, at[(M + o) * ld + Kc + k] = re;
-        });
-}
-
-// X[f], one block a (tile, channel): grid (images x TH x TW, C).
-template <int N>
-__device__ __forceinline__ void input_transform(const float* RESTRICT x, float* RESTRICT X, const FftShape& s) {
-    const int tiles = s.TH * s.TW, col = blockIdx.x, c = blockIdx.y, cols = gridDim.x;
-    const int n = col / tiles, t = col % tiles;
-    const int y0 = (t / s.TW) * s.step - s.pad, x0 = (t % s.TW) * s.step - s.pad;
-    const float* plane = x + ((size_t)n * s.C + c) * s.H * s.W;
-    const size_t frequency = (size_t)(s.layout == BLOCK ? 4 : 2) * s.C * cols, im_at = imag_at(s, s.C, cols);
-    const size_t lower = (size_t)s.C * 2 * cols;  // BLOCK: the [-Im, Re] rows
-    forward_2d<N>(
-        [&](int a, int b) {
-            const int h = y0 + a, q = x0 + b;
-            return a < s.extent && b < s.extent && h >= 0 && h < s.H && q >= 0 && q < s.W ? plane[h * s.W + q] : 0.f;
-        },
-        [&](int u, int v, float re, float im) {
-            float* at = X + (u * (N / 2 + 1) + v) * frequency + row_at(s, c, col, cols);
-            at[0] = re, at[im_at] = im;
-            if (s.layout == BLOCK) at[lower] = -im, at[lower + im_at] = re;
-        });
-}
-
-// y[n][o] over one tile = the real inverse 2-D DFT of its Y / N^2 (+ bias[o]), one block a
-// (tile, output): grid (images x TH x TW, M). Threads v <= N/2 invert column v; then thread i
-// inverts row i, its upper half the conjugate mirror of the lower (a real tile's symmetry).
-template <int N>
-__device__ __forceinline__ void output_transform(const float* RESTRICT Y, const float* RESTRICT bias,
-                                                 float* RESTRICT y, const FftShape& s, int M) {
-    __shared__ float sr[N][N / 2 + 1], si[N][N / 2 + 1];
-    const int tiles = s.TH * s.TW, col = blockIdx.x, o = blockIdx.y, cols = gridDim.x, t = threadIdx.x;
-    const size_t frequency = (size_t)2 * M * cols, im_at = imag_at(s, M, cols);
-    float re[N], im[N];
-    if (t <= N / 2) {
-#pragma unroll
-        for (int u = 0; u < N; ++u) {
-            const float* at = Y + (u * (N / 2 + 1) + t) * frequency + row_at(s, o, col, cols);
-            re[u] = at[0], im[u] = at[im_at];
-        }
-        fft<N>(re, im, true);
-#pragma unroll
-        for (int i = 0; i < N; ++i) sr[i][t] = re[i], si[i][t] = im[i];
+    __device__ static int tile() { return threadIdx.x % T; }
+    __device__ static int slot() {
+        const int k = threadIdx.x / T;
+        return k % PER * (HALF / PER) + k / PER;
     }
-    __syncthreads();
+};
+
+// Where a tile's N x N values lie in global memory: (a, b) at at + a row + b col, for a in
+// [a0, a1) and b in [b0, b1); nothing elsewhere (the padding, past an edge, past a filter).
+struct Window {
+    long long at;
+    int row, col, a0, a1, b0, b1;
+    __device__ bool holds(int a, int b) const { return a >= a0 && a < a1 && b >= b0 && b < b1; }
+    __device__ long long of(int a, int b) const { return at + a * row + b * col; }
+};
+
+// The block's tiles from `from` into shared memory, zero outside their windows: lanes along rows
+// (consecutive b), so that a warp reads runs of a row, one a tile row at N = 32.
+template <int N, int T>
+__device__ __forceinline__ void stage(float* buf, const Window* windows, const float* RESTRICT from) {
+    using L = Tiles<N, T>;
 #pragma unroll
-    for (int v = 0; v < N; ++v) {
-        const int from = v <= N / 2 ? v : N - v;
-        re[v] = sr[t][from], im[v] = v <= N / 2 ? si[t][from] : -si[t][from];
+    for (int i = 0; i < T * N * N / L::THREADS; ++i) {
+        const int e = i * L::THREADS + threadIdx.x, tile = e / (N * N), a = e / N % N, b = e % N;
+        const Window& w = windows[tile];
+        buf[tile * L::TILE + a * L::ROW + b] = w.holds(a, b) ? from[w.of(a, b)] : 0.f;
+    }
+}
+
+// The block's real tiles from shared memory to `to` (times scale, plus add), inside their
+// windows, lanes along rows as stage's.
+template <int N, int T>
+__device__ __forceinline__ void unstage(const float* buf, const Window* windows, float* RESTRICT to, float scale,
+                                        float add) {
+    using L = Tiles<N, T>;
+#pragma unroll
+    for (int i = 0; i < T * N * N / L::THREADS; ++i) {
+        const int e = i * L::THREADS + threadIdx.x, tile = e / (N * N), a = e / N % N, b = e % N;
+        const Window& w = windows[tile];
+        if (w.holds(a, b)) to[w.of(a, b)] = buf[tile * L::TILE + a * L::ROW + b] * scale + add;
+    }
+}
+
+// Two real rows x and y of a tile, in place: their N values each become their packed half
+// spectrum, [R(0), R(N/2)] (both real), then Re and Im of R(v), 0 < v < N/2: N floats. One complex
+// FFT Z of x + i y gives both: R_x(v) = (Z(v) + conj Z(N-v)) / 2, R_y(v) = (Z(v) - conj Z(N-v)) / 2i.
+template <int N>
+__device__ __forceinline__ void forward_rows(float* x, float* y) {
+    float re[N], im[N];
+#pragma unroll
+    for (int b = 0; b < N; ++b) re[b] = x[b], im[b] = y[b];
+    fft<N>(re, im, false);
+    x[0] = re[0], x[1] = re[N / 2], y[0] = im[0], y[1] = im[N / 2];
+#pragma unroll
+    for (int v = 1; v < N / 2; ++v) {
+        const int w = N - v;
+        x[2 * v] = 0.5f * (re[v] + re[w]), x[2 * v + 1] = 0.5f * (im[v] - im[w]);
+        y[2 * v] = 0.5f * (im[v] + im[w]), y[2 * v + 1] = 0.5f * (re[w] - re[v]);
+    }
+}
+
+// forward_rows' inverse, unscaled: packed half spectra back to two real rows, as the real and
+// imaginary parts of one inverse FFT of R_x + i R_y over all N frequencies (R(N - v) = conj R(v)).
+template <int N>
+__device__ __forceinline__ void inverse_rows(float* x, float* y) {
+    float re[N], im[N];
+    re[0] = x[0], im[0] = y[0], re[N / 2] = x[1], im[N / 2] = y[1];
+#pragma unroll
+    for (int v = 1; v < N / 2; ++v) {
+        const float ar = x[2 * v], ai = x[2 * v + 1], br = y[2 * v], bi = y[2 * v + 1];
+        re[v] = ar - bi, im[v] = ai + br;
+        re[N - v] = ar + bi, im[N - v] = br - ai;
     }
     fft<N>(re, im, true);
-    const int n = col / tiles, tile = col % tiles;
-    const int p = (tile / s.TW) * s.step + t, q0 = (tile % s.TW) * s.step;
-    if (t >= s.step || p >= s.P) return;
-    const float add = bias != nullptr ? bias[o] : 0.f, scale = 1.f / (N * N);
-    float* row = y + (((size_t)n * M + o) * s.P + p) * s.Q + q0;
 #pragma unroll
-    for (int j = 0; j < N; ++j)
-        if (j < s.step && q0 + j < s.Q) row[j] = re[j] * scale + add;
+    for (int b = 0; b < N; ++b) x[b] = re[b], y[b] = im[b];
+}
+
+// The half spectrum of the thread's staged tile: its two rows (forward_rows), then column `slot` of
+// the packed rows, which slot 0 holds as R(a, 0) + i R(a, N/2), two real columns split as the rows
+// are. Each frequency (u, v) goes to store(u, v, re, im): a warp's lanes store one frequency of
+// consecutive tiles, so each store is whole lines (whole sectors where fewer than 32 tiles).
+template <int N, int T, class Store>
+__device__ __forceinline__ void forward_tiles(float* buf, Store store) {
+    using L = Tiles<N, T>;
+    const int slot = L::slot();
+    float* own = buf + L::tile() * L::TILE;
+    forward_rows<N>(own + slot * L::ROW, own + (slot + N / 2) * L::ROW);
+    __syncthreads();
+    float re[N], im[N];
+#pragma unroll
+    for (int a = 0; a < N; ++a) re[a] = own[a * L::ROW + 2 * slot], im[a] = own[a * L::ROW + 2 * slot + 1];
+    fft<N>(re, im, false);
+    if (slot > 0) {
+#pragma unroll
+        for (int u = 0; u < N; ++u) store(u, slot, re[u], im[u]);
+        return;
+    }
+#pragma unroll
+    for (int u = 0; u <= N / 2; ++u) {  // u and N - u together: each column's values there are conjugates
+        const int w = (N - u) % N;
+        const float r0 = 0.5f * (re[u] + re[w]), i0 = 0.5f * (im[u] - im[w]);
+        const float rh = 0.5f * (im[u] + im[w]), ih = 0.5f * (re[w] - re[u]);
+        store(u, 0, r0, i0), store(u, N / 2, rh, ih);
+        if (w != u) store(w, 0, r0, -i0), store(w, N / 2, rh, -ih);
+    }
+}
+
+// The inverse, unscaled, into the thread's tile in shared memory: load(u, v, re, im) reads a
+// frequency (a warp's lanes one frequency of consecutive tiles), the thread inverts column `slot`
+// (slot 0: Y(u, 0) + i Y(u, N/2), whose inverse is two real columns, the packed rows' first
+// value), then its two rows (inverse_rows).
+template <int N, int T, class Load>
+__device__ __forceinline__ void inverse_tiles(float* buf, Load load) {
+    using L = Tiles<N, T>;
+    const int slot = L::slot();
+    float* own = buf + L::tile() * L::TILE;
+    float re[N], im[N];
+#pragma unroll
+    for (int u = 0; u < N; ++u) {
+        load(u, slot, re[u], im[u]);
+        if (slot == 0) {
+            float hr, hi;
+            load(u, N / 2, hr, hi);
+            re[u] -= hi, im[u] += hr;
+        }
+    }
+    fft<N>(re, im, true);
+#pragma unroll
+    for (int a = 0; a < N; ++a) own[a * L::ROW + 2 * slot] = re[a], own[a * L::ROW + 2 * slot + 1] = im[a];
+    __syncthreads();
+    inverse_rows<N>(own + slot * L::ROW, own + (slot + N / 2) * L::ROW);
+    __syncthreads();
+}
+
+// Wb[f] for o < M outputs and k < Kc channels, T (o, k) pairs a block, k fastest (consecutive
+// columns of Wb): grid ceil(M Kc / T). flip 0: g = w[o][k] (w is M x Kc x r x r); flip 1, the
+// data gradient: g = w[k][o] turned 180 degrees (w is Kc x M x r x r).
+template <int N, int T>
+__device__ __forceinline__ void filter_transform(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r,
+                                                 int flip) {
+    using L = Tiles<N, T>;
+    __shared__ float buf[T * L::TILE];
+    __shared__ Window windows[T];
+    const int first = blockIdx.x * T, pairs = M * Kc;
+    if (threadIdx.x < T) {
+        const int pair = first + threadIdx.x, o = pair / Kc, k = pair % Kc, side = pair < pairs ? r : 0;
+        const long long g = (long long)(flip ? k * M + o : o * Kc + k) * r * r;
+        const int way = flip ? -1 : 1;  // flip: g's last value first
+        windows[threadIdx.x] = Window{flip ? g + r * r - 1 : g, way * r, way, 0, side, 0, side};
+    }
+    __syncthreads();
+    stage<N, T>(buf, windows, w);
+    __syncthreads();
+    const int pair = first + L::tile(), o = pair / Kc, k = pair % Kc;
+    const size_t plane = (size_t)4 * M * Kc, ld = 2 * Kc;
+    forward_tiles<N, T>(buf, [&](int u, int v, float re, float im) {
+        if (pair >= pairs) return;
+        float* at = Wb + (u * (N / 2 + 1) + v) * plane;
+        at[o * ld + k] = re, at[o * ld + Kc + k] = im;
+        at[(M + o) * ld + k] = -im, at[(M + o) * ld + Kc + k] = re;
+    });
+}
+
+// X[f], T consecutive columns (tiles) of one channel a block: grid (ceil(tiles / T), C).
+template <int N, int T>
+__device__ __forceinline__ void input_transform(const float* RESTRICT x, float* RESTRICT X, const FftShape& s) {
+    using L = Tiles<N, T>;
+    __shared__ float buf[T * L::TILE];
+    __shared__ Window windows[T];
+    const int tiles = s.TH * s.TW, cols = s.images * tiles, c = blockIdx.y, first = blockIdx.x * T;
+    if (threadIdx.x < T) {
+        const int col = first + threadIdx.x, n = col / tiles, t = col % tiles;
+        const int y0 = (t / s.TW) * s.step - s.pad, x0 = (t % s.TW) * s.step - s.pad;
+        const int extent = col < cols ? s.extent : 0;
+        const long long plane = ((long long)n * s.C + c) * s.H * s.W;
+        windows[threadIdx.x] = Window{plane + (long long)y0 * s.W + x0, s.W, 1, max(0, -y0), min(extent, s.H - y0),
+                                      max(0, -x0), min(extent, s.W - x0)};
+    }
+    __syncthreads();
+    stage<N, T>(buf, windows, x);
+    __syncthreads();
+    const int col = first + L::tile();
+    const size_t frequency = (size_t)(s.layout == BLOCK ? 4 : 2) * s.C * cols, im_at = imag_at(s, s.C, cols);
+    const size_t lower = (size_t)s.C * 2 * cols;  // BLOCK: the [-Im, Re] rows
+    float* at = X + row_at(s, c, col, cols);
+    forward_tiles<N, T>(buf, [&](int u, int v, float re, float im) {
+        if (col >= cols) return;
+        float* f = at + (u * (N / 2 + 1) + v) * frequency;
+        f[0] = re, f[im_at] = im;
+        if (s.layout == BLOCK) f[lower] = -im, f[lower + im_at] = re;
+    });
+}
+
+// y[n][o] over T consecutive tiles of one output o = the real inverse 2-D DFT of each tile's Y /
+// N^2 (+ bias[o]), its first step x step values: grid (ceil(tiles / T), M).
+template <int N, int T>
+__device__ __forceinline__ void output_transform(const float* RESTRICT Y, const float* RESTRICT bias,
+                                                 float* RESTRICT y, const FftShape& s, int M) {
+    using L = Tiles<N, T>;
+    __shared__ float buf[T * L::TILE];
+    __shared__ Window windows[T];
+    const int tiles = s.TH * s.TW, cols = s.images * tiles, o = blockIdx.y, first = blockIdx.x * T;
+    if (threadIdx.x < T) {  // read after inverse_tiles' barriers
+        const int col = first + threadIdx.x, n = col / tiles, t = col % tiles;
+        const int p0 = (t / s.TW) * s.step, q0 = (t % s.TW) * s.step;
+        windows[threadIdx.x] = Window{(((long long)n * M + o) * s.P + p0) * s.Q + q0, s.Q, 1, 0,
+                                      col < cols ? min(s.step, s.P - p0) : 0, 0, min(s.step, s.Q - q0)};
+    }
+    const int col = first + L::tile();
+    const size_t frequency = (size_t)2 * M * cols, im_at = imag_at(s, M, cols);
+    const float* at = Y + row_at(s, o, col, cols);
+    inverse_tiles<N, T>(buf, [&](int u, int v, float& re, float& im) {
+        const float* f = at + (u * (N / 2 + 1) + v) * frequency;
+        re = col < cols ? f[0] : 0.f, im = col < cols ? f[im_at] : 0.f;
+    });
+    unstage<N, T>(buf, windows, y, 1.f / (N * N), bias != nullptr ? bias[o] : 0.f);
 }
 
 // The kernels, one set per tile size (written out: the emulation and the compile check find
-// kernels by name). Block: N threads.
+// kernels by name). Block: FFT_TILES_Nn tiles of N/2 threads (tracker/ops/fft.py).
+
 extern "C" __global__ void fft_filter_n2(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
-    filter_transform<2>(w, Wb, M, Kc, r, flip);
+    filter_transform<2, FFT_TILES_N2>(w, Wb, M, Kc, r, flip);
 }
 extern "C" __global__ void fft_input_n2(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
-    input_transform<2>(x, X, s);
+    input_transform<2, FFT_TILES_N2>(x, X, s);
 }
 extern "C" __global__ void fft_output_n2(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y,
                                          FftShape s, int M) {
-    output_transform<2>(Y, bias, y, s, M);
+    output_transform<2, FFT_TILES_N2>(Y, bias, y, s, M);
 }
-
 extern "C" __global__ void fft_filter_n4(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
-    filter_transform<4>(w, Wb, M, Kc, r, flip);
+    filter_transform<4, FFT_TILES_N4>(w, Wb, M, Kc, r, flip);
 }
 extern "C" __global__ void fft_input_n4(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
-    input_transform<4>(x, X, s);
+    input_transform<4, FFT_TILES_N4>(x, X, s);
 }
 extern "C" __global__ void fft_output_n4(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y,
                                          FftShape s, int M) {
-    output_transform<4>(Y, bias, y, s, M);
+    output_transform<4, FFT_TILES_N4>(Y, bias, y, s, M);
 }
-
 extern "C" __global__ void fft_filter_n8(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
-    filter_transform<8>(w, Wb, M, Kc, r, flip);
+    filter_transform<8, FFT_TILES_N8>(w, Wb, M, Kc, r, flip);
 }
 extern "C" __global__ void fft_input_n8(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
-    input_transform<8>(x, X, s);
+    input_transform<8, FFT_TILES_N8>(x, X, s);
 }
 extern "C" __global__ void fft_output_n8(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y,
                                          FftShape s, int M) {
-    output_transform<8>(Y, bias, y, s, M);
+    output_transform<8, FFT_TILES_N8>(Y, bias, y, s, M);
 }
-
 extern "C" __global__ void fft_filter_n16(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
-    filter_transform<16>(w, Wb, M, Kc, r, flip);
+    filter_transform<16, FFT_TILES_N16>(w, Wb, M, Kc, r, flip);
 }
 extern "C" __global__ void fft_input_n16(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
-    input_transform<16>(x, X, s);
+    input_transform<16, FFT_TILES_N16>(x, X, s);
 }
 extern "C" __global__ void fft_output_n16(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y,
-                                          FftShape s, int M) {
-    output_transform<16>(Y, bias, y, s, M);
+                                         FftShape s, int M) {
+    output_transform<16, FFT_TILES_N16>(Y, bias, y, s, M);
 }
-
 extern "C" __global__ void fft_filter_n32(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
-    filter_transform<32>(w, Wb, M, Kc, r, flip);
+    filter_transform<32, FFT_TILES_N32>(w, Wb, M, Kc, r, flip);
 }
 extern "C" __global__ void fft_input_n32(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
-    input_transform<32>(x, X, s);
+    input_transform<32, FFT_TILES_N32>(x, X, s);
 }
 extern "C" __global__ void fft_output_n32(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y,
-                                          FftShape s, int M) {
-    output_transform<32>(Y, bias, y, s, M);
+                                         FftShape s, int M) {
+    output_transform<32, FFT_TILES_N32>(Y, bias, y, s, M);
 }

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tracker.model.algorithms import fft_side
-from tracker.ops.fft import TWIDDLES, applies
+from tracker.ops.fft import TILES, TWIDDLES, applies
 from tracker.ops.registry import Case
 from tracker.ops.selftest import run_case
 
@@ -64,10 +64,28 @@ def test_a_plane_wider_than_a_tile_is_cut_into_overlapping_tiles(emulator):
     case = Case("conv", "wide", {"x": (1, 3, 40, 40), "w": (2, 3, 3, 3)}, {"stride": 1, "pad": 1})
     results, launched = kernels(emulator, case)
     assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
-    # 40 outputs in 30-wide steps of 32-point tiles: 2 x 2 tiles, 32 x 17 frequencies
+    # 40 outputs in 30-wide steps of 32-point tiles: 2 x 2 tiles, 32 x 17 frequencies; the 4 tiles
+    # of a channel in one block of TILES[32] (4 of them past the end), 16 threads a tile
     input_launch = next(r for r in emulator.log if r.kernel == "fft_input_n32")
-    assert input_launch.grid == (4, 3, 1) and input_launch.block == (32, 1, 1)
+    assert input_launch.grid == (1, 3, 1) and input_launch.block == (TILES[32] * 16, 1, 1)
     assert [k.grid[1] for k in emulator.log if k.kernel.endswith("_batched")] == [32 * 17] * 3
+
+
+@pytest.mark.parametrize(
+    "x, w, n",
+    [
+        ((300, 3, 2, 2), (4, 3, 2, 2), 2),  # one output an image: 2-point tiles
+        ((130, 3, 3, 3), (5, 3, 2, 2), 4),
+        ((70, 2, 7, 7), (3, 2, 3, 3), 8),
+    ],
+)
+def test_the_small_tiles_run_in_blocks_of_many_and_the_last_block_stops_at_the_plane(emulator, x, w, n):
+    """The tile sides no small case reaches, with more tiles (one an image) than a block holds."""
+    case = Case("conv", f"n{n}", {"x": x, "w": w}, {"stride": 1, "pad": 0})
+    results, launched = kernels(emulator, case)
+    assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
+    forward = next(r for r in emulator.log if r.kernel == f"fft_input_n{n}")
+    assert forward.grid == (-(-x[0] // TILES[n]), x[1], 1) and forward.block == (TILES[n] * n // 2, 1, 1)
 
 
 @pytest.mark.parametrize(

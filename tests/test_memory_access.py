@@ -126,12 +126,16 @@ CONV2 = Case("conv", "conv2-like", {"x": (1, 4, 27, 27), "w": (8, 4, 5, 5)}, {"s
 CONV3 = Case("conv", "conv3-like", {"x": (1, 8, 13, 13), "w": (8, 8, 3, 3)}, {"stride": 1, "pad": 1})
 POOL1 = Case("maxpool", "pool1-like", {"x": (1, 4, 55, 55)}, {"size": 3, "stride": 2})
 LRN = Case("lrn", "lrn1-like", {"x": (1, 8, 55, 55)}, {"size": 5, "alpha": 1e-4, "beta": 0.75, "k": 2.0})
-NOT_YET = "not yet rebuilt: each tile a block of its own scatters its stores"
+# The FFT's transforms store a frequency of consecutive tiles (columns of its planes): cases with a
+# plane of several tiles, a batch (conv2 and conv3 run one tile an image), and 8 channels both ways
+# so that the filter transform's blocks of (output, channel) pairs hold 8 consecutive channels
+FFT32 = Case("conv", "conv2-batch16", {"x": (16, 8, 27, 27), "w": (8, 8, 5, 5)}, {"stride": 1, "pad": 2})
+FFT16 = Case("conv", "conv3-batch32", {"x": (32, 8, 13, 13), "w": (8, 8, 3, 3)}, {"stride": 1, "pad": 1})
 
 
 class Wasteful(AssertionError):
-    """A kernel that uses less of each sector than SECTOR_USE: what a NOT_YET case may fail with, and
-    nothing else (a case that cannot run is no known shortfall)."""
+    """A kernel that uses less of each sector than SECTOR_USE: what a row given a reason (a known
+    shortfall, a strict xfail) may fail with, and nothing else (a case that cannot run is none)."""
 
 
 MEMORY_BOUND = [
@@ -148,8 +152,12 @@ MEMORY_BOUND = [
     (CONV3, "winograd_f4", "winograd_output_a6", None),
     (CONV2, "winograd_f4", "winograd_input_a8", None),
     (CONV2, "winograd_f4", "winograd_output_a8", None),
-    (CONV2, "fft", "fft_input_n32", NOT_YET),
-    (CONV2, "fft", "fft_output_n32", NOT_YET),
+    (FFT32, "fft", "fft_filter_n32", None),
+    (FFT32, "fft", "fft_input_n32", None),
+    (FFT32, "fft", "fft_output_n32", None),
+    (FFT16, "fft", "fft_filter_n16", None),
+    (FFT16, "fft", "fft_input_n16", None),
+    (FFT16, "fft", "fft_output_n16", None),
 ]
 
 
@@ -170,7 +178,7 @@ def test_memory_bound_kernels_use_most_of_each_sector(traced, case, variant, ker
     traces = _run(traced, case, variant, kernels={kernel})
     assert kernel in traces, sorted(traces)
     use = _sector_use(traces[kernel])
-    if use < SECTOR_USE:  # today: the FFT's 0.125
+    if use < SECTOR_USE:
         raise Wasteful(f"{kernel}: {use:.2f} of each sector's bytes")
 
 
@@ -189,3 +197,13 @@ def test_the_winograd_transforms_stay_inside_the_shared_memory_they_ask_for(trac
         shared = trace.of("shared")
         span = int(shared["address"].max() + shared["bytes"][shared["address"].argmax()] - shared["address"].min())
         assert 0 < span <= launch.shared_bytes, (launch.kernel, span, launch.shared_bytes)
+
+
+def test_every_fft_transform_launch_uses_most_of_each_sector(traced):
+    """Each launch on its own, every layout a frequency's plane has: the forward's and the data
+    gradient's [Re; Im], the weight gradient's [Re | Im] (the input) and [[Re, Im], [-Im, Re]] (dy's
+    tiles), and the inverse that writes dw a (channel, output) pair a tile."""
+    traces = _run(traced, FFT32, "fft", kernels={"fft_input_n32", "fft_output_n32"})
+    uses = {name: [round(_sector_use([t]), 2) for t in launches] for name, launches in traces.items()}
+    assert [len(uses["fft_input_n32"]), len(uses["fft_output_n32"])] == [4, 3], uses
+    assert min(min(u) for u in uses.values()) >= SECTOR_USE, uses

@@ -90,6 +90,11 @@ def test_cuda_sizes_come_from_the_registry_alone():
         "MIN_CTAS": 0,
         "RELU_MASK": 0,
         "CONSTANT_FLOATS": 16384,
+        "FFT_TILES_N2": 256,
+        "FFT_TILES_N4": 128,
+        "FFT_TILES_N8": 64,
+        "FFT_TILES_N16": 32,
+        "FFT_TILES_N32": 8,
         "LRN_WINDOW": 5,
     }
     options = compile_options("ca")

@@ -47,7 +47,9 @@ inline std::vector<EmuFiber> emu_fibers;
 inline ucontext_t emu_scheduler;
 
 // Whether a kernel's thread (not the scheduler) runs: what the memory trace records (emu_trace.h).
-inline bool emu_tracing = false;
+// volatile: g++ takes the sanitizer's hooks for calls that read no memory, and dropped the store
+// that turns tracing back on after a barrier where only loads and stores followed it to the next.
+inline volatile bool emu_tracing = false;
 inline void emu_trace_kernel(bool on) { emu_tracing = on; }
 
 inline void emu_wait(int barrier) {

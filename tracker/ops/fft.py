@@ -6,10 +6,13 @@ whole output row plus the filter's overhang, as tracker/model/algorithms.py's ``
 chooses and prices it; past 32, tiles that overlap by r - 1), multiplies per frequency on the tuned
 GEMM core (``gemm_nn_batched``: one real GEMM a frequency, the complex product in its real 2 x 2
 block form, over the N (N/2 + 1) frequencies a real tile's half spectrum holds, all in one
-launch), and transforms each tile's products back. The data gradient is a stride-1 convolution
-of dy padded by r - 1 - pad with the filters turned and their channels swapped; the weight
-gradient correlates the input with dy, whose tiles play the filter (``_weight_gradient``). Where
-it does not apply (a stride above 1: conv1), the launch runs the shared variant's implicit GEMM, as its note says.
+launch), and transforms each tile's products back. A transform's block holds ``TILES[n]``
+consecutive tiles of one channel (columns of a frequency's plane), so that its warps store one
+frequency of consecutive tiles, whole lines (the output transform: load). The data gradient is
+a stride-1 convolution of dy padded by r - 1 - pad with the filters turned and their channels
+swapped; the weight gradient correlates the input with dy, whose tiles play the filter
+(``_weight_gradient``). Where it does not apply (a stride above 1: conv1), the launch runs the
+shared variant's implicit GEMM, as its note says.
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ from tracker.ops.launch import Arrays, Backend, Struct
 
 SOURCE = "fft.cu"
 SIZES = (2, 4, 8, 16, FFT_TILE)  # every tile side fft_side chooses (fft_*_n2 .. fft_*_n32)
+# The tiles (columns of a frequency's plane) a transform's block holds, by tile side, as -D
+# FFT_TILES_N<n>: a warp's lanes on 32 consecutive tiles, 256 threads (n/2 a tile); at 32 points
+# 8 tiles, what 48 KB of shared memory holds (kernels/fft.cu says why)
+TILES = {2: 256, 4: 128, 8: 64, 16: 32, FFT_TILE: 8}
+DEFINES = {f"FFT_TILES_N{n}": tiles for n, tiles in TILES.items()}
 TWIDDLE_N = 32  # kernels/fft.cu's table: cos and -sin of 2 pi k / 32, k < 16
 TWIDDLES = np.concatenate(
     [np.cos(2 * np.pi * np.arange(16) / TWIDDLE_N), -np.sin(2 * np.pi * np.arange(16) / TWIDDLE_N)]
@@ -49,6 +57,12 @@ def _shape(*values: int) -> Struct:
     return Struct("FftShape", tuple((name, "i") for name in names), values)
 
 
+def _blocks(n: int, tiles: int) -> tuple[int, int]:
+    """The blocks (the grid's first side) and threads a block of a transform of ``tiles`` n x n
+    tiles (filter pairs): TILES[n] a block, n/2 threads a tile."""
+    return math.ceil(tiles / TILES[n]), TILES[n] * n // 2
+
+
 def _tiling(images: int, P: int, Q: int, r: int) -> tuple[int, int, int, int, int, int]:
     """(n, step, TH, TW, tiles, frequencies): n x n tiles of step x step outputs (overlap-save)
     over P x Q outputs of an r x r filter, TH x TW of them an image, and a real tile's half
@@ -68,8 +82,10 @@ def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, 
     shape = _shape(images, Kc, H, W, P, Q, pad, TH, TW, step, n, STACKED)
     Wb, X, Y = b.empty((freqs, 2 * M, 2 * Kc)), b.empty((freqs, 2 * Kc, cols)), b.empty((freqs, 2 * M, cols))
     b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))  # a device array, as CuPy needs
-    b.launch(SOURCE, f"fft_filter_n{n}", (M * Kc,), (n,), (w, Wb, M, Kc, r, int(flip)))
-    b.launch(SOURCE, f"fft_input_n{n}", (cols, Kc), (n,), (x, X, shape))
+    pairs, threads = _blocks(n, M * Kc)
+    b.launch(SOURCE, f"fft_filter_n{n}", (pairs,), (threads,), (w, Wb, M, Kc, r, int(flip)))
+    blocks, threads = _blocks(n, cols)
+    b.launch(SOURCE, f"fft_input_n{n}", (blocks, Kc), (threads,), (x, X, shape))
     Gemm(
         "gemm_nn_batched",
         M=2 * M,
@@ -81,7 +97,7 @@ def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, 
         stride_a=4 * M * Kc,
         stride_b=2 * Kc * cols,
     ).launch(b, Wb, X, Y, tile=tile)
-    b.launch(SOURCE, f"fft_output_n{n}", (cols, M), (n,), (Y, bias, out, shape, M))
+    b.launch(SOURCE, f"fft_output_n{n}", (blocks, M), (threads,), (Y, bias, out, shape, M))
 
 
 def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile) -> None:
@@ -95,11 +111,20 @@ def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile)
     n, step, TH, TW, cols, freqs = _tiling(images, P, Q, r)
     X, D, Z = b.empty((freqs, C, 2 * cols)), b.empty((freqs, 2 * K, 2 * cols)), b.empty((freqs, C, 2 * K))
     b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))
+    blocks, threads = _blocks(n, cols)
     b.launch(
-        SOURCE, f"fft_input_n{n}", (cols, C), (n,), (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE))
+        SOURCE,
+        f"fft_input_n{n}",
+        (blocks, C),
+        (threads,),
+        (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE)),
     )
     b.launch(
-        SOURCE, f"fft_input_n{n}", (cols, K), (n,), (dy, D, _shape(images, K, P, Q, P, Q, 0, TH, TW, step, step, BLOCK))
+        SOURCE,
+        f"fft_input_n{n}",
+        (blocks, K),
+        (threads,),
+        (dy, D, _shape(images, K, P, Q, P, Q, 0, TH, TW, step, step, BLOCK)),
     )
     Gemm(
         "gemm_nt_batched",
@@ -113,7 +138,14 @@ def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile)
         stride_b=4 * K * cols,
     ).launch(b, X, D, Z, tile=tile)
     # each (channel, output) pair an 'image' of one r x r tile: written at dw[k][c]
-    b.launch(SOURCE, f"fft_output_n{n}", (K, C), (n,), (Z, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, n, SIDE), C))
+    pairs, threads = _blocks(n, K)
+    b.launch(
+        SOURCE,
+        f"fft_output_n{n}",
+        (pairs, C),
+        (threads,),
+        (Z, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, n, SIDE), C),
+    )
 
 
 def _fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:
@@ -137,6 +169,7 @@ def _bwd_weight(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAU
         bias_grad(b, a.dy, None, a.db, images, K, P * Q)
 
 
+CONV.defines = {**CONV.defines, **DEFINES}
 ELSEWHERE = "NxN FFT tiles (N up to 32) for stride-1 filters; any other layer runs the shared variant's implicit GEMM"
 CONV.add(
     "fft",

@@ -434,13 +434,9 @@ __device__ __forceinline__ void fetch_runs(const G& g, float* dst, int o, int ex
         const float* src = g.p + g.base + (size_t)j * ROWS * g.ld;
         if (vector) {
             copy_async16(dst + j * ROWS * ROW, src, n);
-        } else {  // four 4-byte copies, turned by the lane's quarter warp: 32 banks at each step
-            const int turn = threadIdx.x / 8;
+        } else {  // four 4-byte copies: 4 lanes a bank, the price of rows that are not aligned
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int e = (q + turn) % 4;
-                copy_async(dst + j * ROWS * ROW + e, src + e, e < n);
-            }
+            for (int q = 0; q < 4; ++q) copy_async(dst + j * ROWS * ROW + q, src + q, q < n);
         }
     }
 }

@@ -87,7 +87,7 @@ def test_cuda_sizes_come_from_the_registry_alone():
         "STAGES": 2,
         "WARP_ROWS": 4,
         "TILE_PAD": 4,
-        "MIN_CTAS": 0,
+        "MIN_CTAS": 2,
         "RELU_MASK": 0,
         "CONSTANT_FLOATS": 16384,
         "FFT_TILES_N2": 256,

@@ -89,12 +89,13 @@ def test_a_tile_names_what_differs_from_the_default_and_its_neighbours_fit():
         Tile.parse("64x64x8/ring3")
     # the rings of A and B, padded, in shared memory: 2 x 8 x (128 + 4 + 128 + 4) floats
     assert DEFAULT.shared_bytes == 16896 and DEFAULT.defines()["STAGES"] == 2
+    assert DEFAULT.label == "128x128x8/ctas2"  # two CTAs an SM: registers capped at 128
     assert [t.label for t in DEFAULT.neighbours()] == [
-        "128x128x8/stages3",
-        "128x128x8/stages4",
-        "128x128x8/warp8x4",
+        "128x128x8/stages3/ctas2",
+        "128x128x8/stages4/ctas2",
+        "128x128x8/warp8x4/ctas2",
+        "128x128x8",
         "128x128x8/ctas1",
-        "128x128x8/ctas2",
     ]
     # two CTAs of 64 threads fit an SM at any register count: a cap of 2 would change nothing
     assert "64x64x8/ctas2" not in {t.label for t in Tile(64, 64, 8).neighbours()}
@@ -274,7 +275,7 @@ def test_a_256_thread_tile_times_its_gemm_not_the_reduction_beside_it(emulator):
     rows = tune.search(emulator, found, (tile,), reps=1, device_name="CPU emulation", echo=said.append, refine=False)
     assert not [line for line in said if "failed" in line]
     assert [(r["layer"], r["tile"], r["splits"], r["verified"]) for r in rows] == [
-        (t.layer, "128x128x8/split2", 2, True) for t in found
+        (t.layer, "128x128x8/ctas2/split2", 2, True) for t in found
     ]
 
 

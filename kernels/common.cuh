@@ -229,7 +229,6 @@ struct Store {
                 out[q] = v[q] + (bias == nullptr ? 0.f : bias[bias_per_row ? m : n + q]);
                 if (relu) out[q] = fmaxf(out[q], 0.f);
             }
-            check_aligned(dst);
             float4& to = *reinterpret_cast<float4*>(dst);
             if (accumulate) {
                 const float4 was = to;

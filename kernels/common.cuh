@@ -80,11 +80,23 @@ static_assert(GEMM_THREADS % TILE_K == 0 && TILE_M % LANES == 0 && TILE_N % LANE
               "the threads cover a k-tile of A and of B exactly");
 
 // A loader is one GEMM operand as one thread walks it: start(o, k) fixes its LOADS outer
-// positions o + LANES * j and its k, at(j) is where slot j's element lies at the current k (-1:
-// a zero, the convolution's padding), next() moves k on by TILE_K. Whatever the index arithmetic
-// costs (a convolution's divisions) is paid in start(), once per thread, and next() carries it
-// forward with compares and additions. k_contiguous says which of the two indices walks memory,
-// so that the threads of a warp read consecutive addresses.
+// positions o + LANES * j and its k, at(j) is where slot j's element lies at the current k, next()
+// moves k on by TILE_K. Whatever the index arithmetic costs (a convolution's divisions) is paid in
+// start(), once per thread, and next() carries it forward with one compare a digit (carry()).
+// k_contiguous says which of the two indices walks memory, so that the threads of a warp read
+// consecutive addresses. A padded loader (a convolution's gather) also says which slots read
+// zeros: its probe(k_in) is the current k-tile's, once per k-tile, and valid(j, probe) slot j's,
+// one bitwise test a slot (tap bits, below); an unpadded one's slots are valid inside the
+// operand (slots_inside) and the k range.
+
+// Carries a digit of a k index that has grown past its radix (by less than the radix): returns
+// the carry into the next digit. A loader's next() adds TILE_K's digits, split once in start(), and
+// carries: no division, and no loop where TILE_K is more than a digit's radix.
+__device__ __forceinline__ int carry(int& digit, int radix) {
+    const int over = digit >= radix;
+    if (over) digit -= radix;
+    return over;
+}
 
 // A dense row-major matrix: element (o, k) at p[o * ld + k] (K_FAST: A of A B, B of A B^T) or at
 // p[k * ld + o] (A of A^T B, B of A B).
@@ -93,7 +105,7 @@ struct Dense {
     const float* RESTRICT p;
     int ld;
     int base = 0;
-    static constexpr bool k_contiguous = K_FAST;
+    static constexpr bool k_contiguous = K_FAST, padded = false;
     __device__ __forceinline__ void start(int o, int k) { base = K_FAST ? o * ld + k : k * ld + o; }
     __device__ __forceinline__ int at(int j) const { return base + j * (K_FAST ? LANES * ld : LANES); }
     __device__ __forceinline__ void next() { base += K_FAST ? TILE_K : TILE_K * ld; }
@@ -110,7 +122,8 @@ struct Images {
     int ld, rows;
     int fixed[K_IS_COLUMN ? 1 : L];  // the offset o contributes: per slot as a column, slot 0's as a row
     int j = 0, k_at = 0;             // the current k: its position in its image (as a column), its offset
-    static constexpr bool k_contiguous = K_IS_COLUMN;
+    int images = 0, dj = 0;          // TILE_K as whole images and a position (ld may be shorter than TILE_K)
+    static constexpr bool k_contiguous = K_IS_COLUMN, padded = false;
     __device__ __forceinline__ int column(int n) const { return n + (n / ld) * (rows - 1) * ld; }
     __device__ __forceinline__ void start(int o, int k0) {
         if (K_IS_COLUMN) {
@@ -119,16 +132,16 @@ struct Images {
 #pragma unroll
             for (int s = 0; s < L; ++s) fixed[s] = column(o + LANES * s);
         }
-        if (K_IS_COLUMN) j = k0 % ld;
+        if (K_IS_COLUMN) j = k0 % ld, images = TILE_K / ld, dj = TILE_K % ld;
         k_at = K_IS_COLUMN ? column(k0) : k0 * ld;
     }
     __device__ __forceinline__ int at(int s) const {
         return (K_IS_COLUMN ? fixed[0] + s * LANES * ld : fixed[s]) + k_at;
     }
     __device__ __forceinline__ void next() {
-        if (K_IS_COLUMN) {  // carried, no division: the next image's rows lie (rows - 1) * ld further on
-            k_at += TILE_K;
-            for (j += TILE_K; j >= ld; j -= ld) k_at += (rows - 1) * ld;  // ld may be shorter than TILE_K
+        if (K_IS_COLUMN) {  // carried: each image crossed puts the next one's rows (rows - 1) * ld further on
+            j += dj;
+            k_at += TILE_K + (images + carry(j, ld)) * (rows - 1) * ld;
         } else {
             k_at += TILE_K * ld;
         }
@@ -161,21 +174,106 @@ __device__ __forceinline__ const G& mask_of(const G& g) {
     return g;
 }
 
+// Tap bits: which filter taps a convolution's gathered slot meets inside the data, one bit a tap
+// along each axis, the last axis in the lowest field of TAP_BITS<AXES>: a filter side fits in a
+// field (tracker/ops/conv2d.py's MAX_TAPS, the -D MAX_TAPS_2D / MAX_TAPS_3D). The k-loop tests a
+// slot with one bitwise AND instead of unpacking its coordinates and comparing them with the
+// data's bounds: either the k-tile's tap bit against the taps the slot meets (Im2col: the slot
+// holds a window, the k a tap), or the slot's tap bit against the taps the k-tile's window meets
+// (Im2colT: the other way round). Bit 31 (NEVER) belongs to no tap: no slot's taps hold it, so a
+// k-tile past the reduction probes it.
+#if !defined(MAX_TAPS_2D) || !defined(MAX_TAPS_3D)
+#error "MAX_TAPS_2D and MAX_TAPS_3D come from tracker/ops/conv2d.py as -D options"
+#endif
+constexpr unsigned NEVER = 1u << 31;
+template <int AXES>
+constexpr int TAP_BITS = 31 / AXES;
+static_assert(MAX_TAPS_2D <= TAP_BITS<2> && MAX_TAPS_3D <= TAP_BITS<3>, "a filter side's taps fit in a field");
+
+// Bit of tap (a, b) (2-D) or (a, b, c) (3-D).
+__device__ __forceinline__ unsigned tap_bit(int a, int b) { return 1u << (TAP_BITS<2> + a) | 1u << b; }
+__device__ __forceinline__ unsigned tap_bit(int a, int b, int c) {
+    return 1u << (2 * TAP_BITS<3> + a) | 1u << (TAP_BITS<3> + b) | 1u << c;
+}
+// Bits pos .. pos + width - 1 (width clamped to 0 .. 32 - pos; none from pos 32 on): one BMSK.
+__device__ __forceinline__ unsigned bit_range(unsigned pos, unsigned width) {
+#ifdef __CUDA_ARCH__
+    unsigned bits;
+    asm("bmsk.clamp.b32 %0, %1, %2;" : "=r"(bits) : "r"(pos), "r"(width));
+    return bits;
+#else
+    if (pos >= 32) return 0u;
+    const unsigned n = width < 32 - pos ? width : 32 - pos;
+    return static_cast<unsigned>(((1ull << n) - 1) << pos);
+#endif
+}
+// The taps lo .. hi - 1 of an axis, clipped to its field (none where the range is empty).
+template <int AXES>
+__device__ __forceinline__ unsigned tap_range(int lo, int hi) {
+    constexpr unsigned FIELD = (1u << TAP_BITS<AXES>) - 1;
+    const int from = max(lo, 0);
+    return bit_range(from, max(hi - from, 0)) & FIELD;
+}
+// The taps of a side of `taps` at which input position `at` (plus the padding) meets one of
+// `extent` outputs `stride` apart: the data gradient's, where the stride leaves gaps in the range.
+__device__ __forceinline__ unsigned meeting(int at, int taps, int extent, int stride) {
+    unsigned bits = 0;
+    for (int r = 0; r < taps; ++r) {
+        const int y = at - r;
+        if (y >= 0 && y % stride == 0 && y / stride < extent) bits |= 1u << r;
+    }
+    return bits;
+}
+// Whether every bit of `part` is in `whole`: a slot's test against its k-tile's probe.
+__device__ __forceinline__ bool within(unsigned part, unsigned whole) { return (part & ~whole) == 0; }
+
+// The slots (outer indices o + LANES * j) inside an operand of `extent`: the first `slots_inside`
+// of them, as slot indices grow with j.
+template <int LOADS>
+__device__ __forceinline__ unsigned slots_inside(int o, int extent) {
+    return min(max(extent - o + LANES - 1, 0) / LANES, LOADS);
+}
+// The current k-tile's probe of loader g, and whether slot j is valid under it. slots: those
+// inside the operand (slots_inside); k_in: the k-tile's row inside the reduction. An unpadded
+// loader's probe is the number of its valid slots.
 template <class G>
-__device__ __forceinline__ float element(const G& g, int j) {
-    const int at = g.at(j);
-    return at >= 0 ? g.p[at] : 0.f;
+__device__ __forceinline__ unsigned probe_of(const G& g, unsigned slots, bool k_in) {
+    if constexpr (G::padded)
+        return g.probe(k_in);
+    else
+        return k_in ? slots : 0u;
+}
+template <class G>
+__device__ __forceinline__ bool valid_at(const G& g, int j, unsigned probe) {
+    if constexpr (G::padded)
+        return g.valid(j, probe);
+    else
+        return static_cast<unsigned>(j) < probe;
+}
+// A padded loader folds the slots outside its operand into its tap bits once, at the start.
+template <class G>
+__device__ __forceinline__ void start_at(G& g, int o, int k, unsigned slots) {
+    if constexpr (G::padded)
+        g.start(o, k, slots);
+    else
+        g.start(o, k);
 }
 
 template <class G>
-__device__ __forceinline__ float element(const Masked<G>& g, int j) {
-    const int at = g.at(j);
-    return (at >= 0 && (g.y == nullptr || g.y[at] > 0.f)) ? g.p[at] : 0.f;
+__device__ __forceinline__ float element(const G& g, int j, unsigned probe) {
+    return valid_at(g, j, probe) ? g.p[g.at(j)] : 0.f;
 }
 
-// Division by a stride d >= 2 as a multiply, for the data gradient's loaders, whose k-loop would
-// otherwise divide each slot's row and column: x / d = umulhi(x, inverse(d)), inverse(d) =
-// ceil(2^32 / d), exact for 0 <= x < 2^32 / d (the loaders' packed coordinates are below 2^16).
+template <class G>
+__device__ __forceinline__ float element(const Masked<G>& g, int j, unsigned probe) {
+    if (!valid_at(g, j, probe)) return 0.f;
+    const int at = g.at(j);
+    return (g.y == nullptr || g.y[at] > 0.f) ? g.p[at] : 0.f;
+}
+
+// Division by a stride d >= 2 as a multiply, for the data gradient's loaders, which divide the
+// current filter tap by the stride once a k-tile: x / d = umulhi(x, inverse(d)), inverse(d) =
+// ceil(2^32 / d), exact for 0 <= x < 2^32 / d (a tap is below 16).
 __device__ __forceinline__ unsigned inverse(int d) { return 0xffffffffu / d + 1; }
 __device__ __forceinline__ int divide(int x, unsigned inverse_d) { return __umulhi(x, inverse_d); }
 
@@ -318,12 +416,13 @@ __device__ __forceinline__ void commit_copies() {
 #endif
 }
 
-// Waits until at most PENDING of this thread's committed groups are still in flight (0: every
-// copy, committed or not).
-template <int PENDING = 0>
+// Waits until at most PENDING of this thread's committed groups are still in flight (ALL: every
+// copy, committed or not; wait_all is a commit and a wait, one instruction more).
+constexpr int ALL = -1;
+template <int PENDING = ALL>
 __device__ __forceinline__ void wait_copies() {
 #ifdef TRACKER_CP_ASYNC
-    if constexpr (PENDING == 0) {
+    if constexpr (PENDING == ALL) {
         asm volatile("cp.async.wait_all;\n" ::: "memory");
     } else {
         asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
@@ -351,21 +450,19 @@ __device__ __forceinline__ void apply_mask(float* row, const float* y_row) {
         if (!(y_row[LANES * j] > 0.f)) row[LANES * j] = 0.f;
 }
 
-// One operand's share of a k-tile for gemm_tile: slot j is outer index o + LANES * j (in C while
-// < extent), at row[LANES * j] of its shared k-row. COPY: copied there around the registers;
-// else loaded into regs[j], which stash_operand then stores there.
+// One operand's share of a k-tile for gemm_tile: slot j is outer index o + LANES * j, at
+// row[LANES * j] of its shared k-row, valid under the k-tile's probe (probe_of). COPY: copied
+// there around the registers; else loaded into regs[j], which stash_operand then stores there.
 template <bool COPY, int LOADS, class G, int R>
-__device__ __forceinline__ void fetch_operand(const G& g, float (&regs)[R], float* row, int o, int extent, bool k_in) {
+__device__ __forceinline__ void fetch_operand(const G& g, float (&regs)[R], float* row, unsigned probe) {
 #pragma unroll
     for (int j = 0; j < LOADS; ++j) {
-        const bool in = k_in && o + LANES * j < extent;
         if constexpr (COPY) {
-            // The address is formed whatever `in` says (a copy that is not valid reads nothing):
-            // no select between addresses, so slots a constant apart share one base register.
-            const int at = g.at(j);
-            copy_async(row + LANES * j, g.p + at, in && at >= 0);
+            // The address is formed whatever the slot's validity (a copy that is not valid reads
+            // nothing): no select between addresses, so slots a constant apart share one base register.
+            copy_async(row + LANES * j, g.p + g.at(j), valid_at(g, j, probe));
         } else {
-            regs[j] = in ? element(g, j) : 0.f;
+            regs[j] = element(g, j, probe);
         }
     }
 }
@@ -421,15 +518,17 @@ __device__ __forceinline__ int loader_o(int t) {
 }
 
 // A Dense<L, false> operand's share of a k-tile (in_runs): its runs at k-rows k, k + ROWS, ...
-// from dst (its first run's place in the ring; rows ROW floats apart), those at or past k_end and
-// past extent zeros. vector: the rows are 16-byte aligned.
+// from dst (its first run's place in the ring; rows ROW floats apart), those at or past the tile's
+// `rows` valid k-rows and past extent zeros (full: a whole tile, known where it is inlined, so
+// that no k-row is tested). vector: the rows are 16-byte aligned.
 template <int WIDTH, int ROW, class G>
-__device__ __forceinline__ void fetch_runs(const G& g, float* dst, int o, int extent, int k, int k_end, bool vector) {
+__device__ __forceinline__ void fetch_runs(const G& g, float* dst, int o, int extent, int k, int rows, bool full,
+                                           bool vector) {
     constexpr int ROWS = GEMM_THREADS / (WIDTH / 4);
     const int count = min(max(extent - o, 0), 4);
 #pragma unroll
     for (int j = 0; j < TILE_K / ROWS; ++j) {
-        const int n = k + ROWS * j < k_end ? count : 0;
+        const int n = full || k + ROWS * j < rows ? count : 0;
         const float* src = g.p + g.base + (size_t)j * ROWS * g.ld;
         if (vector) {
             copy_async16(dst + j * ROWS * ROW, src, n);
@@ -456,12 +555,21 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     constexpr int WARPS_N = TILE_N / (WARP_COLS * THREAD_N);
     const int tx = (warp % WARPS_N) * WARP_COLS + lane % WARP_COLS, ty = (warp / WARPS_N) * WARP_ROWS + lane / WARP_COLS;
     const int m0 = (blockIdx.y % tiles_of(M, TILE_M)) * TILE_M, n0 = blockIdx.x * TILE_N;
-    const int k_begin = blockIdx.z * k_chunk, k_end = min(K, k_begin + k_chunk);
+    // The split's k-tiles, the partial one first (CUTLASS's residue-first order): `first` k-rows
+    // (1 to TILE_K), then whole tiles, so that the k-loop's fetches test no k bound.
+    const int k_begin = blockIdx.z * k_chunk, span = max(min(K, k_begin + k_chunk) - k_begin, 0);
+    const int tiles = tiles_of(span, TILE_K), first = span - (tiles - 1) * TILE_K;
 
     const int ka = loader_k<A, TILE_M>(t), oa = loader_o<A, TILE_M>(t);
     const int kb = loader_k<B, TILE_N>(t), ob = loader_o<B, TILE_N>(t);
-    a.start(m0 + oa, k_begin + ka);
-    b.start(n0 + ob, k_begin + kb);
+    const unsigned slots_a = slots_inside<LOADS_A>(m0 + oa, M), slots_b = slots_inside<LOADS_B>(n0 + ob, N);
+    // Where this thread's copies go in a ring buffer: one offset each, not its row and column.
+    const int at_a = ka * (TILE_M + PAD_A) + oa, at_b = kb * (TILE_N + PAD_B) + ob;
+    auto start = [&](int k) {  // the loaders at the k-tile from k (they stand at the next tile to fetch)
+        start_at(a, m0 + oa, k + ka, slots_a);
+        start_at(b, n0 + ob, k + kb, slots_b);
+    };
+    start(k_begin);
     constexpr bool runs_a = in_runs<A, TILE_M>, runs_b = in_runs<B, TILE_N>;
     bool vector_a = false, vector_b = false;  // an operand in runs: whether its rows are 16-byte aligned
     if constexpr (runs_a) vector_a = a.ld % 4 == 0 && aligned16(a.p);
@@ -472,41 +580,49 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
     constexpr bool mask_a = masks_in_shared<A>, mask_b = masks_in_shared<B>, masking = mask_a || mask_b;
     static_assert(!(mask_a && mask_b), "one operand at most is read through the mask");
     __shared__ __align__(16) float Ys[masking ? STAGES : 1][masking ? TILE_K : 1][mask_a ? TILE_M + PAD_A : TILE_N + PAD_B];
-    // The k-tile at k0 (where the loaders stand) into buffer buf: copied operands straight there
-    // (a masked one's y beside it), staged ones into their registers.
-    auto fetch = [&](int k0, int buf) {
-        if constexpr (runs_a)
-            fetch_runs<TILE_M, TILE_M + PAD_A>(a, &As[buf][ka][oa], m0 + oa, M, k0 + ka, k_end, vector_a);
-        else
-            fetch_operand<copy_a, LOADS_A>(a, ra, &As[buf][ka][oa], m0 + oa, M, k0 + ka < k_end);
-        if constexpr (runs_b)
-            fetch_runs<TILE_N, TILE_N + PAD_B>(b, &Bs[buf][kb][ob], n0 + ob, N, k0 + kb, k_end, vector_b);
-        else
-            fetch_operand<copy_b, LOADS_B>(b, rb, &Bs[buf][kb][ob], n0 + ob, N, k0 + kb < k_end);
-        if constexpr (mask_a) fetch_operand<true, LOADS_A>(mask_of(a), ra, &Ys[buf][ka][oa], m0 + oa, M, k0 + ka < k_end);
-        if constexpr (mask_b) fetch_operand<true, LOADS_B>(mask_of(b), rb, &Ys[buf][kb][ob], n0 + ob, N, k0 + kb < k_end);
+    // The k-tile where the loaders stand into buffer buf, its first `rows` k-rows valid (full: all,
+    // a constant where it is called): copied operands straight there (a masked one's y beside it),
+    // staged ones into their registers.
+    auto fetch = [&](int buf, int rows, bool full) {
+        if constexpr (runs_a) {
+            fetch_runs<TILE_M, TILE_M + PAD_A>(a, &As[buf][0][0] + at_a, m0 + oa, M, ka, rows, full, vector_a);
+        } else {
+            const unsigned probe = probe_of(a, slots_a, full || ka < rows);
+            fetch_operand<copy_a, LOADS_A>(a, ra, &As[buf][0][0] + at_a, probe);
+            if constexpr (mask_a) fetch_operand<true, LOADS_A>(mask_of(a), ra, &Ys[buf][0][0] + at_a, probe);
+        }
+        if constexpr (runs_b) {
+            fetch_runs<TILE_N, TILE_N + PAD_B>(b, &Bs[buf][0][0] + at_b, n0 + ob, N, kb, rows, full, vector_b);
+        } else {
+            const unsigned probe = probe_of(b, slots_b, full || kb < rows);
+            fetch_operand<copy_b, LOADS_B>(b, rb, &Bs[buf][0][0] + at_b, probe);
+            if constexpr (mask_b) fetch_operand<true, LOADS_B>(mask_of(b), rb, &Ys[buf][0][0] + at_b, probe);
+        }
     };
     auto mask = [&](int buf) {  // this thread's copies into buffer buf, landed, through the mask
-        if constexpr (mask_a) apply_mask<LOADS_A>(&As[buf][ka][oa], &Ys[buf][ka][oa]);
-        if constexpr (mask_b) apply_mask<LOADS_B>(&Bs[buf][kb][ob], &Ys[buf][kb][ob]);
+        if constexpr (mask_a) apply_mask<LOADS_A>(&As[buf][0][0] + at_a, &Ys[buf][0][0] + at_a);
+        if constexpr (mask_b) apply_mask<LOADS_B>(&Bs[buf][0][0] + at_b, &Ys[buf][0][0] + at_b);
     };
     auto advance = [&] {  // the loaders on to the next k-tile
         a.next();
         b.next();
     };
     auto stash = [&](int buf) {  // the staged operands' registers into buffer buf
-        stash_operand<copy_a, LOADS_A>(ra, &As[buf][ka][oa]);
-        stash_operand<copy_b, LOADS_B>(rb, &Bs[buf][kb][ob]);
+        stash_operand<copy_a, LOADS_A>(ra, &As[buf][0][0] + at_a);
+        stash_operand<copy_b, LOADS_B>(rb, &Bs[buf][0][0] + at_b);
     };
 
     float acc[THREAD_M][THREAD_N] = {};
-    // Tiles 0 .. STAGES-2 into buffers 0 .. STAGES-2 (zeros past k_end), so that tile i is in
-    // buffer i % STAGES. One group of copies a k-tile (empty past the last in the loop below),
-    // so that wait_copies<STAGES - 2> counts tiles.
+    // Tiles 0 .. STAGES-2 into buffers 0 .. STAGES-2 (the partial tile first, zeros past the last),
+    // so that tile i is in buffer i % STAGES. One group of copies a k-tile (empty past the last in
+    // the loop below), so that wait_copies<STAGES - 2> counts tiles.
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s > 0) advance();
-        fetch(k_begin + s * TILE_K, s);
+        fetch(s, s >= tiles ? 0 : s == 0 ? first : TILE_K, false);
+        if (s == 0)
+            start(k_begin + first);  // the whole tiles after the partial one
+        else
+            advance();
         stash(s);
         commit_copies();
     }
@@ -532,17 +648,16 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int k_chunk, A a,
 #pragma unroll
             for (int j = 0; j < THREAD_N; ++j) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
     };
-    int read = 0;
+    unsigned read = 0;  // unsigned: % STAGES is a mask where STAGES is a power of 2
     if constexpr (DOUBLE) load_fragments(frag[0], read, 0);
-    for (int k0 = k_begin; k0 < k_end; k0 += TILE_K) {
-        // The next tile to fetch goes to the buffer the last tile used: every thread finished
-        // reading it before the last barrier. Its loads fly while this tile is multiplied.
-        const int write = (read + STAGES - 1) % STAGES;
-        const int k_next = k0 + (STAGES - 1) * TILE_K;
-        const bool more = k_next < k_end;
+    for (int tile = 0; tile < tiles; ++tile) {
+        // The next tile to fetch (a whole one) goes to the buffer the last tile used: every thread
+        // finished reading it before the last barrier. Its loads fly while this tile is multiplied.
+        const unsigned write = (read + STAGES - 1) % STAGES;
+        const bool more = tile + STAGES - 1 < tiles;
         if (more) {
+            fetch(write, TILE_K, true);
             advance();
-            fetch(k_next, write);
         }
         commit_copies();
 #pragma unroll

@@ -148,41 +148,44 @@ extern "C" __global__ void conv2d_bwd_data_constant(const float* RESTRICT dy, fl
 //
 // Each phase is one GEMM over the whole batch (the images folded into the GEMM's columns or its
 // reduction), its operands read through the loaders below: no im2col buffer. A loader's start()
-// does the divisions that split a GEMM index into (image, channel, row, column) once per thread;
-// next() carries the k index forward by TILE_K with compares and additions.
+// does the divisions that split a GEMM index into (image, channel, row, column) once per thread,
+// and works out which filter taps each of its slots meets inside the data (tap bits); next()
+// carries the k index forward by TILE_K's digits. In the k-loop a gathered slot costs its
+// offset's addition and one bitwise test (common.cuh's within).
 
 // B(k = (c, r, t), n = (image, p, q)) of the forward GEMM: the input through its im2col view.
 template <int L>
 struct Im2col {
     const float* RESTRICT p;  // the input
     ConvShape s;
-    // Per slot: its window's top-left corner in x, and that corner's row and column plus the
-    // padding packed as row << 16 | column (one register, not two: the fragments' double buffer
-    // leaves the 2 CTAs/SM build no room for more).
-    int corner[L], hv[L];
-    int c = 0, r = 0, t = 0;  // the current k
-    static constexpr bool k_contiguous = false;
-    __device__ __forceinline__ void start(int n, int k) {
-        const int pq = s.P * s.Q;
+    int corner[L];     // per slot: its window's top-left corner in x (in the padding, maybe)
+    unsigned taps[L];  // per slot: the taps (r, t) that fall inside x; none past the operand
+    int c = 0, r = 0, t = 0;     // the current k
+    int dc = 0, dr = 0, dt = 0;  // TILE_K in those digits
+    int tap = 0;                 // the current k's offset from a window's corner
+    static constexpr bool k_contiguous = false, padded = true;
+    __device__ __forceinline__ void start(int n, int k, unsigned slots) {
+        const int pq = s.P * s.Q, rs = s.R * s.S;
 #pragma unroll
         for (int j = 0; j < L; ++j) {
-            const int col = n + LANES * j, image = col / pq, p = col % pq / s.Q, q = col % s.Q;
-            hv[j] = p * s.stride << 16 | q * s.stride;
-            corner[j] = (image * s.C * s.H + p * s.stride - s.pad) * s.W + q * s.stride - s.pad;
+            const int col = n + LANES * j, image = col / pq;
+            const int h = col % pq / s.Q * s.stride - s.pad, v = col % s.Q * s.stride - s.pad;
+            corner[j] = (image * s.C * s.H + h) * s.W + v;
+            taps[j] = j < slots ? tap_range<2>(-h, s.H - h) << TAP_BITS<2> | tap_range<2>(-v, s.W - v) : 0u;
         }
-        const int rs = s.R * s.S;
         c = k / rs, r = k % rs / s.S, t = k % s.S;
+        dc = TILE_K / rs, dr = TILE_K % rs / s.S, dt = TILE_K % s.S;
+        moved();
     }
-    __device__ __forceinline__ int at(int j) const {
-        // The tap added before the fields are taken apart (no field overflows: conv2d.py's
-        // check_packed), so that ptxas cannot hoist the unpacked fields out of the k-loop into
-        // registers of their own.
-        const int at_tap = hv[j] + (r << 16 | t), h = (at_tap >> 16) - s.pad, v = (at_tap & 0xffff) - s.pad;
-        return ((unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W) ? corner[j] + (c * s.H + r) * s.W + t : -1;
-    }
+    __device__ __forceinline__ void moved() { tap = (c * s.H + r) * s.W + t; }
+    __device__ __forceinline__ unsigned probe(bool k_in) const { return k_in ? tap_bit(r, t) : NEVER; }
+    __device__ __forceinline__ bool valid(int j, unsigned probe) const { return within(probe, taps[j]); }
+    __device__ __forceinline__ int at(int j) const { return corner[j] + tap; }
     __device__ __forceinline__ void next() {
-        for (t += TILE_K; t >= s.S; t -= s.S) ++r;
-        for (; r >= s.R; r -= s.R) ++c;
+        t += dt;
+        r += dr + carry(t, s.S);
+        c += dc + carry(r, s.R);
+        moved();
     }
 };
 
@@ -191,60 +194,62 @@ template <int L>
 struct FiltersByInput {
     const float* RESTRICT p;  // the filters
     ConvShape s;
-    int channel = 0;          // the slot-0 channel's offset in a filter
-    int kout = 0, rs = 0;     // the current k
-    static constexpr bool k_contiguous = true;
+    int rs = 0;              // the current k's tap
+    int base = 0;            // slot 0's offset at the current k; slot j's lies j * LANES filters on
+    int drs = 0, step = 0;   // TILE_K as taps, and as an offset where no output channel is crossed
+    static constexpr bool k_contiguous = true, padded = false;
+    __device__ __forceinline__ int taps() const { return s.R * s.S; }
     __device__ __forceinline__ void start(int c, int k) {
-        const int taps = s.R * s.S;
-        channel = c * taps;
-        kout = k / taps, rs = k % taps;
+        rs = k % taps(), drs = TILE_K % taps();
+        base = (k / taps() * s.C + c) * taps() + rs;
+        step = TILE_K / taps() * s.C * taps() + drs;
     }
-    __device__ __forceinline__ int at(int j) const { return (kout * s.C + LANES * j) * (s.R * s.S) + channel + rs; }
-    __device__ __forceinline__ void next() {
-        for (rs += TILE_K; rs >= s.R * s.S; rs -= s.R * s.S) ++kout;
+    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * taps()); }
+    __device__ __forceinline__ void next() {  // the next output channel's filters lie C filters on
+        rs += drs;
+        base += step + carry(rs, taps()) * (s.C - 1) * taps();
     }
 };
 
 // B(k = (kout, r, t), n = (image, h, v)) of the backward-data GEMM: the output gradient an input
-// element meets at filter tap (r, t), zero where no output position lies there.
+// element meets at filter tap (r, t), zero where no output position lies there. Input row h meets
+// output row y = (h + pad - r) / stride at tap r where that divides and lies in the gradient; as
+// h + pad - r is then a multiple of the stride, y = (h + pad) / stride - r / stride (rounded
+// down), so that a slot's offset is its own part plus the k's, as in Im2col.
 template <int L>
 struct GradByInput {
     const float* RESTRICT p;  // the output gradient
     ConvShape s;
-    // Per slot: its image in the gradient, and its row and column plus the padding packed as
-    // row << 16 | column (one register a slot, not two: ptxas keeps the copying loop's slots
-    // live at once, and two a slot spilled the 128 x 128 x 16 tile). at() adds the turned tap
-    // before taking the fields apart, as Im2col does.
-    int image[L], hv[L];
-    int kout = 0, r = 0, t = 0;
-    unsigned by_stride = 0;  // inverse(stride): no division in the k-loop
-    static constexpr bool k_contiguous = false;
-    __device__ __forceinline__ void start(int n, int k) {
-        const int hw = s.H * s.W;
+    int base[L];       // per slot: its image's gradient plus its (h + pad) / stride, (v + pad) / stride
+    unsigned taps[L];  // per slot: the taps (r, t) that meet an output position; none past the operand
+    int kout = 0, r = 0, t = 0;  // the current k
+    int dk = 0, dr = 0, dt = 0;  // TILE_K in those digits
+    int tap = 0;                 // the current k's part of an offset
+    unsigned by_stride = 0;      // inverse(stride): no division in the k-loop
+    static constexpr bool k_contiguous = false, padded = true;
+    __device__ __forceinline__ int over(int at) const { return s.stride == 1 ? at : divide(at, by_stride); }
+    __device__ __forceinline__ void moved() { tap = (kout * s.P - over(r)) * s.Q - over(t); }
+    __device__ __forceinline__ void start(int n, int k, unsigned slots) {
+        const int hw = s.H * s.W, rs = s.R * s.S;
 #pragma unroll
         for (int j = 0; j < L; ++j) {
-            const int col = n + LANES * j;
-            hv[j] = (col % hw / s.W + s.pad) << 16 | (col % s.W + s.pad);
-            image[j] = col / hw * s.K * s.P * s.Q;
+            const int col = n + LANES * j, h = col % hw / s.W + s.pad, v = col % s.W + s.pad;
+            base[j] = col / hw * s.K * s.P * s.Q + h / s.stride * s.Q + v / s.stride;
+            taps[j] = j < slots ? meeting(h, s.R, s.P, s.stride) << TAP_BITS<2> | meeting(v, s.S, s.Q, s.stride) : 0u;
         }
-        const int rs = s.R * s.S;
         kout = k / rs, r = k % rs / s.S, t = k % s.S;
+        dk = TILE_K / rs, dr = TILE_K % rs / s.S, dt = TILE_K % s.S;
         if (s.stride != 1) by_stride = inverse(s.stride);
+        moved();
     }
-    __device__ __forceinline__ int at(int j) const {
-        const int at_tap = hv[j] + ((s.R - 1 - r) << 16 | (s.S - 1 - t));
-        int y = (at_tap >> 16) - (s.R - 1), x = (at_tap & 0xffff) - (s.S - 1);  // the output row and column, times the stride
-        if (y < 0 || x < 0) return -1;
-        if (s.stride != 1) {
-            const int yq = divide(y, by_stride), xq = divide(x, by_stride);
-            if (y != yq * s.stride || x != xq * s.stride) return -1;
-            y = yq, x = xq;
-        }
-        return (y < s.P && x < s.Q) ? image[j] + (kout * s.P + y) * s.Q + x : -1;
-    }
+    __device__ __forceinline__ unsigned probe(bool k_in) const { return k_in ? tap_bit(r, t) : NEVER; }
+    __device__ __forceinline__ bool valid(int j, unsigned probe) const { return within(probe, taps[j]); }
+    __device__ __forceinline__ int at(int j) const { return base[j] + tap; }
     __device__ __forceinline__ void next() {
-        for (t += TILE_K; t >= s.S; t -= s.S) ++r;
-        for (; r >= s.R; r -= s.R) ++kout;
+        t += dt;
+        r += dr + carry(t, s.S);
+        kout += dk + carry(r, s.R);
+        moved();
     }
 };
 
@@ -253,49 +258,65 @@ template <int L>
 struct GradByChannel {
     const float* RESTRICT p;  // the output gradient
     ConvShape s;
-    int kout0 = 0;
-    int image = 0, pq = 0;  // the current k
-    static constexpr bool k_contiguous = true;
+    int pq = 0;    // the current k's position in its image
+    int base = 0;  // slot 0's offset at the current k; slot j's lies j * LANES channels on
+    int dpq = 0, step = 0;  // TILE_K as positions, and as an offset where no image is crossed
+    static constexpr bool k_contiguous = true, padded = false;
+    __device__ __forceinline__ int plane() const { return s.P * s.Q; }
     __device__ __forceinline__ void start(int kout, int k) {
-        const int plane = s.P * s.Q;
-        kout0 = kout;
-        image = k / plane, pq = k % plane;
+        pq = k % plane(), dpq = TILE_K % plane();
+        base = (k / plane() * s.K + kout) * plane() + pq;
+        step = TILE_K / plane() * s.K * plane() + dpq;
     }
-    __device__ __forceinline__ int at(int j) const { return (image * s.K + kout0 + LANES * j) * (s.P * s.Q) + pq; }
-    __device__ __forceinline__ void next() {
-        for (pq += TILE_K; pq >= s.P * s.Q; pq -= s.P * s.Q) ++image;
+    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * plane()); }
+    __device__ __forceinline__ void next() {  // crossing into the next image skips its other channels
+        pq += dpq;
+        base += step + carry(pq, plane()) * (s.K - 1) * plane();
     }
 };
 
-// B(k = (image, p, q), n = (c, r, t)) of the backward-weight GEMM: every image's im2col, transposed.
+// B(k = (image, p, q), n = (c, r, t)) of the backward-weight GEMM: every image's im2col,
+// transposed. Here the slot holds the tap and the k the window: a slot's tap bit is tested
+// against the taps the current window has inside x.
 template <int L>
 struct Im2colT {
     const float* RESTRICT p;  // the input
     ConvShape s;
-    int tap[L], r[L], t[L];       // per slot: its filter tap, and where (c, r, t) is in an image
-    int image = 0, y = 0, x = 0;  // the current k: an image and an output position
-    static constexpr bool k_contiguous = true;
-    __device__ __forceinline__ void start(int n, int k) {
-        const int rs = s.R * s.S;
+    int tap[L];                         // per slot: where (c, r, t) is in an image
+    unsigned bit[L];                    // per slot: its tap's bit; NEVER past the operand
+    // The current k's output position (p, q) times the stride: its window's corner less the
+    // padding, the digits carried at P and Q strides.
+    int h = 0, v = 0, dh = 0, dv = 0;
+    int window = 0;  // the current window's corner in x (in the padding, maybe)
+    int step = 0;    // TILE_K as an offset where no digit carries
+    static constexpr bool k_contiguous = true, padded = true;
+    __device__ __forceinline__ void start(int n, int k, unsigned) {
+        const int rs = s.R * s.S, plane = s.P * s.Q;
 #pragma unroll
         for (int j = 0; j < L; ++j) {
-            const int col = n + LANES * j, c = col / rs;
-            r[j] = col % rs / s.S;
-            t[j] = col % s.S;
-            tap[j] = (c * s.H + r[j]) * s.W + t[j];
+            // A slot past the operand reads the last column, which no output keeps
+            const int col = min(n + LANES * j, s.C * rs - 1), r = col % rs / s.S, t = col % s.S;
+            tap[j] = (col / rs * s.H + r) * s.W + t;
+            bit[j] = tap_bit(r, t);
         }
-        const int plane = s.P * s.Q;
-        image = k / plane, y = k % plane / s.Q, x = k % s.Q;
+        h = k % plane / s.Q * s.stride, v = k % s.Q * s.stride;
+        dh = TILE_K % plane / s.Q * s.stride, dv = TILE_K % s.Q * s.stride;
+        window = (k / plane * s.C * s.H + h - s.pad) * s.W + v - s.pad;
+        step = TILE_K / plane * s.C * s.H * s.W + dh * s.W + dv;
     }
-    __device__ __forceinline__ int at(int j) const {
-        const int h0 = y * s.stride - s.pad, v0 = x * s.stride - s.pad;
-        const int h = h0 + r[j], v = v0 + t[j];
-        return ((unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W) ? (image * s.C * s.H + h0) * s.W + v0 + tap[j]
-                                                                            : -1;
+    __device__ __forceinline__ unsigned probe(bool k_in) const {
+        const int top = s.pad - h, left = s.pad - v;  // the first tap inside x, if positive
+        // The rows' field unclipped: what it has past bit 29 no slot holds.
+        return k_in ? (bit_range(max(top, 0), max(top + s.H - max(top, 0), 0)) << TAP_BITS<2>) + tap_range<2>(left, left + s.W) : 0u;
     }
-    __device__ __forceinline__ void next() {
-        for (x += TILE_K; x >= s.Q; x -= s.Q) ++y;
-        for (; y >= s.P; y -= s.P) ++image;
+    __device__ __forceinline__ bool valid(int j, unsigned probe) const { return within(bit[j], probe); }
+    __device__ __forceinline__ int at(int j) const { return window + tap[j]; }
+    __device__ __forceinline__ void next() {  // a carried digit moves the window a row on, or an image
+        v += dv;
+        const int row = carry(v, s.Q * s.stride);
+        h += dh + s.stride * row;
+        const int image = carry(h, s.P * s.stride);
+        window += step + row * (s.stride * s.W - s.Q * s.stride) + image * (s.C * s.H - s.P * s.stride) * s.W;
     }
 };
 

@@ -112,47 +112,46 @@ extern "C" __global__ void conv3d_bwd_weight_global(const float* RESTRICT dy, co
 // --- implicit GEMM (shared) -----------------------------------------------------------------
 //
 // conv2d.cu's loaders with a depth axis: start() splits a GEMM index into (image, channel,
-// depth, row, column) once per thread, next() carries the k index forward by TILE_K.
-
-// Three non-negative coordinates below 1024 in one int (tracker/ops/conv2d.py's check_packed):
-// the loaders keep a slot's position in one register, not three, so that the fragments' double
-// buffer leaves the 2 CTAs/SM build room without spills. Each at() adds the current k's packed
-// offset before taking the fields apart (no field overflows), so that ptxas cannot hoist the
-// unpacked fields out of the k-loop into registers of their own.
-__device__ __forceinline__ int pack3(int a, int b, int c) { return a << 20 | b << 10 | c; }
-__device__ __forceinline__ int field(int packed, int at) { return packed >> (10 * at) & 1023; }
+// depth, row, column) once per thread and works out each slot's tap bits (three fields of
+// TAP_BITS<3>), next() carries the k index forward by TILE_K's digits.
 
 // B(k = (c, kt, kr, ks), n = (image, o, p, q)) of the forward GEMM: the input through its vol2col view.
 template <int L>
 struct Vol2col {
     const float* RESTRICT p;  // the input
     Conv3Shape s;
-    int corner[L], dhv[L];              // per slot: its window's corner in x, and that corner plus the padding, packed
-    int c = 0, kt = 0, kr = 0, ks = 0;  // the current k
-    static constexpr bool k_contiguous = false;
-    __device__ __forceinline__ void start(int n, int k) {
-        const int pq = s.P * s.Q, opq = s.O * pq;
+    int corner[L];     // per slot: its window's corner in x (in the padding, maybe)
+    unsigned taps[L];  // per slot: the taps (kt, kr, ks) that fall inside x; none past the operand
+    int c = 0, kt = 0, kr = 0, ks = 0;      // the current k
+    int dc = 0, dkt = 0, dkr = 0, dks = 0;  // TILE_K in those digits
+    int tap = 0;                            // the current k's offset from a window's corner
+    static constexpr bool k_contiguous = false, padded = true;
+    __device__ __forceinline__ void start(int n, int k, unsigned slots) {
+        const int pq = s.P * s.Q, opq = s.O * pq, rs = s.R * s.S, trs = s.T * rs;
 #pragma unroll
         for (int j = 0; j < L; ++j) {
             const int col = n + LANES * j, image = col / opq, at = col % opq;
-            const int d = at / pq * s.stride, h = at % pq / s.Q * s.stride, v = at % s.Q * s.stride;
-            dhv[j] = pack3(d, h, v);
-            corner[j] = ((image * s.C * s.D + d - s.pad) * s.H + h - s.pad) * s.W + v - s.pad;
+            const int d = at / pq * s.stride - s.pad, h = at % pq / s.Q * s.stride - s.pad;
+            const int v = at % s.Q * s.stride - s.pad;
+            corner[j] = ((image * s.C * s.D + d) * s.H + h) * s.W + v;
+            taps[j] = j < slots ? tap_range<3>(-d, s.D - d) << 2 * TAP_BITS<3> |
+                                           tap_range<3>(-h, s.H - h) << TAP_BITS<3> | tap_range<3>(-v, s.W - v)
+                                     : 0u;
         }
-        const int rs = s.R * s.S, trs = s.T * rs;
         c = k / trs, kt = k % trs / rs, kr = k % rs / s.S, ks = k % s.S;
+        dc = TILE_K / trs, dkt = TILE_K % trs / rs, dkr = TILE_K % rs / s.S, dks = TILE_K % s.S;
+        moved();
     }
-    __device__ __forceinline__ int at(int j) const {
-        const int at_tap = dhv[j] + pack3(kt, kr, ks);
-        const int d = field(at_tap, 2) - s.pad, h = field(at_tap, 1) - s.pad, v = field(at_tap, 0) - s.pad;
-        return ((unsigned)d < (unsigned)s.D && (unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W)
-                   ? corner[j] + ((c * s.D + kt) * s.H + kr) * s.W + ks
-                   : -1;
-    }
+    __device__ __forceinline__ void moved() { tap = ((c * s.D + kt) * s.H + kr) * s.W + ks; }
+    __device__ __forceinline__ unsigned probe(bool k_in) const { return k_in ? tap_bit(kt, kr, ks) : NEVER; }
+    __device__ __forceinline__ bool valid(int j, unsigned probe) const { return within(probe, taps[j]); }
+    __device__ __forceinline__ int at(int j) const { return corner[j] + tap; }
     __device__ __forceinline__ void next() {
-        for (ks += TILE_K; ks >= s.S; ks -= s.S) ++kr;
-        for (; kr >= s.R; kr -= s.R) ++kt;
-        for (; kt >= s.T; kt -= s.T) ++c;
+        ks += dks;
+        kr += dkr + carry(ks, s.S);
+        kt += dkt + carry(kr, s.R);
+        c += dc + carry(kt, s.T);
+        moved();
     }
 };
 
@@ -161,59 +160,64 @@ template <int L>
 struct Filters3ByInput {
     const float* RESTRICT p;  // the filters
     Conv3Shape s;
-    int channel = 0;        // the slot-0 channel's offset in a filter
-    int kout = 0, tap = 0;  // the current k
-    static constexpr bool k_contiguous = true;
+    int tap = 0;            // the current k's tap
+    int base = 0;           // slot 0's offset at the current k; slot j's lies j * LANES filters on
+    int dtap = 0, step = 0; // TILE_K as taps, and as an offset where no output channel is crossed
+    static constexpr bool k_contiguous = true, padded = false;
     __device__ __forceinline__ int taps() const { return s.T * s.R * s.S; }
     __device__ __forceinline__ void start(int c, int k) {
-        channel = c * taps();
-        kout = k / taps(), tap = k % taps();
+        tap = k % taps(), dtap = TILE_K % taps();
+        base = (k / taps() * s.C + c) * taps() + tap;
+        step = TILE_K / taps() * s.C * taps() + dtap;
     }
-    __device__ __forceinline__ int at(int j) const { return (kout * s.C + LANES * j) * taps() + channel + tap; }
-    __device__ __forceinline__ void next() {
-        for (tap += TILE_K; tap >= taps(); tap -= taps()) ++kout;
+    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * taps()); }
+    __device__ __forceinline__ void next() {  // the next output channel's filters lie C filters on
+        tap += dtap;
+        base += step + carry(tap, taps()) * (s.C - 1) * taps();
     }
 };
 
 // B(k = (kout, kt, kr, ks), n = (image, d, h, v)) of the backward-data GEMM: the output gradient
-// an input element meets at filter tap (kt, kr, ks), zero where no output position lies there.
+// an input element meets at filter tap (kt, kr, ks), zero where no output position lies there;
+// its offset split as conv2d.cu's GradByInput's.
 template <int L>
 struct Grad3ByInput {
     const float* RESTRICT p;  // the output gradient
     Conv3Shape s;
-    // Per slot: its image in the gradient, and its depth, row and column plus the padding, packed.
-    int image[L], dhv[L];
-    int kout = 0, kt = 0, kr = 0, ks = 0;
-    unsigned by_stride = 0;  // inverse(stride): no division in the k-loop
-    static constexpr bool k_contiguous = false;
-    __device__ __forceinline__ void start(int n, int k) {
-        const int hw = s.H * s.W, dhw = s.D * hw;
+    int base[L];       // per slot: its image's gradient plus its (d, h, v) + pad over the stride
+    unsigned taps[L];  // per slot: the taps that meet an output position; none past the operand
+    int kout = 0, kt = 0, kr = 0, ks = 0;      // the current k
+    int dk = 0, dkt = 0, dkr = 0, dks = 0;     // TILE_K in those digits
+    int tap = 0;                               // the current k's part of an offset
+    unsigned by_stride = 0;                    // inverse(stride): no division in the k-loop
+    static constexpr bool k_contiguous = false, padded = true;
+    __device__ __forceinline__ int over(int at) const { return s.stride == 1 ? at : divide(at, by_stride); }
+    __device__ __forceinline__ void moved() { tap = ((kout * s.O - over(kt)) * s.P - over(kr)) * s.Q - over(ks); }
+    __device__ __forceinline__ void start(int n, int k, unsigned slots) {
+        const int hw = s.H * s.W, dhw = s.D * hw, rs = s.R * s.S, trs = s.T * rs;
 #pragma unroll
         for (int j = 0; j < L; ++j) {
             const int col = n + LANES * j, at = col % dhw;
-            dhv[j] = pack3(at / hw + s.pad, at % hw / s.W + s.pad, col % s.W + s.pad);
-            image[j] = col / dhw * s.K * s.O * s.P * s.Q;
+            const int d = at / hw + s.pad, h = at % hw / s.W + s.pad, v = col % s.W + s.pad;
+            base[j] = col / dhw * s.K * s.O * s.P * s.Q + (d / s.stride * s.P + h / s.stride) * s.Q + v / s.stride;
+            taps[j] = j < slots ? meeting(d, s.T, s.O, s.stride) << 2 * TAP_BITS<3> |
+                                           meeting(h, s.R, s.P, s.stride) << TAP_BITS<3> | meeting(v, s.S, s.Q, s.stride)
+                                     : 0u;
         }
-        const int rs = s.R * s.S, trs = s.T * rs;
         kout = k / trs, kt = k % trs / rs, kr = k % rs / s.S, ks = k % s.S;
+        dk = TILE_K / trs, dkt = TILE_K % trs / rs, dkr = TILE_K % rs / s.S, dks = TILE_K % s.S;
         if (s.stride != 1) by_stride = inverse(s.stride);
+        moved();
     }
-    __device__ __forceinline__ int at(int j) const {
-        // the output depth, row and column, times the stride
-        const int at_tap = dhv[j] + pack3(s.T - 1 - kt, s.R - 1 - kr, s.S - 1 - ks);
-        int z = field(at_tap, 2) - (s.T - 1), y = field(at_tap, 1) - (s.R - 1), x = field(at_tap, 0) - (s.S - 1);
-        if (z < 0 || y < 0 || x < 0) return -1;
-        if (s.stride != 1) {
-            const int zq = divide(z, by_stride), yq = divide(y, by_stride), xq = divide(x, by_stride);
-            if (z != zq * s.stride || y != yq * s.stride || x != xq * s.stride) return -1;
-            z = zq, y = yq, x = xq;
-        }
-        return (z < s.O && y < s.P && x < s.Q) ? image[j] + ((kout * s.O + z) * s.P + y) * s.Q + x : -1;
-    }
+    __device__ __forceinline__ unsigned probe(bool k_in) const { return k_in ? tap_bit(kt, kr, ks) : NEVER; }
+    __device__ __forceinline__ bool valid(int j, unsigned probe) const { return within(probe, taps[j]); }
+    __device__ __forceinline__ int at(int j) const { return base[j] + tap; }
     __device__ __forceinline__ void next() {
-        for (ks += TILE_K; ks >= s.S; ks -= s.S) ++kr;
-        for (; kr >= s.R; kr -= s.R) ++kt;
-        for (; kt >= s.T; kt -= s.T) ++kout;
+        ks += dks;
+        kr += dkr + carry(ks, s.S);
+        kt += dkt + carry(kr, s.R);
+        kout += dk + carry(kt, s.T);
+        moved();
     }
 };
 
@@ -222,52 +226,68 @@ template <int L>
 struct Grad3ByChannel {
     const float* RESTRICT p;  // the output gradient
     Conv3Shape s;
-    int kout0 = 0;
-    int image = 0, opq = 0;  // the current k
-    static constexpr bool k_contiguous = true;
+    int opq = 0;             // the current k's position in its image
+    int base = 0;            // slot 0's offset at the current k; slot j's lies j * LANES channels on
+    int dopq = 0, step = 0;  // TILE_K as positions, and as an offset where no image is crossed
+    static constexpr bool k_contiguous = true, padded = false;
     __device__ __forceinline__ int volume() const { return s.O * s.P * s.Q; }
     __device__ __forceinline__ void start(int kout, int k) {
-        kout0 = kout;
-        image = k / volume(), opq = k % volume();
+        opq = k % volume(), dopq = TILE_K % volume();
+        base = (k / volume() * s.K + kout) * volume() + opq;
+        step = TILE_K / volume() * s.K * volume() + dopq;
     }
-    __device__ __forceinline__ int at(int j) const { return (image * s.K + kout0 + LANES * j) * volume() + opq; }
-    __device__ __forceinline__ void next() {
-        for (opq += TILE_K; opq >= volume(); opq -= volume()) ++image;
+    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * volume()); }
+    __device__ __forceinline__ void next() {  // crossing into the next image skips its other channels
+        opq += dopq;
+        base += step + carry(opq, volume()) * (s.K - 1) * volume();
     }
 };
 
 // B(k = (image, o, p, q), n = (c, kt, kr, ks)) of the backward-weight GEMM: every image's
-// vol2col, transposed.
+// vol2col, transposed, walked as conv2d.cu's Im2colT walks its im2col.
 template <int L>
 struct Vol2colT {
     const float* RESTRICT p;  // the input
     Conv3Shape s;
-    int tap[L], taps[L];                 // per slot: where (c, kt, kr, ks) is in an image, and (kt, kr, ks) packed
-    int image = 0, z = 0, y = 0, x = 0;  // the current k: an image and an output position
-    static constexpr bool k_contiguous = true;
-    __device__ __forceinline__ void start(int n, int k) {
-        const int rs = s.R * s.S, trs = s.T * rs;
+    int tap[L];       // per slot: where (c, kt, kr, ks) is in an image
+    unsigned bit[L];  // per slot: its tap's bit
+    // The current k's output position (o, p, q) times the stride: its window's corner less the
+    // padding, the digits carried at O, P and Q strides.
+    int d = 0, h = 0, v = 0, dd = 0, dh = 0, dv = 0;
+    int window = 0;  // the current window's corner in x (in the padding, maybe)
+    int step = 0;    // TILE_K as an offset where no digit carries
+    static constexpr bool k_contiguous = true, padded = true;
+    __device__ __forceinline__ void start(int n, int k, unsigned) {
+        const int rs = s.R * s.S, trs = s.T * rs, pq = s.P * s.Q, opq = s.O * pq;
 #pragma unroll
         for (int j = 0; j < L; ++j) {
-            const int col = n + LANES * j, c = col / trs, kt = col % trs / rs, kr = col % rs / s.S, ks = col % s.S;
-            taps[j] = pack3(kt, kr, ks);
-            tap[j] = ((c * s.D + kt) * s.H + kr) * s.W + ks;
+            // A slot past the operand reads the last column, which no output keeps
+            const int col = min(n + LANES * j, s.C * trs - 1), kt = col % trs / rs, kr = col % rs / s.S, ks = col % s.S;
+            tap[j] = ((col / trs * s.D + kt) * s.H + kr) * s.W + ks;
+            bit[j] = tap_bit(kt, kr, ks);
         }
-        const int pq = s.P * s.Q, opq = s.O * pq;
-        image = k / opq, z = k % opq / pq, y = k % pq / s.Q, x = k % s.Q;
+        d = k % opq / pq * s.stride, h = k % pq / s.Q * s.stride, v = k % s.Q * s.stride;
+        dd = TILE_K % opq / pq * s.stride, dh = TILE_K % pq / s.Q * s.stride, dv = TILE_K % s.Q * s.stride;
+        window = ((k / opq * s.C * s.D + d - s.pad) * s.H + h - s.pad) * s.W + v - s.pad;
+        step = TILE_K / opq * s.C * s.D * s.H * s.W + (dd * s.H + dh) * s.W + dv;
     }
-    __device__ __forceinline__ int at(int j) const {
-        const int d0 = z * s.stride - s.pad, h0 = y * s.stride - s.pad, v0 = x * s.stride - s.pad;
-        const int at_tap = taps[j] + pack3(z * s.stride, y * s.stride, x * s.stride);
-        const int d = field(at_tap, 2) - s.pad, h = field(at_tap, 1) - s.pad, v = field(at_tap, 0) - s.pad;
-        return ((unsigned)d < (unsigned)s.D && (unsigned)h < (unsigned)s.H && (unsigned)v < (unsigned)s.W)
-                   ? ((image * s.C * s.D + d0) * s.H + h0) * s.W + v0 + tap[j]
-                   : -1;
+    __device__ __forceinline__ unsigned probe(bool k_in) const {
+        const int front = s.pad - d, top = s.pad - h, left = s.pad - v;  // the first taps inside x, if positive
+        return k_in ? tap_range<3>(front, front + s.D) << 2 * TAP_BITS<3> | tap_range<3>(top, top + s.H) << TAP_BITS<3> |
+                          tap_range<3>(left, left + s.W)
+                    : 0u;
     }
-    __device__ __forceinline__ void next() {
-        for (x += TILE_K; x >= s.Q; x -= s.Q) ++y;
-        for (; y >= s.P; y -= s.P) ++z;
-        for (; z >= s.O; z -= s.O) ++image;
+    __device__ __forceinline__ bool valid(int j, unsigned probe) const { return within(bit[j], probe); }
+    __device__ __forceinline__ int at(int j) const { return window + tap[j]; }
+    __device__ __forceinline__ void next() {  // a carried digit moves the window a row, a plane or an image on
+        v += dv;
+        const int row = carry(v, s.Q * s.stride);
+        h += dh + s.stride * row;
+        const int plane = carry(h, s.P * s.stride);
+        d += dd + s.stride * plane;
+        const int image = carry(d, s.O * s.stride);
+        window += step + row * (s.stride * s.W - s.Q * s.stride) + plane * (s.stride * s.H - s.P * s.stride) * s.W +
+                  image * (s.C * s.D - s.O * s.stride) * s.H * s.W;
     }
 };
 

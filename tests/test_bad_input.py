@@ -507,14 +507,15 @@ def test_run_sql_and_query_refuse_them_too(work):
     assert snapshot(work) == before
 
 
-def test_spatial_sizes_the_implicit_gemms_loaders_cannot_pack_are_refused():
-    """The loaders pack a position's coordinates into one int (two 16-bit halves in 2-D, 10 bits each in 3-D)."""
+def test_filters_wider_than_the_implicit_gemms_tap_bits_are_refused():
+    """The loaders keep a bit a filter tap along each axis in one int: 15 a side in 2-D, 10 in 3-D."""
     from tracker.ops.conv2d import conv_shape
     from tracker.ops.conv3d import conv3_shape
 
     conv_shape((1, 3, 227, 227), (64, 3, 11, 11), 4, 2)  # AlexNet's conv1
-    with pytest.raises(ValueError, match="over the kernels' 32768"):
-        conv_shape((1, 1, 32765, 8), (1, 1, 3, 3), 1, 1)
-    conv3_shape((1, 1, 192, 192, 192), (1, 1, 3, 3, 3), 1, 1)  # the largest 3-D U-Net the studies run
-    with pytest.raises(ValueError, match="over the kernels' 1024"):
-        conv3_shape((1, 1, 1020, 8, 8), (1, 1, 3, 3, 3), 1, 1)
+    conv_shape((1, 1, 40000, 8), (1, 1, 15, 3), 1, 1)  # no limit on the sizes
+    with pytest.raises(ValueError, match="a 16x3 filter is over the kernels' 15 taps a side in 2-D"):
+        conv_shape((1, 1, 64, 64), (1, 1, 16, 3), 1, 1)
+    conv3_shape((1, 1, 1020, 8, 8), (1, 1, 10, 3, 3), 1, 1)
+    with pytest.raises(ValueError, match="a 3x11x3 filter is over the kernels' 10 taps a side in 3-D"):
+        conv3_shape((1, 1, 32, 32, 32), (1, 1, 3, 11, 3), 1, 1)

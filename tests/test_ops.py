@@ -90,6 +90,8 @@ def test_cuda_sizes_come_from_the_registry_alone():
         "MIN_CTAS": 2,
         "RELU_MASK": 0,
         "CONSTANT_FLOATS": 16384,
+        "MAX_TAPS_2D": 15,
+        "MAX_TAPS_3D": 10,
         "FFT_TILES_N2": 256,
         "FFT_TILES_N4": 128,
         "FFT_TILES_N8": 64,

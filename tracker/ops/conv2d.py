@@ -18,25 +18,22 @@ from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks, tiles
 from tracker.ops.registry import OPS, Case, Op, launch
 from tracker.ops.selftest import REDUCTION, Check, f32, masked
 
-DEFINES = {"CONSTANT_FLOATS": 16384}  # c_filters: the filters of a chunk of output channels, 64 KiB
-CONSTANT_FLOATS = DEFINES["CONSTANT_FLOATS"]
 SOURCE = "conv2d.cu"
 
 
-# The implicit GEMM's loaders pack a position's coordinates into one int, a filter tap added to
-# each: two 16-bit halves in 2-D (Im2col, GradByInput; the upper one clear of the sign bit, so 15
-# bits), three of 10 bits in 3-D (conv3d.cu's pack3).
-PACKED_BITS = {2: 15, 3: 10}
+# The widest filter side the implicit GEMM's loaders take, by dimensions: a slot keeps one bit a
+# filter tap along each axis in one int (kernels/common.cuh's tap bits), 15 a side in 2-D, 10 in 3-D.
+MAX_TAPS = {2: 15, 3: 10}
+CONSTANT_FLOATS = 16384  # c_filters: the filters of a chunk of output channels, 64 KiB
+DEFINES = {"CONSTANT_FLOATS": CONSTANT_FLOATS, "MAX_TAPS_2D": MAX_TAPS[2], "MAX_TAPS_3D": MAX_TAPS[3]}
 
 
-def check_packed(sizes: tuple[int, ...], pad: int, taps: tuple[int, ...]) -> None:
-    """Refuses spatial sizes that the loaders' packed coordinates cannot hold: a size, twice the
-    padding and a filter's side together below 2 ** PACKED_BITS."""
-    limit = 1 << PACKED_BITS[len(sizes)]
-    if max(sizes) + 2 * pad + max(taps) >= limit:
+def check_taps(taps: tuple[int, ...]) -> None:
+    """Refuses a filter wider than the loaders' tap bits hold."""
+    if max(taps) > MAX_TAPS[len(taps)]:
         raise ValueError(
-            f"a spatial size of {max(sizes)} with padding {pad} and a {'x'.join(map(str, taps))} filter "
-            f"is over the kernels' {limit}"
+            f"a {'x'.join(map(str, taps))} filter is over the kernels' {MAX_TAPS[len(taps)]} taps a side "
+            f"in {len(taps)}-D"
         )
 
 
@@ -44,7 +41,7 @@ def conv_shape(x_shape: tuple, w_shape: tuple, stride: int, pad: int) -> Struct:
     """The kernels' ConvShape of input ``x_shape`` (N, C, H, W) and filters ``w_shape`` (K, C, R, S)."""
     N, C, H, W = x_shape
     K, _, R, S = w_shape
-    check_packed((H, W), pad, (R, S))
+    check_taps((R, S))
     P, Q = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - S) // stride + 1
     names = ("N", "C", "H", "W", "K", "R", "S", "P", "Q", "stride", "pad")
     return Struct("ConvShape", tuple((n, "i") for n in names), (N, C, H, W, K, R, S, P, Q, stride, pad))

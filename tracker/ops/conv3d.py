@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracker.ops import gemm
-from tracker.ops.conv2d import check_conv, check_packed, library, torch_forward, unsupported
+from tracker.ops.conv2d import check_conv, check_taps, library, torch_forward, unsupported
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Out, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, Arrays, Backend, Struct, blocks
 from tracker.ops.registry import OPS, Case, Op, launch
@@ -20,7 +20,7 @@ def conv3_shape(x_shape: tuple, w_shape: tuple, stride: int, pad: int) -> Struct
     """The kernels' Conv3Shape of input ``x_shape`` (N, C, D, H, W) and filters ``w_shape`` (K, C, T, R, S)."""
     N, C, D, H, W = x_shape
     K, _, T, R, S = w_shape
-    check_packed((D, H, W), pad, (T, R, S))
+    check_taps((T, R, S))
     O, P, Q = ((n + 2 * pad - k) // stride + 1 for n, k in ((D, T), (H, R), (W, S)))
     names = ("N", "C", "D", "H", "W", "K", "T", "R", "S", "O", "P", "Q", "stride", "pad")
     return Struct("Conv3Shape", tuple((n, "i") for n in names), (N, C, D, H, W, K, T, R, S, O, P, Q, stride, pad))

@@ -30,12 +30,13 @@
 // tile a block put each value in a 32-byte sector of its own. The output transform runs the same
 // backwards: a warp loads one frequency of consecutive tiles, columns then rows are inverted, and
 // the tiles leave shared memory along image rows. N FFTs of N points a tile, where a row then a
-// column at a time took 3N/2 + 1. T is FFT_TILES_N<N> (tracker/ops/fft.py): 32 or more, except at
-// N = 32, where 32 tiles (128 KB) would not fit in the 48 KB a block has without opting in, and
-// keeping part of them in registers would hold a thread's column (64 floats) beside the rows it
-// transforms (64 more), past the 128 registers a thread of 512 may have: 8 there, a frequency of
-// 8 consecutive tiles a whole 32-byte sector (where a plane's tiles are a multiple of 8, as
-// conv2's one tile an image are at a batch of 128).
+// column at a time took 3N/2 + 1. T is FFT_TILES_N<N> (tracker/ops/fft.py): 32 or more at every N.
+// The tiles and their windows lie in dynamic shared memory, which the launch sizes
+// (tracker/ops/fft.py's shared_bytes): 32 tiles of 32 x 32 floats are 128 KB, past the 48 KB of
+// static shared memory a block may have, within the 227 KB an H100's block may opt in to (163 KB
+// on an A100), one such block an SM. A tile's half spectrum takes as many floats as the tile, so
+// whole tiles take no less; keeping half of them in registers would hold a thread's column (64
+// floats) beside the rows it transforms (64 more), past the 128 registers a thread of 512 may have.
 // The twiddles are the host's (tracker/ops/fft.py, in float64): c_twiddle[k] = cos(2 pi k / 32),
 // c_twiddle[16 + k] = -sin(2 pi k / 32), k < 16.
 #include "common.cuh"
@@ -109,25 +110,17 @@ __device__ __forceinline__ void fft(float (&re)[N], float (&im)[N], bool inverse
 }
 
 // A block's T tiles in shared memory and its T N/2 threads. Thread t works on tile t % T (a warp's
-// lanes on consecutive tiles) and, of it, on rows `slot` and slot + N/2, then on column `slot`.
-// Tiles lie TILE floats apart, odd, so that 32 lanes on 32 tiles touch 32 banks. Where fewer than
-// 32 tiles fill a warp (PER slots to a warp: 8 tiles at N = 32), a warp's slots are N/2 / PER
-// apart and rows N + 2 floats, which puts its lanes' rows and columns in 32 banks too.
+// lanes on 32 consecutive tiles) and, of it, on rows `slot` and slot + N/2, then on column `slot`.
+// Tiles lie TILE floats apart, odd, so that 32 lanes on 32 tiles touch 32 banks.
 template <int N, int T>
 struct Tiles {
     static constexpr int HALF = N / 2;
     static constexpr int THREADS = T * HALF;
-    static constexpr int PER = T < 32 ? 32 / T : 1;
-    static constexpr int ROW = PER > 1 ? N + 2 : N;
-    static constexpr int TILE = N * ROW + 1;
-    static_assert(T > 0 && (T & (T - 1)) == 0 && HALF % PER == 0, "a power of two of tiles, whole warps");
-    static_assert(T >= 8, "a frequency's stores for 8 consecutive tiles or more: whole 32-byte sectors");
+    static constexpr int TILE = N * N + 1;
+    static_assert(T >= 32 && (T & (T - 1)) == 0, "a power of two of tiles, 32 or more: a warp's stores whole lines");
 
     __device__ static int tile() { return threadIdx.x % T; }
-    __device__ static int slot() {
-        const int k = threadIdx.x / T;
-        return k % PER * (HALF / PER) + k / PER;
-    }
+    __device__ static int slot() { return threadIdx.x / T; }
 };
 
 // Where a tile's N x N values lie in global memory: (a, b) at at + a row + b col, for a in
@@ -139,6 +132,19 @@ struct Window {
     __device__ long long of(int a, int b) const { return at + a * row + b * col; }
 };
 
+// A block's dynamic shared memory, which tracker/ops/fft.py's shared_bytes sizes: the windows of
+// its T tiles first (where it starts, aligned for their 8-byte offsets: these kernels have no static
+// shared memory), then the tiles, Tiles<N, T>::TILE floats apart.
+struct Staging {
+    Window* windows;
+    float* buf;
+};
+template <int T>
+__device__ __forceinline__ Staging staging() {
+    extern __shared__ float dynamic[];
+    return {reinterpret_cast<Window*>(dynamic), dynamic + T * sizeof(Window) / sizeof(float)};
+}
+
 // The block's tiles from `from` into shared memory, zero outside their windows: lanes along rows
 // (consecutive b), so that a warp reads runs of a row, one a tile row at N = 32.
 template <int N, int T>
@@ -148,7 +154,7 @@ __device__ __forceinline__ void stage(float* buf, const Window* windows, const f
     for (int i = 0; i < T * N * N / L::THREADS; ++i) {
         const int e = i * L::THREADS + threadIdx.x, tile = e / (N * N), a = e / N % N, b = e % N;
         const Window& w = windows[tile];
-        buf[tile * L::TILE + a * L::ROW + b] = w.holds(a, b) ? from[w.of(a, b)] : 0.f;
+        buf[tile * L::TILE + a * N + b] = w.holds(a, b) ? from[w.of(a, b)] : 0.f;
     }
 }
 
@@ -162,7 +168,7 @@ __device__ __forceinline__ void unstage(const float* buf, const Window* windows,
     for (int i = 0; i < T * N * N / L::THREADS; ++i) {
         const int e = i * L::THREADS + threadIdx.x, tile = e / (N * N), a = e / N % N, b = e % N;
         const Window& w = windows[tile];
-        if (w.holds(a, b)) to[w.of(a, b)] = buf[tile * L::TILE + a * L::ROW + b] * scale + add;
+        if (w.holds(a, b)) to[w.of(a, b)] = buf[tile * L::TILE + a * N + b] * scale + add;
     }
 }
 
@@ -210,11 +216,11 @@ __device__ __forceinline__ void forward_tiles(float* buf, Store store) {
     using L = Tiles<N, T>;
     const int slot = L::slot();
     float* own = buf + L::tile() * L::TILE;
-    forward_rows<N>(own + slot * L::ROW, own + (slot + N / 2) * L::ROW);
+    forward_rows<N>(own + slot * N, own + (slot + N / 2) * N);
     __syncthreads();
     float re[N], im[N];
 #pragma unroll
-    for (int a = 0; a < N; ++a) re[a] = own[a * L::ROW + 2 * slot], im[a] = own[a * L::ROW + 2 * slot + 1];
+    for (int a = 0; a < N; ++a) re[a] = own[a * N + 2 * slot], im[a] = own[a * N + 2 * slot + 1];
     fft<N>(re, im, false);
     if (slot > 0) {
 #pragma unroll
@@ -252,9 +258,9 @@ __device__ __forceinline__ void inverse_tiles(float* buf, Load load) {
     }
     fft<N>(re, im, true);
 #pragma unroll
-    for (int a = 0; a < N; ++a) own[a * L::ROW + 2 * slot] = re[a], own[a * L::ROW + 2 * slot + 1] = im[a];
+    for (int a = 0; a < N; ++a) own[a * N + 2 * slot] = re[a], own[a * N + 2 * slot + 1] = im[a];
     __syncthreads();
-    inverse_rows<N>(own + slot * L::ROW, own + (slot + N / 2) * L::ROW);
+    inverse_rows<N>(own + slot * N, own + (slot + N / 2) * N);
     __syncthreads();
 }
 
@@ -265,21 +271,20 @@ template <int N, int T>
 __device__ __forceinline__ void filter_transform(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r,
                                                  int flip) {
     using L = Tiles<N, T>;
-    __shared__ float buf[T * L::TILE];
-    __shared__ Window windows[T];
+    const Staging staged = staging<T>();
     const int first = blockIdx.x * T, pairs = M * Kc;
     if (threadIdx.x < T) {
         const int pair = first + threadIdx.x, o = pair / Kc, k = pair % Kc, side = pair < pairs ? r : 0;
         const long long g = (long long)(flip ? k * M + o : o * Kc + k) * r * r;
         const int way = flip ? -1 : 1;  // flip: g's last value first
-        windows[threadIdx.x] = Window{flip ? g + r * r - 1 : g, way * r, way, 0, side, 0, side};
+        staged.windows[threadIdx.x] = Window{flip ? g + r * r - 1 : g, way * r, way, 0, side, 0, side};
     }
     __syncthreads();
-    stage<N, T>(buf, windows, w);
+    stage<N, T>(staged.buf, staged.windows, w);
     __syncthreads();
     const int pair = first + L::tile(), o = pair / Kc, k = pair % Kc;
     const size_t plane = (size_t)4 * M * Kc, ld = 2 * Kc;
-    forward_tiles<N, T>(buf, [&](int u, int v, float re, float im) {
+    forward_tiles<N, T>(staged.buf, [&](int u, int v, float re, float im) {
         if (pair >= pairs) return;
         float* at = Wb + (u * (N / 2 + 1) + v) * plane;
         at[o * ld + k] = re, at[o * ld + Kc + k] = im;
@@ -291,25 +296,24 @@ __device__ __forceinline__ void filter_transform(const float* RESTRICT w, float*
 template <int N, int T>
 __device__ __forceinline__ void input_transform(const float* RESTRICT x, float* RESTRICT X, const FftShape& s) {
     using L = Tiles<N, T>;
-    __shared__ float buf[T * L::TILE];
-    __shared__ Window windows[T];
+    const Staging staged = staging<T>();
     const int tiles = s.TH * s.TW, cols = s.images * tiles, c = blockIdx.y, first = blockIdx.x * T;
     if (threadIdx.x < T) {
         const int col = first + threadIdx.x, n = col / tiles, t = col % tiles;
         const int y0 = (t / s.TW) * s.step - s.pad, x0 = (t % s.TW) * s.step - s.pad;
         const int extent = col < cols ? s.extent : 0;
         const long long plane = ((long long)n * s.C + c) * s.H * s.W;
-        windows[threadIdx.x] = Window{plane + (long long)y0 * s.W + x0, s.W, 1, max(0, -y0), min(extent, s.H - y0),
-                                      max(0, -x0), min(extent, s.W - x0)};
+        staged.windows[threadIdx.x] = Window{plane + (long long)y0 * s.W + x0, s.W, 1, max(0, -y0),
+                                             min(extent, s.H - y0), max(0, -x0), min(extent, s.W - x0)};
     }
     __syncthreads();
-    stage<N, T>(buf, windows, x);
+    stage<N, T>(staged.buf, staged.windows, x);
     __syncthreads();
     const int col = first + L::tile();
     const size_t frequency = (size_t)(s.layout == BLOCK ? 4 : 2) * s.C * cols, im_at = imag_at(s, s.C, cols);
     const size_t lower = (size_t)s.C * 2 * cols;  // BLOCK: the [-Im, Re] rows
     float* at = X + row_at(s, c, col, cols);
-    forward_tiles<N, T>(buf, [&](int u, int v, float re, float im) {
+    forward_tiles<N, T>(staged.buf, [&](int u, int v, float re, float im) {
         if (col >= cols) return;
         float* f = at + (u * (N / 2 + 1) + v) * frequency;
         f[0] = re, f[im_at] = im;
@@ -323,75 +327,90 @@ template <int N, int T>
 __device__ __forceinline__ void output_transform(const float* RESTRICT Y, const float* RESTRICT bias,
                                                  float* RESTRICT y, const FftShape& s, int M) {
     using L = Tiles<N, T>;
-    __shared__ float buf[T * L::TILE];
-    __shared__ Window windows[T];
+    const Staging staged = staging<T>();
     const int tiles = s.TH * s.TW, cols = s.images * tiles, o = blockIdx.y, first = blockIdx.x * T;
     if (threadIdx.x < T) {  // read after inverse_tiles' barriers
         const int col = first + threadIdx.x, n = col / tiles, t = col % tiles;
         const int p0 = (t / s.TW) * s.step, q0 = (t % s.TW) * s.step;
-        windows[threadIdx.x] = Window{(((long long)n * M + o) * s.P + p0) * s.Q + q0, s.Q, 1, 0,
-                                      col < cols ? min(s.step, s.P - p0) : 0, 0, min(s.step, s.Q - q0)};
+        staged.windows[threadIdx.x] = Window{(((long long)n * M + o) * s.P + p0) * s.Q + q0, s.Q, 1, 0,
+                                             col < cols ? min(s.step, s.P - p0) : 0, 0, min(s.step, s.Q - q0)};
     }
     const int col = first + L::tile();
     const size_t frequency = (size_t)2 * M * cols, im_at = imag_at(s, M, cols);
     const float* at = Y + row_at(s, o, col, cols);
-    inverse_tiles<N, T>(buf, [&](int u, int v, float& re, float& im) {
+    inverse_tiles<N, T>(staged.buf, [&](int u, int v, float& re, float& im) {
         const float* f = at + (u * (N / 2 + 1) + v) * frequency;
         re = col < cols ? f[0] : 0.f, im = col < cols ? f[im_at] : 0.f;
     });
-    unstage<N, T>(buf, windows, y, 1.f / (N * N), bias != nullptr ? bias[o] : 0.f);
+    unstage<N, T>(staged.buf, staged.windows, y, 1.f / (N * N), bias != nullptr ? bias[o] : 0.f);
 }
 
 // The kernels, one set per tile size (written out: the emulation and the compile check find
-// kernels by name). Block: FFT_TILES_Nn tiles of N/2 threads (tracker/ops/fft.py).
+// kernels by name). Block: FFT_TILES_Nn tiles of N/2 threads (tracker/ops/fft.py), its
+// __launch_bounds__, so that ptxas keeps to the registers such a block may have (128 a thread at
+// 512, N = 32), spilling, which the compile check refuses, rather than building a kernel whose
+// launch a GPU would refuse.
+constexpr int THREADS_N2 = Tiles<2, FFT_TILES_N2>::THREADS, THREADS_N4 = Tiles<4, FFT_TILES_N4>::THREADS,
+              THREADS_N8 = Tiles<8, FFT_TILES_N8>::THREADS, THREADS_N16 = Tiles<16, FFT_TILES_N16>::THREADS,
+              THREADS_N32 = Tiles<32, FFT_TILES_N32>::THREADS;
 
-extern "C" __global__ void fft_filter_n2(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
+extern "C" __global__ void __launch_bounds__(THREADS_N2)
+fft_filter_n2(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
     filter_transform<2, FFT_TILES_N2>(w, Wb, M, Kc, r, flip);
 }
-extern "C" __global__ void fft_input_n2(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
+extern "C" __global__ void __launch_bounds__(THREADS_N2)
+fft_input_n2(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
     input_transform<2, FFT_TILES_N2>(x, X, s);
 }
-extern "C" __global__ void fft_output_n2(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y,
-                                         FftShape s, int M) {
+extern "C" __global__ void __launch_bounds__(THREADS_N2)
+fft_output_n2(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y, FftShape s, int M) {
     output_transform<2, FFT_TILES_N2>(Y, bias, y, s, M);
 }
-extern "C" __global__ void fft_filter_n4(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
+extern "C" __global__ void __launch_bounds__(THREADS_N4)
+fft_filter_n4(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
     filter_transform<4, FFT_TILES_N4>(w, Wb, M, Kc, r, flip);
 }
-extern "C" __global__ void fft_input_n4(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
+extern "C" __global__ void __launch_bounds__(THREADS_N4)
+fft_input_n4(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
     input_transform<4, FFT_TILES_N4>(x, X, s);
 }
-extern "C" __global__ void fft_output_n4(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y,
-                                         FftShape s, int M) {
+extern "C" __global__ void __launch_bounds__(THREADS_N4)
+fft_output_n4(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y, FftShape s, int M) {
     output_transform<4, FFT_TILES_N4>(Y, bias, y, s, M);
 }
-extern "C" __global__ void fft_filter_n8(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
+extern "C" __global__ void __launch_bounds__(THREADS_N8)
+fft_filter_n8(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
     filter_transform<8, FFT_TILES_N8>(w, Wb, M, Kc, r, flip);
 }
-extern "C" __global__ void fft_input_n8(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
+extern "C" __global__ void __launch_bounds__(THREADS_N8)
+fft_input_n8(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
     input_transform<8, FFT_TILES_N8>(x, X, s);
 }
-extern "C" __global__ void fft_output_n8(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y,
-                                         FftShape s, int M) {
+extern "C" __global__ void __launch_bounds__(THREADS_N8)
+fft_output_n8(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y, FftShape s, int M) {
     output_transform<8, FFT_TILES_N8>(Y, bias, y, s, M);
 }
-extern "C" __global__ void fft_filter_n16(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
+extern "C" __global__ void __launch_bounds__(THREADS_N16)
+fft_filter_n16(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
     filter_transform<16, FFT_TILES_N16>(w, Wb, M, Kc, r, flip);
 }
-extern "C" __global__ void fft_input_n16(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
+extern "C" __global__ void __launch_bounds__(THREADS_N16)
+fft_input_n16(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
     input_transform<16, FFT_TILES_N16>(x, X, s);
 }
-extern "C" __global__ void fft_output_n16(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y,
-                                         FftShape s, int M) {
+extern "C" __global__ void __launch_bounds__(THREADS_N16)
+fft_output_n16(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y, FftShape s, int M) {
     output_transform<16, FFT_TILES_N16>(Y, bias, y, s, M);
 }
-extern "C" __global__ void fft_filter_n32(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
+extern "C" __global__ void __launch_bounds__(THREADS_N32)
+fft_filter_n32(const float* RESTRICT w, float* RESTRICT Wb, int M, int Kc, int r, int flip) {
     filter_transform<32, FFT_TILES_N32>(w, Wb, M, Kc, r, flip);
 }
-extern "C" __global__ void fft_input_n32(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
+extern "C" __global__ void __launch_bounds__(THREADS_N32)
+fft_input_n32(const float* RESTRICT x, float* RESTRICT X, FftShape s) {
     input_transform<32, FFT_TILES_N32>(x, X, s);
 }
-extern "C" __global__ void fft_output_n32(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y,
-                                         FftShape s, int M) {
+extern "C" __global__ void __launch_bounds__(THREADS_N32)
+fft_output_n32(const float* RESTRICT Y, const float* RESTRICT bias, float* RESTRICT y, FftShape s, int M) {
     output_transform<32, FFT_TILES_N32>(Y, bias, y, s, M);
 }

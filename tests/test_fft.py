@@ -65,7 +65,7 @@ def test_a_plane_wider_than_a_tile_is_cut_into_overlapping_tiles(emulator):
     results, launched = kernels(emulator, case)
     assert all(r.passed for r in results), [(r.phase, r.error) for r in results if not r.passed]
     # 40 outputs in 30-wide steps of 32-point tiles: 2 x 2 tiles, 32 x 17 frequencies; the 4 tiles
-    # of a channel in one block of TILES[32] (4 of them past the end), 16 threads a tile
+    # of a channel in one block of TILES[32] (the rest past the end), 16 threads a tile
     input_launch = next(r for r in emulator.log if r.kernel == "fft_input_n32")
     assert input_launch.grid == (1, 3, 1) and input_launch.block == (TILES[32] * 16, 1, 1)
     assert [k.grid[1] for k in emulator.log if k.kernel.endswith("_batched")] == [32 * 17] * 3

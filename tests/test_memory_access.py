@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 from emu.trace import RECORD, sectors, wavefronts
 
+from tracker.model.algorithms import FFT_TILE
 from tracker.ops import Case
+from tracker.ops.fft import TILES, shared_bytes
 from tracker.ops.gemm import DEFAULT, SHAPES, Tile
+from tracker.ops.launch import LaunchRecord
 from tracker.ops.selftest import run_case
 
 SECTOR_USE = 0.75  # of each touched sector's bytes
@@ -187,18 +190,39 @@ def test_memory_bound_kernels_use_most_of_each_sector(traced, case, variant, ker
 WINOGRAD_TRANSFORMS = {f"winograd_{part}_a{side}" for part in ("input", "output") for side in (4, 6, 8)}
 
 
+def _shared_spans(traced, case: Case, variant: str, kernels: set[str]) -> list[tuple[LaunchRecord, int]]:
+    """Each launch of ``kernels``, every phase's, with the bytes its shared accesses span."""
+    traced.log.clear()
+    _run(traced, case, variant, kernels=kernels)
+    launches = [k for k in traced.log if k.kernel in kernels]
+    assert [k.kernel for k in launches] == [t.kernel for t in traced.traces]
+    spans = []
+    for launch, trace in zip(launches, traced.traces):
+        shared = trace.of("shared")
+        span = int(shared["address"].max() + shared["bytes"][shared["address"].argmax()] - shared["address"].min())
+        spans.append((launch, span))
+    return spans
+
+
 @pytest.mark.parametrize("case, variant", [(CONV2, "winograd"), (CONV3, "winograd_f4")], ids=["conv2", "conv3"])
 def test_the_winograd_transforms_stay_inside_the_shared_memory_they_ask_for(traced, case, variant):
     """The emulation gives every block all its dynamic shared memory, a GPU what the launch asks:
     each transform's shared accesses, every phase's, lie within the launch's shared_bytes."""
-    traced.log.clear()
-    _run(traced, case, variant, kernels=WINOGRAD_TRANSFORMS)
-    launches = [k for k in traced.log if k.kernel in WINOGRAD_TRANSFORMS]
-    assert [k.kernel for k in launches] == [t.kernel for t in traced.traces] and len(launches) == 7
-    for launch, trace in zip(launches, traced.traces):
-        shared = trace.of("shared")
-        span = int(shared["address"].max() + shared["bytes"][shared["address"].argmax()] - shared["address"].min())
+    spans = _shared_spans(traced, case, variant, WINOGRAD_TRANSFORMS)
+    assert len(spans) == 7
+    for launch, span in spans:
         assert 0 < span <= launch.shared_bytes, (launch.kernel, span, launch.shared_bytes)
+
+
+@pytest.mark.parametrize("case, n", [(CONV3, 16), (CONV2, FFT_TILE)], ids=["conv3", "conv2"])
+def test_the_fft_transforms_ask_for_the_shared_memory_they_use(traced, case, n):
+    """tracker/ops/fft.py's shared_bytes against kernels/fft.cu's layout: every phase's transforms
+    touch all of it (the windows and tiles of a block of 32 or more tiles, one tile an image here,
+    the rest zeros) but the last tile's padding float, and nothing past it."""
+    spans = _shared_spans(traced, case, "fft", {f"fft_{part}_n{n}" for part in ("filter", "input", "output")})
+    assert len(spans) == 9 and TILES[n] >= 32
+    for launch, span in spans:
+        assert launch.shared_bytes == shared_bytes(n) and span == shared_bytes(n) - 4, (launch.kernel, span)
 
 
 def test_every_fft_transform_launch_uses_most_of_each_sector(traced):

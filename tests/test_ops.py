@@ -96,7 +96,7 @@ def test_cuda_sizes_come_from_the_registry_alone():
         "FFT_TILES_N4": 128,
         "FFT_TILES_N8": 64,
         "FFT_TILES_N16": 32,
-        "FFT_TILES_N32": 8,
+        "FFT_TILES_N32": 32,
         "LRN_WINDOW": 5,
     }
     options = compile_options("ca")

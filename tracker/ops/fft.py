@@ -31,8 +31,9 @@ SOURCE = "fft.cu"
 SIZES = (2, 4, 8, 16, FFT_TILE)  # every tile side fft_side chooses (fft_*_n2 .. fft_*_n32)
 # The tiles (columns of a frequency's plane) a transform's block holds, by tile side, as -D
 # FFT_TILES_N<n>: a warp's lanes on 32 consecutive tiles, 256 threads (n/2 a tile); at 32 points
-# 8 tiles, what 48 KB of shared memory holds (kernels/fft.cu says why)
-TILES = {2: 256, 4: 128, 8: 64, 16: 32, FFT_TILE: 8}
+# 32 tiles of 512 threads, in more dynamic shared memory (``shared_bytes``) than the 48 KB a block
+# has without opting in
+TILES = {2: 256, 4: 128, 8: 64, 16: 32, FFT_TILE: 32}
 DEFINES = {f"FFT_TILES_N{n}": tiles for n, tiles in TILES.items()}
 TWIDDLE_N = 32  # kernels/fft.cu's table: cos and -sin of 2 pi k / 32, k < 16
 TWIDDLES = np.concatenate(
@@ -57,10 +58,20 @@ def _shape(*values: int) -> Struct:
     return Struct("FftShape", tuple((name, "i") for name in names), values)
 
 
-def _blocks(n: int, tiles: int) -> tuple[int, int]:
-    """The blocks (the grid's first side) and threads a block of a transform of ``tiles`` n x n
-    tiles (filter pairs): TILES[n] a block, n/2 threads a tile."""
-    return math.ceil(tiles / TILES[n]), TILES[n] * n // 2
+WINDOW_BYTES = 32  # kernels/fft.cu's Window: where a tile lies in global memory (a long long, six ints)
+
+
+def shared_bytes(n: int) -> int:
+    """A transform block's dynamic shared memory (kernels/fft.cu's staging): its TILES[n] tiles'
+    windows, then the tiles, n * n + 1 floats apart (odd: 32 lanes on 32 tiles touch 32 banks)."""
+    return TILES[n] * (WINDOW_BYTES + 4 * (n * n + 1))
+
+
+def _transform(b: Backend, kernel: str, n: int, tiles: int, planes: int, args: tuple) -> None:
+    """Launches fft_<kernel>_n<n> over ``planes`` planes (the grid's second side) of ``tiles`` n x n
+    tiles (filter pairs): TILES[n] a block, n/2 threads a tile, in shared_bytes(n)."""
+    grid = (math.ceil(tiles / TILES[n]), planes)
+    b.launch(SOURCE, f"fft_{kernel}_n{n}", grid, (TILES[n] * n // 2,), args, shared_bytes=shared_bytes(n))
 
 
 def _tiling(images: int, P: int, Q: int, r: int) -> tuple[int, int, int, int, int, int]:
@@ -82,10 +93,8 @@ def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, 
     shape = _shape(images, Kc, H, W, P, Q, pad, TH, TW, step, n, STACKED)
     Wb, X, Y = b.empty((freqs, 2 * M, 2 * Kc)), b.empty((freqs, 2 * Kc, cols)), b.empty((freqs, 2 * M, cols))
     b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))  # a device array, as CuPy needs
-    pairs, threads = _blocks(n, M * Kc)
-    b.launch(SOURCE, f"fft_filter_n{n}", (pairs,), (threads,), (w, Wb, M, Kc, r, int(flip)))
-    blocks, threads = _blocks(n, cols)
-    b.launch(SOURCE, f"fft_input_n{n}", (blocks, Kc), (threads,), (x, X, shape))
+    _transform(b, "filter", n, M * Kc, 1, (w, Wb, M, Kc, r, int(flip)))
+    _transform(b, "input", n, cols, Kc, (x, X, shape))
     Gemm(
         "gemm_nn_batched",
         M=2 * M,
@@ -97,7 +106,7 @@ def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, 
         stride_a=4 * M * Kc,
         stride_b=2 * Kc * cols,
     ).launch(b, Wb, X, Y, tile=tile)
-    b.launch(SOURCE, f"fft_output_n{n}", (blocks, M), (threads,), (Y, bias, out, shape, M))
+    _transform(b, "output", n, cols, M, (Y, bias, out, shape, M))
 
 
 def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile) -> None:
@@ -111,21 +120,8 @@ def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile)
     n, step, TH, TW, cols, freqs = _tiling(images, P, Q, r)
     X, D, Z = b.empty((freqs, C, 2 * cols)), b.empty((freqs, 2 * K, 2 * cols)), b.empty((freqs, C, 2 * K))
     b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))
-    blocks, threads = _blocks(n, cols)
-    b.launch(
-        SOURCE,
-        f"fft_input_n{n}",
-        (blocks, C),
-        (threads,),
-        (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE)),
-    )
-    b.launch(
-        SOURCE,
-        f"fft_input_n{n}",
-        (blocks, K),
-        (threads,),
-        (dy, D, _shape(images, K, P, Q, P, Q, 0, TH, TW, step, step, BLOCK)),
-    )
+    _transform(b, "input", n, cols, C, (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE)))
+    _transform(b, "input", n, cols, K, (dy, D, _shape(images, K, P, Q, P, Q, 0, TH, TW, step, step, BLOCK)))
     Gemm(
         "gemm_nt_batched",
         M=C,
@@ -138,14 +134,7 @@ def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile)
         stride_b=4 * K * cols,
     ).launch(b, X, D, Z, tile=tile)
     # each (channel, output) pair an 'image' of one r x r tile: written at dw[k][c]
-    pairs, threads = _blocks(n, K)
-    b.launch(
-        SOURCE,
-        f"fft_output_n{n}",
-        (pairs, C),
-        (threads,),
-        (Z, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, n, SIDE), C),
-    )
+    _transform(b, "output", n, K, C, (Z, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, n, SIDE), C))
 
 
 def _fwd(b: Backend, a: Arrays, stride: int, pad: int, tile: Tile = DEFAULT) -> None:

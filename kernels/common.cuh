@@ -195,9 +195,10 @@ __device__ __forceinline__ unsigned tap_bit(int a, int b) { return 1u << (TAP_BI
 __device__ __forceinline__ unsigned tap_bit(int a, int b, int c) {
     return 1u << (2 * TAP_BITS<3> + a) | 1u << (TAP_BITS<3> + b) | 1u << c;
 }
-// Bits pos .. pos + width - 1 (width clamped to 0 .. 32 - pos; none from pos 32 on): one BMSK.
+// Bits pos .. pos + width - 1 (width clamped to 0 .. 32 - pos; none from pos 32 on): one BMSK
+// from sm_70 on.
 __device__ __forceinline__ unsigned bit_range(unsigned pos, unsigned width) {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
     unsigned bits;
     asm("bmsk.clamp.b32 %0, %1, %2;" : "=r"(bits) : "r"(pos), "r"(width));
     return bits;
@@ -271,11 +272,11 @@ __device__ __forceinline__ float element(const Masked<G>& g, int j, unsigned pro
     return (g.y == nullptr || g.y[at] > 0.f) ? g.p[at] : 0.f;
 }
 
-// Division by a stride d >= 2 as a multiply, for the data gradient's loaders, which divide the
-// current filter tap by the stride once a k-tile: x / d = umulhi(x, inverse(d)), inverse(d) =
-// ceil(2^32 / d), exact for 0 <= x < 2^32 / d (a tap is below 16).
-__device__ __forceinline__ unsigned inverse(int d) { return 0xffffffffu / d + 1; }
-__device__ __forceinline__ int divide(int x, unsigned inverse_d) { return __umulhi(x, inverse_d); }
+// Division by a stride d as a multiply and a shift, for the data gradient's loaders, which divide
+// the current filter tap by the stride once a k-tile: x / d = x * inverse(d) >> 16, inverse(d) =
+// ceil(2^16 / d), exact for a tap (0 <= x < 16) at any stride (1 included: no select).
+__device__ __forceinline__ int inverse(int d) { return static_cast<int>((65535u + d) / d); }
+__device__ __forceinline__ int divide(int x, int inverse_d) { return x * inverse_d >> 16; }
 
 // Convolution geometry of one layer (NCHW input, KCRS filters, NKPQ output).
 struct ConvShape {

@@ -225,9 +225,9 @@ struct GradByInput {
     int kout = 0, r = 0, t = 0;  // the current k
     int dk = 0, dr = 0, dt = 0;  // TILE_K in those digits
     int tap = 0;                 // the current k's part of an offset
-    unsigned by_stride = 0;      // inverse(stride): no division in the k-loop
+    int by_stride = 0;        // inverse(stride): no division in the k-loop
     static constexpr bool k_contiguous = false, padded = true;
-    __device__ __forceinline__ int over(int at) const { return s.stride == 1 ? at : divide(at, by_stride); }
+    __device__ __forceinline__ int over(int at) const { return divide(at, by_stride); }
     __device__ __forceinline__ void moved() { tap = (kout * s.P - over(r)) * s.Q - over(t); }
     __device__ __forceinline__ void start(int n, int k, unsigned slots) {
         const int hw = s.H * s.W, rs = s.R * s.S;
@@ -239,7 +239,7 @@ struct GradByInput {
         }
         kout = k / rs, r = k % rs / s.S, t = k % s.S;
         dk = TILE_K / rs, dr = TILE_K % rs / s.S, dt = TILE_K % s.S;
-        if (s.stride != 1) by_stride = inverse(s.stride);
+        by_stride = inverse(s.stride);
         moved();
     }
     __device__ __forceinline__ unsigned probe(bool k_in) const { return k_in ? tap_bit(r, t) : NEVER; }

@@ -189,9 +189,9 @@ struct Grad3ByInput {
     int kout = 0, kt = 0, kr = 0, ks = 0;      // the current k
     int dk = 0, dkt = 0, dkr = 0, dks = 0;     // TILE_K in those digits
     int tap = 0;                               // the current k's part of an offset
-    unsigned by_stride = 0;                    // inverse(stride): no division in the k-loop
+    int by_stride = 0;                      // inverse(stride): no division in the k-loop
     static constexpr bool k_contiguous = false, padded = true;
-    __device__ __forceinline__ int over(int at) const { return s.stride == 1 ? at : divide(at, by_stride); }
+    __device__ __forceinline__ int over(int at) const { return divide(at, by_stride); }
     __device__ __forceinline__ void moved() { tap = ((kout * s.O - over(kt)) * s.P - over(kr)) * s.Q - over(ks); }
     __device__ __forceinline__ void start(int n, int k, unsigned slots) {
         const int hw = s.H * s.W, dhw = s.D * hw, rs = s.R * s.S, trs = s.T * rs;
@@ -206,7 +206,7 @@ struct Grad3ByInput {
         }
         kout = k / trs, kt = k % trs / rs, kr = k % rs / s.S, ks = k % s.S;
         dk = TILE_K / trs, dkt = TILE_K % trs / rs, dkr = TILE_K % rs / s.S, dks = TILE_K % s.S;
-        if (s.stride != 1) by_stride = inverse(s.stride);
+        by_stride = inverse(s.stride);
         moved();
     }
     __device__ __forceinline__ unsigned probe(bool k_in) const { return k_in ? tap_bit(kt, kr, ks) : NEVER; }

@@ -83,8 +83,6 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
     return other;
 }
 
-inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((1ull * a * b) >> 32); }
-
 inline float __int_as_float(unsigned i) {
     float f;
     std::memcpy(&f, &i, sizeof f);

@@ -7,7 +7,9 @@ C[m][n] = sum_k A(m, k) B(k, n) in CTA tiles of TILE_M x TILE_N and k-tiles of T
 thread accumulates a THREAD_M x THREAD_N (8 x 8) register block, so a CTA has
 (TILE_M / 8) x (TILE_N / 8) threads. ``tracker tune`` searches ``SHAPES`` (with split-K slices),
 then ``Tile.neighbours`` of the fastest, per layer phase and GPU; without a tuning, ``DEFAULT``
-runs, splitting K by ``Tile.splits``' rule.
+runs, splitting K by ``Tile.splits``' rule, its CTA tile ``fitted`` to the GEMM's M and N where a
+variant says them (``Variant.gemm``: the Winograd and FFT variants' batched GEMMs, whose M and
+N are channel counts): a rule by tile utilisation, not yet measured on a GPU.
 """
 
 from __future__ import annotations
@@ -247,6 +249,22 @@ SHAPES = (
     Tile(64, 64, 16),
     Tile(32, 64, 8),
 )
+# The CTA tile sides the default plan fits a GEMM's M and N with (``fitted``), the default's first
+# (it wins a tie): each tile shape they make is one `tracker tune` runs (SHAPES).
+SIDES = (128, 64)
+
+
+def fitted(M: int, N: int) -> Tile:
+    """DEFAULT with each side of its CTA tile the one of SIDES that pads that dimension of the GEMM
+    least (ceil to whole tiles), 128 on a tie: M = 192 runs 3 tiles of 64 rows rather than 2 of 128
+    (a quarter of their rows padding). By tile utilisation alone: not yet measured on a GPU."""
+    return replace(DEFAULT, m=_side(M), n=_side(N))
+
+
+def _side(extent: int) -> int:
+    return min(SIDES, key=lambda side: tiles(extent, side) * side)  # the first of equals: the larger
+
+
 # The fused variants' backward reads the output gradient through the ReLU mask: their GEMMs are
 # built with RELU_MASK 1 (common.cuh), every other build with 0.
 RELU_MASK = "RELU_MASK"

@@ -47,7 +47,7 @@ CREATE TABLE metric_def (
 --   status: running, complete, failed or interrupted
 --   phases: fwd, bwd or both
 --   variants: op -> kernel variant
---   tiles: 'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default ({}: every default); NULL: nothing ran (model) or recorded before schema v5
+--   tiles: 'layer/phase' -> the GEMM tile it ran where it differs from the default: `tracker tune`'s, or the default plan's fitted to a Winograd or FFT batched GEMM's M and N ({}: every default); NULL: nothing ran (model) or recorded before schema v5
 --   tuned_variants: 'layer/phase' -> the variant it ran where `tracker tune`'s fastest differs from the plan's (run.variants): Winograd, FFT or another GEMM ({}: the plan's everywhere); NULL: nothing ran (model) or recorded before schema v12
 --   implementation: ours (tracker's kernels) or torch (PyTorch: cuDNN and cuBLAS); ours before schema v6
 --   loaders: how our GEMM kernels fill shared memory: async (cp.async, the default build), staged (through registers: the L1-bypass build, and --staged with L1 cached) or library (--impl torch); async before schema v7

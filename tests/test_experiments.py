@@ -203,7 +203,8 @@ def test_restricted_counters_fall_back_to_events_only_when_the_backend_was_chose
 
 def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emulated_events, monkeypatch):
     """A tuned profile runs the stored tile of the plan's variant (the conv rule's Winograd F(4x4) at
-    conv1's 3x3) and says so in its run row; --untuned runs the defaults: the implicit GEMM."""
+    conv1's 3x3) and says so in its run row, beside the tiles the plan fits to the other Winograd
+    phases' GEMMs (a few channels: one 64 x 64 tile); --untuned runs the defaults: the implicit GEMM."""
     from tracker import tune
     from tracker.gpu import detect
     from tracker.ops.gemm import Tile
@@ -223,7 +224,10 @@ def test_a_profile_runs_and_records_the_tiles_tune_found(tmp_path, emulator, emu
     untuned = tracker.profile.profile(db, net, 1, backend="events", repeat=1, warmup=0, untuned=True).run_id
     store = open_store(db, write=False)
     with store.session() as session:
-        assert session.get(Run, tuned).tiles == {"conv1/fwd": "64x64x8/split2"}
+        fitted = {
+            key: "64x64x8/ctas2" for key in ("conv1/bwd_weight", "conv2/fwd", "conv2/bwd_data", "conv2/bwd_weight")
+        }
+        assert session.get(Run, tuned).tiles == {"conv1/fwd": "64x64x8/split2", **fitted}
         assert session.get(Run, untuned).tiles == {}
     conv1 = net.layers[0].id
     threads = {
@@ -283,8 +287,11 @@ def test_a_profile_runs_the_variant_tune_found_fastest_and_records_it(tmp_path, 
     )
     store = open_store(db, write=False)
     with store.session() as session:
+        fitted = {
+            key: "64x64x8/ctas2" for key in ("conv1/bwd_weight", "conv2/fwd", "conv2/bwd_data", "conv2/bwd_weight")
+        }
         assert [(session.get(Run, r).tuned_variants, session.get(Run, r).tiles) for r in (tuned, untuned)] == [
-            ({"conv1/fwd": "winograd"}, {}),
+            ({"conv1/fwd": "winograd"}, fitted),  # conv1/fwd: the default tile won the race, so it runs
             ({}, {}),
         ]
     conv1 = net.layers[0].id

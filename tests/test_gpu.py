@@ -393,11 +393,13 @@ def test_cupti_profile_of_the_library_joins_every_launch(tmp_path):
 
 
 def test_events_profile_of_ours_times_every_layer_phase(profiles, ours_events):
+    from tracker.gpu.network import fitted_tiles
     from tracker.store import open_store
 
     store = open_store(profiles, write=False)
     run = check_launches(store, ours_events, "events")
-    assert (run["implementation"], run["batch"], run["tiles"]) == ("ours", 2, {})
+    fitted = fitted_tiles(build("alexnet"), run["plan"], 2)  # 128 x 64 where N is 2 images' 32 Winograd tiles
+    assert fitted and (run["implementation"], run["batch"], run["tiles"]) == ("ours", 2, fitted)
     check_starts(store, ours_events)
 
 
@@ -809,6 +811,7 @@ def test_tune_stores_every_candidate_verified_and_timed(tuned):
 
 @pytest.mark.parametrize("untuned", [False, True])
 def test_profile_runs_the_tuned_tiles_unless_untuned(tuned, untuned):
+    from tracker.gpu.network import fitted_tiles
     from tracker.store import open_store
     from tracker.tune import best
 
@@ -819,7 +822,8 @@ def test_profile_runs_the_tuned_tiles_unless_untuned(tuned, untuned):
     store = open_store(db, write=False)
     run = check_launches(store, run_id, "events")
     tuned = best(store, run["device_name"], build("alexnet"), 2, {})
-    assert (run["tiles"], run["tuned_variants"]) == (({}, {}) if untuned else (tuned.tiles, tuned.variants))
+    ran = tuned.over(fitted_tiles(build("alexnet"), run["plan"], 2))  # the plan's fitted tiles where none was tuned
+    assert (run["tiles"], run["tuned_variants"]) == (({}, {}) if untuned else (ran, tuned.variants))
 
 
 def test_the_kernel_benchmark_times_every_variant_where_it_applies(tuned, tmp_path):  # about 40 s

@@ -139,7 +139,9 @@ def test_tune_stores_every_candidate_and_the_plan_runs_the_fastest(emulator, tmp
     assert tune.best(store, "another GPU", net, 3, chosen) == tune.Tuned()  # tunings are per GPU
     picked = tune.best(store, "CPU emulation", net, 3, chosen)
     expected = {f"{t.layer}/{t.phase}": tune.fastest(rows, t)["tile"] for t in found}
-    assert picked == tune.Tuned({key: tile for key, tile in expected.items() if tile != DEFAULT.label}, {})
+    assert picked == tune.Tuned(
+        {key: tile for key, tile in expected.items() if tile != DEFAULT.label}, {}, frozenset(expected)
+    )
     store.dispose()
 
     # the executor runs a tuned tile where it is given one, and the step still matches NumPy

@@ -22,7 +22,7 @@ tracker/profile.py does), and nothing under tracker/gpu imports this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from time import perf_counter
@@ -302,18 +302,21 @@ def store(db_store: Store, rows: list[dict]) -> None:
 @dataclass(frozen=True)
 class Tuned:
     """What a profile runs from the tuning table, keyed 'layer/phase': the tile where it is not the
-    default, and the variant where it is not the plan's (``Tuned()``: nothing tuned, the plan as it is)."""
+    default, and the variant where it is not the plan's (``Tuned()``: nothing tuned, the plan as it
+    is); ``chosen``: every layer phase whose variant and tile it chose, the default tile's too."""
 
     tiles: dict[str, str] = field(default_factory=dict)
     variants: dict[str, str] = field(default_factory=dict)
+    chosen: frozenset[str] = frozenset()
 
     def applied(self, steps: Sequence[Step]) -> list[Step]:
         """``steps`` (a plan) with the variants chosen here."""
         return [replace(s, variant=self.variants.get(f"{s.layer.name}/{s.phase}", s.variant)) for s in steps]
 
-    def choice(self, key: str, planned: str) -> str:
-        """'variant tile', as `tracker tune`'s table shows what a layer phase runs."""
-        return f"{self.variants.get(key, planned)} {self.tiles.get(key, DEFAULT.label)}"
+    def over(self, fitted: Mapping[str, str]) -> dict[str, str]:
+        """The tiles a profile runs: the tuned ones, and ``fitted`` (the plan's own,
+        ``network.fitted_tiles``) wherever the table chose none."""
+        return {key: tile for key, tile in fitted.items() if key not in self.chosen} | self.tiles
 
 
 def best(
@@ -341,6 +344,7 @@ def best(
     return Tuned(
         {key: tile for key, (_, tile, _) in won.items() if tile != DEFAULT.label},
         {key: t.variant for key, (t, _, _) in won.items() if t.variant != t.planned},
+        frozenset(won),
     )
 
 
@@ -359,7 +363,7 @@ def run(
     set), store every candidate, and summarize per layer phase and variant: this search's
     fastest, and the variant and tile `tracker profile` now runs there (``runs``: the fastest
     verified in the database, which an earlier search may have found)."""
-    from tracker.gpu.network import check_indexing
+    from tracker.gpu.network import check_indexing, fitted_tiles
     from tracker.gpu.runner import open_cupy_backend
     from tracker.store import open_store
 
@@ -382,8 +386,10 @@ def run(
     echo(f"stored {len(rows)} candidates in {db_store.where}")
     tuned = best(db_store, device["device_name"], net, batch, chosen)
     db_store.dispose()
-    planned = {(t.layer, t.phase): t.planned for t in found}
-    return [
-        row | {"runs": tuned.choice(f"{row['layer']}/{row['phase']}", planned[row["layer"], row["phase"]])}
-        for row in summary(found, rows)
-    ]
+    ran = {f"{t.layer}/{t.phase}": tuned.variants.get(f"{t.layer}/{t.phase}", t.planned) for t in found}
+    running = tuned.over(fitted_tiles(net, ran, batch))
+
+    def runs(key: str) -> str:  # 'variant tile': what `tracker profile` now runs at a layer phase
+        return f"{ran[key]} {running.get(key, DEFAULT.label)}"
+
+    return [row | {"runs": runs(f"{row['layer']}/{row['phase']}")} for row in summary(found, rows)]

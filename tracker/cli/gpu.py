@@ -326,7 +326,7 @@ def tune(network, batch, db, variant, reps, verify_batch, quick, budget, fmt, **
     phase, and records both in the run (tracker profile --untuned runs each op's default variant and
     the default tiles). The table shows each variant's fastest in this search (best) and what
     profile now runs there (runs: variant and tile, the fastest in the database, perhaps an
-    earlier search's).
+    earlier search's; untimed, the tile the plan fits to a Winograd or FFT GEMM's shape).
 
     \b
     Examples:

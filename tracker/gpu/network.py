@@ -20,7 +20,7 @@ from tracker.errors import TrackerError
 from tracker.kernel_names import phase_algorithm
 from tracker.nets import Layer, Network
 from tracker.ops import OPS
-from tracker.ops.gemm import Tile
+from tracker.ops.gemm import DEFAULT, Tile, fitted
 from tracker.ops.launch import Arrays, Backend
 from tracker.ops.softmax import label_shape
 from tracker.ops.winograd import modelled
@@ -175,6 +175,23 @@ def algorithms(net: Network, planned: Mapping[str, str] | None, batch: int) -> d
     return found
 
 
+def fitted_tiles(net: Network, planned: Mapping[str, str], batch: int) -> dict[str, str]:
+    """'layer/phase' -> the GEMM tile the default plan runs there where it is not DEFAULT: fitted
+    to the M and N of the GEMM its variant says it runs at the layer's case (``Variant.gemm``,
+    ``gemm.fitted``). ``planned``: a plan as a run records it (``plan_of``)."""
+    found = {}
+    for key, name in planned.items():
+        name_of_layer, _, phase = key.partition("/")
+        layer = net.layer(name_of_layer)
+        op = OPS.find(layer)
+        variant = op.variants.get(name) if op else None  # LAUNCHES_NOTHING names no variant
+        gemm = variant.gemm(op.case(layer, batch), phase) if op and variant and variant.gemm else None
+        tile = fitted(gemm.M, gemm.N) if gemm else DEFAULT
+        if tile != DEFAULT:
+            found[key] = tile.label
+    return found
+
+
 def plan_of(steps: Sequence[Step]) -> dict[str, str]:
     """'layer/phase' -> variant: a plan as a run records it (run.plan)."""
     return {f"{s.layer.name}/{s.phase}": s.variant for s in steps}
@@ -299,7 +316,7 @@ class PlanRunner:
     ):
         check_indexing(net, batch)
         self.b, self.net, self.batch = backend, net, batch
-        self.tiles = {key: Tile.parse(label) for key, label in (tiles or {}).items()}  # 'layer/phase' -> tuned
+        self.tiles = {key: Tile.parse(label) for key, label in (tiles or {}).items()}  # 'layer/phase' -> planned
         self.steps = plan(net, chosen, phases, batch) if steps is None else steps
         self.variants = resolve(net, chosen, batch)
         rng = np.random.default_rng(seed + 1)
@@ -419,5 +436,5 @@ class PlanRunner:
         if step.variant in LAUNCHES_NOTHING:
             return
         op = OPS.of(step.layer)
-        tile = self.tiles.get(f"{step.layer.name}/{step.phase}")  # `tracker tune`'s, for this GPU and shape
+        tile = self.tiles.get(f"{step.layer.name}/{step.phase}")  # tuned for this GPU, or fitted to the shape
         op.launch(self.b, step.variant, step.phase, self.t.of(step.layer), tile=tile, **op.params(step.layer))

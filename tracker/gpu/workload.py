@@ -3,7 +3,7 @@
 ``Workload`` is one value from where a profile enters (the CLI, or ``tracker.profile.profile``
 for a library caller) through ``profile_workload`` to the child process a collector profiles: the network, batch,
 variants, phases, L1
-policy, iterations, tuned tiles and the plan (``steps``: which variant runs each layer phase, in
+policy, iterations, GEMM tiles and the plan (``steps``: which variant runs each layer phase, in
 which order), planned once in the parent. Pass 1 and pass 2 run the same steps, so the profiled
 launches line up with pass 1's log one for one. Its values are checked where it is made.
 
@@ -49,7 +49,7 @@ class Workload:
     l1_bypass: bool = False
     repeat: int = 1
     warmup: int = 1
-    tiles: dict = field(default_factory=dict)  # 'layer/phase' -> tuned GEMM tile (tracker tune)
+    tiles: dict = field(default_factory=dict)  # 'layer/phase' -> GEMM tile, tuned or fitted, where not the default
     tuned_variants: dict = field(default_factory=dict)  # 'layer/phase' -> the variant tune chose, not the plan's
     steps: tuple[PlannedStep, ...] = ()  # the plan; empty until ``planned``
     implementation: str = "ours"  # who runs it (tracker/implementations), which checks the options it takes
@@ -91,7 +91,7 @@ class Workload:
     ) -> Workload:
         """This workload with its plan (``tracker.gpu.network.plan``'s steps, planned once by the
         caller, with the variants `tracker tune` chose where ``tuned_variants`` says) and the
-        tuned tiles its GEMM-shaped steps run."""
+        GEMM tiles its GEMM-shaped steps run where not the default (tuned, or fitted to the shape)."""
         return self._with(
             steps=tuple(PlannedStep(s.layer.name, s.phase, s.variant) for s in steps),
             tiles=dict(tiles),

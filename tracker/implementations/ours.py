@@ -77,14 +77,24 @@ class OurKernels:
 
     def plan(self, store: Store, workload: Workload, untuned: bool, echo: Echo) -> Workload:
         """The plan's variant for each layer phase (the conv rule's, tracker/ops/conv_rule.py), with
-        the variants and tiles `tracker tune` found fastest on this GPU; ``untuned``: neither, each
-        op's default variant and the default tiles."""
-        from tracker.gpu.network import plan
-        from tracker.tune import Tuned
+        the variants and tiles `tracker tune` found fastest on this GPU, and elsewhere the GEMM
+        tile fitted to the shape of a variant's batched GEMM (``network.fitted_tiles``);
+        ``untuned``: none of these, each op's default variant and the default tiles."""
+        from tracker.gpu.network import fitted_tiles, plan, plan_of
 
         steps = plan(workload.net, workload.variants, workload.phases, workload.batch, by_rule=not untuned)
-        tuned = Tuned() if untuned else _tuned(store, workload, steps, echo)
-        return workload.planned(tuned.applied(steps), tuned.tiles, tuned.variants)
+        if untuned:
+            return workload.planned(steps, {})
+        tuned = _tuned(store, workload, steps, echo)
+        steps = tuned.applied(steps)
+        tiles = tuned.over(fitted_tiles(workload.net, plan_of(steps), workload.batch))
+        fitted = {key: tile for key, tile in tiles.items() if key not in tuned.chosen}
+        if fitted:
+            echo(
+                f"GEMM tiles fitted to their shapes ({len(fitted)} layer phases; --untuned runs the defaults): "
+                + ", ".join(f"{key} {tile}" for key, tile in fitted.items())
+            )
+        return workload.planned(steps, tiles, tuned.variants)
 
     def planned(self, workload: Workload, untuned: bool) -> dict[str, str] | None:
         from tracker.gpu.network import plan, plan_of
@@ -141,8 +151,9 @@ class OurKernels:
         return None
 
     def legend(self, run: Mapping) -> str:
-        """'ours', or 'ours, tuned' where it ran `tracker tune`'s tiles or variants."""
-        return "ours, tuned" if run.get("tiles") or run.get("tuned_variants") else "ours"
+        """'ours', or 'ours, tuned' where it ran `tracker tune`'s variants, or a tile other than the
+        one its plan fits by itself (``network.fitted_tiles``: what runs without a tuning)."""
+        return "ours, tuned" if _tuned_tiles(run) or run.get("tuned_variants") else "ours"
 
     def fill_command(self, run: Mapping, network_flags: str) -> str:
         return f"tracker profile {run['network']} --batch {run['batch']}{network_flags} --backend ncu"
@@ -166,6 +177,18 @@ def _tuned(store: Store, workload: Workload, steps, echo: Echo) -> Tuned:
             + ", ".join(f"{key} {tile}" for key, tile in tuned.tiles.items())
         )
     return tuned
+
+
+def _tuned_tiles(run: Mapping) -> dict[str, str]:
+    """The tiles a run of ours ran that its plan does not fit by itself: `tracker tune`'s."""
+    from tracker.gpu.network import fitted_tiles
+    from tracker.nets import build
+
+    tiles, plan = run.get("tiles") or {}, run.get("plan")
+    if not (tiles and plan):  # nothing ran but defaults, or no plan to fit (before schema v17)
+        return tiles
+    fitted = fitted_tiles(build(run["network"], **run["network_options"]), plan, run["batch"])
+    return {key: tile for key, tile in tiles.items() if fitted.get(key) != tile}
 
 
 IMPLEMENTATION = OurKernels()

@@ -12,6 +12,10 @@ GEMM's 1.363 ms). At conv1 (11x11, stride 4) neither Winograd nor FFT applies, a
 GEMM is the fastest. AlexNet's conv phases sum to 23.3 ms by the rule, 35.9 by the implicit GEMM
 alone, 23.0 at the fastest of each. tests/test_conv_rule.py reads the table and holds the rule to it.
 `tracker tune` measures every variant on the GPU at hand and overrides the rule per layer phase.
+
+The rule picks the algorithm, not the GEMM tile: where a Winograd or FFT variant runs untuned, the
+plan fits its batched GEMM's tile to the GEMM's M and N (tracker/ops/gemm.fitted, by tile
+utilisation, not yet measured); the measurements above ran the default tile everywhere.
 """
 
 from __future__ import annotations

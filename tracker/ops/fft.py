@@ -26,6 +26,7 @@ from tracker.model.algorithms import FFT_TILE, fft_side
 from tracker.ops.conv2d import CONV, IMPLICIT_KERNELS, bwd_data_implicit, bwd_weight_implicit, fwd_implicit, where
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import Arrays, Backend, Struct
+from tracker.ops.registry import Case
 
 SOURCE = "fft.cu"
 SIZES = (2, 4, 8, 16, FFT_TILE)  # every tile side fft_side chooses (fft_*_n2 .. fft_*_n32)
@@ -84,6 +85,54 @@ def _tiling(images: int, P: int, Q: int, r: int) -> tuple[int, int, int, int, in
     return n, step, TH, TW, images * TH * TW, n * (n // 2 + 1)
 
 
+def _products(cols: int, freqs: int, Kc: int, M: int) -> Gemm:
+    """The batched GEMM of ``freqs`` frequencies, each 2M x 2Kc filter values (a complex product's
+    real 2 x 2 block form) times 2Kc x ``cols`` tiles' values."""
+    return Gemm(
+        "gemm_nn_batched",
+        M=2 * M,
+        N=cols,
+        K=2 * Kc,
+        lda=2 * Kc,
+        ldb=cols,
+        batch=freqs,
+        stride_a=4 * M * Kc,
+        stride_b=2 * Kc * cols,
+    )
+
+
+def _weight_products(cols: int, freqs: int, C: int, K: int) -> Gemm:
+    """The weight gradient's batched GEMM of ``freqs`` frequencies, each the input's C x 2 ``cols``
+    values times dy's 2 ``cols`` x 2K."""
+    return Gemm(
+        "gemm_nt_batched",
+        M=C,
+        N=2 * K,
+        K=2 * cols,
+        lda=2 * cols,
+        ldb=2 * cols,
+        batch=freqs,
+        stride_a=2 * C * cols,
+        stride_b=4 * K * cols,
+    )
+
+
+def gemm_at(case: Case, phase: str) -> Gemm | None:
+    """The batched GEMM fft launches at a conv case's phase, as its launchers size it from the
+    arrays; None where FFT tiling does not apply (the implicit GEMM runs)."""
+    images, C, H, W = case.shapes["x"]
+    K, _, r, _ = case.shapes["w"]
+    stride, pad = case.params["stride"], case.params["pad"]
+    if not applies(case.shapes["w"], stride, pad):
+        return None
+    P, Q = H + 2 * pad - r + 1, W + 2 * pad - r + 1  # stride 1, a square filter
+    if phase == "bwd_data":  # dy (K channels, P x Q) to dx (C channels, H x W)
+        cols, freqs = _tiling(images, H, W, r)[4:]
+        return _products(cols, freqs, K, C)
+    cols, freqs = _tiling(images, P, Q, r)[4:]
+    return _products(cols, freqs, C, K) if phase == "fwd" else _weight_products(cols, freqs, C, K)
+
+
 def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, tile: Tile) -> None:
     """out (images x M x P x Q) = the stride-1 r x r convolution of x (images x Kc x H x W) padded by pad."""
     images, Kc, H, W = x.shape
@@ -95,17 +144,7 @@ def _fft(b: Backend, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, 
     b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))  # a device array, as CuPy needs
     _transform(b, "filter", n, M * Kc, 1, (w, Wb, M, Kc, r, int(flip)))
     _transform(b, "input", n, cols, Kc, (x, X, shape))
-    Gemm(
-        "gemm_nn_batched",
-        M=2 * M,
-        N=cols,
-        K=2 * Kc,
-        lda=2 * Kc,
-        ldb=cols,
-        batch=freqs,
-        stride_a=4 * M * Kc,
-        stride_b=2 * Kc * cols,
-    ).launch(b, Wb, X, Y, tile=tile)
+    _products(cols, freqs, Kc, M).launch(b, Wb, X, Y, tile=tile)
     _transform(b, "output", n, cols, M, (Y, bias, out, shape, M))
 
 
@@ -122,17 +161,7 @@ def _weight_gradient(b: Backend, x: Any, dy: Any, dw: Any, pad: int, tile: Tile)
     b.to_constant(SOURCE, "c_twiddle", b.asarray(TWIDDLES))
     _transform(b, "input", n, cols, C, (x, X, _shape(images, C, H, W, P, Q, pad, TH, TW, step, n, SIDE)))
     _transform(b, "input", n, cols, K, (dy, D, _shape(images, K, P, Q, P, Q, 0, TH, TW, step, step, BLOCK)))
-    Gemm(
-        "gemm_nt_batched",
-        M=C,
-        N=2 * K,
-        K=2 * cols,
-        lda=2 * cols,
-        ldb=2 * cols,
-        batch=freqs,
-        stride_a=2 * C * cols,
-        stride_b=4 * K * cols,
-    ).launch(b, X, D, Z, tile=tile)
+    _weight_products(cols, freqs, C, K).launch(b, X, D, Z, tile=tile)
     # each (channel, output) pair an 'image' of one r x r tile: written at dw[k][c]
     _transform(b, "output", n, K, C, (Z, None, dw, _shape(K, C, r, r, r, r, 0, 1, 1, r, n, SIDE), C))
 
@@ -163,6 +192,7 @@ ELSEWHERE = "NxN FFT tiles (N up to 32) for stride-1 filters; any other layer ru
 CONV.add(
     "fft",
     applies=where(applies),
+    gemm=gemm_at,
     fwd=tiled(_fwd, *KERNELS, "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[0], note=ELSEWHERE),
     bwd_data=tiled(_bwd_data, *KERNELS, "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[1], note=ELSEWHERE),
     bwd_weight=tiled(_bwd_weight, *KERNELS, "gemm.cu:gemm_nt_batched", IMPLICIT_KERNELS[2], *BIAS_GRAD, note=ELSEWHERE),

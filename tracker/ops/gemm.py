@@ -7,7 +7,9 @@ C[m][n] = sum_k A(m, k) B(k, n) in CTA tiles of TILE_M x TILE_N and k-tiles of T
 thread accumulates a THREAD_M x THREAD_N (8 x 8) register block, so a CTA has
 (TILE_M / 8) x (TILE_N / 8) threads. ``tracker tune`` searches ``SHAPES`` (with split-K slices),
 then ``Tile.neighbours`` of the fastest, per layer phase and GPU; without a tuning, ``DEFAULT``
-runs, splitting K by ``Tile.splits``' rule.
+runs, splitting K by ``Tile.splits``' rule, its CTA tile ``fitted`` to the GEMM's M and N where a
+variant says them (``Variant.gemm``: the Winograd and FFT variants' batched GEMMs, whose M and
+N are channel counts): a rule by tile utilisation, not yet measured on a GPU.
 """
 
 from __future__ import annotations
@@ -247,6 +249,30 @@ SHAPES = (
     Tile(64, 64, 16),
     Tile(32, 64, 8),
 )
+# The CTA tile sides the default plan fits a GEMM's M and N with (``fitted``), the default's first:
+# each tile shape they make is one `tracker tune` runs (SHAPES). The smaller side runs only where the
+# larger would leave more than IDLE of that dimension padding, and the smaller less: a 64-wide
+# tile moves twice the operand bytes per output, which a large dimension's few padded columns
+# do not repay.
+SIDES = (128, 64)
+IDLE = 0.1
+
+
+def fitted(M: int, N: int) -> Tile:
+    """DEFAULT with each side of its CTA tile fitted to the GEMM's M and N (``SIDES``, ``IDLE``):
+    M = 192 runs 3 tiles of 64 rows rather than 2 of 128 (a quarter of their rows padding). By
+    tile utilisation alone: not yet measured on a GPU."""
+    return replace(DEFAULT, m=_side(M), n=_side(N))
+
+
+def _side(extent: int) -> int:
+    def idle(side: int) -> float:
+        return 1 - extent / (tiles(extent, side) * side)
+
+    large, small = SIDES
+    return small if idle(large) > IDLE and idle(small) < idle(large) else large
+
+
 # The fused variants' backward reads the output gradient through the ReLU mask: their GEMMs are
 # built with RELU_MASK 1 (common.cuh), every other build with 0.
 RELU_MASK = "RELU_MASK"

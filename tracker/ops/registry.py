@@ -19,7 +19,7 @@ from tracker.errors import TrackerError, comma_list, unknown
 from tracker.ops.launch import Arrays, Backend
 
 if TYPE_CHECKING:
-    from tracker.ops.gemm import Tile  # gemm imports this module: a type only
+    from tracker.ops.gemm import Gemm, Tile  # gemm imports this module: types only
 
 Launcher = Callable[..., None]  # (backend, arrays, **layer parameters) -> None
 
@@ -87,6 +87,10 @@ class Variant:
     # Where (case, phase) its own algorithm runs (None: everywhere); elsewhere its launches run
     # another variant's kernels (Winograd and FFT: the shared variant's implicit GEMM on strided layers)
     applies: Callable[[Case, str], bool] | None = None
+    # The GEMM its tiled launch at (case, phase) runs, as its launcher sizes it (Winograd's and FFT's
+    # batched GEMMs, whose M and N are channel counts; None where it runs another's kernels): the
+    # default plan fits the tile to that M and N (tracker/ops/gemm.fitted)
+    gemm: Callable[[Case, str], Gemm | None] | None = None
     # Its forward saves each window's maximum for its backward (max-pool `shared`): the executor
     # allocates the ``argmax`` array (int32, the output's shape) for its layers, and no others
     saves_argmax: bool = False
@@ -145,6 +149,7 @@ class Op:
         in_place: bool = False,
         applies: Callable[[Case, str], bool] | None = None,
         saves_argmax: bool = False,
+        gemm: Callable[[Case, str], Gemm | None] | None = None,
         **launches: PhaseLaunch,
     ) -> Variant:
         """Register variant ``name`` with a PhaseLaunch for each of the op's phases."""
@@ -165,6 +170,7 @@ class Op:
             error_scale=error_scale,
             applies=applies,
             saves_argmax=saves_argmax,
+            gemm=gemm,
         )
         return self.variants[name]
 

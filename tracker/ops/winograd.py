@@ -37,6 +37,7 @@ from tracker.kernel_names import MODELLED
 from tracker.ops.conv2d import CONV, IMPLICIT_KERNELS, bwd_data_implicit, bwd_weight_implicit, fwd_implicit, where
 from tracker.ops.gemm import BIAS_GRAD, DEFAULT, Gemm, Tile, bias_grad, tiled
 from tracker.ops.launch import THREADS, WAVE, Arrays, Backend, Struct, blocks, tiles
+from tracker.ops.registry import Case
 
 SOURCE = "winograd.cu"
 # variant -> m: each transformed tile gives m x m outputs; the model names the algorithm winograd_f<m>
@@ -156,6 +157,40 @@ def _transform(b: Backend, part: str, side: int, planes: int, args: Callable[[St
     )
 
 
+def _products(m: int, r: int, N: int, Kc: int, M: int, P: int, Q: int) -> Gemm:
+    """F(mxm, rxr)'s batched GEMM for P x Q outputs of M channels from Kc, N images: a point's
+    M x Kc transformed filters times its Kc x (N x tiles) transformed inputs, alpha^2 points."""
+    cols, points = N * math.ceil(P / m) * math.ceil(Q / m), alpha(m, r) ** 2
+    return Gemm(
+        "gemm_nn_batched", M=M, N=cols, K=Kc, lda=Kc, ldb=cols, batch=points, stride_a=M * Kc, stride_b=Kc * cols
+    )
+
+
+def _weight_products(m: int, r: int, N: int, C: int, K: int, P: int, Q: int) -> Gemm:
+    """F(rxr, mxm)'s batched GEMM for the K x C filters' gradient from N images of P x Q outputs: a
+    point's K x (N x tiles) transformed dy times the transformed input's tiles x C, alpha^2 points."""
+    cols, points = N * math.ceil(P / m) * math.ceil(Q / m), alpha(m, r) ** 2
+    return Gemm(
+        "gemm_nt_batched", M=K, N=C, K=cols, lda=cols, ldb=cols, batch=points, stride_a=K * cols, stride_b=C * cols
+    )
+
+
+def gemm_at(case: Case, phase: str, m: int) -> Gemm | None:
+    """The batched GEMM F(mxm) launches at a conv case's phase, as its launchers size it from the
+    arrays; None where Winograd does not apply (the implicit GEMM runs)."""
+    N, C, H, W = case.shapes["x"]
+    K, _, r, _ = case.shapes["w"]
+    stride, pad = case.params["stride"], case.params["pad"]
+    if not applies(case.shapes["w"], stride, pad):
+        return None
+    P, Q = H + 2 * pad - r + 1, W + 2 * pad - r + 1  # stride 1, a square filter
+    if phase == "fwd":
+        return _products(m, r, N, C, K, P, Q)
+    if phase == "bwd_data":  # dy (K channels, P x Q) to dx (C channels, H x W)
+        return _products(m, r, N, K, C, H, W)
+    return _weight_products(m, r, N, C, K, P, Q)
+
+
 def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: Any, pad: int, tile: Tile) -> None:
     """out (N x M x P x Q) = the stride-1 r x r convolution of x (N x Kc x H x W) padded by pad,
     in m x m output tiles."""
@@ -164,15 +199,14 @@ def _winograd(b: Backend, m: int, x: Any, w: Any, flip: bool, bias: Any, out: An
     r = w.shape[2]
     side = alpha(m, r)
     TH, TW = math.ceil(P / m), math.ceil(Q / m)
-    cols, points = N * TH * TW, side * side
+    gemm = _products(m, r, N, Kc, M, P, Q)
+    cols, points = gemm.N, gemm.batch
     shape = {"N": N, "C": Kc, "H": H, "W": W, "P": P, "Q": Q, "pad": pad, "TH": TH, "TW": TW, "m": m, "r": r}
     U, V, products = b.empty((points, M, Kc)), b.empty((points, Kc, cols)), b.empty((points, M, cols))
     b.to_constant(SOURCE, "c_wino", b.asarray(_constants(m, r)))  # a device array, as CuPy needs
     b.launch(SOURCE, f"winograd_filter_a{side}", (blocks(M * Kc),), (THREADS,), (w, U, M, Kc, r, int(flip)))
     _transform(b, "input", side, Kc * N, lambda s: (x, V, s), **shape, extent=side)
-    Gemm(
-        "gemm_nn_batched", M=M, N=cols, K=Kc, lda=Kc, ldb=cols, batch=points, stride_a=M * Kc, stride_b=Kc * cols
-    ).launch(b, U, V, products, tile=tile)
+    gemm.launch(b, U, V, products, tile=tile)
     _transform(b, "output", side, M * N, lambda s: (products, bias, out, s, M), **shape, extent=side)
 
 
@@ -185,7 +219,8 @@ def _weight_gradient(b: Backend, m: int, x: Any, dy: Any, dw: Any, pad: int, til
     r = dw.shape[2]
     side = alpha(m, r)  # F(r, m): r outputs (the filter's taps) from m-long tiles of dy
     TH, TW = math.ceil(P / m), math.ceil(Q / m)
-    cols, points = N * TH * TW, side * side
+    gemm = _weight_products(m, r, N, C, K, P, Q)
+    cols, points = gemm.K, gemm.batch
     V, U, products = b.empty((points, C, cols)), b.empty((points, K, cols)), b.empty((points, K, C))
     b.to_constant(SOURCE, "c_wino", b.asarray(_constants(r, m)))
     tiling = {"P": P, "Q": Q, "TH": TH, "TW": TW, "m": m, "r": r}
@@ -193,9 +228,7 @@ def _weight_gradient(b: Backend, m: int, x: Any, dy: Any, dw: Any, pad: int, til
     _transform(  # G t G^T
         b, "input", side, K * N, lambda s: (dy, U, s), N=N, C=K, H=P, W=Q, pad=0, extent=m, matrix=points, **tiling
     )
-    Gemm(
-        "gemm_nt_batched", M=K, N=C, K=cols, lda=cols, ldb=cols, batch=points, stride_a=K * cols, stride_b=C * cols
-    ).launch(b, U, V, products, tile=tile)
+    gemm.launch(b, U, V, products, tile=tile)
     # a point's K x C products as one image of K*C planes of one r x r tile each: dw in its own order
     pair = {"N": 1, "C": K * C, "H": r, "W": r, "P": r, "Q": r, "pad": 0, "TH": 1, "TW": 1, "m": r, "r": m}
     _transform(b, "output", side, K * C, lambda s: (products, None, dw, s, K * C), **pair, extent=side)
@@ -236,6 +269,7 @@ for _name, _m in OUTPUT_TILES.items():
         _name,
         error_scale=ERROR_SCALE,
         applies=where(applies),
+        gemm=partial(gemm_at, m=_m),
         fwd=tiled(partial(_fwd, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[0], note=_elsewhere),
         bwd_data=tiled(
             partial(_bwd_data, m=_m), *kernels(_m), "gemm.cu:gemm_nn_batched", IMPLICIT_KERNELS[1], note=_elsewhere

@@ -74,8 +74,9 @@ class Run(Base):
     dtype_bits: Mapped[int]
     variants: Mapped[dict[str, Any]] = mapped_column(doc="op -> kernel variant")
     tiles: Mapped[dict[str, Any] | None] = mapped_column(
-        doc="'layer/phase' -> the GEMM tile it ran where `tracker tune`'s differs from the default "
-        "({}: every default); NULL: nothing ran (model) or recorded before schema v5"
+        doc="'layer/phase' -> the GEMM tile it ran where it differs from the default: `tracker tune`'s, "
+        "or the default plan's fitted to a Winograd or FFT batched GEMM's M and N ({}: every default); "
+        "NULL: nothing ran (model) or recorded before schema v5"
     )
     tuned_variants: Mapped[dict[str, Any] | None] = mapped_column(
         doc="'layer/phase' -> the variant it ran where `tracker tune`'s fastest differs from the plan's "

@@ -189,28 +189,6 @@ struct Im2col {
     }
 };
 
-// A(m = c, k = (kout, r, t)) of the backward-data GEMM: the filters, output channel outermost.
-template <int L>
-struct FiltersByInput {
-    const float* RESTRICT p;  // the filters
-    ConvShape s;
-    int rs = 0;              // the current k's tap
-    int base = 0;            // slot 0's offset at the current k; slot j's lies j * LANES filters on
-    int drs = 0, step = 0;   // TILE_K as taps, and as an offset where no output channel is crossed
-    static constexpr bool k_contiguous = true, padded = false;
-    __device__ __forceinline__ int taps() const { return s.R * s.S; }
-    __device__ __forceinline__ void start(int c, int k) {
-        rs = k % taps(), drs = TILE_K % taps();
-        base = (k / taps() * s.C + c) * taps() + rs;
-        step = TILE_K / taps() * s.C * taps() + drs;
-    }
-    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * taps()); }
-    __device__ __forceinline__ void next() {  // the next output channel's filters lie C filters on
-        rs += drs;
-        base += step + carry(rs, taps()) * (s.C - 1) * taps();
-    }
-};
-
 // B(k = (kout, r, t), n = (image, h, v)) of the backward-data GEMM: the output gradient an input
 // element meets at filter tap (r, t), zero where no output position lies there. Input row h meets
 // output row y = (h + pad - r) / stride at tap r where that divides and lies in the gradient; as
@@ -250,28 +228,6 @@ struct GradByInput {
         r += dr + carry(t, s.S);
         kout += dk + carry(r, s.R);
         moved();
-    }
-};
-
-// A(m = kout, k = (image, p, q)) of the backward-weight GEMM: the output gradient, all images.
-template <int L>
-struct GradByChannel {
-    const float* RESTRICT p;  // the output gradient
-    ConvShape s;
-    int pq = 0;    // the current k's position in its image
-    int base = 0;  // slot 0's offset at the current k; slot j's lies j * LANES channels on
-    int dpq = 0, step = 0;  // TILE_K as positions, and as an offset where no image is crossed
-    static constexpr bool k_contiguous = true, padded = false;
-    __device__ __forceinline__ int plane() const { return s.P * s.Q; }
-    __device__ __forceinline__ void start(int kout, int k) {
-        pq = k % plane(), dpq = TILE_K % plane();
-        base = (k / plane() * s.K + kout) * plane() + pq;
-        step = TILE_K / plane() * s.K * plane() + dpq;
-    }
-    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * plane()); }
-    __device__ __forceinline__ void next() {  // crossing into the next image skips its other channels
-        pq += dpq;
-        base += step + carry(pq, plane()) * (s.K - 1) * plane();
     }
 };
 
@@ -337,7 +293,7 @@ conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, cons
                          const float* RESTRICT bias, float* RESTRICT dx, float* RESTRICT partial, ConvShape s,
                          int k_chunk) {
     const int hw = s.H * s.W;
-    gemm_tile(s.C, s.N * hw, s.K * s.R * s.S, k_chunk, FiltersByInput<LOADS_A>{w, s},
+    gemm_tile(s.C, s.N * hw, s.K * s.R * s.S, k_chunk, FiltersByInput<LOADS_A>{w, s.C, s.R * s.S},
               Masked<GradByInput<LOADS_B>>{{dy, s}, relu_y},
               split_store(Store{dx, s.C, hw, bias, true, false, false}, partial, s.C, s.N * hw));
 }
@@ -348,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv2d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x, const float* RESTRICT relu_y,
                            float* RESTRICT dw, float* RESTRICT partial, ConvShape s, int k_chunk) {
     const int crs = s.C * s.R * s.S;
-    gemm_tile(s.K, crs, s.N * s.P * s.Q, k_chunk, Masked<GradByChannel<LOADS_A>>{{dy, s}, relu_y},
+    gemm_tile(s.K, crs, s.N * s.P * s.Q, k_chunk, Masked<GradByChannel<LOADS_A>>{{dy, s.K, s.P * s.Q}, relu_y},
               Im2colT<LOADS_B>{x, s}, split_store(Store{dw, s.K, crs, nullptr, false, false, false}, partial, s.K, crs));
 }
 

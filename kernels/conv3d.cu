@@ -155,28 +155,6 @@ struct Vol2col {
     }
 };
 
-// A(m = c, k = (kout, tap)) of the backward-data GEMM: the filters, output channel outermost.
-template <int L>
-struct Filters3ByInput {
-    const float* RESTRICT p;  // the filters
-    Conv3Shape s;
-    int tap = 0;            // the current k's tap
-    int base = 0;           // slot 0's offset at the current k; slot j's lies j * LANES filters on
-    int dtap = 0, step = 0; // TILE_K as taps, and as an offset where no output channel is crossed
-    static constexpr bool k_contiguous = true, padded = false;
-    __device__ __forceinline__ int taps() const { return s.T * s.R * s.S; }
-    __device__ __forceinline__ void start(int c, int k) {
-        tap = k % taps(), dtap = TILE_K % taps();
-        base = (k / taps() * s.C + c) * taps() + tap;
-        step = TILE_K / taps() * s.C * taps() + dtap;
-    }
-    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * taps()); }
-    __device__ __forceinline__ void next() {  // the next output channel's filters lie C filters on
-        tap += dtap;
-        base += step + carry(tap, taps()) * (s.C - 1) * taps();
-    }
-};
-
 // B(k = (kout, kt, kr, ks), n = (image, d, h, v)) of the backward-data GEMM: the output gradient
 // an input element meets at filter tap (kt, kr, ks), zero where no output position lies there;
 // its offset split as conv2d.cu's GradByInput's.
@@ -218,28 +196,6 @@ struct Grad3ByInput {
         kt += dkt + carry(kr, s.R);
         kout += dk + carry(kt, s.T);
         moved();
-    }
-};
-
-// A(m = kout, k = (image, opq)) of the backward-weight GEMM: the output gradient, all images.
-template <int L>
-struct Grad3ByChannel {
-    const float* RESTRICT p;  // the output gradient
-    Conv3Shape s;
-    int opq = 0;             // the current k's position in its image
-    int base = 0;            // slot 0's offset at the current k; slot j's lies j * LANES channels on
-    int dopq = 0, step = 0;  // TILE_K as positions, and as an offset where no image is crossed
-    static constexpr bool k_contiguous = true, padded = false;
-    __device__ __forceinline__ int volume() const { return s.O * s.P * s.Q; }
-    __device__ __forceinline__ void start(int kout, int k) {
-        opq = k % volume(), dopq = TILE_K % volume();
-        base = (k / volume() * s.K + kout) * volume() + opq;
-        step = TILE_K / volume() * s.K * volume() + dopq;
-    }
-    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * volume()); }
-    __device__ __forceinline__ void next() {  // crossing into the next image skips its other channels
-        opq += dopq;
-        base += step + carry(opq, volume()) * (s.K - 1) * volume();
     }
 };
 
@@ -305,7 +261,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv3d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, const float* RESTRICT bias,
                          float* RESTRICT dx, float* RESTRICT partial, Conv3Shape s, int k_chunk) {
     const int dhw = s.D * s.H * s.W;
-    gemm_tile(s.C, s.N * dhw, s.K * s.T * s.R * s.S, k_chunk, Filters3ByInput<LOADS_A>{w, s}, Grad3ByInput<LOADS_B>{dy, s},
+    gemm_tile(s.C, s.N * dhw, s.K * s.T * s.R * s.S, k_chunk, FiltersByInput<LOADS_A>{w, s.C, s.T * s.R * s.S},
+              Grad3ByInput<LOADS_B>{dy, s},
               split_store(Store{dx, s.C, dhw, bias, true, false, false}, partial, s.C, s.N * dhw));
 }
 
@@ -314,6 +271,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv3d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x, float* RESTRICT dw,
                            float* RESTRICT partial, Conv3Shape s, int k_chunk) {
     const int ctrs = s.C * s.T * s.R * s.S;
-    gemm_tile(s.K, ctrs, s.N * s.O * s.P * s.Q, k_chunk, Grad3ByChannel<LOADS_A>{dy, s}, Vol2colT<LOADS_B>{x, s},
+    gemm_tile(s.K, ctrs, s.N * s.O * s.P * s.Q, k_chunk, GradByChannel<LOADS_A>{dy, s.K, s.O * s.P * s.Q},
+              Vol2colT<LOADS_B>{x, s},
               split_store(Store{dw, s.K, ctrs, nullptr, false, false, false}, partial, s.K, ctrs));
 }

@@ -278,49 +278,28 @@ __device__ __forceinline__ float element(const Masked<G>& g, int j, unsigned pro
 __device__ __forceinline__ int inverse(int d) { return static_cast<int>((65535u + d) / d); }
 __device__ __forceinline__ int divide(int x, int inverse_d) { return x * inverse_d >> 16; }
 
-// The dense operands of a convolution's gradients, 2-D and 3-D alike (kernels/conv2d.cu and
-// conv3d.cu have the gathered ones).
-
-// A(m = c, k = (kout, tap)) of the backward-data GEMM: the filters (K x C x taps), output channel outermost.
+// A(m = channel, k = (outer, inner)) of a convolution's gradient GEMMs, 2-D and 3-D alike, read
+// from a tensor laid out [outer][channels][inner]: the data gradient's filters (K x C x taps:
+// channel c, k = (kout, tap)) and the weight gradient's output gradient (images x K x positions:
+// channel kout, k = (image, position)). k walks memory but for the channels between one outer
+// index and the next. (kernels/conv2d.cu and conv3d.cu have the gathered operands.)
 template <int L>
-struct FiltersByInput {
-    const float* RESTRICT p;  // the filters
-    int C, taps;              // input channels, and taps a filter (R S, or T R S)
-    int tap = 0;              // the current k's tap
-    int base = 0;             // slot 0's offset at the current k; slot j's lies j * LANES filters on
-    int dtap = 0, step = 0;   // TILE_K as taps, and as an offset where no output channel is crossed
+struct Channels {
+    const float* RESTRICT p;
+    int channels, inner;     // channels, and inner values a channel (taps a filter, positions a plane)
+    int at_inner = 0;        // the current k's inner index
+    int base = 0;            // slot 0's offset at the current k; slot j's lies j * LANES channels on
+    int dinner = 0, step = 0;  // TILE_K as inner values, and as an offset where no outer index is crossed
     static constexpr bool k_contiguous = true, padded = false;
-    __device__ __forceinline__ void start(int c, int k) {
-        tap = k % taps, dtap = TILE_K % taps;
-        base = (k / taps * C + c) * taps + tap;
-        step = TILE_K / taps * C * taps + dtap;
+    __device__ __forceinline__ void start(int channel, int k) {
+        at_inner = k % inner, dinner = TILE_K % inner;
+        base = (k / inner * channels + channel) * inner + at_inner;
+        step = TILE_K / inner * channels * inner + dinner;
     }
-    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * taps); }
-    __device__ __forceinline__ void next() {  // the next output channel's filters lie C filters on
-        tap += dtap;
-        base += step + carry(tap, taps) * (C - 1) * taps;
-    }
-};
-
-// A(m = kout, k = (image, at)) of the backward-weight GEMM: the output gradient (images of K planes
-// of `plane` positions), all images.
-template <int L>
-struct GradByChannel {
-    const float* RESTRICT p;  // the output gradient
-    int K, plane;             // output channels, and positions a channel (P Q, or O P Q)
-    int at_k = 0;             // the current k's position in its image
-    int base = 0;             // slot 0's offset at the current k; slot j's lies j * LANES channels on
-    int dat = 0, step = 0;    // TILE_K as positions, and as an offset where no image is crossed
-    static constexpr bool k_contiguous = true, padded = false;
-    __device__ __forceinline__ void start(int kout, int k) {
-        at_k = k % plane, dat = TILE_K % plane;
-        base = (k / plane * K + kout) * plane + at_k;
-        step = TILE_K / plane * K * plane + dat;
-    }
-    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * plane); }
-    __device__ __forceinline__ void next() {  // crossing into the next image skips its other channels
-        at_k += dat;
-        base += step + carry(at_k, plane) * (K - 1) * plane;
+    __device__ __forceinline__ int at(int j) const { return base + j * (LANES * inner); }
+    __device__ __forceinline__ void next() {  // the next outer index's lies past the other channels
+        at_inner += dinner;
+        base += step + carry(at_inner, inner) * (channels - 1) * inner;
     }
 };
 

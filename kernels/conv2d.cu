@@ -293,7 +293,7 @@ conv2d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, cons
                          const float* RESTRICT bias, float* RESTRICT dx, float* RESTRICT partial, ConvShape s,
                          int k_chunk) {
     const int hw = s.H * s.W;
-    gemm_tile(s.C, s.N * hw, s.K * s.R * s.S, k_chunk, FiltersByInput<LOADS_A>{w, s.C, s.R * s.S},
+    gemm_tile(s.C, s.N * hw, s.K * s.R * s.S, k_chunk, Channels<LOADS_A>{w, s.C, s.R * s.S},
               Masked<GradByInput<LOADS_B>>{{dy, s}, relu_y},
               split_store(Store{dx, s.C, hw, bias, true, false, false}, partial, s.C, s.N * hw));
 }
@@ -304,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv2d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x, const float* RESTRICT relu_y,
                            float* RESTRICT dw, float* RESTRICT partial, ConvShape s, int k_chunk) {
     const int crs = s.C * s.R * s.S;
-    gemm_tile(s.K, crs, s.N * s.P * s.Q, k_chunk, Masked<GradByChannel<LOADS_A>>{{dy, s.K, s.P * s.Q}, relu_y},
+    gemm_tile(s.K, crs, s.N * s.P * s.Q, k_chunk, Masked<Channels<LOADS_A>>{{dy, s.K, s.P * s.Q}, relu_y},
               Im2colT<LOADS_B>{x, s}, split_store(Store{dw, s.K, crs, nullptr, false, false, false}, partial, s.K, crs));
 }
 

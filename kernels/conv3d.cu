@@ -261,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv3d_bwd_data_implicit(const float* RESTRICT dy, const float* RESTRICT w, const float* RESTRICT bias,
                          float* RESTRICT dx, float* RESTRICT partial, Conv3Shape s, int k_chunk) {
     const int dhw = s.D * s.H * s.W;
-    gemm_tile(s.C, s.N * dhw, s.K * s.T * s.R * s.S, k_chunk, FiltersByInput<LOADS_A>{w, s.C, s.T * s.R * s.S},
+    gemm_tile(s.C, s.N * dhw, s.K * s.T * s.R * s.S, k_chunk, Channels<LOADS_A>{w, s.C, s.T * s.R * s.S},
               Grad3ByInput<LOADS_B>{dy, s},
               split_store(Store{dx, s.C, dhw, bias, true, false, false}, partial, s.C, s.N * dhw));
 }
@@ -271,7 +271,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_CTAS)
 conv3d_bwd_weight_implicit(const float* RESTRICT dy, const float* RESTRICT x, float* RESTRICT dw,
                            float* RESTRICT partial, Conv3Shape s, int k_chunk) {
     const int ctrs = s.C * s.T * s.R * s.S;
-    gemm_tile(s.K, ctrs, s.N * s.O * s.P * s.Q, k_chunk, GradByChannel<LOADS_A>{dy, s.K, s.O * s.P * s.Q},
+    gemm_tile(s.K, ctrs, s.N * s.O * s.P * s.Q, k_chunk, Channels<LOADS_A>{dy, s.K, s.O * s.P * s.Q},
               Vol2colT<LOADS_B>{x, s},
               split_store(Store{dw, s.K, ctrs, nullptr, false, false, false}, partial, s.K, ctrs));
 }

@@ -97,6 +97,13 @@ __device__ __forceinline__ int carry(int& digit, int radix) {
     if (over) digit -= radix;
     return over;
 }
+// carry() for a digit counted down from `top` (a transposed gather's first tap, Im2colT): returns
+// the borrow where it has come down by `radix`.
+__device__ __forceinline__ int borrow(int& digit, int top, int radix) {
+    const int under = digit <= top - radix;
+    if (under) digit += radix;
+    return under;
+}
 
 // A dense row-major matrix: element (o, k) at p[o * ld + k] (K_FAST: A of A B, B of A B^T) or at
 // p[k * ld + o] (A of A^T B, B of A B).
@@ -225,6 +232,18 @@ __device__ __forceinline__ unsigned meeting(int at, int taps, int extent, int st
     }
     return bits;
 }
+// The taps along one axis that a window meets inside the data, as bits of the axis's field (from
+// bit `field`): `first` is the bit of the tap that lands on the data's first position (field + pad
+// - the window's position; below the field where the window starts inside the data), and the taps
+// inside are the `extent` bits from `first` on, less those below the field. What runs past the
+// field's end is the caller's to clip (the top field's spill past bit 29 meets no slot's tap).
+// Exact where the padding is at most the filter's side (tracker/ops/conv2d.py's check_taps): the
+// window's last tap then reaches the data, and the width is not negative.
+__device__ __forceinline__ unsigned taps_inside(int first, int field, int extent) {
+    const int from = max(first, field);
+    return bit_range(from, first + extent - from);
+}
+
 // Whether every bit of `part` is in `whole`: a slot's test against its k-tile's probe.
 __device__ __forceinline__ bool within(unsigned part, unsigned whole) { return (part & ~whole) == 0; }
 

@@ -240,9 +240,11 @@ struct Im2colT {
     ConvShape s;
     int tap[L];                         // per slot: where (c, r, t) is in an image
     unsigned bit[L];                    // per slot: its tap's bit; NEVER past the operand
-    // The current k's output position (p, q) times the stride: its window's corner less the
-    // padding, the digits carried at P and Q strides.
-    int h = 0, v = 0, dh = 0, dv = 0;
+    // The current k's window as the bit of the tap that lands on x's first row and column
+    // (common.cuh's taps_inside), in the fields at FH and 0; TILE_K's digits at P and Q strides
+    // count them down.
+    static constexpr int FH = TAP_BITS<2>;
+    int first_h = 0, first_v = 0, dh = 0, dv = 0;
     int window = 0;  // the current window's corner in x (in the padding, maybe)
     int step = 0;    // TILE_K as an offset where no digit carries
     static constexpr bool k_contiguous = true, padded = true;
@@ -255,23 +257,23 @@ struct Im2colT {
             tap[j] = (col / rs * s.H + r) * s.W + t;
             bit[j] = tap_bit(r, t);
         }
-        h = k % plane / s.Q * s.stride, v = k % s.Q * s.stride;
+        const int h = k % plane / s.Q * s.stride, v = k % s.Q * s.stride;
+        first_h = FH + s.pad - h, first_v = s.pad - v;
         dh = TILE_K % plane / s.Q * s.stride, dv = TILE_K % s.Q * s.stride;
         window = (k / plane * s.C * s.H + h - s.pad) * s.W + v - s.pad;
         step = TILE_K / plane * s.C * s.H * s.W + dh * s.W + dv;
     }
-    __device__ __forceinline__ unsigned probe(bool k_in) const {
-        const int top = s.pad - h, left = s.pad - v;  // the first tap inside x, if positive
-        // The rows' field unclipped: what it has past bit 29 no slot holds.
-        return k_in ? (bit_range(max(top, 0), max(top + s.H - max(top, 0), 0)) << TAP_BITS<2>) + tap_range<2>(left, left + s.W) : 0u;
+    __device__ __forceinline__ unsigned probe(bool k_in) const {  // the columns' field clipped
+        constexpr unsigned FIELD = (1u << TAP_BITS<2>) - 1;
+        return k_in ? taps_inside(first_h, FH, s.H) | (taps_inside(first_v, 0, s.W) & FIELD) : 0u;
     }
     __device__ __forceinline__ bool valid(int j, unsigned probe) const { return within(bit[j], probe); }
     __device__ __forceinline__ int at(int j) const { return window + tap[j]; }
-    __device__ __forceinline__ void next() {  // a carried digit moves the window a row on, or an image
-        v += dv;
-        const int row = carry(v, s.Q * s.stride);
-        h += dh + s.stride * row;
-        const int image = carry(h, s.P * s.stride);
+    __device__ __forceinline__ void next() {  // a borrowed digit moves the window a row on, or an image
+        first_v -= dv;
+        const int row = borrow(first_v, s.pad, s.Q * s.stride);
+        first_h -= dh + s.stride * row;
+        const int image = borrow(first_h, FH + s.pad, s.P * s.stride);
         window += step + row * (s.stride * s.W - s.Q * s.stride) + image * (s.C * s.H - s.P * s.stride) * s.W;
     }
 };

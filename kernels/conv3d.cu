@@ -207,9 +207,11 @@ struct Vol2colT {
     Conv3Shape s;
     int tap[L];       // per slot: where (c, kt, kr, ks) is in an image
     unsigned bit[L];  // per slot: its tap's bit
-    // The current k's output position (o, p, q) times the stride: its window's corner less the
-    // padding, the digits carried at O, P and Q strides.
-    int d = 0, h = 0, v = 0, dd = 0, dh = 0, dv = 0;
+    // The current k's window as the bit of the tap that lands on x's first position along each
+    // axis (common.cuh's taps_inside), in the fields at FD, FH and 0; TILE_K's digits at O, P and Q
+    // strides count them down.
+    static constexpr int FD = 2 * TAP_BITS<3>, FH = TAP_BITS<3>;
+    int first_d = 0, first_h = 0, first_v = 0, dd = 0, dh = 0, dv = 0;
     int window = 0;  // the current window's corner in x (in the padding, maybe)
     int step = 0;    // TILE_K as an offset where no digit carries
     static constexpr bool k_contiguous = true, padded = true;
@@ -222,26 +224,27 @@ struct Vol2colT {
             tap[j] = ((col / trs * s.D + kt) * s.H + kr) * s.W + ks;
             bit[j] = tap_bit(kt, kr, ks);
         }
-        d = k % opq / pq * s.stride, h = k % pq / s.Q * s.stride, v = k % s.Q * s.stride;
+        const int d = k % opq / pq * s.stride, h = k % pq / s.Q * s.stride, v = k % s.Q * s.stride;
+        first_d = FD + s.pad - d, first_h = FH + s.pad - h, first_v = s.pad - v;
         dd = TILE_K % opq / pq * s.stride, dh = TILE_K % pq / s.Q * s.stride, dv = TILE_K % s.Q * s.stride;
         window = ((k / opq * s.C * s.D + d - s.pad) * s.H + h - s.pad) * s.W + v - s.pad;
         step = TILE_K / opq * s.C * s.D * s.H * s.W + (dd * s.H + dh) * s.W + dv;
     }
-    __device__ __forceinline__ unsigned probe(bool k_in) const {
-        const int front = s.pad - d, top = s.pad - h, left = s.pad - v;  // the first taps inside x, if positive
-        return k_in ? tap_range<3>(front, front + s.D) << 2 * TAP_BITS<3> | tap_range<3>(top, top + s.H) << TAP_BITS<3> |
-                          tap_range<3>(left, left + s.W)
+    __device__ __forceinline__ unsigned probe(bool k_in) const {  // the two lower fields clipped
+        constexpr unsigned FIELD = (1u << TAP_BITS<3>) - 1;
+        return k_in ? taps_inside(first_d, FD, s.D) | (taps_inside(first_h, FH, s.H) & FIELD << FH) |
+                          (taps_inside(first_v, 0, s.W) & FIELD)
                     : 0u;
     }
     __device__ __forceinline__ bool valid(int j, unsigned probe) const { return within(bit[j], probe); }
     __device__ __forceinline__ int at(int j) const { return window + tap[j]; }
-    __device__ __forceinline__ void next() {  // a carried digit moves the window a row, a plane or an image on
-        v += dv;
-        const int row = carry(v, s.Q * s.stride);
-        h += dh + s.stride * row;
-        const int plane = carry(h, s.P * s.stride);
-        d += dd + s.stride * plane;
-        const int image = carry(d, s.O * s.stride);
+    __device__ __forceinline__ void next() {  // a borrowed digit moves the window a row, a plane or an image on
+        first_v -= dv;
+        const int row = borrow(first_v, s.pad, s.Q * s.stride);
+        first_h -= dh + s.stride * row;
+        const int plane = borrow(first_h, FH + s.pad, s.P * s.stride);
+        first_d -= dd + s.stride * plane;
+        const int image = borrow(first_d, FD + s.pad, s.O * s.stride);
         window += step + row * (s.stride * s.W - s.Q * s.stride) + plane * (s.stride * s.H - s.P * s.stride) * s.W +
                   image * (s.C * s.D - s.O * s.stride) * s.H * s.W;
     }

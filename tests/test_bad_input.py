@@ -519,3 +519,23 @@ def test_filters_wider_than_the_implicit_gemms_tap_bits_are_refused():
     conv3_shape((1, 1, 1020, 8, 8), (1, 1, 10, 3, 3), 1, 1)
     with pytest.raises(ValueError, match="a 3x11x3 filter is over the kernels' 10 taps a side in 3-D"):
         conv3_shape((1, 1, 32, 32, 32), (1, 1, 3, 11, 3), 1, 1)
+
+
+def test_a_padding_wider_than_the_filter_is_refused():
+    """The weight gradient's count of the taps a window meets (common.cuh's taps_inside) takes a
+    padding of at most the filter's side: a wider one is refused, as a launch and as a network's
+    layer."""
+    from types import SimpleNamespace
+
+    from tracker.nets.layers import Conv
+    from tracker.ops.conv2d import conv_shape, unsupported
+    from tracker.ops.conv3d import conv3_shape
+
+    conv_shape((1, 1, 8, 8), (1, 1, 3, 3), 1, 3)  # as wide as the filter: taken
+    with pytest.raises(ValueError, match=r"^a padding of 4 is wider than the 3x3 filter \(the kernels take at most"):
+        conv_shape((1, 1, 8, 8), (1, 1, 3, 3), 1, 4)
+    with pytest.raises(ValueError, match="^a padding of 2 is wider than the 1x1x1 filter"):
+        conv3_shape((1, 1, 4, 4, 4), (1, 1, 1, 1, 1), 1, 2)
+    wide = SimpleNamespace(op=Conv(out_channels=4, kernel=(1, 1), stride=(1, 1), padding=(2, 2)))
+    assert unsupported(wide) == "padded past its filter"
+    assert unsupported(SimpleNamespace(op=Conv(out_channels=4, kernel=(3, 3), stride=(1, 1), padding=(1, 1)))) is None

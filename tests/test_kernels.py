@@ -166,26 +166,10 @@ CORES = sorted(
         if k.name.startswith(("gemm_", "conv2d_", "conv3d_"))
     }
 )
-# The k-loops below 80 % FFMA at the default tile (128 registers), and why. The 3-D weight gradient
-# carries four k digits a k-tile and works out the taps of its window along three axes: 78.9 %.
-BELOW_80 = {"conv3d_bwd_weight_implicit"}
 
 
 @pytest.mark.slow  # compiles kernels with NVRTC
-@pytest.mark.parametrize(
-    "source, name",
-    [
-        pytest.param(
-            s,
-            n,
-            marks=[pytest.mark.xfail(strict=True, raises=AssertionError, reason="a 3-D gather's k digits")]
-            if n in BELOW_80
-            else [],
-        )
-        for s, n in CORES
-    ],
-    ids=[n for _, n in CORES],
-)
+@pytest.mark.parametrize("source, name", CORES, ids=[n for _, n in CORES])
 def test_the_gemm_cores_k_loop_is_at_least_80_percent_ffma(source, name):
     """Read from the default tile's sm_90 SASS: FFMA's share of the k-loop's instructions (what
     CUTLASS's SIMT sgemm issues at 71 % of active cycles on an H200). The implicit convolutions

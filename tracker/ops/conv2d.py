@@ -28,20 +28,22 @@ CONSTANT_FLOATS = 16384  # c_filters: the filters of a chunk of output channels,
 DEFINES = {"CONSTANT_FLOATS": CONSTANT_FLOATS, "MAX_TAPS_2D": MAX_TAPS[2], "MAX_TAPS_3D": MAX_TAPS[3]}
 
 
-def check_taps(taps: tuple[int, ...]) -> None:
-    """Refuses a filter wider than the loaders' tap bits hold."""
+def check_taps(taps: tuple[int, ...], pad: int) -> None:
+    """Refuses a filter wider than the loaders' tap bits hold, and a padding wider than a filter
+    side, which the weight gradient's count of the taps a window meets does not take (common.cuh's
+    taps_inside)."""
+    side = "x".join(map(str, taps))
     if max(taps) > MAX_TAPS[len(taps)]:
-        raise ValueError(
-            f"a {'x'.join(map(str, taps))} filter is over the kernels' {MAX_TAPS[len(taps)]} taps a side "
-            f"in {len(taps)}-D"
-        )
+        raise ValueError(f"a {side} filter is over the kernels' {MAX_TAPS[len(taps)]} taps a side in {len(taps)}-D")
+    if pad > min(taps):
+        raise ValueError(f"a padding of {pad} is wider than the {side} filter (the kernels take at most its side)")
 
 
 def conv_shape(x_shape: tuple, w_shape: tuple, stride: int, pad: int) -> Struct:
     """The kernels' ConvShape of input ``x_shape`` (N, C, H, W) and filters ``w_shape`` (K, C, R, S)."""
     N, C, H, W = x_shape
     K, _, R, S = w_shape
-    check_taps((R, S))
+    check_taps((R, S), pad)
     P, Q = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - S) // stride + 1
     names = ("N", "C", "H", "W", "K", "R", "S", "P", "Q", "stride", "pad")
     return Struct("ConvShape", tuple((n, "i") for n in names), (N, C, H, W, K, R, S, P, Q, stride, pad))
@@ -300,6 +302,8 @@ def unsupported(layer) -> str | None:
         return "grouped"
     if len({*op.kernel}) > 1 or len({*op.stride}) > 1 or len({*op.padding}) > 1:
         return "non-square"
+    if op.padding[0] > op.kernel[0]:
+        return "padded past its filter"
     return None
 
 
@@ -327,6 +331,8 @@ CONV = OPS.register(
             ),  # 3 chunks
             Case("conv", "conv1-like", {"x": (1, 3, 27, 27), "w": (4, 3, 11, 11)}, {"stride": 4, "pad": 0}),
             Case("conv", "k6-s1-p0", {"x": (2, 5, 7, 7), "w": (6, 5, 3, 3)}, {"stride": 1, "pad": 0}),  # bwd pads by 2
+            # padded as wide as the filter: the corner windows lie wholly in the padding
+            Case("conv", "k2-s2-p2", {"x": (2, 2, 6, 7), "w": (3, 2, 2, 2)}, {"stride": 2, "pad": 2}),
             Case(
                 "conv", "k4-5x5-s1-p2", {"x": (1, 3, 8, 9), "w": (4, 3, 5, 5)}, {"stride": 1, "pad": 2}
             ),  # Winograd 6x6

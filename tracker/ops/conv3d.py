@@ -20,7 +20,7 @@ def conv3_shape(x_shape: tuple, w_shape: tuple, stride: int, pad: int) -> Struct
     """The kernels' Conv3Shape of input ``x_shape`` (N, C, D, H, W) and filters ``w_shape`` (K, C, T, R, S)."""
     N, C, D, H, W = x_shape
     K, _, T, R, S = w_shape
-    check_taps((T, R, S))
+    check_taps((T, R, S), pad)
     O, P, Q = ((n + 2 * pad - k) // stride + 1 for n, k in ((D, T), (H, R), (W, S)))
     names = ("N", "C", "D", "H", "W", "K", "T", "R", "S", "O", "P", "Q", "stride", "pad")
     return Struct("Conv3Shape", tuple((n, "i") for n in names), (N, C, D, H, W, K, T, R, S, O, P, Q, stride, pad))
@@ -140,6 +140,9 @@ CONV3D = OPS.register(
             Case(
                 "conv3d", "s2-p0", {"x": (2, 2, 7, 5, 6), "w": (3, 2, 3, 2, 2)}, {"stride": 2, "pad": 0}
             ),  # taps differ
+            Case(
+                "conv3d", "1x1x1-p1", {"x": (1, 2, 3, 4, 5), "w": (2, 2, 1, 1, 1)}, {"stride": 1, "pad": 1}
+            ),  # every border output's window wholly in the padding
         ),
     )
 )

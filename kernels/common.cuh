@@ -195,6 +195,8 @@ __device__ __forceinline__ const G& mask_of(const G& g) {
 constexpr unsigned NEVER = 1u << 31;
 template <int AXES>
 constexpr int TAP_BITS = 31 / AXES;
+template <int AXES>
+constexpr unsigned TAP_FIELD = (1u << TAP_BITS<AXES>) - 1;  // the lowest field's bits
 static_assert(MAX_TAPS_2D <= TAP_BITS<2> && MAX_TAPS_3D <= TAP_BITS<3>, "a filter side's taps fit in a field");
 
 // Bit of tap (a, b) (2-D) or (a, b, c) (3-D).
@@ -218,9 +220,8 @@ __device__ __forceinline__ unsigned bit_range(unsigned pos, unsigned width) {
 // The taps lo .. hi - 1 of an axis, clipped to its field (none where the range is empty).
 template <int AXES>
 __device__ __forceinline__ unsigned tap_range(int lo, int hi) {
-    constexpr unsigned FIELD = (1u << TAP_BITS<AXES>) - 1;
     const int from = max(lo, 0);
-    return bit_range(from, max(hi - from, 0)) & FIELD;
+    return bit_range(from, max(hi - from, 0)) & TAP_FIELD<AXES>;
 }
 // The taps of a side of `taps` at which input position `at` (plus the padding) meets one of
 // `extent` outputs `stride` apart: the data gradient's, where the stride leaves gaps in the range.

@@ -264,8 +264,7 @@ struct Im2colT {
         step = TILE_K / plane * s.C * s.H * s.W + dh * s.W + dv;
     }
     __device__ __forceinline__ unsigned probe(bool k_in) const {  // the columns' field clipped
-        constexpr unsigned FIELD = (1u << TAP_BITS<2>) - 1;
-        return k_in ? taps_inside(first_h, FH, s.H) | (taps_inside(first_v, 0, s.W) & FIELD) : 0u;
+        return k_in ? taps_inside(first_h, FH, s.H) | (taps_inside(first_v, 0, s.W) & TAP_FIELD<2>) : 0u;
     }
     __device__ __forceinline__ bool valid(int j, unsigned probe) const { return within(bit[j], probe); }
     __device__ __forceinline__ int at(int j) const { return window + tap[j]; }

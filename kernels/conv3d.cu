@@ -231,9 +231,8 @@ struct Vol2colT {
         step = TILE_K / opq * s.C * s.D * s.H * s.W + (dd * s.H + dh) * s.W + dv;
     }
     __device__ __forceinline__ unsigned probe(bool k_in) const {  // the two lower fields clipped
-        constexpr unsigned FIELD = (1u << TAP_BITS<3>) - 1;
-        return k_in ? taps_inside(first_d, FD, s.D) | (taps_inside(first_h, FH, s.H) & FIELD << FH) |
-                          (taps_inside(first_v, 0, s.W) & FIELD)
+        return k_in ? taps_inside(first_d, FD, s.D) | (taps_inside(first_h, FH, s.H) & TAP_FIELD<3> << FH) |
+                          (taps_inside(first_v, 0, s.W) & TAP_FIELD<3>)
                     : 0u;
     }
     __device__ __forceinline__ bool valid(int j, unsigned probe) const { return within(bit[j], probe); }

@@ -28,14 +28,19 @@ CONSTANT_FLOATS = 16384  # c_filters: the filters of a chunk of output channels,
 DEFINES = {"CONSTANT_FLOATS": CONSTANT_FLOATS, "MAX_TAPS_2D": MAX_TAPS[2], "MAX_TAPS_3D": MAX_TAPS[3]}
 
 
+def padded_past(taps: tuple[int, ...], pad: int) -> bool:
+    """Whether ``pad`` is wider than a filter side: the weight gradient's count of the taps a window
+    meets (common.cuh's taps_inside) does not take it."""
+    return pad > min(taps)
+
+
 def check_taps(taps: tuple[int, ...], pad: int) -> None:
-    """Refuses a filter wider than the loaders' tap bits hold, and a padding wider than a filter
-    side, which the weight gradient's count of the taps a window meets does not take (common.cuh's
-    taps_inside)."""
+    """Refuses a filter wider than the loaders' tap bits hold, and a padding wider than a filter side
+    (padded_past)."""
     side = "x".join(map(str, taps))
     if max(taps) > MAX_TAPS[len(taps)]:
         raise ValueError(f"a {side} filter is over the kernels' {MAX_TAPS[len(taps)]} taps a side in {len(taps)}-D")
-    if pad > min(taps):
+    if padded_past(taps, pad):
         raise ValueError(f"a padding of {pad} is wider than the {side} filter (the kernels take at most its side)")
 
 
@@ -302,7 +307,7 @@ def unsupported(layer) -> str | None:
         return "grouped"
     if len({*op.kernel}) > 1 or len({*op.stride}) > 1 or len({*op.padding}) > 1:
         return "non-square"
-    if op.padding[0] > op.kernel[0]:
+    if padded_past(op.kernel, op.padding[0]):
         return "padded past its filter"
     return None
 
